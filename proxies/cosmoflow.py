@@ -1,0 +1,6 @@
+"""`mpirun -n P python -m proxies.cosmoflow`: see `proxies.models` and the README."""
+
+from .cli import main
+
+if __name__ == "__main__":
+    main("cosmoflow")

@@ -1,0 +1,80 @@
+"""DLRM: embedding model parallelism (all-to-all) x MLP data parallelism."""
+
+from __future__ import annotations
+
+from ..ops import Op
+from ..program import BuildOptions, LayoutError, Phase, ProgramBuilder, Workload, world_groups
+from .base import Model
+
+GLOBAL_BATCH = 2048
+ALLTOALL_TOTAL_ELEMS = 262144  # split evenly: 262144 / P elements per peer
+TOP_MLP_GRADIENTS = 728065
+BOTTOM_MLP_GRADIENTS = 49536
+
+
+def dlrm_program(world_size: int, options: BuildOptions) -> list[Op]:
+    per_peer = ALLTOALL_TOTAL_ELEMS // world_size
+    b = ProgramBuilder(options)
+    b.compute(95, "embedding_fwd")
+    b.collective("alltoall", "world", per_peer, label="embedding_alltoall_fwd")
+    b.compute(341, "bottom_mlp_fwd")
+    b.compute(209, "interaction_fwd")
+    b.compute(455, "top_mlp_fwd")
+    b.compute(910, "top_mlp_bwd")
+    top = b.allreduce("world", TOP_MLP_GRADIENTS, blocking=False, label="top_mlp_allreduce")
+    b.compute(209, "interaction_bwd")
+    b.compute(682, "bottom_mlp_bwd")
+    bottom = b.allreduce(
+        "world", BOTTOM_MLP_GRADIENTS, blocking=False, label="bottom_mlp_allreduce"
+    )
+    b.collective("alltoall", "world", per_peer, label="embedding_alltoall_bwd")
+    b.compute(190, "embedding_bwd")
+    b.wait(top, bottom, label="waitall")
+    return b.ops
+
+
+class DLRM(Model):
+    name = "dlrm"
+    description = "DLRM: embedding all-to-all x MLP data parallelism"
+    reference_warmup = 0
+    reference_runs = 1
+    default_warmup = 2
+    default_runs = 20
+
+    def build(
+        self,
+        world_size: int,
+        params: dict[str, int],
+        options: BuildOptions,
+        given: int | None = None,
+    ) -> Workload:
+        if world_size < 1 or ALLTOALL_TOTAL_ELEMS % world_size:
+            valid = [1 << k for k in range(19)]
+            near = {
+                max([v for v in valid if v <= world_size], default=1),
+                min([v for v in valid if v >= world_size], default=valid[-1]),
+            }
+            raise LayoutError(
+                f"{self.name}: the world size must divide {ALLTOALL_TOTAL_ELEMS} "
+                f"(got {world_size}); nearest valid world sizes: "
+                f"{', '.join(map(str, sorted(near)))}"
+            )
+
+        def summary(rank: int, runtime_s: float, phase: str) -> str:
+            return (
+                f"world_size = {world_size}, global_batch = {GLOBAL_BATCH}, "
+                f"runtime per iteration = {runtime_s:.6f} s"
+            )
+
+        return Workload(
+            model=self.name,
+            world_size=world_size,
+            params=dict(params),
+            groups={"world": world_groups(world_size)},
+            phases=[Phase("iteration", lambda rank: dlrm_program(world_size, options))],
+            info={
+                "global_batch": GLOBAL_BATCH,
+                "alltoall_elems_per_peer": ALLTOALL_TOTAL_ELEMS // world_size,
+            },
+            summary=summary,
+        )

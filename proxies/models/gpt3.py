@@ -1,0 +1,340 @@
+"""GPT-3 175B (data x tensor x pipeline) and GPT-3 MoE (data x expert x
+pipeline), full iterations and single steady-state pipeline steps.
+
+Both share one pipeline description: a GPipe schedule (all forwards, then all
+backwards) whose every micro-batch is followed by two collectives of the
+inner parallelism (tensor-parallel allreduces, or expert all-to-alls), then
+the gradient allreduces of the outer groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..ops import Op
+from ..program import (
+    BuildOptions,
+    LayoutError,
+    Phase,
+    ProgramBuilder,
+    Workload,
+    block_groups,
+    require_multiple,
+    strided_groups,
+)
+from .base import Arg, Model
+
+PIPELINE_ELEMS = 25165824  # hidden 12288 x sequence 2048 x micro-batch 1
+TP_SHARDS = 4
+TP_ALLREDUCE_ELEMS = 25165824
+GPT3_DP_GRADIENTS = 452984832  # one shard of one layer
+GPT3_FORWARD_US = 15915
+GPT3_BACKWARD_US = 31830
+
+EXPERTS = 16
+MOE_ALLTOALL_PER_PEER = 25165824 // EXPERTS
+MOE_EXPERT_GRADIENTS = 1207959552 // EXPERTS
+MOE_ATTENTION_GRADIENTS = 603979776
+# C integer arithmetic of the reference: 22367 + 41293/16 and 44734 + 82586/16.
+MOE_FORWARD_US = 22367 + 41293 // 16
+MOE_BACKWARD_US = 44734 + 82586 // 16
+
+Inner = Callable[[ProgramBuilder], None]
+
+
+@dataclass(frozen=True)
+class Hybrid:
+    """One rank's place in a pipeline x inner x data layout."""
+
+    stage: int
+    stages: int
+    pred: int  # global rank of the previous stage (unused at stage 0)
+    succ: int  # global rank of the next stage (unused at the last stage)
+
+
+def gpipe_direction(
+    b: ProgramBuilder,
+    pos: int,
+    stages: int,
+    *,
+    pred: int,
+    succ: int,
+    microbatches: int,
+    compute_us: float,
+    inner: Inner,
+    phase: str,
+) -> int | None:
+    """All micro-batches of one direction; returns the last, unwaited send."""
+    prev: int | None = None
+    for i in range(microbatches):
+        if pos > 0:
+            b.recv(pred, PIPELINE_ELEMS, tag=i, group="pp", label=f"{phase}_recv")
+        if pos < stages - 1:
+            b.wait(prev, label=f"{phase}_send_wait")
+        b.compute(compute_us, phase)
+        if pos < stages - 1:
+            prev = b.send(
+                succ, PIPELINE_ELEMS, tag=i, group="pp", blocking=False, label=f"{phase}_send"
+            )
+        inner(b)
+    return prev
+
+
+def gpipe_program(
+    h: Hybrid,
+    microbatches: int,
+    fwd_us: float,
+    bwd_us: float,
+    inner: Inner,
+    outer: Inner,
+    options: BuildOptions,
+) -> list[Op]:
+    b = ProgramBuilder(options)
+    last_fwd = gpipe_direction(
+        b,
+        h.stage,
+        h.stages,
+        pred=h.pred,
+        succ=h.succ,
+        microbatches=microbatches,
+        compute_us=fwd_us,
+        inner=inner,
+        phase="forward",
+    )
+    last_bwd = gpipe_direction(
+        b,
+        h.stages - 1 - h.stage,
+        h.stages,
+        pred=h.succ,
+        succ=h.pred,
+        microbatches=microbatches,
+        compute_us=bwd_us,
+        inner=inner,
+        phase="backward",
+    )
+    if options.fix_quirks:
+        # The reference never waits for the last forward and backward sends.
+        b.wait(last_fwd, last_bwd, label="last_send_wait")
+    outer(b)
+    return b.ops
+
+
+def one_step_program(
+    h: Hybrid, fwd_us: float, bwd_us: float, inner: Inner, options: BuildOptions
+) -> list[Op]:
+    """A steady-state step: even stages run a forward, odd stages a backward."""
+    b = ProgramBuilder(options)
+    if h.stage % 2 == 0:
+        peer, compute_us, phase = h.succ, fwd_us, "forward"
+    else:
+        peer, compute_us, phase = h.pred, bwd_us, "backward"
+    r = b.recv(peer, PIPELINE_ELEMS, tag=0, group="pp", blocking=False, label="step_recv")
+    b.compute(compute_us, phase)
+    inner(b)
+    b.send(peer, PIPELINE_ELEMS, tag=0, group="pp", label="step_send")
+    b.wait(r, label="step_recv_wait")
+    return b.ops
+
+
+def _microbatches(params: dict[str, int], given: int | None, options: BuildOptions) -> int:
+    stages, acc = params["stages"], params["acc_scale"]
+    if given == 1 and not options.fix_quirks:
+        # Reference quirk: with one argument the micro-batch count keeps its default.
+        return 96 * 2
+    return stages * acc
+
+
+class _PipelineModel(Model):
+    args = (
+        Arg("stages", 96, "pipeline stages (= layers)"),
+        Arg("acc_scale", 2, "gradient accumulation: micro-batches = stages x acc_scale"),
+    )
+    one_step = False
+
+    def _check_one_step(self, stages: int) -> None:
+        if self.one_step and stages % 2:
+            raise LayoutError(
+                f"{self.name}: a pipeline step pairs even and odd stages, so "
+                f"stages must be even (got {stages}); nearest valid: "
+                f"{max(2, stages - 1)}, {stages + 1}"
+            )
+
+
+class GPT3(_PipelineModel):
+    name = "gpt3"
+    description = "GPT-3 175B: data x tensor (4 shards) x pipeline parallelism"
+    reference_warmup = 8
+    reference_runs = 128
+    default_warmup = 0
+    default_runs = 1
+
+    def build(
+        self,
+        world_size: int,
+        params: dict[str, int],
+        options: BuildOptions,
+        given: int | None = None,
+    ) -> Workload:
+        stages, acc = params["stages"], params["acc_scale"]
+        replica = stages * TP_SHARDS
+        require_multiple(
+            self.name,
+            world_size,
+            replica,
+            f"the world size must be a multiple of stages x {TP_SHARDS} tensor shards = {replica}",
+        )
+        self._check_one_step(stages)
+        mb = _microbatches(params, given, options)
+        # Inside a replica of stages x 4 consecutive ranks, tensor rank t holds the
+        # pipeline block [t*stages, (t+1)*stages), so pipeline groups are plain blocks.
+        tp = [
+            tuple(base + s + t * stages for t in range(TP_SHARDS))
+            for base in range(0, world_size, replica)
+            for s in range(stages)
+        ]
+        groups = {
+            "pp": block_groups(world_size, stages),
+            "tp": tp,
+            "dp": strided_groups(world_size, replica),
+        }
+
+        def inner(b: ProgramBuilder) -> None:
+            for _ in range(2):
+                b.allreduce("tp", TP_ALLREDUCE_ELEMS, label="tp_allreduce")
+
+        def outer(b: ProgramBuilder) -> None:
+            b.allreduce("dp", GPT3_DP_GRADIENTS, label="dp_grad_allreduce")
+
+        def place(rank: int) -> Hybrid:
+            stage = (rank % replica) % stages
+            return Hybrid(stage, stages, rank - 1, rank + 1)
+
+        if self.one_step:
+
+            def program(rank: int) -> list[Op]:
+                return one_step_program(
+                    place(rank), GPT3_FORWARD_US, GPT3_BACKWARD_US, inner, options
+                )
+        else:
+
+            def program(rank: int) -> list[Op]:
+                return gpipe_program(
+                    place(rank), mb, GPT3_FORWARD_US, GPT3_BACKWARD_US, inner, outer, options
+                )
+
+        total_b = 1811939328 / 1024 * stages / 1024 / 1024
+        global_batch = world_size * acc // 4
+
+        def summary(rank: int, runtime_s: float, phase: str) -> str:
+            return (
+                f"world_size = {world_size}, layers = {stages}, stages = {stages}, "
+                f"micro_batches = {mb}, total_params = {total_b:g}B, "
+                f"global_batch = {global_batch}, runtime per iteration = {runtime_s:.6f} s"
+            )
+
+        return Workload(
+            model=self.name,
+            world_size=world_size,
+            params=dict(params),
+            groups=groups,
+            phases=[Phase("step" if self.one_step else "iteration", program)],
+            info={
+                "total_params_billions": total_b,
+                "micro_batches": mb,
+                "global_batch": global_batch,
+                "data_shards": world_size // replica,
+            },
+            summary=summary,
+        )
+
+
+class GPT3OnePipeStep(GPT3):
+    name = "gpt3_one_pipe_step"
+    description = "GPT-3 175B: one steady-state pipeline step (needs an even number of stages)"
+    one_step = True
+    default_warmup = 1
+    default_runs = 5
+
+
+class GPT3MoE(_PipelineModel):
+    name = "gpt3_moe"
+    description = "GPT-3 MoE: data x expert (16 experts) x pipeline parallelism"
+    reference_warmup = 4
+    reference_runs = 128
+    default_warmup = 0
+    default_runs = 1
+
+    def build(
+        self,
+        world_size: int,
+        params: dict[str, int],
+        options: BuildOptions,
+        given: int | None = None,
+    ) -> Workload:
+        stages, acc = params["stages"], params["acc_scale"]
+        require_multiple(
+            self.name,
+            world_size,
+            stages * EXPERTS,
+            f"the world size must be a multiple of stages x {EXPERTS} experts = {stages * EXPERTS}",
+        )
+        self._check_one_step(stages)
+        mb = _microbatches(params, given, options)
+        dp = strided_groups(world_size, stages)
+        moe, ep = [], []
+        for g in dp:
+            moe += [g[k : k + EXPERTS] for k in range(0, len(g), EXPERTS)]
+            ep += [g[j::EXPERTS] for j in range(EXPERTS)]
+        groups = {"pp": block_groups(world_size, stages), "dp": dp, "moe": moe, "ep": ep}
+
+        def inner(b: ProgramBuilder) -> None:
+            for _ in range(2):
+                b.collective("alltoall", "moe", MOE_ALLTOALL_PER_PEER, label="moe_alltoall")
+
+        def outer(b: ProgramBuilder) -> None:
+            b.allreduce("ep", MOE_EXPERT_GRADIENTS, label="expert_grad_allreduce")
+            b.allreduce("dp", MOE_ATTENTION_GRADIENTS, label="attention_grad_allreduce")
+
+        def place(rank: int) -> Hybrid:
+            return Hybrid(rank % stages, stages, rank - 1, rank + 1)
+
+        if self.one_step:
+
+            def program(rank: int) -> list[Op]:
+                return one_step_program(
+                    place(rank), MOE_FORWARD_US, MOE_BACKWARD_US, inner, options
+                )
+        else:
+
+            def program(rank: int) -> list[Op]:
+                return gpipe_program(
+                    place(rank), mb, MOE_FORWARD_US, MOE_BACKWARD_US, inner, outer, options
+                )
+
+        global_batch = world_size * acc
+
+        def summary(rank: int, runtime_s: float, phase: str) -> str:
+            return (
+                f"world_size = {world_size}, layers = {stages}, stages = {stages}, "
+                f"experts = {EXPERTS}, micro_batches = {mb}, global_batch = {global_batch}, "
+                f"runtime per iteration = {runtime_s:.6f} s"
+            )
+
+        return Workload(
+            model=self.name,
+            world_size=world_size,
+            params=dict(params),
+            groups=groups,
+            phases=[Phase("step" if self.one_step else "iteration", program)],
+            info={"experts": EXPERTS, "micro_batches": mb, "global_batch": global_batch},
+            summary=summary,
+        )
+
+
+class GPT3MoEOnePipeStep(GPT3MoE):
+    name = "gpt3_moe_one_pipe_step"
+    description = "GPT-3 MoE: one steady-state pipeline step (needs an even number of stages)"
+    one_step = True
+    default_warmup = 1
+    default_runs = 5

@@ -1,0 +1,239 @@
+"""Pipeline x data parallelism without compute: GPT-2-large and BERT-large.
+
+Layout: stage = rank % stages; the data-parallel group is the ranks of one
+stage; the pipeline group is ``stages`` consecutive ranks. Each iteration
+sends every micro-batch's activations forward then its gradients backward,
+then allreduces the stage's gradients in the data-parallel group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ops import Op
+from ..program import (
+    BuildOptions,
+    LayoutError,
+    Phase,
+    ProgramBuilder,
+    Workload,
+    block_groups,
+    require_multiple,
+    strided_groups,
+)
+from .base import Arg, Model
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """Sizes in float32 elements."""
+
+    pipeline_elems: int
+    first_layer: tuple[int, ...]  # aggregated: one message; per tensor: the tensors
+    middle_layer: tuple[int, ...]
+    last_layer: tuple[int, ...]
+
+
+def stage_gradients(
+    spec: PipelineSpec, stage: int, stages: int, layers_per_stage: int
+) -> list[int]:
+    """The stage's gradient messages in allreduce order (elements)."""
+    middle = list(spec.middle_layer)
+    if stage == 0:
+        return list(spec.first_layer) + middle * (layers_per_stage - 1)
+    if stage == stages - 1:
+        return middle * (layers_per_stage - 1) + list(spec.last_layer)
+    return middle * layers_per_stage
+
+
+def pipeline_program(
+    rank: int,
+    stages: int,
+    microbatches: int,
+    spec: PipelineSpec,
+    grads: list[int],
+    dp_size: int,
+    options: BuildOptions,
+) -> list[Op]:
+    b = ProgramBuilder(options)
+    stage = rank % stages
+    base = rank - stage
+    nxt, prv = base + stage + 1, base + stage - 1
+    n = spec.pipeline_elems
+    if stages > 1:
+        for i in range(microbatches):
+            _exchange(
+                b, stage, stages, succ=nxt, pred=prv, n=n, tag=i, options=options, phase="fwd"
+            )
+        for i in range(microbatches):
+            # Backward mirrors forward: the roles of predecessor and successor swap.
+            _exchange(
+                b,
+                stages - 1 - stage,
+                stages,
+                succ=prv,
+                pred=nxt,
+                n=n,
+                tag=i,
+                options=options,
+                phase="bwd",
+            )
+    if dp_size > 1:
+        for g in grads:
+            b.allreduce("dp", g, label="grad_allreduce")
+    return b.ops
+
+
+def _exchange(
+    b: ProgramBuilder,
+    pos: int,
+    stages: int,
+    *,
+    succ: int,
+    pred: int,
+    n: int,
+    tag: int,
+    options: BuildOptions,
+    phase: str,
+) -> None:
+    """One micro-batch of one direction; pos is the position along that direction."""
+    if pos == 0:
+        b.send(succ, n, tag=tag, group="pp", label=f"{phase}_send")
+    elif pos == stages - 1:
+        b.recv(pred, n, tag=tag, group="pp", label=f"{phase}_recv")
+    elif options.fix_quirks:
+        b.recv(pred, n, tag=tag, group="pp", label=f"{phase}_recv")
+        b.send(succ, n, tag=tag, group="pp", label=f"{phase}_send")
+    else:
+        # Reference quirk: send and receive posted together, no data dependency.
+        s = b.send(succ, n, tag=tag, group="pp", blocking=False, label=f"{phase}_send")
+        r = b.recv(pred, n, tag=tag, group="pp", blocking=False, label=f"{phase}_recv")
+        b.wait(s, r)
+
+
+class PipelineDataParallel(Model):
+    spec: PipelineSpec
+    per_tensor_spec: PipelineSpec | None = None
+    reference_warmup = 10
+    reference_runs = 256
+    # ~2.5 min for the headline `mpirun -n 32 python -m proxies.gpt2 64 8` on 2 cores
+    # (measured: 50 s first-touch warm-up, then ~9.3 s per iteration).
+    default_warmup = 1
+    default_runs = 10
+
+    def build(
+        self,
+        world_size: int,
+        params: dict[str, int],
+        options: BuildOptions,
+        given: int | None = None,
+    ) -> Workload:
+        layers, stages, mb = params["layers"], params["stages"], params["microbatches"]
+        require_multiple(
+            self.name, world_size, stages, f"the world size must be a multiple of stages={stages}"
+        )
+        lps = layers // stages
+        if lps < 1:
+            raise LayoutError(f"{self.name}: layers={layers} must be >= stages={stages}")
+        if options.per_tensor:
+            if self.per_tensor_spec is None:
+                raise ValueError(
+                    f"{self.name}: per-tensor gradient messages are not available "
+                    "(the reference's tensor list is not published); drop --per-tensor"
+                )
+            spec = self.per_tensor_spec
+        else:
+            spec = self.spec
+        dp_size = world_size // stages
+        grads = {s: stage_gradients(spec, s, stages, lps) for s in range(stages)}
+        agg = self.spec
+        total = sum(agg.first_layer) + sum(agg.last_layer) + sum(agg.middle_layer) * (layers - 2)
+
+        def program(rank: int) -> list[Op]:
+            return pipeline_program(rank, stages, mb, spec, grads[rank % stages], dp_size, options)
+
+        def summary(rank: int, runtime_s: float, phase: str) -> str:
+            return (
+                f"Rank = {rank}, world_size = {world_size}, layers = {layers}, "
+                f"stages = {stages}, total_params = {total}, "
+                f"runtime per iteration = {runtime_s:.6f} s"
+            )
+
+        return Workload(
+            model=self.name,
+            world_size=world_size,
+            params=dict(params),
+            groups={
+                "pp": block_groups(world_size, stages),
+                "dp": strided_groups(world_size, stages),
+            },
+            phases=[Phase("iteration", program)],
+            info={
+                "total_params": total,
+                "layers_per_stage": lps,
+                "micro_batches": mb,
+                "data_shards": dp_size,
+            },
+            summary=summary,
+            summary_all_ranks=True,
+        )
+
+
+_GPT2_FIRST = (
+    64328960,
+    1310720,
+    1280,
+    4915200,
+    1638400,
+    1280,
+    6553600,
+    6553600,
+    1280,
+    3840,
+    1280,
+    1280,
+    5120,
+    1280,
+)
+_GPT2_MIDDLE = (1280, 4915200, 1638400, 1280, 6553600, 6553600, 1280, 3840, 1280, 1280, 5120, 1280)
+_GPT2_LAST = (
+    1280,
+    4915200,
+    1638400,
+    1280,
+    6553600,
+    6553600,
+    1280,
+    64328960,
+    1280,
+    3840,
+    1280,
+    1280,
+    5120,
+    1280,
+    1280,
+)
+
+
+class GPT2(PipelineDataParallel):
+    name = "gpt2"
+    description = "GPT-2-large: pipeline x data parallelism (communication only)"
+    args = (
+        Arg("layers", 48, "transformer layers"),
+        Arg("stages", 4, "pipeline stages"),
+        Arg("microbatches", 8, "micro-batches per iteration"),
+    )
+    spec = PipelineSpec(808960, (85317120,), (19677440,), (84008960,))
+    per_tensor_spec = PipelineSpec(808960, _GPT2_FIRST, _GPT2_MIDDLE, _GPT2_LAST)
+    per_tensor_available = True
+
+
+class BERT(PipelineDataParallel):
+    name = "bert"
+    description = "BERT-large: pipeline x data parallelism (communication only)"
+    args = (
+        Arg("layers", 24, "transformer layers"),
+        Arg("stages", 4, "pipeline stages"),
+        Arg("microbatches", 8, "micro-batches per iteration"),
+    )
+    spec = PipelineSpec(1049600, (44379136,), (12596224,), (45984572,))

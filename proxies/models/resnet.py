@@ -1,0 +1,175 @@
+"""Data-parallel ResNets: ResNet-50 (allreduce and ring phases) and ResNet-152
+(backward buckets overlapped with non-blocking allreduces)."""
+
+from __future__ import annotations
+
+from ..ops import Op
+from ..program import BuildOptions, LayoutError, Phase, ProgramBuilder, Workload, world_groups
+from .base import Arg, Model
+
+RESNET50_MESSAGES = (3104745, 4461568, 4462592, 4986880, 4468736, 4074560)
+
+RESNET152_BUCKETS = (
+    6511592,
+    6567936,
+    5905920,
+    6113280,
+    6176256,
+    6112768,
+    6176256,
+    6112768,
+    5321216,
+    5194816,
+)
+RESNET152_LOCAL_BATCH = 128
+RESNET152_FORWARD_US = 119000.0
+RESNET152_BACKWARD_US = 23800.0
+
+# Strong scaling: world size -> (local batch, forward us, backward us per bucket).
+RESNET152_STRONG = {
+    256: (128, 119000.0, 23800.0),
+    512: (64, 63000.0, 12600.0),
+    1024: (32, 36000.0, 7200.0),
+    2048: (16, 27667.0, 5533.0),
+}
+
+
+class ResNet50(Model):
+    name = "resnet50"
+    description = "ResNet-50: data parallelism, an allreduce phase then a ring phase"
+    reference_warmup = 10
+    reference_runs = 512
+    default_warmup = 2
+    default_runs = 10
+
+    def build(
+        self,
+        world_size: int,
+        params: dict[str, int],
+        options: BuildOptions,
+        given: int | None = None,
+    ) -> Workload:
+        if options.per_tensor:
+            raise ValueError(
+                "resnet50: per-tensor gradient messages are not available "
+                "(the reference's 161-tensor list is not published); drop --per-tensor"
+            )
+
+        def allreduce_phase(rank: int) -> list[Op]:
+            b = ProgramBuilder(options)
+            for m in RESNET50_MESSAGES:
+                b.allreduce("world", m, label="grad_allreduce")
+            return b.ops
+
+        def ring_phase(rank: int) -> list[Op]:
+            b = ProgramBuilder(options)
+            left, right = (rank - 1) % world_size, (rank + 1) % world_size
+            for m in RESNET50_MESSAGES:
+                r = b.recv(left, m, tag=0, group="world", blocking=False, label="ring_recv")
+                b.send(right, m, tag=0, group="world", label="ring_send")
+                b.wait(r)
+            return b.ops
+
+        total = sum(RESNET50_MESSAGES)
+
+        def summary(rank: int, runtime_s: float, phase: str) -> str:
+            return (
+                f"Rank = {rank}, world_size = {world_size}, phase = {phase}, "
+                f"total_params = {total}, runtime per iteration = {runtime_s:.6f} s"
+            )
+
+        return Workload(
+            model=self.name,
+            world_size=world_size,
+            params=dict(params),
+            groups={"world": world_groups(world_size)},
+            phases=[Phase("allreduce", allreduce_phase), Phase("ring", ring_phase)],
+            info={"total_params": total},
+            summary=summary,
+            summary_all_ranks=True,
+        )
+
+
+def resnet152_program(options: BuildOptions, forward_us: float, backward_us: float) -> list[Op]:
+    b = ProgramBuilder(options)
+    b.compute(forward_us, "forward")
+    reqs: list[int | None] = []
+    for i, bucket in enumerate(RESNET152_BUCKETS):
+        if i > 1:
+            b.testany(reqs)
+        b.compute(backward_us, "backward")
+        reqs.append(b.allreduce("world", bucket, blocking=False, label="grad_allreduce"))
+    b.wait(*reqs, label="waitall")
+    return b.ops
+
+
+class ResNet152(Model):
+    name = "resnet152"
+    description = "ResNet-152: data parallelism with compute/communication overlap"
+    reference_warmup = 8
+    reference_runs = 128
+    default_warmup = 1
+    default_runs = 5
+
+    def timings(self, world_size: int, params: dict[str, int]) -> tuple[int, float, float]:
+        return RESNET152_LOCAL_BATCH, RESNET152_FORWARD_US, RESNET152_BACKWARD_US
+
+    def build(
+        self,
+        world_size: int,
+        params: dict[str, int],
+        options: BuildOptions,
+        given: int | None = None,
+    ) -> Workload:
+        local_batch, fwd, bwd = self.timings(world_size, params)
+        total = sum(RESNET152_BUCKETS)
+
+        def program(rank: int) -> list[Op]:
+            return resnet152_program(options, fwd, bwd)
+
+        def summary(rank: int, runtime_s: float, phase: str) -> str:
+            return (
+                f"world_size = {world_size}, data_shards = {world_size}, "
+                f"total_params = {total}, global_batch = {local_batch * world_size}, "
+                f"runtime per iteration = {runtime_s:.6f} s"
+            )
+
+        return Workload(
+            model=self.name,
+            world_size=world_size,
+            params=dict(params),
+            groups={"world": world_groups(world_size)},
+            phases=[Phase("iteration", program)],
+            info={
+                "total_params": total,
+                "local_batch": local_batch,
+                "global_batch": local_batch * world_size,
+                "data_shards": world_size,
+                "forward_us": fwd,
+                "backward_us_per_bucket": bwd,
+            },
+            summary=summary,
+        )
+
+
+class ResNet152Strong(ResNet152):
+    name = "resnet152_scal"
+    flags = (
+        Arg("scaling_size", 0, "table row to emulate (256/512/1024/2048); default: the world size"),
+    )
+    description = (
+        "ResNet-152 strong scaling: global batch 32768 over 256/512/1024/2048 ranks "
+        "(--scaling-size picks the row on a smaller machine)"
+    )
+
+    def timings(self, world_size: int, params: dict[str, int]) -> tuple[int, float, float]:
+        size = params.get("scaling_size") or world_size
+        if size not in RESNET152_STRONG:
+            valid = sorted(RESNET152_STRONG)
+            near = min(valid, key=lambda n: (abs(n - size), n))
+            raise LayoutError(
+                f"{self.name}: the strong-scaling table covers world sizes "
+                f"{', '.join(map(str, valid))} only (got {size}); nearest valid world size: "
+                f"{near} (or pass --scaling-size {near} to emulate it on fewer ranks)"
+            )
+        return RESNET152_STRONG[size]

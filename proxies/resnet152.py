@@ -1,0 +1,6 @@
+"""`mpirun -n P python -m proxies.resnet152`: see `proxies.models` and the README."""
+
+from .cli import main
+
+if __name__ == "__main__":
+    main("resnet152")

@@ -1,0 +1,6 @@
+"""`mpirun -n P python -m proxies.resnet50`: see `proxies.models` and the README."""
+
+from .cli import main
+
+if __name__ == "__main__":
+    main("resnet50")

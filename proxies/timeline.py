@@ -1,0 +1,67 @@
+"""Compute / communication / exposed-communication breakdown of a timeline.
+
+Shared by every executor so that measured and predicted figures mean the same:
+- compute_s: time inside Compute operations;
+- exposed_comm_s: time inside communication calls (blocking calls, posting,
+  waits, tests): time the rank could not compute;
+- comm_s: wall time during which at least one communication operation was in
+  flight (a non-blocking operation counts from its posting to the end of the
+  Wait that names it), so comm_s - exposed_comm_s is the overlapped part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .ops import Collective, Compute, Op, Recv, Send, Wait
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Seconds, for one rank and one iteration (or a mean of them)."""
+
+    compute_s: float
+    comm_s: float
+    exposed_comm_s: float
+
+
+def breakdown(ops: Sequence[Op], starts: Sequence[float], ends: Sequence[float]) -> Breakdown:
+    """Breakdown of one iteration; starts/ends are seconds, one per operation."""
+    compute = exposed = 0.0
+    intervals: list[tuple[float, float]] = []
+    posted: dict[int, float] = {}
+    for op, t0, t1 in zip(ops, starts, ends, strict=True):
+        if isinstance(op, Compute):
+            compute += t1 - t0
+            continue
+        exposed += t1 - t0
+        if isinstance(op, (Send, Recv, Collective)):
+            if op.req is None:
+                intervals.append((t0, t1))
+            else:
+                posted[op.req] = t0
+        elif isinstance(op, Wait):
+            for r in op.reqs:
+                if r in posted:
+                    intervals.append((posted.pop(r), t1))
+    # Requests never waited (a reference quirk) are in flight until the end.
+    end = ends[-1] if len(ends) else 0.0
+    intervals.extend((t0, end) for t0 in posted.values())
+    return Breakdown(compute, union_length(intervals), exposed)
+
+
+def union_length(intervals: list[tuple[float, float]]) -> float:
+    """Total length covered by a set of [start, end] intervals."""
+    total = 0.0
+    cur_s = cur_e = None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        elif e > cur_e:
+            cur_e = e
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total

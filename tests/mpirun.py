@@ -1,0 +1,28 @@
+"""Launching MPI jobs from tests: always in a subprocess, always with a timeout."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+MPIEXEC = shutil.which("mpiexec") or "mpiexec"
+
+
+def mpirun(n: int, module: str, *args: str, timeout: float = 180.0,
+           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``mpiexec -n n python -m module args`` and return its result."""
+    cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", module, *args]
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env,
+                          stdin=subprocess.DEVNULL)
+
+
+def run_json(tmp_path: Path, n: int, module: str, *args: str, timeout: float = 180.0) -> dict:
+    out = tmp_path / f"{module.rsplit('.', 1)[-1]}-{n}.json"
+    r = mpirun(n, module, *args, "--json", str(out), timeout=timeout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(out.read_text())

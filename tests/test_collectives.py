@@ -1,0 +1,543 @@
+"""Collective schedules against the closed forms of collective-costs.md.
+
+Expected volumes, step counts and times are computed here from the formulas
+(Thakur, Rabenseifner & Gropp 2005), never from the module; data movement is
+checked by running every schedule on symbolic data (multisets of
+contributions), which also catches double-counted reductions and ranks
+forwarding data before they received it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+
+import pytest
+
+from proxies.collectives import (
+    ALGORITHMS,
+    ELEM_BYTES,
+    Schedule,
+    Transfer,
+    alpha_beta_time_s,
+    build_schedule,
+    default_algorithm,
+)
+
+PS = [1, 2, 3, 4, 5, 6, 8, 16]
+# 10080 = 2^5 3^2 5 7: divisible by p * len(rings) for every case below.
+EXACT_COUNT = 10080
+RAGGED_COUNTS = [0, 1, 3, 1001]
+ALPHA_S = 2e-6
+BETA_S_PER_BYTE = 1e-9
+
+
+def lg(p: int) -> float:
+    return math.log2(p)
+
+
+def ceil_lg(p: int) -> int:
+    return math.ceil(math.log2(p)) if p > 1 else 0
+
+
+def is_pow2(p: int) -> bool:
+    return 2 ** round(math.log2(p)) == p
+
+
+def pof2_of(p: int) -> int:
+    return 2 ** math.floor(math.log2(p))
+
+
+def divisors(p: int) -> list[int]:
+    return [g for g in range(1, p + 1) if p % g == 0]
+
+
+def rings_for(p: int, n: int) -> list[list[int]]:
+    rng = random.Random(p * 1000 + n)
+    out = [list(range(p)), list(reversed(range(p)))]
+    while len(out) < n:
+        perm = list(range(p))
+        rng.shuffle(perm)
+        out.append(perm)
+    return out[:n]
+
+
+def cases(p: int) -> list[tuple[str, str, dict]]:
+    """Every (op, algorithm, extra kwargs) valid for group size p."""
+    out: list[tuple[str, str, dict]] = []
+    for op, algs in ALGORITHMS.items():
+        for alg in algs:
+            pow2_only = alg == "recursive_halving" or (op, alg) == (
+                "allgather",
+                "recursive_doubling",
+            )
+            if pow2_only and not is_pow2(p):
+                continue
+            if alg == "hierarchical":
+                out += [(op, alg, {"local_size": g}) for g in divisors(p)]
+            elif alg == "multiring":
+                out += [(op, alg, {"rings": rings_for(p, n)}) for n in (1, 2, 3)]
+            elif op in ("bcast", "reduce"):
+                out += [(op, alg, {"root": r}) for r in sorted({0, p // 2, p - 1})]
+            else:
+                out.append((op, alg, {}))
+    return out
+
+
+ALL_CASES = [(p, op, alg, kw) for p in PS for op, alg, kw in cases(p)]
+
+
+def case_id(c: tuple) -> str:
+    p, op, alg, kw = c
+    extra = ",".join(f"{k}={len(v) if k == 'rings' else v}" for k, v in kw.items())
+    return f"p{p}-{op}-{alg}" + (f"-{extra}" if extra else "")
+
+
+# ---------------------------------------------------------------- symbolic run
+
+State = list[dict[int, Counter]]
+
+
+def chunks_per_block(s: Schedule) -> int:
+    return len(s.chunk_elems) // s.group_size
+
+
+def initial_state(s: Schedule) -> State:
+    p, nch = s.group_size, len(s.chunk_elems)
+    state: State = [{} for _ in range(p)]
+    for r in range(p):
+        if s.op in ("allreduce", "reduce_scatter", "reduce"):
+            owned = range(nch)
+        elif s.op == "allgather":
+            per = chunks_per_block(s)
+            owned = range(r * per, (r + 1) * per)
+        elif s.op == "bcast":
+            owned = range(nch) if r == s.root else range(0)
+        elif s.op == "alltoall":
+            owned = range(r * p, (r + 1) * p)
+        else:
+            owned = range(0)
+        state[r] = {c: Counter({r: 1}) for c in owned}
+    return state
+
+
+def run_symbolic(s: Schedule) -> State:
+    """Execute ``s`` step by step on contribution multisets.
+
+    Sends read the state from before the step; reduce adds, copy overwrites.
+    """
+    state = initial_state(s)
+    nch = len(s.chunk_elems)
+    for i, step in enumerate(s.steps):
+        assert step, "empty steps must not be emitted"
+        payloads = []
+        written: set[tuple[int, int]] = set()
+        for t in step:
+            chunks = [(t.first_chunk + j) % nch for j in range(t.num_chunks)] if nch else []
+            assert t.count_elems == sum(s.chunk_elems[c] for c in chunks)
+            load = {}
+            for c in chunks:
+                if s.chunk_elems[c] == 0:
+                    continue
+                held = state[t.src].get(c)
+                assert held, f"step {i}: rank {t.src} sends chunk {c} it does not hold"
+                load[c] = Counter(held)
+                if not t.reduce:
+                    assert (t.dst, c) not in written, f"step {i}: chunk {c} written twice"
+                    written.add((t.dst, c))
+            payloads.append((t, load))
+        for t, load in payloads:
+            for c, data in load.items():
+                if t.reduce:
+                    assert state[t.dst].get(c), f"step {i}: rank {t.dst} reduces into nothing"
+                    state[t.dst][c] += data
+                else:
+                    state[t.dst][c] = data
+    return state
+
+
+def check_semantics(s: Schedule) -> None:
+    p = s.group_size
+    everyone = Counter(range(p))
+    state = run_symbolic(s)
+    live = [c for c, n in enumerate(s.chunk_elems) if n > 0]
+    if s.op == "allreduce":
+        for r in range(p):
+            for c in live:
+                assert state[r].get(c) == everyone, (r, c)
+    elif s.op == "reduce":
+        for c in live:
+            assert state[s.root].get(c) == everyone
+    elif s.op == "reduce_scatter":
+        per = chunks_per_block(s)
+        for r in range(p):
+            for c in live:
+                if c // per == r:
+                    assert state[r].get(c) == everyone, (r, c)
+    elif s.op == "allgather":
+        per = chunks_per_block(s)
+        for r in range(p):
+            for c in live:
+                assert state[r].get(c) == Counter({c // per: 1}), (r, c)
+    elif s.op == "bcast":
+        for r in range(p):
+            for c in live:
+                assert state[r].get(c) == Counter({s.root: 1})
+    elif s.op == "alltoall":
+        for r in range(p):
+            for i in range(p):
+                if s.chunk_elems[i * p + r]:
+                    assert state[r].get(i * p + r) == Counter({i: 1}), (r, i)
+    elif s.op == "barrier":
+        # Dissemination: everyone must (transitively) have heard from everyone.
+        heard = [{r} for r in range(p)]
+        for step in s.steps:
+            new = [set(h) for h in heard]
+            for t in step:
+                new[t.dst] |= heard[t.src]
+            heard = new
+        assert all(h == set(range(p)) for h in heard)
+
+
+@pytest.mark.parametrize("case", ALL_CASES, ids=case_id)
+@pytest.mark.parametrize("count", [EXACT_COUNT, *RAGGED_COUNTS])
+def test_semantics_and_structure(case, count):
+    p, op, alg, kw = case
+    s = build_schedule(op, alg, p, count, **kw)
+    assert (s.op, s.algorithm, s.group_size, s.count_elems) == (op, alg, p, count)
+    for step in s.steps:
+        for t in step:
+            assert 0 <= t.src < p and 0 <= t.dst < p and t.src != t.dst
+            assert t.count_elems > 0 or op == "barrier"
+            assert t.size_bytes == ELEM_BYTES * t.count_elems
+    if p == 1:
+        assert s.steps == ()
+    check_semantics(s)
+    # rank views partition the transfers, in step order
+    sends = [t for r in range(p) for snd, _ in s.rank_steps(r) for t in snd]
+    recvs = [t for r in range(p) for _, rcv in s.rank_steps(r) for t in rcv]
+    assert Counter(sends) == Counter(recvs) == Counter(t for st in s.steps for t in st)
+    for r in range(p):
+        idx = s.rank_step_indices(r)
+        assert idx == sorted(set(idx)) and len(idx) == len(s.rank_steps(r))
+        assert all(snd or rcv for snd, rcv in s.rank_steps(r))
+    assert sum(s.pair_bytes().values()) == s.total_bytes == sum(s.bytes_sent(r) for r in range(p))
+    assert s.total_bytes == sum(s.bytes_received(r) for r in range(p))
+    # element ranges cover exactly count_elems
+    for step in s.steps:
+        for t in step:
+            assert sum(b - a for a, b in s.element_ranges(t)) == t.count_elems
+
+
+# ---------------------------------------------------------------- volumes
+
+
+def expected_sent_bytes(op, alg, p, count, r, kw) -> float | None:
+    """Bytes rank r sends, from the closed forms (None: checked elsewhere)."""
+    n = ELEM_BYTES * count  # whole vector (allreduce) or per-rank block
+    if op == "allreduce":
+        if alg in ("ring", "multiring"):
+            return 2 * (p - 1) / p * n
+        if alg == "hierarchical":
+            g = kw["local_size"]
+            k = p // g
+            return 2 * (g - 1) / g * n + 2 * (k - 1) / k * (n / g)
+        pof2 = pof2_of(p)
+        rem = p - pof2
+        core = lg(pof2) * n if alg == "recursive_doubling" else 2 * (pof2 - 1) / pof2 * n
+        if r < 2 * rem:
+            return n if r % 2 else core + n  # odd ranks fold in; even ones send back
+        return core
+    if op in ("allgather", "reduce_scatter"):
+        total = p * n  # gathered / reduced vector
+        return (p - 1) / p * total
+    if op == "alltoall":
+        return (p - 1) * n
+    if op == "barrier":
+        return 0
+    return None
+
+
+@pytest.mark.parametrize("case", ALL_CASES, ids=case_id)
+def test_bytes_sent_match_closed_form(case):
+    p, op, alg, kw = case
+    for count in (EXACT_COUNT, 1001):
+        s = build_schedule(op, alg, p, count, **kw)
+        for r in range(p):
+            want = expected_sent_bytes(op, alg, p, count, r, kw)
+            if want is None:
+                continue
+            got = s.bytes_sent(r)
+            if count == EXACT_COUNT:
+                assert got == pytest.approx(want, abs=1e-6), (r, got, want)
+            else:
+                msgs = sum(len(snd) for snd, _ in s.rank_steps(r))
+                assert abs(got - want) <= 2 * ELEM_BYTES * msgs, (r, got, want)
+        if op in ("bcast", "reduce"):
+            n = ELEM_BYTES * count
+            root = kw["root"]
+            moved = s.bytes_received if op == "bcast" else s.bytes_sent
+            for r in range(p):
+                assert moved(r) == (0 if r == root else n)
+            assert s.total_bytes == (p - 1) * n
+
+
+def test_ragged_split_follows_array_split():
+    s = build_schedule("allreduce", "ring", 4, 10)
+    assert s.chunk_elems == (3, 3, 2, 2)
+    s = build_schedule("allreduce", "ring", 4, 2)
+    assert s.chunk_elems == (1, 1, 0, 0)
+    assert all(t.count_elems == 1 for st in s.steps for t in st)
+    assert build_schedule("allreduce", "ring", 4, 0).steps == ()
+
+
+def test_ring_allreduce_total_volume_exact_when_ragged():
+    for p in (3, 5, 16):
+        n = ELEM_BYTES * 1001
+        assert build_schedule("allreduce", "ring", p, 1001).total_bytes == 2 * (p - 1) * n
+
+
+def test_multiring_same_pair_in_one_step():
+    # two identical rings put two transfers 0 -> 1 in every step, in ring order
+    s = build_schedule("allreduce", "multiring", 3, 60, rings=[[0, 1, 2], [0, 1, 2]])
+    step0 = [t for t in s.steps[0] if (t.src, t.dst) == (0, 1)]
+    assert [t.first_chunk // 3 for t in step0] == [0, 1]
+    check_semantics(s)
+
+
+def test_bruck_ranges_wrap_around():
+    s = build_schedule("allgather", "bruck", 5, 2)
+    t = next(t for t in s.steps[1] if t.src == 4)
+    assert (t.dst, t.first_chunk, t.num_chunks) == (2, 4, 2)
+    assert s.element_ranges(t) == ((8, 10), (0, 2))
+
+
+def test_binomial_bcast_forwards_after_receiving():
+    s = build_schedule("bcast", "binomial", 8, 16, root=3)
+    for r in range(8):
+        steps = s.rank_steps(r)
+        if r == 3:
+            assert all(not rcv for _, rcv in steps)
+        else:
+            assert len(steps[0][1]) == 1 and not steps[0][0]
+            assert all(not rcv for _, rcv in steps[1:])
+
+
+def test_barrier_keeps_zero_element_messages():
+    s = build_schedule("barrier", "dissemination", 5, 123)
+    assert s.num_steps == 3
+    assert all(t.count_elems == 0 for st in s.steps for t in st)
+    assert [[(t.src, t.dst) for t in st if t.src == 0] for st in s.steps] == [
+        [(0, 1)],
+        [(0, 2)],
+        [(0, 4)],
+    ]
+    assert set(s.pair_bytes().values()) == {0}
+
+
+def test_transfer_is_small():
+    t = Transfer(0, 1, 5)
+    assert not hasattr(t, "__dict__")
+    assert t.size_bytes == 20
+
+
+# ---------------------------------------------------------------- steps
+
+
+def expected_steps(op, alg, p, kw) -> int:
+    if p == 1:
+        return 0
+    pof2_steps = math.floor(lg(p)) + (0 if is_pow2(p) else 2)  # folding adds two
+    if alg == "hierarchical":
+        g = kw["local_size"]
+        return 2 * (g - 1) + 2 * (p // g - 1)
+    return {
+        ("allreduce", "ring"): 2 * (p - 1),
+        ("allreduce", "multiring"): 2 * (p - 1),
+        ("allreduce", "recursive_doubling"): pof2_steps,
+        ("allreduce", "rabenseifner"): 2 * math.floor(lg(p)) + (0 if is_pow2(p) else 2),
+        ("allgather", "ring"): p - 1,
+        ("allgather", "multiring"): p - 1,
+        ("allgather", "recursive_doubling"): round(lg(p)),
+        ("allgather", "bruck"): ceil_lg(p),
+        ("reduce_scatter", "ring"): p - 1,
+        ("reduce_scatter", "multiring"): p - 1,
+        ("reduce_scatter", "recursive_halving"): round(lg(p)),
+        ("alltoall", "pairwise"): p - 1,
+        ("alltoall", "direct"): 1,
+        ("bcast", "binomial"): ceil_lg(p),
+        ("reduce", "binomial"): ceil_lg(p),
+        ("barrier", "dissemination"): ceil_lg(p),
+    }[(op, alg)]
+
+
+@pytest.mark.parametrize("case", ALL_CASES, ids=case_id)
+def test_step_counts(case):
+    p, op, alg, kw = case
+    s = build_schedule(op, alg, p, EXACT_COUNT, **kw)
+    assert s.num_steps == expected_steps(op, alg, p, kw)
+
+
+# ---------------------------------------------------------------- alpha-beta
+
+
+def closed_form_time(op, alg, p, count, a, b) -> float | None:
+    """Table of collective-costs.md with gamma = 0 (n in the table's sense)."""
+    vec = ELEM_BYTES * count
+    if op == "allreduce":
+        n = vec
+        if alg == "ring":
+            return 2 * (p - 1) * a + 2 * (p - 1) / p * n * b
+        if alg == "recursive_doubling" and is_pow2(p):
+            return lg(p) * a + n * lg(p) * b
+        if alg == "rabenseifner" and is_pow2(p):
+            return 2 * lg(p) * a + 2 * (p - 1) / p * n * b
+    if op == "allgather":
+        n = p * vec  # total gathered
+        if alg == "ring":
+            return (p - 1) * a + (p - 1) / p * n * b
+        if alg == "recursive_doubling":
+            return lg(p) * a + (p - 1) / p * n * b
+        if alg == "bruck":
+            return ceil_lg(p) * a + (p - 1) / p * n * b
+    if op == "reduce_scatter":
+        n = p * vec  # whole vector
+        if alg == "ring":
+            return (p - 1) * a + (p - 1) / p * n * b
+        if alg == "recursive_halving":
+            return lg(p) * a + (p - 1) / p * n * b
+    if op == "alltoall" and alg == "pairwise":
+        n = (p - 1) * vec  # total a process sends
+        return (p - 1) * a + n * b
+    if op in ("bcast", "reduce"):
+        return ceil_lg(p) * (a + vec * b)
+    return None
+
+
+TIMED = [
+    c
+    for c in ALL_CASES
+    if c[0] > 1 and closed_form_time(c[1], c[2], c[0], EXACT_COUNT, 1, 1) is not None
+]
+
+
+@pytest.mark.parametrize("case", TIMED, ids=case_id)
+def test_alpha_beta_matches_closed_form(case):
+    p, op, alg, kw = case
+    s = build_schedule(op, alg, p, EXACT_COUNT, **kw)
+    want = closed_form_time(op, alg, p, EXACT_COUNT, ALPHA_S, BETA_S_PER_BYTE)
+    assert alpha_beta_time_s(s, ALPHA_S, BETA_S_PER_BYTE) == pytest.approx(want, rel=0.01)
+
+
+@pytest.mark.parametrize("p,g", [(4, 2), (8, 2), (8, 4), (6, 3), (16, 4)])
+def test_alpha_beta_hierarchical_two_level_formula(p, g):
+    k = p // g
+    n = ELEM_BYTES * EXACT_COUNT
+    a, b = ALPHA_S, BETA_S_PER_BYTE
+    want = 2 * (g - 1) * a + 2 * (g - 1) / g * n * b + 2 * (k - 1) * a
+    want += 2 * (k - 1) / k * (n / g) * b
+    s = build_schedule("allreduce", "hierarchical", p, EXACT_COUNT, local_size=g)
+    assert alpha_beta_time_s(s, a, b) == pytest.approx(want, rel=0.01)
+
+
+@pytest.mark.parametrize("p", [3, 5, 6, 12])
+def test_alpha_terms_non_power_of_two_allreduce(p):
+    # beta = 0 isolates the alpha terms of the table
+    rab = build_schedule("allreduce", "rabenseifner", p, EXACT_COUNT)
+    want = (2 * math.floor(lg(p)) + 2) * ALPHA_S
+    assert alpha_beta_time_s(rab, ALPHA_S, 0.0) == pytest.approx(want, rel=1e-9)
+    rd = build_schedule("allreduce", "recursive_doubling", p, EXACT_COUNT)
+    assert alpha_beta_time_s(rd, ALPHA_S, 0.0) == pytest.approx(
+        (math.floor(lg(p)) + 2) * ALPHA_S, rel=1e-9
+    )
+
+
+def test_alpha_beta_hand_example():
+    # step 0: 0->1 ends at 2; step 1: 1->2 starts at 2, 3->2 starts at 0.
+    s = Schedule(
+        "custom",
+        "hand",
+        4,
+        ((Transfer(0, 1, 1),), (Transfer(1, 2, 1), Transfer(3, 2, 1))),
+    )
+    assert alpha_beta_time_s(s, 1.0, 0.25) == pytest.approx(4.0)
+    assert alpha_beta_time_s(build_schedule("allreduce", "ring", 1, 10), 1.0, 1.0) == 0.0
+    with pytest.raises(ValueError, match="alpha_s"):
+        alpha_beta_time_s(s, -1.0, 0.0)
+
+
+# ---------------------------------------------------------------- defaults
+
+
+@pytest.mark.parametrize(
+    "op,p,count,want",
+    [
+        ("allreduce", 8, 512, "recursive_doubling"),  # 2048 B <= 2048
+        ("allreduce", 8, 513, "rabenseifner"),
+        ("allreduce", 1024, 600, "recursive_doubling"),  # count < pof2
+        ("allreduce", 1024, 1024, "rabenseifner"),
+        ("allgather", 8, 16383, "recursive_doubling"),  # total 524,256 B
+        ("allgather", 8, 16384, "ring"),  # total 524,288 B
+        ("allgather", 6, 3413, "bruck"),  # total 81,912 B
+        ("allgather", 6, 3414, "ring"),  # total 81,936 B
+        ("reduce_scatter", 8, 16383, "recursive_halving"),
+        ("reduce_scatter", 8, 16384, "ring"),
+        ("reduce_scatter", 6, 10, "ring"),
+        ("alltoall", 16, 8192, "direct"),  # 32,768 B per destination
+        ("alltoall", 16, 8193, "pairwise"),
+        ("bcast", 64, 1 << 20, "binomial"),
+        ("reduce", 64, 1 << 20, "binomial"),
+        ("barrier", 64, 0, "dissemination"),
+    ],
+)
+def test_default_algorithm_thresholds(op, p, count, want):
+    assert default_algorithm(op, p, count) == want
+
+
+@pytest.mark.parametrize("op", list(ALGORITHMS))
+def test_default_algorithm_is_buildable(op):
+    for p in (1, 2, 3, 6, 8):
+        for count in (0, 1, 100, 20000):
+            alg = default_algorithm(op, p, count)
+            assert alg in ALGORITHMS[op]
+            build_schedule(op, alg, p, count)
+
+
+# ---------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    "args,kwargs,match",
+    [
+        (("gather", "ring", 4, 1), {}, "op must be one of"),
+        (("allreduce", "tree", 4, 1), {}, "algorithm for op 'allreduce' must be one of"),
+        (("allreduce", "ring", 0, 1), {}, "group_size must be an integer >= 1"),
+        (("allreduce", "ring", 4, -1), {}, "count_elems must be an integer >= 0"),
+        (("allreduce", "ring", 4, 1.5), {}, "count_elems"),
+        (("bcast", "binomial", 4, 1), {"root": 4}, r"root must be an integer in 0\.\.3"),
+        (("allreduce", "hierarchical", 8, 1), {"local_size": 3}, "local_size must be"),
+        (("allreduce", "hierarchical", 8, 1), {}, "local_size must be"),
+        (("allreduce", "ring", 8, 1), {"local_size": 2}, "local_size is only used"),
+        (("allreduce", "multiring", 4, 1), {}, "rings is required"),
+        (("allgather", "multiring", 4, 1), {"rings": []}, "rings is required"),
+        (("allreduce", "multiring", 3, 1), {"rings": [[0, 1, 1]]}, r"rings\[0\] must be"),
+        (("allreduce", "multiring", 3, 1), {"rings": [[0, 1, 2], [0, 1]]}, r"rings\[1\]"),
+        (("allreduce", "ring", 3, 1), {"rings": [[0, 1, 2]]}, "rings is only used"),
+        (("allgather", "recursive_doubling", 6, 1), {}, "power of two"),
+        (("reduce_scatter", "recursive_halving", 12, 1), {}, "power of two"),
+    ],
+)
+def test_invalid_input(args, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        build_schedule(*args, **kwargs)
+
+
+def test_invalid_default_and_rank_queries():
+    with pytest.raises(ValueError, match="op must be one of"):
+        default_algorithm("scan", 4, 1)
+    with pytest.raises(ValueError, match="group_size"):
+        default_algorithm("allreduce", 0, 1)
+    s = build_schedule("allreduce", "ring", 4, 8)
+    with pytest.raises(ValueError, match=r"rank must be in 0\.\.3"):
+        s.bytes_sent(4)

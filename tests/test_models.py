@@ -1,0 +1,263 @@
+"""Rank programs of every model against the facts of proxies.md (no MPI here)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from proxies.accounting import program_stats
+from proxies.models import MODELS
+from proxies.ops import Collective, Compute, Recv, Send, Testany, Wait
+from proxies.program import BuildOptions, LayoutError
+
+from . import reference_counts as ref
+
+
+def build(name: str, world: int, args: list[int] | None = None, **opts):
+    model = MODELS[name]
+    params = model.params(args or [])
+    for a in model.flags:
+        params.setdefault(a.name, a.default)
+    return model.build(world, params, BuildOptions(**opts), given=len(args or []))
+
+
+def stats(w, rank, phase=0):
+    ops = w.phases[phase].program(rank)
+    s = program_stats(w, rank, ops)
+    return ops, Counter(s.calls_by_group), Counter(s.bytes_by_group), s
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.01])
+@pytest.mark.parametrize(("world", "args"), [(8, []), (32, [64, 8]), (8, [48, 4, 3]), (4, [8, 4])])
+def test_gpt2_every_rank(world, args, scale):
+    layers, stages, mb = ([*args, 48, 4, 8][i] if i < len(args) else (48, 4, 8)[i]
+                          for i in range(3))
+    w = build("gpt2", world, args, scale=scale)
+    for rank in range(world):
+        _, calls, nbytes, _ = stats(w, rank)
+        want_c, want_b = ref.gpt2_like(rank, world, layers, stages, mb, scale, ref.GPT2_PIPE,
+                                       *ref.GPT2_AGG)
+        assert calls == want_c, rank
+        assert nbytes == want_b, rank
+
+
+def test_gpt2_per_tensor_sizes_and_order():
+    w = build("gpt2", 8, per_tensor=True)
+    first, middle, last = ref.GPT2_TENSORS
+    lps = 48 // 4
+    sizes = {r: [o.count_elems for o in w.phases[0].program(r) if isinstance(o, Collective)]
+             for r in range(4)}
+    assert sizes[0] == first + middle * (lps - 1)
+    assert sizes[1] == middle * lps
+    assert sizes[3] == middle * (lps - 1) + last
+    assert sum(sizes[0]) == 85317120 + 11 * 19677440
+
+
+def test_gpt2_middle_stage_quirk_and_fix():
+    w = build("gpt2", 4)
+    ops = w.phases[0].program(1)
+    # Quirk: the middle stage posts send and receive together, then waits both.
+    assert isinstance(ops[0], Send) and ops[0].req is not None and ops[0].peer == 2
+    assert isinstance(ops[1], Recv) and ops[1].req is not None and ops[1].peer == 0
+    assert isinstance(ops[2], Wait) and ops[2].reqs == (ops[0].req, ops[1].req)
+    fixed = build("gpt2", 4, fix_quirks=True).phases[0].program(1)
+    assert isinstance(fixed[0], Recv) and fixed[0].req is None and fixed[0].peer == 0
+    assert isinstance(fixed[1], Send) and fixed[1].req is None and fixed[1].peer == 2
+    # Tags are the micro-batch index, forward then backward.
+    assert [o.tag for o in ops if isinstance(o, Send)] == list(range(8)) * 2
+
+
+def test_gpt2_no_allreduce_with_one_data_shard():
+    w = build("gpt2", 4)
+    assert all(not isinstance(o, Collective) for r in range(4) for o in w.phases[0].program(r))
+
+
+def test_bert_every_rank():
+    w = build("bert", 8)
+    for rank in range(8):
+        _, calls, nbytes, _ = stats(w, rank)
+        want = ref.gpt2_like(rank, 8, 24, 4, 8, 1.0, ref.BERT_PIPE, *ref.BERT_AGG)
+        assert (calls, nbytes) == want
+
+
+def test_bert_per_tensor_refused():
+    with pytest.raises(ValueError, match="per-tensor gradient messages are not available"):
+        build("bert", 8, per_tensor=True)
+
+
+def test_resnet50_two_phases():
+    w = build("resnet50", 4)
+    assert [p.name for p in w.phases] == ["allreduce", "ring"]
+    ops, calls, nbytes, _ = stats(w, 2, 0)
+    assert [o.count_elems for o in ops] == ref.RESNET50
+    assert nbytes == Counter(world=4 * sum(ref.RESNET50))
+    ops, calls, nbytes, _ = stats(w, 2, 1)
+    assert calls == Counter(world=12)
+    assert nbytes == Counter(world=8 * sum(ref.RESNET50))
+    # Receive from rank - 1 posted first, blocking send to rank + 1, then wait.
+    assert isinstance(ops[0], Recv) and ops[0].peer == 1 and ops[0].req is not None
+    assert isinstance(ops[1], Send) and ops[1].peer == 3 and ops[1].req is None
+    assert isinstance(ops[2], Wait)
+
+
+def test_resnet152_overlap_structure():
+    w = build("resnet152", 4)
+    ops, calls, nbytes, s = stats(w, 0)
+    assert s.compute_us == 119000 + 10 * 23800
+    assert nbytes == Counter(world=4 * sum(ref.RESNET152))
+    assert sum(isinstance(o, Testany) for o in ops) == 8  # buckets 2..9
+    assert [o.count_elems for o in ops if isinstance(o, Collective)] == ref.RESNET152
+    assert all(o.req is not None for o in ops if isinstance(o, Collective))
+    assert isinstance(ops[-1], Wait) and len(ops[-1].reqs) == 10
+    assert w.info["global_batch"] == 128 * 4
+
+
+@pytest.mark.parametrize(("size", "fwd", "bwd", "batch"),
+                         [(256, 119000, 23800, 128), (512, 63000, 12600, 64),
+                          (1024, 36000, 7200, 32), (2048, 27667, 5533, 16)])
+def test_resnet152_strong_scaling_table(size, fwd, bwd, batch):
+    w = build("resnet152_scal", size)
+    assert stats(w, 0)[3].compute_us == fwd + 10 * bwd
+    assert w.info["global_batch"] == batch * size
+    emulated = MODELS["resnet152_scal"].build(4, {"scaling_size": size}, BuildOptions())
+    assert stats(emulated, 0)[3].compute_us == fwd + 10 * bwd
+
+
+def test_resnet152_strong_scaling_refuses_other_sizes():
+    with pytest.raises(LayoutError, match=r"covers world sizes 256, 512, 1024, 2048 only "
+                                          r"\(got 300\); nearest valid world size: 256"):
+        build("resnet152_scal", 300)
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.001])
+def test_cosmoflow_every_rank(scale):
+    w = build("cosmoflow", 8, scale=scale)
+    for rank in range(8):
+        ops, calls, nbytes, s = stats(w, rank)
+        assert (calls, nbytes) == ref.cosmoflow(scale)
+        assert s.compute_us == sum([6567, 13135, 6567, 3283, 1641, 5, 3, 1]) + sum(
+            [2, 6, 10, 3283, 6567, 13135, 26270, 13135])
+    # Halo neighbours of rank 5 (mp rank 1): mp ranks 0 and 3 -> global 4 and 7.
+    peers = {o.peer for o in w.phases[0].program(5) if isinstance(o, Send)}
+    assert peers == {4, 7}
+    assert w.group_of("dp", 5) == (1, 5)
+    assert w.info["global_batch"] == 16
+
+
+def test_dlrm_order_and_sizes():
+    w = build("dlrm", 8)
+    ops, calls, nbytes, s = stats(w, 3)
+    assert (calls, nbytes) == ref.dlrm(8, 1.0)
+    assert s.compute_us == 95 + 341 + 209 + 455 + 910 + 209 + 682 + 190
+    kinds = [type(o).__name__ if not isinstance(o, Collective) else o.op for o in ops]
+    assert kinds == ["Compute", "alltoall", "Compute", "Compute", "Compute", "Compute",
+                     "allreduce", "Compute", "Compute", "allreduce", "alltoall", "Compute",
+                     "Wait"]
+
+
+@pytest.mark.parametrize(("world", "args"), [(8, [2, 2]), (16, [2, 2]), (24, [3, 1])])
+def test_gpt3_every_rank(world, args):
+    stages, acc = args
+    w = build("gpt3", world, args, scale=0.01)
+    for rank in range(world):
+        stage = (rank % (stages * 4)) % stages
+        _, calls, nbytes, s = stats(w, rank)
+        want_c, want_b = ref.gpt3(stage, stages, stages * acc, 0.01)
+        assert (calls, nbytes) == (want_c, want_b), rank
+        assert s.compute_us == stages * acc * (15915 + 31830)
+
+
+def test_gpt3_layout():
+    w = build("gpt3", 16, [2, 2])
+    # Replica of 8 ranks: tensor group = same index % stages, pipeline = same tensor rank.
+    assert w.group_of("tp", 0) == (0, 2, 4, 6)
+    assert w.group_of("tp", 9) == (9, 11, 13, 15)
+    assert w.group_of("pp", 5) == (4, 5)
+    assert w.group_of("dp", 3) == (3, 11)
+    assert w.info["global_batch"] == 16 * 2 // 4
+
+
+def test_gpt3_quirks():
+    one_arg = build("gpt3", 8, [2])
+    assert one_arg.info["micro_batches"] == 192  # not recomputed with one argument
+    fixed = build("gpt3", 8, [2], fix_quirks=True)
+    assert fixed.info["micro_batches"] == 4
+    ops = build("gpt3", 8, [2, 2]).phases[0].program(0)
+    sends = [o.req for o in ops if isinstance(o, Send)]
+    waited = {r for o in ops if isinstance(o, Wait) for r in o.reqs}
+    assert sends[-1] not in waited  # the last forward send is never waited for
+    ops = build("gpt3", 8, [2, 2], fix_quirks=True).phases[0].program(0)
+    waited = {r for o in ops if isinstance(o, Wait) for r in o.reqs}
+    assert all(o.req in waited for o in ops if isinstance(o, Send))
+
+
+def test_gpt3_one_pipe_step():
+    w = build("gpt3_one_pipe_step", 8, [2, 2])
+    ops0, calls, nbytes, s0 = stats(w, 0)
+    assert calls == Counter(pp=2, tp=2)
+    assert s0.compute_us == 15915
+    assert stats(w, 1)[3].compute_us == 31830
+    assert [type(o) for o in ops0] == [Recv, Compute, Collective, Collective, Send, Wait]
+    with pytest.raises(LayoutError, match="stages must be even"):
+        build("gpt3_one_pipe_step", 12, [3, 1])
+
+
+def test_gpt3_moe_every_rank():
+    w = build("gpt3_moe", 32, [2, 2], scale=0.001)
+    assert w.group_of("moe", 0) == tuple(range(0, 32, 2))
+    assert w.group_of("ep", 0) == (0,)
+    assert w.group_of("pp", 7) == (6, 7)
+    for rank in range(32):
+        _, calls, nbytes, s = stats(w, rank)
+        assert (calls, nbytes) == ref.gpt3_moe(rank % 2, 2, 4, 0.001)
+        assert s.compute_us == 4 * (22367 + 41293 // 16 + 44734 + 82586 // 16)
+
+
+def test_gpt3_moe_groups_at_64_ranks():
+    w = build("gpt3_moe", 64, [2, 2])
+    dp = w.group_of("dp", 0)
+    assert dp == tuple(range(0, 64, 2))
+    assert w.group_of("moe", 0) == dp[:16]
+    assert w.group_of("ep", 0) == (dp[0], dp[16])
+
+
+@pytest.mark.parametrize(("name", "world", "args", "message"), [
+    ("gpt2", 6, [], "gpt2: the world size must be a multiple of stages=4 (world size 6); "
+                    "nearest valid world sizes: 4, 8"),
+    ("gpt3", 12, [2, 2], "nearest valid world sizes: 8, 16"),
+    ("gpt3_moe", 16, [2, 2], "multiple of stages x 16 experts = 32 (world size 16); "
+                             "nearest valid world sizes: 32"),
+    ("cosmoflow", 6, [], "multiple of the 4 model shards (world size 6); "
+                         "nearest valid world sizes: 4, 8"),
+    ("dlrm", 6, [], "must divide 262144 (got 6); nearest valid world sizes: 4, 8"),
+])
+def test_layout_errors(name, world, args, message):
+    with pytest.raises(LayoutError) as e:
+        build(name, world, args)
+    assert message in str(e.value)
+
+
+def test_scale_rounds_to_whole_elements_at_least_one():
+    w = build("dlrm", 8, scale=1e-9)
+    assert {o.count_elems for o in w.phases[0].program(0) if isinstance(o, Collective)} == {1}
+
+
+def test_every_model_builds_and_requests_are_consistent():
+    sizes = {"gpt3": 8, "gpt3_one_pipe_step": 8, "gpt3_moe": 32, "gpt3_moe_one_pipe_step": 32,
+             "resnet152_scal": 256}
+    for name in MODELS:
+        args = [2, 2] if name.startswith("gpt3") else []
+        w = build(name, sizes.get(name, 8), args)
+        for ph in w.phases:
+            for rank in (0, w.world_size - 1):
+                posted, waited = set(), set()
+                for o in ph.program(rank):
+                    if isinstance(o, (Send, Recv, Collective)) and o.req is not None:
+                        assert o.req not in posted
+                        posted.add(o.req)
+                    if isinstance(o, (Wait, Testany)):
+                        assert set(o.reqs) <= posted, (name, o)
+                    if isinstance(o, Wait):
+                        assert not (set(o.reqs) & waited)
+                        waited |= set(o.reqs)

@@ -1,0 +1,533 @@
+"""Tests of topologies: builder invariants (counts by formula, degree histograms, attributes),
+routes, ECMP, placement and error messages."""
+
+import ast
+import contextlib
+import itertools
+import math
+import pathlib
+from collections import Counter
+
+import networkx as nx
+import numpy as np
+import pytest
+
+import topologies
+from topologies import (
+    Router,
+    TopologyError,
+    apply_placement,
+    build,
+    endpoints,
+    fat_tree,
+    hierarchical,
+    path_bandwidth_bytes_per_s,
+    path_latency_s,
+    ring,
+    switch,
+    torus,
+    validate,
+)
+
+BW = 12.5e9  # 100 Gb/s in bytes/s
+LAT = 1e-6
+
+# One small instance of every builder, exercised by the shared invariant tests.
+GRAPHS = {
+    "ring-2": lambda: ring(2, BW, LAT),
+    "ring-5": lambda: ring(5, BW, LAT),
+    "ring-5-uni": lambda: ring(5, BW, LAT, bidirectional=False),
+    "switch-1": lambda: switch(1, BW),
+    "switch-6": lambda: switch(6, BW, LAT),
+    "hier-switch": lambda: hierarchical(3, 4, 300e9, BW, 0.5e-6, 2.5e-6),
+    "hier-direct": lambda: hierarchical(3, 4, 300e9, BW, 0.5e-6, 2.5e-6, intra="direct"),
+    "hier-1x2": lambda: hierarchical(1, 2, 300e9, BW),
+    "fat-tree-2": lambda: fat_tree(2, BW),
+    "fat-tree-4": lambda: fat_tree(4, BW, LAT, oversubscription=2.0),
+    "torus-4x4": lambda: torus((4, 4), BW, LAT),
+    "torus-2x3x4": lambda: torus([2, 3, 4], BW, LAT),
+}
+
+
+@contextlib.contextmanager
+def raises_message(expected):
+    """Expect a TopologyError whose message contains ``expected`` verbatim."""
+    with pytest.raises(TopologyError) as info:
+        yield
+    assert expected in str(info.value), f"{expected!r} not in {str(info.value)!r}"
+
+
+def out_degree_histogram(graph, nodes):
+    return Counter(graph.out_degree(v) for v in nodes)
+
+
+def switches(graph):
+    return [v for v, kind in graph.nodes(data="kind") if kind == "switch"]
+
+
+# --------------------------------------------------------------------------------------------
+# Data model, for every builder
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+def test_data_model(name):
+    graph = GRAPHS[name]()
+    assert type(graph) is nx.DiGraph
+    n = graph.graph["num_endpoints"]
+    assert endpoints(graph) == list(range(n))
+    assert all(isinstance(e, int) for e in endpoints(graph))
+    assert all(isinstance(s, str) for s in switches(graph))
+    assert set(endpoints(graph)) | set(switches(graph)) == set(graph.nodes)
+    for u, v, data in graph.edges(data=True):
+        assert isinstance(data["bandwidth"], float) and data["bandwidth"] > 0, (u, v)
+        assert isinstance(data["latency"], float) and data["latency"] >= 0, (u, v)
+    assert nx.number_of_selfloops(graph) == 0
+    validate(graph)
+    # params rebuild the same graph
+    again = build(graph.graph["name"], **graph.graph["params"])
+    assert nx.utils.graphs_equal(graph, again)
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+def test_links_are_symmetric_unless_unidirectional(name):
+    graph = GRAPHS[name]()
+    if not graph.graph["params"].get("bidirectional", True):
+        return
+    for u, v, data in graph.edges(data=True):
+        assert graph.edges[v, u] == data
+
+
+# --------------------------------------------------------------------------------------------
+# Builder invariants
+
+
+@pytest.mark.parametrize("n", [2, 3, 8])
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_ring_counts(n, bidirectional):
+    graph = ring(n, BW, LAT, bidirectional=bidirectional)
+    assert graph.graph["name"] == "ring"
+    assert graph.number_of_nodes() == n
+    if bidirectional:
+        assert graph.number_of_edges() == (2 if n == 2 else 2 * n)
+        assert out_degree_histogram(graph, graph) == {1 if n == 2 else 2: n}
+    else:
+        assert graph.number_of_edges() == n
+        assert set(graph.edges) == {(i, (i + 1) % n) for i in range(n)}
+
+
+def test_switch_counts():
+    graph = switch(6, BW, LAT)
+    assert graph.number_of_nodes() == 7
+    assert graph.number_of_edges() == 12
+    assert graph.nodes["sw"]["kind"] == "switch"
+    assert out_degree_histogram(graph, range(6)) == {1: 6}
+    assert graph.out_degree("sw") == 6
+
+
+@pytest.mark.parametrize("intra", ["switch", "direct"])
+@pytest.mark.parametrize(("groups", "size"), [(1, 2), (2, 1), (3, 4)])
+def test_hierarchical_counts(intra, groups, size):
+    graph = hierarchical(groups, size, 300e9, BW, intra=intra)
+    n = groups * size
+    assert graph.graph["num_endpoints"] == n
+    assert graph.out_degree("top") == n
+    if intra == "switch":
+        assert sorted(switches(graph)) == sorted([f"g{g}" for g in range(groups)] + ["top"])
+        assert graph.number_of_edges() == 4 * n
+        assert out_degree_histogram(graph, range(n)) == {2: n}
+        assert all(graph.out_degree(f"g{g}") == size for g in range(groups))
+    else:
+        assert switches(graph) == ["top"]
+        assert graph.number_of_edges() == 2 * n + groups * size * (size - 1)
+        assert out_degree_histogram(graph, range(n)) == {size: n}  # size-1 peers + top
+
+
+def test_hierarchical_groups_are_group_major():
+    graph = hierarchical(3, 4, 300e9, BW)
+    for g in range(3):
+        assert sorted(graph.predecessors(f"g{g}")) == list(range(4 * g, 4 * g + 4))
+
+
+def test_hierarchical_attributes():
+    graph = hierarchical(2, 2, 300e9, BW, 0.5e-6, 2.5e-6)
+    assert graph.edges[0, "g0"] == {"bandwidth": 300e9, "latency": 0.5e-6}
+    assert graph.edges["g1", 3] == {"bandwidth": 300e9, "latency": 0.5e-6}
+    assert graph.edges[3, "top"] == {"bandwidth": BW, "latency": 2.5e-6}
+    assert graph.edges["top", 0] == {"bandwidth": BW, "latency": 2.5e-6}
+
+
+@pytest.mark.parametrize("k", [2, 4, 6])
+def test_fat_tree_counts(k):
+    graph = fat_tree(k, BW, LAT)
+    n, half = k**3 // 4, k // 2
+    assert graph.graph["num_endpoints"] == n
+    kinds = Counter(s.rstrip("0123456789.") for s in switches(graph))
+    assert kinds == {"core": half * half, "agg": k * half, "edge": k * half}
+    assert graph.number_of_edges() == 3 * k**3 // 2
+    assert out_degree_histogram(graph, range(n)) == {1: n}
+    assert out_degree_histogram(graph, switches(graph)) == {k: 5 * k * k // 4}
+    assert out_degree_histogram(graph.reverse(copy=False), graph) == out_degree_histogram(
+        graph, graph
+    )
+
+
+def test_fat_tree_oversubscription_divides_edge_agg_links_only():
+    graph = fat_tree(4, BW, oversubscription=4.0)
+    by_tier = {}
+    for u, v, bw in graph.edges(data="bandwidth"):
+        tier = tuple(sorted(str(x).rstrip("0123456789.") or "host" for x in (u, v)))
+        by_tier.setdefault(tier, set()).add(bw)
+    assert by_tier == {
+        ("edge", "host"): {BW},
+        ("agg", "edge"): {BW / 4},
+        ("agg", "core"): {BW},
+    }
+
+
+@pytest.mark.parametrize("dims", [(4, 4), (2, 2), (3, 5), (2, 3, 4), (3, 3, 3)])
+def test_torus_counts(dims):
+    graph = torus(dims, BW, LAT)
+    n = math.prod(dims)
+    degree = sum(2 if d > 2 else 1 for d in dims)
+    assert graph.number_of_nodes() == n
+    assert not switches(graph)
+    assert graph.number_of_edges() == n * degree
+    assert out_degree_histogram(graph, graph) == {degree: n}
+
+
+def test_torus_is_row_major():
+    graph = torus((2, 3, 4), BW)
+    index = {c: i for i, c in enumerate(itertools.product(range(2), range(3), range(4)))}
+    expected = set()
+    for c in index:
+        for d, size in enumerate((2, 3, 4)):
+            for step in (1, -1):
+                other = list(c)
+                other[d] = (c[d] + step) % size
+                expected.add((index[c], index[tuple(other)]))
+    assert set(graph.edges) == expected
+
+
+# --------------------------------------------------------------------------------------------
+# Routing
+
+
+def hops(route):
+    return len(route)
+
+
+def nodes_of(route):
+    return [route[0][0]] + [v for _, v in route] if route else []
+
+
+def test_route_is_a_chain_of_graph_edges():
+    graph = fat_tree(4, BW, LAT)
+    router = Router(graph)
+    for src, dst in itertools.product(range(16), repeat=2):
+        route = router.path(src, dst)
+        if src == dst:
+            assert route == ()
+            continue
+        assert route[0][0] == src and route[-1][1] == dst
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(route))
+        assert all(graph.has_edge(u, v) for u, v in route)
+
+
+def test_ring_bidirectional_takes_shorter_way():
+    router = Router(ring(6, BW, LAT))
+    assert router.path(0, 1) == ((0, 1),)
+    assert router.path(0, 5) == ((0, 5),)
+    assert router.path(1, 4) == ((1, 2), (2, 3), (3, 4))  # tie: deterministic
+    assert nodes_of(router.path(0, 4)) == [0, 5, 4]
+    for src, dst in itertools.product(range(6), repeat=2):
+        d = abs(src - dst)
+        assert hops(router.path(src, dst)) == min(d, 6 - d)
+
+
+def test_ring_unidirectional_always_forward():
+    router = Router(ring(6, BW, LAT, bidirectional=False))
+    assert nodes_of(router.path(0, 5)) == [0, 1, 2, 3, 4, 5]
+    assert nodes_of(router.path(4, 1)) == [4, 5, 0, 1]
+    for src, dst in itertools.product(range(6), repeat=2):
+        assert hops(router.path(src, dst)) == (dst - src) % 6
+
+
+def test_path_latency_and_bandwidth():
+    graph = ring(6, BW, LAT)
+    router = Router(graph)
+    route = router.path(0, 3)
+    assert path_latency_s(graph, route) == pytest.approx(3 * LAT)
+    assert path_bandwidth_bytes_per_s(graph, route) == BW
+    assert path_latency_s(graph, ()) == 0.0
+    assert path_bandwidth_bytes_per_s(graph, ()) == math.inf
+
+
+@pytest.mark.parametrize("ecmp", [False, True])
+def test_hierarchical_routes(ecmp):
+    # Intra latency below inter latency, as physically: the group switch wins even with ECMP.
+    graph = hierarchical(3, 4, 300e9, BW, 0.5e-6, 2.5e-6)
+    router = Router(graph, ecmp=ecmp)
+    for src, dst in itertools.permutations(range(12), 2):
+        for flow_key in range(3):
+            route = router.path(src, dst, flow_key)
+            if src // 4 == dst // 4:
+                assert nodes_of(route) == [src, f"g{src // 4}", dst]
+                assert path_bandwidth_bytes_per_s(graph, route) == 300e9
+                assert path_latency_s(graph, route) == pytest.approx(1e-6)
+            else:
+                assert nodes_of(route) == [src, "top", dst]
+                assert path_bandwidth_bytes_per_s(graph, route) == BW
+                assert path_latency_s(graph, route) == pytest.approx(5e-6)
+
+
+def test_hierarchical_equal_latencies_use_group_switch():
+    graph = hierarchical(2, 4, 300e9, BW)  # both latencies default to 0
+    router = Router(graph)
+    assert nodes_of(router.path(1, 3)) == [1, "g0", 3]
+    assert nodes_of(router.path(5, 6)) == [5, "g1", 6]
+    assert nodes_of(router.path(1, 6)) == [1, "top", 6]
+    # Documented: with equal latencies the two 2-hop routes are equal-cost for ECMP.
+    assert Router(graph, ecmp=True).num_paths(1, 3) == 2
+
+
+def test_hierarchical_direct_routes():
+    graph = hierarchical(2, 4, 300e9, BW, 1e-6, 2.5e-6, intra="direct")
+    router = Router(graph)
+    assert router.path(0, 3) == ((0, 3),)
+    assert nodes_of(router.path(0, 7)) == [0, "top", 7]
+
+
+def test_switch_routes():
+    graph = switch(4, BW, LAT)
+    router = Router(graph)
+    assert router.path(2, 0) == ((2, "sw"), ("sw", 0))
+    assert path_latency_s(graph, router.path(2, 0)) == pytest.approx(2 * LAT)
+
+
+def test_fat_tree_hops_and_path_counts():
+    router = Router(fat_tree(4, BW, LAT))
+    # endpoints 0,1 share edge0.0; 2,3 on edge0.1 (same pod); 4.. in other pods
+    assert (hops(router.path(0, 1)), router.num_paths(0, 1)) == (2, 1)
+    assert (hops(router.path(0, 2)), router.num_paths(0, 2)) == (4, 2)
+    assert (hops(router.path(0, 15)), router.num_paths(0, 15)) == (6, 4)
+
+
+def test_fat_tree_ecmp_spreads_and_is_deterministic():
+    graph = fat_tree(4, BW, LAT)
+    router = Router(graph, ecmp=True)
+    routes = [router.path(0, 15, key) for key in range(32)]
+    assert len(set(routes)) == 4  # all (k/2)^2 core paths used
+    assert max(Counter(routes).values()) <= 16
+    # same answer from a fresh router (no state, no salted hash), and from the cache
+    fresh = Router(fat_tree(4, BW, LAT), ecmp=True)
+    assert [fresh.path(0, 15, key) for key in range(32)] == routes
+    assert [router.path(0, 15, key) for key in range(32)] == routes
+    # string / tuple / numpy keys work; numpy ints hash like ints
+    assert router.path(0, 15, np.int64(7)) == routes[7]
+    assert router.path(0, 15, ("tag", 3)) in set(routes)
+    # without ECMP the flow key is ignored
+    plain = Router(graph)
+    assert {plain.path(0, 15, key) for key in range(32)} == {plain.path(0, 15)}
+
+
+def test_fat_tree_oversubscribed_bottleneck():
+    graph = fat_tree(4, BW, LAT, oversubscription=2.0)
+    router = Router(graph)
+    assert path_bandwidth_bytes_per_s(graph, router.path(0, 1)) == BW
+    assert path_bandwidth_bytes_per_s(graph, router.path(0, 15)) == BW / 2
+
+
+@pytest.mark.parametrize("dims", [(4, 4), (2, 3, 4)])
+def test_torus_hops_are_wraparound_manhattan(dims):
+    router = Router(torus(dims, BW, LAT))
+    coords = list(itertools.product(*(range(d) for d in dims)))
+    for (i, a), (j, b) in itertools.product(enumerate(coords), repeat=2):
+        distance = sum(min(abs(x - y), d - abs(x - y)) for x, y, d in zip(a, b, dims, strict=True))
+        assert hops(router.path(i, j)) == distance
+
+
+def test_router_prefers_lower_latency_among_equal_hops():
+    graph = ring(4, BW, LAT)
+    graph.edges[0, 1]["latency"] = 5e-6  # 0->2 via 1 is now slower than via 3
+    assert nodes_of(Router(graph).path(0, 2)) == [0, 3, 2]
+
+
+def test_router_cache_returns_same_object():
+    router = Router(torus((4, 4), BW))
+    assert router.path(0, 10) is router.path(0, 10)
+
+
+def test_router_errors():
+    router = Router(fat_tree(4, BW))
+    with raises_message("src='core0' is not an endpoint"):
+        router.path("core0", 1)
+    with raises_message("dst=99 is not a node of the graph; endpoints are 0..15"):
+        router.path(0, 99)
+    with raises_message("flow_key must be an int, a str or a tuple"):
+        Router(fat_tree(4, BW), ecmp=True).path(0, 15, 1.5)
+    disconnected = nx.union(switch(2, BW), ring(2, BW), rename=("a", "b"))
+    disconnected = nx.relabel_nodes(disconnected, {"a0": 0, "a1": 1, "b0": 2, "b1": 3})
+    with raises_message("no route from endpoint 0 to endpoint 2"):
+        Router(disconnected).path(0, 2)
+    missing = ring(3, BW)
+    del missing.edges[0, 1]["latency"]
+    with raises_message("Router: edge (0, 1) has no 'latency' attribute"):
+        Router(missing)
+
+
+# --------------------------------------------------------------------------------------------
+# validate
+
+
+def test_validate_accepts_user_graph():
+    graph = nx.DiGraph()
+    graph.add_nodes_from([0, 1], kind="endpoint")
+    graph.add_node("x", kind="switch")
+    for u, v in [(0, "x"), ("x", 1), (1, 0)]:
+        graph.add_edge(u, v, bandwidth=1e9, latency=0.0)
+    validate(graph)
+    assert Router(graph).path(0, 1) == ((0, "x"), ("x", 1))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda g: g.add_node("s"), "node 's' has kind=None; set the node attribute kind="),
+        (
+            lambda g: g.add_node(7, kind="endpoint"),
+            "the 4 endpoints must be exactly 0..3; missing [3]",
+        ),
+        (lambda g: g.add_node("e", kind="endpoint"), "endpoint 'e' is not an int"),
+        (
+            lambda g: g.edges[0, 1].pop("bandwidth"),
+            "edge (0, 1) has no 'bandwidth' attribute",
+        ),
+        (
+            lambda g: g.edges[0, 1].update(bandwidth=0.0),
+            "edge (0, 1) has bandwidth=0.0; it must be a finite number > 0 in bytes/s",
+        ),
+        (
+            lambda g: g.edges[0, 1].update(latency=-1.0),
+            "edge (0, 1) has latency=-1.0; it must be a finite number >= 0 in s",
+        ),
+        (
+            lambda g: g.remove_edges_from([(2, 1), (2, 0)]),
+            "no route from endpoint 0 from endpoint(s) [2]",
+        ),
+        (lambda g: g.graph.update(num_endpoints=5), "num_endpoints'] is 5 but the graph has 3"),
+        (lambda g: g.add_edge(0, 0, bandwidth=1.0, latency=0.0), "self-loop on node 0"),
+    ],
+)
+def test_validate_errors(mutate, message):
+    graph = ring(3, BW)
+    mutate(graph)
+    with raises_message(message):
+        validate(graph)
+
+
+def test_validate_rejects_non_digraph():
+    with raises_message("expected a networkx.DiGraph"):
+        validate(nx.Graph())
+
+
+# --------------------------------------------------------------------------------------------
+# Parameter errors: the message names the parameter and the fix
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: ring(1, BW), "ring: num_endpoints must be >= 2 (got 1)"),
+        (lambda: ring(2.5, BW), "ring: num_endpoints must be an integer >= 2 (got 2.5)"),
+        (lambda: ring(4, 0), "ring: bandwidth_bytes_per_s must be a finite number > 0 in bytes/s"),
+        (lambda: ring(4, math.inf), "ring: bandwidth_bytes_per_s must be a finite number > 0"),
+        (lambda: ring(4, BW, -1e-6), "ring: latency_s must be a finite number >= 0 in seconds"),
+        (lambda: ring(4, BW, math.nan), "ring: latency_s must be a finite number >= 0"),
+        (lambda: ring(4, BW, bidirectional="yes"), "ring: bidirectional must be True or False"),
+        (lambda: switch(0, BW), "switch: num_endpoints must be >= 1 (got 0)"),
+        (lambda: hierarchical(0, 4, BW, BW), "hierarchical: num_groups must be >= 1 (got 0)"),
+        (
+            lambda: hierarchical(1, 1, BW, BW),
+            "hierarchical: num_groups * group_size must be >= 2 endpoints (got 1 * 1)",
+        ),
+        (
+            lambda: hierarchical(2, 2, BW, -BW),
+            "hierarchical: inter_bandwidth_bytes_per_s must be a finite number > 0",
+        ),
+        (
+            lambda: hierarchical(2, 2, BW, BW, intra="ring"),
+            "hierarchical: intra must be 'switch' or 'direct' (got 'ring')",
+        ),
+        (
+            lambda: hierarchical(2, 2, BW, BW, intra_latency_s=2e-6, inter_latency_s=1e-6),
+            "with intra='switch', intra_latency_s (2e-06) must be <= inter_latency_s (1e-06), "
+            "otherwise shortest-path routing sends intra-group traffic through 'top'; lower "
+            "intra_latency_s or use intra='direct'",
+        ),
+        (lambda: fat_tree(3, BW), "fat_tree: k must be even (got 3); use e.g. k=4"),
+        (lambda: fat_tree(0, BW), "fat_tree: k must be >= 2 (got 0)"),
+        (
+            lambda: fat_tree(4, BW, oversubscription=0.5),
+            "fat_tree: oversubscription must be a finite number >= 1 (got 0.5)",
+        ),
+        (lambda: torus((4,), BW), "torus: dims must be a sequence of 2 or 3 sizes"),
+        (lambda: torus(16, BW), "torus: dims must be a sequence of 2 or 3 sizes"),
+        (lambda: torus((4, 1), BW), "torus: dims[1] must be >= 2 (got 1)"),
+        (lambda: build("mesh"), "unknown topology 'mesh'; choose one of fat_tree, hierarchical"),
+        (lambda: build("ring", size=4), "ring: bad parameters"),
+    ],
+)
+def test_parameter_errors(make, message):
+    with raises_message(message):
+        make()
+
+
+def test_topology_error_is_value_error():
+    assert issubclass(TopologyError, ValueError)
+
+
+def test_numpy_parameters_are_accepted():
+    graph = torus(np.array([2, 3]), np.float32(1e9), np.float64(0.0))
+    assert graph.graph["params"]["dims"] == (2, 3)
+    assert isinstance(graph.edges[0, 1]["bandwidth"], float)
+
+
+# --------------------------------------------------------------------------------------------
+# Placement
+
+
+def test_placement_identity_and_explicit():
+    graph = ring(4, BW)
+    assert apply_placement(4, graph) == [0, 1, 2, 3]
+    assert apply_placement(2, graph, None) == [0, 1]
+    assert apply_placement(3, graph, [3, np.int64(0), 2]) == [3, 0, 2]
+
+
+@pytest.mark.parametrize(
+    ("num_ranks", "placement", "message"),
+    [
+        (5, None, "placement: 5 ranks but the ring topology has only 4 endpoints"),
+        (0, None, "placement: num_ranks must be an integer >= 1 (got 0)"),
+        (2, [0], "placement: has 1 entries but there are 2 ranks"),
+        (2, [0, 4], "placement: rank 1 is placed on 4, not an endpoint of the ring topology"),
+        (2, [0, -1], "rank 1 is placed on -1, not an endpoint"),
+        (3, [1, 2, 1], "placement: ranks 0 and 2 are both placed on endpoint 1"),
+        (1, "0", "placement: must be a list of endpoints, one per rank"),
+    ],
+)
+def test_placement_errors(num_ranks, placement, message):
+    with raises_message(message):
+        apply_placement(num_ranks, ring(4, BW), placement)
+
+
+def test_package_does_not_import_proxies_or_simnet():
+    package = pathlib.Path(topologies.__file__).parent
+    imported = set()
+    for source in package.glob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.split(".")[0])
+    assert "topologies" in imported  # the walk sees the package's own imports
+    assert not imported & {"proxies", "simnet"}
