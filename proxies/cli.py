@@ -141,11 +141,11 @@ def build_parser(model: Model) -> argparse.ArgumentParser:
     return p
 
 
-def parse(model: Model, argv: Sequence[str], rank: int) -> argparse.Namespace:
-    parser = build_parser(model)
+def parse_quietly(parser: argparse.ArgumentParser, argv: Sequence[str], rank: int
+                  ) -> argparse.Namespace:
+    """Parse on every rank; only rank 0 prints usage errors (all exit with code 2)."""
     if rank == 0:
         return parser.parse_args(argv)
-    # Only rank 0 speaks: other ranks exit with the same code, silently.
     with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
         return parser.parse_args(argv)
 
@@ -194,7 +194,7 @@ def fail(rank: int, message: str, code: int = EXIT_USAGE) -> None:
 def main(model_name: str, argv: Sequence[str] | None = None) -> None:
     model = get_model(model_name)
     info = launch_info()
-    ns = parse(model, sys.argv[1:] if argv is None else argv, info.rank)
+    ns = parse_quietly(build_parser(model), sys.argv[1:] if argv is None else argv, info.rank)
     problem = check_options(ns)
     if problem:
         fail(info.rank, f"{model.name}: {problem}")

@@ -54,7 +54,7 @@ Chunk annotations (what a transfer carries)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -711,3 +711,26 @@ def alpha_beta_time_s(schedule: Schedule, alpha_s: float, beta_s_per_byte: float
         for r, end in after.items():
             ready[r] = end
     return max(ready)
+
+
+def schedule_for(
+    op: str,
+    algorithm: str,
+    group_size: int,
+    count_elems: int,
+    *,
+    root: int = 0,
+    params: Mapping[str, object] | None = None,
+) -> Schedule:
+    """``build_schedule`` with a workload's collective parameters.
+
+    ``params`` may hold "rings" (used by multiring) and "local_size" (used by
+    hierarchical); each is passed only to the algorithm that takes it.
+    """
+    params = params or {}
+    kw: dict[str, object] = {"root": root}
+    if algorithm == "multiring":
+        kw["rings"] = params.get("rings")
+    if algorithm == "hierarchical":
+        kw["local_size"] = params.get("local_size")
+    return build_schedule(op, algorithm, group_size, count_elems, **kw)  # type: ignore[arg-type]

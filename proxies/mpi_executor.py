@@ -23,28 +23,12 @@ import numpy as np
 from mpi4py import MPI
 
 from .accounting import buffer_needs
-from .ops import Collective, Compute, Op, Recv, Send, Testany, Wait
+from .ops import ELEM_BYTES, Collective, Compute, Op, Recv, Send, Testany, Wait, describe
 from .program import Workload
 
 SCHEDULE_TAG = 30000  # tag of the project's own collective schedules (MPI_TAG_UB >= 32767)
 COMPUTE_MODES = ("sleep", "spin", "none")
 PROGRESS_MODES = ("blocking", "poll")
-
-
-def describe(op: Op) -> str:
-    """A human-readable operation, for timeouts and traces."""
-    if isinstance(op, Compute):
-        return f"{op.label} ({op.duration_us:g} us compute)"
-    if isinstance(op, Send):
-        return f"{op.label}: send {op.size_bytes} B to rank {op.peer} (tag {op.tag}, {op.group})"
-    if isinstance(op, Recv):
-        return f"{op.label}: recv {op.size_bytes} B from rank {op.peer} (tag {op.tag}, {op.group})"
-    if isinstance(op, Collective):
-        kind = op.op if op.req is None else "i" + op.op
-        return f"{op.label}: {kind} of {op.count_elems} elements on the {op.group} group"
-    if isinstance(op, Wait):
-        return f"{op.label} for requests {list(op.reqs)}"
-    return f"{op.label} on requests {list(op.reqs)}"
 
 
 class Watchdog:
@@ -54,29 +38,73 @@ class Watchdog:
     and the launcher then tears the other ranks down.
     """
 
+    # Set-up steps (communicator creation, barriers) are not operations: on an
+    # oversubscribed host they may take seconds, so they get at least this long.
+    SETUP_ALLOWANCE_S = 120.0
+
     def __init__(self, rank: int, timeout_s: float) -> None:
         self.rank = rank
         self.timeout_s = timeout_s
+        self.limit_s = max(timeout_s, self.SETUP_ALLOWANCE_S)
         self.what = "start-up"
         self.since = time.perf_counter()
         if timeout_s > 0:
             threading.Thread(target=self._watch, daemon=True, name="watchdog").start()
 
-    def enter(self, what: str) -> None:
+    def enter(self, what: str, setup: bool = False) -> None:
+        """Start watching ``what``; ``setup`` steps get the set-up allowance."""
+        self.limit_s = max(self.timeout_s, self.SETUP_ALLOWANCE_S) if setup else self.timeout_s
         self.what, self.since = what, time.perf_counter()
+
+    def operation(self, what: str, since: float) -> None:
+        """Hot-path form of ``enter`` for one operation of a timed loop."""
+        self.since, self.what, self.limit_s = since, what, self.timeout_s
 
     def _watch(self) -> None:
         period = min(1.0, self.timeout_s / 4)
         while True:
             time.sleep(period)
             stuck = time.perf_counter() - self.since
-            if stuck > self.timeout_s:
+            if stuck > self.limit_s:
                 sys.stderr.write(
-                    f"error: rank {self.rank} timed out after {stuck:.0f} s (--timeout "
+                    f"error: rank {self.rank} timed out after {stuck:.2f} s (--timeout "
                     f"{self.timeout_s:g}) in {self.what}; aborting the job\n"
                 )
                 sys.stderr.flush()
                 os._exit(124)
+
+
+class Pacer:
+    """Holds every destination pair to at most ``limit_bytes_per_s``.
+
+    Each chunk to ``dst`` owns a slot of ``size / limit`` seconds that starts
+    when the previous chunk's slot ended (or now), and is released at the end
+    of its slot: so over any span of chunks, bytes / elapsed <= limit.
+    """
+
+    def __init__(self, limit_bytes_per_s: float, chunk_bytes: int = 1 << 20) -> None:
+        if limit_bytes_per_s <= 0:
+            raise ValueError(f"bandwidth limit must be > 0 bytes/s (got {limit_bytes_per_s})")
+        self.limit = float(limit_bytes_per_s)
+        self.chunk_elems = max(1, chunk_bytes // ELEM_BYTES)
+        self.next_s: dict[int, float] = {}
+        self.waited_s = 0.0
+
+    def reserve(self, dst: int, size_bytes: int) -> float:
+        """The release time (perf_counter seconds) of the next chunk to ``dst``."""
+        now = time.perf_counter()
+        release = max(now, self.next_s.get(dst, now)) + size_bytes / self.limit
+        self.next_s[dst] = release
+        return release
+
+    def sleep_until(self, release: float) -> None:
+        delay = release - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+            self.waited_s += delay
+
+    def wait(self, dst: int, size_bytes: int) -> None:
+        self.sleep_until(self.reserve(dst, size_bytes))
 
 
 @dataclass
@@ -120,11 +148,18 @@ class MPIExecutor:
         self.sbuf = np.zeros(0, np.float32)
         self.rbuf = np.zeros(0, np.float32)
         self._leftover: list[MPI.Request] = []
+        self.pacer: Pacer | None = None
+        self.buffer_bytes: int | None = None
+        # Bytes this rank sent by the project's schedules and point-to-point
+        # operations: (op label, reduced data?, destination rank) -> bytes.
+        self.sent_bytes: dict[tuple[str, bool, int], int] = {}
+        self.overruns: dict[tuple[str, int], dict] = {}
+        self.step = 0  # iterations run so far (warm-up included)
 
     # -- set-up -----------------------------------------------------------------
     def create_communicators(self) -> None:
         """One communicator per group kind, split from the world in a fixed order."""
-        self.watchdog.enter("communicator creation")
+        self.watchdog.enter("communicator creation", setup=True)
         for kind, groups in self.workload.groups.items():
             color, key = MPI.UNDEFINED, 0
             for i, g in enumerate(groups):
@@ -237,22 +272,68 @@ class MPIExecutor:
 
         Schedules run to completion when posted: a non-blocking collective with
         a named algorithm is complete (a null request) by the time it returns.
+        Bytes sent are counted per (label, reduced?, destination rank); with a
+        pacer, every transfer is cut into chunks sent no faster than its pair's
+        limit; with a buffer size, larger transfers are recorded as overruns.
         """
-        from .collectives import build_schedule
+        from .collectives import schedule_for
 
-        sched = build_schedule(op.op, op.algorithm, comm.Get_size(), op.count_elems, root=op.root)
-        steps = sched.rank_steps(comm.Get_rank())
+        sched = schedule_for(op.op, op.algorithm, comm.Get_size(), op.count_elems,
+                             root=op.root, params=self.workload.collective_params)
+        members = self.workload.group_of(op.group, self.rank)
+        steps = []
+        for sends, recvs in sched.rank_steps(comm.Get_rank()):
+            steps.append((
+                [(t.src, self.chunks(t.count_elems)) for t in recvs],
+                [(t.dst, members[t.dst], self.chunks(t.count_elems),
+                  (op.label, t.reduce, members[t.dst]), t.size_bytes) for t in sends],
+            ))
         sb, rb = self.sbuf, self.rbuf
+        pacer, counts, buffer = self.pacer, self.sent_bytes, self.buffer_bytes
 
         def run() -> None:
-            for sends, recvs in steps:
-                pending = [comm.Irecv(rb[: t.count_elems], t.src, SCHEDULE_TAG) for t in recvs]
-                pending += [comm.Isend(sb[: t.count_elems], t.dst, SCHEDULE_TAG) for t in sends]
-                MPI.Request.Waitall(pending)
+            for recvs, sends in steps:
+                pending = [comm.Irecv(rb[:c], src, SCHEDULE_TAG)
+                           for src, chunks in recvs for c in chunks]
+                paced = []
+                for dst, dst_global, chunks, key, size in sends:
+                    counts[key] = counts.get(key, 0) + size
+                    if buffer and size > buffer:
+                        self.overrun(op.label, dst_global, size)
+                    for c in chunks:
+                        if pacer is None:
+                            pending.append(comm.Isend(sb[:c], dst, SCHEDULE_TAG))
+                        else:
+                            paced.append((pacer.reserve(dst_global, c * ELEM_BYTES), dst, c))
+                # Destinations are paced side by side: chunks leave in release order.
+                for release, dst, c in sorted(paced):
+                    pacer.sleep_until(release)
+                    pending.append(comm.Isend(sb[:c], dst, SCHEDULE_TAG))
+                if self.progress == "poll":
+                    _poll_all(pending)
+                else:
+                    MPI.Request.Waitall(pending)
             if op.req is not None:
                 reqs[op.req] = MPI.REQUEST_NULL
 
         return run
+
+    def chunks(self, count_elems: int) -> list[int]:
+        """A transfer as sent: whole, or in paced chunks of ``chunk_elems``."""
+        if self.pacer is None or count_elems <= self.pacer.chunk_elems:
+            return [count_elems]
+        k, rest = divmod(count_elems, self.pacer.chunk_elems)
+        return [self.pacer.chunk_elems] * k + ([rest] if rest else [])
+
+    def overrun(self, label: str, dst: int, size_bytes: int) -> None:
+        key = (label, dst)
+        first = self.overruns.get(key)
+        if first is None:
+            self.overruns[key] = {"op": label, "src": self.rank, "dst": dst,
+                                  "size_bytes": size_bytes, "buffer_bytes": self.buffer_bytes,
+                                  "first_step": self.step, "count": 1}
+        else:
+            first["count"] += 1
 
     # -- running ----------------------------------------------------------------
     def run_phase(
@@ -271,7 +352,8 @@ class MPIExecutor:
                 wd.enter(f"{w} (warm-up iteration {it})")
                 call()
             self._leftover += [reqs[r] for r in unwaited]
-        wd.enter(f"the barrier before phase {name!r}")
+            self.step += 1
+        wd.enter(f"the barrier before phase {name!r}", setup=True)
         self.world.Barrier()
         perf = time.perf_counter
         run = PhaseRun(name, ops, [], 0.0)
@@ -282,19 +364,22 @@ class MPIExecutor:
             run.iteration_starts.append(perf() - t0)
             for i, call in enumerate(calls):
                 t = perf()
-                wd.since, wd.what = t, what[i]
+                wd.operation(what[i], t)
                 call()
                 starts[i] = t - t0
                 ends[i] = perf() - t0
             self._leftover += [reqs[r] for r in unwaited]
+            self.step += 1
             run.starts.append(starts)
             run.ends.append(ends)
             if progress is not None:
                 progress(f"{name}: iteration {it + 1}/{runs}")
         run.total_s = perf() - t0
-        wd.enter(f"completing the requests the reference never waits for (phase {name!r})")
+        wd.enter(f"completing the requests the reference never waits for (phase {name!r})",
+                 setup=True)
         MPI.Request.Waitall(self._leftover)
         self._leftover.clear()
+        wd.enter(f"reporting phase {name!r}", setup=True)
         return run
 
 
@@ -376,3 +461,52 @@ def gather(comm: MPI.Intracomm, obj: object) -> list | None:
 
 def any_true(comm: MPI.Intracomm, flag: bool) -> bool:
     return bool(comm.allreduce(int(flag), op=MPI.MAX))
+
+
+def pairwise_bandwidth(
+    comm: MPI.Intracomm,
+    size_bytes: int,
+    *,
+    reps: int = 3,
+    pacer: Pacer | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[list[float]] | None:
+    """Measure the one-way bandwidth (bytes/s) of every ordered pair, one pair at a time.
+
+    The sender sends ``size_bytes`` (in paced chunks when a pacer is given),
+    the receiver answers with one element; bandwidth = size / round trip, the
+    best of ``reps``. Returns the matrix on rank 0 (diagonal 0), None elsewhere.
+    """
+    rank, n = comm.Get_rank(), comm.Get_size()
+    count = max(1, size_bytes // ELEM_BYTES)
+    buf = np.zeros(count, np.float32)
+    ack = np.zeros(1, np.float32)
+    chunk = pacer.chunk_elems if pacer else count
+    pieces = [min(chunk, count - o) for o in range(0, count, chunk)]
+    row = [0.0] * n
+    for i in range(n):
+        if progress and rank == 0:
+            progress(f"bandwidth: sender {i + 1}/{n}")
+        for j in range(n):
+            if i == j:
+                continue
+            _poll_all([comm.Ibarrier()])
+            if rank == i:
+                best = float("inf")
+                for _ in range(reps):
+                    t0 = time.perf_counter()
+                    reqs = []
+                    for c in pieces:
+                        if pacer is not None:
+                            pacer.wait(j, c * ELEM_BYTES)
+                        reqs.append(comm.Isend(buf[:c], j, SCHEDULE_TAG + 1))
+                    reqs.append(comm.Irecv(ack, j, SCHEDULE_TAG + 2))
+                    _poll_all(reqs)
+                    best = min(best, time.perf_counter() - t0)
+                row[j] = count * ELEM_BYTES / best
+            elif rank == j:
+                for _ in range(reps):
+                    _poll_all([comm.Irecv(buf[:c], i, SCHEDULE_TAG + 1) for c in pieces])
+                    _poll_all([comm.Isend(ack, i, SCHEDULE_TAG + 2)])
+    rows = comm.gather(row, root=0)
+    return rows

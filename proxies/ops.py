@@ -147,3 +147,19 @@ def call_bytes(op: Op, group_size: int) -> int:
             return 0
         return b
     return 0
+
+
+def describe(op: Op) -> str:
+    """A human-readable operation, for timeouts and traces."""
+    if isinstance(op, Compute):
+        return f"{op.label} ({op.duration_us:g} us compute)"
+    if isinstance(op, Send):
+        return f"{op.label}: send {op.size_bytes} B to rank {op.peer} (tag {op.tag}, {op.group})"
+    if isinstance(op, Recv):
+        return f"{op.label}: recv {op.size_bytes} B from rank {op.peer} (tag {op.tag}, {op.group})"
+    if isinstance(op, Collective):
+        kind = op.op if op.req is None else "i" + op.op
+        return f"{op.label}: {kind} of {op.count_elems} elements on the {op.group} group"
+    if isinstance(op, Wait):
+        return f"{op.label} for requests {list(op.reqs)}"
+    return f"{op.label} on requests {list(op.reqs)}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from .ops import Collective, Compute, Op, Recv, Send, Testany, Wait
 
@@ -37,12 +38,14 @@ class BuildOptions:
     fix_quirks: repair the reference's quirks instead of reproducing them.
     algorithm: a collective algorithm name to use for every collective
       (None: the MPI library's / simnet's default policy).
+    rings: ring orders (global ranks) for the multiring algorithm.
     """
 
     scale: float = 1.0
     per_tensor: bool = False
     fix_quirks: bool = False
     algorithm: str | None = None
+    rings: tuple[tuple[int, ...], ...] | None = None
 
 
 class ProgramBuilder:
@@ -152,7 +155,9 @@ class Workload:
     phases: list[Phase]
     info: dict[str, object] = field(default_factory=dict)
     summary: Callable[[int, float, str], str] | None = None
-    summary_all_ranks: bool = False
+    # Parameters of the project's collective schedules: "rings" (multiring
+    # orders, group indices), "local_size" (hierarchical group size).
+    collective_params: dict[str, Any] = field(default_factory=dict)
 
     def group_of(self, kind: str, rank: int) -> tuple[int, ...]:
         """The group of kind ``kind`` that contains global ``rank``."""

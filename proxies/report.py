@@ -9,7 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .models import Model
-from .mpi_executor import PhaseRun, describe
+from .mpi_executor import PhaseRun
+from .ops import describe
 from .program import Workload
 from .results import chrome_trace, versions, write_json
 from .timeline import Breakdown

@@ -1,0 +1,17 @@
+"""simnet: a simpy network model that predicts the communication of rank programs.
+
+Python API::
+
+    import simnet, topologies
+    res = simnet.simulate("config.json")          # a path, a dict or a Config
+    res.iteration_time_s, res.traffic_bytes, res.bandwidth_bytes_per_s
+    t = simnet.collective_time(topologies.ring(8, bandwidth_bytes_per_s=10e9,
+                                               latency_s=5e-6),
+                               "allreduce", "ring", size_bytes=2**28)
+"""
+
+from .config import Config, ConfigError, load_config, schema
+from .simulate import SimResult, collective_time, simulate
+
+__all__ = ["Config", "ConfigError", "SimResult", "collective_time", "load_config", "schema",
+           "simulate"]

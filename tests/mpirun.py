@@ -12,13 +12,15 @@ from pathlib import Path
 MPIEXEC = shutil.which("mpiexec") or "mpiexec"
 
 
-def mpirun(n: int, module: str, *args: str, timeout: float = 180.0,
-           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def mpirun(
+    n: int, module: str, *args: str, timeout: float = 180.0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run ``mpiexec -n n python -m module args`` and return its result."""
     cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", module, *args]
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env=full_env, stdin=subprocess.DEVNULL
+    )
 
 
 def run_json(tmp_path: Path, n: int, module: str, *args: str, timeout: float = 180.0) -> dict:

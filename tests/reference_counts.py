@@ -17,9 +17,18 @@ def sc(n: int, scale: float) -> int:
     return max(1, round(n * scale))
 
 
-def gpt2_like(rank: int, world: int, layers: int, stages: int, mb: int, scale: float,
-              pipe: int, first: list[int], middle: list[int], last: list[int]
-              ) -> tuple[Counter, Counter]:
+def gpt2_like(
+    rank: int,
+    world: int,
+    layers: int,
+    stages: int,
+    mb: int,
+    scale: float,
+    pipe: int,
+    first: list[int],
+    middle: list[int],
+    last: list[int],
+) -> tuple[Counter, Counter]:
     calls: Counter = Counter()
     nbytes: Counter = Counter()
     stage = rank % stages
@@ -43,18 +52,57 @@ def gpt2_like(rank: int, world: int, layers: int, stages: int, mb: int, scale: f
 GPT2_PIPE = 808960
 GPT2_AGG = ([85317120], [19677440], [84008960])
 GPT2_TENSORS = (
-    [64328960, 1310720, 1280, 4915200, 1638400, 1280, 6553600, 6553600, 1280, 3840, 1280,
-     1280, 5120, 1280],
+    [
+        64328960,
+        1310720,
+        1280,
+        4915200,
+        1638400,
+        1280,
+        6553600,
+        6553600,
+        1280,
+        3840,
+        1280,
+        1280,
+        5120,
+        1280,
+    ],
     [1280, 4915200, 1638400, 1280, 6553600, 6553600, 1280, 3840, 1280, 1280, 5120, 1280],
-    [1280, 4915200, 1638400, 1280, 6553600, 6553600, 1280, 64328960, 1280, 3840, 1280, 1280,
-     5120, 1280, 1280],
+    [
+        1280,
+        4915200,
+        1638400,
+        1280,
+        6553600,
+        6553600,
+        1280,
+        64328960,
+        1280,
+        3840,
+        1280,
+        1280,
+        5120,
+        1280,
+        1280,
+    ],
 )
 BERT_PIPE = 1049600
 BERT_AGG = ([44379136], [12596224], [45984572])
 
 RESNET50 = [3104745, 4461568, 4462592, 4986880, 4468736, 4074560]
-RESNET152 = [6511592, 6567936, 5905920, 6113280, 6176256, 6112768, 6176256, 6112768, 5321216,
-             5194816]
+RESNET152 = [
+    6511592,
+    6567936,
+    5905920,
+    6113280,
+    6176256,
+    6112768,
+    6176256,
+    6112768,
+    5321216,
+    5194816,
+]
 
 
 def cosmoflow(scale: float) -> tuple[Counter, Counter]:
@@ -74,9 +122,10 @@ def cosmoflow(scale: float) -> tuple[Counter, Counter]:
 
 def dlrm(world: int, scale: float) -> tuple[Counter, Counter]:
     per_peer = sc(262144 // world, scale)
-    return (Counter(world=4),
-            Counter(world=2 * per_peer * 4 * (world - 1) + 4 * (sc(728065, scale)
-                                                                + sc(49536, scale))))
+    return (
+        Counter(world=4),
+        Counter(world=2 * per_peer * 4 * (world - 1) + 4 * (sc(728065, scale) + sc(49536, scale))),
+    )
 
 
 def pipeline_calls(stage: int, stages: int, mb: int) -> int:
@@ -99,11 +148,15 @@ def gpt3(stage: int, stages: int, mb: int, scale: float) -> tuple[Counter, Count
     return calls, nbytes
 
 
-def gpt3_moe(stage: int, stages: int, mb: int, scale: float, a2a_size: int = 16
-             ) -> tuple[Counter, Counter]:
+def gpt3_moe(
+    stage: int, stages: int, mb: int, scale: float, a2a_size: int = 16
+) -> tuple[Counter, Counter]:
     pp = pipeline_calls(stage, stages, mb)
     calls = Counter(moe=4 * mb, ep=1, dp=1, pp=pp)
-    nbytes = Counter(moe=4 * mb * sc(25165824 // 16, scale) * 4 * (a2a_size - 1),
-                     ep=sc(1207959552 // 16, scale) * 4, dp=sc(603979776, scale) * 4,
-                     pp=pp * sc(25165824, scale) * 4)
+    nbytes = Counter(
+        moe=4 * mb * sc(25165824 // 16, scale) * 4 * (a2a_size - 1),
+        ep=sc(1207959552 // 16, scale) * 4,
+        dp=sc(603979776, scale) * 4,
+        pp=pp * sc(25165824, scale) * 4,
+    )
     return calls, nbytes

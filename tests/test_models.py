@@ -31,13 +31,15 @@ def stats(w, rank, phase=0):
 @pytest.mark.parametrize("scale", [1.0, 0.01])
 @pytest.mark.parametrize(("world", "args"), [(8, []), (32, [64, 8]), (8, [48, 4, 3]), (4, [8, 4])])
 def test_gpt2_every_rank(world, args, scale):
-    layers, stages, mb = ([*args, 48, 4, 8][i] if i < len(args) else (48, 4, 8)[i]
-                          for i in range(3))
+    layers, stages, mb = (
+        [*args, 48, 4, 8][i] if i < len(args) else (48, 4, 8)[i] for i in range(3)
+    )
     w = build("gpt2", world, args, scale=scale)
     for rank in range(world):
         _, calls, nbytes, _ = stats(w, rank)
-        want_c, want_b = ref.gpt2_like(rank, world, layers, stages, mb, scale, ref.GPT2_PIPE,
-                                       *ref.GPT2_AGG)
+        want_c, want_b = ref.gpt2_like(
+            rank, world, layers, stages, mb, scale, ref.GPT2_PIPE, *ref.GPT2_AGG
+        )
         assert calls == want_c, rank
         assert nbytes == want_b, rank
 
@@ -46,8 +48,10 @@ def test_gpt2_per_tensor_sizes_and_order():
     w = build("gpt2", 8, per_tensor=True)
     first, middle, last = ref.GPT2_TENSORS
     lps = 48 // 4
-    sizes = {r: [o.count_elems for o in w.phases[0].program(r) if isinstance(o, Collective)]
-             for r in range(4)}
+    sizes = {
+        r: [o.count_elems for o in w.phases[0].program(r) if isinstance(o, Collective)]
+        for r in range(4)
+    }
     assert sizes[0] == first + middle * (lps - 1)
     assert sizes[1] == middle * lps
     assert sizes[3] == middle * (lps - 1) + last
@@ -103,7 +107,7 @@ def test_resnet50_two_phases():
 
 def test_resnet152_overlap_structure():
     w = build("resnet152", 4)
-    ops, calls, nbytes, s = stats(w, 0)
+    ops, _calls, nbytes, s = stats(w, 0)
     assert s.compute_us == 119000 + 10 * 23800
     assert nbytes == Counter(world=4 * sum(ref.RESNET152))
     assert sum(isinstance(o, Testany) for o in ops) == 8  # buckets 2..9
@@ -113,9 +117,15 @@ def test_resnet152_overlap_structure():
     assert w.info["global_batch"] == 128 * 4
 
 
-@pytest.mark.parametrize(("size", "fwd", "bwd", "batch"),
-                         [(256, 119000, 23800, 128), (512, 63000, 12600, 64),
-                          (1024, 36000, 7200, 32), (2048, 27667, 5533, 16)])
+@pytest.mark.parametrize(
+    ("size", "fwd", "bwd", "batch"),
+    [
+        (256, 119000, 23800, 128),
+        (512, 63000, 12600, 64),
+        (1024, 36000, 7200, 32),
+        (2048, 27667, 5533, 16),
+    ],
+)
 def test_resnet152_strong_scaling_table(size, fwd, bwd, batch):
     w = build("resnet152_scal", size)
     assert stats(w, 0)[3].compute_us == fwd + 10 * bwd
@@ -125,8 +135,11 @@ def test_resnet152_strong_scaling_table(size, fwd, bwd, batch):
 
 
 def test_resnet152_strong_scaling_refuses_other_sizes():
-    with pytest.raises(LayoutError, match=r"covers world sizes 256, 512, 1024, 2048 only "
-                                          r"\(got 300\); nearest valid world size: 256"):
+    with pytest.raises(
+        LayoutError,
+        match=r"covers world sizes 256, 512, 1024, 2048 only "
+        r"\(got 300\); nearest valid world size: 256",
+    ):
         build("resnet152_scal", 300)
 
 
@@ -134,10 +147,11 @@ def test_resnet152_strong_scaling_refuses_other_sizes():
 def test_cosmoflow_every_rank(scale):
     w = build("cosmoflow", 8, scale=scale)
     for rank in range(8):
-        ops, calls, nbytes, s = stats(w, rank)
+        _ops, calls, nbytes, s = stats(w, rank)
         assert (calls, nbytes) == ref.cosmoflow(scale)
         assert s.compute_us == sum([6567, 13135, 6567, 3283, 1641, 5, 3, 1]) + sum(
-            [2, 6, 10, 3283, 6567, 13135, 26270, 13135])
+            [2, 6, 10, 3283, 6567, 13135, 26270, 13135]
+        )
     # Halo neighbours of rank 5 (mp rank 1): mp ranks 0 and 3 -> global 4 and 7.
     peers = {o.peer for o in w.phases[0].program(5) if isinstance(o, Send)}
     assert peers == {4, 7}
@@ -151,9 +165,21 @@ def test_dlrm_order_and_sizes():
     assert (calls, nbytes) == ref.dlrm(8, 1.0)
     assert s.compute_us == 95 + 341 + 209 + 455 + 910 + 209 + 682 + 190
     kinds = [type(o).__name__ if not isinstance(o, Collective) else o.op for o in ops]
-    assert kinds == ["Compute", "alltoall", "Compute", "Compute", "Compute", "Compute",
-                     "allreduce", "Compute", "Compute", "allreduce", "alltoall", "Compute",
-                     "Wait"]
+    assert kinds == [
+        "Compute",
+        "alltoall",
+        "Compute",
+        "Compute",
+        "Compute",
+        "Compute",
+        "allreduce",
+        "Compute",
+        "Compute",
+        "allreduce",
+        "alltoall",
+        "Compute",
+        "Wait",
+    ]
 
 
 @pytest.mark.parametrize(("world", "args"), [(8, [2, 2]), (16, [2, 2]), (24, [3, 1])])
@@ -194,7 +220,7 @@ def test_gpt3_quirks():
 
 def test_gpt3_one_pipe_step():
     w = build("gpt3_one_pipe_step", 8, [2, 2])
-    ops0, calls, nbytes, s0 = stats(w, 0)
+    ops0, calls, _nbytes, s0 = stats(w, 0)
     assert calls == Counter(pp=2, tp=2)
     assert s0.compute_us == 15915
     assert stats(w, 1)[3].compute_us == 31830
@@ -222,16 +248,32 @@ def test_gpt3_moe_groups_at_64_ranks():
     assert w.group_of("ep", 0) == (dp[0], dp[16])
 
 
-@pytest.mark.parametrize(("name", "world", "args", "message"), [
-    ("gpt2", 6, [], "gpt2: the world size must be a multiple of stages=4 (world size 6); "
-                    "nearest valid world sizes: 4, 8"),
-    ("gpt3", 12, [2, 2], "nearest valid world sizes: 8, 16"),
-    ("gpt3_moe", 16, [2, 2], "multiple of stages x 16 experts = 32 (world size 16); "
-                             "nearest valid world sizes: 32"),
-    ("cosmoflow", 6, [], "multiple of the 4 model shards (world size 6); "
-                         "nearest valid world sizes: 4, 8"),
-    ("dlrm", 6, [], "must divide 262144 (got 6); nearest valid world sizes: 4, 8"),
-])
+@pytest.mark.parametrize(
+    ("name", "world", "args", "message"),
+    [
+        (
+            "gpt2",
+            6,
+            [],
+            "gpt2: the world size must be a multiple of stages=4 (world size 6); "
+            "nearest valid world sizes: 4, 8",
+        ),
+        ("gpt3", 12, [2, 2], "nearest valid world sizes: 8, 16"),
+        (
+            "gpt3_moe",
+            16,
+            [2, 2],
+            "multiple of stages x 16 experts = 32 (world size 16); nearest valid world sizes: 32",
+        ),
+        (
+            "cosmoflow",
+            6,
+            [],
+            "multiple of the 4 model shards (world size 6); nearest valid world sizes: 4, 8",
+        ),
+        ("dlrm", 6, [], "must divide 262144 (got 6); nearest valid world sizes: 4, 8"),
+    ],
+)
 def test_layout_errors(name, world, args, message):
     with pytest.raises(LayoutError) as e:
         build(name, world, args)
@@ -244,8 +286,13 @@ def test_scale_rounds_to_whole_elements_at_least_one():
 
 
 def test_every_model_builds_and_requests_are_consistent():
-    sizes = {"gpt3": 8, "gpt3_one_pipe_step": 8, "gpt3_moe": 32, "gpt3_moe_one_pipe_step": 32,
-             "resnet152_scal": 256}
+    sizes = {
+        "gpt3": 8,
+        "gpt3_one_pipe_step": 8,
+        "gpt3_moe": 32,
+        "gpt3_moe_one_pipe_step": 32,
+        "resnet152_scal": 256,
+    }
     for name in MODELS:
         args = [2, 2] if name.startswith("gpt3") else []
         w = build(name, sizes.get(name, 8), args)

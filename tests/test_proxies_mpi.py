@@ -36,8 +36,7 @@ def test_gpt2_json_and_summary(tmp_path):
     assert doc["mpi"]["thread_level"] == "single"
     assert doc["mpi"]["library"].startswith(("MPICH", "Open MPI"))
     assert doc["options"]["scale"] == 0.001
-    check_ranks(doc, lambda r: ref.gpt2_like(r, 8, 16, 4, 2, 0.001, ref.GPT2_PIPE,
-                                             *ref.GPT2_AGG))
+    check_ranks(doc, lambda r: ref.gpt2_like(r, 8, 16, 4, 2, 0.001, ref.GPT2_PIPE, *ref.GPT2_AGG))
     ph = doc["phases"][0]
     assert ph["iterations"] == 1
     assert ph["iteration_s"]["min"] <= ph["iteration_s"]["mean"] <= ph["iteration_s"]["max"]
@@ -52,15 +51,15 @@ def test_gpt2_prints_reference_line_and_table(tmp_path):
     assert len(summary) == 1
     assert summary[0].startswith(
         "Rank = 0, world_size = 4, layers = 8, stages = 4, "
-        f"total_params = {85317120 + 84008960 + 19677440 * 6}, runtime per iteration = ")
+        f"total_params = {85317120 + 84008960 + 19677440 * 6}, runtime per iteration = "
+    )
     assert any(ln.split()[:1] == ["pp"] for ln in lines)
     assert "exposed communication" in r.stdout
 
 
 def test_bert(tmp_path):
     doc = run_json(tmp_path, 4, "proxies.bert", "8", "2", "2", "--scale", "0.001", *FAST)
-    check_ranks(doc, lambda r: ref.gpt2_like(r, 4, 8, 2, 2, 0.001, ref.BERT_PIPE,
-                                             *ref.BERT_AGG))
+    check_ranks(doc, lambda r: ref.gpt2_like(r, 4, 8, 2, 2, 0.001, ref.BERT_PIPE, *ref.BERT_AGG))
 
 
 def test_resnet50_both_phases(tmp_path):
@@ -72,8 +71,7 @@ def test_resnet50_both_phases(tmp_path):
 
 
 def test_resnet152_overlap(tmp_path):
-    doc = run_json(tmp_path, 2, "proxies.resnet152", "--scale", "0.001", "--compute", "none",
-                   *FAST)
+    doc = run_json(tmp_path, 2, "proxies.resnet152", "--scale", "0.001", "--compute", "none", *FAST)
     total = sum(ref.sc(m, 0.001) for m in ref.RESNET152) * 4
     check_ranks(doc, lambda r: (Counter(world=10), Counter(world=total)))
     ops = per_rank(doc)[0]["program"]["op_counts"]
@@ -81,15 +79,24 @@ def test_resnet152_overlap(tmp_path):
 
 
 def test_resnet152_strong_scaling_emulated(tmp_path):
-    doc = run_json(tmp_path, 2, "proxies.resnet152_scal", "--scaling-size", "2048",
-                   "--scale", "0.001", "--compute", "none", *FAST)
+    doc = run_json(
+        tmp_path,
+        2,
+        "proxies.resnet152_scal",
+        "--scaling-size",
+        "2048",
+        "--scale",
+        "0.001",
+        "--compute",
+        "none",
+        *FAST,
+    )
     assert per_rank(doc)[0]["program"]["compute_us"] == 27667 + 10 * 5533
     assert doc["info"]["global_batch"] == 16 * 2
 
 
 def test_cosmoflow(tmp_path):
-    doc = run_json(tmp_path, 8, "proxies.cosmoflow", "--scale", "0.001", "--compute", "none",
-                   *FAST)
+    doc = run_json(tmp_path, 8, "proxies.cosmoflow", "--scale", "0.001", "--compute", "none", *FAST)
     check_ranks(doc, lambda r: ref.cosmoflow(0.001))
 
 
@@ -99,36 +106,54 @@ def test_dlrm(tmp_path):
 
 
 def test_gpt3(tmp_path):
-    doc = run_json(tmp_path, 8, "proxies.gpt3", "2", "2", "--scale", "0.0001", "--compute",
-                   "none", *FAST)
+    doc = run_json(
+        tmp_path, 8, "proxies.gpt3", "2", "2", "--scale", "0.0001", "--compute", "none", *FAST
+    )
     check_ranks(doc, lambda r: ref.gpt3(r % 2, 2, 4, 0.0001))
     assert doc["info"]["micro_batches"] == 4
 
 
 def test_gpt3_one_pipe_step(tmp_path):
-    doc = run_json(tmp_path, 8, "proxies.gpt3_one_pipe_step", "2", "2", "--scale", "0.0001",
-                   "--compute", "none", *FAST)
-    check_ranks(doc, lambda r: (Counter(pp=2, tp=2),
-                                Counter(pp=8 * ref.sc(25165824, 1e-4),
-                                        tp=8 * ref.sc(25165824, 1e-4))))
+    doc = run_json(
+        tmp_path,
+        8,
+        "proxies.gpt3_one_pipe_step",
+        "2",
+        "2",
+        "--scale",
+        "0.0001",
+        "--compute",
+        "none",
+        *FAST,
+    )
+    check_ranks(
+        doc,
+        lambda r: (
+            Counter(pp=2, tp=2),
+            Counter(pp=8 * ref.sc(25165824, 1e-4), tp=8 * ref.sc(25165824, 1e-4)),
+        ),
+    )
 
 
 @pytest.mark.parametrize("module", ["proxies.gpt3_moe", "proxies.gpt3_moe_one_pipe_step"])
 def test_gpt3_moe(tmp_path, module):
-    doc = run_json(tmp_path, 32, module, "2", "2", "--scale", "0.0001", "--compute", "none",
-                   *FAST, timeout=300)
+    doc = run_json(
+        tmp_path, 32, module, "2", "2", "--scale", "0.0001", "--compute", "none", *FAST, timeout=300
+    )
     if module.endswith("step"):
         a2a = 2 * ref.sc(25165824 // 16, 1e-4) * 4 * 15
-        check_ranks(doc, lambda r: (Counter(pp=2, moe=2),
-                                    Counter(pp=8 * ref.sc(25165824, 1e-4), moe=a2a)))
+        check_ranks(
+            doc, lambda r: (Counter(pp=2, moe=2), Counter(pp=8 * ref.sc(25165824, 1e-4), moe=a2a))
+        )
     else:
         check_ranks(doc, lambda r: ref.gpt3_moe(r % 2, 2, 4, 0.0001))
 
 
 def test_trace_has_every_operation(tmp_path):
     trace = tmp_path / "t.json"
-    r = mpirun(2, "proxies.dlrm", "--iters", "2", "--warmup", "0", "--trace", str(trace),
-               timeout=120)
+    r = mpirun(
+        2, "proxies.dlrm", "--iters", "2", "--warmup", "0", "--trace", str(trace), timeout=120
+    )
     assert r.returncode == 0, r.stderr
     events = json.loads(trace.read_text())["traceEvents"]
     ops = [e for e in events if e["ph"] == "X"]
@@ -139,14 +164,21 @@ def test_trace_has_every_operation(tmp_path):
     assert all(e["dur"] >= 910 for e in compute)  # microseconds, sleep-based
 
 
-@pytest.mark.parametrize(("n", "args", "message"), [
-    (6, ["proxies.gpt2"], "error: gpt2: the world size must be a multiple of stages=4 "
-                          "(world size 6); nearest valid world sizes: 4, 8"),
-    (4, ["proxies.resnet152_scal"], "nearest valid world size: 256"),
-    (2, ["proxies.gpt2", "abc"], "invalid int value: 'abc'"),
-    (2, ["proxies.gpt2", "--scale", "0"], "--scale must be a positive number"),
-    (2, ["proxies.dlrm", "--algorithm", "bogus"], "--algorithm must be one of"),
-])
+@pytest.mark.parametrize(
+    ("n", "args", "message"),
+    [
+        (
+            6,
+            ["proxies.gpt2"],
+            "error: gpt2: the world size must be a multiple of stages=4 "
+            "(world size 6); nearest valid world sizes: 4, 8",
+        ),
+        (4, ["proxies.resnet152_scal"], "nearest valid world size: 256"),
+        (2, ["proxies.gpt2", "abc"], "invalid int value: 'abc'"),
+        (2, ["proxies.gpt2", "--scale", "0"], "--scale must be a positive number"),
+        (2, ["proxies.dlrm", "--algorithm", "bogus"], "--algorithm must be one of"),
+    ],
+)
 def test_bad_input_one_line_exit_2(n, args, message):
     r = mpirun(n, *args, timeout=60)
     assert r.returncode == 2, r.stdout + r.stderr
@@ -164,16 +196,16 @@ def test_memory_refusal_names_a_scale():
 
 
 def test_timeout_names_rank_and_operation():
-    r = mpirun(2, "proxies.resnet152", "--scale", "0.001", "--timeout", "0.05", *FAST,
-               timeout=60)
+    r = mpirun(2, "proxies.resnet152", "--scale", "0.001", "--timeout", "0.05", *FAST, timeout=60)
     assert r.returncode != 0
     assert "timed out" in r.stderr
     assert "forward (119000 us compute)" in r.stderr
 
 
 def test_schedule_algorithm_runs_over_mpi(tmp_path):
-    doc = run_json(tmp_path, 4, "proxies.resnet50", "--scale", "0.001", "--algorithm", "ring",
-                   *FAST)
+    doc = run_json(
+        tmp_path, 4, "proxies.resnet50", "--scale", "0.001", "--algorithm", "ring", *FAST
+    )
     assert doc["options"]["algorithm"] == "ring"
     total = sum(ref.sc(m, 0.001) for m in ref.RESNET50) * 4
     check_ranks(doc, lambda r: (Counter(world=6), Counter(world=total)), 0)

@@ -1,5 +1,6 @@
 """The proxy models, by command name (``python -m proxies.<name>``)."""
 
+from .alexnet import AlexNetRing
 from .base import Arg, Model
 from .cosmoflow import CosmoFlow
 from .dlrm import DLRM
@@ -21,6 +22,7 @@ MODELS: dict[str, Model] = {
         GPT3OnePipeStep(),
         GPT3MoE(),
         GPT3MoEOnePipeStep(),
+        AlexNetRing(),
     )
 }
 

@@ -175,7 +175,6 @@ class PipelineDataParallel(Model):
                 "data_shards": dp_size,
             },
             summary=summary,
-            summary_all_ranks=True,
         )
 
 

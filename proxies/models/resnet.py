@@ -86,7 +86,6 @@ class ResNet50(Model):
             phases=[Phase("allreduce", allreduce_phase), Phase("ring", ring_phase)],
             info={"total_params": total},
             summary=summary,
-            summary_all_ranks=True,
         )
 
 

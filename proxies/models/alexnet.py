@@ -1,0 +1,101 @@
+"""The AlexNet ring trainer: data parallelism whose gradients are synchronised
+by a reduce-scatter then an all-gather over one or more rings.
+
+Architecture (torchvision's AlexNet layout, CIFAR-10 shapes by default):
+conv 11x11/64, conv 5x5/192, conv 3x3/384, conv 3x3/256, conv 3x3/256 (each
+with a bias), an adaptive pool to 6x6, then fully connected 9216 -> 4096 ->
+4096 -> num_classes. With 3 input channels and 10 classes that is 57,044,810
+parameters; the gradient is that many float32 elements.
+
+A step is: emulated forward + backward compute, then the reduce-scatter of
+the gradient and the all-gather of the result. With several rings the
+gradient is split evenly across them (the ``multiring`` schedule); the data
+moves by the project's own point-to-point schedules in both executors.
+"""
+
+from __future__ import annotations
+
+from ..ops import Op
+from ..program import BuildOptions, LayoutError, Phase, ProgramBuilder, Workload, world_groups
+from .base import Arg, Model
+
+# Emulated forward + backward time of one step of AlexNet on a batch of 32
+# CIFAR-10 images on one GPU-class device: an assumption, stated in outputs.
+DEFAULT_COMPUTE_US_PER_STEP = 5000
+
+
+def alexnet_params(input_channels: int = 3, num_classes: int = 10) -> int:
+    """Trainable parameters of AlexNet (weights and biases)."""
+    convs = [(input_channels, 64, 11), (64, 192, 5), (192, 384, 3), (384, 256, 3),
+             (256, 256, 3)]
+    n = sum(cin * cout * k * k + cout for cin, cout, k in convs)
+    fcs = [(256 * 6 * 6, 4096), (4096, 4096), (4096, num_classes)]
+    return n + sum(i * o + o for i, o in fcs)
+
+
+def ring_trainer_program(block_elems: int, world: int, compute_us: float, algorithm: str
+                         ) -> list[Op]:
+    """One step; ``block_elems`` is each rank's block of the padded gradient."""
+    b = ProgramBuilder(BuildOptions(scale=1.0, algorithm=algorithm))
+    b.compute(compute_us, "forward_backward")
+    if algorithm == "hierarchical":
+        # Two-level: reduce-scatter in groups, allreduce across, allgather in groups.
+        b.collective("allreduce", "world", block_elems * world, label="two_level_allreduce")
+    else:
+        b.collective("reduce_scatter", "world", block_elems, label="reduce_scatter")
+        b.collective("allgather", "world", block_elems, label="allgather")
+    return b.ops
+
+
+class AlexNetRing(Model):
+    name = "alexnet_ring"
+    description = ("AlexNet ring trainer: data parallelism, gradients by reduce-scatter then "
+                   "all-gather over rings (project schedules)")
+    args = (Arg("input_channels", 3, "image channels"), Arg("num_classes", 10, "classes"))
+    flags = (Arg("compute_us", DEFAULT_COMPUTE_US_PER_STEP,
+                 "emulated compute per step (us)"),
+             Arg("hierarchical", 0, "group size of the two-level algorithm (0: rings)"))
+    reference_warmup = 0
+    reference_runs = 100
+    default_warmup = 1
+    default_runs = 10
+
+    def build(self, world_size: int, params: dict[str, int], options: BuildOptions,
+              given: int | None = None) -> Workload:
+        if world_size < 2:
+            raise LayoutError(f"{self.name}: a ring needs at least 2 ranks (got {world_size}); "
+                              "nearest valid world size: 2")
+        total = alexnet_params(params["input_channels"], params["num_classes"])
+        scaled = max(world_size, round(total * options.scale))
+        # The gradient is padded to whole blocks of world_size: each rank owns one block.
+        block = -(-scaled // world_size)
+        local = params.get("hierarchical") or 0
+        if local and world_size % local:
+            raise LayoutError(f"{self.name}: the hierarchical group size {local} must divide "
+                              f"the world size {world_size}")
+        algorithm = options.algorithm or ("hierarchical" if local else "multiring")
+        compute = float(params.get("compute_us", DEFAULT_COMPUTE_US_PER_STEP))
+
+        rings = [list(r) for r in options.rings] if options.rings else [list(range(world_size))]
+        if algorithm == "multiring" and any(len(r) != world_size for r in rings):
+            raise LayoutError(f"{self.name}: every ring must order all {world_size} ranks")
+        ops = ring_trainer_program(block, world_size, compute, algorithm)
+
+        def program(rank: int) -> list[Op]:
+            return ops
+
+        def summary(rank: int, runtime_s: float, phase: str) -> str:
+            return (f"world_size = {world_size}, parameters = {total}, gradient elements "
+                    f"synchronised = {block * world_size} (scale {options.scale:g}), "
+                    f"runtime per step = {runtime_s:.6f} s")
+
+        return Workload(
+            model=self.name, world_size=world_size, params=dict(params),
+            groups={"world": world_groups(world_size)},
+            phases=[Phase("step", program)],
+            info={"parameters": total, "gradient_elems": block * world_size,
+                  "block_elems": block, "compute_us_per_step": compute,
+                  "algorithm": algorithm},
+            summary=summary,
+            collective_params={"rings": rings, "local_size": local or None},
+        )

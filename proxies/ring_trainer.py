@@ -1,0 +1,189 @@
+"""The AlexNet ring trainer on real MPI: ``mpirun -n P python -m proxies.ring_trainer``.
+
+Measures the pairwise bandwidth matrix under the bandwidth limit, then trains
+for epochs x steps: every step emulates the compute, then reduce-scatters and
+all-gathers the gradient over the configured rings with the project's own
+point-to-point schedules, paced so that no pair exceeds the limit. Counts the
+bytes every pair exchanges per epoch and phase, tracks transfers against the
+buffer size, and writes ``measured.json`` (rank 0, atomically).
+
+Usually started by ``./run_training.sh`` (``python -m simnet.endtoend``) from
+the configuration file; every setting is also a flag here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from .cli import fail, parse_quietly
+from .launch import REFERENCE_THREAD_LEVEL, launch_info, prepare_mpi
+from .models.alexnet import DEFAULT_COMPUTE_US_PER_STEP, AlexNetRing
+from .program import BuildOptions, LayoutError
+
+GB = 1e9
+PHASES = {True: "reduce_scatter", False: "allgather"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mpirun -n P python -m proxies.ring_trainer",
+                                description=__doc__.split("\n\n")[1])
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--steps", type=int, default=100, help="steps per epoch")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps before epoch 1")
+    p.add_argument("--input-channels", type=int, default=3)
+    p.add_argument("--num-classes", type=int, default=10)
+    p.add_argument("--batch-size", type=int, default=32, help="reported (samples/s)")
+    p.add_argument("--rings", default=None,
+                   help="JSON list of ring orders (each a permutation of the ranks); "
+                        "default: one ring 0, 1, ..., P-1")
+    p.add_argument("--hierarchical", type=int, default=0, metavar="G",
+                   help="use the two-level algorithm with groups of G ranks")
+    p.add_argument("--bandwidth-limit", type=float, default=0.0, metavar="GB/s",
+                   help="max bandwidth between two ranks (GB = 1e9 B); 0: unlimited")
+    p.add_argument("--buffer-bytes", type=int, default=0,
+                   help="communication buffer per transfer; 0: not checked")
+    p.add_argument("--compute-us", type=float, default=DEFAULT_COMPUTE_US_PER_STEP,
+                   help="emulated compute per step (us)")
+    p.add_argument("--scale", type=float, default=1.0, help="gradient size multiplier")
+    p.add_argument("--bandwidth-bytes", type=int, default=4 << 20,
+                   help="message size of the bandwidth measurement")
+    p.add_argument("--chunk-bytes", type=int, default=1 << 20,
+                   help="pacing granularity: transfers are sent in chunks of this size")
+    p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--progress", choices=("auto", "blocking", "poll"), default="auto")
+    p.add_argument("--out", default="results", help="directory of measured.json")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    info = launch_info()
+    ns = parse_quietly(build_parser(), sys.argv[1:] if argv is None else argv, info.rank)
+    for name in ("epochs", "steps"):
+        if getattr(ns, name) < 1:
+            fail(info.rank, f"ring_trainer: --{name} must be >= 1")
+    if ns.scale <= 0:
+        fail(info.rank, "ring_trainer: --scale must be > 0")
+    try:
+        rings = json.loads(ns.rings) if ns.rings else None
+        options = BuildOptions(scale=ns.scale, algorithm=None,
+                               rings=tuple(tuple(r) for r in rings) if rings else None)
+        model = AlexNetRing()
+        params = model.params([ns.input_channels, ns.num_classes])
+        params.update(compute_us=ns.compute_us, hierarchical=ns.hierarchical)
+        workload = model.build(info.world_size, params, options)
+        if rings:
+            from .collectives import build_schedule
+
+            build_schedule("allgather", "multiring", info.world_size, 1, rings=rings)
+    except (LayoutError, ValueError) as e:
+        fail(info.rank, f"ring_trainer: {e}")
+    settings = prepare_mpi(info, REFERENCE_THREAD_LEVEL, None)
+    from . import mpi_executor as mx
+
+    comm = mx.MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if size != workload.world_size:
+        fail(rank, f"ring_trainer: started with {size} ranks but the launcher said "
+                   f"{workload.world_size}")
+    progress = ns.progress if ns.progress != "auto" else (
+        "poll" if settings.oversubscribed else "blocking")
+    started = time.perf_counter()
+
+    def say(msg: str) -> None:
+        if rank == 0:
+            print(f"[{time.perf_counter() - started:7.1f} s] {msg}", flush=True)
+
+    try:
+        ex = mx.MPIExecutor(workload, compute="sleep", timeout_s=ns.timeout, progress=progress,
+                            comm=comm)
+        if ns.bandwidth_limit > 0:
+            ex.pacer = mx.Pacer(ns.bandwidth_limit * GB, ns.chunk_bytes)
+        ex.buffer_bytes = ns.buffer_bytes or None
+        ex.create_communicators()
+        ex.allocate()
+        inf = workload.info
+        say(f"ring trainer: {size} ranks, AlexNet {inf['parameters']} parameters, "
+            f"{inf['gradient_elems']} gradient elements per step (scale {ns.scale:g}), "
+            f"algorithm {inf['algorithm']}, {len(workload.collective_params['rings'])} ring(s), "
+            f"limit {ns.bandwidth_limit:g} GB/s, progress {progress}")
+        say(f"measuring the bandwidth of {size * (size - 1)} ordered pairs "
+            f"({ns.bandwidth_bytes} B each)")
+        bw_rows = mx.pairwise_bandwidth(comm, ns.bandwidth_bytes, pacer=ex.pacer)
+        if ns.warmup:
+            ex.run_phase("step", ns.warmup, 0)
+        ex.sent_bytes.clear()
+        epochs = []
+        for epoch in range(ns.epochs):
+            run = ex.run_phase("step", 0, ns.steps)
+            sent = ex.sent_bytes.copy()
+            ex.sent_bytes.clear()
+            gathered = comm.gather(
+                {"sent": [[PHASES[red], dst, b] for (_lbl, red, dst), b in sent.items()],
+                 "steps_s": [b - a for a, b in zip(run.iteration_starts,
+                                                    [*run.iteration_starts[1:], run.total_s],
+                                                    strict=True)],
+                 "total_s": run.total_s}, root=0)
+            if rank == 0:
+                e = epoch_record(epoch, gathered, size)
+                epochs.append(e)
+                say(f"epoch {epoch + 1}/{ns.epochs}: {e['time_s']:.2f} s "
+                    f"({1e3 * e['time_s'] / ns.steps:.1f} ms/step), reduce-scatter "
+                    f"{e['traffic_mb']['reduce_scatter']:.1f} MB, all-gather "
+                    f"{e['traffic_mb']['allgather']:.1f} MB")
+        overruns = comm.gather(list(ex.overruns.values()), root=0)
+        pacing = comm.gather(ex.pacer.waited_s if ex.pacer else 0.0, root=0)
+        if rank == 0:
+            doc = {
+                "kind": "ring-trainer-measurement",
+                "settings": vars(ns) | {"world_size": size, "progress": progress,
+                                        "throttle": settings.throttle},
+                "workload": {"info": workload.info,
+                             "rings": workload.collective_params["rings"]},
+                "mpi": {"library": mx.library_version(),
+                        "thread_level": mx.thread_level_name(mx.MPI.Query_thread())},
+                "units": {"time": "s", "bandwidth": "bytes/s", "traffic": "bytes"},
+                "bandwidth_bytes_per_s": bw_rows,
+                "epochs": epochs,
+                "total_time_s": sum(e["time_s"] for e in epochs),
+                "pacing_wait_s_per_rank": pacing,
+                "buffer_overruns": [o for per in overruns for o in per],
+                "wall_s": time.perf_counter() - started,
+            }
+            from .results import versions, write_json
+
+            doc["versions"] = versions()
+            path = write_json(Path(ns.out) / "measured.json", doc)
+            say(f"wrote {path}")
+    except SystemExit:
+        raise
+    except BaseException:
+        import traceback
+
+        sys.stderr.write(f"rank {rank}: unhandled error, aborting the job\n")
+        traceback.print_exc()
+        comm.Abort(1)
+
+
+def epoch_record(epoch: int, gathered: list[dict], size: int) -> dict:
+    """Rank 0: one epoch's figures from every rank's counters."""
+    traffic = {ph: [[0] * size for _ in range(size)] for ph in PHASES.values()}
+    for src, g in enumerate(gathered):
+        for phase, dst, b in g["sent"]:
+            traffic[phase][src][dst] += b
+    steps = [max(g["steps_s"][i] for g in gathered) for i in range(len(gathered[0]["steps_s"]))]
+    return {
+        "epoch": epoch + 1,
+        "time_s": max(g["total_s"] for g in gathered),
+        "step_s": {"mean": sum(steps) / len(steps), "min": min(steps), "max": max(steps)},
+        "traffic_bytes": traffic,
+        "traffic_mb": {ph: sum(map(sum, m)) / 1e6 for ph, m in traffic.items()},
+    }
+
+
+if __name__ == "__main__":
+    main()

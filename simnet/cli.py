@@ -1,0 +1,81 @@
+"""``python -m simnet --config config.json``: predict, write results, summarise."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+
+from .config import ConfigError, load_config, schema
+
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m simnet",
+        description="Predict the time, traffic and bandwidth of a workload (the ring trainer "
+        "or any proxy) on a modelled network, and draw them. Subcommands: "
+        + ", ".join(SUBCOMMANDS)
+        + " (python -m simnet SUBCOMMAND --help).",
+    )
+    p.add_argument("--config", default="config.json", help="configuration file (JSON)")
+    p.add_argument(
+        "--schema", action="store_true", help="print the configuration's JSON Schema and exit"
+    )
+    p.add_argument("--out", default=None, help="results directory (default: logging.log_dir)")
+    p.add_argument("--prefix", default="sim_", help="prefix of every file written")
+    p.add_argument(
+        "--no-series",
+        action="store_true",
+        help="do not record per-link rate series (faster on huge runs)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    return p
+
+
+# Subcommands: name -> module with main(argv) -> int.
+SUBCOMMANDS = {
+    "calibrate": "simnet.calibrate",
+    "validate": "simnet.validate",
+    "scaling": "simnet.scaling",
+    "sweep": "simnet.sweep",
+    "slurm": "simnet.slurm",
+    "aggregate": "simnet.aggregate",
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in SUBCOMMANDS:
+        import importlib
+
+        return int(importlib.import_module(SUBCOMMANDS[args[0]]).main(args[1:]) or 0)
+    ns = build_parser().parse_args(args)
+    if ns.schema:
+        print(json.dumps(schema(), indent=1))
+        return 0
+    from .output import write_all
+    from .simulate import simulate
+
+    started = time.perf_counter()
+    last = [0.0]
+
+    def progress(msg: str) -> None:
+        now = time.perf_counter()
+        if now - last[0] >= 1.0:
+            last[0] = now
+            print(f"\r[{now - started:6.1f} s] {msg}", end="", file=sys.stderr, flush=True)
+
+    try:
+        cfg = load_config(ns.config)
+        res = simulate(cfg, progress=None if ns.quiet else progress, record_series=not ns.no_series)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if last[0]:
+        print(file=sys.stderr)
+    write_all(res, ns.out or cfg.logging.log_dir, ns.prefix, say=print)
+    return 0

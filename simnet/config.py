@@ -1,0 +1,298 @@
+"""The configuration file (pydantic v2).
+
+The seed file of the topology-aware ring trainer (``config.json`` at the root)
+loads unchanged; everything else is an optional extension with a default.
+Unknown keys are rejected, naming them.
+
+Units: bandwidths in GB/s with GB = 1e9 bytes (as the seed's
+``bandwidth_limit``), latencies and overheads in microseconds, compute in
+microseconds. They are converted to bytes/s and seconds in one place:
+:func:`link_params`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+GB = 1e9
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelSection(_Strict):
+    """The ring trainer's network: AlexNet with CIFAR-10 shapes by default."""
+
+    input_channels: int = Field(3, ge=1)
+    num_classes: int = Field(10, ge=1)
+
+
+class TrainingSection(_Strict):
+    batch_size: int = Field(32, ge=1)
+    num_epochs: int = Field(5, ge=1)
+    steps_per_epoch: int = Field(100, ge=1)
+    learning_rate: float = Field(0.001, gt=0)
+    compute_us_per_step: float | None = Field(
+        None,
+        ge=0,
+        description="emulated compute per training step (us); "
+        "default: the ring trainer's documented estimate",
+    )
+
+
+class DistributedSection(_Strict):
+    num_nodes: int = Field(10, ge=1, description="processes (ranks)")
+    use_localhost: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(29500, ge=1, le=65535)
+    bandwidth_limit: float = Field(10.0, gt=0, description="max bandwidth between two nodes, GB/s")
+    buffer_size_bytes: int | None = Field(
+        None,
+        ge=1,
+        description="communication buffer per transfer (bytes); larger transfers "
+        "are reported as overruns",
+    )
+
+
+TopologyType = Literal["ring", "hierarchical", "switch", "fat_tree", "torus"]
+
+
+class TopologySection(_Strict):
+    type: TopologyType = "ring"
+    num_nodes: int | None = Field(
+        None, ge=1, description="endpoints (default: distributed.num_nodes)"
+    )
+    permutations: list[int | list[int]] = Field(
+        default_factory=lambda: [0],
+        description=(
+            "ring topology: one ring per entry, each carrying an equal share of the data. "
+            "An integer s is the ring order rotated by s: s, s+1, ..., n-1, 0, ..., s-1 "
+            "(0 <= s < n); a list is an explicit ring order, a permutation of 0..n-1"
+        ),
+    )
+    link_latency_us: float = Field(5.0, ge=0, description="latency per link (us)")
+    bidirectional: bool = True
+    group_size: int | None = Field(None, ge=1, description="hierarchical: endpoints per group")
+    intra_bandwidth: float | None = Field(
+        None, gt=0, description="hierarchical intra-group GB/s (default: bandwidth_limit)"
+    )
+    inter_bandwidth: float | None = Field(
+        None, gt=0, description="hierarchical inter-group GB/s (default: bandwidth_limit / 4)"
+    )
+    intra_latency_us: float | None = Field(None, ge=0)
+    inter_latency_us: float | None = Field(None, ge=0)
+    k: int | None = Field(None, ge=2, description="fat_tree: switch radix (even)")
+    oversubscription: float = Field(1.0, ge=1.0)
+    dims: list[int] | None = Field(None, description="torus dimensions, e.g. [4, 4]")
+    ecmp: bool = False
+    placement: list[int] | None = Field(
+        None, description="endpoint of each rank (default: identity)"
+    )
+
+
+class WorkloadSection(_Strict):
+    """What runs: the ring trainer (default) or any proxy with its arguments."""
+
+    name: str = Field("alexnet_ring", description="a model of `python -m proxies --help`")
+    args: list[int] = Field(default_factory=list, description="the proxy's positional args")
+    world_size: int | None = Field(None, ge=1, description="default: distributed.num_nodes")
+    scale: float = Field(1.0, gt=0, description="message size multiplier")
+    per_tensor: bool = False
+    fix_quirks: bool = False
+    iterations: int = Field(1, ge=1, description="simulated iterations per phase")
+    compute_scale: float = Field(1.0, ge=0, description="multiplier of emulated compute")
+    flags: dict[str, int] = Field(
+        default_factory=dict, description='model-specific options, e.g. {"scaling_size": 512}'
+    )
+
+
+class NetworkSection(_Strict):
+    alpha_us: float = Field(0.0, ge=0, description="per-message overhead (us)")
+    injection_bandwidth: float | None = Field(
+        None, gt=0, description="per-endpoint injection limit, GB/s"
+    )
+    eager_threshold_bytes: int = Field(65536, ge=0)
+    link_params_file: str | None = Field(
+        None, description="calibrated parameters (JSON) overriding alpha and bandwidths"
+    )
+
+
+class CollectivesSection(_Strict):
+    algorithm: str | None = Field(
+        None,
+        description="one algorithm for every collective "
+        "(e.g. ring, multiring, hierarchical); default: MPICH-like",
+    )
+    by_op: dict[str, str] = Field(default_factory=dict, description="op -> algorithm")
+
+
+class LoggingSection(_Strict):
+    log_dir: str = "results"
+    enable_metrics: bool = True
+
+
+class Config(_Strict):
+    model: ModelSection = Field(default_factory=ModelSection)
+    training: TrainingSection = Field(default_factory=TrainingSection)
+    distributed: DistributedSection = Field(default_factory=DistributedSection)
+    topology: TopologySection = Field(default_factory=TopologySection)
+    logging: LoggingSection = Field(default_factory=LoggingSection)
+    workload: WorkloadSection = Field(default_factory=WorkloadSection)
+    network: NetworkSection = Field(default_factory=NetworkSection)
+    collectives: CollectivesSection = Field(default_factory=CollectivesSection)
+
+    @model_validator(mode="after")
+    def _check(self) -> Config:
+        t = self.topology
+        n = self.num_endpoints
+        if t.type == "ring":
+            ring_orders(t.permutations, n)  # raises with the offending entry
+        if t.type == "hierarchical":
+            g = t.group_size or 4
+            if n % g:
+                raise ValueError(f"topology.group_size={g} must divide topology.num_nodes={n}")
+        if t.type == "fat_tree" and (t.k is None or t.k % 2):
+            raise ValueError("topology.k: a fat_tree needs an even switch radix k (e.g. 4)")
+        if t.type == "torus" and not t.dims:
+            raise ValueError("topology.dims: a torus needs its dimensions, e.g. [4, 4]")
+        return self
+
+    @property
+    def num_endpoints(self) -> int:
+        t = self.topology
+        if t.type == "fat_tree" and t.k:
+            return t.k**3 // 4
+        if t.type == "torus" and t.dims:
+            out = 1
+            for d in t.dims:
+                out *= d
+            return out
+        return t.num_nodes or self.distributed.num_nodes
+
+    @property
+    def world_size(self) -> int:
+        return self.workload.world_size or self.distributed.num_nodes
+
+
+def ring_orders(permutations: list[int | list[int]], n: int) -> list[list[int]]:
+    """The ring orders (rank sequences) that ``topology.permutations`` describes."""
+    if not permutations:
+        raise ValueError("topology.permutations: give at least one ring (e.g. [0])")
+    orders: list[list[int]] = []
+    for i, entry in enumerate(permutations):
+        if isinstance(entry, int):
+            if not 0 <= entry < n:
+                raise ValueError(
+                    f"topology.permutations[{i}] = {entry}: a rotation must be "
+                    f"in 0..{n - 1} for {n} nodes"
+                )
+            order = [(entry + k) % n for k in range(n)]
+        else:
+            if sorted(entry) != list(range(n)):
+                raise ValueError(
+                    f"topology.permutations[{i}]: a ring order must list every "
+                    f"rank 0..{n - 1} exactly once (got {entry})"
+                )
+            order = list(entry)
+        if order in orders:
+            raise ValueError(
+                f"topology.permutations[{i}] repeats ring "
+                f"{orders.index(order)}; give distinct rings"
+            )
+        orders.append(order)
+    return orders
+
+
+class ConfigError(ValueError):
+    """A configuration problem, worded for the user (field and fix)."""
+
+
+def format_validation_error(e: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid configuration"]
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            lines.append(f"  {loc}: unknown key; remove it (see `python -m simnet --schema`)")
+        else:
+            lines.append(f"  {loc}: {err['msg']} (got {err.get('input')!r})")
+    return "\n".join(lines)
+
+
+def load_config(source: str | Path | dict[str, Any] | Config) -> Config:
+    """A Config from a path, a dict or a Config; raises ConfigError with readable text."""
+    if isinstance(source, Config):
+        return source
+    name = "config"
+    if isinstance(source, (str, Path)):
+        name = str(source)
+        try:
+            data = json.loads(Path(source).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"{name}: no such file") from None
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{name}: not valid JSON: {e}") from None
+    else:
+        data = source
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, name)) from None
+
+
+LINK_PARAM_KEYS = {
+    "alpha_us": ("network", "alpha_us"),
+    "bandwidth_gb_per_s": ("distributed", "bandwidth_limit"),
+    "link_latency_us": ("topology", "link_latency_us"),
+    "intra_bandwidth_gb_per_s": ("topology", "intra_bandwidth"),
+    "inter_bandwidth_gb_per_s": ("topology", "inter_bandwidth"),
+    "intra_latency_us": ("topology", "intra_latency_us"),
+    "inter_latency_us": ("topology", "inter_latency_us"),
+    "eager_threshold_bytes": ("network", "eager_threshold_bytes"),
+    "injection_bandwidth_gb_per_s": ("network", "injection_bandwidth"),
+}
+
+
+def apply_link_params(cfg: Config, base_dir: str | Path = ".") -> tuple[Config, list[str]]:
+    """Apply ``network.link_params_file`` (a calibration result) to a configuration.
+
+    The file is JSON whose top-level keys among :data:`LINK_PARAM_KEYS` override
+    the matching configuration fields (GB/s and microseconds, as the config);
+    other keys (fit details, provenance) are ignored. A relative path is taken
+    from ``base_dir``. Returns the new configuration and a note per override.
+    """
+    name = cfg.network.link_params_file
+    if not name:
+        return cfg, []
+    path = Path(name)
+    if not path.is_absolute():
+        path = Path(base_dir) / path
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"network.link_params_file: no such file {str(path)!r}") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"network.link_params_file: {path} is not valid JSON: {e}") from None
+    sections = {
+        sec: getattr(cfg, sec).model_dump() for sec in ("network", "distributed", "topology")
+    }
+    notes = []
+    for key, (sec, field) in LINK_PARAM_KEYS.items():
+        if data.get(key) is not None:
+            sections[sec][field] = data[key]
+            notes.append(f"calibrated: {sec}.{field} = {data[key]} from {path.name}")
+    try:
+        new = cfg.model_copy(
+            update={sec: type(getattr(cfg, sec)).model_validate(v) for sec, v in sections.items()}
+        )
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, str(path))) from None
+    return new, notes
+
+
+def schema() -> dict[str, Any]:
+    return Config.model_json_schema()

@@ -1,0 +1,406 @@
+"""The end-to-end job behind ``./run_training.sh [config.json]``.
+
+1. runs the workload for real: ``num_nodes`` MPI processes of the ring
+   trainer (or of any proxy named in ``workload``), which measure the
+   bandwidth matrix, train, and count the bytes every pair exchanges;
+2. predicts the same workload with simnet on the configured topology;
+3. writes both and their comparison into ``logging.log_dir``.
+
+Ctrl-C stops every process; results are written atomically, so an interrupted
+run leaves no half-written file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from proxies.results import versions, write_csv, write_json, write_text
+
+from .config import GB, Config, ConfigError, load_config, ring_orders
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+PHASE_PARTS = {"reduce_scatter": "reduce", "allgather": "copy"}  # measured -> simulated
+PHASE_NAMES = {"reduce_scatter": "reduce-scatter", "allgather": "all-gather"}
+
+
+def trainer_command(cfg: Config, out_dir: Path) -> list[str]:
+    """The mpiexec command line of the ring trainer for this configuration."""
+    n = cfg.world_size
+    t, d, tr = cfg.topology, cfg.distributed, cfg.training
+    cmd = [
+        shutil.which("mpiexec") or "mpiexec",
+        "-n",
+        str(n),
+        sys.executable,
+        "-m",
+        "proxies.ring_trainer",
+        "--epochs",
+        str(tr.num_epochs),
+        "--steps",
+        str(tr.steps_per_epoch),
+        "--input-channels",
+        str(cfg.model.input_channels),
+        "--num-classes",
+        str(cfg.model.num_classes),
+        "--batch-size",
+        str(tr.batch_size),
+        "--bandwidth-limit",
+        str(d.bandwidth_limit),
+        "--scale",
+        str(cfg.workload.scale),
+        "--out",
+        str(out_dir),
+    ]
+    if tr.compute_us_per_step is not None:
+        cmd += ["--compute-us", str(tr.compute_us_per_step)]
+    if d.buffer_size_bytes:
+        cmd += ["--buffer-bytes", str(d.buffer_size_bytes)]
+    if t.type == "hierarchical":
+        cmd += ["--hierarchical", str(t.group_size or 4)]
+    elif t.type == "ring":
+        cmd += ["--rings", json.dumps(ring_orders(t.permutations, n))]
+    return cmd
+
+
+def proxy_command(cfg: Config, out_json: Path) -> list[str]:
+    w = cfg.workload
+    cmd = [
+        shutil.which("mpiexec") or "mpiexec",
+        "-n",
+        str(cfg.world_size),
+        sys.executable,
+        "-m",
+        f"proxies.{w.name}",
+        *map(str, w.args),
+        "--scale",
+        str(w.scale),
+        "--json",
+        str(out_json),
+    ]
+    for k, v in w.flags.items():
+        cmd += [f"--{k.replace('_', '-')}", str(v)]
+    if w.per_tensor:
+        cmd.append("--per-tensor")
+    if w.fix_quirks:
+        cmd.append("--fix-quirks")
+    return cmd
+
+
+def run_streaming(cmd: list[str]) -> int:
+    """Run a command in its own process group, echoing its output; Ctrl-C stops it all."""
+    proc = subprocess.Popen(cmd, start_new_session=True, stdin=subprocess.DEVNULL)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        _stop_group(proc)
+        raise
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    for sig, grace in ((signal.SIGINT, 3.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 0.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace or None)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+# -- metrics ----------------------------------------------------------------------------
+def traffic_comparison(
+    measured: dict[str, Any], predicted_parts: dict[str, np.ndarray], steps: int
+) -> dict[str, Any]:
+    """Measured per-epoch pair bytes against simnet's (one step x steps), per phase."""
+    out: dict[str, Any] = {"epochs": [], "equal": True}
+    for e in measured["epochs"]:
+        row = {"epoch": e["epoch"]}
+        for phase, part in PHASE_PARTS.items():
+            meas = np.array(e["traffic_bytes"][phase], dtype=np.int64)
+            pred = predicted_parts.get(part, np.zeros_like(meas)) * steps
+            diff = int(np.abs(meas - pred).max()) if meas.size else 0
+            row[phase] = {
+                "measured_bytes": int(meas.sum()),
+                "predicted_bytes": int(pred.sum()),
+                "max_pair_difference_bytes": diff,
+                "equal": diff == 0,
+            }
+            out["equal"] &= diff == 0
+        out["epochs"].append(row)
+    return out
+
+
+def metrics_text(
+    cfg: Config,
+    measured: dict[str, Any],
+    comparison: dict[str, Any],
+    predicted_step_s: float,
+    assumed: list[str],
+) -> str:
+    s = measured["settings"]
+    n = s["world_size"]
+    lines = [
+        "== settings ==",
+        f"processes: {n} (progress {s['progress']}, MPICH throttle {s['throttle']})",
+        f"model: AlexNet, {measured['workload']['info']['parameters']} parameters; "
+        f"{measured['workload']['info']['gradient_elems']} gradient elements per step "
+        f"(scale {s['scale']:g})",
+        f"algorithm: {measured['workload']['info']['algorithm']}, rings: "
+        f"{measured['workload']['rings']}",
+        f"training: {s['epochs']} epochs x {s['steps']} steps, batch {s['batch_size']}, "
+        f"compute {s['compute_us']:g} us per step",
+        f"bandwidth limit: {s['bandwidth_limit']:g} GB/s per pair (GB = 1e9 B)",
+        f"topology (prediction): {cfg.topology.type}",
+        "",
+        "== bandwidth matrix (GB/s, measured, sender row -> receiver column) ==",
+    ]
+    bw = np.array(measured["bandwidth_bytes_per_s"]) / GB
+    lines.append("      " + "".join(f"{j:>7d}" for j in range(n)))
+    for i in range(n):
+        lines.append(
+            f"{i:>5d} " + "".join(f"{'-':>7s}" if i == j else f"{bw[i, j]:7.2f}" for j in range(n))
+        )
+    lines += ["", "== traffic per epoch (MB = 1e6 B, all pairs) =="]
+    for e, c in zip(measured["epochs"], comparison["epochs"], strict=True):
+        lines.append(
+            f"epoch {e['epoch']}: "
+            + ", ".join(
+                f"{PHASE_NAMES[ph]} {e['traffic_mb'][ph]:.3f} MB measured / "
+                f"{c[ph]['predicted_bytes'] / 1e6:.3f} MB predicted"
+                f"{'' if c[ph]['equal'] else ' (DIFFERENT)'}"
+                for ph in PHASE_PARTS
+            )
+        )
+    lines += ["", "== time =="]
+    for e in measured["epochs"]:
+        st = e["step_s"]
+        lines.append(
+            f"epoch {e['epoch']}: {e['time_s']:.3f} s; per step mean "
+            f"{1e3 * st['mean']:.2f} ms, min {1e3 * st['min']:.2f} ms, max "
+            f"{1e3 * st['max']:.2f} ms"
+        )
+    total = measured["total_time_s"]
+    steps = s["epochs"] * s["steps"]
+    lines.append(f"total training time: {total:.3f} s ({steps} steps)")
+    lines.append(
+        f"predicted per step: {1e3 * predicted_step_s:.2f} ms; measured mean "
+        f"{1e3 * total / steps:.2f} ms; error "
+        f"{100 * (predicted_step_s - total / steps) / (total / steps):+.1f}%"
+    )
+    lines += ["", "== warnings =="]
+    warnings = [
+        f"buffer overrun: {o['op']} step {o['first_step']} rank {o['src']} -> rank "
+        f"{o['dst']}: {o['size_bytes']} B > buffer {o['buffer_bytes']} B "
+        f"({o['count']} times)"
+        for o in measured["buffer_overruns"]
+    ]
+    warnings += [f"assumed in the prediction: {a}" for a in assumed]
+    if not comparison["equal"]:
+        warnings.append("measured and predicted traffic differ (see comparison.json)")
+    lines += warnings or ["none"]
+    return "\n".join(lines) + "\n"
+
+
+def write_measured(out: Path, measured: dict[str, Any]) -> list[Path]:
+    from . import plots
+    from .output import write_matrix_csv
+
+    files = []
+    bw = np.array(measured["bandwidth_bytes_per_s"], dtype=float)
+    files.append(write_matrix_csv(out / "bandwidth_matrix_bytes_per_s.csv", bw, "src\\dst"))
+    shown = bw.copy()
+    np.fill_diagonal(shown, np.nan)
+    files.append(
+        plots.bandwidth_heatmap(
+            shown,
+            out / "bandwidth_heatmap.png",
+            title="measured point-to-point bandwidth "
+            f"(limit {measured['settings']['bandwidth_limit']:g}"
+            " GB/s)",
+        )
+    )
+    for e in measured["epochs"]:
+        total = sum(np.array(e["traffic_bytes"][ph], dtype=np.int64) for ph in PHASE_PARTS)
+        for ph in PHASE_PARTS:
+            files.append(
+                write_matrix_csv(
+                    out / f"traffic_epoch_{e['epoch']}_{ph}_bytes.csv",
+                    np.array(e["traffic_bytes"][ph], dtype=np.int64),
+                    "src\\dst",
+                )
+            )
+        files.append(
+            plots.traffic_heatmap(
+                total,
+                out / f"traffic_epoch_{e['epoch']}.png",
+                title=f"measured traffic, epoch {e['epoch']} (reduce-scatter + all-gather)",
+            )
+        )
+    return files
+
+
+# -- the job ---------------------------------------------------------------------------
+def run(cfg: Config, out: Path, say: Any = print) -> int:
+    from .output import write_all
+    from .simulate import simulate
+
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    if cfg.workload.name != "alexnet_ring":
+        return run_proxy(cfg, out, say)
+    say(f"== real run: {cfg.world_size} processes of the ring trainer ==")
+    rc = run_streaming(trainer_command(cfg, out))
+    if rc != 0:
+        say(f"error: the real run failed (exit code {rc})")
+        return rc
+    measured = json.loads((out / "measured.json").read_text())
+    say("== prediction: simnet on the configured topology ==")
+    res = simulate(
+        cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"iterations": 1})})
+    )
+    files = write_all(res, out, prefix="predicted_")
+    files += write_measured(out, measured)
+    steps = cfg.training.steps_per_epoch
+    parts = res.phases[0].part_traffic_bytes
+    comparison = traffic_comparison(measured, parts, steps)
+    step_pred = res.iteration_time_s
+    total = measured["total_time_s"]
+    n_steps = cfg.training.num_epochs * steps
+    comparison["time"] = {
+        "measured_step_s": total / n_steps,
+        "predicted_step_s": step_pred,
+        "error_percent": 100 * (step_pred - total / n_steps) / (total / n_steps),
+        "per_epoch": [
+            {"epoch": e["epoch"], "measured_s": e["time_s"], "predicted_s": step_pred * steps}
+            for e in measured["epochs"]
+        ],
+    }
+    comparison["assumed"] = res.assumed
+    text = metrics_text(cfg, measured, comparison, step_pred, res.assumed)
+    doc = {
+        "kind": "training-metrics",
+        "config": cfg.model_dump(),
+        "versions": versions(),
+        "measured": measured,
+        "comparison": comparison,
+        "predicted": {"step_s": step_pred, "files_prefix": "predicted_"},
+        "wall_s": time.perf_counter() - started,
+    }
+    from . import plots
+
+    ep = comparison["time"]["per_epoch"]
+    files.append(
+        plots.measured_vs_predicted(
+            [e["epoch"] for e in ep],
+            [e["measured_s"] for e in ep],
+            [e["predicted_s"] for e in ep],
+            out / "comparison_epoch_time.png",
+            title="time per epoch: measured vs predicted",
+            xlabel="epoch",
+            ylabel="time (s)",
+        )
+    )
+    files.append(write_json(out / "comparison.json", comparison))
+    files.append(
+        write_csv(
+            out / "comparison_traffic.csv",
+            ["epoch", "phase", "measured_bytes", "predicted_bytes", "max_pair_difference_bytes"],
+            [
+                [
+                    r["epoch"],
+                    ph,
+                    r[ph]["measured_bytes"],
+                    r[ph]["predicted_bytes"],
+                    r[ph]["max_pair_difference_bytes"],
+                ]
+                for r in comparison["epochs"]
+                for ph in PHASE_PARTS
+            ],
+        )
+    )
+    files.append(write_json(out / "training_metrics.json", doc))
+    files.append(write_text(out / "training_metrics.txt", text))
+    say(text)
+    say(
+        f"traffic measured == predicted, to the byte: {comparison['equal']}; "
+        f"step time error {comparison['time']['error_percent']:+.1f}%"
+    )
+    say(f"wrote {len(files)} files to {out}/")
+    return 0
+
+
+def run_proxy(cfg: Config, out: Path, say: Any) -> int:
+    """A proxy workload: real run, prediction, and their per-iteration times."""
+    from .output import write_all
+    from .simulate import simulate
+
+    meas_path = out / "measured_proxy.json"
+    say(f"== real run: {cfg.world_size} processes of proxies.{cfg.workload.name} ==")
+    rc = run_streaming(proxy_command(cfg, meas_path))
+    if rc != 0:
+        say(f"error: the real run failed (exit code {rc})")
+        return rc
+    measured = json.loads(meas_path.read_text())
+    say("== prediction ==")
+    res = simulate(cfg)
+    write_all(res, out, prefix="predicted_", say=say)
+    rows = []
+    for ph_m, ph_p in zip(measured["phases"], res.phases, strict=True):
+        m = ph_m["runtime_per_iteration_s"]["slowest"]
+        rows.append(
+            {
+                "phase": ph_p.name,
+                "measured_s": m,
+                "predicted_s": ph_p.iteration_time_s,
+                "error_percent": 100 * (ph_p.iteration_time_s - m) / m,
+            }
+        )
+    write_json(out / "comparison.json", {"phases": rows, "assumed": res.assumed})
+    for r in rows:
+        say(
+            f"{r['phase']}: measured {r['measured_s']:.6f} s, predicted "
+            f"{r['predicted_s']:.6f} s, error {r['error_percent']:+.1f}%"
+        )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m simnet.endtoend", description=__doc__)
+    p.add_argument("--config", default="config.json")
+    p.add_argument("--out", default=None, help="default: logging.log_dir")
+    ns = p.parse_args(argv)
+    try:
+        cfg = load_config(ns.config)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return run(cfg, Path(ns.out or cfg.logging.log_dir))
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(
+            "\ninterrupted: every process stopped; files already written are complete",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,893 @@
+"""Flow-level network model with max-min fair bandwidth sharing, on simpy.
+
+A message is a *flow* over the directed links of its route. Links share their
+bandwidth among the flows crossing them by max-min fairness (progressive
+filling); a flow's rate changes whenever a flow that shares a link with it
+(directly or through a chain of shared links) starts or ends. Rates are
+recomputed only for that connected component of flows, never globally, so
+thousands of concurrent flows in disjoint parts of a network stay cheap.
+
+Units, everywhere in this module: time in seconds (``_s``), sizes in bytes
+(``_bytes``), bandwidths and rates in bytes per second (``_bytes_per_s``).
+
+Graph data model: a :class:`networkx.DiGraph` whose directed edges each carry
+``bandwidth`` (bytes/s, > 0) and ``latency`` (s, >= 0). Edge attributes are
+read once, the first time an edge appears on a route, and cached: mutate the
+graph before building the network, not after.
+
+Scheduling. The model keeps its own timers (alpha over, last byte left,
+latency over), grouped in buckets by exact time: a bucket is a list in
+insertion order, a heap orders the distinct times, so ties are broken by
+insertion order and runs are deterministic. Only the earliest bucket is
+mirrored as a simpy timeout, so the flows of a bulk-synchronous step that
+start or end at the same instant share one simpy event. simpy cannot cancel a
+timeout: a flow whose rate changes is appended to the bucket of its new
+completion time and remembers that bucket; its entry in the old bucket is
+skipped when popped (and buckets holding only such entries are dropped without
+a wake-up). Rates are
+recomputed once per simulated instant for all flows started or ended at that
+instant (a zero-delay simpy event batches the starts), so an all-to-all burst
+costs one water-filling, not one per message.
+
+Floating point. A flow's remaining bytes are brought up to date lazily
+(``remaining -= rate * (now - last_update)``, clamped at 0) only when its
+rate changes; its completion is the timer ``last_update + remaining / rate``,
+so a flow never finishes before its bytes have drained at its rates, and is
+never lost. A recomputed rate within a relative 1e-12 of the current one is
+treated as unchanged (no rescheduling), which keeps rounding noise from
+churning timers; capacities can therefore be exceeded by at most that much.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Hashable, Sequence
+from heapq import heapify, heappop, heappush
+from typing import NamedTuple
+
+import networkx as nx
+import simpy
+
+__all__ = [
+    "EGRESS",
+    "INGRESS",
+    "FlowNetwork",
+    "FlowState",
+    "LinkKey",
+    "Route",
+    "TransferRecord",
+]
+
+LinkKey = tuple[Hashable, Hashable]
+"""A directed link: a graph edge ``(u, v)``, or a virtual injection port
+``(EGRESS, node)`` / ``(INGRESS, node)``."""
+
+Route = Callable[[int, int], Sequence[tuple[Hashable, Hashable]]]
+"""``route(src, dst)`` -> the directed edges of the path (empty if src == dst)."""
+
+EGRESS = "egress"
+"""First element of the key of a node's virtual egress (injection) link."""
+INGRESS = "ingress"
+"""First element of the key of a node's virtual ingress (ejection) link."""
+
+# Flow phases; a flow's timer ends the phase it is in.
+_ALPHA = 0  # paying the per-message overhead alpha_s
+_DRAINING = 1  # bytes draining at the max-min rate
+_LATENCY = 2  # last byte left, route latency passing
+_DONE = 3  # delivered
+
+_RATE_RTOL = 1e-12  # a new rate this close to the current one is no change
+
+
+class TransferRecord(NamedTuple):
+    """Value of a completed transfer event.
+
+    ``start_s`` is the simulated time ``transfer`` was called, ``end_s`` the
+    time the last byte arrived at ``dst`` (so ``end_s - start_s`` includes
+    alpha, draining and route latency).
+    """
+
+    src: int
+    dst: int
+    size_bytes: int
+    start_s: float
+    end_s: float
+    tag: object = None
+
+
+_new_tuple = tuple.__new__  # skips NamedTuple's Python-level __new__ on the hot path
+
+
+class FlowState(NamedTuple):
+    """A snapshot of one flow that is currently draining (see ``active_flows``)."""
+
+    src: int
+    dst: int
+    size_bytes: int
+    tag: object
+    rate_bytes_per_s: float
+    remaining_bytes: float
+    links: tuple[LinkKey, ...]
+
+
+class _Link:
+    """One directed link (graph edge or virtual injection port) and its counters."""
+
+    __slots__ = (
+        "busy_s",
+        "busy_since_s",
+        "bytes_total",
+        "capacity_bytes_per_s",
+        "flows",
+        "key",
+        "latency_s",
+        "load_bytes_per_s",
+        "load_mark",
+        "mark",
+        "n_unfrozen",
+        "peak_load_bytes_per_s",
+        "rem_capacity_bytes_per_s",
+        "series",
+    )
+
+    def __init__(self, key: LinkKey, capacity_bytes_per_s: float, latency_s: float) -> None:
+        self.key = key
+        self.capacity_bytes_per_s = capacity_bytes_per_s
+        self.latency_s = latency_s
+        # Flows draining through this link; a dict (not a set) so iteration
+        # order is insertion order and results are deterministic.
+        self.flows: dict[_Flow, None] = {}
+        self.bytes_total = 0
+        self.busy_s = 0.0
+        self.busy_since_s = 0.0
+        self.load_bytes_per_s = 0.0
+        self.peak_load_bytes_per_s = 0.0
+        self.series: list[tuple[float, float]] | None = None
+        # Scratch space for component search and water-filling.
+        self.mark = 0
+        self.load_mark = 0
+        self.rem_capacity_bytes_per_s = 0.0
+        self.n_unfrozen = 0
+
+
+class _Path:
+    """A resolved route between two endpoints and the per-path pair counters."""
+
+    __slots__ = (
+        "bytes_total",
+        "dst",
+        "duration_s",
+        "edges",
+        "latency_s",
+        "links",
+        "messages",
+        "src",
+    )
+
+    def __init__(
+        self, src: int, dst: int, edges: tuple, links: tuple[_Link, ...], latency_s: float
+    ) -> None:
+        self.src = src
+        self.dst = dst
+        self.edges = edges
+        self.links = links
+        self.latency_s = latency_s
+        self.bytes_total = 0
+        self.duration_s = 0.0
+        self.messages = 0
+
+
+class _Flow(simpy.Event):
+    """One message: the event ``transfer`` returns, and the model's flow state.
+
+    Merging the two saves an allocation per message on the hot path.
+    """
+
+    __slots__ = (
+        "fill_bytes_per_s",
+        "last_update_s",
+        "links",
+        "mark",
+        "path",
+        "phase",
+        "rate_bytes_per_s",
+        "remaining_bytes",
+        "seq",
+        "size_bytes",
+        "start_s",
+        "tag",
+        "timer",
+    )
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        seq: int,
+        path: _Path,
+        size_bytes: int,
+        tag: object,
+        start_s: float,
+    ) -> None:
+        # simpy.Event.__init__, inlined as simpy.Timeout does.
+        self.env = env
+        self.callbacks = []
+        self.seq = seq
+        self.path = path
+        self.links = path.links if size_bytes else ()
+        self.size_bytes = size_bytes
+        self.tag = tag
+        self.start_s = start_s
+        self.remaining_bytes = float(size_bytes)
+        self.rate_bytes_per_s = 0.0  # 0 until the first rate computation
+        self.last_update_s = start_s
+        self.phase = _ALPHA
+        # The timer bucket holding this flow's live timer; entries of the flow
+        # in other buckets are superseded and skipped.
+        self.timer: list[_Flow] | None = None
+        self.mark = 0
+        self.fill_bytes_per_s = -1.0  # < 0: not frozen by the current water-fill
+
+    def _desc(self) -> str:
+        p = self.path
+        return f"Transfer({p.src!r} -> {p.dst!r}, {self.size_bytes} B, tag={self.tag!r})"
+
+
+class FlowNetwork:
+    """Flow-level network with max-min fair bandwidth sharing.
+
+    ``transfer(src, dst, size_bytes, tag)`` returns a :class:`simpy.Event`
+    whose value is a :class:`TransferRecord`; see its docstring for timing.
+
+    Parameters
+    ----------
+    env:
+        The simpy environment the transfers run in.
+    graph:
+        Directed graph; every edge used by a route needs ``bandwidth``
+        (bytes/s, > 0) and ``latency`` (s, >= 0).
+    route:
+        ``route(src, dst)`` returns the directed edges ``(u, v)`` of the path
+        from ``src`` to ``dst`` (empty when ``src == dst``). It is called once
+        per transfer with ``src != dst``, so it may return different paths over
+        time; returning the same tuple for a pair is fastest.
+    alpha_s:
+        Per-message overhead in seconds, paid before the first byte moves.
+    injection_bandwidth_bytes_per_s:
+        If set, every flow also crosses a virtual egress link of its ``src``
+        (key ``(EGRESS, src)``) and a virtual ingress link of its ``dst``
+        (key ``(INGRESS, dst)``), each with this capacity and zero latency.
+    record_link_series:
+        Keep per link a piecewise-constant series of
+        ``(time_s, total_rate_bytes_per_s)`` change points (see ``link_series``).
+
+    Statistics (bytes are exact integers, times in s, rates in bytes/s). Links
+    appear once some route has used them, in order of first use.
+
+    * ``link_bytes()``: bytes per link, each flow adding its size to every link
+      of its route (injection ports included) when its last byte leaves;
+    * ``link_busy_s()``: seconds per link with at least one flow draining;
+    * ``utilisation(link, horizon_s)`` and ``busy_fraction(link, horizon_s)``;
+    * ``link_peak_load_bytes_per_s()``: the largest sum of flow rates ever seen
+      on each link; ``max_overload_ratio()`` is the largest peak / capacity;
+    * ``pair_bytes``, ``pair_duration_s``, ``pair_messages``: per ``(src, dst)``
+      bytes, sum of transfer durations (``end_s - start_s``) and message count
+      of completed transfers; ``pair_rate_bytes_per_s(src, dst)``;
+    * counters ``transfers_started``, ``transfers_completed``,
+      ``recomputations`` (components whose max-min rates were computed) and
+      ``flows_rerated`` (flow rates computed, summed over recomputations).
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        graph: nx.DiGraph,
+        route: Route,
+        *,
+        alpha_s: float = 0.0,
+        injection_bandwidth_bytes_per_s: float | None = None,
+        record_link_series: bool = False,
+    ) -> None:
+        if not graph.is_directed():
+            raise TypeError(
+                "graph must be a networkx.DiGraph (one edge per direction, each with "
+                "'bandwidth' in bytes/s and 'latency' in s); convert with graph.to_directed()"
+            )
+        alpha_s = float(alpha_s)
+        if not (math.isfinite(alpha_s) and alpha_s >= 0.0):
+            raise ValueError(f"alpha_s must be a finite number >= 0 seconds, got {alpha_s!r}")
+        if injection_bandwidth_bytes_per_s is not None:
+            injection_bandwidth_bytes_per_s = float(injection_bandwidth_bytes_per_s)
+            if not (
+                math.isfinite(injection_bandwidth_bytes_per_s)
+                and injection_bandwidth_bytes_per_s > 0.0
+            ):
+                raise ValueError(
+                    "injection_bandwidth_bytes_per_s must be a finite number > 0 bytes/s "
+                    f"or None, got {injection_bandwidth_bytes_per_s!r}"
+                )
+        self.env = env
+        self.graph = graph
+        self.route = route
+        self.alpha_s = alpha_s
+        self.injection_bandwidth_bytes_per_s = injection_bandwidth_bytes_per_s
+        self.record_link_series = bool(record_link_series)
+
+        self.transfers_started = 0
+        self.transfers_completed = 0
+        self.recomputations = 0
+        self.flows_rerated = 0
+
+        self._links: dict[LinkKey, _Link] = {}
+        self._paths: dict[tuple, _Path] = {}  # (src, dst, edges) -> path
+        self._last_path: dict[tuple[int, int], _Path] = {}  # last path of each pair
+        self._self_paths: dict[int, _Path] = {}  # src == dst
+
+        # Timers grouped by exact time: bucket lists of flows keep insertion
+        # order and a heap orders the distinct times.
+        self._buckets: dict[float, list[_Flow]] = {}
+        self._times: list[float] = []
+        self._wake_pending: list[float] = []  # target times of scheduled simpy wake-ups
+        self._waking = False
+        self._dirty: list[_Link] = []  # seed links of components to recompute
+        self._flush_scheduled = False
+        self._epoch = 0
+
+    # ------------------------------------------------------------------ API
+
+    def transfer(self, src: int, dst: int, size_bytes: int, tag: object = None) -> simpy.Event:
+        """Send ``size_bytes`` bytes from ``src`` to ``dst``; return an event.
+
+        Called at simulated time ``t0`` (s), the message first pays the
+        per-message overhead ``alpha_s`` (s); then its bytes drain across all
+        links of its route at the flow's max-min fair rate (bytes/s, recomputed
+        whenever a flow sharing a link with it, directly or transitively,
+        starts or ends); once its last byte has left, the route latency (sum of
+        edge latencies, s) passes; then the returned event succeeds with a
+        :class:`TransferRecord` ``(src, dst, size_bytes, start_s=t0, end_s, tag)``.
+
+        An uncontended message thus takes exactly
+        ``alpha_s + size_bytes / bottleneck_bandwidth + route_latency`` seconds
+        (the bottleneck including injection ports, if configured). A zero-byte
+        message takes ``alpha_s + route_latency`` and uses no bandwidth;
+        ``src == dst`` takes ``alpha_s`` only (the route is not consulted).
+        ``size_bytes`` must be an integer >= 0; ``tag`` is passed through.
+        """
+        size = size_bytes if type(size_bytes) is int else operator.index(size_bytes)
+        if size < 0:
+            raise ValueError(f"size_bytes must be >= 0, got {size} (src={src}, dst={dst})")
+        if src == dst:
+            path = self._self_paths.get(src)
+            if path is None:
+                path = self._self_paths[src] = _Path(src, dst, (), (), 0.0)
+        else:
+            edges = self.route(src, dst)
+            if type(edges) is not tuple:
+                edges = tuple(edges)
+            path = self._last_path.get((src, dst))
+            if path is None or (path.edges is not edges and path.edges != edges):
+                path = self._resolve(src, dst, edges)
+        env = self.env
+        now = env.now
+        seq = self.transfers_started
+        self.transfers_started = seq + 1
+        flow = _Flow(env, seq, path, size, tag, now)
+        alpha_s = self.alpha_s
+        if alpha_s > 0.0:
+            t = now + alpha_s
+            bucket = self._buckets.get(t)
+            if bucket is None:
+                bucket = self._new_bucket(t)
+            bucket.append(flow)
+            flow.timer = bucket
+        else:
+            self._begin(flow, now)
+        return flow
+
+    def active_flows(self) -> list[FlowState]:
+        """Snapshot of the flows draining now, in start order, rates in bytes/s."""
+        now = self.env.now
+        flows: dict[_Flow, None] = {}
+        for link in self._links.values():
+            flows.update(link.flows)
+        out = []
+        for f in sorted(flows, key=operator.attrgetter("seq")):
+            rem = f.remaining_bytes
+            if f.rate_bytes_per_s:
+                rem = max(0.0, rem - f.rate_bytes_per_s * (now - f.last_update_s))
+            p = f.path
+            out.append(
+                FlowState(
+                    p.src,
+                    p.dst,
+                    f.size_bytes,
+                    f.tag,
+                    f.rate_bytes_per_s,
+                    rem,
+                    tuple(link.key for link in f.links),
+                )
+            )
+        return out
+
+    @property
+    def active_flow_count(self) -> int:
+        """Number of flows currently draining bytes."""
+        return len(self.active_flows())
+
+    def link_capacity_bytes_per_s(self, link: LinkKey) -> float:
+        """Capacity of a graph edge or virtual injection link, in bytes/s."""
+        return self._link(link).capacity_bytes_per_s
+
+    def link_bytes(self) -> dict[LinkKey, int]:
+        """Exact bytes carried per link."""
+        return {k: link.bytes_total for k, link in self._links.items()}
+
+    def link_busy_s(self) -> dict[LinkKey, float]:
+        """Seconds per link with at least one flow draining, up to now."""
+        now = self.env.now
+        return {k: self._busy_s(link, now) for k, link in self._links.items()}
+
+    def link_peak_load_bytes_per_s(self) -> dict[LinkKey, float]:
+        """Peak instantaneous load (sum of flow rates, bytes/s) seen per link."""
+        return {k: link.peak_load_bytes_per_s for k, link in self._links.items()}
+
+    def link_series(self) -> dict[LinkKey, list[tuple[float, float]]]:
+        """Per link, change points ``(time_s, total_rate_bytes_per_s)`` of its load.
+
+        The load is piecewise constant: each value holds from its time until the
+        next change point; before the first point it is 0. Requires
+        ``record_link_series=True``.
+        """
+        if not self.record_link_series:
+            raise RuntimeError(
+                "link series were not recorded: build FlowNetwork(..., record_link_series=True)"
+            )
+        return {k: list(link.series or ()) for k, link in self._links.items()}
+
+    def utilisation(self, link: LinkKey, horizon_s: float) -> float:
+        """Mean fraction of the link's capacity used over ``[0, horizon_s]``.
+
+        ``link_bytes / (capacity_bytes_per_s * horizon_s)``; bytes count when a
+        flow's last byte leaves, so call it once the traffic of interest is done.
+        """
+        if not horizon_s > 0:
+            raise ValueError(f"horizon_s must be > 0 seconds, got {horizon_s!r}")
+        lk = self._link(link)
+        return lk.bytes_total / (lk.capacity_bytes_per_s * horizon_s)
+
+    def busy_fraction(self, link: LinkKey, horizon_s: float) -> float:
+        """Fraction of ``[0, horizon_s]`` during which the link carried at least one flow."""
+        if not horizon_s > 0:
+            raise ValueError(f"horizon_s must be > 0 seconds, got {horizon_s!r}")
+        return self._busy_s(self._link(link), self.env.now) / horizon_s
+
+    def max_overload_ratio(self) -> float:
+        """Largest ``peak load / capacity`` over all links (<= 1 up to rounding)."""
+        return max(
+            (lk.peak_load_bytes_per_s / lk.capacity_bytes_per_s for lk in self._links.values()),
+            default=0.0,
+        )
+
+    def _pair_stats(self) -> dict[tuple[int, int], list]:
+        """(src, dst) -> [bytes, duration_s, messages], summed over the pair's paths."""
+        out: dict[tuple[int, int], list] = {}
+        for path in (*self._self_paths.values(), *self._paths.values()):
+            if not path.messages:
+                continue
+            st = out.get((path.src, path.dst))
+            if st is None:
+                out[(path.src, path.dst)] = [path.bytes_total, path.duration_s, path.messages]
+            else:
+                st[0] += path.bytes_total
+                st[1] += path.duration_s
+                st[2] += path.messages
+        return out
+
+    @property
+    def pair_bytes(self) -> dict[tuple[int, int], int]:
+        """Exact bytes of completed transfers per ``(src, dst)``."""
+        return {k: v[0] for k, v in self._pair_stats().items()}
+
+    @property
+    def pair_duration_s(self) -> dict[tuple[int, int], float]:
+        """Sum of ``end_s - start_s`` of completed transfers per ``(src, dst)``, in s."""
+        return {k: v[1] for k, v in self._pair_stats().items()}
+
+    @property
+    def pair_messages(self) -> dict[tuple[int, int], int]:
+        """Number of completed transfers per ``(src, dst)``."""
+        return {k: v[2] for k, v in self._pair_stats().items()}
+
+    def pair_rate_bytes_per_s(self, src: int, dst: int) -> float:
+        """Achieved average rate of a pair: its bytes / its summed durations (bytes/s)."""
+        st = self._pair_stats().get((src, dst))
+        if st is None or st[1] <= 0.0:
+            return 0.0
+        return st[0] / st[1]
+
+    # ------------------------------------------------------- route resolution
+
+    def _link(self, key: LinkKey, register: bool = False) -> _Link:
+        """The cached link of ``key``; built from the graph on first sight.
+
+        Only links met on a route are registered (and so appear in the
+        statistics); a query about another link gets a fresh, idle one.
+        """
+        link = self._links.get(key)
+        if link is not None:
+            return link
+        u, v = key
+        if u in (EGRESS, INGRESS) and self.injection_bandwidth_bytes_per_s is not None:
+            link = _Link(key, self.injection_bandwidth_bytes_per_s, 0.0)
+        else:
+            if not self.graph.has_edge(u, v):
+                raise KeyError(
+                    f"link {key!r} is not a directed edge of the graph; "
+                    "the route function must return edges (u, v) present in the DiGraph"
+                )
+            data = self.graph.edges[u, v]
+            try:
+                bw = float(data["bandwidth"])
+                lat = float(data["latency"])
+            except KeyError as exc:
+                raise KeyError(
+                    f"edge {key!r} has no {exc.args[0]!r} attribute; every edge needs "
+                    "'bandwidth' (bytes/s) and 'latency' (s)"
+                ) from None
+            if not (math.isfinite(bw) and bw > 0.0):
+                raise ValueError(
+                    f"edge {key!r}: bandwidth must be finite and > 0 bytes/s, got {bw}"
+                )
+            if not (math.isfinite(lat) and lat >= 0.0):
+                raise ValueError(f"edge {key!r}: latency must be finite and >= 0 s, got {lat}")
+            link = _Link(key, bw, lat)
+        if register:
+            if self.record_link_series:
+                link.series = []
+            self._links[key] = link
+        return link
+
+    def _resolve(self, src: int, dst: int, edges: tuple) -> _Path:
+        """The path object of ``edges`` from src to dst, validated and cached."""
+        if not all(type(e) is tuple for e in edges):
+            edges = tuple(tuple(e) for e in edges)  # e.g. [[u, v], ...]
+        key = (src, dst, edges)
+        path = self._paths.get(key)
+        if path is None:
+            if not edges:
+                raise ValueError(f"route({src}, {dst}) returned no edges although src != dst")
+            prev = src
+            for e in edges:
+                if len(e) != 2 or e[0] != prev:
+                    raise ValueError(
+                        f"route({src}, {dst}) is not a path from {src} to {dst}: edge {e!r} "
+                        f"does not start at {prev!r}"
+                    )
+                prev = e[1]
+            if prev != dst:
+                raise ValueError(f"route({src}, {dst}) ends at {prev!r}, not at {dst!r}")
+            links = [self._link(e, True) for e in edges]
+            latency_s = 0.0
+            for link in links:
+                latency_s += link.latency_s
+            if self.injection_bandwidth_bytes_per_s is not None:
+                links = [self._link((EGRESS, src), True), *links, self._link((INGRESS, dst), True)]
+            path = self._paths[key] = _Path(src, dst, edges, tuple(links), latency_s)
+        self._last_path[(src, dst)] = path
+        return path
+
+    @staticmethod
+    def _busy_s(link: _Link, now: float) -> float:
+        if link.flows:
+            return link.busy_s + (now - link.busy_since_s)
+        return link.busy_s
+
+    # ------------------------------------------------------------ scheduling
+
+    def _set_timer(self, flow: _Flow, time_s: float) -> None:
+        """(Re)schedule the end of the flow's current phase at time_s."""
+        bucket = self._buckets.get(time_s)
+        if bucket is None:
+            bucket = self._new_bucket(time_s)
+        bucket.append(flow)
+        flow.timer = bucket
+
+    def _new_bucket(self, time_s: float) -> list[_Flow]:
+        """An empty timer bucket for time_s, with a wake-up at or before it."""
+        bucket: list[_Flow] = []
+        self._buckets[time_s] = bucket
+        heappush(self._times, time_s)
+        if not self._waking:
+            pending = self._wake_pending
+            if not pending or time_s < pending[0]:
+                self._schedule_wake(time_s)
+        # Else the end of the wake-up schedules one for the earliest bucket.
+        return bucket
+
+    def _schedule_wake(self, time_s: float) -> None:
+        env = self.env
+        delay = time_s - env.now
+        ev = simpy.Timeout(env, delay if delay > 0.0 else 0.0, time_s)
+        ev.callbacks.append(self._on_wake)
+        heappush(self._wake_pending, time_s)
+
+    def _on_wake(self, ev: simpy.Event) -> None:
+        pending = self._wake_pending
+        heappop(pending)
+        now = self.env.now
+        target = ev.value
+        # now + (target - now) may round one ulp below target: the timer is due.
+        limit = target if target > now else now
+        times = self._times
+        buckets = self._buckets
+        end_drain = self._end_drain
+        deliver = self._deliver
+        self._waking = True
+        try:
+            while True:
+                while times and times[0] <= limit:
+                    # Handlers may add entries at `now`: they go to a new bucket.
+                    bucket = buckets.pop(heappop(times))
+                    for flow in bucket:
+                        if flow.timer is not bucket:
+                            continue  # superseded by a later reschedule
+                        flow.timer = None
+                        phase = flow.phase
+                        if phase == _DRAINING:
+                            end_drain(flow, now)
+                        elif phase == _LATENCY:
+                            deliver(flow, now)
+                        else:
+                            self._begin(flow, now)
+                if self._dirty:
+                    self._flush(now)
+                if not (times and times[0] <= limit):
+                    break
+        finally:
+            self._waking = False
+        # Drop leading buckets that hold only superseded completion timers, so
+        # rescheduled flows do not cost a simpy wake-up each.
+        while times:
+            bucket = buckets[times[0]]
+            for flow in bucket:
+                if flow.timer is bucket:
+                    break
+            else:
+                del buckets[heappop(times)]
+                continue
+            break
+        if times and (not pending or times[0] < pending[0]):
+            self._schedule_wake(times[0])
+
+    def _on_flush(self, _ev: simpy.Event) -> None:
+        self._flush_scheduled = False
+        if self._dirty:
+            self._flush(self.env.now)
+
+    # ----------------------------------------------------------- flow phases
+
+    def _begin(self, flow: _Flow, now: float) -> None:
+        """alpha_s has passed: start draining (or go straight to latency/delivery)."""
+        links = flow.links
+        if not links:
+            latency_s = flow.path.latency_s
+            if latency_s > 0.0:
+                flow.phase = _LATENCY
+                self._set_timer(flow, now + latency_s)
+            else:
+                self._deliver(flow, now)
+            return
+        flow.phase = _DRAINING
+        for link in links:
+            fl = link.flows
+            if not fl:
+                link.busy_since_s = now
+            fl[flow] = None
+        # Any one link reaches the flow's whole component.
+        self._dirty.append(links[0])
+        if not self._waking and not self._flush_scheduled:
+            self._flush_scheduled = True
+            ev = simpy.Event(self.env)
+            ev.callbacks.append(self._on_flush)
+            ev.succeed()
+
+    def _end_drain(self, flow: _Flow, now: float) -> None:
+        """The flow's last byte left: free its links, then wait for the route latency."""
+        size = flow.size_bytes
+        links = flow.links
+        for link in links:
+            fl = link.flows
+            del fl[flow]
+            link.bytes_total += size
+            if not fl:
+                link.busy_s += now - link.busy_since_s
+        self._dirty.extend(links)
+        flow.rate_bytes_per_s = 0.0
+        flow.remaining_bytes = 0.0
+        flow.phase = _LATENCY
+        t = now + flow.path.latency_s
+        bucket = self._buckets.get(t)
+        if bucket is None:
+            bucket = self._new_bucket(t)
+        bucket.append(flow)
+        flow.timer = bucket
+
+    def _deliver(self, flow: _Flow, now: float) -> None:
+        path = flow.path
+        size = flow.size_bytes
+        start_s = flow.start_s
+        path.bytes_total += size
+        path.duration_s += now - start_s
+        path.messages += 1
+        flow.phase = _DONE
+        self.transfers_completed += 1
+        flow.succeed(_new_tuple(TransferRecord, (path.src, path.dst, size, start_s, now, flow.tag)))
+
+    # ------------------------------------------------------------- max-min
+
+    @staticmethod
+    def _set_load(link: _Link, load: float, now: float) -> None:
+        """Record a new total rate of a link (callers check that it changed)."""
+        link.load_bytes_per_s = load
+        if load > link.peak_load_bytes_per_s:
+            link.peak_load_bytes_per_s = load
+        series = link.series
+        if series is not None:
+            if series and series[-1][0] == now:
+                series.pop()
+                if series and series[-1][1] == load:
+                    return
+            if series or load != 0.0:
+                series.append((now, load))
+
+    def _apply_rate(self, f: _Flow, rate: float, now: float) -> None:
+        """Bring the flow's remaining bytes up to now, switch rate, reschedule its end."""
+        old = f.rate_bytes_per_s
+        rem = f.remaining_bytes
+        if old > 0.0:
+            rem -= old * (now - f.last_update_s)
+            if rem < 0.0:
+                rem = 0.0
+            f.remaining_bytes = rem
+        f.last_update_s = now
+        f.rate_bytes_per_s = rate
+        t = now + rem / rate
+        bucket = self._buckets.get(t)
+        if bucket is None:
+            bucket = self._new_bucket(t)
+        bucket.append(f)
+        f.timer = bucket
+
+    def _flush(self, now: float) -> None:
+        """Recompute max-min rates of the components reached from the dirty links."""
+        seeds = self._dirty
+        self._dirty = []
+        epoch = self._epoch = self._epoch + 1
+        set_load = self._set_load
+        apply_rate = self._apply_rate
+        # A link's load changes only if its set of flows changed (the seeds:
+        # links of started or ended flows) or the rate of one of its flows did.
+        for seed in seeds:
+            seed.load_mark = epoch
+        for seed in seeds:
+            if seed.mark == epoch:
+                continue
+            seed.mark = epoch
+            seed_flows = seed.flows
+            n = len(seed_flows)
+            if n == 0:
+                if seed.load_bytes_per_s != 0.0:
+                    if seed.series is None:
+                        seed.load_bytes_per_s = 0.0
+                    else:
+                        set_load(seed, 0.0, now)
+                continue
+            if n == 1:
+                # Fast path: a flow alone on all its links gets its bottleneck.
+                (f,) = seed_flows
+                rate = math.inf
+                for link in f.links:
+                    if len(link.flows) != 1:
+                        break
+                    cap = link.capacity_bytes_per_s
+                    if cap < rate:
+                        rate = cap
+                else:
+                    f.mark = epoch
+                    self.recomputations += 1
+                    self.flows_rerated += 1
+                    old = f.rate_bytes_per_s
+                    if abs(rate - old) > old * _RATE_RTOL:
+                        apply_rate(f, rate, now)
+                    else:
+                        rate = old
+                    for link in f.links:
+                        link.mark = epoch
+                        if link.load_bytes_per_s != rate:
+                            if link.series is None and rate <= link.peak_load_bytes_per_s:
+                                link.load_bytes_per_s = rate
+                            else:
+                                set_load(link, rate, now)
+                    continue
+            # Breadth-first search links -> flows -> links, preparing each
+            # link for the water-filling as it is found.
+            cap = seed.capacity_bytes_per_s
+            seed.rem_capacity_bytes_per_s = cap
+            seed.n_unfrozen = n
+            heap = [(cap / n, 0, seed)]
+            comp_links = [seed]
+            comp_flows = []
+            touched = [seed]
+            i = 0
+            while i < len(comp_links):
+                link = comp_links[i]
+                i += 1
+                for f in link.flows:
+                    if f.mark != epoch:
+                        f.mark = epoch
+                        comp_flows.append(f)
+                        for l2 in f.links:
+                            if l2.mark != epoch:
+                                l2.mark = epoch
+                                n = len(l2.flows)
+                                cap = l2.capacity_bytes_per_s
+                                l2.rem_capacity_bytes_per_s = cap
+                                l2.n_unfrozen = n
+                                heap.append((cap / n, len(comp_links), l2))
+                                comp_links.append(l2)
+                                if l2.load_mark == epoch:
+                                    touched.append(l2)
+            self.recomputations += 1
+            self.flows_rerated += len(comp_flows)
+            heapify(heap)
+            _water_fill(heap)
+            for f in comp_flows:
+                rate = f.fill_bytes_per_s
+                f.fill_bytes_per_s = -1.0
+                old = f.rate_bytes_per_s
+                tol = old * _RATE_RTOL
+                if rate - old > tol or old - rate > tol:
+                    apply_rate(f, rate, now)
+                    for link in f.links:
+                        if link.load_mark != epoch:
+                            link.load_mark = epoch
+                            touched.append(link)
+            for link in touched:
+                load = 0.0
+                for f in link.flows:
+                    load += f.rate_bytes_per_s
+                if load != link.load_bytes_per_s:
+                    set_load(link, load, now)
+
+
+def _water_fill(heap: list[tuple[float, int, _Link]]) -> None:
+    """Progressive filling; leaves each flow's rate in ``fill_bytes_per_s``.
+
+    ``heap`` holds ``(capacity / flows, index, link)`` for every link of the
+    component, whose ``rem_capacity_bytes_per_s`` and ``n_unfrozen`` are set.
+    Repeatedly take the link with the smallest fair share (remaining capacity
+    / unfrozen flows), freeze its unfrozen flows at that share and subtract it
+    from their other links. Shares only grow from round to round, so stale
+    heap keys are lower bounds and are refreshed lazily; ties go to the lower
+    index (the link found first), for determinism.
+    """
+    level = 0.0
+    while heap:
+        share, i, link = heappop(heap)
+        n = link.n_unfrozen
+        if n == 0:
+            continue
+        cur = link.rem_capacity_bytes_per_s / n
+        if cur > share:
+            heappush(heap, (cur, i, link))
+            continue
+        # Shares never decrease in exact arithmetic; do not let rounding do it.
+        if cur < level:
+            cur = level
+        level = cur
+        for f in link.flows:
+            if f.fill_bytes_per_s < 0.0:
+                f.fill_bytes_per_s = cur
+                for l2 in f.links:
+                    l2.rem_capacity_bytes_per_s -= cur
+                    l2.n_unfrozen -= 1

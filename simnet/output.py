@@ -1,0 +1,294 @@
+"""Writing a simulation's results: JSON, CSV matrices, heatmaps, a trace, a summary.
+
+Every file is written atomically (see ``proxies.results``).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from proxies.ops import describe
+from proxies.results import chrome_trace, versions, write_csv, write_json, write_text
+
+from .simulate import PhaseResult, SimResult
+
+
+def link_name(key: tuple) -> str:
+    a, b = key
+    return f"{a}->{b}"
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def matrix_rows(m: np.ndarray) -> list[list[object]]:
+    return [
+        [i, *(_finite(float(v)) if m.dtype.kind == "f" else int(v) for v in row)]
+        for i, row in enumerate(m)
+    ]
+
+
+def write_matrix_csv(path: Path, m: np.ndarray, corner: str) -> Path:
+    n = m.shape[0]
+    return write_csv(path, [corner, *map(str, range(n))], matrix_rows(m))
+
+
+def phase_summary(p: PhaseResult) -> dict[str, Any]:
+    horizon = p.makespan_s or 1.0
+    links = sorted(p.link_bytes, key=lambda k: (-p.link_busy_s.get(k, 0.0), link_name(k)))
+    return {
+        "phase": p.name,
+        "iterations": p.iterations,
+        "iteration_time_s": p.iteration_time_s,
+        "makespan_s": p.makespan_s,
+        "messages": p.messages,
+        "sim_wall_s": p.sim_wall_s,
+        "messages_per_wall_s": p.messages / p.sim_wall_s if p.sim_wall_s > 0 else None,
+        "algorithms": p.algorithms,
+        "wire_bytes_by_group": p.wire_bytes_by_group,
+        "per_rank": p.per_rank,
+        "compute_s": _stat(p, "compute_s"),
+        "comm_s": _stat(p, "comm_s"),
+        "exposed_comm_s": _stat(p, "exposed_comm_s"),
+        "max_link_load_over_capacity": p.max_link_overload,
+        "links": [
+            {
+                "link": link_name(k),
+                "bytes": p.link_bytes[k],
+                "busy_s": p.link_busy_s.get(k, 0.0),
+                "busy_fraction": p.link_busy_s.get(k, 0.0) / horizon,
+                "capacity_bytes_per_s": p.link_capacity_bytes_per_s[k],
+            }
+            for k in links
+        ],
+        "traffic_bytes": p.traffic_bytes,
+    }
+
+
+def _stat(p: PhaseResult, key: str) -> dict[str, float]:
+    vals = [r[key] for r in p.per_rank]
+    return {"mean": statistics.fmean(vals), "max": max(vals)}
+
+
+def document(res: SimResult) -> dict[str, Any]:
+    cfg = res.config
+    return {
+        "kind": "simnet-prediction",
+        "config": cfg.model_dump(),
+        "versions": versions(),
+        "assumed": res.assumed,
+        "workload": {
+            "model": res.workload.model,
+            "world_size": res.workload.world_size,
+            "params": res.workload.params,
+            "info": res.workload.info,
+        },
+        "topology": {
+            "name": res.graph.graph.get("name"),
+            "params": res.graph.graph.get("params"),
+            "num_endpoints": res.graph.graph["num_endpoints"],
+        },
+        "placement": res.placement,
+        "units": {"time": "seconds", "traffic": "bytes", "bandwidth": "bytes/s"},
+        "iteration_time_s": res.iteration_time_s,
+        "traffic_bytes": res.traffic_bytes,
+        "bandwidth_bytes_per_s": [
+            [_finite(float(v)) for v in row] for row in res.bandwidth_bytes_per_s
+        ],
+        "phases": [phase_summary(p) for p in res.phases],
+    }
+
+
+def trace(res: SimResult) -> dict[str, Any]:
+    """Every simulated operation of every rank, Chrome/Perfetto format."""
+    events = []
+    offset = 0.0
+    for p in res.phases:
+        sim = p.timeline
+        if sim is None:
+            continue
+        for rank, ops in enumerate(sim.programs):
+            tl = sim.timelines[rank]
+            for it, (s, e) in enumerate(zip(tl.starts, tl.ends, strict=True)):
+                for op, t0, t1 in zip(ops, s, e, strict=True):
+                    events.append(
+                        {
+                            "name": op.label,
+                            "cat": type(op).__name__.lower(),
+                            "pid": rank,
+                            "ts_s": offset + t0,
+                            "dur_s": t1 - t0,
+                            "args": {"phase": p.name, "iteration": it, "op": describe(op)},
+                        }
+                    )
+        offset += p.makespan_s
+    return chrome_trace(events, {r: f"rank {r}" for r in range(res.workload.world_size)})
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit, f in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= f:
+            return f"{n / f:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def summary_text(res: SimResult, files: list[Path] | None = None) -> str:
+    w = res.workload
+    lines = [
+        f"simnet: {w.model} on {w.world_size} ranks, topology "
+        f"{res.graph.graph.get('name')} ({res.graph.graph['num_endpoints']} endpoints)",
+        f"predicted iteration time: {res.iteration_time_s:.6f} s",
+    ]
+    for a in res.assumed:
+        lines.append(f"  assumed: {a}")
+    for p in res.phases:
+        s = phase_summary(p)
+        lines.append(
+            f"phase {p.name}: {p.iteration_time_s:.6f} s per iteration, "
+            f"{p.messages} messages simulated in {p.sim_wall_s:.2f} s wall"
+        )
+        for key, label in (
+            ("compute_s", "compute"),
+            ("comm_s", "communication in flight"),
+            ("exposed_comm_s", "exposed communication"),
+        ):
+            lines.append(f"  {label:28s} mean {s[key]['mean']:.6f} s  max {s[key]['max']:.6f} s")
+        lines.append(
+            "  wire bytes by group: "
+            + ", ".join(f"{k} {_fmt_bytes(v)}" for k, v in sorted(p.wire_bytes_by_group.items()))
+        )
+        lines.append(
+            "  algorithms: "
+            + ", ".join(f"{k}={'/'.join(v)}" for k, v in sorted(p.algorithms.items()))
+        )
+        top = s["links"][:5]
+        if top:
+            lines.append(
+                "  busiest links: "
+                + ", ".join(f"{t['link']} {100 * t['busy_fraction']:.0f}%" for t in top)
+            )
+    if files:
+        lines.append("wrote: " + ", ".join(str(f) for f in files))
+    return "\n".join(lines)
+
+
+def write_all(
+    res: SimResult,
+    out_dir: str | Path,
+    prefix: str = "sim_",
+    say: Callable[[str], None] | None = None,
+) -> list[Path]:
+    """Write every result file into ``out_dir``; returns the paths written."""
+    from . import plots
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files: list[Path] = []
+    files.append(
+        write_matrix_csv(out / f"{prefix}traffic_bytes.csv", res.traffic_bytes, "src\\dst")
+    )
+    if len(res.phases) > 1:
+        for p in res.phases:
+            files.append(
+                write_matrix_csv(
+                    out / f"{prefix}traffic_bytes_{p.name}.csv", p.traffic_bytes, "src\\dst"
+                )
+            )
+    files.append(
+        write_matrix_csv(
+            out / f"{prefix}bandwidth_bytes_per_s.csv", res.bandwidth_bytes_per_s, "src\\dst"
+        )
+    )
+    files.append(
+        write_matrix_csv(
+            out / f"{prefix}achieved_bytes_per_s.csv", res.achieved_bytes_per_s, "src\\dst"
+        )
+    )
+    p0 = res.phases[0]
+    files.append(
+        write_csv(
+            out / f"{prefix}links.csv",
+            ["phase", "link", "bytes", "busy_s", "busy_fraction", "capacity_bytes_per_s"],
+            [
+                [
+                    p.name,
+                    link_name(k),
+                    p.link_bytes[k],
+                    p.link_busy_s.get(k, 0.0),
+                    p.link_busy_s.get(k, 0.0) / (p.makespan_s or 1.0),
+                    p.link_capacity_bytes_per_s[k],
+                ]
+                for p in res.phases
+                for k in sorted(p.link_bytes, key=link_name)
+            ],
+        )
+    )
+    title = f"{res.workload.model}, {res.workload.world_size} ranks, {res.graph.graph['name']}"
+    files.append(
+        plots.traffic_heatmap(
+            res.traffic_bytes,
+            out / f"{prefix}traffic_heatmap.png",
+            title=f"predicted traffic: {title}",
+            axis_name="endpoint",
+        )
+    )
+    bw = res.bandwidth_bytes_per_s.astype(float).copy()
+    np.fill_diagonal(bw, np.nan)
+    files.append(
+        plots.bandwidth_heatmap(
+            bw,
+            out / f"{prefix}bandwidth_heatmap.png",
+            title=f"achievable point-to-point bandwidth: {res.graph.graph['name']}",
+            axis_name="endpoint",
+        )
+    )
+    ach = p0.achieved_bytes_per_s.astype(float).copy()
+    ach[ach == 0] = np.nan
+    files.append(
+        plots.bandwidth_heatmap(
+            ach,
+            out / f"{prefix}achieved_bandwidth_heatmap.png",
+            title=f"achieved rate under contention: {title}",
+            axis_name="endpoint",
+        )
+    )
+    busy = sorted(p0.link_bytes, key=lambda k: (-p0.link_busy_s.get(k, 0.0), link_name(k)))
+    horizon = p0.makespan_s or 1.0
+    series = None
+    if p0.link_series:
+        series = {link_name(k): p0.link_series[k] for k in busy[:8] if k in p0.link_series}
+    files.append(
+        plots.link_utilisation_plot(
+            [link_name(k) for k in busy],
+            [p0.link_busy_s.get(k, 0.0) / horizon for k in busy],
+            [p0.link_bytes[k] for k in busy],
+            out / f"{prefix}link_utilisation.png",
+            title=f"link utilisation ({p0.name}): {title}",
+            series=series,
+            capacities_bytes_per_s={link_name(k): p0.link_capacity_bytes_per_s[k] for k in busy},
+        )
+    )
+    files.append(
+        plots.timeline_bars(
+            [str(r["rank"]) for r in p0.per_rank],
+            [r["compute_s"] for r in p0.per_rank],
+            [r["exposed_comm_s"] for r in p0.per_rank],
+            [max(0.0, r["comm_s"] - r["exposed_comm_s"]) for r in p0.per_rank],
+            out / f"{prefix}rank_breakdown.png",
+            title=f"per-rank time ({p0.name}): {title}",
+        )
+    )
+    files.append(write_json(out / f"{prefix}timeline.trace.json", trace(res)))
+    files.append(write_json(out / f"{prefix}results.json", document(res)))
+    text = summary_text(res, [*files, out / f"{prefix}summary.txt"])
+    files.append(write_text(out / f"{prefix}summary.txt", text + "\n"))
+    if say:
+        say(text)
+    return files

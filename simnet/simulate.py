@@ -1,0 +1,362 @@
+"""The Python API: ``simulate(config)`` and ``collective_time(...)``.
+
+simnet allocates no message buffers: it predicts workloads at sizes no single
+machine could run (e.g. the GPT-3 proxy at 384 ranks).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import simpy
+
+import topologies
+from proxies.models import MODELS
+from proxies.ops import ELEM_BYTES
+from proxies.program import BuildOptions, Phase, ProgramBuilder, Workload
+from proxies.timeline import breakdown
+
+from .config import GB, Config, ConfigError, apply_link_params, load_config, ring_orders
+from .executor import AlgorithmPolicy, PhaseSim, SimExecutor
+from .network import FlowNetwork
+
+
+@dataclass
+class PhaseResult:
+    """One simulated phase. Times in seconds, sizes in bytes, rates in bytes/s."""
+
+    name: str
+    iterations: int
+    iteration_time_s: float  # makespan / iterations
+    makespan_s: float
+    traffic_bytes: np.ndarray  # [src endpoint, dst endpoint], all simulated iterations
+    achieved_bytes_per_s: np.ndarray  # bytes / summed transfer time per pair (0: no traffic)
+    per_rank: list[dict[str, float]]  # compute_s, comm_s, exposed_comm_s (per iteration)
+    wire_bytes_by_group: dict[str, int]
+    part_traffic_bytes: dict[str, np.ndarray]  # "reduce" / "copy" / "p2p" -> [src, dst]
+    algorithms: dict[str, list[str]]
+    messages: int
+    link_bytes: dict[tuple, int]
+    link_busy_s: dict[tuple, float]
+    link_capacity_bytes_per_s: dict[tuple, float]
+    link_series: dict[tuple, list[tuple[float, float]]]
+    max_link_overload: float
+    sim_wall_s: float
+    timeline: PhaseSim | None = field(default=None, repr=False)
+
+
+@dataclass
+class SimResult:
+    """What ``simulate`` returns; matrices are indexed by endpoint."""
+
+    config: Config
+    workload: Workload
+    graph: nx.DiGraph
+    placement: list[int]
+    phases: list[PhaseResult]
+    bandwidth_bytes_per_s: np.ndarray  # achievable point-to-point: route bottleneck
+    latency_s: np.ndarray  # route latency per pair
+    assumed: list[str]
+
+    @property
+    def iteration_time_s(self) -> float:
+        """Predicted time of one iteration: the sum over the workload's phases."""
+        return sum(p.iteration_time_s for p in self.phases)
+
+    @property
+    def traffic_bytes(self) -> np.ndarray:
+        """Exact bytes from each endpoint to each other, all phases and iterations."""
+        return sum(
+            (p.traffic_bytes for p in self.phases),
+            start=np.zeros_like(self.phases[0].traffic_bytes),
+        )
+
+    @property
+    def achieved_bytes_per_s(self) -> np.ndarray:
+        return self.phases[0].achieved_bytes_per_s
+
+
+# -- building blocks from a configuration -------------------------------------------
+def build_topology(cfg: Config) -> tuple[nx.DiGraph, list[str]]:
+    """The networkx graph a configuration describes, and what was assumed."""
+    t, d = cfg.topology, cfg.distributed
+    n = cfg.num_endpoints
+    bw = d.bandwidth_limit * GB
+    lat = t.link_latency_us * 1e-6
+    assumed = []
+    try:
+        if t.type == "ring":
+            g = topologies.ring(
+                n, bandwidth_bytes_per_s=bw, latency_s=lat, bidirectional=t.bidirectional
+            )
+        elif t.type == "hierarchical":
+            size = t.group_size or 4
+            intra = (t.intra_bandwidth or d.bandwidth_limit) * GB
+            inter = (t.inter_bandwidth or d.bandwidth_limit / 4) * GB
+            if t.inter_bandwidth is None:
+                assumed.append(f"inter-group bandwidth {inter / GB:g} GB/s (bandwidth_limit / 4)")
+            if t.group_size is None:
+                assumed.append("group size 4")
+            g = topologies.hierarchical(
+                n // size,
+                size,
+                intra_bandwidth_bytes_per_s=intra,
+                inter_bandwidth_bytes_per_s=inter,
+                intra_latency_s=(
+                    t.intra_latency_us if t.intra_latency_us is not None else t.link_latency_us / 10
+                )
+                * 1e-6,
+                inter_latency_s=(
+                    t.inter_latency_us if t.inter_latency_us is not None else t.link_latency_us
+                )
+                * 1e-6,
+            )
+        elif t.type == "switch":
+            g = topologies.switch(n, bandwidth_bytes_per_s=bw, latency_s=lat)
+        elif t.type == "fat_tree":
+            g = topologies.fat_tree(
+                t.k, bandwidth_bytes_per_s=bw, latency_s=lat, oversubscription=t.oversubscription
+            )
+        else:
+            g = topologies.torus(tuple(t.dims or ()), bandwidth_bytes_per_s=bw, latency_s=lat)
+    except topologies.TopologyError as e:
+        raise ConfigError(f"topology: {e}") from None
+    return g, assumed
+
+
+def build_workload(cfg: Config) -> Workload:
+    w = cfg.workload
+    if w.name not in MODELS:
+        raise ConfigError(f"workload.name: unknown model {w.name!r}; known: {', '.join(MODELS)}")
+    model = MODELS[w.name]
+    args = list(w.args)
+    flags = dict(w.flags)
+    rings = None
+    if w.name == "alexnet_ring":
+        # The ring trainer takes its settings from the seed sections of the file.
+        args = args or [cfg.model.input_channels, cfg.model.num_classes]
+        if cfg.training.compute_us_per_step is not None:
+            flags.setdefault("compute_us", round(cfg.training.compute_us_per_step))
+        if cfg.topology.type == "hierarchical":
+            flags.setdefault("hierarchical", cfg.topology.group_size or 4)
+        elif cfg.topology.type == "ring":
+            orders = ring_orders(cfg.topology.permutations, cfg.world_size)
+            rings = tuple(tuple(r) for r in orders)
+    try:
+        params = model.params(args)
+    except ValueError as e:
+        raise ConfigError(f"workload.args: {e}") from None
+    for a in model.flags:
+        params[a.name] = flags.get(a.name, a.default)
+    unknown = set(flags) - {a.name for a in model.flags}
+    if unknown:
+        raise ConfigError(f"workload.flags: {sorted(unknown)} unknown for {w.name}")
+    options = BuildOptions(
+        scale=w.scale,
+        per_tensor=w.per_tensor,
+        fix_quirks=w.fix_quirks,
+        algorithm=None,
+        rings=rings,
+    )
+    try:
+        return model.build(cfg.world_size, params, options, given=len(args))
+    except ValueError as e:
+        raise ConfigError(f"workload: {e}") from None
+
+
+def build_policy(cfg: Config) -> AlgorithmPolicy:
+    t = cfg.topology
+    rings = None
+    if t.type == "ring" and cfg.world_size == cfg.num_endpoints:
+        rings = ring_orders(t.permutations, cfg.num_endpoints)
+    return AlgorithmPolicy(
+        by_op=dict(cfg.collectives.by_op),
+        fixed=cfg.collectives.algorithm,
+        local_size=t.group_size or (4 if t.type == "hierarchical" else None),
+        rings=rings,
+    )
+
+
+def network_factory(
+    cfg: Config, graph: nx.DiGraph, record_series: bool = True
+) -> Callable[[simpy.Environment], FlowNetwork]:
+    router = topologies.Router(graph, ecmp=cfg.topology.ecmp)
+    inj = cfg.network.injection_bandwidth
+    alpha = cfg.network.alpha_us * 1e-6
+
+    def make(env: simpy.Environment) -> FlowNetwork:
+        return FlowNetwork(
+            env,
+            graph,
+            router.path,
+            alpha_s=alpha,
+            injection_bandwidth_bytes_per_s=inj * GB if inj else None,
+            record_link_series=record_series,
+        )
+
+    return make
+
+
+# -- the API --------------------------------------------------------------------------
+def simulate(
+    config: str | dict[str, Any] | Config,
+    *,
+    progress: Callable[[str], None] | None = None,
+    record_series: bool = True,
+) -> SimResult:
+    """Predict a workload on a topology, as a configuration describes them.
+
+    ``config`` may be a path, a dict or a :class:`Config`. Raises ConfigError
+    with a message naming the field to fix.
+    """
+    cfg = load_config(config)
+    base = Path(config).parent if isinstance(config, (str, Path)) else Path(".")
+    cfg, calibrated = apply_link_params(cfg, base)
+    graph, assumed = build_topology(cfg)
+    assumed = [*calibrated, *assumed]
+    n_end = graph.graph["num_endpoints"]
+    world = cfg.world_size
+    try:
+        placement = topologies.apply_placement(world, graph, cfg.topology.placement)
+    except topologies.TopologyError as e:
+        raise ConfigError(f"topology.placement: {e}") from None
+    workload = build_workload(cfg)
+    if cfg.network.alpha_us == 0:
+        assumed.append("no per-message overhead (network.alpha_us = 0)")
+    ex = SimExecutor(
+        workload,
+        network_factory(cfg, graph, record_series),
+        placement,
+        policy=build_policy(cfg),
+        eager_threshold_bytes=cfg.network.eager_threshold_bytes,
+        compute_scale=cfg.workload.compute_scale,
+    )
+    phases = []
+    for i, ph in enumerate(workload.phases):
+        t0 = time.perf_counter()
+        report = None
+        if progress is not None:
+
+            def report(sim: PhaseSim, name: str = ph.name) -> None:
+                progress(
+                    f"{name}: {sim.messages_done} messages, simulated {sim.env.now * 1e3:.3f} ms"
+                )
+
+        sim = ex.run_phase(i, cfg.workload.iterations, report)
+        phases.append(_phase_result(sim, n_end, cfg.workload.iterations, time.perf_counter() - t0))
+    bw, lat = route_matrices(graph, cfg.topology.ecmp)
+    return SimResult(cfg, workload, graph, placement, phases, bw, lat, assumed)
+
+
+def _phase_result(sim: PhaseSim, n_end: int, iterations: int, wall_s: float) -> PhaseResult:
+    net = sim.net
+    traffic = np.zeros((n_end, n_end), dtype=np.int64)
+    achieved = np.zeros((n_end, n_end))
+    durations = net.pair_duration_s
+    for (s, d), b in net.pair_bytes.items():
+        traffic[s, d] += b
+        if durations.get((s, d), 0) > 0:
+            achieved[s, d] = b / durations[(s, d)]
+    part_traffic = {}
+    for part, pairs in sim.part_bytes.items():
+        m = np.zeros((n_end, n_end), dtype=np.int64)
+        for (s, d), b in pairs.items():
+            m[sim.ex.placement[s], sim.ex.placement[d]] += b
+        part_traffic[part] = m
+    per_rank = []
+    for r, ops in enumerate(sim.programs):
+        tl = sim.timelines[r]
+        parts = [breakdown(ops, s, e) for s, e in zip(tl.starts, tl.ends, strict=True)]
+        per_rank.append(
+            {
+                "rank": r,
+                "compute_s": statistics.fmean(p.compute_s for p in parts),
+                "comm_s": statistics.fmean(p.comm_s for p in parts),
+                "exposed_comm_s": statistics.fmean(p.exposed_comm_s for p in parts),
+            }
+        )
+    links = net.link_bytes()
+    return PhaseResult(
+        name=sim.name,
+        iterations=iterations,
+        iteration_time_s=sim.makespan_s / iterations,
+        makespan_s=sim.makespan_s,
+        traffic_bytes=traffic,
+        achieved_bytes_per_s=achieved,
+        per_rank=per_rank,
+        wire_bytes_by_group=dict(sim.wire_bytes_by_group),
+        part_traffic_bytes=part_traffic,
+        algorithms={k: sorted(v) for k, v in sim.algorithms.items()},
+        messages=sim.messages_done,
+        link_bytes=links,
+        link_busy_s=net.link_busy_s(),
+        link_capacity_bytes_per_s={k: net.link_capacity_bytes_per_s(k) for k in links},
+        link_series=net.link_series(),
+        max_link_overload=net.max_overload_ratio(),
+        sim_wall_s=wall_s,
+        timeline=sim,
+    )
+
+
+def route_matrices(graph: nx.DiGraph, ecmp: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Achievable point-to-point bandwidth (bytes/s, the route's bottleneck) and
+    route latency (s) between every pair of endpoints; the diagonal is inf / 0."""
+    n = graph.graph["num_endpoints"]
+    router = topologies.Router(graph, ecmp=ecmp)
+    bw = np.full((n, n), np.inf)
+    lat = np.zeros((n, n))
+    for s in range(n):
+        for d in range(n):
+            if s != d:
+                path = router.path(s, d)
+                bw[s, d] = topologies.path_bandwidth_bytes_per_s(graph, path)
+                lat[s, d] = topologies.path_latency_s(graph, path)
+    return bw, lat
+
+
+def collective_time(
+    topology: nx.DiGraph,
+    op: str,
+    algorithm: str,
+    size_bytes: int,
+    alpha_s: float = 0.0,
+    **schedule_kw: Any,
+) -> float:
+    """Simulated seconds of one collective over all endpoints of ``topology``.
+
+    ``size_bytes`` follows the MPI count semantics of ``proxies.ops`` (the
+    whole vector for allreduce; each rank's contribution for allgather; each
+    rank's block for reduce_scatter; per peer for alltoall), in bytes: it must
+    be a multiple of 4 (float32 elements).
+    """
+    if size_bytes % ELEM_BYTES:
+        raise ValueError(f"size_bytes must be a multiple of {ELEM_BYTES} (float32 elements)")
+    p = topology.graph["num_endpoints"]
+    count = size_bytes // ELEM_BYTES
+
+    def program(rank: int) -> list:
+        b = ProgramBuilder(BuildOptions(algorithm=algorithm))
+        b.collective(op, "world", count)
+        return b.ops
+
+    wl = Workload(
+        "collective", p, {}, {"world": [tuple(range(p))]}, [Phase(f"{op}/{algorithm}", program)]
+    )
+    router = topologies.Router(topology)
+    ex = SimExecutor(
+        wl,
+        lambda env: FlowNetwork(env, topology, router.path, alpha_s=alpha_s),
+        list(range(p)),
+        policy=AlgorithmPolicy(
+            local_size=schedule_kw.get("local_size"), rings=schedule_kw.get("rings")
+        ),
+        eager_threshold_bytes=0,
+    )
+    return ex.run_phase().makespan_s

@@ -1,0 +1,217 @@
+"""The config-driven end-to-end job: ring trainer over MPI, prediction, comparison."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from proxies.collectives import build_schedule
+from proxies.models.alexnet import alexnet_params
+from simnet.config import Config, ConfigError, load_config, ring_orders
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_seed_config_loads_unchanged():
+    raw = json.loads((ROOT / "config.json").read_text())
+    assert set(raw) == {"model", "training", "distributed", "topology", "logging"}
+    cfg = load_config(ROOT / "config.json")
+    assert cfg.distributed.num_nodes == 10
+    assert cfg.distributed.bandwidth_limit == 10.0
+    assert cfg.topology.permutations == [0, 5]
+    assert cfg.world_size == 10
+    assert cfg.workload.name == "alexnet_ring"
+    # Round trip: what the file says is what the model holds.
+    dumped = cfg.model_dump()
+    for section, values in raw.items():
+        for key, value in values.items():
+            assert dumped[section][key] == value
+
+
+def test_extensions_have_defaults_and_units():
+    cfg = Config()
+    assert cfg.topology.link_latency_us == 5.0
+    assert cfg.network.eager_threshold_bytes == 65536
+    cfg = load_config(
+        {
+            "topology": {
+                "type": "hierarchical",
+                "num_nodes": 8,
+                "group_size": 4,
+                "intra_bandwidth": 100,
+                "inter_bandwidth": 12.5,
+            },
+            "collectives": {"algorithm": "hierarchical"},
+            "distributed": {"num_nodes": 8, "buffer_size_bytes": 1 << 20},
+        }
+    )
+    assert cfg.topology.group_size == 4
+
+
+def test_unknown_keys_rejected_by_name():
+    with pytest.raises(ConfigError, match=r"training\.epochs: unknown key"):
+        load_config({"training": {"epochs": 3}})
+
+
+def test_alexnet_parameter_count():
+    # torchvision's AlexNet has 61,100,840 parameters with 1000 classes.
+    assert alexnet_params(3, 1000) == 61_100_840
+    assert alexnet_params(3, 10) == 61_100_840 - 4096 * 990 - 990
+    assert alexnet_params(1, 10) == alexnet_params(3, 10) - 2 * 64 * 11 * 11
+
+
+def test_ring_permutation_meaning():
+    assert ring_orders([0, 2], 4) == [[0, 1, 2, 3], [2, 3, 0, 1]]
+    assert ring_orders([[0, 3, 2, 1]], 4) == [[0, 3, 2, 1]]
+    for bad, msg in (
+        ([4], "a rotation must be in 0..3"),
+        ([0, 0], "repeats ring 0"),
+        ([[0, 1, 1, 2]], "exactly once"),
+        ([], "at least one ring"),
+    ):
+        with pytest.raises(ValueError, match=msg):
+            ring_orders(bad, 4)
+
+
+def test_multiring_splits_data_evenly_over_the_rings():
+    rings = ring_orders([0, [0, 3, 2, 1]], 4)
+    s = build_schedule("reduce_scatter", "multiring", 4, 1000, rings=rings)
+    pairs = s.pair_bytes()
+    # Ring 0 sends i -> i+1, ring 1 sends i -> i-1: each carries half of the data.
+    forward = sum(b for (a, c), b in pairs.items() if c == (a + 1) % 4)
+    backward = sum(b for (a, c), b in pairs.items() if c == (a - 1) % 4)
+    assert forward == backward == 3 * 4 * 1000 * 4 // 2  # (p-1) blocks per rank, 4 ranks
+
+
+def quick_config(tmp_path: Path, **over) -> Path:
+    cfg = {
+        "model": {"input_channels": 3, "num_classes": 10},
+        "training": {
+            "batch_size": 32,
+            "num_epochs": 2,
+            "steps_per_epoch": 3,
+            "learning_rate": 0.001,
+            "compute_us_per_step": 1000,
+        },
+        "distributed": {"num_nodes": 4, "bandwidth_limit": 10.0},
+        "topology": {"type": "ring", "num_nodes": 4, "permutations": [0, [0, 3, 2, 1]]},
+        "logging": {"log_dir": str(tmp_path / "out")},
+        "workload": {"scale": 0.01},
+    }
+    for key, value in over.items():
+        cfg[key].update(value)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def run_job(config: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "simnet.endtoend", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_real_run_matches_prediction_to_the_byte(tmp_path):
+    r = run_job(quick_config(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = tmp_path / "out"
+    comparison = json.loads((out / "comparison.json").read_text())
+    assert comparison["equal"] is True
+    measured = json.loads((out / "measured.json").read_text())
+    block = -(-round(57_044_810 * 0.01) // 4)
+    for e in measured["epochs"]:
+        for phase in ("reduce_scatter", "allgather"):
+            m = np.array(e["traffic_bytes"][phase])
+            # Each rank sends (p-1) blocks per step, split over two rings
+            # going opposite ways, to its two neighbours only.
+            assert m.sum() == 3 * 4 * 3 * block * 4
+            assert m[0, 2] == 0 and m[0, 1] > 0 and m[0, 3] > 0
+    for name in (
+        "training_metrics.txt",
+        "training_metrics.json",
+        "bandwidth_heatmap.png",
+        "traffic_epoch_1.png",
+        "traffic_epoch_2.png",
+        "predicted_traffic_heatmap.png",
+        "predicted_bandwidth_heatmap.png",
+        "comparison_traffic.csv",
+        "bandwidth_matrix_bytes_per_s.csv",
+    ):
+        assert (out / name).exists(), name
+    rows = (out / "traffic_epoch_1_reduce_scatter_bytes.csv").read_text().splitlines()
+    assert len(rows) == 5 and all(len(r.split(",")) == 5 for r in rows)
+    text = (out / "training_metrics.txt").read_text()
+    assert "== bandwidth matrix (GB/s" in text and "total training time" in text
+    assert "reduce-scatter" in text and "all-gather" in text
+    assert not list(out.glob("*.tmp")) and not list(out.glob(".*.tmp"))
+
+
+def test_bandwidth_limit_holds(tmp_path):
+    limit_gbps = 0.05  # 50 MB/s: far below what the machine can do
+    r = run_job(
+        quick_config(
+            tmp_path,
+            distributed={"bandwidth_limit": limit_gbps},
+            training={"num_epochs": 1, "steps_per_epoch": 2},
+        )
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    measured = json.loads((tmp_path / "out" / "measured.json").read_text())
+    bw = np.array(measured["bandwidth_bytes_per_s"])
+    off = bw[~np.eye(4, dtype=bool)]
+    assert (off <= limit_gbps * 1e9 * 1.001).all(), off
+    assert (off >= limit_gbps * 1e9 * 0.5).all(), off  # the limit, not the machine, binds
+    # A step moves (p-1) blocks per rank, half to each neighbour, at 50 MB/s per pair.
+    block = -(-round(57_044_810 * 0.01) // 4)
+    per_pair_bytes = 2 * 3 * block * 4 / 2
+    assert measured["epochs"][0]["step_s"]["min"] >= per_pair_bytes / (limit_gbps * 1e9) * 0.95
+
+
+def test_buffer_overrun_reported_with_step_and_pair(tmp_path):
+    r = run_job(
+        quick_config(
+            tmp_path,
+            distributed={"buffer_size_bytes": 1000},
+            training={"num_epochs": 1, "steps_per_epoch": 1},
+        )
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = (tmp_path / "out" / "training_metrics.txt").read_text()
+    assert "buffer overrun: reduce_scatter step 0 rank 0 -> rank 1:" in text
+    assert "> buffer 1000 B" in text
+
+
+def test_ctrl_c_stops_everything_and_leaves_no_partial_file(tmp_path):
+    cfg = quick_config(tmp_path, training={"num_epochs": 50, "steps_per_epoch": 50})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "simnet.endtoend", "--config", str(cfg)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    time.sleep(6)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "interrupted" in err
+    left = subprocess.run(
+        ["pgrep", "-f", f"ring_trainer.*{tmp_path}"], capture_output=True, text=True
+    )
+    assert left.stdout.strip() == ""
+    outdir = tmp_path / "out"
+    if outdir.exists():
+        assert not [p for p in outdir.iterdir() if p.name.endswith(".tmp")]
+        assert not (outdir / "training_metrics.json").exists()

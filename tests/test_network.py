@@ -1,0 +1,382 @@
+"""Tests of simnet.network: exact hand-computed times of the flow-level model.
+
+Every expected time below is derived by hand in the comment next to it
+(sizes in bytes, bandwidths in bytes/s, times in s).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import networkx as nx
+import pytest
+import simpy
+
+from simnet.network import EGRESS, INGRESS, FlowNetwork, TransferRecord
+
+REL = 1e-12
+
+
+def approx(x: float) -> object:
+    return pytest.approx(x, rel=REL, abs=1e-15)
+
+
+def shortest_path_route(g: nx.DiGraph):
+    """Hop-count shortest path, as a tuple of directed edges, memoised."""
+    cache: dict[tuple[int, int], tuple] = {}
+
+    def route(src: int, dst: int) -> tuple:
+        if src == dst:
+            return ()
+        edges = cache.get((src, dst))
+        if edges is None:
+            path = nx.shortest_path(g, src, dst)
+            edges = cache[(src, dst)] = tuple(itertools.pairwise(path))
+        return edges
+
+    return route
+
+
+def line(*links: tuple[float, float]) -> nx.DiGraph:
+    """Directed line 0 -> 1 -> ... with (bandwidth_bytes_per_s, latency_s) per hop."""
+    g = nx.DiGraph()
+    for i, (bw, lat) in enumerate(links):
+        g.add_edge(i, i + 1, bandwidth=bw, latency=lat)
+    return g
+
+
+def make(g: nx.DiGraph, **kw) -> tuple[simpy.Environment, FlowNetwork]:
+    env = simpy.Environment()
+    return env, FlowNetwork(env, g, shortest_path_route(g), **kw)
+
+
+def send_at(env, net, t_s, src, dst, size, out, tag=None):
+    """Process: wait until t_s, transfer, append the record to out."""
+
+    def proc():
+        if t_s:
+            yield env.timeout(t_s)
+        rec = yield net.transfer(src, dst, size, tag)
+        out.append(rec)
+
+    return env.process(proc())
+
+
+def test_one_flow_two_node_line():
+    env, net = make(line((1e9, 1e-6)))
+    ev = net.transfer(0, 1, 1_000_000, tag="x")
+    env.run()
+    # 1e6 B / 1e9 B/s = 1e-3 s, plus 1e-6 s latency.
+    assert ev.value == TransferRecord(0, 1, 1_000_000, 0.0, approx(1e-3 + 1e-6), "x")
+    assert env.now == approx(1e-3 + 1e-6)
+    assert net.link_bytes() == {(0, 1): 1_000_000}
+    assert net.link_busy_s()[(0, 1)] == approx(1e-3)
+    assert net.utilisation((0, 1), 1e-3) == approx(1.0)
+    assert net.busy_fraction((0, 1), 2e-3) == approx(0.5)
+    assert net.link_peak_load_bytes_per_s() == {(0, 1): 1e9}
+    assert net.pair_bytes == {(0, 1): 1_000_000}
+    assert net.pair_messages == {(0, 1): 1}
+    assert net.pair_duration_s[(0, 1)] == approx(1e-3 + 1e-6)
+    assert net.pair_rate_bytes_per_s(0, 1) == approx(1e6 / (1e-3 + 1e-6))
+    assert net.transfers_completed == 1
+    assert net.active_flow_count == 0
+
+
+def test_three_hop_path_bottleneck_and_summed_latency():
+    env, net = make(line((100.0, 0.1), (50.0, 0.2), (200.0, 0.3)))
+    ev = net.transfer(0, 3, 100)
+    env.run()
+    # Bottleneck 50 B/s: 100 / 50 = 2 s; latency 0.1 + 0.2 + 0.3 = 0.6 s.
+    assert ev.value.end_s == approx(2.6)
+    assert net.link_bytes() == {(0, 1): 100, (1, 2): 100, (2, 3): 100}
+    assert net.link_peak_load_bytes_per_s() == {(0, 1): 50.0, (1, 2): 50.0, (2, 3): 50.0}
+
+
+def test_two_flows_share_a_link_equally():
+    # Flows 0->2 and 0->1 share (0, 1) at 100 B/s; (1, 2) is fast.
+    env, net = make(line((100.0, 0.5), (1000.0, 0.25)))
+    a = net.transfer(0, 2, 100)
+    b = net.transfer(0, 1, 100)
+    env.run(until=1.0)
+    assert [f.rate_bytes_per_s for f in net.active_flows()] == [50.0, 50.0]
+    env.run()
+    # Each gets 50 B/s: 100 / 50 = 2 s of draining.
+    assert a.value.end_s == approx(2.0 + 0.5 + 0.25)
+    assert b.value.end_s == approx(2.0 + 0.5)
+    assert net.link_peak_load_bytes_per_s()[(0, 1)] == 100.0
+    assert net.link_bytes() == {(0, 1): 200, (1, 2): 100}
+
+
+def test_flow_ending_early_lets_the_other_speed_up():
+    env, net = make(line((100.0, 0.5)), record_link_series=True)
+    out: list[TransferRecord] = []
+    send_at(env, net, 0.0, 0, 1, 300, out, "A")
+    send_at(env, net, 1.0, 0, 1, 100, out, "B")
+    env.run()
+    # A alone for 1 s at 100 B/s: 200 B left. Then 50 B/s each: B's 100 B
+    # take 2 s (drained at t=3); A has 100 B left, alone at 100 B/s: t=4.
+    ends = {r.tag: r.end_s for r in out}
+    assert ends["B"] == approx(3.0 + 0.5)
+    assert ends["A"] == approx(4.0 + 0.5)
+    assert [r.tag for r in out] == ["B", "A"]
+    series = net.link_series()[(0, 1)]
+    # The link stays fully loaded (100 B/s) from 0 to 4 s, then idles.
+    assert series == [(0.0, 100.0), (approx(4.0), 0.0)]
+    assert net.link_busy_s()[(0, 1)] == approx(4.0)
+    assert net.utilisation((0, 1), 4.0) == approx(1.0)
+
+
+def test_repeated_rate_changes_keep_exact_progress():
+    env, net = make(line((100.0, 0.0)))
+    out: list[TransferRecord] = []
+    send_at(env, net, 0.0, 0, 1, 1000, out, "L")
+    for k, t in enumerate((1.0, 3.0, 5.0, 7.0)):
+        send_at(env, net, t, 0, 1, 50, out, k)
+    env.run()
+    # Each short flow shares the link 50/50 for 1 s (50 B at 50 B/s), so L
+    # drains 100 B alone then 50 B shared in every 2 s period: 600 B by t=8,
+    # then 400 B alone at 100 B/s: t = 12.
+    ends = {r.tag: r.end_s for r in out}
+    assert ends == {
+        0: approx(2.0),
+        1: approx(4.0),
+        2: approx(6.0),
+        3: approx(8.0),
+        "L": approx(12.0),
+    }
+    assert net.link_busy_s()[(0, 1)] == approx(12.0)
+    assert net.link_bytes() == {(0, 1): 1200}
+
+
+def test_classic_max_min_example():
+    # l1 = (0,1) 10 B/s, l2 = (1,2) 4 B/s, l3 = (2,3) 6 B/s.
+    # A: l1+l2+l3, B: l1, C: l2, D: l3.
+    # Fair shares: l1 10/2 = 5, l2 4/2 = 2, l3 6/2 = 3 -> l2 first: A = C = 2.
+    # Then l1: B = 10 - 2 = 8; l3: D = 6 - 2 = 4.
+    env, net = make(line((10.0, 0.0), (4.0, 0.0), (6.0, 0.0)))
+    a = net.transfer(0, 3, 20, "A")
+    b = net.transfer(0, 1, 80, "B")
+    c = net.transfer(1, 2, 40, "C")
+    d = net.transfer(2, 3, 40, "D")
+    env.run(until=1.0)
+    rates = {f.tag: f.rate_bytes_per_s for f in net.active_flows()}
+    assert rates == {"A": 2.0, "B": 8.0, "C": 2.0, "D": 4.0}
+    env.run()
+    # A: 20/2 = 10; B: 80/8 = 10; D: 40/4 = 10. C: 20 B left at t=10,
+    # then alone on l2 at 4 B/s: 10 + 20/4 = 15.
+    assert a.value.end_s == approx(10.0)
+    assert b.value.end_s == approx(10.0)
+    assert d.value.end_s == approx(10.0)
+    assert c.value.end_s == approx(15.0)
+    peaks = net.link_peak_load_bytes_per_s()
+    assert peaks == {(0, 1): 10.0, (1, 2): 4.0, (2, 3): 6.0}
+
+
+def test_alpha_overhead():
+    env, net = make(line((100.0, 0.5)), alpha_s=0.25)
+    ev = net.transfer(0, 1, 100)
+    env.run()
+    # 0.25 alpha + 100 / 100 + 0.5 latency.
+    assert ev.value.end_s == approx(1.75)
+    assert net.link_busy_s()[(0, 1)] == approx(1.0)
+
+
+def test_injection_bandwidth_limits_a_single_flow():
+    env, net = make(line((100.0, 0.5)), alpha_s=0.25, injection_bandwidth_bytes_per_s=50.0)
+    ev = net.transfer(0, 1, 100)
+    env.run()
+    # Bottleneck is the 50 B/s egress port: 0.25 + 100/50 + 0.5.
+    assert ev.value.end_s == approx(2.75)
+    assert net.link_bytes() == {(EGRESS, 0): 100, (0, 1): 100, (INGRESS, 1): 100}
+    assert net.link_capacity_bytes_per_s((EGRESS, 0)) == 50.0
+
+
+def test_injection_bandwidth_shared_by_flows_of_one_source_and_one_destination():
+    g = nx.DiGraph()
+    for u, v in [(0, 1), (0, 2), (1, 3), (2, 3)]:
+        g.add_edge(u, v, bandwidth=100.0, latency=0.125)
+    env, net = make(g, injection_bandwidth_bytes_per_s=100.0)
+    # Egress of 0 shared by 0->1 and 0->2: 50 B/s each, 100 B -> 2 s.
+    x = net.transfer(0, 1, 100)
+    y = net.transfer(0, 2, 100)
+    env.run()
+    assert x.value.end_s == approx(2.125)
+    assert y.value.end_s == approx(2.125)
+    assert net.link_peak_load_bytes_per_s()[(EGRESS, 0)] == 100.0
+    # Ingress of 3 shared by 1->3 and 2->3, starting at t0 = 2.125.
+    p = net.transfer(1, 3, 100)
+    q = net.transfer(2, 3, 100)
+    env.run()
+    assert p.value.end_s == approx(2.125 + 2.0 + 0.125)
+    assert q.value.end_s == approx(2.125 + 2.0 + 0.125)
+    assert net.link_bytes()[(INGRESS, 3)] == 200
+
+
+def test_zero_byte_and_self_messages():
+    env, net = make(line((100.0, 0.1), (100.0, 0.2)), alpha_s=0.5)
+    big = net.transfer(0, 2, 1000)
+    zero = net.transfer(0, 2, 0)
+    self_msg = net.transfer(1, 1, 10_000)
+    env.run()
+    # Zero bytes: alpha + latency = 0.5 + 0.3. Self: alpha only.
+    assert zero.value.end_s == approx(0.8)
+    assert self_msg.value.end_s == approx(0.5)
+    # The big flow is not slowed by either: 0.5 + 1000/100 + 0.3.
+    assert big.value.end_s == approx(10.8)
+    assert net.link_bytes() == {(0, 1): 1000, (1, 2): 1000}
+    assert net.pair_bytes == {(0, 2): 1000, (1, 1): 10_000}
+    assert net.pair_messages == {(0, 2): 2, (1, 1): 1}
+    assert net.flows_rerated == 1
+
+
+def test_self_message_without_alpha_is_immediate():
+    env, net = make(line((100.0, 0.1)))
+    ev = net.transfer(0, 0, 5)
+    assert ev.triggered
+    env.run()
+    assert ev.value == TransferRecord(0, 0, 5, 0.0, 0.0, None)
+
+
+def test_disjoint_components_do_not_recompute_each_other():
+    g = line((100.0, 0.0))
+    g.add_edge(2, 3, bandwidth=100.0, latency=0.0)
+    env, net = make(g)
+    out: list[TransferRecord] = []
+    send_at(env, net, 0.0, 0, 1, 1000, out, "X")
+    send_at(env, net, 1.0, 2, 3, 100, out, "Y")
+    env.run(until=0.5)
+    assert (net.recomputations, net.flows_rerated) == (1, 1)
+    env.run(until=1.5)
+    # Y started: only Y's component (Y alone) was recomputed.
+    assert (net.recomputations, net.flows_rerated) == (2, 2)
+    env.run(until=2.5)
+    # Y ended at t=2: its component is empty, X untouched.
+    assert (net.recomputations, net.flows_rerated) == (2, 2)
+    env.run()
+    assert {r.tag: r.end_s for r in out} == {"X": approx(10.0), "Y": approx(2.0)}
+    # Contrast: a flow joining X's link re-rates both.
+    env2, net2 = make(line((100.0, 0.0)))
+    send_at(env2, net2, 0.0, 0, 1, 1000, [])
+    send_at(env2, net2, 1.0, 0, 1, 100, [])
+    env2.run(until=1.5)
+    assert (net2.recomputations, net2.flows_rerated) == (2, 3)
+
+
+def test_simultaneous_starts_are_batched_into_one_recomputation():
+    g = nx.DiGraph()
+    for i in range(1, 9):
+        g.add_edge(0, i, bandwidth=800.0, latency=0.0)
+        g.add_edge(i, 0, bandwidth=800.0, latency=0.0)
+    env, net = make(g, injection_bandwidth_bytes_per_s=400.0)
+    evs = [net.transfer(i, j, 100) for i in range(1, 9) for j in range(1, 9) if i != j]
+    env.run()
+    # 7 flows share each 400 B/s injection port: 400 / 7 B/s each, 100 B -> 7/4 s.
+    assert all(ev.value.end_s == approx(1.75) for ev in evs)
+    assert net.recomputations == 1
+    assert net.flows_rerated == 56
+
+
+def random_graph(seed: int) -> nx.DiGraph:
+    rng = random.Random(seed)
+    n = 10
+    g = nx.DiGraph()
+    edges = {(i, (i + 1) % n) for i in range(n)} | {((i + 1) % n, i) for i in range(n)}
+    while len(edges) < 36:
+        u, v = rng.randrange(n), rng.randrange(n)
+        if u != v:
+            edges.add((u, v))
+    for u, v in sorted(edges):
+        g.add_edge(u, v, bandwidth=rng.choice([1e3, 2e3, 5e3, 1e4]), latency=rng.uniform(0, 1e-3))
+    return g
+
+
+def run_stress(seed: int, injection: float | None = None):
+    g = random_graph(seed)
+    route = shortest_path_route(g)
+    env = simpy.Environment()
+    net = FlowNetwork(
+        env,
+        g,
+        route,
+        alpha_s=1e-4,
+        injection_bandwidth_bytes_per_s=injection,
+        record_link_series=True,
+    )
+    rng = random.Random(seed + 1)
+    out: list[TransferRecord] = []
+    specs = []
+    for k in range(200):
+        t = rng.choice([0.0, 0.5, round(rng.uniform(0, 1), 3)])
+        src, dst = rng.randrange(10), rng.randrange(10)
+        size = rng.choice([0, rng.randrange(1, 5000)])
+        specs.append((t, src, dst, size, k))
+        send_at(env, net, t, src, dst, size, out, k)
+    env.run()
+    return g, route, net, specs, out
+
+
+@pytest.mark.parametrize("injection", [None, 3e3])
+def test_random_stress_never_exceeds_capacity(injection):
+    g, route, net, specs, out = run_stress(7, injection)
+    assert len(out) == 200 and net.transfers_completed == 200 and net.active_flow_count == 0
+    assert net.max_overload_ratio() <= 1.0 + 1e-9
+    series = net.link_series()
+    expected_bytes: dict = {}
+    for t, src, dst, size, k in specs:
+        rec = next(r for r in out if r.tag == k)
+        assert (rec.src, rec.dst, rec.size_bytes, rec.start_s) == (src, dst, size, t)
+        edges = route(src, dst)
+        lat = sum(g.edges[e]["latency"] for e in edges)
+        bws = [g.edges[e]["bandwidth"] for e in edges]
+        if injection and edges:
+            bws.append(injection)
+            expected_bytes[(EGRESS, src)] = expected_bytes.get((EGRESS, src), 0) + size
+            expected_bytes[(INGRESS, dst)] = expected_bytes.get((INGRESS, dst), 0) + size
+        drain = size / min(bws) if size and edges else 0.0
+        # Never faster than the uncontended time.
+        assert rec.end_s - rec.start_s >= (1e-4 + drain + lat) * (1 - 1e-12)
+        for e in edges:
+            expected_bytes[e] = expected_bytes.get(e, 0) + size
+    got = {k: v for k, v in net.link_bytes().items() if v}
+    assert got == {k: v for k, v in expected_bytes.items() if v}
+    # The load series integrates to the bytes carried and never exceeds capacity.
+    for key, pts in series.items():
+        cap = net.link_capacity_bytes_per_s(key)
+        assert all(rate <= cap * (1 + 1e-9) for _, rate in pts)
+        assert pts == [] or pts[-1][1] == 0.0
+        carried = sum(r0 * (t1 - t0) for (t0, r0), (t1, _) in itertools.pairwise(pts))
+        assert carried == pytest.approx(net.link_bytes()[key], rel=1e-9, abs=1e-6)
+    assert sum(net.pair_bytes.values()) == sum(s[3] for s in specs)
+
+
+def test_identical_input_gives_identical_output():
+    *_, net1, _, out1 = run_stress(11, 3e3)
+    *_, net2, _, out2 = run_stress(11, 3e3)
+    assert out1 == out2
+    assert list(map(repr, out1)) == list(map(repr, out2))
+    assert net1.link_series() == net2.link_series()
+    assert net1.link_bytes() == net2.link_bytes()
+    assert net1.pair_duration_s == net2.pair_duration_s
+    assert (net1.recomputations, net1.flows_rerated) == (net2.recomputations, net2.flows_rerated)
+
+
+def test_bad_input_fails_loudly():
+    g = line((100.0, 0.1))
+    env, net = make(g)
+    with pytest.raises(ValueError, match="size_bytes"):
+        net.transfer(0, 1, -1)
+    with pytest.raises(TypeError):
+        net.transfer(0, 1, 1.5)
+    bad = nx.DiGraph()
+    bad.add_edge(0, 1, bandwidth=100.0)
+    with pytest.raises(KeyError, match="latency"):
+        FlowNetwork(env, bad, shortest_path_route(bad)).transfer(0, 1, 1)
+    with pytest.raises(ValueError, match="not a path"):
+        FlowNetwork(env, g, lambda s, d: [(1, 0)]).transfer(0, 1, 1)
+    with pytest.raises(ValueError, match="alpha_s"):
+        FlowNetwork(env, g, shortest_path_route(g), alpha_s=-1.0)
+    with pytest.raises(ValueError, match="injection"):
+        FlowNetwork(env, g, shortest_path_route(g), injection_bandwidth_bytes_per_s=0.0)
+    with pytest.raises(TypeError, match="DiGraph"):
+        FlowNetwork(env, nx.Graph(g), shortest_path_route(g))

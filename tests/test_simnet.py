@@ -1,0 +1,299 @@
+"""simnet: closed-form collective costs, invariants, the API and configuration errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import simnet
+import topologies
+from simnet.config import ConfigError, load_config
+
+BW = 10e9  # bytes/s
+LAT = 2e-6  # s per hop
+ALPHA = 1e-6  # s per message
+
+
+def lg(p: int) -> int:
+    return int(math.log2(p))
+
+
+def close(sim: float, closed: float) -> None:
+    assert abs(sim - closed) <= 0.01 * closed, (sim, closed)
+
+
+# Hockney parameters of an uncontended route: a = alpha + hops x latency, b = 1 / bandwidth.
+@pytest.mark.parametrize("p", [2, 4, 5, 8, 16])
+@pytest.mark.parametrize("n", [4 * 2**10 * 240, 4 * 2**18 * 240])
+def test_ring_allreduce_on_ring(p, n):
+    g = topologies.ring(p, bandwidth_bytes_per_s=BW, latency_s=LAT)
+    a, b = ALPHA + LAT, 1 / BW
+    close(
+        simnet.collective_time(g, "allreduce", "ring", n, alpha_s=ALPHA),
+        2 * (p - 1) * a + 2 * (p - 1) / p * n * b,
+    )
+
+
+@pytest.mark.parametrize("p", [4, 8, 16])
+@pytest.mark.parametrize("n", [4 * 4096, 4 * 2**20])
+def test_switch_collectives_match_thakur_rabenseifner_gropp(p, n):
+    g = topologies.switch(p, bandwidth_bytes_per_s=BW, latency_s=LAT)
+    a, b = ALPHA + 2 * LAT, 1 / BW
+
+    def t(op, alg, size):
+        return simnet.collective_time(g, op, alg, size, alpha_s=ALPHA)
+
+    close(t("allreduce", "recursive_doubling", n), lg(p) * (a + n * b))
+    close(t("allreduce", "rabenseifner", n), 2 * lg(p) * a + 2 * (p - 1) / p * n * b)
+    # allgather / reduce_scatter: n = the whole gathered (reduced) vector.
+    close(t("allgather", "recursive_doubling", n // p), lg(p) * a + (p - 1) / p * n * b)
+    close(t("allgather", "bruck", n // p), math.ceil(math.log2(p)) * a + (p - 1) / p * n * b)
+    close(t("allgather", "ring", n // p), (p - 1) * a + (p - 1) / p * n * b)
+    close(t("reduce_scatter", "recursive_halving", n // p), lg(p) * a + (p - 1) / p * n * b)
+    close(t("reduce_scatter", "ring", n // p), (p - 1) * a + (p - 1) / p * n * b)
+    # alltoall: n = the total a process sends.
+    per_peer = n // p
+    close(t("alltoall", "pairwise", per_peer), (p - 1) * a + (p - 1) * per_peer * b)
+    close(t("bcast", "binomial", n), math.ceil(math.log2(p)) * (a + n * b))
+
+
+@pytest.mark.parametrize(("groups", "size"), [(2, 4), (4, 4), (3, 2)])
+def test_hierarchical_allreduce_two_level_cost(groups, size):
+    intra_bw, inter_bw, l_in, l_out = 100e9, 12.5e9, 0.5e-6, 2.5e-6
+    g = topologies.hierarchical(
+        groups,
+        size,
+        intra_bandwidth_bytes_per_s=intra_bw,
+        inter_bandwidth_bytes_per_s=inter_bw,
+        intra_latency_s=l_in,
+        inter_latency_s=l_out,
+    )
+    n = 4 * 2**16 * size * groups
+    a_l, a_g = 2 * l_in, 2 * l_out
+    closed = (
+        2 * (size - 1) * a_l
+        + 2 * (size - 1) / size * n / intra_bw
+        + 2 * (groups - 1) * a_g
+        + 2 * (groups - 1) / groups * (n / size) / inter_bw
+    )
+    close(simnet.collective_time(g, "allreduce", "hierarchical", n, local_size=size), closed)
+
+
+def test_contention_halves_the_rate():
+    # Two rings' worth of traffic on a unidirectional ring vs a bidirectional one:
+    # a multiring of two identical orders shares every link, so it takes as long as one ring.
+    g = topologies.ring(4, bandwidth_bytes_per_s=BW, latency_s=0.0)
+    one = simnet.collective_time(g, "allreduce", "ring", 4 * 2**20)
+    two = simnet.collective_time(
+        g, "allreduce", "multiring", 4 * 2**20, rings=[[0, 1, 2, 3], [0, 1, 2, 3]]
+    )
+    close(two, one)
+    both_ways = simnet.collective_time(
+        g, "allreduce", "multiring", 4 * 2**20, rings=[[0, 1, 2, 3], [0, 3, 2, 1]]
+    )
+    close(both_ways, one / 2)
+
+
+def pipeline_config(**workload):
+    return {
+        "distributed": {"num_nodes": 4, "bandwidth_limit": 10.0},
+        "topology": {"type": "ring", "num_nodes": 4, "link_latency_us": 1.0},
+        "workload": {"name": "gpt2", "args": [8, 4, 2], **workload},
+        "logging": {"log_dir": "unused"},
+    }
+
+
+def test_pipeline_traffic_is_exact_and_time_closed_form():
+    res = simnet.simulate(pipeline_config())
+    t = res.traffic_bytes
+    msg = 808960 * 4
+    # 2 micro-batches forward s -> s+1 and backward s+1 -> s; one data shard: no allreduce.
+    expected = np.zeros((4, 4), dtype=np.int64)
+    for s in range(3):
+        expected[s, s + 1] = expected[s + 1, s] = 2 * msg
+    assert (t == expected).all()
+    assert res.phases[0].wire_bytes_by_group == {"pp": 12 * msg}
+    # Uncontended pipeline: each hop costs latency + msg / bw; rendezvous sends chain.
+    hop = 1e-6 + msg / 10e9
+    assert res.iteration_time_s > 0
+    assert res.iteration_time_s <= 2 * (2 + 2) * hop * 1.01
+    assert res.bandwidth_bytes_per_s[0, 1] == 10e9
+    assert np.isinf(res.bandwidth_bytes_per_s[0, 0])
+
+
+def test_bytes_conserved_and_capacity_respected():
+    cfg = {
+        "distributed": {"num_nodes": 8, "bandwidth_limit": 10.0},
+        "topology": {"type": "hierarchical", "num_nodes": 8, "group_size": 4},
+        "workload": {"name": "cosmoflow", "scale": 0.01},
+    }
+    res = simnet.simulate(cfg)
+    p = res.phases[0]
+    assert int(p.traffic_bytes.sum()) == sum(p.wire_bytes_by_group.values())
+    assert p.max_link_overload <= 1 + 1e-9
+    # Every link carries at most what crosses it: the sum of bytes on the links
+    # out of endpoints equals the bytes those endpoints sent.
+    sent = p.traffic_bytes.sum(axis=1)
+    for r in range(8):
+        out = sum(b for (u, _v), b in p.link_bytes.items() if u == r)
+        assert out == sent[r]
+
+
+def test_identical_input_identical_output(tmp_path):
+    cfg = pipeline_config()
+    a, b = tmp_path / "a", tmp_path / "b"
+    from simnet.output import write_all
+
+    write_all(simnet.simulate(cfg), a)
+    write_all(simnet.simulate(cfg), b)
+    for f in sorted(a.iterdir()):
+        if f.suffix in (".csv",) or f.name.endswith(".trace.json"):
+            assert f.read_bytes() == (b / f.name).read_bytes(), f.name
+    da = json.loads((a / "sim_results.json").read_text())
+    db = json.loads((b / "sim_results.json").read_text())
+    for d in (da, db):
+        for ph in d["phases"]:
+            ph.pop("sim_wall_s")
+            ph.pop("messages_per_wall_s")
+    assert da == db
+
+
+def test_api_accepts_path_dict_and_model(tmp_path):
+    cfg = pipeline_config()
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cfg))
+    times = {simnet.simulate(x).iteration_time_s for x in (cfg, str(path), load_config(cfg))}
+    assert len(times) == 1
+
+
+def test_results_files_written(tmp_path):
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "simnet",
+            "--config",
+            str(_write(tmp_path, pipeline_config())),
+            "--out",
+            str(tmp_path / "out"),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    names = {f.name for f in (tmp_path / "out").iterdir()}
+    for n in (
+        "sim_traffic_bytes.csv",
+        "sim_bandwidth_bytes_per_s.csv",
+        "sim_links.csv",
+        "sim_traffic_heatmap.png",
+        "sim_bandwidth_heatmap.png",
+        "sim_link_utilisation.png",
+        "sim_timeline.trace.json",
+        "sim_results.json",
+        "sim_summary.txt",
+    ):
+        assert n in names
+    assert not [n for n in names if n.endswith(".tmp")]
+    assert "predicted iteration time" in r.stdout
+    rows = (tmp_path / "out" / "sim_traffic_bytes.csv").read_text().splitlines()
+    assert rows[0] == "src\\dst,0,1,2,3"
+    assert rows[1] == f"0,0,{2 * 808960 * 4},0,0"
+
+
+def _write(tmp_path, cfg):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    return p
+
+
+@pytest.mark.parametrize(
+    ("cfg", "message"),
+    [
+        ({"topology": {"type": "mesh"}}, "topology.type: Input should be"),
+        ({"topology": {"typo": 1}}, "topology.typo: unknown key"),
+        ({"distributed": {"bandwidth_limit": -1}}, "distributed.bandwidth_limit"),
+        (
+            {"topology": {"permutations": [0, 10]}},
+            "permutations[1] = 10: a rotation must be in 0..9",
+        ),
+        (
+            {"topology": {"permutations": [[0, 1, 1, 2, 3, 4, 5, 6, 7, 8]]}},
+            "must list every rank 0..9 exactly once",
+        ),
+        (
+            {"topology": {"type": "hierarchical", "num_nodes": 10, "group_size": 4}},
+            "topology.group_size=4 must divide topology.num_nodes=10",
+        ),
+        (
+            {
+                "workload": {"name": "gpt2"},
+                "distributed": {"num_nodes": 6},
+                "topology": {"num_nodes": 6},
+            },
+            "multiple of stages=4",
+        ),
+        ({"workload": {"name": "nope"}}, "workload.name: unknown model 'nope'"),
+        ({"workload": {"name": "dlrm", "world_size": 16}}, "placement"),
+    ],
+)
+def test_config_errors(cfg, message):
+    with pytest.raises(ConfigError) as e:
+        simnet.simulate(cfg)
+    assert message in str(e.value)
+
+
+def test_cli_bad_config_exit_2(tmp_path):
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "simnet",
+            "--config",
+            str(_write(tmp_path, {"topology": {"tpye": "ring"}})),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2
+    assert "topology.tpye: unknown key" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_schema_export():
+    r = subprocess.run(
+        [sys.executable, "-m", "simnet", "--schema"], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0
+    s = json.loads(r.stdout)
+    assert {"model", "training", "distributed", "topology", "logging"} <= set(s["properties"])
+
+
+def test_gpt3_larger_than_any_machine():
+    # 8 stages x 4 tensor shards x 2 replicas: 64 ranks, full message sizes
+    # (a rank of the real run would hold gigabytes), no buffers allocated here.
+    cfg = {
+        "distributed": {"num_nodes": 64, "bandwidth_limit": 25.0},
+        "topology": {
+            "type": "hierarchical",
+            "num_nodes": 64,
+            "group_size": 4,
+            "inter_bandwidth": 12.5,
+        },
+        "workload": {"name": "gpt3", "args": [8, 1]},
+    }
+    res = simnet.simulate(cfg)
+    p = res.phases[0]
+    pipelines, hops, directions, microbatches = 2 * 4, 7, 2, 8
+    assert p.wire_bytes_by_group["pp"] == pipelines * hops * directions * microbatches * (
+        25165824 * 4
+    )
+    assert res.iteration_time_s > 8 * (15915 + 31830) * 1e-6
