@@ -169,7 +169,7 @@ class PhaseSim:
         self.name = name
         self.env = env
         self.net = net
-        self.channels: dict[tuple, _Channel] = defaultdict(_Channel)
+        self.channels: dict[tuple, _Channel] = {}
         self.coll_seq: dict[tuple[str, int], int] = defaultdict(int)
         self.timelines: dict[int, RankTimeline] = {}
         self.programs: list[list[Op]] = []
@@ -196,40 +196,52 @@ class PhaseSim:
 
     def post_send(
         self, key: tuple, src: int, dst: int, size_bytes: int, account: tuple[str, str]
-    ) -> simpy.Event:
-        """Post a send; returns the event that completes it."""
-        ch = self.channels[key]
+    ) -> simpy.Event | None:
+        """Post a send; returns the event that completes it (None: complete now)."""
+        channels = self.channels
+        ch = channels.get(key)
+        if ch is not None and ch.recvs:
+            waiting = ch.recvs.popleft()
+            if not ch.recvs and not ch.sends:
+                del channels[key]
+            data = self._transfer(src, dst, size_bytes, account)
+            _chain(data, waiting)
+            return None if size_bytes <= self.ex.eager else data
+        if ch is None:
+            ch = channels[key] = _Channel()
         if size_bytes <= self.ex.eager:
-            data = self._transfer(src, dst, size_bytes, account)
-            if ch.recvs:
-                _chain(data, ch.recvs.popleft())
-            else:
-                ch.sends.append(data)
-            done = self.env.event()
-            done.succeed()
-            return done
-        if ch.recvs:
-            data = self._transfer(src, dst, size_bytes, account)
-            _chain(data, ch.recvs.popleft())
-            return data
+            # Eager: the data leaves now and the send completes at once.
+            ch.sends.append(self._transfer(src, dst, size_bytes, account))
+            return None
         ready = self.env.event()
         ch.sends.append((src, dst, size_bytes, account, ready))
         return ready
 
     def post_recv(self, key: tuple) -> simpy.Event:
         """Post a receive; returns the event that completes it."""
-        ch = self.channels[key]
-        if ch.sends:
+        channels = self.channels
+        ch = channels.get(key)
+        if ch is not None and ch.sends:
             pending = ch.sends.popleft()
+            if not ch.sends and not ch.recvs:
+                del channels[key]
             if isinstance(pending, simpy.Event):  # eager data already on its way
                 return pending
             src, dst, size_bytes, account, ready = pending
             data = self._transfer(src, dst, size_bytes, account)
             _chain(data, ready)
             return data
+        if ch is None:
+            ch = channels[key] = _Channel()
         done = self.env.event()
         ch.recvs.append(done)
         return done
+
+    @staticmethod
+    def pending(events: list[simpy.Event | None]) -> list[simpy.Event]:
+        """The events not yet processed. Yielding them one by one costs less than
+        a combined event: most complete together, and a processed one resumes at once."""
+        return [e for e in events if e is not None and e.callbacks is not None]
 
     # -- collectives -----------------------------------------------------------------
     def collective(self, rank: int, op: Collective) -> Generator[simpy.Event, Any, None]:
@@ -243,15 +255,24 @@ class PhaseSim:
         sched, alg = self.ex.schedule(op, p)
         self.algorithms[op.op].add(alg)
         base = ("c", op.group, members[0], seq)
+        reduce_acct, copy_acct = (op.group, "reduce"), (op.group, "copy")
+        post_send, post_recv = self.post_send, self.post_recv
         for sends, recvs in sched.rank_steps(me):
-            events = [self.post_recv((*base, members[t.src], rank)) for t in recvs]
+            events: list[simpy.Event | None] = [
+                post_recv((*base, members[t.src], rank)) for t in recvs
+            ]
             for t in sends:
                 dst = members[t.dst]
-                part = "reduce" if t.reduce else "copy"
                 events.append(
-                    self.post_send((*base, rank, dst), rank, dst, t.size_bytes, (op.group, part))
+                    post_send(
+                        (*base, rank, dst),
+                        rank,
+                        dst,
+                        t.size_bytes,
+                        reduce_acct if t.reduce else copy_acct,
+                    )
                 )
-            for ev in events:  # noqa: UP028  (simpy sends values into the generator)
+            for ev in self.pending(events):  # noqa: UP028  (simpy sends into generators)
                 yield ev
 
     # -- a rank ----------------------------------------------------------------------
@@ -271,18 +292,18 @@ class PhaseSim:
                         yield env.timeout(op.duration_us * 1e-6 * scale)
                 elif isinstance(op, (Send, Recv)):
                     ev = self._p2p(rank, op)
-                    if op.req is None:
-                        yield ev
-                    else:
+                    if op.req is not None:
                         reqs[op.req] = ev
+                    elif ev is not None:
+                        yield ev
                 elif isinstance(op, Collective):
                     if op.req is None:
                         yield from self.collective(rank, op)
                     else:
                         reqs[op.req] = env.process(self.collective(rank, op))
                 elif isinstance(op, Wait):
-                    for r in op.reqs:
-                        yield reqs.pop(r)
+                    for ev in self.pending([reqs.pop(r) for r in op.reqs]):
+                        yield ev
                 elif isinstance(op, Testany):
                     pass  # progress is free in the model
                 ends[i] = env.now
@@ -290,7 +311,7 @@ class PhaseSim:
             tl.ends.append(ends)
         self.iteration_ends[rank] = [e[-1] if e else 0.0 for e in tl.ends]
 
-    def _p2p(self, rank: int, op: Send | Recv) -> simpy.Event:
+    def _p2p(self, rank: int, op: Send | Recv) -> simpy.Event | None:
         if isinstance(op, Send):
             return self.post_send(
                 ("p", op.group, rank, op.peer, op.tag),
