@@ -230,6 +230,20 @@ def write_all(
             ],
         )
     )
+    if any(p.link_series for p in res.phases):
+        # Piecewise constant: each rate holds from its time to the link's next point.
+        files.append(
+            write_csv(
+                out / f"{prefix}link_series.csv",
+                ["phase", "link", "time_s", "rate_bytes_per_s", "utilisation"],
+                [
+                    [p.name, link_name(k), t, r, r / p.link_capacity_bytes_per_s[k]]
+                    for p in res.phases
+                    for k in sorted(p.link_series, key=link_name)
+                    for t, r in p.link_series[k]
+                ],
+            )
+        )
     title = f"{res.workload.model}, {res.workload.world_size} ranks, {res.graph.graph['name']}"
     files.append(
         plots.traffic_heatmap(
