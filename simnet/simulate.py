@@ -298,7 +298,7 @@ def _phase_result(sim: PhaseSim, n_end: int, iterations: int, wall_s: float) -> 
         link_bytes=links,
         link_busy_s=net.link_busy_s(),
         link_capacity_bytes_per_s={k: net.link_capacity_bytes_per_s(k) for k in links},
-        link_series=net.link_series(),
+        link_series=net.link_series() if net.record_link_series else {},
         max_link_overload=net.max_overload_ratio(),
         sim_wall_s=wall_s,
         timeline=sim,

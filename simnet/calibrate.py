@@ -1,0 +1,915 @@
+"""``python -m simnet calibrate MICROBENCH.json``: fit the network model to micro-benchmarks.
+
+Input: the JSON document of ``mpirun -n P python -m proxies.microbench --json PATH``
+(``"kind": "microbench"``; one row per op, algorithm and message size).
+
+Point-to-point rows (``pingpong``: one-way time; ``stream``: time per message)
+give the model's two link parameters by least squares of the Hockney model
+
+    time = alpha + size / bandwidth
+
+where alpha is the per-message overhead *with the route's latency folded in*:
+the written file therefore sets ``link_latency_us`` to 0, so that a
+configuration using it does not count the latency twice. The fit minimises
+the squared *relative* residuals (sizes span many decades: an absolute fit
+would ignore the small messages that determine alpha); alpha is kept >= 0.
+
+Collective rows get an *effective* alpha and bandwidth per (op, algorithm),
+fitted the same way against the closed-form cost of the algorithm (for
+``"algorithm": "mpi"``: the one MPICH would choose at each size, after
+Thakur, Rabenseifner & Gropp 2005; see :func:`mpich_algorithm` and
+:func:`cost_terms`). The reduction cost (gamma) is not separated: it is folded
+into the effective bandwidth. Each fit is reported with its R^2 and maximum
+relative error, and so is the error of the point-to-point parameters used in
+the same closed forms.
+
+Output: the link-parameter file, JSON with the top-level keys of
+:data:`simnet.config.LINK_PARAM_KEYS` (null: not calibrated) plus a ``fit``
+section (per-op details, source, world size, MPI library, date). A
+configuration uses it with ``"network": {"link_params_file": "link_params.json"}``.
+
+``--report DIR`` simulates every measured (op, size) with the calibrated
+model (``simnet.collective_time`` on a switch, or ring, of ``world_size``
+endpoints with the calibrated bandwidth, latency 0 and the calibrated alpha;
+point-to-point rows as one simulated message) and writes measured vs
+predicted per row, as CSV, text and one log-log plot per op.
+
+Units: times in seconds inside (``_s``), microseconds in the file and on the
+terminal (``_us``); bandwidths in bytes/s inside, GB/s in the file with
+GB = 1e9 bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .config import GB, LINK_PARAM_KEYS
+
+EXIT_USAGE = 2
+US = 1e6  # microseconds per second
+
+P2P_OPS = ("pingpong", "stream")
+COLLECTIVE_OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "bcast", "reduce")
+KNOWN_OPS = (*COLLECTIVE_OPS, *P2P_OPS)
+STATS = ("avg", "min", "max")
+TOPOLOGIES = ("switch", "ring")
+ELEM_BYTES = 4  # float32, as proxies.ops
+
+# MPICH's historical thresholds (bytes), collective-costs.md.
+BCAST_SHORT_MSG_BYTES = 12_288
+BCAST_LONG_MSG_BYTES = 524_288
+BCAST_MIN_PROCS = 8
+ALLGATHER_LONG_MSG_BYTES = 524_288
+ALLGATHER_SHORT_MSG_BYTES = 81_920
+ALLREDUCE_SHORT_MSG_BYTES = 2_048
+REDSCAT_LONG_MSG_BYTES = 524_288
+ALLTOALL_SHORT_MSG_BYTES = 256
+ALLTOALL_MIN_PROCS = 8
+ALLTOALL_MEDIUM_MSG_BYTES = 32_768
+
+
+class CalibrationError(ValueError):
+    """A problem with the input, worded for the user in one line."""
+
+
+# -- the cost models -----------------------------------------------------------------
+def _lg(p: int) -> float:
+    return math.log2(p)
+
+
+def _ceil_lg(p: int) -> int:
+    return (p - 1).bit_length()
+
+
+def _floor_lg(p: int) -> int:
+    return p.bit_length() - 1
+
+
+def _pow2(p: int) -> bool:
+    return p > 0 and p & (p - 1) == 0
+
+
+def mpich_algorithm(op: str, p: int, count_elems: int) -> str:
+    """The algorithm MPICH's historical defaults choose (collective-costs.md).
+
+    ``count_elems`` has MPI count semantics (proxies.ops): the vector for
+    allreduce, bcast and reduce; each rank's contribution for allgather; each
+    rank's block for reduce_scatter; the elements per destination for alltoall.
+    reduce is not in the document's list of defaults: binomial is assumed.
+    reduce_scatter on a non-power-of-two group uses pairwise exchange (the
+    document's recursive-halving cost holds for powers of two).
+    """
+    n = count_elems * ELEM_BYTES
+    if op == "allreduce":
+        pof2 = 1 << _floor_lg(p)
+        if n <= ALLREDUCE_SHORT_MSG_BYTES or count_elems < pof2:
+            return "recursive_doubling"
+        return "rabenseifner"
+    if op == "allgather":
+        total = p * n
+        if total < ALLGATHER_LONG_MSG_BYTES and _pow2(p):
+            return "recursive_doubling"
+        if total < ALLGATHER_SHORT_MSG_BYTES:
+            return "bruck"
+        return "ring"
+    if op == "reduce_scatter":
+        if p * n < REDSCAT_LONG_MSG_BYTES and _pow2(p):
+            return "recursive_halving"
+        return "pairwise"
+    if op == "alltoall":
+        if n <= ALLTOALL_SHORT_MSG_BYTES and p >= ALLTOALL_MIN_PROCS:
+            return "bruck"
+        if n <= ALLTOALL_MEDIUM_MSG_BYTES:
+            return "direct"
+        return "pairwise"
+    if op == "bcast":
+        if n < BCAST_SHORT_MSG_BYTES or p < BCAST_MIN_PROCS:
+            return "binomial"
+        if n < BCAST_LONG_MSG_BYTES and _pow2(p):
+            return "scatter_recursive_doubling_allgather"
+        return "scatter_ring_allgather"
+    if op == "reduce":
+        return "binomial"
+    raise CalibrationError(f"no MPICH default known for op {op!r}")
+
+
+def cost_terms(op: str, algorithm: str, p: int, count_elems: int) -> tuple[float, float]:
+    """Coefficients ``(k_alpha, k_bytes)`` of the closed-form cost
+    ``k_alpha * alpha + k_bytes * beta`` (beta = 1 / bandwidth, gamma folded into beta).
+
+    The table of collective-costs.md, with n as it defines it (the vector for
+    allreduce, reduce-scatter and bcast; the total gathered for allgather; for
+    alltoall m = bytes per destination). ``direct`` alltoall (all blocks posted
+    at once; not in the table) is costed as simnet models it: one overhead,
+    the p-1 blocks through the sender's link. Algorithms without a closed form
+    here (e.g. hierarchical, multiring) fall back to the Hockney time of the
+    project's schedule (``proxies.collectives.alpha_beta_time_s``).
+    """
+    if p < 2:
+        return 0.0, 0.0
+    c = count_elems * ELEM_BYTES
+    f = (p - 1) / p
+    key = (op, algorithm)
+    if op in P2P_OPS:
+        return 1.0, float(c)
+    if op == "allreduce":
+        n = c
+        if algorithm == "ring":
+            return 2.0 * (p - 1), 2 * f * n
+        if algorithm == "recursive_doubling":
+            steps = _lg(p) if _pow2(p) else _floor_lg(p) + 2  # fold in and out
+            return float(steps), n * steps
+        if algorithm == "rabenseifner":
+            if _pow2(p):
+                return 2 * _lg(p), 2 * f * n
+            return 2.0 * _floor_lg(p) + 2, (2 * f + 2) * n
+    elif op in ("allgather", "reduce_scatter"):
+        n = p * c  # total gathered / whole vector
+        steps = {
+            ("allgather", "ring"): p - 1,
+            ("allgather", "bruck"): _ceil_lg(p),
+            ("reduce_scatter", "ring"): p - 1,
+            ("reduce_scatter", "pairwise"): p - 1,
+        }
+        if _pow2(p):
+            steps[("allgather", "recursive_doubling")] = _lg(p)
+            steps[("reduce_scatter", "recursive_halving")] = _lg(p)
+        if key in steps:
+            return float(steps[key]), f * n
+    elif op == "alltoall":
+        m = c
+        if algorithm == "pairwise":
+            return float(p - 1), float((p - 1) * m)
+        if algorithm == "bruck":
+            return float(_ceil_lg(p)), p * m / 2 * _ceil_lg(p)
+        if algorithm == "direct":
+            return 1.0, float((p - 1) * m)
+    elif op == "bcast":
+        n = c
+        if algorithm == "binomial":
+            return float(_ceil_lg(p)), float(_ceil_lg(p) * n)
+        if algorithm == "scatter_recursive_doubling_allgather":
+            return 2 * _lg(p), 2 * f * n
+        if algorithm == "scatter_ring_allgather":
+            return _lg(p) + p - 1, 2 * f * n
+    elif op == "reduce":
+        n = c
+        if algorithm == "binomial":
+            return float(_ceil_lg(p)), float(_ceil_lg(p) * n)
+        if algorithm == "rabenseifner" and _pow2(p):
+            return 2 * _lg(p), 2 * f * n
+    return _schedule_terms(*key, p, count_elems)
+
+
+def _schedule_terms(op: str, algorithm: str, p: int, count_elems: int) -> tuple[float, float]:
+    from proxies.collectives import alpha_beta_time_s, schedule_for
+
+    try:
+        s = schedule_for(op, algorithm, p, count_elems)
+        return alpha_beta_time_s(s, 1.0, 0.0), alpha_beta_time_s(s, 0.0, 1.0)
+    except (ValueError, TypeError, KeyError) as e:
+        raise CalibrationError(
+            f"no cost model for {op} with algorithm {algorithm!r} on {p} ranks: {e}"
+        ) from None
+
+
+# -- the input -----------------------------------------------------------------------
+@dataclass
+class Row:
+    """One measured row: an op at one size. Times in seconds."""
+
+    index: int
+    op: str
+    algorithm: str
+    size_bytes: int
+    count_elems: int
+    iterations: int
+    time_s: float
+
+
+@dataclass
+class Microbench:
+    path: Path
+    world_size: int
+    mpi: dict[str, Any]
+    options: dict[str, Any]
+    versions: dict[str, Any]
+    rows: list[Row]
+    skipped: list[str] = field(default_factory=list)
+
+
+def _num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def load_microbench(path: str | Path, stat: str = "avg") -> Microbench:
+    """Read and check a microbench document; raise CalibrationError (one line)."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise CalibrationError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise CalibrationError(f"{p}: cannot read: {e}") from None
+    except json.JSONDecodeError as e:
+        raise CalibrationError(f"{p}: not JSON ({e}); expected a microbench document") from None
+    if not isinstance(doc, dict) or doc.get("kind") != "microbench":
+        kind = doc.get("kind") if isinstance(doc, dict) else type(doc).__name__
+        raise CalibrationError(
+            f"{p}: not a microbench document (kind {kind!r}, expected 'microbench': "
+            "the --json output of `mpirun -n P python -m proxies.microbench`)"
+        )
+    ws = doc.get("world_size")
+    if not isinstance(ws, int) or isinstance(ws, bool) or ws < 1:
+        raise CalibrationError(f"{p}: world_size must be a positive integer (got {ws!r})")
+    results = doc.get("results")
+    if not isinstance(results, list) or not results:
+        raise CalibrationError(f"{p}: 'results' must be a non-empty list of measured rows")
+    rows: list[Row] = []
+    skipped: list[str] = []
+    for i, r in enumerate(results):
+        where = f"{p}: results[{i}]"
+        if not isinstance(r, dict):
+            raise CalibrationError(f"{where} is not an object")
+        op = r.get("op")
+        if op not in KNOWN_OPS:
+            skipped.append(
+                f"results[{i}]: op {op!r} is not modelled (known: {', '.join(KNOWN_OPS)})"
+            )
+            continue
+        for key in ("size_bytes", "count_elems"):
+            v = r.get(key)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise CalibrationError(f"{where}: {key} must be an integer >= 0 (got {v!r})")
+        t = r.get("time_s")
+        v = t.get(stat) if isinstance(t, dict) else None
+        if not _num(v) or v <= 0:
+            raise CalibrationError(f"{where}: time_s.{stat} must be a number > 0 (got {v!r})")
+        alg = r.get("algorithm", "mpi")
+        rows.append(
+            Row(
+                index=i,
+                op=op,
+                algorithm=str(alg) if alg is not None else "mpi",
+                size_bytes=r["size_bytes"],
+                count_elems=r["count_elems"],
+                iterations=int(r.get("iterations") or 0),
+                time_s=float(v),
+            )
+        )
+    if not any(r.op in P2P_OPS for r in rows):
+        raise CalibrationError(
+            f"{p}: no point-to-point rows (op 'pingpong' or 'stream'); alpha and bandwidth "
+            "are fitted from them: run the micro-benchmark with point-to-point tests"
+        )
+    if ws < 2:
+        raise CalibrationError(f"{p}: world_size {ws}: point-to-point rows need 2 ranks or more")
+    return Microbench(
+        path=p,
+        world_size=ws,
+        mpi=dict(doc.get("mpi") or {}),
+        options=dict(doc.get("options") or {}),
+        versions=dict(doc.get("versions") or {}),
+        rows=rows,
+        skipped=skipped,
+    )
+
+
+# -- fitting -------------------------------------------------------------------------
+@dataclass
+class Fit:
+    """``time = k_alpha * alpha + k_bytes / bandwidth`` fitted to measured times."""
+
+    op: str
+    algorithm: str
+    cost_model: str
+    rows: list[Row]
+    k_alpha: np.ndarray
+    k_bytes: np.ndarray
+    alpha_s: float | None = None
+    bandwidth_bytes_per_s: float | None = None  # inf: bytes cost nothing in the fit
+    r2: float | None = None
+    max_rel_error: float | None = None
+    p2p_model_max_rel_error: float | None = None
+    algorithms_used: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def model_time_s(self, alpha_s: float, beta_s_per_byte: float) -> np.ndarray:
+        return self.k_alpha * alpha_s + self.k_bytes * beta_s_per_byte
+
+    @property
+    def measured_s(self) -> np.ndarray:
+        return np.array([r.time_s for r in self.rows])
+
+    @property
+    def fitted_s(self) -> np.ndarray | None:
+        if self.alpha_s is None or self.bandwidth_bytes_per_s is None:
+            return None
+        return self.model_time_s(self.alpha_s, 1.0 / self.bandwidth_bytes_per_s)
+
+    def as_dict(self) -> dict[str, Any]:
+        bw = self.bandwidth_bytes_per_s
+        sizes = [r.size_bytes for r in self.rows]
+        fitted = self.fitted_s
+        return {
+            "op": self.op,
+            "algorithm": self.algorithm,
+            "cost_model": self.cost_model,
+            "points": len(self.rows),
+            "size_bytes_range": [min(sizes), max(sizes)],
+            "alpha_us": None if self.alpha_s is None else self.alpha_s * US,
+            "bandwidth_gb_per_s": None if bw is None or math.isinf(bw) else bw / GB,
+            "r2": self.r2,
+            "max_rel_error": self.max_rel_error,
+            "p2p_model_max_rel_error": self.p2p_model_max_rel_error,
+            "algorithms_used": self.algorithms_used,
+            "notes": self.notes,
+            "rows": [
+                {
+                    "size_bytes": r.size_bytes,
+                    "count_elems": r.count_elems,
+                    "measured_us": r.time_s * US,
+                    "fitted_us": None if fitted is None else float(fitted[i]) * US,
+                    "k_alpha": float(self.k_alpha[i]),
+                    "k_bytes": float(self.k_bytes[i]),
+                }
+                for i, r in enumerate(self.rows)
+            ],
+        }
+
+
+def least_squares(
+    k_alpha: np.ndarray, k_bytes: np.ndarray, times_s: np.ndarray
+) -> tuple[float, float, str | None]:
+    """``(alpha_s, beta_s_per_byte, note)`` minimising the squared relative residuals
+    of ``k_alpha * alpha + k_bytes * beta`` against ``times_s``, with alpha, beta >= 0.
+
+    Raises CalibrationError when the points cannot separate the two.
+    """
+    a = np.asarray(k_alpha, float) / times_s
+    b = np.asarray(k_bytes, float) / times_s
+    m = np.column_stack([a, b])
+    y = np.ones_like(times_s)
+    if np.linalg.matrix_rank(m) < 2:
+        raise CalibrationError(
+            "the sizes cannot separate alpha from bandwidth: measure at least two "
+            "message sizes (e.g. 8 B and 4 MB)"
+        )
+    (alpha, beta), *_ = np.linalg.lstsq(m, y, rcond=None)
+    note = None
+    if alpha < 0:
+        alpha, beta = 0.0, float(b @ y / (b @ b))
+        note = "the unconstrained fit gave alpha < 0: alpha fixed at 0"
+    if beta <= 0:
+        alpha, beta = float(a @ y / (a @ a)), 0.0
+        note = "the unconstrained fit gave bandwidth <= 0: time fitted as alpha only"
+    return float(alpha), float(beta), note
+
+
+def _quality(measured: np.ndarray, model: np.ndarray) -> tuple[float | None, float]:
+    res = measured - model
+    ss_tot = float(((measured - measured.mean()) ** 2).sum())
+    r2 = 1.0 - float((res**2).sum()) / ss_tot if ss_tot > 0 else None
+    return r2, float(np.max(np.abs(res) / measured))
+
+
+def group_rows(rows: list[Row]) -> dict[tuple[str, str], list[Row]]:
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for r in rows:
+        groups.setdefault((r.op, r.algorithm), []).append(r)
+    for g in groups.values():
+        g.sort(key=lambda r: (r.size_bytes, r.index))
+    return groups
+
+
+def make_fit(op: str, algorithm: str, rows: list[Row], p: int) -> Fit:
+    """A Fit with its cost coefficients (not yet fitted)."""
+    ka, kb, used = [], [], {}
+    for r in rows:
+        if op in P2P_OPS:
+            alg = "message"
+            terms = (1.0, float(r.size_bytes))
+        else:
+            alg = mpich_algorithm(op, p, r.count_elems) if algorithm == "mpi" else algorithm
+            terms = cost_terms(op, alg, p, r.count_elems)
+        used[alg] = used.get(alg, 0) + 1
+        ka.append(terms[0])
+        kb.append(terms[1])
+    if op in P2P_OPS:
+        model = "alpha + size / bandwidth (route latency folded into alpha)"
+    elif algorithm == "mpi":
+        model = (
+            "closed form of the algorithm MPICH's defaults choose per size (collective-costs.md)"
+        )
+    else:
+        model = f"closed form of {algorithm}"
+    return Fit(op, algorithm, model, rows, np.array(ka), np.array(kb), algorithms_used=used)
+
+
+def fit_group(fit: Fit) -> Fit:
+    """Fill in the fitted alpha/bandwidth and quality; notes explain what could not be fitted."""
+    t = fit.measured_s
+    try:
+        alpha, beta, note = least_squares(fit.k_alpha, fit.k_bytes, t)
+    except CalibrationError as e:
+        fit.notes.append(str(e))
+        return fit
+    if note:
+        fit.notes.append(note)
+    fit.alpha_s = alpha
+    fit.bandwidth_bytes_per_s = 1.0 / beta if beta > 0 else math.inf
+    fit.r2, fit.max_rel_error = _quality(t, fit.model_time_s(alpha, beta))
+    return fit
+
+
+@dataclass
+class Calibration:
+    bench: Microbench
+    stat: str
+    p2p: Fit
+    fits: list[Fit]  # every (op, algorithm), the point-to-point one included
+    notes: list[str]
+
+    @property
+    def alpha_s(self) -> float:
+        assert self.p2p.alpha_s is not None
+        return self.p2p.alpha_s
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        assert self.p2p.bandwidth_bytes_per_s is not None
+        return self.p2p.bandwidth_bytes_per_s
+
+
+def calibrate(bench: Microbench, stat: str = "avg", p2p_source: str = "auto") -> Calibration:
+    """Fit every (op, algorithm) group; the point-to-point one gives alpha and bandwidth."""
+    p = bench.world_size
+    groups = group_rows(bench.rows)
+    present = [op for op in P2P_OPS if any(k[0] == op for k in groups)]
+    source = present[0] if p2p_source == "auto" else p2p_source
+    if source not in present:
+        raise CalibrationError(
+            f"{bench.path}: no {source!r} rows (point-to-point rows present: {', '.join(present)})"
+        )
+    fits, skipped = [], []
+    for (op, alg), rows in groups.items():
+        try:
+            fits.append(fit_group(make_fit(op, alg, rows, p)))
+        except CalibrationError as e:  # e.g. a schedule that needs parameters
+            skipped.append(f"{op} ({alg}): not fitted: {e}")
+    p2p_fits = [f for f in fits if f.op == source]
+    if len(p2p_fits) > 1:  # one p2p op measured with several algorithms: fit them together
+        rows = [r for f in p2p_fits for r in f.rows]
+        p2p = fit_group(make_fit(source, "+".join(f.algorithm for f in p2p_fits), rows, p))
+    else:
+        p2p = p2p_fits[0]
+    if (
+        p2p.alpha_s is None
+        or not p2p.bandwidth_bytes_per_s
+        or math.isinf(p2p.bandwidth_bytes_per_s)
+    ):
+        why = "; ".join(p2p.notes) or "no bandwidth term"
+        raise CalibrationError(
+            f"{bench.path}: cannot fit alpha and bandwidth from the {source} rows: {why}"
+        )
+    beta = 1.0 / p2p.bandwidth_bytes_per_s
+    for f in fits:
+        model = f.model_time_s(p2p.alpha_s, beta)
+        f.p2p_model_max_rel_error = float(np.max(np.abs(f.measured_s - model) / f.measured_s))
+    notes = [
+        f"alpha and bandwidth from the {source} rows ({bench.path.name}); "
+        "the route latency is folded into alpha, so link_latency_us = 0",
+        f"times: the {stat} over iterations of each row",
+        "collectives: effective alpha and bandwidth against the closed form; "
+        "the reduction cost (gamma) is folded into the effective bandwidth",
+        *bench.skipped,
+        *skipped,
+    ]
+    return Calibration(bench, stat, p2p, fits, notes)
+
+
+# -- the link-parameter file ---------------------------------------------------------
+def link_params_document(cal: Calibration, topology: str = "switch") -> dict[str, Any]:
+    """The JSON document of the link-parameter file."""
+    b = cal.bench
+    doc: dict[str, Any] = dict.fromkeys(LINK_PARAM_KEYS)
+    doc["alpha_us"] = cal.alpha_s * US
+    doc["bandwidth_gb_per_s"] = cal.bandwidth_bytes_per_s / GB
+    doc["link_latency_us"] = 0.0
+    from proxies.results import versions
+
+    doc["fit"] = {
+        "kind": "link-params",
+        "source": str(b.path.resolve()),
+        "world_size": b.world_size,
+        "mpi": b.mpi,
+        "microbench_options": b.options,
+        "microbench_versions": b.versions,
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "statistic": cal.stat,
+        "topology": topology,
+        "model": "time = alpha + size / bandwidth per message; alpha includes the route "
+        "latency, so link_latency_us is 0",
+        "units": {"alpha_us": "microseconds", "bandwidth_gb_per_s": "GB/s, GB = 1e9 bytes"},
+        "point_to_point": cal.p2p.as_dict(),
+        "ops": [f.as_dict() for f in cal.fits],
+        "not_calibrated": [k for k, v in doc.items() if v is None and k in LINK_PARAM_KEYS],
+        "notes": cal.notes,
+        "versions": versions(),
+    }
+    return doc
+
+
+# -- prediction report ---------------------------------------------------------------
+def build_graph(topology: str, p: int, bandwidth_bytes_per_s: float):  # -> nx.DiGraph
+    import topologies
+
+    if topology == "ring":
+        return topologies.ring(p, bandwidth_bytes_per_s=bandwidth_bytes_per_s, latency_s=0.0)
+    return topologies.switch(p, bandwidth_bytes_per_s=bandwidth_bytes_per_s, latency_s=0.0)
+
+
+def message_time_s(
+    graph: Any, size_bytes: int, alpha_s: float, src: int = 0, dst: int = 1
+) -> float:
+    """Simulated time of one message from ``src`` to ``dst`` on an idle network."""
+    import simpy
+
+    import topologies
+
+    from .network import FlowNetwork
+
+    env = simpy.Environment()
+    net = FlowNetwork(env, graph, topologies.Router(graph).path, alpha_s=alpha_s)
+    done = net.transfer(src, dst, size_bytes)
+    env.run(until=done)
+    return float(env.now)
+
+
+def predict(cal: Calibration, topology: str = "switch") -> list[dict[str, Any]]:
+    """Measured vs simulated time of every row (seconds)."""
+    from proxies.collectives import default_algorithm
+
+    from .simulate import collective_time
+
+    p = cal.bench.world_size
+    bw, alpha = cal.bandwidth_bytes_per_s, cal.alpha_s
+    graph = build_graph(topology, p, bw)
+    out = []
+    for f in cal.fits:
+        for r in f.rows:
+            note = ""
+            if r.op in P2P_OPS:
+                sim_alg = "one message"
+                pred: float | None = message_time_s(graph, r.size_bytes, alpha)
+                closed = alpha + r.size_bytes / bw
+            else:
+                sim_alg = (
+                    default_algorithm(r.op, p, r.count_elems)
+                    if r.algorithm == "mpi"
+                    else r.algorithm
+                )
+                try:
+                    pred = collective_time(graph, r.op, sim_alg, r.count_elems * ELEM_BYTES, alpha)
+                except (ValueError, TypeError, KeyError) as e:
+                    pred, note = None, f"not simulated: {e}"
+                mpich = (
+                    mpich_algorithm(r.op, p, r.count_elems) if r.algorithm == "mpi" else r.algorithm
+                )
+                try:
+                    ka, kb = cost_terms(r.op, mpich, p, r.count_elems)
+                    closed = ka * alpha + kb / bw
+                except CalibrationError:
+                    closed = math.nan
+            err = None if pred is None else 100.0 * (pred - r.time_s) / r.time_s
+            out.append(
+                {
+                    "op": r.op,
+                    "algorithm": r.algorithm,
+                    "simulated_algorithm": sim_alg,
+                    "size_bytes": r.size_bytes,
+                    "count_elems": r.count_elems,
+                    "measured_s": r.time_s,
+                    "predicted_s": pred,
+                    "closed_form_s": closed,
+                    "error_percent": err,
+                    "note": note,
+                }
+            )
+    return out
+
+
+def _fmt_size(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def report_text(cal: Calibration, rows: list[dict[str, Any]], topology: str) -> str:
+    b = cal.bench
+    lines = [
+        f"prediction report: {b.path.name}, {b.world_size} ranks, {b.mpi.get('library', '?')}",
+        f"model: {topology} of {b.world_size} endpoints, bandwidth "
+        f"{cal.bandwidth_bytes_per_s / GB:.4g} GB/s (GB = 1e9 B), latency 0, alpha "
+        f"{cal.alpha_s * US:.4g} us; collectives measured with 'mpi' are simulated with "
+        "simnet's MPICH-like default algorithm",
+        "",
+        f"{'op':15s} {'algorithm':12s} {'simulated as':20s} {'size (B)':>11s} "
+        f"{'measured (us)':>14s} {'predicted (us)':>15s} {'error':>8s}",
+    ]
+    for r in rows:
+        pred = "-" if r["predicted_s"] is None else f"{r['predicted_s'] * US:15.3f}"
+        err = "-" if r["error_percent"] is None else f"{r['error_percent']:+7.1f}%"
+        lines.append(
+            f"{r['op']:15s} {r['algorithm']:12s} {r['simulated_algorithm']:20s} "
+            f"{r['size_bytes']:11d} {r['measured_s'] * US:14.3f} {pred:>15s} {err:>8s}"
+            + (f"  {r['note']}" if r["note"] else "")
+        )
+    errs = [abs(r["error_percent"]) for r in rows if r["error_percent"] is not None]
+    if errs:
+        lines += ["", f"max |error| {max(errs):.1f}%, median {float(np.median(errs)):.1f}%"]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(
+    cal: Calibration, out: Path, topology: str = "switch"
+) -> tuple[list[Path], list[dict[str, Any]]]:
+    from proxies.results import write_csv, write_text
+
+    from . import plots
+
+    rows = predict(cal, topology)
+    files = [
+        write_csv(
+            out / "calibration_report.csv",
+            [
+                "op",
+                "algorithm",
+                "simulated_algorithm",
+                "size_bytes",
+                "count_elems",
+                "measured_s",
+                "predicted_s",
+                "closed_form_s",
+                "error_percent",
+            ],
+            (
+                [
+                    r["op"],
+                    r["algorithm"],
+                    r["simulated_algorithm"],
+                    r["size_bytes"],
+                    r["count_elems"],
+                    repr(r["measured_s"]),
+                    "" if r["predicted_s"] is None else repr(r["predicted_s"]),
+                    repr(r["closed_form_s"]),
+                    "" if r["error_percent"] is None else f"{r['error_percent']:.3f}",
+                ]
+                for r in rows
+            ),
+        ),
+        write_text(out / "calibration_report.txt", report_text(cal, rows, topology)),
+    ]
+    by_op: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for r in rows:
+        by_op.setdefault(r["op"], {}).setdefault(r["algorithm"], []).append(r)
+    for op, algs in by_op.items():
+        for alg, rs in algs.items():
+            pts = [r for r in rs if r["predicted_s"] is not None and r["size_bytes"] > 0]
+            if not pts:
+                continue
+            name = (
+                f"calibration_report_{op}.png"
+                if len(algs) == 1
+                else f"calibration_report_{op}_{alg}.png"
+            )
+            files.append(
+                plots.measured_vs_predicted(
+                    [r["size_bytes"] for r in pts],
+                    [r["measured_s"] * US for r in pts],
+                    [r["predicted_s"] * US for r in pts],
+                    out / name,
+                    title=f"{op} ({alg}, {cal.bench.world_size} ranks): measured vs simulated "
+                    f"({topology}, calibrated)",
+                    xlabel="size (B, nccl-tests convention)",
+                    ylabel="time (us)",
+                    logx=True,
+                    logy=True,
+                )
+            )
+    return files, rows
+
+
+def write_fit_plots(cal: Calibration, out: Path) -> list[Path]:
+    """One plot per fitted (op, algorithm): measured vs its own fitted closed form."""
+    from . import plots
+
+    files = []
+    for f in cal.fits:
+        fitted = f.fitted_s
+        if fitted is None:
+            continue
+        keep = [i for i, r in enumerate(f.rows) if r.size_bytes > 0]
+        if not keep:
+            continue
+        alg = f.algorithm.replace("/", "_")
+        files.append(
+            plots.measured_vs_predicted(
+                [f.rows[i].size_bytes for i in keep],
+                [f.rows[i].time_s * US for i in keep],
+                [float(fitted[i]) * US for i in keep],
+                out / f"fit_{f.op}_{alg}.png",
+                title=f"{f.op} ({f.algorithm}): fit alpha {f.alpha_s * US:.3g} us, "
+                f"bandwidth {_bw_text(f.bandwidth_bytes_per_s)}",
+                xlabel="size (B, nccl-tests convention)",
+                ylabel="time (us)",
+                logx=True,
+                logy=True,
+            )
+        )
+    return files
+
+
+def _bw_text(bw: float | None) -> str:
+    if bw is None:
+        return "-"
+    if math.isinf(bw):
+        return "inf"
+    return f"{bw / GB:.4g} GB/s"
+
+
+def summary_text(cal: Calibration, out_path: Path | None) -> str:
+    b, p2p = cal.bench, cal.p2p
+    sizes = [r.size_bytes for r in p2p.rows]
+    lines = [
+        f"calibration from {b.path}: {b.world_size} ranks, "
+        f"{b.mpi.get('library', 'MPI library not recorded')}; time statistic: {cal.stat}",
+        f"point-to-point ({p2p.op}, {len(p2p.rows)} rows, {_fmt_size(min(sizes))} .. "
+        f"{_fmt_size(max(sizes))}): alpha = {cal.alpha_s * US:.4g} us, bandwidth = "
+        f"{cal.bandwidth_bytes_per_s / GB:.4g} GB/s (GB = 1e9 B); R^2 "
+        f"{_r2_text(p2p.r2)}, max relative error {100 * (p2p.max_rel_error or 0):.2f}%",
+        "  the route latency is folded into alpha (the file sets link_latency_us = 0)",
+    ]
+    lines += [f"  note: {n}" for n in p2p.notes]
+    lines += [
+        "",
+        "effective alpha and bandwidth per (op, algorithm), fitted to the closed form "
+        "(gamma folded into bandwidth); last column: max relative error of the "
+        "point-to-point alpha/bandwidth in the same closed form",
+        f"  {'op':15s} {'algorithm':20s} {'rows':>4s} {'alpha (us)':>11s} "
+        f"{'bw (GB/s)':>10s} {'R^2':>8s} {'max err':>8s} {'p2p err':>8s}",
+    ]
+    for f in cal.fits:
+        alpha = "-" if f.alpha_s is None else f"{f.alpha_s * US:.4g}"
+        bw = "-" if f.bandwidth_bytes_per_s is None else _bw_text(f.bandwidth_bytes_per_s)
+        bw = bw.replace(" GB/s", "")
+        err = "-" if f.max_rel_error is None else f"{100 * f.max_rel_error:.1f}%"
+        perr = (
+            "-" if f.p2p_model_max_rel_error is None else f"{100 * f.p2p_model_max_rel_error:.1f}%"
+        )
+        lines.append(
+            f"  {f.op:15s} {f.algorithm:20s} {len(f.rows):4d} {alpha:>11s} {bw:>10s} "
+            f"{_r2_text(f.r2):>8s} {err:>8s} {perr:>8s}"
+        )
+        if f.op not in P2P_OPS and f.algorithm == "mpi":
+            used = ", ".join(f"{k} x{v}" for k, v in f.algorithms_used.items())
+            lines.append(f"  {'':15s} cost model: {used}")
+        lines += [f"  {'':15s} note: {n}" for n in f.notes]
+    lines += [f"note: {n}" for n in cal.notes if "not fitted" in n or "not modelled" in n]
+    if out_path is not None:
+        lines += [
+            "",
+            f"wrote {out_path}; use it with "
+            f'"network": {{"link_params_file": "{out_path.name}"}} in a configuration '
+            "(a relative path is taken from the configuration file's directory)",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _r2_text(r2: float | None) -> str:
+    return "-" if r2 is None else f"{r2:.5f}"
+
+
+# -- command line --------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m simnet calibrate",
+        description="Fit the network model (per-message overhead alpha, bandwidth) to the "
+        "results of `mpirun -n P python -m proxies.microbench --json MICROBENCH.json`, and "
+        "write a link-parameter file that configurations reference with "
+        '"network": {"link_params_file": PATH}. Units: us, GB/s (GB = 1e9 B).',
+    )
+    p.add_argument("microbench", metavar="MICROBENCH.json", help="the micro-benchmark's JSON")
+    p.add_argument(
+        "-o",
+        "--output",
+        default="link_params.json",
+        metavar="PATH",
+        help="link-parameter file to write (default: link_params.json)",
+    )
+    p.add_argument(
+        "--topology",
+        choices=TOPOLOGIES,
+        default="switch",
+        help="topology of the prediction report, recorded in the file (default: switch)",
+    )
+    p.add_argument("--plot", metavar="DIR", default=None, help="write one fit plot per op here")
+    p.add_argument(
+        "--report",
+        metavar="DIR",
+        default=None,
+        help="simulate every measured op and size with the calibrated model and write "
+        "measured vs predicted (CSV, text, one plot per op) here",
+    )
+    p.add_argument(
+        "--stat",
+        choices=STATS,
+        default="avg",
+        help="which time of each row to fit (default: avg, as nccl-tests)",
+    )
+    p.add_argument(
+        "--p2p",
+        choices=("auto", *P2P_OPS),
+        default="auto",
+        help="rows giving alpha and bandwidth (auto: pingpong if present, else stream)",
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    from proxies.results import write_json, write_text
+
+    try:
+        bench = load_microbench(ns.microbench, ns.stat)
+        cal = calibrate(bench, ns.stat, ns.p2p)
+    except CalibrationError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    out = Path(ns.output)
+    doc = link_params_document(cal, ns.topology)
+    write_json(out, doc)
+    text = summary_text(cal, out)
+    print(text, end="")
+    if ns.plot:
+        files = write_fit_plots(cal, Path(ns.plot))
+        print(f"wrote {len(files)} fit plots to {ns.plot}/")
+    if ns.report:
+        rdir = Path(ns.report)
+        files, rows = write_report(cal, rdir, ns.topology)
+        files.append(write_text(rdir / "calibration.txt", text))
+        errs = [abs(r["error_percent"]) for r in rows if r["error_percent"] is not None]
+        worst = f"; max |error| {max(errs):.1f}%" if errs else ""
+        print(f"prediction report: {len(rows)} rows{worst}; wrote {len(files)} files to {rdir}/")
+    return 0

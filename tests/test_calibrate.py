@@ -1,0 +1,381 @@
+"""simnet calibrate: fitting alpha and bandwidth to micro-benchmark results.
+
+Synthetic microbench documents are generated here from chosen alpha and
+bandwidth with the Hockney formula (and, for collectives, with the closed
+forms of collective-costs.md written out independently), so the fit must
+recover them.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import simnet
+from proxies.collectives import alpha_beta_time_s, schedule_for
+from simnet import calibrate as cal
+from simnet.config import LINK_PARAM_KEYS
+
+from .mpirun import mpirun
+
+ALPHA_S = 3.7e-6
+BW = 6.5e9  # bytes/s
+P = 4
+P2P_SIZES = [0, 8, 64, 512, 4096, 32768, 262144, 2**21, 2**23]
+COLL_SIZES = [2**k for k in range(4, 24, 2)]  # 16 B .. 8 MB, whole array
+
+
+def row(op, size_bytes, count_elems, t, algorithm="mpi"):
+    return {
+        "op": op,
+        "algorithm": algorithm,
+        "size_bytes": size_bytes,
+        "count_elems": count_elems,
+        "iterations": 20,
+        "time_s": {"avg": t, "min": t * 0.98, "max": t * 1.05},
+        "algbw_bytes_per_s": size_bytes / t,
+        "busbw_bytes_per_s": size_bytes / t,
+    }
+
+
+def hockney(size_bytes, a=ALPHA_S, bw=BW):
+    return a + size_bytes / bw
+
+
+def allreduce_time(n, p=P, a=ALPHA_S, bw=BW):
+    """MPICH's choice at a power-of-two p: recursive doubling up to 2 KB, else Rabenseifner."""
+    lg = math.log2(p)
+    if n <= 2048 or n // 4 < p:
+        return lg * (a + n / bw)
+    return 2 * lg * a + 2 * (p - 1) / p * n / bw
+
+
+def allgather_time(total, p=P, a=ALPHA_S, bw=BW):
+    """n = total gathered; recursive doubling below 512 KB (power-of-two p), else ring."""
+    k = math.log2(p) if total < 524288 else p - 1
+    return k * a + (p - 1) / p * total / bw
+
+
+def doc(rows, world_size=P, kind="microbench"):
+    return {
+        "kind": kind,
+        "world_size": world_size,
+        "mpi": {"library": "MPICH Version: test", "thread_level": "single", "progress": "blocking"},
+        "options": {"iters": 20},
+        "versions": {"python": "3.11"},
+        "results": rows,
+    }
+
+
+def synthetic(noise=0.0, ops=("pingpong", "allreduce", "allgather")):
+    """Rows from the formulas; ``noise`` alternates +-noise relative error."""
+    rows = []
+
+    def add(r):
+        sign = 1 if len(rows) % 2 else -1
+        for k in ("avg", "min", "max"):
+            r["time_s"][k] *= 1 + sign * noise
+        rows.append(r)
+
+    if "pingpong" in ops:
+        for s in P2P_SIZES:
+            add(row("pingpong", s, s // 4, hockney(s)))
+    if "stream" in ops:
+        for s in P2P_SIZES:
+            add(row("stream", s, s // 4, hockney(s, a=1e-6, bw=2 * BW)))
+    if "allreduce" in ops:
+        for s in COLL_SIZES:
+            add(row("allreduce", s, s // 4, allreduce_time(s)))
+    if "allgather" in ops:
+        for s in COLL_SIZES:
+            add(row("allgather", s, s // 4 // P, allgather_time(s)))
+    return rows
+
+
+def write(tmp_path, data, name="mb.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def run(tmp_path, data, *extra):
+    src = write(tmp_path, data)
+    out = tmp_path / "link_params.json"
+    rc = cal.main([str(src), "-o", str(out), *extra])
+    return rc, out
+
+
+def fit_of(lp, op):
+    return next(f for f in lp["fit"]["ops"] if f["op"] == op)
+
+
+# ---------------------------------------------------------------- recovery
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.005])
+def test_recovers_alpha_and_bandwidth(tmp_path, noise, capsys):
+    rc, out = run(tmp_path, doc(synthetic(noise)))
+    assert rc == 0
+    lp = json.loads(out.read_text())
+    assert lp["alpha_us"] == pytest.approx(ALPHA_S * 1e6, rel=0.01)
+    assert lp["bandwidth_gb_per_s"] == pytest.approx(BW / 1e9, rel=0.01)
+    # Each collective's effective alpha/bandwidth, fitted against MPICH's choice.
+    for op in ("allreduce", "allgather"):
+        f = fit_of(lp, op)
+        assert f["alpha_us"] == pytest.approx(ALPHA_S * 1e6, rel=0.01), op
+        assert f["bandwidth_gb_per_s"] == pytest.approx(BW / 1e9, rel=0.01), op
+        assert f["max_rel_error"] <= 2 * noise + 1e-9
+        assert f["r2"] > 0.999
+    assert fit_of(lp, "allreduce")["algorithms_used"] == {
+        "recursive_doubling": 4,
+        "rabenseifner": 6,
+    }
+    text = capsys.readouterr().out
+    assert "alpha = " in text and "folded into alpha" in text
+
+
+def test_stream_rows_when_no_pingpong(tmp_path):
+    rc, out = run(tmp_path, doc(synthetic(ops=("stream",))))
+    assert rc == 0
+    lp = json.loads(out.read_text())
+    assert lp["alpha_us"] == pytest.approx(1.0, rel=0.01)
+    assert lp["bandwidth_gb_per_s"] == pytest.approx(2 * BW / 1e9, rel=0.01)
+    assert lp["fit"]["point_to_point"]["op"] == "stream"
+
+
+def test_least_squares_keeps_alpha_non_negative():
+    import numpy as np
+
+    sizes = np.array([1e3, 1e6, 1e7])
+    t = sizes / BW - 1e-7  # a negative intercept
+    alpha, beta, note = cal.least_squares(np.ones(3), sizes, t)
+    assert alpha == 0.0 and beta > 0 and "alpha" in note
+
+
+# ---------------------------------------------------------------- the file
+
+
+def test_link_params_file_keys_and_fit_section(tmp_path):
+    rc, out = run(tmp_path, doc(synthetic()), "--topology", "ring")
+    assert rc == 0
+    lp = json.loads(out.read_text())
+    assert set(LINK_PARAM_KEYS) <= set(lp)
+    assert set(lp) == {*LINK_PARAM_KEYS, "fit"}
+    assert lp["link_latency_us"] == 0.0  # the latency is folded into alpha
+    assert lp["intra_bandwidth_gb_per_s"] is None
+    fit = lp["fit"]
+    assert fit["source"] == str((tmp_path / "mb.json").resolve())
+    assert fit["world_size"] == P
+    assert fit["mpi"]["library"] == "MPICH Version: test"
+    assert fit["topology"] == "ring"
+    assert fit["date"][:2] == "20"
+    assert {f["op"] for f in fit["ops"]} == {"pingpong", "allreduce", "allgather"}
+    for f in fit["ops"]:
+        assert {"alpha_us", "bandwidth_gb_per_s", "r2", "max_rel_error", "rows"} <= set(f)
+    assert "eager_threshold_bytes" in fit["not_calibrated"]
+    assert not list(tmp_path.glob(".*.tmp"))  # written atomically
+
+
+def pipeline_config(**network):
+    # GPT-2 with 2 stages and 1 micro-batch on 2 ranks: one message forward, one back,
+    # no compute: a ping-pong.
+    return {
+        "distributed": {"num_nodes": 2, "bandwidth_limit": 10.0},
+        "topology": {"type": "switch", "num_nodes": 2},
+        "workload": {"name": "gpt2", "args": [8, 2, 1], "compute_scale": 0},
+        "network": network,
+        "logging": {"log_dir": "unused"},
+    }
+
+
+def test_link_params_change_the_prediction(tmp_path):
+    rc, _ = run(tmp_path, doc(synthetic()))
+    assert rc == 0
+    msg = 808960 * 4  # bytes of one GPT-2 activation message
+    cfg_path = tmp_path / "config.json"
+    cfg_path.write_text(json.dumps(pipeline_config(link_params_file="link_params.json")))
+    calibrated = simnet.simulate(cfg_path)
+    lp = json.loads((tmp_path / "link_params.json").read_text())
+    a, bw = lp["alpha_us"] * 1e-6, lp["bandwidth_gb_per_s"] * 1e9
+    assert calibrated.iteration_time_s == pytest.approx(2 * (a + msg / bw), rel=1e-9)
+    assert any("calibrated: network.alpha_us" in s for s in calibrated.assumed)
+    default = simnet.simulate(pipeline_config())
+    # 10 GB/s, 5 us per link and two links per route, no alpha.
+    assert default.iteration_time_s == pytest.approx(2 * (10e-6 + msg / 10e9), rel=1e-9)
+    assert calibrated.iteration_time_s != pytest.approx(default.iteration_time_s, rel=0.01)
+
+
+# ---------------------------------------------------------------- refusals
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (None, "no such file"),
+        ("{not json", "not JSON"),
+        (json.dumps({"kind": "proxy-run", "phases": []}), "not a microbench document"),
+        (json.dumps([1, 2]), "not a microbench document"),
+        (json.dumps(doc(synthetic(ops=("allreduce",)))), "no point-to-point rows"),
+        (json.dumps(doc([])), "non-empty list"),
+        (json.dumps(doc([row("pingpong", 64, 16, 1e-6)] * 3)), "two message sizes"),
+        (
+            json.dumps(doc([{"op": "pingpong", "size_bytes": 8, "count_elems": 2}])),
+            "time_s.avg",
+        ),
+    ],
+    ids=[
+        "missing",
+        "not-json",
+        "other-kind",
+        "not-object",
+        "no-p2p",
+        "empty",
+        "one-size",
+        "no-time",
+    ],
+)
+def test_bad_input_exits_2_with_one_line(tmp_path, capsys, content, needle):
+    src = tmp_path / "mb.json"
+    if content is not None:
+        src.write_text(content)
+    rc = cal.main([str(src), "-o", str(tmp_path / "lp.json")])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and needle in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "lp.json").exists()
+
+
+def test_cli_dispatch_and_exit_code(tmp_path):
+    bad = write(tmp_path, {"kind": "proxy-run"})
+    r = subprocess.run(
+        [sys.executable, "-m", "simnet", "calibrate", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2
+    assert "not a microbench document" in r.stderr
+
+
+# ---------------------------------------------------------------- cost models
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+@pytest.mark.parametrize(
+    ("op", "alg"),
+    [
+        ("allreduce", "ring"),
+        ("allreduce", "recursive_doubling"),
+        ("allreduce", "rabenseifner"),
+        ("allgather", "ring"),
+        ("allgather", "recursive_doubling"),
+        ("allgather", "bruck"),
+        ("reduce_scatter", "ring"),
+        ("reduce_scatter", "recursive_halving"),
+        ("alltoall", "pairwise"),
+        ("bcast", "binomial"),
+        ("reduce", "binomial"),
+    ],
+)
+def test_closed_forms_match_the_project_schedules(p, op, alg):
+    count = 3 * 1024
+    ka, kb = cal.cost_terms(op, alg, p, count)
+    s = schedule_for(op, alg, p, count)
+    assert ka == pytest.approx(alpha_beta_time_s(s, 1.0, 0.0), rel=1e-9)
+    assert kb == pytest.approx(alpha_beta_time_s(s, 0.0, 1.0), rel=1e-9)
+
+
+def test_mpich_choice_thresholds():
+    assert cal.mpich_algorithm("allreduce", 4, 512) == "recursive_doubling"  # 2 KB
+    assert cal.mpich_algorithm("allreduce", 4, 513) == "rabenseifner"
+    assert cal.mpich_algorithm("allgather", 4, 32767) == "recursive_doubling"
+    assert cal.mpich_algorithm("allgather", 6, 1000) == "bruck"
+    assert cal.mpich_algorithm("allgather", 4, 2**17) == "ring"
+    assert cal.mpich_algorithm("alltoall", 8, 64) == "bruck"
+    assert cal.mpich_algorithm("alltoall", 4, 64) == "direct"
+    assert cal.mpich_algorithm("alltoall", 4, 8193) == "pairwise"
+    assert cal.mpich_algorithm("bcast", 4, 2**20) == "binomial"
+    assert cal.mpich_algorithm("bcast", 8, 2**12) == "scatter_recursive_doubling_allgather"
+    assert cal.mpich_algorithm("bcast", 8, 2**20) == "scatter_ring_allgather"
+
+
+# ---------------------------------------------------------------- report
+
+
+def test_report_predicts_pingpong_as_alpha_plus_size_over_bandwidth(tmp_path, capsys):
+    rep = tmp_path / "report"
+    rc, out = run(tmp_path, doc(synthetic()), "--report", str(rep))
+    assert rc == 0
+    lp = json.loads(out.read_text())
+    a, bw = lp["alpha_us"] * 1e-6, lp["bandwidth_gb_per_s"] * 1e9
+    with (rep / "calibration_report.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    pp = [r for r in rows if r["op"] == "pingpong"]
+    assert len(pp) == len(P2P_SIZES)
+    for r in pp:
+        want = a + int(r["size_bytes"]) / bw
+        assert float(r["predicted_s"]) == pytest.approx(want, rel=1e-9)
+        assert abs(float(r["error_percent"])) < 1.0
+    # Collectives simulated on a switch with the calibrated parameters match the
+    # synthetic (closed-form) measurements: simnet reproduces the closed forms.
+    for r in rows:
+        assert abs(float(r["error_percent"])) < 1.0, r
+    assert len(rows) == len(P2P_SIZES) + 2 * len(COLL_SIZES)
+    for op in ("pingpong", "allreduce", "allgather"):
+        assert (rep / f"calibration_report_{op}.png").stat().st_size > 0
+    text = (rep / "calibration_report.txt").read_text()
+    assert "measured (us)" in text and "pingpong" in text
+    assert "prediction report" in capsys.readouterr().out
+
+
+def test_fit_plots(tmp_path):
+    rc, _ = run(tmp_path, doc(synthetic(ops=("pingpong",))), "--plot", str(tmp_path / "fits"))
+    assert rc == 0
+    assert [p.name for p in (tmp_path / "fits").iterdir()] == ["fit_pingpong_mpi.png"]
+
+
+# ---------------------------------------------------------------- the real micro-benchmark
+
+HAVE_MICROBENCH = importlib.util.find_spec("proxies.microbench") is not None
+
+
+@pytest.mark.skipif(not HAVE_MICROBENCH, reason="proxies.microbench not available")
+def test_real_microbench_calibrates(tmp_path):
+    mb = tmp_path / "real.json"
+    r = mpirun(
+        2,
+        "proxies.microbench",
+        "--ops",
+        "pingpong,allreduce",
+        "-b",
+        "8",
+        "-e",
+        "2M",
+        "-f",
+        "16",
+        "-n",
+        "5",
+        "-w",
+        "1",
+        "--json",
+        str(mb),
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = tmp_path / "lp.json"
+    # The minimum over iterations: robust to a busy machine's outliers.
+    args = [str(mb), "-o", str(out), "--stat", "min", "--report", str(tmp_path / "rep")]
+    assert cal.main(args) == 0, mb.read_text()
+    lp = json.loads(out.read_text())
+    assert lp["alpha_us"] >= 0 and lp["bandwidth_gb_per_s"] > 0
+    assert lp["fit"]["world_size"] == 2
+    assert Path(tmp_path / "rep" / "calibration_report.csv").exists()

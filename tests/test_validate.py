@@ -1,0 +1,216 @@
+"""simnet validate: a real proxy run (mpiexec in a subprocess) against its prediction."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import simnet
+from proxies.ops import describe
+from simnet import validate as val
+from simnet.simulate import build_workload
+
+TIMEOUT_S = 120
+
+
+def config(tmp_path: Path, name: str, args: list[int], **extra) -> Path:
+    data = {
+        "distributed": {"num_nodes": 2, "bandwidth_limit": 10.0},
+        "topology": {"type": "switch", "num_nodes": 2},
+        "workload": {"name": name, "args": args, "scale": 0.01},
+        "logging": {"log_dir": str(tmp_path / "results")},
+    }
+    for section, fields in extra.items():
+        data.setdefault(section, {}).update(fields)
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def validate(*args: str, timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "simnet", "validate", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def labels_of(cfg_path: Path) -> tuple[set[str], int]:
+    """The proxy's op labels and its operations per iteration (all ranks)."""
+    cfg = simnet.load_config(cfg_path)
+    wl = build_workload(cfg)
+    programs = [ph.program(r) for ph in wl.phases for r in range(wl.world_size)]
+    return {op.label for ops in programs for op in ops}, sum(len(ops) for ops in programs)
+
+
+@pytest.fixture(scope="module")
+def dlrm_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dlrm")
+    cfg = config(tmp, "dlrm", [])
+    out = tmp / "out"
+    r = validate(
+        "--config", str(cfg), "--np", "2", "--iters", "2", "--warmup", "1", "--out", str(out)
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    return cfg, out, r
+
+
+def test_dlrm_files_and_phase_figures(dlrm_run):
+    _, out, r = dlrm_run
+    for name in (
+        "validation.json",
+        "validation_ops.csv",
+        "validation_labels.csv",
+        "validation.txt",
+        "validation_ops.png",
+        "measured.json",
+        "measured_trace.json",
+        "proxy_output.txt",
+    ):
+        assert (out / name).stat().st_size > 0, name
+    assert not list(out.glob(".*.tmp"))
+    doc = json.loads((out / "validation.json").read_text())
+    assert doc["kind"] == "validation" and doc["model"] == "dlrm" and doc["world_size"] == 2
+    assert doc["measured"]["iterations"] == {"warmup": 1, "timed": 2}
+    assert doc["prediction"]["iterations"] == 2
+    [ph] = doc["phases"]
+    assert ph["phase"] == "iteration"
+    assert ph["measured_s"] > 0 and ph["predicted_s"] > 0
+    want = 100 * (ph["predicted_s"] - ph["measured_s"]) / ph["measured_s"]
+    assert ph["error_percent"] == pytest.approx(want)
+    # The summary is printed and saved.
+    text = (out / "validation.txt").read_text()
+    assert text in r.stdout
+    assert "iteration: measured" in text and "took longer than predicted" in text
+
+
+def test_dlrm_op_by_op_table_matches_the_proxy(dlrm_run):
+    cfg, out, _ = dlrm_run
+    labels, n_ops = labels_of(cfg)
+    assert "embedding_alltoall_fwd" in labels and "top_mlp_allreduce" in labels
+    with (out / "validation_ops.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == n_ops
+    assert {r["label"] for r in rows} == labels
+    assert {(int(r["rank"]), int(r["index"])) for r in rows} == {
+        (r, i) for r in range(2) for i in range(n_ops // 2)
+    }
+    for r in rows:
+        assert float(r["measured_s"]) >= 0 and float(r["predicted_s"]) >= 0
+        assert float(r["difference_s"]) == pytest.approx(
+            float(r["measured_s"]) - float(r["predicted_s"])
+        )
+    doc = json.loads((out / "validation.json").read_text())
+    by_label = {d["label"]: d for d in doc["labels"]}
+    assert set(by_label) == labels
+    for label, d in by_label.items():
+        mine = [r for r in rows if r["label"] == label]
+        assert d["ops"] == len(mine)
+        assert d["measured_s"] == pytest.approx(sum(float(r["measured_s"]) for r in mine))
+        assert d["predicted_s"] == pytest.approx(sum(float(r["predicted_s"]) for r in mine))
+    excess = [d["difference_s"] for d in doc["longer_than_predicted"]]
+    assert excess == sorted(excess, reverse=True) and all(x > 0 for x in excess)
+    assert {d["label"] for d in doc["longer_than_predicted"]} == {
+        d["label"] for d in doc["labels"] if d["difference_s"] > 0
+    }
+
+
+def test_reuse_refuses_a_trace_of_another_workload(dlrm_run, tmp_path):
+    _, out, _ = dlrm_run
+    other = config(tmp_path, "dlrm", [], workload={"scale": 0.02})
+    r = validate("--config", str(other), "--np", "2", "--out", str(out), "--reuse")
+    assert r.returncode == 2
+    assert "error:" in r.stderr and "differ" in r.stderr
+
+
+def test_gpt2_with_calibrated_link_params(tmp_path):
+    lp = tmp_path / "link_params.json"
+    lp.write_text(json.dumps({"alpha_us": 4.0, "bandwidth_gb_per_s": 5.0, "link_latency_us": 0}))
+    cfg = config(tmp_path, "gpt2", [8, 2, 2], network={"link_params_file": "link_params.json"})
+    out = tmp_path / "out"
+    r = validate("--config", str(cfg), "--iters", "1", "--out", str(out), "--quiet")
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads((out / "validation.json").read_text())
+    assert doc["prediction"]["network"]["alpha_us"] == 4.0
+    assert any("calibrated: network.alpha_us" in a for a in doc["prediction"]["assumed"])
+    labels, n_ops = labels_of(cfg)
+    assert labels == {"fwd_send", "fwd_recv", "bwd_send", "bwd_recv"}
+    assert {d["label"] for d in doc["labels"]} == labels
+    assert sum(d["ops"] for d in doc["labels"]) == n_ops
+    # Stage 0 sends both micro-batches eagerly (below 64 KB) at once: they share the link,
+    # so stage 1's first forward receive ends after alpha + 2 x size / bandwidth.
+    msg = round(808960 * 0.01) * 4
+    with (out / "validation_ops.csv").open() as f:
+        first_recv = next(r for r in csv.DictReader(f) if r["label"] == "fwd_recv")
+    assert float(first_recv["predicted_s"]) == pytest.approx(4e-6 + 2 * msg / 5e9, rel=1e-6)
+
+
+def test_refuses_the_ring_trainer(tmp_path):
+    cfg = tmp_path / "ring.json"
+    cfg.write_text(json.dumps({"distributed": {"num_nodes": 2}, "topology": {"num_nodes": 2}}))
+    r = validate("--config", str(cfg), timeout=60)
+    assert r.returncode == 2
+    assert "alexnet_ring" in r.stderr and "run_training.sh" in r.stderr
+
+
+def test_bad_config_and_layout_exit_2(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"workload": {"name": "gpt2", "bogus": 1}}))
+    assert val.main(["--config", str(bad)]) == 2
+    # GPT-2 with 4 stages cannot run on 2 ranks: refused before MPI starts.
+    cfg = config(tmp_path, "gpt2", [8, 4, 2])
+    r = validate("--config", str(cfg), "--out", str(tmp_path / "o"), timeout=60)
+    assert r.returncode == 2 and "error:" in r.stderr
+    assert not (tmp_path / "o" / "measured.json").exists()
+
+
+def test_timeout_stops_the_run(tmp_path):
+    cfg = config(tmp_path, "dlrm", [])
+    r = validate(
+        "--config", str(cfg), "--np", "2", "--out", str(tmp_path / "o"), "--timeout", "0.2"
+    )
+    assert r.returncode == val.EXIT_TIMEOUT
+    assert "--timeout" in r.stderr
+
+
+def test_compare_ops_against_the_simulation_itself():
+    """A trace made from simnet's own timelines compares with zero difference."""
+    cfg = {
+        "distributed": {"num_nodes": 2},
+        "topology": {"type": "switch", "num_nodes": 2},
+        "workload": {"name": "gpt2", "args": [8, 2, 2], "scale": 0.01, "iterations": 2},
+    }
+    res = simnet.simulate(cfg)
+    sim = res.phases[0].timeline
+    events = []
+    for rank, ops in enumerate(sim.programs):
+        tl = sim.timelines[rank]
+        for it in range(2):
+            for op, s, e in zip(ops, tl.starts[it], tl.ends[it], strict=True):
+                events.append(
+                    {
+                        "name": op.label,
+                        "ph": "X",
+                        "pid": rank,
+                        "ts": s * 1e6,
+                        "dur": (e - s) * 1e6,
+                        "args": {"phase": sim.name, "iteration": it, "op": describe(op)},
+                    }
+                )
+    rows = val.compare_ops(sim.name, sim, val.trace_durations({"traceEvents": events}))
+    assert len(rows) == sum(len(p) for p in sim.programs)
+    for r in rows:
+        assert r.difference_s == pytest.approx(0.0, abs=1e-12)
+    labels = val.by_label(rows)
+    assert [d["label"] for d in labels] == ["fwd_send", "bwd_recv", "fwd_recv", "bwd_send"]
+    # A trace of another program is refused, naming the operation.
+    events[0]["args"]["op"] = "something else"
+    with pytest.raises(val.ValidationError, match="operation #0"):
+        val.compare_ops(sim.name, sim, val.trace_durations({"traceEvents": events}))
