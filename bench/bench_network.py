@@ -147,7 +147,7 @@ def main() -> None:
     ap.add_argument("--star", type=int, default=64, help="star endpoints")
     ap.add_argument("--fanout", type=int, default=8, help="messages per endpoint per star step")
     ap.add_argument("--size", type=int, default=1 << 20, help="message size (bytes)")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per figure; the fastest is shown")
+    ap.add_argument("--repeat", type=int, default=5, help="runs per figure; the fastest is shown")
     args = ap.parse_args()
 
     size = args.size

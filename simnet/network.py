@@ -811,10 +811,8 @@ class FlowNetwork:
                     continue
             # Breadth-first search links -> flows -> links, preparing each
             # link for the water-filling as it is found.
-            cap = seed.capacity_bytes_per_s
-            seed.rem_capacity_bytes_per_s = cap
+            seed.rem_capacity_bytes_per_s = seed.capacity_bytes_per_s
             seed.n_unfrozen = n
-            heap = [(cap / n, 0, seed)]
             comp_links = [seed]
             comp_flows = []
             touched = [seed]
@@ -829,18 +827,14 @@ class FlowNetwork:
                         for l2 in f.links:
                             if l2.mark != epoch:
                                 l2.mark = epoch
-                                n = len(l2.flows)
-                                cap = l2.capacity_bytes_per_s
-                                l2.rem_capacity_bytes_per_s = cap
-                                l2.n_unfrozen = n
-                                heap.append((cap / n, len(comp_links), l2))
+                                l2.rem_capacity_bytes_per_s = l2.capacity_bytes_per_s
+                                l2.n_unfrozen = len(l2.flows)
                                 comp_links.append(l2)
                                 if l2.load_mark == epoch:
                                     touched.append(l2)
             self.recomputations += 1
             self.flows_rerated += len(comp_flows)
-            heapify(heap)
-            _water_fill(heap)
+            _water_fill(comp_links)
             for f in comp_flows:
                 rate = f.fill_bytes_per_s
                 f.fill_bytes_per_s = -1.0
@@ -860,34 +854,51 @@ class FlowNetwork:
                     set_load(link, load, now)
 
 
-def _water_fill(heap: list[tuple[float, int, _Link]]) -> None:
-    """Progressive filling; leaves each flow's rate in ``fill_bytes_per_s``.
+def _water_fill(links: list[_Link]) -> None:
+    """Progressive filling over a component; leaves each flow's rate in ``fill_bytes_per_s``.
 
-    ``heap`` holds ``(capacity / flows, index, link)`` for every link of the
-    component, whose ``rem_capacity_bytes_per_s`` and ``n_unfrozen`` are set.
+    Each link's ``rem_capacity_bytes_per_s`` and ``n_unfrozen`` must be set.
     Repeatedly take the link with the smallest fair share (remaining capacity
     / unfrozen flows), freeze its unfrozen flows at that share and subtract it
-    from their other links. Shares only grow from round to round, so stale
-    heap keys are lower bounds and are refreshed lazily; ties go to the lower
-    index (the link found first), for determinism.
+    from their other links. Shares only grow from round to round, so a link
+    filed under an old share is a lower bound, refiled lazily when reached.
+    Links are filed in buckets by exact share (a heap orders the distinct
+    shares): links of equal capacity and load share one bucket, and ties go
+    to the link filed first, for determinism.
     """
+    buckets: dict[float, list[_Link]] = {}
+    for link in links:
+        share = link.rem_capacity_bytes_per_s / link.n_unfrozen
+        b = buckets.get(share)
+        if b is None:
+            buckets[share] = [link]
+        else:
+            b.append(link)
+    shares = list(buckets)
+    heapify(shares)
     level = 0.0
-    while heap:
-        share, i, link = heappop(heap)
-        n = link.n_unfrozen
-        if n == 0:
-            continue
-        cur = link.rem_capacity_bytes_per_s / n
-        if cur > share:
-            heappush(heap, (cur, i, link))
-            continue
-        # Shares never decrease in exact arithmetic; do not let rounding do it.
-        if cur < level:
-            cur = level
-        level = cur
-        for f in link.flows:
-            if f.fill_bytes_per_s < 0.0:
-                f.fill_bytes_per_s = cur
-                for l2 in f.links:
-                    l2.rem_capacity_bytes_per_s -= cur
-                    l2.n_unfrozen -= 1
+    while shares:
+        share = heappop(shares)
+        for link in buckets.pop(share):
+            n = link.n_unfrozen
+            if n == 0:
+                continue
+            cur = link.rem_capacity_bytes_per_s / n
+            if cur > share:
+                b = buckets.get(cur)
+                if b is None:
+                    buckets[cur] = [link]
+                    heappush(shares, cur)
+                else:
+                    b.append(link)
+                continue
+            # Shares never decrease in exact arithmetic; do not let rounding do it.
+            if cur < level:
+                cur = level
+            level = cur
+            for f in link.flows:
+                if f.fill_bytes_per_s < 0.0:
+                    f.fill_bytes_per_s = cur
+                    for l2 in f.links:
+                        l2.rem_capacity_bytes_per_s -= cur
+                        l2.n_unfrozen -= 1
