@@ -323,7 +323,10 @@ class PhaseSim:
         return self.post_recv(("p", op.group, op.peer, rank, op.tag))
 
     def finish(self) -> None:
-        self.makespan_s = self.env.now
+        # The last rank's end, not env.now: a progress-reporting run advances the
+        # clock in slices past the last event.
+        ends = [e[-1] for e in self.iteration_ends.values() if e]
+        self.makespan_s = max(ends) if ends else 0.0
         stuck = [r for r in range(len(self.programs)) if r not in self.iteration_ends]
         if stuck:
             raise RuntimeError(

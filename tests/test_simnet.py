@@ -297,3 +297,11 @@ def test_gpt3_larger_than_any_machine():
         25165824 * 4
     )
     assert res.iteration_time_s > 8 * (15915 + 31830) * 1e-6
+
+
+def test_progress_reporting_does_not_change_the_prediction():
+    cfg = pipeline_config()
+    seen = []
+    with_progress = simnet.simulate(cfg, progress=seen.append)
+    assert with_progress.iteration_time_s == simnet.simulate(cfg).iteration_time_s
+    assert seen and "messages" in seen[-1]

@@ -1,0 +1,271 @@
+"""``python -m simnet aggregate DIR_OR_GLOB... [-o PREFIX]``: one table of many runs.
+
+Collects the JSON results of real runs (``python -m proxies.<model> --json``,
+kind ``proxy-run``) and of predictions (simnet's ``sim_results.json``, kind
+``simnet-prediction``; sweep points, kind ``simnet-sweep-point``) into one
+table: model, world size, arguments, scale, per-iteration time, compute and
+communication, throughput where the model defines a batch, source file.
+Writes ``PREFIX.csv``, ``PREFIX.txt`` (aligned) and ``PREFIX.json``, prints
+the text table, and reports files it could not read or that are not run
+results (they are left out). A directory is searched recursively for
+``*.json``; a pattern is expanded as a glob (``**`` allowed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from proxies.results import versions, write_csv, write_json, write_text
+
+from ._study_models import samples_per_iteration
+from ._study_util import EXIT_USAGE, csv_cell, text_table
+
+COLUMNS = (
+    ("kind", "kind"),
+    ("model", "model"),
+    ("world_size", "P"),
+    ("args", "args"),
+    ("scale", "scale"),
+    ("iteration_time_s", "iteration (s)"),
+    ("compute_s", "compute (s)"),
+    ("comm_s", "comm in flight (s)"),
+    ("exposed_comm_s", "exposed comm (s)"),
+    ("samples_per_iteration", "samples/iter"),
+    ("throughput_samples_per_s", "throughput (samples/s)"),
+    ("phases", "phases"),
+    ("source", "source"),
+)
+SKIP_SUFFIXES = (".trace.json",)  # Chrome/Perfetto traces: large, never results
+
+
+def find_files(inputs: Sequence[str]) -> tuple[list[Path], list[str]]:
+    """JSON files named by directories, files or glob patterns; and inputs that matched nothing."""
+    found: list[Path] = []
+    empty: list[str] = []
+    for item in inputs:
+        p = Path(item)
+        if p.is_dir():
+            matches = sorted(q for q in p.rglob("*.json") if q.is_file())
+        elif p.is_file():
+            matches = [p]
+        else:
+            matches = sorted(Path(m) for m in glob.glob(item, recursive=True) if Path(m).is_file())
+            dirs = [Path(m) for m in glob.glob(item, recursive=True) if Path(m).is_dir()]
+            for d in dirs:
+                matches += sorted(q for q in d.rglob("*.json") if q.is_file())
+        if not matches:
+            empty.append(item)
+        found += matches
+    seen: set[Path] = set()
+    unique = []
+    for f in found:
+        key = f.resolve()
+        if key not in seen and not f.name.endswith(SKIP_SUFFIXES):
+            seen.add(key)
+            unique.append(f)
+    return unique, empty
+
+
+def _args_text(params: dict[str, Any]) -> str | None:
+    """``layers=48 stages=4`` (the model's arguments and options); None when it has none."""
+    return " ".join(f"{k}={v}" for k, v in params.items()) or None
+
+
+def row_from_proxy(doc: dict[str, Any]) -> dict[str, Any]:
+    phases = doc["phases"]
+    row: dict[str, Any] = {
+        "kind": "measured",
+        "model": doc["model"],
+        "world_size": doc["world_size"],
+        "args": _args_text(doc.get("params", {})),
+        "scale": doc.get("options", {}).get("scale", 1.0),
+        "iteration_time_s": sum(ph["runtime_per_iteration_s"]["slowest"] for ph in phases),
+        "phases": "+".join(ph["phase"] for ph in phases),
+    }
+    for key in ("compute_s", "comm_s", "exposed_comm_s"):
+        row[key] = sum(ph[key]["mean"] for ph in phases)
+    row["samples_per_iteration"] = samples_per_iteration(
+        doc["model"], doc["world_size"], doc.get("params", {}), doc.get("info", {})
+    )
+    return row
+
+
+def row_from_prediction(doc: dict[str, Any]) -> dict[str, Any]:
+    wl = doc["workload"]
+    phases = doc["phases"]
+    row: dict[str, Any] = {
+        "kind": "predicted",
+        "model": wl["model"],
+        "world_size": wl["world_size"],
+        "args": _args_text(wl.get("params", {})),
+        "scale": doc.get("config", {}).get("workload", {}).get("scale", 1.0),
+        "iteration_time_s": doc["iteration_time_s"],
+        "phases": "+".join(ph["phase"] for ph in phases),
+    }
+    for key in ("compute_s", "comm_s", "exposed_comm_s"):
+        row[key] = sum(ph[key]["mean"] for ph in phases)
+    row["samples_per_iteration"] = samples_per_iteration(
+        wl["model"], wl["world_size"], wl.get("params", {}), wl.get("info", {})
+    )
+    return row
+
+
+def row_from_sweep_point(doc: dict[str, Any]) -> dict[str, Any]:
+    r = doc["result"]
+    row = {
+        "kind": "predicted",
+        "model": r["model"],
+        "world_size": r["world_size"],
+        "args": _args_text(r.get("params", {})),
+        "scale": doc.get("config", {}).get("workload", {}).get("scale", 1.0),
+        "iteration_time_s": r["iteration_time_s"],
+        "compute_s": r["compute_s"],
+        "comm_s": r["comm_s"],
+        "exposed_comm_s": r["exposed_comm_s"],
+        "phases": "+".join(ph["phase"] for ph in r.get("phases", [])),
+    }
+    row["samples_per_iteration"] = samples_per_iteration(
+        r["model"], r["world_size"], r.get("params", {}), r.get("info", {})
+    )
+    return row
+
+
+READERS = {
+    "proxy-run": row_from_proxy,
+    "simnet-prediction": row_from_prediction,
+    "simnet-sweep-point": row_from_sweep_point,
+}
+
+
+def collect(files: Iterable[Path]) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """Rows of the run results among ``files``; and (file, reason) of the others."""
+    rows, ignored = [], []
+    for f in files:
+        try:
+            doc = json.loads(f.read_text())
+        except (OSError, UnicodeDecodeError) as e:
+            ignored.append((str(f), f"unreadable: {e}"))
+            continue
+        except json.JSONDecodeError as e:
+            ignored.append((str(f), f"unreadable: not valid JSON ({e.msg}, line {e.lineno})"))
+            continue
+        kind = doc.get("kind") if isinstance(doc, dict) else None
+        reader = READERS.get(kind)
+        if reader is None:
+            what = f"kind {kind!r}" if kind else "no 'kind' field"
+            ignored.append((str(f), f"not a run result ({what})"))
+            continue
+        try:
+            row = reader(doc)
+        except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as e:
+            ignored.append((str(f), f"unreadable: incomplete {kind} document ({e!r})"))
+            continue
+        t = row["iteration_time_s"]
+        s = row.get("samples_per_iteration")
+        ok = isinstance(t, (int, float)) and math.isfinite(t) and t > 0
+        row["throughput_samples_per_s"] = s / t if s and ok else None
+        row["source"] = str(f)
+        rows.append(row)
+    rows.sort(
+        key=lambda r: (
+            r["model"],
+            r["args"] or "",
+            r["scale"],
+            r["world_size"],
+            r["kind"],
+            r["source"],
+        )
+    )
+    return rows, ignored
+
+
+def output_prefix(name: str) -> Path:
+    p = Path(name)
+    return p.with_suffix("") if p.suffix in (".csv", ".txt", ".json") else p
+
+
+def _with(prefix: Path, suffix: str) -> Path:
+    return prefix.parent / (prefix.name + suffix)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m simnet aggregate",
+        description="Collect proxy --json results and simnet results into one table "
+        "(CSV, aligned text, JSON).",
+    )
+    ap.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="DIR_OR_GLOB",
+        help="directories (searched recursively), files or glob patterns",
+    )
+    ap.add_argument(
+        "-o",
+        "--output",
+        default="results/aggregate",
+        help="output prefix: writes PREFIX.csv, PREFIX.txt, PREFIX.json "
+        "(default results/aggregate)",
+    )
+    ap.add_argument("--quiet", action="store_true", help="do not print the table")
+    ns = ap.parse_args(argv)
+    files, empty = find_files(ns.inputs)
+    prefix = output_prefix(ns.output)
+    own = {_with(prefix, ".json").resolve()}
+    files = [f for f in files if f.resolve() not in own]
+    rows, ignored = collect(files)
+    for item in empty:
+        print(f"warning: {item}: no such file, directory or match", file=sys.stderr)
+    for name, reason in ignored:
+        print(f"ignored {name}: {reason}", file=sys.stderr)
+    if not rows:
+        print(f"error: no run results among {len(files)} JSON files", file=sys.stderr)
+        return EXIT_USAGE if not files else 1
+    keys = [k for k, _ in COLUMNS]
+    headers = [h for _, h in COLUMNS]
+    table = [[r.get(k) for k in keys] for r in rows]
+    text = (
+        f"{len(rows)} results ({sum(r['kind'] == 'measured' for r in rows)} measured, "
+        f"{sum(r['kind'] == 'predicted' for r in rows)} predicted); times per iteration in "
+        "seconds (measured: slowest rank, summed over phases), compute and communication "
+        "mean over ranks; samples per iteration as defined by simnet._study_models\n\n"
+        + text_table(headers, table)
+    )
+    if ignored:
+        text += f"\n{len(ignored)} files left out:\n" + "".join(
+            f"  {n}: {why}\n" for n, why in ignored
+        )
+    written = [
+        write_csv(_with(prefix, ".csv"), keys, ([csv_cell(v) for v in r] for r in table)),
+        write_text(_with(prefix, ".txt"), text),
+        write_json(
+            _with(prefix, ".json"),
+            {
+                "kind": "aggregate-table",
+                "inputs": list(ns.inputs),
+                "rows": rows,
+                "ignored": [{"file": n, "reason": why} for n, why in ignored],
+                "units": {"time": "seconds", "throughput": "samples/s"},
+                "versions": versions(),
+            },
+        ),
+    ]
+    if not ns.quiet:
+        print(text, end="")
+    print(
+        f"wrote {', '.join(str(p) for p in written)} ({len(rows)} rows, "
+        f"{len(ignored)} files left out)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,781 @@
+"""``python -m simnet scaling``: a weak or strong scaling study of one proxy.
+
+    python -m simnet scaling --model dlrm --np 1,2,4 --scale 0.1 \\
+        --predict-np 8..1024 --config cluster.json --out results/scaling_dlrm
+
+1. Runs the proxy for real at each ``--np`` count (``mpiexec`` in a subprocess,
+   with a timeout, ``--json``); counts the model's layout rejects are skipped
+   with a note.
+2. With ``--predict-np`` (or ``--config``), simulates the same workload with
+   simnet at the measured and the predicted counts on the topology of
+   ``--config`` (default: an assumed cluster, see DEFAULT_PREDICT_CONFIG), so
+   the curve continues past this machine and the prediction error shows where
+   both exist.
+3. Reports per point: the iteration time, the samples it processes (the
+   global batch, see ``simnet._study_models``), throughput in samples/s,
+   speedup (throughput over the smallest count's), efficiency (weak:
+   t(P1) / t(P); strong: speedup / (P / P1)) and the compute / exposed
+   communication split; writes ``scaling.json``, ``scaling.csv``,
+   ``scaling.txt`` and three plots.
+
+Weak scaling keeps the work per process (same arguments at every count);
+strong scaling keeps the global batch, which only resnet152_scal (the
+reference's table) and alexnet_ring (compute per step divided by P) can do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import as_completed
+from pathlib import Path
+from typing import Any
+
+from proxies.results import atomic_write, versions, write_csv, write_json, write_text
+
+from . import _study_models as sm
+from ._study_pool import open_pool
+from ._study_sim import simulate_point
+from ._study_util import (
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    StudyError,
+    csv_cell,
+    last_error_line,
+    parse_counts,
+    parse_flags,
+    run_command,
+    text_table,
+)
+from .config import ConfigError, load_config
+
+DEFAULT_TIMEOUT_S = 600.0
+
+# The predicted topology when --config is not given: a cluster of 4 GPUs per node,
+# nodes on a 100 Gb/s (12.5 GB/s), 5 us network (RoCEv2-like, workflows.md s.2).
+# Intra-node links (no NVLink: PCIe-class, 25 GB/s, 0.5 us) are an assumption.
+DEFAULT_PREDICT_CONFIG: dict[str, Any] = {
+    "distributed": {"bandwidth_limit": 25.0},
+    "topology": {
+        "type": "hierarchical",
+        "group_size": 4,
+        "intra_bandwidth": 25.0,
+        "intra_latency_us": 0.5,
+        "inter_bandwidth": 12.5,
+        "inter_latency_us": 5.0,
+    },
+}
+DEFAULT_PREDICT_NOTE = (
+    "predicted topology assumed (no --config): hierarchical, 4 endpoints per node, "
+    "12.5 GB/s (100 Gb/s) and 5 us between nodes, 25 GB/s and 0.5 us inside a node"
+)
+
+
+# -- the arithmetic ---------------------------------------------------------------------
+def throughput(samples_per_iteration: float, iteration_time_s: float) -> float:
+    """Samples per second."""
+    return samples_per_iteration / iteration_time_s
+
+
+def weak_efficiency(t_base_s: float, t_s: float) -> float:
+    """Weak scaling: the time of the smallest count over this count's (ideal 1)."""
+    return t_base_s / t_s
+
+
+def strong_efficiency(speedup: float, p: int, p_base: int) -> float:
+    """Strong scaling: speedup over the ideal speedup P / P1 (ideal 1)."""
+    return speedup / (p / p_base)
+
+
+def scaling_metrics(
+    points: Sequence[tuple[int, float, float]], mode: str
+) -> list[dict[str, float | int]]:
+    """``points``: (P, iteration time s, samples per iteration), any order.
+
+    Returns, sorted by P and relative to the smallest P (P1):
+    * throughput = samples / time (samples/s);
+    * speedup = throughput(P) / throughput(P1);
+    * ideal speedup: what the speedup would be with perfect scaling: strong,
+      P / P1 (the same samples in 1 / (P / P1) of the time); weak, the growth of
+      the samples per iteration at a constant time, samples(P) / samples(P1),
+      which is P / P1 when the batch per process is fixed;
+    * efficiency: weak, t(P1) / t(P); strong, speedup / (P / P1); both equal
+      speedup / ideal speedup.
+    """
+    if mode not in ("weak", "strong"):
+        raise ValueError(f"mode must be weak or strong (got {mode!r})")
+    pts = sorted(points)
+    if not pts:
+        return []
+    p1, t1, s1 = pts[0]
+    thr1 = throughput(s1, t1)
+    out = []
+    for p, t, s in pts:
+        thr = throughput(s, t)
+        speedup = thr / thr1
+        out.append(
+            {
+                "np": p,
+                "throughput_samples_per_s": thr,
+                "speedup": speedup,
+                "ideal_speedup": s / s1 if mode == "weak" else p / p1,
+                "efficiency": weak_efficiency(t1, t)
+                if mode == "weak"
+                else strong_efficiency(speedup, p, p1),
+            }
+        )
+    return out
+
+
+# -- measured points --------------------------------------------------------------------
+def read_proxy_json(path: Path) -> dict[str, Any]:
+    """Per-iteration figures of a proxy ``--json`` document (summed over its phases)."""
+    doc = json.loads(path.read_text())
+    phases = doc["phases"]
+    out: dict[str, Any] = {
+        "iteration_time_s": sum(ph["runtime_per_iteration_s"]["slowest"] for ph in phases),
+        "phases": [ph["phase"] for ph in phases],
+        "timed_iterations": phases[0]["iterations"],
+    }
+    for key in ("compute_s", "comm_s", "exposed_comm_s"):
+        out[key] = sum(ph[key]["mean"] for ph in phases)
+    out["samples_per_iteration"] = sm.samples_per_iteration(
+        doc["model"], doc["world_size"], doc.get("params", {}), doc.get("info", {})
+    )
+    out["mpi"] = doc.get("mpi", {})
+    return out
+
+
+def measure(
+    study: sm.Study,
+    counts: Sequence[int],
+    base: int,
+    out: Path,
+    *,
+    mpiexec: str,
+    iters: int | None,
+    warmup: int | None,
+    timeout_s: float,
+    say: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    """Run the proxy at every count; one record per count (ok, skipped or failed)."""
+    cores = os.cpu_count() or 1
+    records = []
+    for p in counts:
+        rec: dict[str, Any] = {"source": "measured", "np": p}
+        records.append(rec)
+        try:
+            flags = sm.point_flags(study, p, base)
+        except StudyError as e:
+            rec.update(status="skipped", note=str(e))
+            say(f"  np {p}: skipped: {e}")
+            continue
+        problem = sm.layout_problem(study, p, flags)
+        if problem:
+            rec.update(status="skipped", note=problem)
+            say(f"  np {p}: skipped: {problem}")
+            continue
+        json_path = out / "runs" / f"{study.model}_np{p}.json"
+        json_path.unlink(missing_ok=True)
+        cmd = sm.proxy_command(
+            study, p, flags, str(json_path), mpiexec=mpiexec, iters=iters, warmup=warmup
+        )
+        rec["command"] = " ".join(cmd)
+        rec["flags"] = flags
+        notes = []
+        if p > cores:
+            notes.append(f"oversubscribed: {p} ranks on {cores} cores")
+        say(f"  np {p}: running {' '.join(cmd[3:])}" + (f" ({notes[0]})" if notes else ""))
+        res = run_command(cmd, timeout_s, out / "runs" / f"{study.model}_np{p}.log")
+        rec["wall_s"] = res.wall_s
+        if res.timed_out:
+            rec.update(status="failed", note=f"timed out after {timeout_s:g} s (--timeout)")
+        elif res.returncode != 0:
+            status = "skipped" if res.returncode == EXIT_USAGE else "failed"
+            rec.update(
+                status=status,
+                note=f"exit code {res.returncode}: {last_error_line(res.output)}",
+            )
+        elif not json_path.exists():
+            rec.update(status="failed", note="the run wrote no JSON")
+        else:
+            try:
+                rec.update(read_proxy_json(json_path), status="ok", file=str(json_path))
+            except (OSError, KeyError, ValueError, TypeError) as e:
+                rec.update(status="failed", note=f"unreadable result {json_path}: {e}")
+        if rec["status"] != "ok":
+            say(f"  np {p}: {rec['status']}: {rec['note']}")
+        else:
+            say(f"  np {p}: {rec['iteration_time_s']:.6f} s per iteration")
+        if notes:
+            rec["note"] = "; ".join([*notes, *([rec["note"]] if rec.get("note") else [])])
+    return records
+
+
+# -- predicted points -------------------------------------------------------------------
+def predicted_config(
+    base: dict[str, Any], study: sm.Study, p: int, flags: dict[str, int]
+) -> tuple[dict[str, Any], list[str]]:
+    """The base configuration resized for ``p`` ranks running the study's workload.
+
+    Hierarchical: endpoints rounded up to whole groups (ranks fill the first
+    ones); ring and switch: ``p`` endpoints (ring: one ring in rank order, as
+    the proxy's default); fat-tree and torus keep their size and need ``p`` <=
+    endpoints. Raises StudyError when the topology cannot hold ``p`` ranks.
+    """
+    d = copy.deepcopy(base)
+    notes = []
+    for sec in ("distributed", "topology", "workload"):
+        d.setdefault(sec, {})
+    d["distributed"]["num_nodes"] = p
+    topo = d["topology"]
+    kind = topo.get("type", "ring")
+    if kind == "hierarchical":
+        g = topo.get("group_size") or 4
+        topo["num_nodes"] = -(-p // g) * g
+    elif kind in ("ring", "switch"):
+        topo["num_nodes"] = p
+        if kind == "ring" and topo.get("permutations", [0]) != [0]:
+            notes.append("ring permutations replaced by one ring in rank order (as the proxy)")
+        if kind == "ring":
+            topo["permutations"] = [0]
+    if topo.pop("placement", None) is not None:
+        notes.append("topology.placement dropped (it is sized for another world)")
+    d["workload"] = sm.workload_section(study, p, flags, base.get("workload"))
+    if kind in ("fat_tree", "torus"):
+        try:
+            n = load_config(d).num_endpoints
+        except ConfigError as e:
+            raise StudyError(str(e)) from None
+        if p > n:
+            raise StudyError(f"the {kind} of --config has {n} endpoints, fewer than {p} ranks")
+    return d, notes
+
+
+def predict(
+    study: sm.Study,
+    counts: Sequence[int],
+    base_count: int,
+    base_cfg: dict[str, Any],
+    *,
+    workers: int,
+    say: Callable[[str], None],
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Simulate every count (in a local process pool when workers > 1)."""
+    records: dict[int, dict[str, Any]] = {}
+    notes: set[str] = set()
+    jobs: dict[int, dict[str, Any]] = {}
+    for p in counts:
+        rec: dict[str, Any] = {"source": "predicted", "np": p}
+        records[p] = rec
+        try:
+            flags = sm.point_flags(study, p, base_count)
+            problem = sm.layout_problem(study, p, flags)
+            if problem:
+                raise StudyError(problem)
+            cfg, n = predicted_config(base_cfg, study, p, flags)
+        except StudyError as e:
+            rec.update(status="skipped", note=str(e))
+            continue
+        notes.update(n)
+        rec["flags"] = flags
+        jobs[p] = cfg
+    if jobs:
+        kind = "serial" if workers <= 1 or len(jobs) == 1 else "local"
+        say(f"  simulating {len(jobs)} counts ({kind}): {', '.join(map(str, jobs))}")
+        with open_pool(kind, min(workers, len(jobs))) as (pool, _desc):
+            assert pool is not None
+            futures = {pool.submit(simulate_point, cfg): p for p, cfg in jobs.items()}
+            for fut in as_completed(futures):
+                p = futures[fut]
+                res = fut.result()
+                rec = records[p]
+                if res["status"] == "ok":
+                    r = res["result"]
+                    rec.update(
+                        status="ok",
+                        iteration_time_s=r["iteration_time_s"],
+                        compute_s=r["compute_s"],
+                        comm_s=r["comm_s"],
+                        exposed_comm_s=r["exposed_comm_s"],
+                        samples_per_iteration=sm.samples_per_iteration(
+                            r["model"], r["world_size"], r["params"], r["info"]
+                        ),
+                        wire_bytes_by_group=r["wire_bytes_by_group"],
+                        topology=r["topology"],
+                        sim_wall_s=r["sim_wall_s"],
+                    )
+                    notes.update(r["assumed"])
+                    say(f"  np {p}: predicted {r['iteration_time_s']:.6f} s per iteration")
+                else:
+                    status = "skipped" if res.get("kind") == "config" else "failed"
+                    rec.update(status=status, note=res["error"])
+                    say(f"  np {p}: prediction {status}: {res['error']}")
+    return [records[p] for p in sorted(records)], sorted(notes)
+
+
+# -- putting it together ----------------------------------------------------------------
+def add_metrics(records: list[dict[str, Any]], mode: str) -> None:
+    """Fill throughput, speedup, ideal speedup and efficiency of the ok records."""
+    ok = [
+        r
+        for r in records
+        if r.get("status") == "ok" and r.get("samples_per_iteration") and r["iteration_time_s"] > 0
+    ]
+    by_p = {r["np"]: r for r in ok}
+    for m in scaling_metrics(
+        [(r["np"], r["iteration_time_s"], r["samples_per_iteration"]) for r in ok], mode
+    ):
+        by_p[m["np"]].update(m)
+
+
+def add_errors(measured: list[dict[str, Any]], predicted: list[dict[str, Any]]) -> None:
+    """Prediction error of the iteration time where both exist, in percent."""
+    meas = {r["np"]: r for r in measured if r.get("status") == "ok"}
+    for r in predicted:
+        m = meas.get(r["np"])
+        if r.get("status") == "ok" and m is not None:
+            r["error_percent"] = (
+                100.0 * (r["iteration_time_s"] - m["iteration_time_s"]) / (m["iteration_time_s"])
+            )
+
+
+COLUMNS = (
+    ("source", "source"),
+    ("np", "P"),
+    ("status", "status"),
+    ("iteration_time_s", "iteration (s)"),
+    ("samples_per_iteration", "samples/iter"),
+    ("throughput_samples_per_s", "throughput (samples/s)"),
+    ("speedup", "speedup"),
+    ("ideal_speedup", "ideal"),
+    ("efficiency", "efficiency"),
+    ("compute_s", "compute (s)"),
+    ("exposed_comm_s", "exposed comm (s)"),
+    ("comm_s", "comm in flight (s)"),
+    ("error_percent", "pred. error (%)"),
+)
+
+
+def report_text(doc: dict[str, Any]) -> str:
+    rows = [[r.get(k) for k, _ in COLUMNS] for r in doc["measured"] + doc["predicted"]]
+    args = " ".join(map(str, doc["args"])) or "defaults"
+    flags = " ".join(f"{k}={v}" for k, v in doc["flags"].items())
+    if flags:
+        args += f", options {flags}"
+    head = [
+        f"{doc['model']} {doc['mode']} scaling study (arguments: {args}, "
+        f"scale {doc['scale']:g}, compute {doc['compute']})",
+        f"samples: {doc['batch_definition']}",
+        "speedup = throughput(P) / throughput(P1); ideal = "
+        + ("samples(P) / samples(P1)" if doc["mode"] == "weak" else "P / P1")
+        + "; efficiency = "
+        + ("t(P1) / t(P)" if doc["mode"] == "weak" else "speedup / (P / P1)")
+        + "; times per iteration (slowest rank), compute and communication mean over ranks",
+        "",
+    ]
+    lines = [*head, text_table([h for _, h in COLUMNS], rows).rstrip()]
+    skipped = [r for r in doc["measured"] + doc["predicted"] if r.get("note")]
+    if skipped:
+        lines.append("")
+        lines.append("notes:")
+        lines += [f"  {r['source']} np {r['np']}: {r['note']}" for r in skipped]
+    if doc["notes"]:
+        lines.append("")
+        lines += [f"note: {n}" for n in doc["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_csv_table(path: Path, doc: dict[str, Any]) -> Path:
+    keys = [k for k, _ in COLUMNS] + ["note", "file"]
+    rows = [[csv_cell(r.get(k)) for k in keys] for r in doc["measured"] + doc["predicted"]]
+    return write_csv(path, keys, rows)
+
+
+# -- plots ------------------------------------------------------------------------------
+def _figure(width_in: float, height_in: float) -> Any:
+    import matplotlib
+
+    if "matplotlib.pyplot" not in sys.modules:
+        matplotlib.use("Agg")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width_in, height_in), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Any, path: Path) -> Path:
+    try:
+        return atomic_write(
+            path, lambda f: fig.savefig(f, format="png", dpi=100, facecolor="white"), binary=True
+        )
+    finally:
+        fig.clear()
+
+
+def _xaxis(ax: Any, counts: Sequence[int]) -> None:
+    if counts and max(counts) / min(counts) >= 8:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(list(counts), [str(c) for c in counts])
+    ax.set_xlabel("processes P")
+    ax.grid(alpha=0.3, which="both")
+
+
+def _series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    pts = [(r["np"], r[key]) for r in records if r.get(key) is not None]
+    return [p for p, _ in pts], [v for _, v in pts]
+
+
+def plot_curves(doc: dict[str, Any], out: Path) -> list[Path]:
+    meas, pred = doc["measured"], doc["predicted"]
+    counts = sorted({r["np"] for r in meas + pred if r.get("speedup") is not None})
+    if not counts:
+        return []
+    topo = doc.get("predicted_topology") or "simnet"
+    labels = (f"measured (this machine, {os.cpu_count()} cores)", f"predicted (simnet, {topo})")
+    files = []
+    for key, name, ylabel in (
+        ("speedup", "scaling_speedup.png", "speedup (throughput / throughput at P1)"),
+        ("efficiency", "scaling_efficiency.png", "efficiency (%)"),
+    ):
+        fig = _figure(7.5, 5.0)
+        ax = fig.add_subplot()
+        scale = 100.0 if key == "efficiency" else 1.0
+        for recs, style, colour, label in (
+            (meas, "o-", "tab:blue", labels[0]),
+            (pred, "s--", "tab:orange", labels[1]),
+        ):
+            xs, ys = _series(recs, key)
+            if xs:
+                ax.plot(xs, [y * scale for y in ys], style, color=colour, label=label, ms=6)
+        if key == "speedup":
+            ideal = {r["np"]: r["ideal_speedup"] for r in meas if "ideal_speedup" in r}
+            ideal.update({r["np"]: r["ideal_speedup"] for r in pred if "ideal_speedup" in r})
+            xs = sorted(ideal)
+            ax.plot(xs, [ideal[x] for x in xs], "k:", label="ideal")
+        else:
+            ax.axhline(100.0, color="black", linestyle=":", label="ideal (100%)")
+            ax.set_ylim(bottom=0)
+        _xaxis(ax, counts)
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{doc['model']}: {doc['mode']} scaling, {key}")
+        ax.legend(fontsize=8)
+        files.append(_save(fig, out / name))
+    return files
+
+
+def plot_breakdown(doc: dict[str, Any], out: Path) -> Path | None:
+    """Stacked compute + exposed communication per count, measured and predicted side by side."""
+    recs = [r for r in doc["measured"] + doc["predicted"] if r.get("status") == "ok"]
+    if not recs:
+        return None
+    counts = sorted({r["np"] for r in recs})
+    top = max(r["compute_s"] + r["exposed_comm_s"] for r in recs)
+    top = max(top, max(r["iteration_time_s"] for r in recs))
+    unit, per_s = ("ms", 1e3) if top < 1.0 else ("s", 1.0)
+    fig = _figure(max(6.0, 0.9 * len(counts) + 3.0), 5.0)
+    ax = fig.add_subplot()
+    width = 0.38
+    for offset, source, hatch in ((-0.2, "measured", None), (0.2, "predicted", "//")):
+        xs, comp, expo, it = [], [], [], []
+        for i, c in enumerate(counts):
+            r = next((r for r in recs if r["np"] == c and r["source"] == source), None)
+            if r is not None:
+                xs.append(i + offset)
+                comp.append(r["compute_s"] * per_s)
+                expo.append(r["exposed_comm_s"] * per_s)
+                it.append(r["iteration_time_s"] * per_s)
+        if not xs:
+            continue
+        ax.bar(
+            xs,
+            comp,
+            width,
+            color="tab:green",
+            hatch=hatch,
+            edgecolor="white",
+            label=f"compute ({source})",
+        )
+        ax.bar(
+            xs,
+            expo,
+            width,
+            bottom=comp,
+            color="tab:red",
+            hatch=hatch,
+            edgecolor="white",
+            label=f"exposed communication ({source})",
+        )
+        ax.plot(
+            xs,
+            it,
+            "k_",
+            ms=14,
+            mew=2,
+            label="iteration time (slowest rank)" if source == "measured" else None,
+        )
+    ax.set_xticks(range(len(counts)), [str(c) for c in counts])
+    ax.set_xlabel("processes P (left bar: measured, right hatched bar: predicted)")
+    ax.set_ylabel(f"time per iteration ({unit}), mean over ranks")
+    ax.set_title(f"{doc['model']}: compute vs exposed communication ({doc['mode']} scaling)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7)
+    return _save(fig, out / "scaling_breakdown.png")
+
+
+# -- command line -----------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m simnet scaling",
+        description="Weak or strong scaling study of a proxy: real runs at a few process "
+        "counts, optionally extended by simnet predictions on a modelled cluster.",
+    )
+    p.add_argument("--model", required=True, help="a proxy model (python -m proxies --help)")
+    p.add_argument(
+        "--args",
+        type=int,
+        nargs="*",
+        default=[],
+        metavar="N",
+        help="the proxy's positional arguments, e.g. --args 48 4",
+    )
+    p.add_argument(
+        "--flag",
+        action="append",
+        default=[],
+        metavar="NAME=N",
+        help="a model option, e.g. --flag compute_us=2000 (repeatable)",
+    )
+    p.add_argument(
+        "--np",
+        default="1,2,4",
+        help="process counts to run here, e.g. 1,2,4 or 1..8 (doubling); "
+        "'none': prediction only (default 1,2,4)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=("weak", "strong"),
+        default="weak",
+        help="weak: fixed batch per process; strong: fixed global batch",
+    )
+    p.add_argument(
+        "--predict-np", default="", help="counts to predict with simnet, e.g. 8,16,32 or 8..1024"
+    )
+    p.add_argument(
+        "--config",
+        default=None,
+        help="configuration (JSON) whose topology/network the prediction uses "
+        "(default: an assumed 4-GPU-per-node cluster)",
+    )
+    p.add_argument("--scale", type=float, default=1.0, help="message size multiplier")
+    p.add_argument(
+        "--compute",
+        choices=("sleep", "spin", "none"),
+        default="sleep",
+        help="the proxies' emulated compute (none: also none in the prediction)",
+    )
+    p.add_argument("--per-tensor", action="store_true")
+    p.add_argument("--fix-quirks", action="store_true")
+    p.add_argument("--iters", type=int, default=None, help="timed iterations per run")
+    p.add_argument("--warmup", type=int, default=None, help="warm-up iterations per run")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help=f"stop a run after S seconds (default {DEFAULT_TIMEOUT_S:g})",
+    )
+    p.add_argument("--out", default=None, help="default: results/scaling_<model>_<mode>")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="parallel simulations of the prediction (default: the cores here)",
+    )
+    p.add_argument(
+        "--mpiexec", default=shutil.which("mpiexec") or "mpiexec", help="the MPI launcher"
+    )
+    p.add_argument("--quiet", action="store_true", help="only the final table")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    say: Callable[[str], None] = (
+        (lambda m: None) if ns.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
+    )
+    try:
+        study = sm.Study(
+            model=ns.model,
+            args=tuple(ns.args),
+            flags=parse_flags(ns.flag),
+            mode=ns.mode,
+            scale=ns.scale,
+            compute=ns.compute,
+            per_tensor=ns.per_tensor,
+            fix_quirks=ns.fix_quirks,
+        )
+        sm.check_study(study)
+        counts = [] if ns.np.strip().lower() == "none" else parse_counts(ns.np, "--np")
+        to_predict = parse_counts(ns.predict_np, "--predict-np")
+        for name in ("iters", "warmup"):
+            v = getattr(ns, name)
+            if v is not None and v < (1 if name == "iters" else 0):
+                raise StudyError(f"--{name} must be >= {1 if name == 'iters' else 0} (got {v})")
+        if not counts and not to_predict:
+            raise StudyError("nothing to do: give --np and/or --predict-np")
+        predicting = bool(to_predict) or ns.config is not None
+        base_cfg, notes = _predict_base(ns.config) if predicting else ({}, [])
+        all_counts = sorted(set(counts) | set(to_predict))
+        base = sm.base_count(study, all_counts)
+        if base is None:
+            reasons = {p: sm.layout_problem(study, p, sm.weak_flags(study)) for p in all_counts}
+            raise StudyError(
+                f"{study.model} accepts none of the process counts: "
+                + "; ".join(f"{p}: {r}" for p, r in reasons.items())
+            )
+        if predicting:
+            # The file is resized for every count: check it resized for the smallest.
+            try:
+                load_config(predicted_config(base_cfg, study, base, sm.weak_flags(study))[0])
+            except ConfigError as e:
+                raise StudyError(f"--config {ns.config or '(default)'}: {e}") from None
+    except StudyError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    out = Path(ns.out or f"results/scaling_{study.model}_{study.mode}")
+    out.mkdir(parents=True, exist_ok=True)
+    if study.mode == "strong":
+        notes.append(f"strong scaling anchored at P1 = {base}: " + _strong_note(study, base))
+    try:
+        measured: list[dict[str, Any]] = []
+        if counts:
+            say(f"scaling: {study.model}, {study.mode}, measuring at {ns.np}")
+            measured = measure(
+                study,
+                counts,
+                base,
+                out,
+                mpiexec=ns.mpiexec,
+                iters=ns.iters,
+                warmup=ns.warmup,
+                timeout_s=ns.timeout,
+                say=say,
+            )
+        predicted: list[dict[str, Any]] = []
+        if predicting:
+            say("scaling: predicting with simnet")
+            predicted, sim_notes = predict(
+                study,
+                all_counts if to_predict else counts,
+                base,
+                base_cfg,
+                workers=max(1, ns.workers),
+                say=say,
+            )
+            notes += sim_notes
+    except KeyboardInterrupt:
+        print("\ninterrupted: every process stopped", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    add_metrics(measured, study.mode)
+    add_metrics(predicted, study.mode)
+    add_errors(measured, predicted)
+    if any(r.get("note", "").startswith("oversubscribed") for r in measured):
+        notes.append(
+            f"measured points above {os.cpu_count()} processes oversubscribe this machine's "
+            "cores (the proxies then poll); their times include the time-sharing"
+        )
+    if measured and predicted:
+        notes.append(
+            "measured times come from this machine (shared-memory MPI); predicted ones from "
+            "the modelled topology: the prediction error compares the two systems unless "
+            "--config models this machine"
+        )
+    topo = next((r["topology"]["name"] for r in predicted if r.get("topology")), None)
+    doc = {
+        "kind": "scaling-study",
+        "model": study.model,
+        "mode": study.mode,
+        "args": list(study.args),
+        "flags": study.flags,
+        "scale": study.scale,
+        "compute": study.compute,
+        "per_tensor": study.per_tensor,
+        "fix_quirks": study.fix_quirks,
+        "base_np": base,
+        "batch_definition": sm.BATCH_DEFINITION.get(study.model, ""),
+        "definitions": {
+            "throughput_samples_per_s": "samples per iteration / iteration time",
+            "speedup": "throughput(P) / throughput(P1), P1 the smallest count of the series",
+            "ideal_speedup": "samples(P) / samples(P1) (weak) or P / P1 (strong)",
+            "efficiency": "t(P1) / t(P)" if study.mode == "weak" else "speedup / (P / P1)",
+            "iteration_time_s": "measured: runtime per iteration of the slowest rank, summed "
+            "over phases; predicted: simulated makespan per iteration",
+            "compute_s, comm_s, exposed_comm_s": "per iteration, mean over ranks",
+            "error_percent": "100 (predicted - measured) / measured iteration time",
+        },
+        "predicted_topology": topo,
+        "predict_config": base_cfg if predicting else None,
+        "measured": measured,
+        "predicted": predicted,
+        "notes": notes,
+        "versions": versions(),
+        "units": {"time": "seconds", "throughput": "samples/s", "bytes": "bytes"},
+    }
+    text = report_text(doc)
+    files = [
+        write_json(out / "scaling.json", doc),
+        write_csv_table(out / "scaling.csv", doc),
+        write_text(out / "scaling.txt", text),
+    ]
+    if predicting:
+        files.append(write_json(out / "predict_config.json", base_cfg))
+    files += plot_curves(doc, out)
+    bars = plot_breakdown(doc, out)
+    if bars:
+        files.append(bars)
+    print(text, end="")
+    say(f"wrote {len(files)} files to {out}/")
+    failed = [r for r in measured + predicted if r.get("status") == "failed"]
+    return 1 if failed else 0
+
+
+def _predict_base(path: str | None) -> tuple[dict[str, Any], list[str]]:
+    if path is None:
+        return copy.deepcopy(DEFAULT_PREDICT_CONFIG), [DEFAULT_PREDICT_NOTE]
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise StudyError(f"--config: no such file {path!r}") from None
+    except json.JSONDecodeError as e:
+        raise StudyError(f"--config: {path} is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise StudyError(f"--config: {path} must hold a JSON object")
+    net = data.get("network") or {}
+    if net.get("link_params_file") and not Path(net["link_params_file"]).is_absolute():
+        net["link_params_file"] = str((Path(path).parent / net["link_params_file"]).resolve())
+    return data, []
+
+
+def _strong_note(study: sm.Study, base: int) -> str:
+    if study.model == "resnet152_scal":
+        return (
+            f"P = {base} x (1, 2, 4, 8) emulates the table rows 256, 512, 1024, 2048 "
+            f"(--scaling-size), local batch 128 / (P / {base}), global batch {128 * base}"
+        )
+    c = study.flags.get("compute_us", sm.DEFAULT_COMPUTE_US_PER_STEP)
+    return (
+        f"compute per step {c:g} us x {base} / P (whole us), global batch "
+        f"{sm.ALEXNET_BATCH_PER_PROCESS * c / sm.DEFAULT_COMPUTE_US_PER_STEP * base:g}"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

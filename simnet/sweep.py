@@ -1,0 +1,426 @@
+"""``python -m simnet sweep``: simulate every point of a grid of configurations.
+
+    python -m simnet sweep --config BASE.json \\
+        --grid '{"workload.scale": [0.1, 1.0], "topology.num_nodes": [8, 16]}' --out DIR
+
+The grid maps dotted configuration keys to lists of values; the sweep is their
+cartesian product (the last key varies fastest), each point the base
+configuration with those values set. Every point is simulated by a worker of
+a pool and its result written atomically to ``DIR/points/point-<hash>.json``
+(iteration time, compute/communication, wire bytes per group kind per
+iteration, the point and its full configuration). ``<hash>`` digests the
+point's complete configuration, so a rerun skips every point whose file is
+complete and recomputes only the others (an interrupted or extended sweep
+resumes). ``DIR/manifest.json`` lists every point with its status and, per
+run, which points were computed and which skipped. At the end:
+``DIR/sweep.csv`` and ``DIR/sweep.txt``, one row per point.
+
+The pool (see ``simnet._study_pool``): a local process pool, or, launched
+under MPI, mpi4py.futures workers:
+
+    mpiexec -n 65 python -m mpi4py.futures -m simnet sweep --config ... --out DIR
+
+(rank 0 runs the sweep; the other 64 ranks simulate). DIR must then be on a
+file system every rank can write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future, as_completed
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from proxies.results import versions, write_csv, write_json, write_text
+
+from ._study_pool import POOL_KINDS, launch_rank, open_pool
+from ._study_sim import simulate_point
+from ._study_util import (
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    StudyError,
+    Throttle,
+    check_dotted_key,
+    csv_cell,
+    expand_grid,
+    parse_grid,
+    set_dotted,
+    stable_hash,
+    text_table,
+)
+from .config import Config, ConfigError, load_config
+from .simulate import build_workload
+
+MANIFEST = "manifest.json"
+POINTS_DIR = "points"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m simnet sweep",
+        description="Simulate the cartesian product of a grid of configuration values, "
+        "in parallel (local processes, or MPI workers under `mpiexec ... python -m "
+        "mpi4py.futures -m simnet sweep`), resuming where a previous run stopped.",
+    )
+    p.add_argument("--config", required=True, help="base configuration (JSON)")
+    p.add_argument(
+        "--grid",
+        required=True,
+        help='JSON object of dotted keys -> lists, e.g. \'{"workload.scale": [0.1, 1], '
+        '"topology.num_nodes": [8, 16]}\', or @FILE',
+    )
+    p.add_argument("--out", required=True, help="results directory")
+    p.add_argument(
+        "--workers", type=int, default=None, help="local pool size (default: the cores here)"
+    )
+    p.add_argument(
+        "--executor",
+        choices=POOL_KINDS,
+        default="auto",
+        help="auto: MPI workers when launched under MPI, else a local process pool; "
+        "serial: in this process",
+    )
+    p.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="run the valid points when some are invalid (default: refuse the sweep)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    return p
+
+
+@dataclass
+class Point:
+    index: int
+    assign: dict[str, Any]
+    config: dict[str, Any]  # the complete, validated configuration
+    config_hash: str
+    file: str  # relative to the output directory
+    error: str | None = None  # invalid configuration
+    status: str = "pending"
+    result: dict[str, Any] | None = None
+    computed_in_run: int | None = None
+
+
+@dataclass
+class Plan:
+    base_path: Path
+    grid: dict[str, list[Any]]
+    points: list[Point]
+    out: Path
+    invalid: list[Point] = field(default_factory=list)
+
+
+def _absolute_link_params(data: dict[str, Any], base_dir: Path) -> None:
+    """Make ``network.link_params_file`` absolute (it is relative to the base file)."""
+    net = data.get("network")
+    if isinstance(net, dict) and net.get("link_params_file"):
+        path = Path(net["link_params_file"])
+        if not path.is_absolute():
+            net["link_params_file"] = str((base_dir / path).resolve())
+
+
+def plan_sweep(config_path: str | Path, grid_text: str, out: str | Path) -> Plan:
+    """Validate the base file and the grid and expand the points (no simulation).
+
+    Raises StudyError / ConfigError naming the problem.
+    """
+    base_path = Path(config_path)
+    try:
+        base = json.loads(base_path.read_text())
+    except FileNotFoundError:
+        raise StudyError(f"--config: no such file {str(base_path)!r}") from None
+    except json.JSONDecodeError as e:
+        raise StudyError(f"--config: {base_path} is not valid JSON: {e}") from None
+    if not isinstance(base, dict):
+        raise StudyError(f"--config: {base_path} must hold a JSON object")
+    # The base alone need not be valid (the grid may complete it): every point is checked.
+    grid = parse_grid(grid_text)
+    for key in grid:
+        check_dotted_key(Config, key)
+    plan = Plan(base_path, grid, [], Path(out))
+    for i, assign in enumerate(expand_grid(grid)):
+        data = copy.deepcopy(base)
+        for key, value in assign.items():
+            set_dotted(data, key, value)
+        _absolute_link_params(data, base_path.parent)
+        error = None
+        try:
+            cfg = load_config(data)
+            build_workload(cfg)  # cheap: catches layouts the world size cannot take
+            full = cfg.model_dump(mode="json")
+        except ConfigError as e:
+            error = _short(str(e))
+            full = data
+        h = stable_hash(full)
+        pt = Point(i, assign, full, h, f"{POINTS_DIR}/point-{h}.json", error)
+        plan.points.append(pt)
+        if error:
+            pt.status = "invalid"
+            plan.invalid.append(pt)
+    return plan
+
+
+def _short(message: str) -> str:
+    """A validation message without its header and without echoing the whole input."""
+    lines = [ln.strip() for ln in message.splitlines() if not ln.endswith("invalid configuration")]
+    return "; ".join(re.sub(r" \(got \{.*\}\)$", "", ln) for ln in lines)
+
+
+def read_complete(path: Path, config_hash: str) -> dict[str, Any] | None:
+    """The result stored in a point file, if the file is complete and for this config."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if (
+        isinstance(doc, dict)
+        and doc.get("complete") is True
+        and doc.get("config_hash") == config_hash
+        and isinstance(doc.get("result"), dict)
+    ):
+        return doc["result"]
+    return None
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class Manifest:
+    """``manifest.json``: every point's status, and the history of runs."""
+
+    def __init__(self, plan: Plan, executor: str) -> None:
+        self.plan = plan
+        self.path = plan.out / MANIFEST
+        self.runs: list[dict[str, Any]] = []
+        try:
+            old = json.loads(self.path.read_text())
+            if isinstance(old, dict) and isinstance(old.get("runs"), list):
+                self.runs = old["runs"]
+        except (OSError, json.JSONDecodeError):
+            pass
+        self.run: dict[str, Any] = {
+            "run": len(self.runs) + 1,
+            "started": _now(),
+            "finished": None,
+            "executor": executor,
+            "computed": [],
+            "skipped": [],
+            "failed": [],
+            "interrupted": False,
+        }
+        self.runs.append(self.run)
+
+    def write(self) -> None:
+        pts = self.plan.points
+        doc = {
+            "kind": "simnet-sweep-manifest",
+            "base_config": str(self.plan.base_path),
+            "grid": self.plan.grid,
+            "total": len(pts),
+            "complete": sum(p.status == "complete" for p in pts),
+            "failed": sum(p.status == "failed" for p in pts),
+            "invalid": sum(p.status == "invalid" for p in pts),
+            "pending": sum(p.status == "pending" for p in pts),
+            "points": [
+                {
+                    "index": p.index,
+                    "point": p.assign,
+                    "config_hash": p.config_hash,
+                    "file": p.file,
+                    "status": p.status,
+                    "computed_in_run": p.computed_in_run,
+                    **({"error": p.error} if p.error else {}),
+                }
+                for p in pts
+            ],
+            "runs": self.runs,
+            "versions": versions(),
+        }
+        write_json(self.path, doc)
+
+
+def run_plan(
+    plan: Plan, pool: Executor, executor: str, say: Callable[[str], None], quiet: bool = False
+) -> int:
+    """Skip complete points, simulate the others on ``pool``, write the table."""
+    out = plan.out
+    (out / POINTS_DIR).mkdir(parents=True, exist_ok=True)
+    todo: list[Point] = []
+    for pt in plan.points:
+        if pt.status == "invalid":
+            continue
+        res = read_complete(out / pt.file, pt.config_hash)
+        if res is not None:
+            pt.status, pt.result = "complete", res
+        else:
+            todo.append(pt)
+    manifest = Manifest(plan, executor)
+    manifest.run["skipped"] = [p.index for p in plan.points if p.status == "complete"]
+    manifest.write()
+    runnable = len(plan.points) - len(plan.invalid)
+    skipped = runnable - len(todo)
+    say(
+        f"sweep: {len(plan.points)} points ({len(plan.invalid)} invalid), {skipped} already "
+        f"complete, {len(todo)} to simulate on {executor}"
+    )
+    started = time.perf_counter()
+    progress = Throttle(lambda m: say(m), 1.0)
+    done = skipped
+    failed = 0
+    write_later = Throttle(lambda _m: manifest.write(), 5.0)
+    futures: dict[Future, Point] = {}
+    try:
+        for pt in todo:
+            extra = {
+                "index": pt.index,
+                "point": pt.assign,
+                "config_hash": pt.config_hash,
+                "grid_keys": list(plan.grid),
+            }
+            futures[pool.submit(simulate_point, pt.config, str(out / pt.file), extra)] = pt
+        for fut in as_completed(futures):
+            pt = futures[fut]
+            try:
+                res = fut.result()
+            except Exception as e:  # the pool itself failed (e.g. a worker died)
+                res = {"status": "failed", "error": f"{type(e).__name__}: {e}"}
+            if res.get("status") == "ok":
+                pt.status, pt.result = "complete", res["result"]
+                pt.computed_in_run = manifest.run["run"]
+                manifest.run["computed"].append(pt.index)
+                done += 1
+            else:
+                pt.status, pt.error = "failed", res.get("error", "unknown error")
+                manifest.run["failed"].append(pt.index)
+                failed += 1
+                say(f"point {pt.index} {json.dumps(pt.assign)} failed: {pt.error}")
+            finished = done + failed
+            if not quiet:
+                progress(
+                    f"[{time.perf_counter() - started:7.1f} s] {finished}/{runnable} points "
+                    f"done ({skipped} skipped as complete, {failed} failed)",
+                    force=finished == runnable,
+                )
+            write_later("")
+    except KeyboardInterrupt:
+        for fut in futures:
+            fut.cancel()  # queued points; running ones stop with the interrupt
+        manifest.run["interrupted"] = True
+        manifest.run["finished"] = _now()
+        manifest.write()
+        say(
+            f"\ninterrupted: {done} of {runnable} points complete; run the same command "
+            "again to finish the others"
+        )
+        return EXIT_INTERRUPTED
+    manifest.run["computed"].sort()
+    manifest.run["finished"] = _now()
+    manifest.write()
+    files = write_table(plan)
+    say(f"wrote {len(files)} files and {runnable - failed} point results to {out}/")
+    return 1 if failed else 0
+
+
+def table_rows(plan: Plan) -> tuple[list[str], list[list[Any]]]:
+    keys = list(plan.grid)
+    groups = sorted(
+        {g for p in plan.points if p.result for g in p.result.get("wire_bytes_by_group", {})}
+    )
+    headers = [
+        "index",
+        *keys,
+        "status",
+        "world_size",
+        "iteration_time_s",
+        "compute_s",
+        "exposed_comm_s",
+        *(f"wire_bytes_{g}" for g in groups),
+        "file",
+    ]
+    rows = []
+    for p in plan.points:
+        r = p.result or {}
+        wire = r.get("wire_bytes_by_group", {})
+        rows.append(
+            [
+                p.index,
+                *(_cell(p.assign[k]) for k in keys),
+                p.status,
+                r.get("world_size"),
+                r.get("iteration_time_s"),
+                r.get("compute_s"),
+                r.get("exposed_comm_s"),
+                *(wire.get(g) for g in groups),
+                p.file if p.result else (p.error or "").splitlines()[0][:60] or None,
+            ]
+        )
+    return headers, rows
+
+
+def _cell(v: Any) -> Any:
+    return v if isinstance(v, (int, float, str)) or v is None else json.dumps(v)
+
+
+def write_table(plan: Plan) -> list[Path]:
+    headers, rows = table_rows(plan)
+    csv = write_csv(plan.out / "sweep.csv", headers, ([csv_cell(v) for v in r] for r in rows))
+    text = (
+        f"simnet sweep of {plan.base_path} over {json.dumps(plan.grid)}\n"
+        "times in seconds per iteration; wire bytes per iteration, all ranks\n\n"
+        + text_table(headers, rows)
+    )
+    txt = write_text(plan.out / "sweep.txt", text)
+    return [csv, txt]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    root = launch_rank() == 0
+
+    def say(msg: str) -> None:
+        if root:
+            print(msg, file=sys.stderr, flush=True)
+
+    try:
+        plan = plan_sweep(ns.config, ns.grid, ns.out)
+    except (StudyError, ConfigError) as e:
+        say(f"error: {e}")
+        return EXIT_USAGE
+    if plan.invalid and not ns.skip_invalid:
+        say(f"error: {len(plan.invalid)} of {len(plan.points)} points are invalid:")
+        for pt in plan.invalid[:20]:
+            say(f"  point {pt.index} {json.dumps(pt.assign)}: {pt.error}")
+        if len(plan.invalid) > 20:
+            say(f"  ... and {len(plan.invalid) - 20} more")
+        say("fix the grid, or pass --skip-invalid to run the valid points")
+        return EXIT_USAGE
+    if ns.workers is not None and ns.workers < 1:
+        say(f"error: --workers must be >= 1 (got {ns.workers})")
+        return EXIT_USAGE
+    workers = ns.workers or min(os.cpu_count() or 1, max(1, len(plan.points)))
+    try:
+        with open_pool(ns.executor, workers) as (pool, desc):
+            if pool is None:  # an MPI rank that served as a worker
+                return 0
+            return run_plan(plan, pool, desc, say, quiet=ns.quiet)
+    except KeyboardInterrupt:
+        say(
+            "\ninterrupted: every file already written is complete; run the same command "
+            "again to resume"
+        )
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

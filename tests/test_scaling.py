@@ -1,0 +1,298 @@
+"""``python -m simnet scaling``: the arithmetic, the batch definitions, the refusals,
+and one small real study (dlrm at 1 and 2 ranks) extended by simnet predictions."""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from simnet import _study_models as sm
+from simnet import aggregate, scaling
+from simnet._study_util import StudyError, parse_counts, run_command, text_table
+
+# -- the arithmetic -----------------------------------------------------------------------
+
+
+def test_throughput_and_efficiency_formulas():
+    assert scaling.throughput(128, 0.5) == 256.0
+    assert scaling.weak_efficiency(2.0, 4.0) == 0.5
+    assert scaling.strong_efficiency(3.0, 8, 2) == 0.75
+
+
+def test_weak_scaling_metrics_exact():
+    # Fixed batch per process (128): P = 1, 2, 4 at 2.0, 2.5, 4.0 s per iteration.
+    got = scaling.scaling_metrics([(4, 4.0, 512), (1, 2.0, 128), (2, 2.5, 256)], "weak")
+    assert [m["np"] for m in got] == [1, 2, 4]
+    assert [m["throughput_samples_per_s"] for m in got] == pytest.approx(
+        [64.0, 102.4, 128.0], rel=1e-15
+    )
+    assert [m["speedup"] for m in got] == pytest.approx([1.0, 1.6, 2.0], rel=1e-15)
+    assert [m["ideal_speedup"] for m in got] == [1.0, 2.0, 4.0]
+    assert [m["efficiency"] for m in got] == [1.0, 0.8, 0.5]  # t1 / tP, exact
+    for m in got:
+        assert m["efficiency"] == pytest.approx(m["speedup"] / m["ideal_speedup"], rel=1e-15)
+
+
+def test_strong_scaling_metrics_exact():
+    # Fixed global batch (128): P = 2, 4, 8 at 4.0, 2.5, 1.6 s.
+    got = scaling.scaling_metrics([(2, 4.0, 128), (4, 2.5, 128), (8, 1.6, 128)], "strong")
+    assert [m["throughput_samples_per_s"] for m in got] == pytest.approx(
+        [32.0, 51.2, 80.0], rel=1e-15
+    )
+    assert [m["speedup"] for m in got] == pytest.approx([1.0, 1.6, 2.5], rel=1e-15)
+    assert [m["ideal_speedup"] for m in got] == [1.0, 2.0, 4.0]
+    assert [m["efficiency"] for m in got] == pytest.approx([1.0, 0.8, 0.625], rel=1e-15)
+
+
+def test_weak_scaling_with_a_fixed_global_batch_has_ideal_one():
+    # dlrm: the reference fixes the global batch, so perfect weak scaling keeps the
+    # throughput: ideal speedup 1, efficiency t1 / tP = speedup.
+    got = scaling.scaling_metrics([(1, 0.5, 2048), (2, 0.625, 2048)], "weak")
+    assert got[1]["ideal_speedup"] == 1.0
+    assert got[1]["efficiency"] == 0.8
+    assert got[1]["speedup"] == pytest.approx(0.8, rel=1e-15)
+
+
+def test_parse_counts():
+    assert parse_counts("4,1,2,2") == [1, 2, 4]
+    assert parse_counts("8..64") == [8, 16, 32, 64]
+    assert parse_counts("1,8..32") == [1, 8, 16, 32]
+    assert parse_counts("") == []
+    for bad in ("0", "a", "4..2", "-1"):
+        with pytest.raises(StudyError, match="--np"):
+            parse_counts(bad)
+
+
+# -- batch definitions and the workload at each count ------------------------------------
+
+
+def _samples(model: str, p: int, args=(), flags=None, mode="weak") -> float | None:
+    study = sm.Study(model=model, args=tuple(args), flags=flags or {}, mode=mode)
+    w = sm.build(study, p, flags or {})
+    return sm.samples_per_iteration(model, p, w.params, w.info)
+
+
+def test_samples_per_iteration_by_model():
+    assert _samples("resnet152", 4) == 512  # 128 per process
+    assert _samples("cosmoflow", 8) == 16  # 8 per data shard, 2 shards
+    assert _samples("dlrm", 1) == _samples("dlrm", 64) == 2048  # the reference's fixed batch
+    assert _samples("gpt2", 8, (48, 4, 8)) == 8 * 1 * 2  # micro-batches x 1 x data shards
+    assert _samples("bert", 8, (24, 4, 8)) == 8 * 8 * 2  # micro-batches x 8 x data shards
+    assert _samples("gpt3", 16, (2, 2)) == 16 * 2 // 4
+    assert _samples("alexnet_ring", 4) == 4 * 32
+    assert _samples("alexnet_ring", 4, flags={"compute_us": 2500}) == 4 * 16
+    assert sm.samples_per_iteration("resnet50", 4, {}, {}) is None
+
+
+@pytest.mark.parametrize(
+    ("model", "mode", "match"),
+    [
+        ("resnet50", "weak", "no batch size"),
+        ("gpt3_one_pipe_step", "weak", "one steady-state pipeline step"),
+        ("dlrm", "strong", "strong scaling .* is not meaningful"),
+        ("resnet152", "strong", "use resnet152_scal"),
+        ("nosuchmodel", "weak", "unknown model"),
+    ],
+)
+def test_refused_studies(model, mode, match):
+    with pytest.raises(StudyError, match=match):
+        sm.check_study(sm.Study(model=model, mode=mode))
+
+
+def test_refusal_from_the_command_line(capsys):
+    assert scaling.main(["--model", "dlrm", "--mode", "strong", "--np", "1,2"]) == 2
+    assert "Use --mode weak" in capsys.readouterr().err
+    assert scaling.main(["--model", "dlrm", "--flag", "nope=3"]) == 2
+    assert "has no such option" in capsys.readouterr().err
+
+
+def test_strong_scaling_resnet152_scal_keeps_the_global_batch():
+    study = sm.Study(model="resnet152_scal", mode="strong")
+    rows = [sm.point_flags(study, p, 2)["scaling_size"] for p in (2, 4, 8, 16)]
+    assert rows == [256, 512, 1024, 2048]
+    batches = {
+        _samples("resnet152_scal", p, flags={"scaling_size": s})
+        for p, s in zip((2, 4, 8, 16), rows, strict=True)
+    }
+    assert batches == {256.0}  # 128 x P1, at every count
+    with pytest.raises(StudyError, match="rows for 2, 4, 8, 16 processes only"):
+        sm.point_flags(study, 32, 2)
+    with pytest.raises(StudyError, match="drop --flag scaling_size"):
+        sm.check_study(sm.Study(model="resnet152_scal", mode="strong", flags={"scaling_size": 256}))
+
+
+def test_strong_scaling_alexnet_divides_compute():
+    study = sm.Study(model="alexnet_ring", mode="strong", flags={"compute_us": 4000})
+    assert sm.base_count(study, [1, 2, 4, 8]) == 2  # a ring needs 2 ranks
+    assert [sm.point_flags(study, p, 2)["compute_us"] for p in (2, 4, 8)] == [4000, 2000, 1000]
+    assert {_samples("alexnet_ring", p, flags=sm.point_flags(study, p, 2)) for p in (2, 4, 8)} == {
+        2 * 32 * 4000 / 5000
+    }
+
+
+def test_proxy_command_and_workload_section_describe_the_same_program():
+    study = sm.Study(model="gpt2", args=(8, 2), scale=0.01, compute="none")
+    cmd = sm.proxy_command(study, 4, {}, "out.json", mpiexec="mpiexec", iters=3, warmup=1)
+    assert cmd[:3] == ["mpiexec", "-n", "4"]
+    assert cmd[4:] == [
+        "-m", "proxies.gpt2", "8", "2", "--scale", "0.01", "--compute", "none",
+        "--iters", "3", "--warmup", "1", "--json", "out.json", "--quiet",
+    ]  # fmt: skip
+    wl = sm.workload_section(study, 4, {})
+    assert wl["args"] == [8, 2] and wl["scale"] == 0.01 and wl["world_size"] == 4
+    assert wl["compute_scale"] == 0.0  # --compute none
+    assert sm.proxy_module_argv("alexnet_ring") == ["-m", "proxies", "alexnet_ring"]
+    ring = sm.workload_section(sm.Study(model="alexnet_ring"), 4, {})
+    assert ring["flags"] == {"hierarchical": 0, "compute_us": 5000}  # the proxy's ring
+
+
+def test_predicted_config_resizes_the_topology():
+    study = sm.Study(model="dlrm")
+    base = {"topology": {"type": "hierarchical", "group_size": 4}}
+    cfg, _ = scaling.predicted_config(base, study, 6, {})
+    assert cfg["topology"]["num_nodes"] == 8 and cfg["distributed"]["num_nodes"] == 6
+    assert cfg["workload"]["world_size"] == 6
+    cfg, notes = scaling.predicted_config(
+        {"topology": {"type": "ring", "permutations": [0, 5]}}, study, 4, {}
+    )
+    assert cfg["topology"] == {"type": "ring", "num_nodes": 4, "permutations": [0]}
+    assert notes and "one ring" in notes[0]
+    with pytest.raises(StudyError, match="16 endpoints, fewer than 32"):
+        scaling.predicted_config({"topology": {"type": "fat_tree", "k": 4}}, study, 32, {})
+
+
+def test_prediction_only_skips_rejected_counts(tmp_path):
+    out = tmp_path / "pred"
+    rc = scaling.main(
+        ["--model", "gpt2", "--args", "8", "2", "--scale", "0.001", "--np", "none",
+         "--predict-np", "1,2,4", "--workers", "1", "--out", str(out), "--quiet"]
+    )  # fmt: skip
+    assert rc == 0
+    doc = json.loads((out / "scaling.json").read_text())
+    assert doc["measured"] == []
+    status = {r["np"]: r["status"] for r in doc["predicted"]}
+    assert status == {1: "skipped", 2: "ok", 4: "ok"}
+    assert "multiple of stages=2" in doc["predicted"][0]["note"]
+    p2 = doc["predicted"][1]
+    assert p2["speedup"] == 1.0 and p2["efficiency"] == 1.0 and p2["samples_per_iteration"] == 8
+
+
+def test_run_command_times_out_and_stops_the_group(tmp_path):
+    t0 = time.perf_counter()
+    res = run_command(["bash", "-c", "sleep 30 & sleep 30"], 0.5, tmp_path / "log.txt")
+    assert res.timed_out and time.perf_counter() - t0 < 10
+    assert (tmp_path / "log.txt").read_text().startswith("$ bash -c")
+
+
+def test_text_table_aligns_numbers_right():
+    text = text_table(["a", "value (s)"], [["x", 1.5], ["long", None]])
+    lines = text.splitlines()
+    assert lines[0] == "a     value (s)"
+    assert lines[2] == "x           1.5"
+    assert lines[3] == "long          -"
+
+
+# -- a small real study --------------------------------------------------------------------
+
+CLUSTER = {
+    "topology": {
+        "type": "hierarchical",
+        "group_size": 4,
+        "intra_bandwidth": 25.0,
+        "inter_bandwidth": 12.5,
+        "inter_latency_us": 5.0,
+    },
+    "distributed": {"bandwidth_limit": 25.0},
+}
+
+
+@pytest.fixture(scope="module")
+def dlrm_study(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("scaling")
+    cfg = tmp / "cluster.json"
+    cfg.write_text(json.dumps(CLUSTER))
+    out = tmp / "study"
+    rc = scaling.main(
+        ["--model", "dlrm", "--np", "1,2", "--scale", "0.01", "--iters", "3", "--warmup", "1",
+         "--predict-np", "8", "--config", str(cfg), "--timeout", "120", "--workers", "2",
+         "--out", str(out), "--quiet"]
+    )  # fmt: skip
+    assert rc == 0
+    return out
+
+
+def test_real_study_writes_every_output(dlrm_study):
+    out = dlrm_study
+    for name in ("scaling.json", "scaling.csv", "scaling.txt", "predict_config.json",
+                 "scaling_speedup.png", "scaling_efficiency.png", "scaling_breakdown.png",
+                 "runs/dlrm_np1.json", "runs/dlrm_np2.json"):  # fmt: skip
+        assert (out / name).stat().st_size > 0, name
+    for png in out.glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(out.rglob("*.tmp"))
+
+
+def test_real_study_measured_points(dlrm_study):
+    doc = json.loads((dlrm_study / "scaling.json").read_text())
+    assert doc["kind"] == "scaling-study" and doc["mode"] == "weak"
+    m = {r["np"]: r for r in doc["measured"]}
+    assert set(m) == {1, 2} and all(r["status"] == "ok" for r in m.values())
+    for r in m.values():
+        assert r["iteration_time_s"] > 0 and r["compute_s"] > 0
+        assert r["samples_per_iteration"] == 2048
+        assert r["throughput_samples_per_s"] == pytest.approx(2048 / r["iteration_time_s"])
+        run = json.loads(Path(r["file"]).read_text())
+        assert run["world_size"] == r["np"] and run["options"]["scale"] == 0.01
+    assert m[1]["speedup"] == 1.0 and m[1]["efficiency"] == 1.0
+    assert m[2]["efficiency"] == m[1]["iteration_time_s"] / m[2]["iteration_time_s"]
+
+
+def test_real_study_predicted_points_and_errors(dlrm_study):
+    doc = json.loads((dlrm_study / "scaling.json").read_text())
+    p = {r["np"]: r for r in doc["predicted"]}
+    assert set(p) == {1, 2, 8}  # the measured counts and the predicted one
+    assert all(r["status"] == "ok" for r in p.values())
+    assert p[8]["topology"]["num_endpoints"] == 8
+    assert p[8]["wire_bytes_by_group"]["world"] > 0
+    # dlrm's emulated compute is 3091 us per iteration, exactly, in the prediction.
+    assert p[8]["compute_s"] == pytest.approx(3091e-6, rel=1e-9)
+    m = {r["np"]: r for r in doc["measured"]}
+    for n in (1, 2):
+        want = (
+            100 * (p[n]["iteration_time_s"] - m[n]["iteration_time_s"]) / m[n]["iteration_time_s"]
+        )
+        assert p[n]["error_percent"] == pytest.approx(want)
+    assert "error_percent" not in p[8]
+    rows = list(csv.DictReader((dlrm_study / "scaling.csv").open()))
+    assert [(r["source"], r["np"]) for r in rows] == [
+        ("measured", "1"), ("measured", "2"),
+        ("predicted", "1"), ("predicted", "2"), ("predicted", "8"),
+    ]  # fmt: skip
+    text = (dlrm_study / "scaling.txt").read_text()
+    assert "throughput (samples/s)" in text and "pred. error (%)" in text
+
+
+def test_aggregate_collects_the_study_runs(dlrm_study, tmp_path, capsys):
+    (dlrm_study / "broken.json").write_text("{not json")
+    prefix = tmp_path / "agg" / "table"
+    assert aggregate.main([str(dlrm_study), "-o", str(prefix)]) == 0
+    captured = capsys.readouterr()
+    assert "broken.json: unreadable" in captured.err
+    assert "scaling.json: not a run result" in captured.err
+    doc = json.loads((tmp_path / "agg" / "table.json").read_text())
+    rows = doc["rows"]
+    assert [(r["kind"], r["model"], r["world_size"]) for r in rows] == [
+        ("measured", "dlrm", 1),
+        ("measured", "dlrm", 2),
+    ]
+    study = json.loads((dlrm_study / "scaling.json").read_text())
+    for r, m in zip(rows, study["measured"], strict=True):
+        assert r["iteration_time_s"] == m["iteration_time_s"]
+        assert r["throughput_samples_per_s"] == pytest.approx(m["throughput_samples_per_s"])
+        assert r["scale"] == 0.01
+    assert len((tmp_path / "agg" / "table.csv").read_text().splitlines()) == 3
+    assert "dlrm" in (tmp_path / "agg" / "table.txt").read_text()

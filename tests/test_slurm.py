@@ -1,0 +1,234 @@
+"""``python -m simnet slurm``: generated batch scripts, checked as text, with ``bash -n``,
+and by running the job-array script with a stand-in ``srun`` (no cluster needed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from simnet import slurm
+
+
+def _sbatch_lines(path: Path) -> list[str]:
+    return [ln for ln in path.read_text().splitlines() if ln.startswith("#SBATCH")]
+
+
+def _srun_lines(path: Path) -> list[str]:
+    return [ln for ln in path.read_text().splitlines() if ln.startswith("srun ")]
+
+
+def _bash_syntax_ok(path: Path) -> None:
+    r = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+
+
+def _executable(path: Path) -> bool:
+    return bool(path.stat().st_mode & stat.S_IXUSR)
+
+
+def test_scaling_scripts_one_per_count(tmp_path, capsys):
+    out = tmp_path / "jobs"
+    rc = slurm.main(
+        ["scaling", "--model", "dlrm", "--np", "2,4,8,16", "--scale", "0.5", "--iters", "20",
+         "--tasks-per-node", "4", "--time", "00:30:00", "--partition", "gpu",
+         "--account", "proj42", "--setup", "module load python/3.11",
+         "--setup", "source $HOME/venv/bin/activate", "--out", str(out)]
+    )  # fmt: skip
+    assert rc == 0
+    assert "submit_all.sh" in capsys.readouterr().out
+    scripts = sorted(out.glob("*.sbatch"))
+    assert [s.name for s in scripts] == [
+        "dlrm_weak_np16.sbatch", "dlrm_weak_np2.sbatch", "dlrm_weak_np4.sbatch",
+        "dlrm_weak_np8.sbatch",
+    ]  # fmt: skip
+    s8 = out / "dlrm_weak_np8.sbatch"
+    assert _sbatch_lines(s8) == [
+        "#SBATCH --job-name=dlrm_weak_np8",
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks=8",
+        "#SBATCH --ntasks-per-node=4",
+        "#SBATCH --time=00:30:00",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --account=proj42",
+        "#SBATCH --output=logs/%x_%j.out",
+    ]
+    assert _srun_lines(s8) == [
+        "srun python -m proxies.dlrm --scale 0.5 --iters 20 --json results/dlrm_weak_8.json"
+    ]
+    text = s8.read_text()
+    assert text.startswith("#!/bin/bash\n")
+    assert "module load python/3.11\nsource $HOME/venv/bin/activate\n" in text
+    # Fewer ranks than a node holds: one node, ntasks-per-node = P.
+    assert _sbatch_lines(out / "dlrm_weak_np2.sbatch")[1:4] == [
+        "#SBATCH --nodes=1",
+        "#SBATCH --ntasks=2",
+        "#SBATCH --ntasks-per-node=2",
+    ]
+    submit = out / "submit_all.sh"
+    assert [ln for ln in submit.read_text().splitlines() if ln.startswith("sbatch")] == [
+        f"sbatch dlrm_weak_np{p}.sbatch" for p in (2, 4, 8, 16)
+    ]
+    for path in [*scripts, submit]:
+        _bash_syntax_ok(path)
+        assert _executable(path)
+    plan = json.loads((out / "slurm_plan.json").read_text())
+    assert [j["np"] for j in plan["jobs"]] == [2, 4, 8, 16]
+    assert not list(out.glob(".*.tmp"))
+
+
+def test_nodes_round_up():
+    lines = slurm.sbatch_header(job_name="j", ntasks=6, tasks_per_node=4, time="30", output="o")
+    assert lines[1:4] == ["#SBATCH --nodes=2", "#SBATCH --ntasks=6", "#SBATCH --ntasks-per-node=4"]
+    assert slurm.sbatch_header(job_name="j", ntasks=9, tasks_per_node=4, time="30",
+                               output="o")[1] == "#SBATCH --nodes=3"  # fmt: skip
+
+
+def test_scaling_skips_counts_the_layout_rejects(tmp_path, capsys):
+    out = tmp_path / "jobs"
+    rc = slurm.main(["scaling", "--model", "cosmoflow", "--np", "2,4,6,8", "--out", str(out)])
+    assert rc == 0
+    assert sorted(p.name for p in out.glob("*.sbatch")) == [
+        "cosmoflow_weak_np4.sbatch",
+        "cosmoflow_weak_np8.sbatch",
+    ]
+    err = capsys.readouterr().err
+    assert "np 2: skipped" in err and "np 6: skipped" in err and "multiple of the 4" in err
+
+
+def test_strong_scaling_scripts_emulate_the_table_rows(tmp_path):
+    out = tmp_path / "jobs"
+    rc = slurm.main(["scaling", "--model", "resnet152_scal", "--mode", "strong",
+                     "--np", "256,512,1024,2048", "--tasks-per-node", "8",
+                     "--job-name", "r152", "--out", str(out)])  # fmt: skip
+    assert rc == 0
+    for p in (256, 512, 1024, 2048):
+        path = out / f"r152_np{p}.sbatch"
+        assert _srun_lines(path) == [
+            f"srun python -m proxies.resnet152_scal --scaling-size {p} --json results/r152_{p}.json"
+        ]
+        assert f"#SBATCH --nodes={p // 8}" in _sbatch_lines(path)
+    ring = tmp_path / "ring"
+    assert slurm.main(["scaling", "--model", "alexnet_ring", "--mode", "strong",
+                       "--np", "2,4", "--out", str(ring)]) == 0  # fmt: skip
+    assert _srun_lines(ring / "alexnet_ring_strong_np4.sbatch") == [
+        "srun python -m proxies alexnet_ring --compute-us 2500 "
+        "--json results/alexnet_ring_strong_4.json"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--time", "half an hour"], "Slurm time limit"),
+        (["--partition", "a b"], "without spaces"),
+        (["--mode", "strong"], "strong scaling"),
+        (["--np", "0"], "--np"),
+    ],
+)
+def test_scaling_refusals(tmp_path, capsys, extra, message):
+    args = ["scaling", "--model", "dlrm", "--np", "2,4", "--out", str(tmp_path / "o"), *extra]
+    assert slurm.main(args) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+GRID = {"scale": [0.1, 1], "args": [[48, 4], [48, 8]]}
+
+
+def test_sweep_job_array(tmp_path):
+    out = tmp_path / "sweep"
+    rc = slurm.main(
+        ["sweep", "--model", "gpt2", "--ntasks", "8", "--tasks-per-node", "4", "--time", "20",
+         "--grid", json.dumps(GRID), "--iters", "2", "--max-parallel", "2",
+         "--setup", "source venv/bin/activate", "--out", str(out)]
+    )  # fmt: skip
+    assert rc == 0
+    script = out / "gpt2_sweep.sbatch"
+    assert _sbatch_lines(script) == [
+        "#SBATCH --job-name=gpt2_sweep",
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks=8",
+        "#SBATCH --ntasks-per-node=4",
+        "#SBATCH --time=20",
+        "#SBATCH --array=0-3%2",
+        "#SBATCH --output=logs/%x_%A_%a.out",
+    ]
+    assert _srun_lines(script) == [
+        'srun python -m proxies.gpt2 ${ARGV[@]+"${ARGV[@]}"} '
+        '--json "results/gpt2_sweep_${SLURM_ARRAY_TASK_ID}.json"'
+    ]
+    _bash_syntax_ok(script)
+    _bash_syntax_ok(out / "submit_all.sh")
+    assert _executable(script)
+    rows = [ln.split("\t") for ln in (out / "gpt2_sweep_grid.tsv").read_text().splitlines()]
+    assert rows[0] == ["#index", "proxy_args", "scale", "args"]
+    assert [r[0] for r in rows[1:]] == ["0", "1", "2", "3"]  # array indices 0..N-1
+    assert [r[1] for r in rows[1:]] == [
+        "48 4 --scale 0.1 --iters 2",
+        "48 8 --scale 0.1 --iters 2",
+        "48 4 --iters 2",
+        "48 8 --iters 2",
+    ]
+    tasks = json.loads((out / "gpt2_sweep_grid.json").read_text())
+    assert [t["point"] for t in tasks] == [
+        {"scale": 0.1, "args": [48, 4]},
+        {"scale": 0.1, "args": [48, 8]},
+        {"scale": 1, "args": [48, 4]},
+        {"scale": 1, "args": [48, 8]},
+    ]
+
+
+def test_sweep_array_tasks_run_their_row(tmp_path):
+    """Run the array script with a stand-in srun that prints its arguments."""
+    out = tmp_path / "sweep"
+    assert slurm.main(["sweep", "--model", "gpt2", "--ntasks", "8", "--grid", json.dumps(GRID),
+                       "--out", str(out)]) == 0  # fmt: skip
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "srun").write_text('#!/bin/bash\nprintf "%s|" "$@"\n')
+    (fake / "srun").chmod(0o755)
+    tasks = json.loads((out / "gpt2_sweep_grid.json").read_text())
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    for task in tasks:
+        r = subprocess.run(
+            ["bash", "gpt2_sweep.sbatch"], cwd=out, capture_output=True, text=True, timeout=30,
+            env={**env, "SLURM_ARRAY_TASK_ID": str(task["index"])},
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        argv = r.stdout.rstrip("|").split("|")
+        assert argv == ["python", "-m", "proxies.gpt2", *task["proxy_args"], "--json",
+                        f"results/gpt2_sweep_{task['index']}.json"]  # fmt: skip
+    assert (out / "results").is_dir()
+    r = subprocess.run(["bash", "gpt2_sweep.sbatch"], cwd=out, capture_output=True, text=True,
+                       timeout=30, env={**env, "SLURM_ARRAY_TASK_ID": "4"})  # fmt: skip
+    assert r.returncode == 2 and "no row 4" in r.stderr
+
+
+def test_sweep_rejects_points_the_layout_cannot_run(tmp_path, capsys):
+    grid = json.dumps({"args": [[48, 4], [48, 3]], "scale": [0.5]})
+    out = tmp_path / "s"
+    args = ["sweep", "--model", "gpt2", "--ntasks", "8", "--grid", grid, "--out", str(out)]
+    assert slurm.main(args) == 2
+    assert "1 of 2 grid points cannot run on 8 processes" in capsys.readouterr().err
+    assert slurm.main([*args, "--skip-invalid"]) == 0
+    assert "#SBATCH --array=0-0" in _sbatch_lines(out / "gpt2_sweep.sbatch")
+    assert slurm.main(["sweep", "--model", "gpt2", "--ntasks", "8", "--grid",
+                       '{"stages": [4]}', "--out", str(out)]) == 2  # fmt: skip
+    assert "not an option of the gpt2 proxy" in capsys.readouterr().err
+
+
+def test_sweep_model_flags_in_the_grid(tmp_path):
+    out = tmp_path / "s"
+    grid = json.dumps({"scaling_size": [256, 512]})
+    assert slurm.main(["sweep", "--model", "resnet152_scal", "--ntasks", "4", "--grid", grid,
+                       "--compute", "none", "--out", str(out)]) == 0  # fmt: skip
+    rows = (out / "resnet152_scal_sweep_grid.tsv").read_text().splitlines()[1:]
+    assert [r.split("\t")[1] for r in rows] == [
+        "--compute none --scaling-size 256",
+        "--compute none --scaling-size 512",
+    ]

@@ -1,0 +1,265 @@
+"""``python -m simnet sweep``: grids of dotted keys, a local pool, resuming, MPI
+workers (mpi4py.futures), and ``aggregate`` over the point files."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import simnet
+from proxies.results import write_json
+from simnet import aggregate, sweep
+from simnet._study_pool import InlineExecutor, resolve_kind
+from simnet._study_util import (
+    StudyError,
+    check_dotted_key,
+    expand_grid,
+    parse_grid,
+    set_dotted,
+)
+from simnet.config import Config
+from tests.mpirun import MPIEXEC
+
+BASE = {
+    "distributed": {"num_nodes": 8, "bandwidth_limit": 10.0},
+    "topology": {"type": "hierarchical", "num_nodes": 8, "group_size": 4},
+    "workload": {"name": "dlrm", "scale": 0.01},
+}
+GRID = {"workload.scale": [0.01, 0.02], "topology.inter_bandwidth": [12.5, 25.0]}
+
+
+@pytest.fixture
+def base_file(tmp_path: Path) -> Path:
+    path = tmp_path / "base.json"
+    path.write_text(json.dumps(BASE))
+    return path
+
+
+def _manifest(out: Path) -> dict:
+    return json.loads((out / "manifest.json").read_text())
+
+
+# -- grids ---------------------------------------------------------------------------------
+
+
+def test_grid_is_a_cartesian_product_last_key_fastest():
+    pts = expand_grid({"a.x": [1, 2], "b.y": ["p", "q", "r"]})
+    assert len(pts) == 6
+    assert pts[:2] == [{"a.x": 1, "b.y": "p"}, {"a.x": 1, "b.y": "q"}]
+    assert pts[-1] == {"a.x": 2, "b.y": "r"}
+
+
+def test_grid_parsing_and_errors(tmp_path):
+    assert parse_grid('{"workload.args": [[48, 4], [48, 8]]}') == {
+        "workload.args": [[48, 4], [48, 8]]
+    }
+    f = tmp_path / "g.json"
+    f.write_text('{"workload.scale": [1]}')
+    assert parse_grid(f"@{f}") == parse_grid(str(f)) == {"workload.scale": [1]}
+    for bad, msg in (
+        ("{", "not valid JSON"),
+        ("[1]", "non-empty JSON object"),
+        ('{"workload.scale": 1}', "non-empty list"),
+        ('{"workload.scale": []}', "non-empty list"),
+    ):
+        with pytest.raises(StudyError, match=msg):
+            parse_grid(bad)
+
+
+def test_dotted_keys_are_checked_against_the_schema():
+    check_dotted_key(Config, "topology.num_nodes")
+    check_dotted_key(Config, "workload.flags.scaling_size")  # below a dict: free names
+    with pytest.raises(StudyError, match=r"did you mean 'topology\.num_nodes'"):
+        check_dotted_key(Config, "topology.num_node")
+    with pytest.raises(StudyError, match="no field 'topo'"):
+        check_dotted_key(Config, "topo.num_nodes")
+    with pytest.raises(StudyError, match="is a value, not a section"):
+        check_dotted_key(Config, "workload.scale.x")
+    d = {"topology": {"type": "ring"}}
+    set_dotted(d, "topology.num_nodes", 8)
+    set_dotted(d, "network.alpha_us", 1.0)
+    assert d == {"topology": {"type": "ring", "num_nodes": 8}, "network": {"alpha_us": 1.0}}
+
+
+def test_plan_validates_points_and_hashes_configs(base_file, tmp_path):
+    plan = sweep.plan_sweep(base_file, json.dumps(GRID), tmp_path / "out")
+    assert len(plan.points) == 4 and not plan.invalid
+    assert len({p.config_hash for p in plan.points}) == 4
+    assert plan.points[3].config["topology"]["inter_bandwidth"] == 25.0
+    assert plan.points[3].config["workload"]["scale"] == 0.02
+    again = sweep.plan_sweep(base_file, json.dumps(GRID), tmp_path / "out")
+    assert [p.file for p in again.points] == [p.file for p in plan.points]
+    bad = sweep.plan_sweep(base_file, '{"workload.world_size": [3, 4]}', tmp_path / "o")
+    assert [p.index for p in bad.invalid] == [0]
+    assert "must divide 262144" in bad.invalid[0].error
+
+
+def test_sweep_refuses_bad_input(base_file, tmp_path, capsys):
+    out = str(tmp_path / "o")
+    assert sweep.main(["--config", str(base_file), "--grid", '{"topology.nodes": [8]}',
+                       "--out", out]) == 2  # fmt: skip
+    assert "did you mean 'topology.num_nodes'" in capsys.readouterr().err
+    grid = '{"topology.group_size": [3, 4]}'
+    assert sweep.main(["--config", str(base_file), "--grid", grid, "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert "1 of 2 points are invalid" in err and "group_size=3 must divide" in err
+    assert sweep.main(["--config", str(base_file), "--grid", grid, "--out", out,
+                       "--skip-invalid", "--executor", "serial"]) == 0  # fmt: skip
+    m = _manifest(Path(out))
+    assert [p["status"] for p in m["points"]] == ["invalid", "complete"]
+
+
+# -- running and resuming ------------------------------------------------------------------
+
+
+def test_sweep_2x2_local_pool_then_resume_recomputes_only_the_missing_point(
+    base_file, tmp_path, capsys
+):
+    out = tmp_path / "out"
+    args = ["--config", str(base_file), "--grid", json.dumps(GRID), "--out", str(out),
+            "--executor", "local", "--workers", "2"]  # fmt: skip
+    assert sweep.main(args) == 0
+    err = capsys.readouterr().err
+    assert "4/4 points done" in err and "local process pool (2 workers)" in err
+    files = sorted((out / "points").glob("point-*.json"))
+    assert len(files) == 4
+    m = _manifest(out)
+    assert m["total"] == m["complete"] == 4
+    assert m["runs"][0]["computed"] == [0, 1, 2, 3] and m["runs"][0]["skipped"] == []
+    docs = [json.loads(f.read_text()) for f in files]
+    assert all(d["complete"] is True for d in docs)
+    assert {d["worker_pid"] for d in docs} - {os.getpid()}  # simulated in the pool
+    mtimes = {f.name: f.stat().st_mtime_ns for f in files}
+
+    # Every point's result equals the API's prediction of the same configuration.
+    plan = sweep.plan_sweep(base_file, json.dumps(GRID), out)
+    for pt in plan.points:
+        doc = json.loads((out / pt.file).read_text())
+        assert doc["point"] == pt.assign and doc["index"] == pt.index
+        res = simnet.simulate(pt.config)
+        assert doc["result"]["iteration_time_s"] == res.iteration_time_s
+        wire = res.phases[0].wire_bytes_by_group["world"]
+        assert doc["result"]["wire_bytes_by_group"] == {"world": wire}
+
+    # Lose one result and corrupt another (a half-written file from elsewhere).
+    lost, corrupt = plan.points[2], plan.points[1]
+    (out / lost.file).unlink()
+    (out / corrupt.file).write_text('{"complete": tr')
+    assert sweep.main(args) == 0
+    err = capsys.readouterr().err
+    assert "2 already complete, 2 to simulate" in err
+    m = _manifest(out)
+    assert len(m["runs"]) == 2
+    assert m["runs"][1]["computed"] == [1, 2]
+    assert m["runs"][1]["skipped"] == [0, 3]
+    assert [p["computed_in_run"] for p in m["points"]] == [None, 2, 2, None]
+    for f in (out / "points").glob("point-*.json"):
+        if f.name not in (Path(lost.file).name, Path(corrupt.file).name):
+            assert f.stat().st_mtime_ns == mtimes[f.name]  # untouched
+
+    # Nothing left: a third run simulates nothing.
+    assert sweep.main(args) == 0
+    assert _manifest(out)["runs"][2]["computed"] == []
+
+    rows = list(csv.DictReader((out / "sweep.csv").open()))
+    assert [r["index"] for r in rows] == ["0", "1", "2", "3"]
+    assert [r["workload.scale"] for r in rows] == ["0.01", "0.01", "0.02", "0.02"]
+    assert all(r["status"] == "complete" and float(r["iteration_time_s"]) > 0 for r in rows)
+    assert int(rows[2]["wire_bytes_world"]) > int(rows[0]["wire_bytes_world"])
+    assert "iteration_time_s" in (out / "sweep.txt").read_text()
+
+
+def test_a_point_of_another_configuration_is_not_reused(base_file, tmp_path):
+    out = tmp_path / "out"
+    plan = sweep.plan_sweep(base_file, '{"workload.scale": [0.01]}', out)
+    pt = plan.points[0]
+    write_json(out / pt.file, {"complete": True, "config_hash": "0" * 16, "result": {}})
+    assert sweep.read_complete(out / pt.file, pt.config_hash) is None
+    assert sweep.run_plan(plan, InlineExecutor(), "serial", lambda m: None) == 0
+    assert sweep.read_complete(out / pt.file, pt.config_hash) is not None
+
+
+def test_failed_points_are_reported_and_retried(base_file, tmp_path, capsys):
+    # A fat-tree too small for the world size fails when the topology is built.
+    base = dict(BASE, topology={"type": "fat_tree", "k": 2})
+    base_file.write_text(json.dumps(base))
+    out = tmp_path / "out"
+    args = ["--config", str(base_file), "--grid", '{"workload.scale": [0.01]}',
+            "--out", str(out), "--executor", "serial"]  # fmt: skip
+    assert sweep.main(args) == 1
+    assert "point 0" in capsys.readouterr().err
+    m = _manifest(out)
+    assert m["points"][0]["status"] == "failed" and m["runs"][0]["failed"] == [0]
+    assert sweep.main(args) == 1  # retried, not skipped
+    assert _manifest(out)["runs"][1]["failed"] == [0]
+
+
+def test_auto_executor_is_local_without_a_launcher(monkeypatch):
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "SLURM_NTASKS",
+                "MPI_LOCALNRANKS"):  # fmt: skip
+        monkeypatch.delenv(var, raising=False)
+    assert resolve_kind("auto") == "local"
+    monkeypatch.setenv("PMI_SIZE", "4")
+    assert resolve_kind("auto") == "mpi"
+    with pytest.raises(ValueError, match="--executor"):
+        resolve_kind("threads")
+
+
+def test_sweep_on_mpi4py_futures_workers(base_file, tmp_path):
+    out = tmp_path / "mpi"
+    grid = '{"workload.scale": [0.01, 0.02]}'
+    cmd = [MPIEXEC, "-n", "3", sys.executable, "-m", "mpi4py.futures", "-m", "simnet",
+           "sweep", "--config", str(base_file), "--grid", grid, "--out", str(out)]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                       stdin=subprocess.DEVNULL)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = _manifest(out)
+    assert m["complete"] == 2
+    assert "mpi4py.futures shared pool, 2 workers" in m["runs"][0]["executor"]
+    assert len(list((out / "points").glob("point-*.json"))) == 2
+
+
+# -- aggregate over what the sweep and simnet wrote ------------------------------------------
+
+
+def test_aggregate_sweep_points_and_sim_results(base_file, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert sweep.main(["--config", str(base_file), "--grid", '{"workload.scale": [0.01, 0.02]}',
+                       "--out", str(out), "--executor", "serial", "--quiet"]) == 0  # fmt: skip
+    from simnet.output import document
+
+    res = simnet.simulate(dict(BASE, workload={"name": "resnet152", "scale": 0.01}))
+    write_json(tmp_path / "sim" / "sim_results.json", document(res))
+    (tmp_path / "sim" / "notes.json").write_text("[1, 2")  # unreadable
+    prefix = tmp_path / "table"
+    rc = aggregate.main([str(out / "points"), str(tmp_path / "sim" / "*.json"), "-o",
+                         str(prefix), "--quiet"])  # fmt: skip
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert "notes.json: unreadable: not valid JSON" in err
+    doc = json.loads((tmp_path / "table.json").read_text())
+    rows = doc["rows"]
+    assert [(r["model"], r["world_size"], r["scale"]) for r in rows] == [
+        ("dlrm", 8, 0.01),
+        ("dlrm", 8, 0.02),
+        ("resnet152", 8, 0.01),
+    ]
+    assert all(r["kind"] == "predicted" for r in rows)
+    assert rows[2]["iteration_time_s"] == res.iteration_time_s
+    assert rows[2]["samples_per_iteration"] == 128 * 8
+    assert rows[2]["throughput_samples_per_s"] == 128 * 8 / res.iteration_time_s
+    assert rows[0]["throughput_samples_per_s"] == 2048 / rows[0]["iteration_time_s"]
+    assert doc["ignored"] == [
+        {"file": str(tmp_path / "sim" / "notes.json"),
+         "reason": "unreadable: not valid JSON (Expecting ',' delimiter, line 1)"}
+    ]  # fmt: skip
+    lines = (tmp_path / "table.csv").read_text().splitlines()
+    assert lines[0].startswith("kind,model,world_size,args,scale,iteration_time_s")
+    assert len(lines) == 4
+    assert aggregate.main([str(tmp_path / "nothing-here"), "-o", str(prefix)]) == 2
