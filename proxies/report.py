@@ -10,10 +10,9 @@ from typing import Any
 
 from .models import Model
 from .mpi_executor import PhaseRun
-from .ops import describe
 from .program import Workload
 from .results import chrome_trace, versions, write_json
-from .timeline import Breakdown
+from .timeline import Breakdown, op_events
 
 
 def rank_figures(run: PhaseRun, breakdown: Callable[..., Breakdown]) -> dict[str, Any]:
@@ -38,18 +37,7 @@ def trace_events(rank: int, runs: list[PhaseRun]) -> list[dict[str, Any]]:
     events = []
     offset = 0.0
     for run in runs:
-        for it, (s, e) in enumerate(zip(run.starts, run.ends, strict=True)):
-            for op, t0, t1 in zip(run.ops, s, e, strict=True):
-                events.append(
-                    {
-                        "name": op.label,
-                        "cat": type(op).__name__.lower(),
-                        "pid": rank,
-                        "ts_s": offset + t0,
-                        "dur_s": t1 - t0,
-                        "args": {"phase": run.name, "iteration": it, "op": describe(op)},
-                    }
-                )
+        events += op_events(rank, run.name, run.ops, run.starts, run.ends, offset)
         offset += run.total_s
     return events
 

@@ -65,3 +65,31 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
     if cur_e is not None:
         total += cur_e - cur_s
     return total
+
+
+def op_events(
+    pid: int,
+    phase: str,
+    ops: Sequence[Op],
+    starts: Sequence[Sequence[float]],
+    ends: Sequence[Sequence[float]],
+    offset_s: float = 0.0,
+) -> list[dict]:
+    """Trace events (seconds, see ``results.chrome_trace``) of one rank's operations
+    over its iterations; ``starts``/``ends`` hold one list per iteration."""
+    from .ops import describe
+
+    events = []
+    for it, (s, e) in enumerate(zip(starts, ends, strict=True)):
+        for op, t0, t1 in zip(ops, s, e, strict=True):
+            events.append(
+                {
+                    "name": op.label,
+                    "cat": type(op).__name__.lower(),
+                    "pid": pid,
+                    "ts_s": offset_s + t0,
+                    "dur_s": t1 - t0,
+                    "args": {"phase": phase, "iteration": it, "op": describe(op)},
+                }
+            )
+    return events

@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -29,6 +26,7 @@ import numpy as np
 from proxies.results import versions, write_csv, write_json, write_text
 
 from .config import GB, Config, ConfigError, load_config, ring_orders
+from .launcher import proxy_command, run_proxy
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -73,53 +71,6 @@ def trainer_command(cfg: Config, out_dir: Path) -> list[str]:
     elif t.type == "ring":
         cmd += ["--rings", json.dumps(ring_orders(t.permutations, n))]
     return cmd
-
-
-def proxy_command(cfg: Config, out_json: Path) -> list[str]:
-    w = cfg.workload
-    cmd = [
-        shutil.which("mpiexec") or "mpiexec",
-        "-n",
-        str(cfg.world_size),
-        sys.executable,
-        "-m",
-        f"proxies.{w.name}",
-        *map(str, w.args),
-        "--scale",
-        str(w.scale),
-        "--json",
-        str(out_json),
-    ]
-    for k, v in w.flags.items():
-        cmd += [f"--{k.replace('_', '-')}", str(v)]
-    if w.per_tensor:
-        cmd.append("--per-tensor")
-    if w.fix_quirks:
-        cmd.append("--fix-quirks")
-    return cmd
-
-
-def run_streaming(cmd: list[str]) -> int:
-    """Run a command in its own process group, echoing its output; Ctrl-C stops it all."""
-    proc = subprocess.Popen(cmd, start_new_session=True, stdin=subprocess.DEVNULL)
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        _stop_group(proc)
-        raise
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    for sig, grace in ((signal.SIGINT, 3.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 0.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace or None)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 # -- metrics ----------------------------------------------------------------------------
@@ -262,9 +213,9 @@ def run(cfg: Config, out: Path, say: Any = print) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     if cfg.workload.name != "alexnet_ring":
-        return run_proxy(cfg, out, say)
+        return run_proxy_workload(cfg, out, say)
     say(f"== real run: {cfg.world_size} processes of the ring trainer ==")
-    rc = run_streaming(trainer_command(cfg, out))
+    rc, _ = run_proxy(trainer_command(cfg, out), timeout_s=0)
     if rc != 0:
         say(f"error: the real run failed (exit code {rc})")
         return rc
@@ -344,14 +295,17 @@ def run(cfg: Config, out: Path, say: Any = print) -> int:
     return 0
 
 
-def run_proxy(cfg: Config, out: Path, say: Any) -> int:
+def run_proxy_workload(cfg: Config, out: Path, say: Any) -> int:
     """A proxy workload: real run, prediction, and their per-iteration times."""
     from .output import write_all
     from .simulate import simulate
 
     meas_path = out / "measured_proxy.json"
     say(f"== real run: {cfg.world_size} processes of proxies.{cfg.workload.name} ==")
-    rc = run_streaming(proxy_command(cfg, meas_path))
+    cmd, notes = proxy_command(cfg, meas_path, out / "measured_proxy.trace.json", None, None)
+    for n in notes:
+        say(f"note: {n}")
+    rc, _ = run_proxy(cmd, timeout_s=0)
     if rc != 0:
         say(f"error: the real run failed (exit code {rc})")
         return rc

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from proxies.ops import describe
 from proxies.results import chrome_trace, versions, write_csv, write_json, write_text
+from proxies.timeline import op_events
 
 from .simulate import PhaseResult, SimResult
 
@@ -116,18 +116,7 @@ def trace(res: SimResult) -> dict[str, Any]:
             continue
         for rank, ops in enumerate(sim.programs):
             tl = sim.timelines[rank]
-            for it, (s, e) in enumerate(zip(tl.starts, tl.ends, strict=True)):
-                for op, t0, t1 in zip(ops, s, e, strict=True):
-                    events.append(
-                        {
-                            "name": op.label,
-                            "cat": type(op).__name__.lower(),
-                            "pid": rank,
-                            "ts_s": offset + t0,
-                            "dur_s": t1 - t0,
-                            "args": {"phase": p.name, "iteration": it, "op": describe(op)},
-                        }
-                    )
+            events += op_events(rank, p.name, ops, tl.starts, tl.ends, offset)
         offset += p.makespan_s
     return chrome_trace(events, {r: f"rank {r}" for r in range(res.workload.world_size)})
 

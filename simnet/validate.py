@@ -31,14 +31,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
-import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,14 +43,13 @@ from typing import Any
 import numpy as np
 
 from .config import Config, ConfigError, load_config
+from .launcher import EXIT_TIMEOUT, proxy_command, run_proxy
 
 EXIT_USAGE = 2
-EXIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 130
 MS = 1e3  # milliseconds per second
 TRACE_US = 1e-6  # seconds per trace-format microsecond
 TOP_OPS = 10
-NO_SCHEDULE_ALGORITHMS = ("multiring", "hierarchical")  # need parameters a proxy lacks
 
 
 class ValidationError(ValueError):
@@ -106,119 +100,6 @@ def prepare_config(path: str | Path, np_ranks: int | None = None) -> tuple[Confi
     except topologies.TopologyError as e:
         raise ValidationError(f"topology: {e}") from None
     return cfg, notes
-
-
-def proxy_command(
-    cfg: Config,
-    out_json: Path,
-    out_trace: Path,
-    iters: int | None,
-    warmup: int | None,
-) -> tuple[list[str], list[str]]:
-    """The mpiexec command line of the configured proxy, and notes on it."""
-    w = cfg.workload
-    notes = []
-    cmd = [
-        shutil.which("mpiexec") or "mpiexec",
-        "-n",
-        str(cfg.world_size),
-        sys.executable,
-        "-m",
-        f"proxies.{w.name}",
-        *map(str, w.args),
-        "--scale",
-        repr(w.scale),
-        "--json",
-        str(out_json),
-        "--trace",
-        str(out_trace),
-    ]
-    if iters is not None:
-        cmd += ["--iters", str(iters)]
-    if warmup is not None:
-        cmd += ["--warmup", str(warmup)]
-    for k, v in w.flags.items():
-        cmd += [f"--{k.replace('_', '-')}", str(v)]
-    if w.per_tensor:
-        cmd.append("--per-tensor")
-    if w.fix_quirks:
-        cmd.append("--fix-quirks")
-    alg = cfg.collectives.algorithm
-    if alg and alg not in NO_SCHEDULE_ALGORITHMS:
-        cmd += ["--algorithm", alg]
-        notes.append(f"real run: every collective with the project's {alg} schedule")
-    else:
-        if alg:
-            notes.append(
-                f"real run: the MPI library's collectives (collectives.algorithm = {alg} "
-                "needs parameters a proxy run does not take)"
-            )
-        if cfg.collectives.by_op:
-            notes.append(
-                "real run: the MPI library's collectives; collectives.by_op applies to "
-                "the prediction only"
-            )
-    if w.compute_scale != 1:
-        notes.append(
-            f"prediction: compute scaled by {w.compute_scale:g} (workload.compute_scale); "
-            "the real run sleeps the programs' compute as written"
-        )
-    return cmd, notes
-
-
-# -- running the proxy ---------------------------------------------------------------
-def run_proxy(cmd: list[str], timeout_s: float, echo: bool = True) -> tuple[int, str]:
-    """Run ``cmd`` in its own process group; returns (exit code, output).
-
-    Output is echoed as it comes (when ``echo``). Past ``timeout_s`` the whole
-    group is stopped and the code is :data:`EXIT_TIMEOUT`; Ctrl-C stops the
-    group and re-raises KeyboardInterrupt.
-    """
-    proc = subprocess.Popen(
-        cmd,
-        start_new_session=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        bufsize=1,
-    )
-    lines: list[str] = []
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if echo:
-                sys.stdout.write(line)
-                sys.stdout.flush()
-
-    reader = threading.Thread(target=pump, daemon=True)
-    reader.start()
-    try:
-        rc = proc.wait(timeout=timeout_s if timeout_s > 0 else None)
-    except subprocess.TimeoutExpired:
-        stop_group(proc)
-        rc = EXIT_TIMEOUT
-    except KeyboardInterrupt:
-        stop_group(proc)
-        raise
-    reader.join(timeout=5)
-    return rc, "".join(lines)
-
-
-def stop_group(proc: subprocess.Popen) -> None:
-    """SIGINT, then SIGTERM, then SIGKILL to the process group, each with a grace period."""
-    for sig, grace in ((signal.SIGINT, 3.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 # -- comparison ----------------------------------------------------------------------
