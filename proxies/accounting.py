@@ -90,8 +90,12 @@ def buffer_needs(workload: Workload, rank: int, programs: Sequence[Sequence[Op]]
                     recv = max(recv, n * p)
                 else:
                     recv = max(recv, n)
+                whole = n * p if op.op in ("allgather", "reduce_scatter", "alltoall") else n
                 if op.op in ("alltoall", "reduce"):
-                    send = max(send, n * p if op.op == "alltoall" else n)
+                    send = max(send, whole)
+                if op.algorithm is not None:
+                    # The project's schedules send slices of the send buffer.
+                    send = max(send, whole)
                 if p > 1 and op.op in ("allreduce", "reduce_scatter", "reduce"):
                     vec = n * p if op.op == "reduce_scatter" else n
                     temp = max(temp, vec * ELEM_BYTES)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 THROTTLE_VARS = {
     "MPIR_CVAR_CH4_PROGRESS_THROTTLE": "1",
     "MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT": "1",
+    "OMPI_MCA_mpi_yield_when_idle": "1",  # Open MPI's counterpart; MPICH ignores it
 }
 # The reference proxies call plain MPI_Init (thread level single); the level
 # changes which collective algorithms MPICH runs.

@@ -308,3 +308,16 @@ def test_every_model_builds_and_requests_are_consistent():
                     if isinstance(o, Wait):
                         assert not (set(o.reqs) & waited)
                         waited |= set(o.reqs)
+
+
+def test_schedule_collectives_get_a_send_buffer_of_the_whole_transfer():
+    from proxies.accounting import buffer_needs
+
+    w = MODELS["alexnet_ring"].build(4, {"input_channels": 3, "num_classes": 10,
+                                         "compute_us": 0, "hierarchical": 0},
+                                     BuildOptions(scale=0.01))
+    block = -(-round(57_044_810 * 0.01) // 4)
+    needs = buffer_needs(w, 0, [w.phases[0].program(0)])
+    # reduce_scatter and allgather on 4 ranks: the whole 4-block vector.
+    assert needs.send_elems == 4 * block
+    assert needs.recv_elems == 4 * block
