@@ -5,5 +5,5 @@
 # and their comparison to logging.log_dir (results/ for the seed config).
 set -euo pipefail
 cd "$(dirname "$0")"
-python3 -m pip install --quiet --disable-pip-version-check -e .
+PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check -e .
 exec python3 -m simnet.endtoend --config "${1:-config.json}"

@@ -153,6 +153,14 @@ def metrics_text(
         f"{1e3 * total / steps:.2f} ms; error "
         f"{100 * (predicted_step_s - total / steps) / (total / steps):+.1f}%"
     )
+    t = comparison.get("time", {})
+    if "predicted_step_s_measured_bandwidth" in t:
+        lines.append(
+            f"predicted per step on links of the measured mean pair bandwidth "
+            f"({t['measured_bandwidth_gb_per_s']:.2f} GB/s): "
+            f"{1e3 * t['predicted_step_s_measured_bandwidth']:.2f} ms; error "
+            f"{t['error_percent_measured_bandwidth']:+.1f}%"
+        )
     lines += ["", "== warnings =="]
     warnings = [
         f"buffer overrun: {o['op']} step {o['first_step']} rank {o['src']} -> rank "
@@ -241,6 +249,21 @@ def run(cfg: Config, out: Path, say: Any = print) -> int:
             for e in measured["epochs"]
         ],
     }
+    # The same prediction on links of the bandwidth this run measured (its mean
+    # over pairs, capped by the limit): the network as this machine delivers it.
+    bw = np.array(measured["bandwidth_bytes_per_s"], dtype=float)
+    off = bw[~np.eye(len(bw), dtype=bool)]
+    if off.size and off.mean() > 0:
+        gbps = min(cfg.distributed.bandwidth_limit, float(off.mean()) / GB)
+        local = cfg.model_copy(
+            update={"distributed": cfg.distributed.model_copy(update={"bandwidth_limit": gbps})}
+        )
+        step_local = simulate(local, record_series=False).iteration_time_s
+        comparison["time"]["measured_bandwidth_gb_per_s"] = gbps
+        comparison["time"]["predicted_step_s_measured_bandwidth"] = step_local
+        comparison["time"]["error_percent_measured_bandwidth"] = (
+            100 * (step_local - total / n_steps) / (total / n_steps)
+        )
     comparison["assumed"] = res.assumed
     text = metrics_text(cfg, measured, comparison, step_pred, res.assumed)
     doc = {

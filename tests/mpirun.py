@@ -16,7 +16,9 @@ def mpirun(
     n: int, module: str, *args: str, timeout: float = 180.0, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run ``mpiexec -n n python -m module args`` and return its result."""
-    cmd = [MPIEXEC, "-n", str(n), sys.executable, "-m", module, *args]
+    # e.g. MPIEXEC_FLAGS="--oversubscribe" to run the suite under Open MPI's mpiexec.
+    flags = os.environ.get("MPIEXEC_FLAGS", "").split()
+    cmd = [MPIEXEC, *flags, "-n", str(n), sys.executable, "-m", module, *args]
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
         cmd, capture_output=True, text=True, timeout=timeout, env=full_env, stdin=subprocess.DEVNULL
