@@ -6,12 +6,16 @@ and all its ranks together.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from .config import Config
@@ -118,8 +122,63 @@ def run_proxy(cmd: list[str], timeout_s: float, echo: bool = True) -> tuple[int,
     return rc, "".join(lines)
 
 
+@dataclass
+class CommandResult:
+    returncode: int | None  # None: killed after the timeout
+    output: str
+    wall_s: float
+
+    @property
+    def timed_out(self) -> bool:
+        return self.returncode is None
+
+
+def run_command(
+    cmd: Sequence[str], timeout_s: float, log_path: Path | None = None
+) -> CommandResult:
+    """Run ``cmd`` in its own process group, capturing stdout+stderr.
+
+    After ``timeout_s`` (or on Ctrl-C) the whole group is stopped: SIGINT,
+    SIGTERM, then SIGKILL, a few seconds apart; Ctrl-C is re-raised.
+    """
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        list(cmd),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout_s if timeout_s > 0 else None)
+        rc: int | None = proc.returncode
+    except subprocess.TimeoutExpired:
+        stop_group(proc)
+        try:
+            out, _ = proc.communicate(timeout=10.0)
+        except subprocess.TimeoutExpired:  # a grandchild in another group holds the pipe
+            out = ""
+        rc = None
+    except KeyboardInterrupt:
+        stop_group(proc)
+        raise
+    result = CommandResult(rc, out or "", time.perf_counter() - started)
+    if log_path is not None:
+        from proxies.results import write_text
+
+        write_text(log_path, f"$ {' '.join(cmd)}\n{result.output}")
+    return result
+
+
 def stop_group(proc: subprocess.Popen) -> None:
-    """SIGINT, then SIGTERM, then SIGKILL to the process group, each with a grace period."""
+    """Stop a process started with ``start_new_session=True`` and all its children.
+
+    SIGINT, then SIGTERM, then SIGKILL to the whole group, a few seconds apart,
+    until the leader exits; then SIGKILL to whatever is left of the group (a
+    child that ignored the signals would otherwise keep running, and keep the
+    output pipe open).
+    """
     for sig, grace in ((signal.SIGINT, 3.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)
@@ -127,6 +186,8 @@ def stop_group(proc: subprocess.Popen) -> None:
             return
         try:
             proc.wait(timeout=grace)
-            return
         except subprocess.TimeoutExpired:
             continue
+        break
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)

@@ -49,10 +49,10 @@ from ._study_util import (
     last_error_line,
     parse_counts,
     parse_flags,
-    run_command,
     text_table,
 )
 from .config import ConfigError, load_config
+from .launcher import run_command
 
 DEFAULT_TIMEOUT_S = 600.0
 

@@ -12,7 +12,8 @@ import pytest
 
 from simnet import _study_models as sm
 from simnet import aggregate, scaling
-from simnet._study_util import StudyError, parse_counts, run_command, text_table
+from simnet._study_util import StudyError, parse_counts, text_table
+from simnet.launcher import run_command
 
 # -- the arithmetic -----------------------------------------------------------------------
 
