@@ -4,6 +4,8 @@
 # (measuring bandwidth and traffic), predicts it with simnet, and writes both
 # and their comparison to logging.log_dir (results/ for the seed config).
 set -euo pipefail
+# The configuration path is taken from where the command runs, before the cd.
+config="$(realpath -- "${1:-$(dirname "$0")/config.json}")"
 cd "$(dirname "$0")"
 PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check -e .
-exec python3 -m simnet.endtoend --config "${1:-config.json}"
+exec python3 -m simnet.endtoend --config "$config"

@@ -181,7 +181,37 @@ def make_workload(model: Model, ns: argparse.Namespace, world_size: int) -> Work
     options = BuildOptions(
         scale=ns.scale, per_tensor=ns.per_tensor, fix_quirks=ns.fix_quirks, algorithm=ns.algorithm
     )
-    return model.build(world_size, params, options, given=len(given))
+    if ns.per_tensor and not model.per_tensor_available:
+        raise ValueError(f"{model.name}: --per-tensor is not available for this model "
+                         "(the reference has aggregated gradient messages only)")
+    workload = model.build(world_size, params, options, given=len(given))
+    if ns.algorithm is not None:
+        check_algorithms(workload)
+    return workload
+
+
+def check_algorithms(workload: Workload) -> None:
+    """Refuse, before MPI starts, a named algorithm some collective cannot run."""
+    from .collectives import schedule_for
+    from .ops import Collective
+
+    seen: set[tuple[str, str, int]] = set()
+    for phase in workload.phases:
+        for rank in range(workload.world_size):
+            for op in phase.program(rank):
+                if not isinstance(op, Collective) or op.algorithm is None:
+                    continue
+                p = len(workload.group_of(op.group, rank))
+                key = (op.op, op.algorithm, p)
+                if key in seen or p == 1:
+                    continue
+                seen.add(key)
+                try:
+                    schedule_for(op.op, op.algorithm, p, p, root=op.root,
+                                 params=workload.collective_params)
+                except ValueError as e:
+                    raise ValueError(f"{workload.model}: --algorithm {op.algorithm} cannot run "
+                                     f"its {op.op} on {p} ranks ({op.group} group): {e}") from None
 
 
 def fail(rank: int, message: str, code: int = EXIT_USAGE) -> None:

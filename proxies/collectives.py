@@ -16,6 +16,12 @@ Execution rule (what makes the data dependencies hold)
     two rings of a multiring sharing an edge); post them in tuple order on
     both sides and MPI's non-overtaking rule matches them.
 
+Large schedules are lazy. The ring-based algorithms (ring, multiring,
+hierarchical) and the all-to-alls have ``O(p^2)`` transfers: their
+``Schedule.steps`` are built on first access only, and
+:meth:`Schedule.rank_steps` / :meth:`Schedule.rank_plan` generate one rank's
+part directly, in ``O(steps)``, identical to what the built steps give.
+
 ``count_elems`` has MPI argument semantics (elements are float32,
 ``ELEM_BYTES = 4``, ``size_bytes = 4 * count_elems``):
 
@@ -102,6 +108,10 @@ class Transfer:
 
 RankStep = tuple[tuple[Transfer, ...], tuple[Transfer, ...]]
 
+PlanStep = tuple[tuple[int, ...], tuple[tuple[int, int, bool], ...]]
+"""One step of :meth:`Schedule.rank_plan`: ``(recv_srcs, sends)``, each send
+``(dst, size_bytes, reduce)``; ranks are group indices."""
+
 
 @dataclass(frozen=True)
 class Schedule:
@@ -110,6 +120,10 @@ class Schedule:
     ``count_elems`` is the MPI count the schedule was built for, ``root`` the
     root of bcast/reduce (0 otherwise), ``chunk_elems`` the sizes of the
     buffer's chunks that transfers refer to (see the module docstring).
+
+    ``build_schedule`` returns the ring-based and all-to-all schedules lazily:
+    ``steps`` is built on first access (then kept), while the per-rank
+    queries generate only that rank's part.
     """
 
     op: str
@@ -119,6 +133,15 @@ class Schedule:
     count_elems: int = 0
     root: int = 0
     chunk_elems: tuple[int, ...] = ()
+
+    def __getattr__(self, name: str) -> object:
+        # Only reached when ``steps`` of a lazy schedule was never built.
+        if name == "steps":
+            lazy = self.__dict__.get("_lazy")
+            if lazy is not None:
+                steps = self.__dict__["steps"] = lazy.build_steps()
+                return steps
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def num_steps(self) -> int:
@@ -134,6 +157,9 @@ class Schedule:
 
     @cached_property
     def _by_rank(self) -> tuple[tuple[tuple[int, RankStep], ...], ...]:
+        lazy = self.__dict__.get("_lazy")
+        if lazy is not None:
+            return tuple(lazy.rank_steps(r) for r in range(self.group_size))
         index: list[list[tuple[int, list[Transfer], list[Transfer]]]] = [
             [] for _ in range(self.group_size)
         ]
@@ -149,27 +175,59 @@ class Schedule:
             for entries in index
         )
 
+    def _rank_entries(self, r: int) -> tuple[tuple[int, RankStep], ...]:
+        self._check_rank(r)
+        lazy = self.__dict__.get("_lazy")
+        if lazy is not None and "_by_rank" not in self.__dict__:
+            return lazy.rank_steps(r)
+        return self._by_rank[r]
+
     def _check_rank(self, r: int) -> None:
         if not 0 <= r < self.group_size:
             raise ValueError(f"rank must be in 0..{self.group_size - 1} (got {r})")
 
     def rank_steps(self, r: int) -> list[RankStep]:
         """(sends, recvs) of rank ``r`` for each step it takes part in, in order."""
-        self._check_rank(r)
-        return [pair for _, pair in self._by_rank[r]]
+        return [pair for _, pair in self._rank_entries(r)]
 
     def rank_step_indices(self, r: int) -> list[int]:
         """Global step indices matching :meth:`rank_steps`."""
+        return [s for s, _ in self._rank_entries(r)]
+
+    def rank_plan(self, r: int) -> tuple[PlanStep, ...]:
+        """:meth:`rank_steps` of rank ``r`` in compact form, for executors.
+
+        One ``(recv_srcs, sends)`` per step the rank takes part in, in order:
+        the sources of its receives and its sends as ``(dst, size_bytes,
+        reduce)``, each in the order of :meth:`rank_steps`. Equal steps may be
+        one shared tuple. Plans of small schedules are kept; plans of lazy
+        ones are generated on each call, without building ``steps``.
+        """
         self._check_rank(r)
-        return [s for s, _ in self._by_rank[r]]
+        lazy = self.__dict__.get("_lazy")
+        if lazy is not None:
+            return lazy.rank_plan(r)
+        plans = self.__dict__.setdefault("_plans", {})
+        plan = plans.get(r)
+        if plan is None:
+            plan = plans[r] = tuple(
+                (
+                    tuple(t.src for t in recvs),
+                    tuple((t.dst, ELEM_BYTES * t.count_elems, t.reduce) for t in sends),
+                )
+                for _, (sends, recvs) in self._by_rank[r]
+            )
+        return plan
 
     def bytes_sent(self, r: int) -> int:
-        self._check_rank(r)
-        return ELEM_BYTES * sum(t.count_elems for _, (sends, _) in self._by_rank[r] for t in sends)
+        return ELEM_BYTES * sum(
+            t.count_elems for _, (sends, _) in self._rank_entries(r) for t in sends
+        )
 
     def bytes_received(self, r: int) -> int:
-        self._check_rank(r)
-        return ELEM_BYTES * sum(t.count_elems for _, (_, recvs) in self._by_rank[r] for t in recvs)
+        return ELEM_BYTES * sum(
+            t.count_elems for _, (_, recvs) in self._rank_entries(r) for t in recvs
+        )
 
     def pair_bytes(self) -> dict[tuple[int, int], int]:
         """Bytes per (src, dst) pair that exchanges any message (barrier pairs map to 0)."""
@@ -341,8 +399,39 @@ def _fold(p: int) -> tuple[int, int, Callable[[int], int]]:
 Built = tuple[tuple[int, ...], _Builder]
 
 
+# Chunk layouts of the algorithms that can be generated per rank (see _LazyRanks).
+def _chunks_allreduce_ring(p: int, count: int, **_: object) -> list[int]:
+    return _split(count, p)
+
+
+def _chunks_allreduce_hierarchical(
+    p: int, count: int, *, local_size: int, **_: object
+) -> list[int]:
+    return [c for shard in _split(count, local_size) for c in _split(shard, p // local_size)]
+
+
+def _chunks_allreduce_multiring(
+    p: int, count: int, *, rings: list[list[int]], **_: object
+) -> list[int]:
+    return [c for part in _split(count, len(rings)) for c in _split(part, p)]
+
+
+def _chunks_blocks_multiring(
+    p: int, count: int, *, rings: list[list[int]], **_: object
+) -> list[int]:
+    return _split(count, len(rings)) * p
+
+
+def _chunks_per_rank(p: int, count: int, **_: object) -> list[int]:
+    return [count] * p
+
+
+def _chunks_alltoall(p: int, count: int, **_: object) -> list[int]:
+    return [count] * (p * p)
+
+
 def _allreduce_ring(p: int, count: int, **_: object) -> Built:
-    chunks = _split(count, p)
+    chunks = _chunks_allreduce_ring(p, count)
     b = _Builder(chunks)
     blocks = [(q, 1) for q in range(p)]
     order = list(range(p))
@@ -390,7 +479,7 @@ def _allreduce_rabenseifner(p: int, count: int, **_: object) -> Built:
 def _allreduce_hierarchical(p: int, count: int, *, local_size: int, **_: object) -> Built:
     g = local_size
     k = p // g
-    chunks = [c for shard in _split(count, g) for c in _split(shard, k)]
+    chunks = _chunks_allreduce_hierarchical(p, count, local_size=local_size)
     b = _Builder(chunks)
     shard_blocks = [(loc * k, k) for loc in range(g)]
     groups = [list(range(grp * g, grp * g + g)) for grp in range(k)]
@@ -409,7 +498,7 @@ def _allreduce_hierarchical(p: int, count: int, *, local_size: int, **_: object)
 
 
 def _allreduce_multiring(p: int, count: int, *, rings: list[list[int]], **_: object) -> Built:
-    chunks = [c for part in _split(count, len(rings)) for c in _split(part, p)]
+    chunks = _chunks_allreduce_multiring(p, count, rings=rings)
     b = _Builder(chunks)
     for j, order in enumerate(rings):
         blocks = [(j * p + r, 1) for r in order]
@@ -447,7 +536,7 @@ def _allgather_bruck(p: int, count: int, **_: object) -> Built:
 
 def _blocks_multiring(p: int, count: int, rings: list[list[int]], reduce_scatter: bool) -> Built:
     nrings = len(rings)
-    chunks = _split(count, nrings) * p
+    chunks = _chunks_blocks_multiring(p, count, rings=rings)
     b = _Builder(chunks)
     for j, order in enumerate(rings):
         blocks = [(r * nrings + j, 1) for r in order]
@@ -554,6 +643,226 @@ assert set(_BUILDERS) == {(op, a) for op, algs in ALGORITHMS.items() for a in al
 _POW2_ONLY = {("allgather", "recursive_doubling"), ("reduce_scatter", "recursive_halving")}
 
 
+# ---------------------------------------------------------------- per rank
+
+# Algorithms whose schedules are lazy, with their chunk layouts.
+_LAZY_CHUNKS: dict[tuple[str, str], Callable[..., list[int]]] = {
+    ("allreduce", "ring"): _chunks_allreduce_ring,
+    ("allreduce", "hierarchical"): _chunks_allreduce_hierarchical,
+    ("allreduce", "multiring"): _chunks_allreduce_multiring,
+    ("allgather", "ring"): _chunks_per_rank,
+    ("allgather", "multiring"): _chunks_blocks_multiring,
+    ("reduce_scatter", "ring"): _chunks_per_rank,
+    ("reduce_scatter", "multiring"): _chunks_blocks_multiring,
+    ("alltoall", "pairwise"): _chunks_alltoall,
+    ("alltoall", "direct"): _chunks_alltoall,
+}
+
+# A ring of a per-rank description: order (group indices by position), position of
+# each rank, blocks (first_chunk, num_chunks) by position, and their element counts.
+_Ring = tuple[list[int], dict[int, int], list[tuple[int, int]], list[int]]
+# A run of ring steps: first step, number of steps, and per ring (ring, shift), shift 1
+# meaning reduce-scatter (position q sends block q - s - 1 in step s, reduced) and 0
+# allgather (block q - s, copied); the rings of one run share its steps.
+_Segment = tuple[int, int, list[tuple[_Ring, int]]]
+
+
+class _LazyRanks:
+    """One rank's part of a ring-based or all-to-all schedule, without its other ranks.
+
+    Mirrors the builders above transfer for transfer: a rank's sends (and its
+    receives) of a step come in the order the builder adds them, and every
+    step of these algorithms holds a transfer when ``count_elems > 0`` (each
+    step moves every block once), so step indices need no renumbering.
+    """
+
+    __slots__ = ("algorithm", "count", "local_size", "op", "p", "prefix", "rings", "rings_cache")
+
+    def __init__(
+        self,
+        op: str,
+        algorithm: str,
+        p: int,
+        count: int,
+        chunks: Sequence[int],
+        rings: list[list[int]],
+        local_size: int | None,
+    ) -> None:
+        self.op = op
+        self.algorithm = algorithm
+        self.p = p
+        self.count = count
+        self.rings = rings
+        self.local_size = local_size
+        prefix = [0]
+        for c in chunks:
+            prefix.append(prefix[-1] + c)
+        self.prefix = prefix
+        self.rings_cache: dict[object, _Ring] = {}
+
+    def build_steps(self) -> tuple[tuple[Transfer, ...], ...]:
+        _, b = _BUILDERS[(self.op, self.algorithm)](
+            self.p, self.count, root=0, local_size=self.local_size, rings=self.rings
+        )
+        return tuple(tuple(step) for step in b.steps if step)
+
+    def _ring(self, key: object, order: list[int], blocks: list[tuple[int, int]]) -> _Ring:
+        ring = self.rings_cache.get(key)
+        if ring is None:
+            prefix = self.prefix
+            counts = [prefix[f + n] - prefix[f] for f, n in blocks]
+            pos = {r: q for q, r in enumerate(order)}
+            ring = self.rings_cache[key] = (order, pos, blocks, counts)
+        return ring
+
+    def _segments(self, r: int) -> list[_Segment]:
+        p, op, alg = self.p, self.op, self.algorithm
+        if alg == "hierarchical":
+            g = self.local_size
+            assert g is not None
+            k = p // g
+            grp, loc = divmod(r, g)
+            group = self._ring(
+                ("group", grp),
+                list(range(grp * g, grp * g + g)),
+                [(x * k, k) for x in range(g)],
+            )
+            column = self._ring(
+                ("column", loc),
+                [loc + x * g for x in range(k)],
+                [(loc * k + x, 1) for x in range(k)],
+            )
+            s1, s2 = g - 1, g - 1 + k - 1
+            s3 = s2 + k - 1
+            return [
+                (0, g - 1, [(group, 1)]),
+                (s1, k - 1, [(column, 1)]),
+                (s2, k - 1, [(column, 0)]),
+                (s3, g - 1, [(group, 0)]),
+            ]
+        if alg == "ring":
+            rings = [self._ring(0, list(range(p)), [(q, 1) for q in range(p)])]
+        elif op == "allreduce":
+            rings = [
+                self._ring(j, order, [(j * p + x, 1) for x in order])
+                for j, order in enumerate(self.rings)
+            ]
+        else:
+            nr = len(self.rings)
+            rings = [
+                self._ring(j, order, [(x * nr + j, 1) for x in order])
+                for j, order in enumerate(self.rings)
+            ]
+        if op == "allreduce":
+            return [
+                (0, p - 1, [(ring, 1) for ring in rings]),
+                (p - 1, p - 1, [(ring, 0) for ring in rings]),
+            ]
+        shift = 1 if op == "reduce_scatter" else 0
+        return [(0, p - 1, [(ring, shift) for ring in rings])]
+
+    def rank_steps(self, r: int) -> tuple[tuple[int, RankStep], ...]:
+        """``(step index, (sends, recvs))`` of rank r, as ``Schedule._by_rank`` has them."""
+        p, c = self.p, self.count
+        out: list[tuple[int, RankStep]] = []
+        if self.op == "alltoall":
+            if self.algorithm == "pairwise":
+                for s in range(1, p):
+                    dst, src = (r + s) % p, (r - s) % p
+                    out.append(
+                        (
+                            s - 1,
+                            (
+                                (Transfer(r, dst, c, r * p + dst, 1, False),),
+                                (Transfer(src, r, c, src * p + r, 1, False),),
+                            ),
+                        )
+                    )
+            else:
+                sends = tuple(
+                    Transfer(r, (r + s) % p, c, r * p + (r + s) % p, 1, False) for s in range(1, p)
+                )
+                recvs = tuple(Transfer(i, r, c, i * p + r, 1, False) for i in range(p) if i != r)
+                out.append((0, (sends, recvs)))
+            return tuple(out)
+        for step0, nsteps, rings in self._segments(r):
+            for s in range(nsteps):
+                sends: list[Transfer] = []
+                recvs: list[Transfer] = []
+                for (order, pos, blocks, counts), shift in rings:
+                    m = len(order)
+                    q = pos[r]
+                    b = (q - s - shift) % m
+                    if counts[b]:
+                        first, num = blocks[b]
+                        sends.append(
+                            Transfer(r, order[(q + 1) % m], counts[b], first, num, shift == 1)
+                        )
+                    b = (b - 1) % m
+                    if counts[b]:
+                        first, num = blocks[b]
+                        recvs.append(
+                            Transfer(order[(q - 1) % m], r, counts[b], first, num, shift == 1)
+                        )
+                if sends or recvs:
+                    out.append((step0 + s, (tuple(sends), tuple(recvs))))
+        return tuple(out)
+
+    def rank_plan(self, r: int) -> tuple[PlanStep, ...]:
+        """``Schedule.rank_plan(r)``, generated directly (equal steps share one tuple)."""
+        p, size = self.p, ELEM_BYTES * self.count
+        if self.op == "alltoall":
+            if self.algorithm == "pairwise":
+                return tuple((((r - s) % p,), (((r + s) % p, size, False),)) for s in range(1, p))
+            return (
+                (
+                    tuple(i for i in range(p) if i != r),
+                    tuple(((r + s) % p, size, False) for s in range(1, p)),
+                ),
+            )
+        out: list[PlanStep] = []
+        append = out.append
+        for _, nsteps, rings in self._segments(r):
+            if len(rings) == 1:
+                # One ring: the same peers every step, and few distinct sizes.
+                (order, pos, _, counts), shift = rings[0]
+                m = len(order)
+                q = pos[r]
+                src = (order[(q - 1) % m],)
+                dst = order[(q + 1) % m]
+                reduce = shift == 1
+                memo: dict[int, PlanStep] = {}
+                b = (q - shift) % m  # the block sent in the first step; then b - 1, ...
+                for _ in range(nsteps):
+                    sent = counts[b]
+                    b -= 1  # negative indices wrap around, as (b - 1) % m would
+                    got = counts[b]
+                    key = sent if got else ~sent
+                    st = memo.get(key)
+                    if st is None:
+                        st = memo[key] = (
+                            src if got else (),
+                            ((dst, ELEM_BYTES * sent, reduce),) if sent else (),
+                        )
+                    if sent or got:
+                        append(st)
+                continue
+            for s in range(nsteps):
+                srcs = []
+                sends = []
+                for (order, pos, _, counts), shift in rings:
+                    m = len(order)
+                    q = pos[r]
+                    b = (q - s - shift) % m
+                    if counts[b]:
+                        sends.append((order[(q + 1) % m], ELEM_BYTES * counts[b], shift == 1))
+                    if counts[b - 1]:
+                        srcs.append(order[(q - 1) % m])
+                if srcs or sends:
+                    append((tuple(srcs), tuple(sends)))
+        return tuple(out)
+
+
 # ---------------------------------------------------------------- validation
 
 
@@ -639,19 +948,29 @@ def build_schedule(
     else:
         ring_list = []
 
-    chunks, b = _BUILDERS[(op, algorithm)](
-        p, count_elems, root=root, local_size=local_size, rings=ring_list
-    )
-    steps = tuple(tuple(step) for step in b.steps if step) if p > 1 else ()
-    return Schedule(
-        op=op,
-        algorithm=algorithm,
-        group_size=p,
-        steps=steps,
-        count_elems=count_elems,
-        root=root,
-        chunk_elems=chunks,
-    )
+    chunk_fn = _LAZY_CHUNKS.get((op, algorithm))
+    if chunk_fn is None:
+        chunks, b = _BUILDERS[(op, algorithm)](
+            p, count_elems, root=root, local_size=local_size, rings=ring_list
+        )
+        steps = tuple(tuple(step) for step in b.steps if step) if p > 1 else ()
+        return Schedule(op, algorithm, p, steps, count_elems, root, tuple(chunks))
+    chunks = chunk_fn(p, count_elems, local_size=local_size, rings=ring_list)
+    if p == 1 or count_elems == 0:  # every transfer would be empty
+        return Schedule(op, algorithm, p, (), count_elems, root, tuple(chunks))
+    # Lazy: ``steps`` is left unset, for Schedule.__getattr__ to build on first use.
+    s = object.__new__(Schedule)
+    fields = {
+        "op": op,
+        "algorithm": algorithm,
+        "group_size": p,
+        "count_elems": count_elems,
+        "root": root,
+        "chunk_elems": tuple(chunks),
+    }
+    s.__dict__.update(fields)
+    s.__dict__["_lazy"] = _LazyRanks(op, algorithm, p, count_elems, chunks, ring_list, local_size)
+    return s
 
 
 def default_algorithm(op: str, group_size: int, count_elems: int) -> str:

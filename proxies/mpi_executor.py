@@ -26,7 +26,12 @@ from .accounting import buffer_needs
 from .ops import ELEM_BYTES, Collective, Compute, Op, Recv, Send, Testany, Wait, describe
 from .program import Workload
 
-SCHEDULE_TAG = 30000  # tag of the project's own collective schedules (MPI_TAG_UB >= 32767)
+# Tags of the project's own schedules: collective k (in program order) on a group
+# uses SCHEDULE_TAG + k % SCHEDULE_TAGS, so concurrent non-blocking schedules on one
+# communicator never match each other's messages. MPI_TAG_UB is at least 32767.
+SCHEDULE_TAG = 20000
+SCHEDULE_TAGS = 10000
+MEASURE_TAG = 30001  # pairwise bandwidth measurement
 COMPUTE_MODES = ("sleep", "spin", "none")
 PROGRESS_MODES = ("blocking", "poll")
 
@@ -155,6 +160,7 @@ class MPIExecutor:
         self.sent_bytes: dict[tuple[str, bool, int], int] = {}
         self.overruns: dict[tuple[str, int], dict] = {}
         self.step = 0  # iterations run so far (warm-up included)
+        self._schedule_seq: dict[str, int] = {}  # schedules compiled per group kind
 
     # -- set-up -----------------------------------------------------------------
     def create_communicators(self) -> None:
@@ -215,16 +221,20 @@ class MPIExecutor:
             return self._compile_collective(op, reqs)
         if isinstance(op, Wait):
             ids = op.reqs
-            if poll:
-                return lambda: _poll_all([reqs[i] for i in ids])
-            return lambda: MPI.Request.Waitall([reqs[i] for i in ids])
+            complete = _poll_all if poll else MPI.Request.Waitall
+            return lambda: _wait_all([reqs[i] for i in ids], complete)
         if isinstance(op, Testany):
             ids = op.reqs
 
             def testany() -> None:
-                pending = [reqs[i] for i in ids]
+                # Schedules advance as far as they can; MPI's requests get one Testany.
+                mpi_ids = [i for i in ids if isinstance(reqs[i], MPI.Request)]
+                for i in ids:
+                    if not isinstance(reqs[i], MPI.Request):
+                        reqs[i].test()
+                pending = [reqs[i] for i in mpi_ids]
                 MPI.Request.Testany(pending)
-                for i, r in zip(ids, pending, strict=True):
+                for i, r in zip(mpi_ids, pending, strict=True):
                     reqs[i] = r
 
             return testany
@@ -266,62 +276,87 @@ class MPIExecutor:
         return f
 
     def _compile_schedule(
-        self, op: Collective, comm: MPI.Intracomm, reqs: list[MPI.Request]
+        self, op: Collective, comm: MPI.Intracomm, reqs: list
     ) -> Callable[[], None]:
         """Run the project's point-to-point schedule for this collective.
 
-        Schedules run to completion when posted: a non-blocking collective with
-        a named algorithm is complete (a null request) by the time it returns.
-        Bytes sent are counted per (label, reduced?, destination rank); with a
-        pacer, every transfer is cut into chunks sent no faster than its pair's
-        limit; with a buffer size, larger transfers are recorded as overruns.
+        A blocking collective runs its steps to the end. A non-blocking one posts
+        its first step and leaves a :class:`ScheduleRequest` that later Testany
+        and Wait operations advance step by step, as an MPI library without an
+        asynchronous progress thread would. Bytes sent are counted per (label,
+        reduced?, destination rank); with a pacer, every transfer is cut into
+        chunks sent no faster than its pair's limit; with a buffer size, larger
+        transfers are recorded as overruns.
         """
         from .collectives import schedule_for
 
-        sched = schedule_for(op.op, op.algorithm, comm.Get_size(), op.count_elems,
-                             root=op.root, params=self.workload.collective_params)
+        sched = schedule_for(
+            op.op,
+            op.algorithm,
+            comm.Get_size(),
+            op.count_elems,
+            root=op.root,
+            params=self.workload.collective_params,
+        )
         members = self.workload.group_of(op.group, self.rank)
+        seq = self._schedule_seq.get(op.group, 0)
+        self._schedule_seq[op.group] = seq + 1
+        tag = SCHEDULE_TAG + seq % SCHEDULE_TAGS
         steps = []
         if sched.total_bytes and len(self.sbuf) < max(
             t.count_elems for step in sched.steps for t in step
         ):
-            raise RuntimeError(f"{op.label}: the send buffer is smaller than the schedule's "
-                               "largest transfer (allocate() before compiling)")
+            raise RuntimeError(
+                f"{op.label}: the send buffer is smaller than the schedule's "
+                "largest transfer (allocate() before compiling)"
+            )
         for sends, recvs in sched.rank_steps(comm.Get_rank()):
-            steps.append((
-                [(t.src, self.chunks(t.count_elems)) for t in recvs],
-                [(t.dst, members[t.dst], self.chunks(t.count_elems),
-                  (op.label, t.reduce, members[t.dst]), t.size_bytes) for t in sends],
-            ))
+            steps.append(
+                (
+                    [(t.src, self.chunks(t.count_elems)) for t in recvs],
+                    [
+                        (
+                            t.dst,
+                            members[t.dst],
+                            self.chunks(t.count_elems),
+                            (op.label, t.reduce, members[t.dst]),
+                            t.size_bytes,
+                        )
+                        for t in sends
+                    ],
+                )
+            )
         sb, rb = self.sbuf, self.rbuf
         pacer, counts, buffer = self.pacer, self.sent_bytes, self.buffer_bytes
 
-        def run() -> None:
-            for recvs, sends in steps:
-                pending = [comm.Irecv(rb[:c], src, SCHEDULE_TAG)
-                           for src, chunks in recvs for c in chunks]
-                paced = []
-                for dst, dst_global, chunks, key, size in sends:
-                    counts[key] = counts.get(key, 0) + size
-                    if buffer and size > buffer:
-                        self.overrun(op.label, dst_global, size)
-                    for c in chunks:
-                        if pacer is None:
-                            pending.append(comm.Isend(sb[:c], dst, SCHEDULE_TAG))
-                        else:
-                            paced.append((pacer.reserve(dst_global, c * ELEM_BYTES), dst, c))
-                # Destinations are paced side by side: chunks leave in release order.
-                for release, dst, c in sorted(paced):
-                    pacer.sleep_until(release)
-                    pending.append(comm.Isend(sb[:c], dst, SCHEDULE_TAG))
-                if self.progress == "poll":
-                    _poll_all(pending)
-                else:
-                    MPI.Request.Waitall(pending)
-            if op.req is not None:
-                reqs[op.req] = MPI.REQUEST_NULL
+        def post(k: int) -> list[MPI.Request]:
+            recvs, sends = steps[k]
+            pending = [comm.Irecv(rb[:c], src, tag) for src, chunks in recvs for c in chunks]
+            paced = []
+            for dst, dst_global, chunks, key, size in sends:
+                counts[key] = counts.get(key, 0) + size
+                if buffer and size > buffer:
+                    self.overrun(op.label, dst_global, size)
+                for c in chunks:
+                    if pacer is None:
+                        pending.append(comm.Isend(sb[:c], dst, tag))
+                    else:
+                        paced.append((pacer.reserve(dst_global, c * ELEM_BYTES), dst, c))
+            # Destinations are paced side by side: chunks leave in release order.
+            for release, dst, c in sorted(paced):
+                pacer.sleep_until(release)
+                pending.append(comm.Isend(sb[:c], dst, tag))
+            return pending
 
-        return run
+        complete = _poll_all if self.progress == "poll" else MPI.Request.Waitall
+        if op.req is None:
+            return lambda: ScheduleRequest(post, len(steps), complete).wait()
+        req = op.req
+
+        def start() -> None:
+            reqs[req] = ScheduleRequest(post, len(steps), complete)
+
+        return start
 
     def chunks(self, count_elems: int) -> list[int]:
         """A transfer as sent: whole, or in paced chunks of ``chunk_elems``."""
@@ -334,9 +369,15 @@ class MPIExecutor:
         key = (label, dst)
         first = self.overruns.get(key)
         if first is None:
-            self.overruns[key] = {"op": label, "src": self.rank, "dst": dst,
-                                  "size_bytes": size_bytes, "buffer_bytes": self.buffer_bytes,
-                                  "first_step": self.step, "count": 1}
+            self.overruns[key] = {
+                "op": label,
+                "src": self.rank,
+                "dst": dst,
+                "size_bytes": size_bytes,
+                "buffer_bytes": self.buffer_bytes,
+                "first_step": self.step,
+                "count": 1,
+            }
         else:
             first["count"] += 1
 
@@ -347,6 +388,7 @@ class MPIExecutor:
         ops = self.programs[name]
         nreq = 1 + max((o.req for o in ops if getattr(o, "req", None) is not None), default=-1)
         reqs: list[MPI.Request] = [MPI.REQUEST_NULL] * nreq
+        self._schedule_seq = {}
         calls = [self._compile(op, reqs) for op in ops]
         what = [f"operation #{i} of phase {name!r}: {describe(op)}" for i, op in enumerate(ops)]
         waited = {r for op in ops if isinstance(op, Wait) for r in op.reqs}
@@ -363,6 +405,7 @@ class MPIExecutor:
         perf = time.perf_counter
         run = PhaseRun(name, ops, [], 0.0)
         t0 = perf()
+        last_report = t0
         for it in range(runs):
             starts = [0.0] * len(calls)
             ends = [0.0] * len(calls)
@@ -377,12 +420,15 @@ class MPIExecutor:
             self.step += 1
             run.starts.append(starts)
             run.ends.append(ends)
-            if progress is not None:
+            # Progress lines cost terminal I/O inside the timed loop: at most one a second.
+            if progress is not None and perf() - last_report >= 1.0:
+                last_report = perf()
                 progress(f"{name}: iteration {it + 1}/{runs}")
         run.total_s = perf() - t0
-        wd.enter(f"completing the requests the reference never waits for (phase {name!r})",
-                 setup=True)
-        MPI.Request.Waitall(self._leftover)
+        wd.enter(
+            f"completing the requests the reference never waits for (phase {name!r})", setup=True
+        )
+        _wait_all(self._leftover, MPI.Request.Waitall)
         self._leftover.clear()
         wd.enter(f"reporting phase {name!r}", setup=True)
         return run
@@ -390,6 +436,53 @@ class MPIExecutor:
 
 POLL_FIRST_S = 2e-5
 POLL_MAX_S = 1e-3
+
+
+class ScheduleRequest:
+    """A collective in flight on the project's schedule: one step posted at a time.
+
+    ``post(k)`` posts step k's receives and sends and returns their requests;
+    ``complete`` waits for a list of requests (MPI's Waitall, or polling).
+    """
+
+    __slots__ = ("complete", "n", "pending", "post", "step")
+
+    def __init__(
+        self,
+        post: Callable[[int], list[MPI.Request]],
+        n: int,
+        complete: Callable[[list[MPI.Request]], object],
+    ) -> None:
+        self.post, self.n, self.complete = post, n, complete
+        self.step = 0
+        self.pending = post(0) if n else []
+
+    def test(self) -> bool:
+        """Advance without blocking; True once every step is complete."""
+        while self.step < self.n:
+            if self.pending and not MPI.Request.Testall(self.pending):
+                return False
+            self._next()
+        return True
+
+    def wait(self) -> None:
+        while self.step < self.n:
+            self.complete(self.pending)
+            self._next()
+
+    def _next(self) -> None:
+        self.step += 1
+        self.pending = self.post(self.step) if self.step < self.n else []
+
+
+def _wait_all(items: list, complete: Callable[[list[MPI.Request]], object]) -> None:
+    """Wait for MPI requests and schedule requests alike."""
+    mpi = [r for r in items if isinstance(r, MPI.Request)]
+    if mpi:
+        complete(mpi)
+    for r in items:
+        if not isinstance(r, MPI.Request):
+            r.wait()
 
 
 def _poll_all(pending: list[MPI.Request]) -> None:
@@ -508,14 +601,14 @@ def pairwise_bandwidth(
                     for c in pieces:
                         if pacer is not None:
                             pacer.wait(j, c * ELEM_BYTES)
-                        reqs.append(comm.Isend(buf[:c], j, SCHEDULE_TAG + 1))
-                    reqs.append(comm.Irecv(ack, j, SCHEDULE_TAG + 2))
+                        reqs.append(comm.Isend(buf[:c], j, MEASURE_TAG))
+                    reqs.append(comm.Irecv(ack, j, MEASURE_TAG + 1))
                     _poll_all(reqs)
                     best = min(best, time.perf_counter() - t0)
                 row[j] = count * ELEM_BYTES / best
             elif rank == j:
                 for _ in range(reps):
-                    _poll_all([comm.Irecv(buf[:c], i, SCHEDULE_TAG + 1) for c in pieces])
-                    _poll_all([comm.Isend(ack, i, SCHEDULE_TAG + 2)])
+                    _poll_all([comm.Irecv(buf[:c], i, MEASURE_TAG) for c in pieces])
+                    _poll_all([comm.Isend(ack, i, MEASURE_TAG + 1)])
     rows = comm.gather(row, root=0)
     return rows

@@ -155,6 +155,7 @@ class Workload:
     phases: list[Phase]
     info: dict[str, object] = field(default_factory=dict)
     summary: Callable[[int, float, str], str] | None = None
+    summary_all_ranks: bool = False  # the reference prints the summary on every rank
     # Parameters of the project's collective schedules: "rings" (multiring
     # orders, group indices), "local_size" (hierarchical group size).
     collective_params: dict[str, Any] = field(default_factory=dict)

@@ -141,12 +141,16 @@ def _fmt_bytes(n: float) -> str:
 def emit(workload: Workload, doc: dict[str, Any], quiet: bool = False) -> None:
     """Print the reference's summary line(s) and, unless quiet, a table."""
     for ph in doc["phases"]:
-        line = (
-            workload.summary(0, ph["runtime_per_iteration_s"]["rank0"], ph["phase"])
-            if workload.summary
-            else f"runtime per iteration = {ph['runtime_per_iteration_s']['rank0']:.6f} s"
-        )
-        print(line, flush=True)
+        # As the reference: every rank's line for the models whose ranks all print.
+        ranks = ph["per_rank"] if workload.summary_all_ranks else ph["per_rank"][:1]
+        for r in ranks:
+            runtime = r["runtime_per_iteration_s"]
+            line = (
+                workload.summary(r["rank"], runtime, ph["phase"])
+                if workload.summary
+                else f"runtime per iteration = {runtime:.6f} s"
+            )
+            print(line, flush=True)
     if quiet:
         return
     for ph in doc["phases"]:

@@ -122,6 +122,22 @@ class NetworkSection(_Strict):
     )
 
 
+def _check_algorithms(algorithm: str | None, by_op: dict[str, str]) -> None:
+    from proxies.collectives import ALGORITHMS
+
+    known = sorted({a for algs in ALGORITHMS.values() for a in algs})
+    if algorithm is not None and algorithm not in known:
+        raise ValueError(f"collectives.algorithm: unknown algorithm {algorithm!r}; "
+                         f"known: {', '.join(known)}")
+    for op, alg in by_op.items():
+        if op not in ALGORITHMS:
+            raise ValueError(f"collectives.by_op: unknown collective {op!r}; known: "
+                             f"{', '.join(ALGORITHMS)}")
+        if alg not in ALGORITHMS[op]:
+            raise ValueError(f"collectives.by_op.{op}: {alg!r} is not an algorithm of {op}; "
+                             f"choose one of {', '.join(ALGORITHMS[op])}")
+
+
 class CollectivesSection(_Strict):
     algorithm: str | None = Field(
         None,
@@ -129,6 +145,11 @@ class CollectivesSection(_Strict):
         "(e.g. ring, multiring, hierarchical); default: MPICH-like",
     )
     by_op: dict[str, str] = Field(default_factory=dict, description="op -> algorithm")
+
+    @model_validator(mode="after")
+    def _known(self) -> CollectivesSection:
+        _check_algorithms(self.algorithm, self.by_op)
+        return self
 
 
 class LoggingSection(_Strict):
@@ -152,6 +173,9 @@ class Config(_Strict):
         n = self.num_endpoints
         if t.type == "ring":
             ring_orders(t.permutations, n)  # raises with the offending entry
+            if self.world_size != n and t.permutations != [0]:
+                raise ValueError(f"topology.permutations: rings order the ranks, so the world "
+                                 f"size ({self.world_size}) must equal topology.num_nodes ({n})")
         if t.type == "hierarchical":
             g = t.group_size or 4
             if n % g:
@@ -234,14 +258,21 @@ def load_config(source: str | Path | dict[str, Any] | Config) -> Config:
             data = json.loads(Path(source).read_text())
         except FileNotFoundError:
             raise ConfigError(f"{name}: no such file") from None
+        except OSError as e:
+            raise ConfigError(f"{name}: cannot read it: {e.strerror}") from None
         except json.JSONDecodeError as e:
             raise ConfigError(f"{name}: not valid JSON: {e}") from None
     else:
         data = source
     try:
-        return Config.model_validate(data)
+        cfg = Config.model_validate(data)
     except ValidationError as e:
         raise ConfigError(format_validation_error(e, name)) from None
+    lp = cfg.network.link_params_file
+    if isinstance(source, (str, Path)) and lp and not Path(lp).is_absolute():
+        # Relative to the configuration file, wherever the command runs from.
+        cfg.network.link_params_file = str((Path(source).parent / lp).resolve())
+    return cfg
 
 
 LINK_PARAM_KEYS = {

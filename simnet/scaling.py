@@ -65,9 +65,11 @@ DEFAULT_PREDICT_CONFIG: dict[str, Any] = {
         "type": "hierarchical",
         "group_size": 4,
         "intra_bandwidth": 25.0,
-        "intra_latency_us": 0.5,
+        # Latencies are per hop and a route crosses two: 0.25 + 0.25 inside a
+        # node, 2.5 + 2.5 between nodes give the end-to-end 0.5 us and 5 us.
+        "intra_latency_us": 0.25,
         "inter_bandwidth": 12.5,
-        "inter_latency_us": 5.0,
+        "inter_latency_us": 2.5,
     },
 }
 DEFAULT_PREDICT_NOTE = (

@@ -136,6 +136,9 @@ def build_workload(cfg: Config) -> Workload:
     if w.name not in MODELS:
         raise ConfigError(f"workload.name: unknown model {w.name!r}; known: {', '.join(MODELS)}")
     model = MODELS[w.name]
+    if w.per_tensor and not model.per_tensor_available:
+        raise ConfigError(f"workload.per_tensor: not available for {w.name} (the reference "
+                          "has aggregated gradient messages only)")
     args = list(w.args)
     flags = dict(w.flags)
     rings = None

@@ -242,6 +242,17 @@ def _write(tmp_path, cfg):
         ),
         ({"workload": {"name": "nope"}}, "workload.name: unknown model 'nope'"),
         ({"workload": {"name": "dlrm", "world_size": 16}}, "placement"),
+        ({"collectives": {"algorithm": "rign"}}, "unknown algorithm 'rign'"),
+        ({"collectives": {"by_op": {"allreduc": "ring"}}}, "unknown collective 'allreduc'"),
+        (
+            {"collectives": {"by_op": {"alltoall": "ring"}}},
+            "'ring' is not an algorithm of alltoall",
+        ),
+        ({"workload": {"name": "resnet152", "per_tensor": True}}, "workload.per_tensor"),
+        (
+            {"workload": {"name": "dlrm", "world_size": 8}, "topology": {"permutations": [0, 5]}},
+            "world size (8) must equal topology.num_nodes (10)",
+        ),
     ],
 )
 def test_config_errors(cfg, message):
@@ -305,3 +316,13 @@ def test_progress_reporting_does_not_change_the_prediction():
     with_progress = simnet.simulate(cfg, progress=seen.append)
     assert with_progress.iteration_time_s == simnet.simulate(cfg).iteration_time_s
     assert seen and "messages" in seen[-1]
+
+
+def test_link_params_file_is_relative_to_the_config_file(tmp_path, monkeypatch):
+    cfg = pipeline_config()
+    cfg["network"] = {"link_params_file": "lp.json"}
+    (tmp_path / "lp.json").write_text(json.dumps({"alpha_us": 7.0}))
+    path = _write(tmp_path, cfg)
+    monkeypatch.chdir("/")
+    res = simnet.simulate(str(path))
+    assert any("alpha_us = 7.0" in a for a in res.assumed)

@@ -175,6 +175,7 @@ class PipelineDataParallel(Model):
                 "data_shards": dp_size,
             },
             summary=summary,
+            summary_all_ranks=True,
         )
 
 

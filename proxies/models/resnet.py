@@ -86,6 +86,7 @@ class ResNet50(Model):
             phases=[Phase("allreduce", allreduce_phase), Phase("ring", ring_phase)],
             info={"total_params": total},
             summary=summary,
+            summary_all_ranks=True,
         )
 
 
