@@ -26,6 +26,10 @@ def atomic_write(
     try:
         with os.fdopen(fd, "wb" if binary else "w") as f:
             write(f)
+        # mkstemp creates 0600; results get the permissions of an ordinary file.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

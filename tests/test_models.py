@@ -321,3 +321,9 @@ def test_schedule_collectives_get_a_send_buffer_of_the_whole_transfer():
     # reduce_scatter and allgather on 4 ranks: the whole 4-block vector.
     assert needs.send_elems == 4 * block
     assert needs.recv_elems == 4 * block
+
+
+def test_gpt3_total_params_integer_arithmetic_as_the_reference():
+    # 1811939328/1024*layers/1024/1024 in C integers: 162 for 96 layers, 3 for 2.
+    assert build("gpt3", 384, [96, 2]).info["total_params_billions"] == 162
+    assert build("gpt3", 8, [2, 2]).info["total_params_billions"] == 3

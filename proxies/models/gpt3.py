@@ -223,13 +223,14 @@ class GPT3(_PipelineModel):
                     place(rank), mb, GPT3_FORWARD_US, GPT3_BACKWARD_US, inner, outer, options
                 )
 
-        total_b = 1811939328 / 1024 * stages / 1024 / 1024
+        # The reference's all-integer C expression: 1811939328/1024*layers/1024/1024.
+        total_b = 1811939328 // 1024 * stages // 1024 // 1024
         global_batch = world_size * acc // 4
 
         def summary(rank: int, runtime_s: float, phase: str) -> str:
             return (
                 f"world_size = {world_size}, layers = {stages}, stages = {stages}, "
-                f"micro_batches = {mb}, total_params = {total_b:g}B, "
+                f"micro_batches = {mb}, total_params = {total_b}B, "
                 f"global_batch = {global_batch}, runtime per iteration = {runtime_s:.6f} s"
             )
 
