@@ -12,13 +12,21 @@ Protocol: a message of at most ``eager_threshold_bytes`` is sent eagerly (the
 data leaves when the send is posted and the send completes at once); a larger
 one uses rendezvous (the data leaves once both sides have posted, and both
 complete when it is delivered).
+
+Implementation: a rank "process" is a small state machine, not a simpy
+generator: it runs its operations until one must wait, and the completion of
+what it waits for (a compute timeout, or the delivery of a message, which the
+network reports by callback from its batched wake-ups) runs it on. So the
+messages of a bulk-synchronous step cost no simpy event each; simulated
+times are those of the event-per-message formulation.
 """
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +39,12 @@ from proxies.program import Workload
 from .network import FlowNetwork
 
 DEFAULT_EAGER_THRESHOLD_BYTES = 65536
+
+# A step of a rank plan with global ranks: the channel pairs (src * world + dst) of
+# its receives, and its sends as (channel pair, dst, size_bytes).
+_GlobalStep = tuple[tuple[int, ...], tuple[tuple[int, int, int], ...]]
+# Rank plans up to this many steps per group (all members) are kept for reuse.
+_PLAN_CACHE_STEPS = 1 << 22
 
 
 @dataclass
@@ -66,20 +80,26 @@ class AlgorithmPolicy:
         return default_algorithm(op.op, p, op.count_elems)
 
 
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """One member's part of a collective with global ranks, for the executor.
+
+    ``steps``: per step the channel pairs ``src * world + dst`` of its receives
+    and its sends ``(channel pair, dst, size_bytes)``; ``reduce_bytes`` /
+    ``copy_bytes``: bytes it sends per channel pair, over all steps.
+    """
+
+    steps: Sequence[_GlobalStep]
+    reduce_bytes: dict[int, int]
+    copy_bytes: dict[int, int]
+
+
 @dataclass
 class RankTimeline:
     """Start and end (seconds) of every operation of one rank, per iteration."""
 
     starts: list[list[float]] = field(default_factory=list)
     ends: list[list[float]] = field(default_factory=list)
-
-
-class _Channel:
-    __slots__ = ("recvs", "sends")
-
-    def __init__(self) -> None:
-        self.sends: deque = deque()
-        self.recvs: deque = deque()
 
 
 class SimExecutor:
@@ -109,6 +129,9 @@ class SimExecutor:
         self.compute_scale = compute_scale
         self._schedules: dict[tuple, tuple[Schedule, str]] = {}
         self._members: dict[tuple[str, int], tuple[tuple[int, ...], int]] = {}
+        # Rank plans with global ranks: (schedule id, kind, first member, member) -> steps.
+        self._plans: dict[tuple, _Plan] = {}
+        self._world = max(workload.world_size, 1)
 
     # -- helpers -------------------------------------------------------------------
     def _group(self, kind: str, rank: int) -> tuple[tuple[int, ...], int]:
@@ -129,6 +152,41 @@ class SimExecutor:
             hit = self._schedules[key] = (sched, alg)
         return hit
 
+    def _plan(self, sched: Schedule, kind: str, members: tuple[int, ...], me: int) -> _Plan:
+        """``sched.rank_plan(me)`` resolved to global ranks (see :class:`_Plan`); kept
+        for reuse unless it is very large."""
+        key = (id(sched), kind, members[0], me)  # the schedule is kept in self._schedules
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        w = self._world
+        rank = members[me]
+        # id of a member-space step -> [global step, member-space step, occurrences];
+        # equal steps share one tuple, in the plan and here.
+        distinct: dict[int, list] = {}
+        steps: list[_GlobalStep] = []
+        append = steps.append
+        for st in sched.rank_plan(me):
+            d = distinct.get(id(st))
+            if d is None:
+                srcs, sends = st
+                g = (
+                    tuple(members[s] * w + rank for s in srcs),
+                    tuple((rank * w + members[d], members[d], size) for d, size, _ in sends),
+                )
+                d = distinct[id(st)] = [g, st, 0]
+            d[2] += 1
+            append(d[0])
+        totals: tuple[dict[int, int], dict[int, int]] = ({}, {})  # copy, reduce
+        for g, st, n in distinct.values():
+            for (pair, _, size), (_, _, reduce) in zip(g[1], st[1], strict=True):
+                tot = totals[reduce]
+                tot[pair] = tot.get(pair, 0) + n * size
+        plan = _Plan(steps, totals[1], totals[0])
+        if len(steps) * len(members) <= _PLAN_CACHE_STEPS:
+            self._plans[key] = plan
+        return plan
+
     # -- running -------------------------------------------------------------------
     def run_phase(
         self,
@@ -141,20 +199,35 @@ class SimExecutor:
         net = self.make_network(env)
         sim = PhaseSim(self, phase.name, env, net)
         programs = [phase.program(r) for r in range(self.workload.world_size)]
-        for rank, ops in enumerate(programs):
-            env.process(sim.rank_process(rank, ops, iterations))
-        if progress is None:
-            env.run()
-        else:
-            # Run in growing slices of simulated time, only to report progress.
-            slice_s = 1e-4
-            while env.peek() != float("inf"):
-                t0 = time.perf_counter()
-                env.run(until=env.now + slice_s)
-                progress(sim)
-                if time.perf_counter() - t0 < 0.5:
-                    slice_s *= 2
         sim.programs = programs
+        # The run allocates millions of short-lived, acyclic objects (flows,
+        # messages): reference counting frees them, and the cyclic collector
+        # would only rescan the long-lived ones over and over. Pause it.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            for rank, ops in enumerate(programs):
+                _Rank(sim, rank, ops, iterations).run()
+            if progress is None:
+                env.run()
+            else:
+                # Run in growing slices of simulated time, only to report progress.
+                # Stepping (not env.run(until=...), whose stop event stays queued)
+                # ends with the last event.
+                slice_s = 1e-4
+                end_s = slice_s
+                peek, step = env.peek, env.step
+                while peek() != float("inf"):
+                    t0 = time.perf_counter()
+                    while peek() <= end_s:
+                        step()
+                    progress(sim)
+                    if time.perf_counter() - t0 < 0.5:
+                        slice_s *= 2
+                    end_s += slice_s
+        finally:
+            if gc_was_enabled:
+                gc.enable()
         sim.finish()
         return sim
 
@@ -169,159 +242,183 @@ class PhaseSim:
         self.name = name
         self.env = env
         self.net = net
-        self.channels: dict[tuple, _Channel] = {}
         self.coll_seq: dict[tuple[str, int], int] = defaultdict(int)
         self.timelines: dict[int, RankTimeline] = {}
         self.programs: list[list[Op]] = []
-        self.wire_bytes_by_group: dict[str, int] = defaultdict(int)
-        # Bytes per (src rank, dst rank) by part: "reduce" (reduction data of a
-        # collective), "copy" (copied data of a collective), "p2p".
-        self.part_bytes: dict[str, dict[tuple[int, int], int]] = defaultdict(dict)
         self.algorithms: dict[str, set[str]] = defaultdict(set)
-        self.messages_done = 0
         self.makespan_s = 0.0
         self.iteration_ends: dict[int, list[float]] = {}
+        # Unmatched messages, one FIFO per channel: the posted sends (and
+        # receives) that wait for their other side. A point-to-point channel
+        # is keyed ("p", group kind, src, dst, tag); a collective's channel by
+        # the int instance * world^2 + src * world + dst (global ranks).
+        self._start = net.start_transfer
+        self._placement = ex.placement
+        self._eager = ex.eager
+        self._sends: dict[object, deque] = {}
+        self._recvs: dict[object, deque] = {}
+        self._world = ex._world  # the plans' channel pairs use the same multiplier
+        self._world2 = self._world * self._world
+        # Collective instance k of group id g is number g + k * ngroups; a group's id
+        # is given on first use: (kind, first member) -> id, and back.
+        self._ngroups = max(sum(len(gs) for gs in ex.workload.groups.values()), 1)
+        self._gids: dict[tuple[str, int], int] = {}
+        self._gid_names: list[tuple[str, int]] = []
+        self._coll_cache: dict[tuple, tuple] = {}  # see _prepare
+        # Bytes per (group kind, part) and int pair key src * world + dst; parts
+        # are "reduce" / "copy" (data of a collective) and "p2p".
+        self._bytes: dict[tuple[str, str], dict[int, int]] = {}
+
+    # -- accounting ----------------------------------------------------------------
+    def _account(self, group: str, part: str) -> dict[int, int]:
+        acct = self._bytes.get((group, part))
+        if acct is None:
+            acct = self._bytes[(group, part)] = {}
+        return acct
+
+    @property
+    def messages_done(self) -> int:
+        """Messages whose data has started (every message is one network transfer)."""
+        return self.net.transfers_started
+
+    @property
+    def wire_bytes_by_group(self) -> dict[str, int]:
+        """Bytes of all messages started, per group kind."""
+        out: dict[str, int] = defaultdict(int)
+        for (group, _), acct in self._bytes.items():
+            out[group] += sum(acct.values())
+        return out
+
+    @property
+    def part_bytes(self) -> dict[str, dict[tuple[int, int], int]]:
+        """Bytes per (src rank, dst rank) by part: "reduce" (reduction data of a
+        collective), "copy" (copied data of a collective), "p2p"."""
+        w = self._world
+        out: dict[str, dict[tuple[int, int], int]] = defaultdict(dict)
+        for (_, part), acct in self._bytes.items():
+            pairs = out[part]
+            for k, b in acct.items():
+                pair = divmod(k, w)
+                pairs[pair] = pairs.get(pair, 0) + b
+        return out
+
+    @property
+    def channels(self) -> dict[object, tuple[int, int]]:
+        """Channels with unmatched messages: key -> (pending sends, pending receives)."""
+        out: dict[object, tuple[int, int]] = {}
+        for k, q in self._sends.items():
+            out[k] = (len(q), 0)
+        for k, q in self._recvs.items():
+            out[k] = (out.get(k, (0, 0))[0], len(q))
+        return out
+
+    def _channel_name(self, key: object) -> object:
+        if isinstance(key, int):
+            w = self._world
+            inst, pair = divmod(key, w * w)
+            seq, gid = divmod(inst, self._ngroups)
+            kind, first = self._gid_names[gid]
+            return ("c", kind, first, seq, *divmod(pair, w))
+        return key
 
     # -- messages ------------------------------------------------------------------
-    def _transfer(
-        self, src: int, dst: int, size_bytes: int, account: tuple[str, str]
-    ) -> simpy.Event:
-        """Start the data of a message; ``account`` is (group kind, part)."""
-        self.wire_bytes_by_group[account[0]] += size_bytes
-        part = self.part_bytes[account[1]]
-        part[(src, dst)] = part.get((src, dst), 0) + size_bytes
-        self.messages_done += 1
+    # A channel holds its pending sends (or receives) in self._sends (self._recvs):
+    # the one item itself, or a _Fifo of several. A pending send is the list
+    # [None, receive waiter] of eager data already started, or the tuple
+    # (send waiter, src, dst, size_bytes, bytes dict) of a rendezvous send.
+
+    def _post_send(
+        self,
+        key: object,
+        src: int,
+        dst: int,
+        size_bytes: int,
+        acct: dict[int, int],
+        waiter: _Waiter,
+    ) -> bool:
+        """Post a send; True if it completes now, else ``waiter`` is ticked once when it does."""
+        pair = src * self._world + dst
+        acct[pair] = acct.get(pair, 0) + size_bytes
         pl = self.ex.placement
-        return self.net.transfer(pl[src], pl[dst], size_bytes)
+        eager = size_bytes <= self.ex.eager
+        rw = _pop(self._recvs, key)
+        if rw is not None:
+            tag = (None, rw) if eager else (waiter, rw)
+            self.net.start_transfer(pl[src], pl[dst], size_bytes, _delivered, tag)
+            return eager
+        if eager:
+            # The data leaves now and the send completes at once.
+            msg = [None, None]
+            self.net.start_transfer(pl[src], pl[dst], size_bytes, _delivered, msg)
+            _push(self._sends, key, msg)
+            return True
+        _push(self._sends, key, (waiter, src, dst, size_bytes, None))
+        return False
 
-    def post_send(
-        self, key: tuple, src: int, dst: int, size_bytes: int, account: tuple[str, str]
-    ) -> simpy.Event | None:
-        """Post a send; returns the event that completes it (None: complete now)."""
-        channels = self.channels
-        ch = channels.get(key)
-        if ch is not None and ch.recvs:
-            waiting = ch.recvs.popleft()
-            if not ch.recvs and not ch.sends:
-                del channels[key]
-            data = self._transfer(src, dst, size_bytes, account)
-            _chain(data, waiting)
-            return None if size_bytes <= self.ex.eager else data
-        if ch is None:
-            ch = channels[key] = _Channel()
-        if size_bytes <= self.ex.eager:
-            # Eager: the data leaves now and the send completes at once.
-            ch.sends.append(self._transfer(src, dst, size_bytes, account))
-            return None
-        ready = self.env.event()
-        ch.sends.append((src, dst, size_bytes, account, ready))
-        return ready
-
-    def post_recv(self, key: tuple) -> simpy.Event:
-        """Post a receive; returns the event that completes it."""
-        channels = self.channels
-        ch = channels.get(key)
-        if ch is not None and ch.sends:
-            pending = ch.sends.popleft()
-            if not ch.sends and not ch.recvs:
-                del channels[key]
-            if isinstance(pending, simpy.Event):  # eager data already on its way
-                return pending
-            src, dst, size_bytes, account, ready = pending
-            data = self._transfer(src, dst, size_bytes, account)
-            _chain(data, ready)
-            return data
-        if ch is None:
-            ch = channels[key] = _Channel()
-        done = self.env.event()
-        ch.recvs.append(done)
-        return done
-
-    @staticmethod
-    def pending(events: list[simpy.Event | None]) -> list[simpy.Event]:
-        """The events not yet processed. Yielding them one by one costs less than
-        a combined event: most complete together, and a processed one resumes at once."""
-        return [e for e in events if e is not None and e.callbacks is not None]
+    def _post_recv(self, key: object, waiter: _Waiter) -> bool:
+        """Post a receive; True if it completes now, else ``waiter`` is ticked once when it does."""
+        item = _pop(self._sends, key)
+        if item is None:
+            _push(self._recvs, key, waiter)
+            return False
+        if type(item) is list:  # eager data, already on its way
+            if item[0] is _ARRIVED:
+                return True
+            item[1] = waiter
+            return False
+        sw, src, dst, size_bytes, _ = item
+        pl = self.ex.placement
+        self.net.start_transfer(pl[src], pl[dst], size_bytes, _delivered, (sw, waiter))
+        return False
 
     # -- collectives -----------------------------------------------------------------
-    def collective(self, rank: int, op: Collective) -> Generator[simpy.Event, Any, None]:
-        members, me = self.ex._group(op.group, rank)
+    def _collective(self, rank: int, op: Collective, done: Callable[[], None] | None) -> bool:
+        """Start ``op`` on ``rank``; True if it completed at once, else ``done`` is
+        called when it completes."""
+        ckey = (op.group, op.op, op.count_elems, op.algorithm, op.root, rank)
+        c = self._coll_cache.get(ckey)
+        if c is None:
+            c = self._coll_cache[ckey] = self._prepare(rank, op)
+        seq_key, steps, gid, adds = c
+        coll_seq = self.coll_seq
+        seq = coll_seq[seq_key]
+        coll_seq[seq_key] = seq + 1
+        if steps is None:  # a group of one
+            return True
+        # Bytes count when the collective starts (all its data will go).
+        for acct, pair, b in adds:
+            acct[pair] = acct.get(pair, 0) + b
+        # The instance: every member's k-th collective on its group is the same one.
+        base = (gid + seq * self._ngroups) * self._world2
+        return _Coll(self, rank, steps, base, done).advance()
+
+    def _prepare(self, rank: int, op: Collective) -> tuple:
+        """What every call of ``op`` on ``rank`` shares: (coll_seq key, plan steps or
+        None for a group of one, group id, bytes to account as (dict, pair, bytes))."""
+        ex = self.ex
+        members, me = ex._group(op.group, rank)
         p = len(members)
         seq_key = (op.group, rank)
-        seq = self.coll_seq[seq_key]
-        self.coll_seq[seq_key] = seq + 1
         if p == 1:
-            return
-        sched, alg = self.ex.schedule(op, p)
+            return seq_key, None, 0, ()
+        sched, alg = ex.schedule(op, p)
         self.algorithms[op.op].add(alg)
-        base = ("c", op.group, members[0], seq)
-        reduce_acct, copy_acct = (op.group, "reduce"), (op.group, "copy")
-        post_send, post_recv = self.post_send, self.post_recv
-        for sends, recvs in sched.rank_steps(me):
-            events: list[simpy.Event | None] = [
-                post_recv((*base, members[t.src], rank)) for t in recvs
-            ]
-            for t in sends:
-                dst = members[t.dst]
-                events.append(
-                    post_send(
-                        (*base, rank, dst),
-                        rank,
-                        dst,
-                        t.size_bytes,
-                        reduce_acct if t.reduce else copy_acct,
-                    )
-                )
-            for ev in self.pending(events):  # noqa: UP028  (simpy sends into generators)
-                yield ev
+        plan = ex._plan(sched, op.group, members, me)
+        gkey = (op.group, members[0])
+        gid = self._gids.get(gkey)
+        if gid is None:
+            gid = self._gids[gkey] = len(self._gid_names)
+            self._gid_names.append(gkey)
+            if gid >= self._ngroups:
+                raise RuntimeError(f"group {gkey} is not one of the workload's groups")
+        adds = []
+        for tot, part in ((plan.reduce_bytes, "reduce"), (plan.copy_bytes, "copy")):
+            if tot:
+                acct = self._account(op.group, part)
+                adds += [(acct, pair, b) for pair, b in tot.items()]
+        return seq_key, plan.steps, gid, tuple(adds)
 
-    # -- a rank ----------------------------------------------------------------------
-    def rank_process(
-        self, rank: int, ops: list[Op], iterations: int
-    ) -> Generator[simpy.Event, Any, None]:
-        env = self.env
-        tl = self.timelines[rank] = RankTimeline()
-        scale = self.ex.compute_scale
-        for _ in range(iterations):
-            reqs: dict[int, simpy.Event] = {}
-            starts, ends = [0.0] * len(ops), [0.0] * len(ops)
-            for i, op in enumerate(ops):
-                starts[i] = env.now
-                if isinstance(op, Compute):
-                    if op.duration_us > 0:
-                        yield env.timeout(op.duration_us * 1e-6 * scale)
-                elif isinstance(op, (Send, Recv)):
-                    ev = self._p2p(rank, op)
-                    if op.req is not None:
-                        reqs[op.req] = ev
-                    elif ev is not None:
-                        yield ev
-                elif isinstance(op, Collective):
-                    if op.req is None:
-                        yield from self.collective(rank, op)
-                    else:
-                        reqs[op.req] = env.process(self.collective(rank, op))
-                elif isinstance(op, Wait):
-                    for ev in self.pending([reqs.pop(r) for r in op.reqs]):
-                        yield ev
-                elif isinstance(op, Testany):
-                    pass  # progress is free in the model
-                ends[i] = env.now
-            tl.starts.append(starts)
-            tl.ends.append(ends)
-        self.iteration_ends[rank] = [e[-1] if e else 0.0 for e in tl.ends]
-
-    def _p2p(self, rank: int, op: Send | Recv) -> simpy.Event | None:
-        if isinstance(op, Send):
-            return self.post_send(
-                ("p", op.group, rank, op.peer, op.tag),
-                rank,
-                op.peer,
-                op.size_bytes,
-                (op.group, "p2p"),
-            )
-        return self.post_recv(("p", op.group, op.peer, rank, op.tag))
-
+    # -- running -----------------------------------------------------------------------
     def finish(self) -> None:
         # The last rank's end, not env.now: a progress-reporting run advances the
         # clock in slices past the last event.
@@ -333,17 +430,343 @@ class PhaseSim:
                 f"phase {self.name!r}: ranks {stuck[:8]}{'...' if len(stuck) > 8 else ''} "
                 "never finished (deadlock: they wait for messages nobody sends)"
             )
-        unmatched = [k for k, ch in self.channels.items() if ch.sends or ch.recvs]
+        unmatched = list(self.channels)
         if unmatched:
             raise RuntimeError(
                 f"phase {self.name!r}: {len(unmatched)} unmatched message channel(s), "
-                f"first {unmatched[0]}: the rank programs do not pair their sends and receives"
+                f"first {self._channel_name(unmatched[0])}: the rank programs do not pair "
+                "their sends and receives"
             )
 
 
-def _chain(source: simpy.Event, target: simpy.Event) -> None:
-    """Succeed ``target`` when ``source`` fires (or now, if it already has)."""
-    if source.callbacks is None:
-        target.succeed()
+class _Fifo(deque):
+    """Several pending items of one channel (one is stored as itself)."""
+
+    __slots__ = ()
+
+
+def _push(d: dict, key: object, item: object) -> None:
+    q = d.get(key)
+    if q is None:
+        d[key] = item
+    elif type(q) is _Fifo:
+        q.append(item)
     else:
-        source.callbacks.append(lambda _ev: target.succeed())
+        d[key] = _Fifo((q, item))
+
+
+def _pop(d: dict, key: object) -> Any:
+    """The first pending item of the channel, removed; None if there is none."""
+    q = d.get(key)
+    if q is None or type(q) is not _Fifo:
+        if q is not None:
+            del d[key]
+        return q
+    item = q.popleft()
+    if not q:
+        del d[key]
+    return item
+
+
+_ARRIVED = object()  # marks eager data delivered before its receive was posted
+
+
+def _delivered(tag: Any) -> None:
+    """A message's data arrived: tick its receiver, then its sender (rendezvous).
+
+    ``tag`` is ``(send waiter or None, receive waiter)``, or for eager data
+    posted before its receive the list ``[None, receive waiter or None]``.
+    """
+    rw = tag[1]
+    if rw is None:
+        tag[0] = _ARRIVED
+        return
+    n = rw.n - 1
+    rw.n = n
+    if not n:
+        if type(rw) is _Coll:
+            if rw.advance() and rw.done is not None:
+                rw.done()
+        else:
+            rw.fire()
+    sw = tag[0]
+    if sw is not None:
+        n = sw.n - 1
+        sw.n = n
+        if not n:
+            if type(sw) is _Coll:
+                if sw.advance() and sw.done is not None:
+                    sw.done()
+            else:
+                sw.fire()
+
+
+class _Waiter:
+    """Something that waits for ``n`` completions, then fires once."""
+
+    __slots__ = ("n",)
+
+    def fire(self) -> None:
+        raise NotImplementedError
+
+
+class _Req(_Waiter):
+    """A request (non-blocking operation, or a blocking one being waited for)."""
+
+    __slots__ = ("then",)
+
+    def __init__(self, then: Callable[[], None] | None = None) -> None:
+        self.n = 1
+        self.then = then  # called when complete
+
+    def fire(self) -> None:
+        then = self.then
+        if then is not None:
+            then()
+
+    def complete(self) -> None:
+        self.n = 0
+        self.fire()
+
+
+class _WaitAll(_Waiter):
+    """A Wait on several requests: ticked by each."""
+
+    __slots__ = ("rank",)
+
+    def __init__(self, rank: _Rank, n: int) -> None:
+        self.n = n
+        self.rank = rank
+
+    def tick(self) -> None:
+        n = self.n - 1
+        self.n = n
+        if not n:
+            self.rank.resume()
+
+    def fire(self) -> None:
+        self.rank.resume()
+
+
+class _Coll(_Waiter):
+    """One rank's part of one collective: its plan's steps, one after the other.
+
+    A step posts all its receives, then all its sends; ``n`` counts those not
+    complete, and the last to complete (``fire``) starts the next step. The
+    matching is that of ``PhaseSim._post_send`` / ``_post_recv``, inlined.
+    """
+
+    __slots__ = ("base", "done", "i", "rank", "sim", "steps")
+
+    def __init__(
+        self,
+        sim: PhaseSim,
+        rank: int,
+        steps: Sequence[_GlobalStep],
+        base: int,
+        done: Callable[[], None] | None,
+    ) -> None:
+        self.sim = sim
+        self.rank = rank
+        self.steps = steps
+        self.base = base  # + src * world + dst: a channel of this instance
+        self.i = 0
+        self.n = 0
+        self.done = done
+
+    def advance(self) -> bool:
+        """Post steps until one must wait; True if the collective is complete."""
+        steps = self.steps
+        i = self.i
+        nsteps = len(steps)
+        if i == nsteps:
+            return True
+        sim = self.sim
+        pending_sends = sim._sends
+        pending_recvs = sim._recvs
+        start = sim._start
+        pl = sim._placement
+        eager = sim._eager
+        base = self.base
+        rank = self.rank
+        here = pl[rank]
+        while i < nsteps:
+            recvs, sends = steps[i]
+            i += 1
+            pending = 0
+            for pair in recvs:
+                key = base + pair
+                item = pending_sends.get(key)
+                if item is None:
+                    if key in pending_recvs:
+                        _push(pending_recvs, key, self)
+                    else:
+                        pending_recvs[key] = self
+                    pending += 1
+                    continue
+                if type(item) is _Fifo:
+                    item = _pop(pending_sends, key)
+                else:
+                    del pending_sends[key]
+                if type(item) is list:  # eager data, already on its way
+                    if item[0] is not _ARRIVED:
+                        item[1] = self
+                        pending += 1
+                    continue
+                sw, src, dst, size_bytes, _ = item
+                start(pl[src], pl[dst], size_bytes, _delivered, (sw, self))
+                pending += 1
+            for pair, dst, size_bytes in sends:
+                key = base + pair
+                rw = pending_recvs.get(key)
+                if rw is not None:
+                    if type(rw) is _Fifo:
+                        rw = _pop(pending_recvs, key)
+                    else:
+                        del pending_recvs[key]
+                    if size_bytes <= eager:
+                        start(here, pl[dst], size_bytes, _delivered, (None, rw))
+                    else:
+                        start(here, pl[dst], size_bytes, _delivered, (self, rw))
+                        pending += 1
+                elif size_bytes <= eager:
+                    msg = [None, None]
+                    start(here, pl[dst], size_bytes, _delivered, msg)
+                    _push(pending_sends, key, msg)
+                else:
+                    item = (self, rank, dst, size_bytes, None)
+                    if key in pending_sends:
+                        _push(pending_sends, key, item)
+                    else:
+                        pending_sends[key] = item
+                    pending += 1
+            if pending:
+                self.i = i
+                self.n = pending
+                return False
+        self.i = i
+        return True
+
+    def fire(self) -> None:
+        if self.advance():
+            done = self.done
+            if done is not None:
+                done()
+
+
+class _Rank:
+    """One rank walking its operations; it runs until an operation must wait."""
+
+    __slots__ = (
+        "ends",
+        "i",
+        "it",
+        "iterations",
+        "ops",
+        "rank",
+        "reqs",
+        "resume",
+        "scale",
+        "sim",
+        "starts",
+        "tl",
+    )
+
+    def __init__(self, sim: PhaseSim, rank: int, ops: list[Op], iterations: int) -> None:
+        self.sim = sim
+        self.rank = rank
+        self.ops = ops
+        self.iterations = iterations
+        self.it = 0
+        self.i = 0
+        self.reqs: dict[int, _Waiter | None] = {}
+        self.tl = sim.timelines[rank] = RankTimeline()
+        self.starts = [0.0] * len(ops)
+        self.ends = [0.0] * len(ops)
+        self.scale = sim.ex.compute_scale
+        self.resume = self._resume  # one bound method, reused as the continuation
+
+    def _resume(self, _ev: object = None) -> None:
+        """The current operation completed now: record its end, go on."""
+        i = self.i
+        self.ends[i] = self.sim.env.now
+        self.i = i + 1
+        self.run()
+
+    def run(self) -> None:
+        sim = self.sim
+        env = sim.env
+        ops = self.ops
+        n_ops = len(ops)
+        rank = self.rank
+        starts, ends = self.starts, self.ends
+        i = self.i
+        while True:
+            if i == n_ops:
+                self.tl.starts.append(starts)
+                self.tl.ends.append(ends)
+                self.it += 1
+                if self.it >= self.iterations:
+                    self.i = i
+                    sim.iteration_ends[rank] = [e[-1] if e else 0.0 for e in self.tl.ends]
+                    return
+                starts = self.starts = [0.0] * n_ops
+                ends = self.ends = [0.0] * n_ops
+                self.reqs = {}
+                i = 0
+                continue
+            op = ops[i]
+            now = env.now
+            starts[i] = now
+            t = type(op)
+            if t is Collective:
+                if op.req is None:
+                    self.i = i
+                    if not sim._collective(rank, op, self.resume):
+                        return
+                else:
+                    req = _Req()
+                    self.reqs[op.req] = None if sim._collective(rank, op, req.complete) else req
+            elif t is Compute:
+                if op.duration_us > 0:
+                    self.i = i
+                    ev = simpy.Timeout(env, op.duration_us * 1e-6 * self.scale)
+                    ev.callbacks.append(self.resume)
+                    return
+            elif t is Send or t is Recv:
+                if op.req is None:
+                    waiter = _Req(self.resume)
+                    self.i = i
+                    if not self._p2p(op, waiter):
+                        return
+                else:
+                    waiter = _Req()
+                    self.reqs[op.req] = None if self._p2p(op, waiter) else waiter
+            elif t is Wait:
+                reqs = self.reqs
+                pending = [w for w in (reqs.pop(r) for r in op.reqs) if w is not None and w.n]
+                if pending:
+                    self.i = i
+                    wait = _WaitAll(self, len(pending))
+                    for w in pending:
+                        w.then = wait.tick
+                    return
+            elif t is not Testany:  # Testany: progress is free in the model
+                raise TypeError(f"rank {rank}: unknown operation {op!r}")
+            ends[i] = now
+            i += 1
+
+    def _p2p(self, op: Send | Recv, waiter: _Req) -> bool:
+        """Post a point-to-point operation; True if it completed at once."""
+        sim = self.sim
+        rank = self.rank
+        if type(op) is Send:
+            return sim._post_send(
+                ("p", op.group, rank, op.peer, op.tag),
+                rank,
+                op.peer,
+                op.size_bytes,
+                sim._account(op.group, "p2p"),
+                waiter,
+            )
+        return sim._post_recv(("p", op.group, op.peer, rank, op.tag), waiter)

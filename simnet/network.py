@@ -27,7 +27,11 @@ skipped when popped (and buckets holding only such entries are dropped without
 a wake-up). Rates are
 recomputed once per simulated instant for all flows started or ended at that
 instant (a zero-delay simpy event batches the starts), so an all-to-all burst
-costs one water-filling, not one per message.
+costs one water-filling, not one per message. ``transfer`` returns a simpy
+event per message; ``start_transfer`` calls a callback at delivery instead,
+from the wake-up that delivers, so a bulk-synchronous step costs no simpy
+event per message at all (flows its callbacks start join that wake-up's
+water-filling).
 
 Floating point. A flow's remaining bytes are brought up to date lazily
 (``remaining -= rate * (now - last_update)``, clamped at 0) only when its
@@ -97,6 +101,19 @@ class TransferRecord(NamedTuple):
 
 
 _new_tuple = tuple.__new__  # skips NamedTuple's Python-level __new__ on the hot path
+_new_object = object.__new__  # an instance without running its __init__
+
+
+def _is_static_route(route: Route) -> bool:
+    """Whether ``route`` is ``topologies.Router.path``: a pure function of (src, dst)
+    (its routes are fixed by the graph, and with ECMP the default flow key is used)."""
+    try:
+        from topologies import Router
+    except ImportError:  # pragma: no cover - topologies ships with simnet
+        return False
+    return getattr(route, "__func__", None) is Router.path and isinstance(
+        getattr(route, "__self__", None), Router
+    )
 
 
 class FlowState(NamedTuple):
@@ -189,6 +206,7 @@ class _Flow(simpy.Event):
         "last_update_s",
         "links",
         "mark",
+        "notify",
         "path",
         "phase",
         "rate_bytes_per_s",
@@ -208,17 +226,22 @@ class _Flow(simpy.Event):
         size_bytes: int,
         tag: object,
         start_s: float,
+        notify: Callable[[object], None] | None = None,
     ) -> None:
-        # simpy.Event.__init__, inlined as simpy.Timeout does.
-        self.env = env
-        self.callbacks = []
+        if notify is None:
+            # simpy.Event.__init__, inlined as simpy.Timeout does.
+            self.env = env
+            self.callbacks = []
+        # Else (start_transfer) the flow is never a simpy event: without ``env``
+        # and ``callbacks`` it needs no instance __dict__.
+        self.notify = notify
         self.seq = seq
         self.path = path
         self.links = path.links if size_bytes else ()
         self.size_bytes = size_bytes
         self.tag = tag
         self.start_s = start_s
-        self.remaining_bytes = float(size_bytes)
+        self.remaining_bytes = size_bytes + 0.0  # float(size_bytes), exactly
         self.rate_bytes_per_s = 0.0  # 0 until the first rate computation
         self.last_update_s = start_s
         self.phase = _ALPHA
@@ -250,7 +273,9 @@ class FlowNetwork:
         ``route(src, dst)`` returns the directed edges ``(u, v)`` of the path
         from ``src`` to ``dst`` (empty when ``src == dst``). It is called once
         per transfer with ``src != dst``, so it may return different paths over
-        time; returning the same tuple for a pair is fastest.
+        time; returning the same tuple for a pair is fastest. The one exception:
+        ``start_transfer`` calls a ``topologies.Router``'s ``path`` once per
+        pair, as its routes are a pure function of the pair.
     alpha_s:
         Per-message overhead in seconds, paid before the first byte moves.
     injection_bandwidth_bytes_per_s:
@@ -321,6 +346,13 @@ class FlowNetwork:
         self._links: dict[LinkKey, _Link] = {}
         self._paths: dict[tuple, _Path] = {}  # (src, dst, edges) -> path
         self._last_path: dict[tuple[int, int], _Path] = {}  # last path of each pair
+        # id(edges) -> its path; valid while path.edges is that very object (which the
+        # path keeps alive, so the id cannot be reused by another object meanwhile).
+        self._path_of_edges: dict[int, _Path] = {}
+        # src -> dst -> path, when the route is known to be a pure function of the pair.
+        self._static_paths: dict[int, dict[int, _Path]] | None = (
+            {} if _is_static_route(route) else None
+        )
         self._self_paths: dict[int, _Path] = {}  # src == dst
 
         # Timers grouped by exact time: bucket lists of flows keep insertion
@@ -383,6 +415,105 @@ class FlowNetwork:
         else:
             self._begin(flow, now)
         return flow
+
+    def start_transfer(
+        self,
+        src: int,
+        dst: int,
+        size_bytes: int,
+        on_delivery: Callable[[object], None],
+        tag: object = None,
+    ) -> None:
+        """``transfer`` for callers that need no event: call ``on_delivery(tag)`` instead.
+
+        Same model, timing, routing and statistics as :meth:`transfer`, but no
+        simpy event is scheduled per message: at the simulated time the
+        transfer's event would succeed, ``on_delivery(tag)`` is called directly
+        from the network's timer handling (which batches every flow ending at
+        that instant into one simpy wake-up), never from within this call: a
+        message with nothing to wait for is delivered through a timer due now.
+        ``on_delivery`` may start new transfers. ``size_bytes`` must be an
+        integer >= 0.
+        """
+        size = size_bytes if type(size_bytes) is int else operator.index(size_bytes)
+        if size < 0:
+            raise ValueError(f"size_bytes must be >= 0, got {size} (src={src}, dst={dst})")
+        to = self._static_paths.get(src) if self._static_paths is not None else None
+        path = to.get(dst) if to is not None else None
+        if path is None:
+            path = self._path(src, dst)
+        env = self.env
+        now = env.now
+        seq = self.transfers_started
+        self.transfers_started = seq + 1
+        # _Flow(env, seq, path, size, tag, now, on_delivery), inlined
+        flow = _new_object(_Flow)
+        flow.notify = on_delivery
+        flow.seq = seq
+        flow.path = path
+        flow.links = links = path.links if size else ()
+        flow.size_bytes = size
+        flow.tag = tag
+        flow.start_s = now
+        flow.remaining_bytes = size + 0.0
+        flow.rate_bytes_per_s = 0.0
+        flow.last_update_s = now
+        flow.phase = _ALPHA
+        flow.timer = None
+        flow.mark = 0
+        flow.fill_bytes_per_s = -1.0
+        alpha_s = self.alpha_s
+        if alpha_s > 0.0:
+            t = now + alpha_s
+        elif links:
+            # self._begin(flow, now), inlined
+            flow.phase = _DRAINING
+            for link in links:
+                fl = link.flows
+                if not fl:
+                    link.busy_since_s = now
+                fl[flow] = None
+            self._dirty.append(links[0])
+            if not self._waking and not self._flush_scheduled:
+                self._flush_scheduled = True
+                ev = simpy.Event(env)
+                ev.callbacks.append(self._on_flush)
+                ev.succeed()
+            return
+        else:
+            # Nothing to drain: deliver after the route latency, or now, but by a timer.
+            flow.phase = _LATENCY
+            t = now + path.latency_s
+        bucket = self._buckets.get(t)
+        if bucket is None:
+            bucket = self._new_bucket(t)
+        bucket.append(flow)
+        flow.timer = bucket
+
+    def _path(self, src: int, dst: int) -> _Path:
+        """The path of a transfer from src to dst: route() called, the result cached."""
+        if src == dst:
+            path = self._self_paths.get(src)
+            if path is None:
+                path = self._self_paths[src] = _Path(src, dst, (), (), 0.0)
+            return path
+        edges = self.route(src, dst)
+        path = self._path_of_edges.get(id(edges))
+        if path is None or path.edges is not edges or path.src != src:
+            if type(edges) is not tuple:
+                edges = tuple(edges)
+            path = self._last_path.get((src, dst))
+            if path is None or (path.edges is not edges and path.edges != edges):
+                path = self._resolve(src, dst, edges)
+            if path.edges is edges:
+                self._path_of_edges[id(edges)] = path
+        static = self._static_paths
+        if static is not None:
+            to = static.get(src)
+            if to is None:
+                to = static[src] = {}
+            to[dst] = path
+        return path
 
     def active_flows(self) -> list[FlowState]:
         """Snapshot of the flows draining now, in start order, rates in bytes/s."""
@@ -620,8 +751,6 @@ class FlowNetwork:
         limit = target if target > now else now
         times = self._times
         buckets = self._buckets
-        end_drain = self._end_drain
-        deliver = self._deliver
         self._waking = True
         try:
             while True:
@@ -634,9 +763,45 @@ class FlowNetwork:
                         flow.timer = None
                         phase = flow.phase
                         if phase == _DRAINING:
-                            end_drain(flow, now)
+                            # self._end_drain(flow, now), inlined
+                            size = flow.size_bytes
+                            dirty = self._dirty
+                            for link in flow.links:
+                                fl = link.flows
+                                del fl[flow]
+                                link.bytes_total += size
+                                if fl:
+                                    dirty.append(link)
+                                else:
+                                    # What _flush does for an empty seed, done now.
+                                    link.busy_s += now - link.busy_since_s
+                                    if link.load_bytes_per_s != 0.0:
+                                        if link.series is None:
+                                            link.load_bytes_per_s = 0.0
+                                        else:
+                                            self._set_load(link, 0.0, now)
+                            flow.rate_bytes_per_s = 0.0
+                            flow.remaining_bytes = 0.0
+                            flow.phase = _LATENCY
+                            t = now + flow.path.latency_s
+                            b = buckets.get(t)
+                            if b is None:
+                                b = self._new_bucket(t)
+                            b.append(flow)
+                            flow.timer = b
                         elif phase == _LATENCY:
-                            deliver(flow, now)
+                            notify = flow.notify
+                            if notify is None:
+                                self._deliver(flow, now)
+                                continue
+                            # self._deliver(flow, now), inlined for start_transfer flows
+                            path = flow.path
+                            path.bytes_total += flow.size_bytes
+                            path.duration_s += now - flow.start_s
+                            path.messages += 1
+                            flow.phase = _DONE
+                            self.transfers_completed += 1
+                            notify(flow.tag)
                         else:
                             self._begin(flow, now)
                 if self._dirty:
@@ -721,7 +886,13 @@ class FlowNetwork:
         path.messages += 1
         flow.phase = _DONE
         self.transfers_completed += 1
-        flow.succeed(_new_tuple(TransferRecord, (path.src, path.dst, size, start_s, now, flow.tag)))
+        notify = flow.notify
+        if notify is not None:
+            notify(flow.tag)
+        else:
+            flow.succeed(
+                _new_tuple(TransferRecord, (path.src, path.dst, size, start_s, now, flow.tag))
+            )
 
     # ------------------------------------------------------------- max-min
 
@@ -765,6 +936,7 @@ class FlowNetwork:
         epoch = self._epoch = self._epoch + 1
         set_load = self._set_load
         apply_rate = self._apply_rate
+        buckets = self._buckets
         # A link's load changes only if its set of flows changed (the seeds:
         # links of started or ended flows) or the rate of one of its flows did.
         for seed in seeds:
@@ -797,7 +969,17 @@ class FlowNetwork:
                     self.recomputations += 1
                     self.flows_rerated += 1
                     old = f.rate_bytes_per_s
-                    if abs(rate - old) > old * _RATE_RTOL:
+                    if old == 0.0:
+                        # apply_rate(f, rate, now) of a flow that just began, inlined
+                        f.last_update_s = now
+                        f.rate_bytes_per_s = rate
+                        t = now + f.remaining_bytes / rate
+                        bucket = buckets.get(t)
+                        if bucket is None:
+                            bucket = self._new_bucket(t)
+                        bucket.append(f)
+                        f.timer = bucket
+                    elif abs(rate - old) > old * _RATE_RTOL:
                         apply_rate(f, rate, now)
                     else:
                         rate = old

@@ -137,8 +137,10 @@ def build_workload(cfg: Config) -> Workload:
         raise ConfigError(f"workload.name: unknown model {w.name!r}; known: {', '.join(MODELS)}")
     model = MODELS[w.name]
     if w.per_tensor and not model.per_tensor_available:
-        raise ConfigError(f"workload.per_tensor: not available for {w.name} (the reference "
-                          "has aggregated gradient messages only)")
+        raise ConfigError(
+            f"workload.per_tensor: not available for {w.name} (the reference "
+            "has aggregated gradient messages only)"
+        )
     args = list(w.args)
     flags = dict(w.flags)
     rings = None
@@ -311,16 +313,55 @@ def _phase_result(sim: PhaseSim, n_end: int, iterations: int, wall_s: float) -> 
 def route_matrices(graph: nx.DiGraph, ecmp: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Achievable point-to-point bandwidth (bytes/s, the route's bottleneck) and
     route latency (s) between every pair of endpoints; the diagonal is inf / 0."""
+    import math
+
     n = graph.graph["num_endpoints"]
     router = topologies.Router(graph, ecmp=ecmp)
     bw = np.full((n, n), np.inf)
     lat = np.zeros((n, n))
+    edge = {(u, v): (d["bandwidth"], d["latency"]) for u, v, d in graph.edges(data=True)}
+    # Without ECMP a route is the route to its last hop's source plus that edge (a
+    # node is reached from its first, smallest-named, tight predecessor): one search
+    # per source gives every route's bottleneck (min) and latency. The latency is
+    # kept exact, as non-overlapping partial sums (Shewchuk), so that math.fsum of
+    # them equals topologies.path_latency_s (math.fsum of the route's edges).
+    search = None if ecmp else getattr(router, "_search", None)
     for s in range(n):
+        if search is None or n == 1:
+            for d in range(n):
+                if s != d:
+                    path = router.path(s, d)
+                    bw[s, d] = min((edge[e][0] for e in path), default=math.inf)
+                    lat[s, d] = math.fsum(edge[e][1] for e in path)
+            continue
+        router.num_paths(s, s)  # checks that s is an endpoint; searches from it
+        node_bw: dict = {s: math.inf}
+        node_lat: dict = {s: ()}
+        for v, preds in search(s).preds.items():
+            if not preds:
+                continue  # the source
+            u = preds[0]
+            b, x = edge[(u, v)]
+            bu = node_bw[u]
+            node_bw[v] = b if b < bu else bu
+            partials = []
+            for y in node_lat[u]:  # msum: add x to the exact sum of the partials
+                if abs(x) < abs(y):
+                    x, y = y, x
+                hi = x + y
+                lo = y - (hi - x)
+                if lo:
+                    partials.append(lo)
+                x = hi
+            partials.append(x)
+            node_lat[v] = partials
+        row_bw, row_lat = bw[s], lat[s]
         for d in range(n):
-            if s != d:
-                path = router.path(s, d)
-                bw[s, d] = topologies.path_bandwidth_bytes_per_s(graph, path)
-                lat[s, d] = topologies.path_latency_s(graph, path)
+            if d != s:
+                if d not in node_bw:
+                    router.path(s, d)  # raises: no route
+                row_bw[d] = node_bw[d]
+                row_lat[d] = math.fsum(node_lat[d])
     return bw, lat
 
 

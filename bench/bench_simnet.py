@@ -1,0 +1,188 @@
+"""Simulator speed: simulated messages per second and wall time.
+
+    python bench/bench_simnet.py [--cases ring64,ring256,ring1024,gpt3_384] [--repeats 1]
+                                 [--against DIR]
+
+Cases (issue targets on a 2-core machine in brackets):
+- ringN: one 1 GiB ring allreduce over N endpoints of a bidirectional ring
+  (2 (N-1) N messages) [1024 ranks in <= 10 s; >= 300,000 messages/s];
+- gpt3_384: one iteration of the GPT-3 proxy at its reference default (96
+  stages, acc_scale 2: 192 micro-batches, 384 ranks) on a hierarchical cluster
+  of 4 GPUs per node (NVLink-class 150 GB/s inside, 12.5 GB/s between nodes)
+  [<= 30 s].
+Reports wall seconds and CPU seconds (process time, less sensitive to a
+shared machine), messages and messages per CPU second; writes
+results/bench_simnet.json. Every run is a fresh Python process.
+
+``--against DIR`` measures another checkout of the project (e.g. a ``git
+worktree`` of an older commit) side by side: each repeat runs the case on
+DIR's code, then on this tree's, so both see the same machine load, and the
+table gains DIR's figures and the CPU-time speedup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GIB = 2**30
+
+
+def ring_case(n: int) -> tuple[int, float]:
+    import simnet
+    import topologies
+
+    g = topologies.ring(n, bandwidth_bytes_per_s=10e9, latency_s=5e-6)
+    t = simnet.collective_time(g, "allreduce", "ring", GIB)
+    return 2 * (n - 1) * n, t
+
+
+def gpt3_case() -> tuple[int, float]:
+    import simnet
+
+    cfg = {
+        "distributed": {"num_nodes": 384, "bandwidth_limit": 150.0},
+        "topology": {
+            "type": "hierarchical",
+            "num_nodes": 384,
+            "group_size": 4,
+            "intra_bandwidth": 150.0,
+            "inter_bandwidth": 12.5,
+            "intra_latency_us": 0.5,
+            "inter_latency_us": 2.5,
+        },
+        "workload": {"name": "gpt3", "args": [96, 2]},
+    }
+    res = simnet.simulate(cfg, record_series=False)
+    return sum(p.messages for p in res.phases), res.iteration_time_s
+
+
+CASES = {
+    "ring64": lambda: ring_case(64),
+    "ring256": lambda: ring_case(256),
+    "ring1024": lambda: ring_case(1024),
+    "gpt3_384": gpt3_case,
+}
+
+
+def run_one(name: str) -> dict:
+    """Run one case in this process (imports included in neither time)."""
+    import simnet  # noqa: F401  (import cost is not the simulator's)
+
+    w0, c0 = time.perf_counter(), time.process_time()
+    msgs, sim_s = CASES[name]()
+    return {
+        "messages": msgs,
+        "simulated_s": sim_s,
+        "wall_s": time.perf_counter() - w0,
+        "cpu_s": time.process_time() - c0,
+        "code": str(Path(sys.modules["simnet"].__file__).resolve().parent.parent),
+    }
+
+
+def run_fresh(name: str, tree: Path) -> dict:
+    """Run one case in a fresh process on the code of ``tree``."""
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--one", name],
+        env=env,
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if out.returncode:
+        raise SystemExit(f"case {name} on {tree} failed:\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def summarise(runs: list[dict]) -> dict:
+    wall = statistics.median(r["wall_s"] for r in runs)
+    cpu = statistics.median(r["cpu_s"] for r in runs)
+    msgs = runs[0]["messages"]
+    return {
+        "messages": msgs,
+        "simulated_s": runs[0]["simulated_s"],
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "messages_per_cpu_s": msgs / cpu,
+        "code": runs[0]["code"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--against", type=Path, help="another checkout, measured side by side")
+    ap.add_argument("--out", default="results/bench_simnet.json")
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: one case, JSON on stdout
+    ns = ap.parse_args()
+    if ns.one:
+        print(json.dumps(run_one(ns.one)))
+        return
+    names = ns.cases.split(",")
+    unknown = [n for n in names if n not in CASES]
+    if unknown:
+        raise SystemExit(f"--cases: unknown {unknown}; known: {', '.join(CASES)}")
+    other = ns.against.resolve() if ns.against else None
+    if other is not None and not (other / "simnet" / "__init__.py").is_file():
+        raise SystemExit(f"--against {other}: not a checkout of this project (no simnet/)")
+    head = (
+        f"{'case':10s} {'messages':>10s} {'simulated (s)':>14s} {'wall (s)':>9s} "
+        f"{'cpu (s)':>8s} {'msgs/cpu-s':>11s}"
+    )
+    if other is not None:
+        head += f" {'vs cpu (s)':>11s} {'vs msgs/cpu-s':>14s} {'speedup':>8s}"
+    print(head)
+    rows = []
+    for name in names:
+        mine, theirs = [], []
+        for _ in range(ns.repeats):
+            if other is not None:
+                theirs.append(run_fresh(name, other))
+            mine.append(run_fresh(name, ROOT))
+        row = {"case": name, **summarise(mine)}
+        line = (
+            f"{name:10s} {row['messages']:10d} {row['simulated_s']:14.6f} {row['wall_s']:9.2f} "
+            f"{row['cpu_s']:8.2f} {row['messages_per_cpu_s']:11.0f}"
+        )
+        if other is not None:
+            row["against"] = summarise(theirs)
+            a = row["against"]
+            row["cpu_speedup"] = a["cpu_s"] / row["cpu_s"]
+            row["same_simulated_s"] = a["simulated_s"] == row["simulated_s"]
+            line += (
+                f" {a['cpu_s']:11.2f} {a['messages_per_cpu_s']:14.0f} {row['cpu_speedup']:7.1f}x"
+            )
+            if not row["same_simulated_s"]:
+                line += f"  (simulated {a['simulated_s']!r} there)"
+        rows.append(row)
+        print(line, flush=True)
+
+    from proxies.results import versions, write_json
+
+    write_json(
+        ns.out,
+        {
+            "kind": "bench-simnet",
+            "machine": platform.processor(),
+            "cpus": os.cpu_count(),
+            "versions": versions(),
+            "repeats": ns.repeats,
+            "rows": rows,
+        },
+    )
+    print(f"wrote {ns.out}")
+
+
+if __name__ == "__main__":
+    main()

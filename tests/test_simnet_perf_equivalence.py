@@ -1,0 +1,575 @@
+"""The optimised simulator against independent references.
+
+simnet's executor runs ranks as callback-driven state machines, matches
+collective messages on integer channel keys, walks compact per-rank plans
+(generated per rank for the lazy ring and all-to-all schedules) and gets
+deliveries by callback from the network. None of that may change a result.
+The expected values here come from elsewhere, never from simnet's output:
+
+- closed forms, for collectives on uncontended topologies;
+- traffic matrices summed directly from the schedules' built ``steps`` (bytes
+  are exact integers);
+- a brute-force reference executor written below: one simpy process per rank,
+  one simpy event per message (``FlowNetwork.transfer``), collectives walked
+  step by step over ``Schedule.steps``;
+- ``topologies.Router.path`` for every pair, for ``route_matrices``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import Counter, defaultdict, deque
+from pathlib import Path
+
+import numpy as np
+import pytest
+import simpy
+
+import simnet
+import topologies
+from proxies.collectives import ALGORITHMS, Schedule, build_schedule, schedule_for
+from proxies.ops import Collective, Compute, Recv, Send, Testany, Wait
+from proxies.program import BuildOptions, Phase, ProgramBuilder, Workload
+from simnet.executor import SimExecutor
+from simnet.network import FlowNetwork
+from simnet.simulate import route_matrices
+
+ROOT = Path(__file__).resolve().parent.parent
+BW = 10e9  # bytes/s
+LAT = 2e-6  # s per hop
+ALPHA = 1e-6  # s per message
+REL = 1e-12  # the reference executor runs the same arithmetic: equal up to rounding
+
+
+# ---------------------------------------------------------------- closed forms
+
+
+@pytest.mark.parametrize("p", [2, 3, 5, 8, 16, 64])
+@pytest.mark.parametrize("alpha_s", [0.0, ALPHA])
+def test_ring_allreduce_on_a_ring_is_the_closed_form(p, alpha_s):
+    # n divisible by 4 p: equal chunks, so every step takes the same time.
+    n = 4 * p * 3 * 2**14
+    g = topologies.ring(p, bandwidth_bytes_per_s=BW, latency_s=LAT)
+    want = 2 * (p - 1) * (alpha_s + LAT) + 2 * (p - 1) / p * n / BW
+    got = simnet.collective_time(g, "allreduce", "ring", n, alpha_s=alpha_s)
+    assert got == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize("p", [2, 4, 7, 32])
+def test_ring_allreduce_on_a_switch_is_the_closed_form(p):
+    # Two hops per message; each endpoint's up and down links carry one flow a step.
+    n = 4 * p * 2**15
+    g = topologies.switch(p, bandwidth_bytes_per_s=BW, latency_s=LAT)
+    want = 2 * (p - 1) * (ALPHA + 2 * LAT) + 2 * (p - 1) / p * n / BW
+    got = simnet.collective_time(g, "allreduce", "ring", n, alpha_s=ALPHA)
+    assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_large_ring_allreduce_is_the_closed_form():
+    p, n = 128, 2**30
+    g = topologies.ring(p, bandwidth_bytes_per_s=BW, latency_s=5e-6)
+    want = 2 * (p - 1) * 5e-6 + 2 * (p - 1) / p * n / BW
+    assert simnet.collective_time(g, "allreduce", "ring", n) == pytest.approx(want, rel=1e-9)
+
+
+def test_eager_ring_allreduce_is_the_closed_form():
+    # 1 KiB chunks: eager sends complete at once, the receives still chain the steps.
+    p = 8
+    n = 1024 * p
+    g = topologies.ring(p, bandwidth_bytes_per_s=BW, latency_s=LAT)
+    ex = SimExecutor(
+        _one_collective_workload(p, "allreduce", n // 4, "ring"),
+        lambda env: FlowNetwork(env, g, topologies.Router(g).path, alpha_s=ALPHA),
+        list(range(p)),
+    )
+    want = 2 * (p - 1) * (ALPHA + LAT + n / p / BW)
+    assert ex.run_phase().makespan_s == pytest.approx(want, rel=1e-9)
+
+
+def _one_collective_workload(p: int, op: str, count: int, algorithm: str) -> Workload:
+    def program(rank: int) -> list:
+        b = ProgramBuilder(BuildOptions(algorithm=algorithm))
+        b.collective(op, "world", count)
+        return b.ops
+
+    return Workload("one", p, {}, {"world": [tuple(range(p))]}, [Phase("one", program)])
+
+
+# ---------------------------------------------------------------- a brute-force reference
+
+
+class Reference:
+    """The executor's model, written the plain way: event per message.
+
+    Same protocol as simnet.executor (one FIFO per channel; eager sends
+    complete at once, rendezvous ones when delivered; a collective step posts
+    its receives, then its sends, then waits for all of them), same network.
+    """
+
+    def __init__(self, ex: SimExecutor) -> None:
+        self.ex = ex
+        self.workload = ex.workload
+        self.params = {"rings": ex.policy.rings, "local_size": ex.policy.local_size}
+
+    def run(self, phase_index: int = 0, iterations: int = 1) -> dict:
+        env = self.env = simpy.Environment()
+        self.net = self.ex.make_network(env)
+        self.channels: dict = defaultdict(lambda: (deque(), deque()))
+        self.seq: Counter = Counter()
+        self.ends: dict[int, list[float]] = {}
+        self.spans: dict[int, list[tuple[list[float], list[float]]]] = {}
+        phase = self.workload.phases[phase_index]
+        programs = [phase.program(r) for r in range(self.workload.world_size)]
+        for rank, ops in enumerate(programs):
+            env.process(self.rank(rank, ops, iterations))
+        env.run()
+        assert len(self.ends) == len(programs), "reference deadlocked"
+        assert all(not s and not r for s, r in self.channels.values())
+        return {
+            "makespan_s": max(e[-1] for e in self.ends.values() if e),
+            "spans": self.spans,
+        }
+
+    def transfer(self, src: int, dst: int, size: int) -> simpy.Event:
+        pl = self.ex.placement
+        return self.net.transfer(pl[src], pl[dst], size)
+
+    def chain(self, source: simpy.Event, target: simpy.Event) -> None:
+        if source.callbacks is None:
+            target.succeed()
+        else:
+            source.callbacks.append(lambda _ev: target.succeed())
+
+    def send(self, key: tuple, src: int, dst: int, size: int) -> simpy.Event | None:
+        sends, recvs = self.channels[key]
+        eager = size <= self.ex.eager
+        if recvs:
+            data = self.transfer(src, dst, size)
+            self.chain(data, recvs.popleft())
+            return None if eager else data
+        if eager:
+            sends.append(self.transfer(src, dst, size))
+            return None
+        ready = self.env.event()
+        sends.append((src, dst, size, ready))
+        return ready
+
+    def recv(self, key: tuple) -> simpy.Event:
+        sends, recvs = self.channels[key]
+        if sends:
+            item = sends.popleft()
+            if isinstance(item, simpy.Event):
+                return item
+            src, dst, size, ready = item
+            data = self.transfer(src, dst, size)
+            self.chain(data, ready)
+            return data
+        done = self.env.event()
+        recvs.append(done)
+        return done
+
+    def collective(self, rank: int, op: Collective):
+        members = self.workload.group_of(op.group, rank)
+        me, p = members.index(rank), len(members)
+        k = self.seq[(op.group, rank)]
+        self.seq[(op.group, rank)] += 1
+        if p == 1:
+            return
+        alg = self.ex.policy.choose(op, p)
+        sched = schedule_for(op.op, alg, p, op.count_elems, root=op.root, params=self.params)
+        base = ("c", op.group, members[0], k)
+        for step in sched.steps:  # every step, built; skip those without this rank
+            recvs = [t for t in step if t.dst == me]
+            sends = [t for t in step if t.src == me]
+            events = [self.recv((*base, members[t.src], rank)) for t in recvs]
+            for t in sends:
+                dst = members[t.dst]
+                events.append(self.send((*base, rank, dst), rank, dst, t.size_bytes))
+            for ev in events:
+                if ev is not None:
+                    yield ev
+
+    def rank(self, rank: int, ops: list, iterations: int):
+        env = self.env
+        spans = self.spans[rank] = []
+        for _ in range(iterations):
+            reqs: dict = {}
+            starts, ends = [], []
+            for op in ops:
+                starts.append(env.now)
+                if isinstance(op, Compute):
+                    if op.duration_us > 0:
+                        yield env.timeout(op.duration_us * 1e-6 * self.ex.compute_scale)
+                elif isinstance(op, Send):
+                    ev = self.send(("p", op.group, rank, op.peer, op.tag), rank, op.peer,
+                                   op.size_bytes)  # fmt: skip
+                    if op.req is not None:
+                        reqs[op.req] = ev
+                    elif ev is not None:
+                        yield ev
+                elif isinstance(op, Recv):
+                    ev = self.recv(("p", op.group, op.peer, rank, op.tag))
+                    if op.req is not None:
+                        reqs[op.req] = ev
+                    else:
+                        yield ev
+                elif isinstance(op, Collective):
+                    if op.req is None:
+                        yield from self.collective(rank, op)
+                    else:
+                        reqs[op.req] = env.process(self.collective(rank, op))
+                elif isinstance(op, Wait):
+                    for r in op.reqs:
+                        ev = reqs.pop(r)
+                        if ev is not None:
+                            yield ev
+                else:
+                    assert isinstance(op, Testany)
+                ends.append(env.now)
+            spans.append((starts, ends))
+        self.ends[rank] = [e[-1] if e else 0.0 for _, e in spans]
+
+
+def schedule_traffic(ex: SimExecutor, phase_index: int, iterations: int, n_end: int) -> dict:
+    """Bytes per (src, dst) endpoint by part, summed from the programs and the built steps."""
+    wl, pl = ex.workload, ex.placement
+    params = {"rings": ex.policy.rings, "local_size": ex.policy.local_size}
+    parts = {k: np.zeros((n_end, n_end), dtype=np.int64) for k in ("reduce", "copy", "p2p")}
+    wire: Counter = Counter()
+    messages = 0
+    for rank in range(wl.world_size):
+        for op in wl.phases[phase_index].program(rank):
+            if isinstance(op, Send):
+                parts["p2p"][pl[rank], pl[op.peer]] += iterations * op.size_bytes
+                wire[op.group] += iterations * op.size_bytes
+                messages += iterations
+            elif isinstance(op, Collective):
+                members = wl.group_of(op.group, rank)
+                p = len(members)
+                if p == 1:
+                    continue
+                me = members.index(rank)
+                alg = ex.policy.choose(op, p)
+                s = schedule_for(op.op, alg, p, op.count_elems, root=op.root, params=params)
+                for step in s.steps:
+                    for t in step:
+                        if t.src == me:
+                            part = "reduce" if t.reduce else "copy"
+                            parts[part][pl[rank], pl[members[t.dst]]] += iterations * t.size_bytes
+                            wire[op.group] += iterations * t.size_bytes
+                            messages += iterations
+    return {"parts": parts, "wire": wire, "messages": messages}
+
+
+def _hier(n: int, **kw: object) -> dict:
+    return {"type": "hierarchical", "num_nodes": n, "group_size": 4, **kw}
+
+
+CONFIGS = {
+    "gpt2_pipeline": {
+        "distributed": {"num_nodes": 4, "bandwidth_limit": 10.0},
+        "topology": {"type": "ring", "num_nodes": 4, "link_latency_us": 1.0},
+        "workload": {"name": "gpt2", "args": [8, 4, 2]},
+    },
+    "gpt2_pipeline_alpha_two_iterations": {
+        "distributed": {"num_nodes": 8, "bandwidth_limit": 10.0},
+        "topology": {"type": "ring", "num_nodes": 8, "link_latency_us": 1.0},
+        "network": {"alpha_us": 2.0},
+        "workload": {"name": "gpt2", "args": [8, 4, 2], "iterations": 2},
+    },
+    "cosmoflow_8_hierarchical": {
+        "distributed": {"num_nodes": 8, "bandwidth_limit": 10.0},
+        "topology": _hier(8),
+        "workload": {"name": "cosmoflow", "scale": 0.01},
+    },
+    "cosmoflow_8_injection": {
+        "distributed": {"num_nodes": 8, "bandwidth_limit": 10.0},
+        "topology": _hier(8),
+        "network": {"injection_bandwidth": 5.0, "alpha_us": 1.0},
+        "workload": {"name": "cosmoflow", "scale": 0.01},
+    },
+    "dlrm_8": {
+        "distributed": {"num_nodes": 8, "bandwidth_limit": 10.0},
+        "topology": {"type": "switch", "num_nodes": 8},
+        "workload": {"name": "dlrm", "scale": 0.01},
+    },
+    "ring_trainer_seed": json.loads((ROOT / "config.json").read_text()),
+    "gpt3_64_hierarchical": {
+        "distributed": {"num_nodes": 64, "bandwidth_limit": 25.0},
+        "topology": _hier(64, inter_bandwidth=12.5),
+        "workload": {"name": "gpt3", "args": [8, 1], "scale": 0.01},
+    },
+}
+
+
+def test_the_seed_config_is_the_ring_trainer_on_two_rings():
+    cfg = CONFIGS["ring_trainer_seed"]
+    assert cfg["topology"]["permutations"] == [0, 5]
+    assert cfg["distributed"]["num_nodes"] == 10
+    res = simnet.simulate(cfg)
+    assert res.workload.model == "alexnet_ring"
+    assert set(res.phases[0].algorithms) == {"reduce_scatter", "allgather"}
+    assert all(v == ["multiring"] for v in res.phases[0].algorithms.values())
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_simulation_matches_the_reference_and_the_schedules(name):
+    res = simnet.simulate(CONFIGS[name])
+    n_end = res.graph.graph["num_endpoints"]
+    for i, ph in enumerate(res.phases):
+        sim = ph.timeline
+        ex = sim.ex
+        # Traffic: exact bytes from the schedules' steps and the point-to-point sends.
+        want = schedule_traffic(ex, i, ph.iterations, n_end)
+        for part in ("reduce", "copy", "p2p"):
+            got = ph.part_traffic_bytes.get(part, np.zeros((n_end, n_end), dtype=np.int64))
+            assert np.array_equal(got, want["parts"][part]), part
+        total = sum(want["parts"].values())
+        assert np.array_equal(ph.traffic_bytes, total)
+        assert ph.wire_bytes_by_group == dict(want["wire"])
+        assert ph.messages == want["messages"]
+        # Times: the reference executor on a fresh network.
+        ref = Reference(ex).run(i, ph.iterations)
+        assert ph.makespan_s == pytest.approx(ref["makespan_s"], rel=REL)
+        for rank, spans in ref["spans"].items():
+            tl = sim.timelines[rank]
+            for it, (starts, ends) in enumerate(spans):
+                assert tl.starts[it] == pytest.approx(starts, rel=REL, abs=1e-15), (rank, it)
+                assert tl.ends[it] == pytest.approx(ends, rel=REL, abs=1e-15), (rank, it)
+
+
+def _mixed_program(p: int):
+    """Concurrent non-blocking collectives and point-to-point, eager and rendezvous."""
+
+    def program(rank: int) -> list:
+        b = ProgramBuilder()
+        right, left = (rank + 1) % p, (rank - 1) % p
+        big = b.collective("allreduce", "world", 300_000, blocking=False)
+        small = b.collective("allgather", "world", 64, blocking=False)
+        s = b.send(right, 50_000, tag=1, group="world", blocking=False)
+        r = b.recv(left, 50_000, tag=1, group="world", blocking=False)
+        b.compute(3.0 + rank)
+        b.testany([big, small])
+        b.wait(r, small)
+        b.collective("alltoall", "world", 20_000)
+        b.collective("barrier", "world")
+        b.collective("bcast", "world", 10_000, root=p - 1)
+        b.wait(s, big)
+        b.collective("reduce_scatter", "world", 9_999)
+        b.send(left, 7, tag=2, group="world")
+        b.recv(right, 7, tag=2, group="world")
+        return b.ops
+
+    return program
+
+
+@pytest.mark.parametrize("topology", ["switch", "hierarchical", "ring"])
+def test_mixed_nonblocking_workload_matches_the_reference(topology):
+    p = 8
+    if topology == "switch":
+        g = topologies.switch(p, bandwidth_bytes_per_s=BW, latency_s=LAT)
+    elif topology == "ring":
+        g = topologies.ring(p, bandwidth_bytes_per_s=BW, latency_s=LAT)
+    else:
+        g = topologies.hierarchical(
+            2,
+            4,
+            intra_bandwidth_bytes_per_s=4 * BW,
+            inter_bandwidth_bytes_per_s=BW,
+            intra_latency_s=LAT / 4,
+            inter_latency_s=LAT,
+        )
+    router = topologies.Router(g)
+    wl = Workload("mixed", p, {}, {"world": [tuple(range(p))]}, [Phase("mixed", _mixed_program(p))])
+    placement = list(range(p))
+    ex = SimExecutor(
+        wl,
+        lambda env: FlowNetwork(env, g, router.path, alpha_s=ALPHA, record_link_series=True),
+        placement,
+        eager_threshold_bytes=8192,
+    )
+    sim = ex.run_phase(0, iterations=2)
+    ref = Reference(ex).run(0, 2)
+    assert sim.makespan_s == pytest.approx(ref["makespan_s"], rel=REL)
+    for rank, spans in ref["spans"].items():
+        for it, (starts, ends) in enumerate(spans):
+            assert sim.timelines[rank].starts[it] == pytest.approx(starts, rel=REL, abs=1e-15)
+            assert sim.timelines[rank].ends[it] == pytest.approx(ends, rel=REL, abs=1e-15)
+    want = schedule_traffic(ex, 0, 2, p)
+    assert sim.messages_done == want["messages"]
+    pairs = {part: dict(v) for part, v in sim.part_bytes.items()}
+    for part, m in want["parts"].items():
+        expect = {(s, d): int(m[s, d]) for s, d in zip(*np.nonzero(m), strict=True)}
+        assert pairs.get(part, {}) == expect, part
+    # Every byte crossed the network: the network's own pair counters agree.
+    assert sum(sim.net.pair_bytes.values()) == sum(int(m.sum()) for m in want["parts"].values())
+
+
+def test_an_unmatched_send_is_reported():
+    def program(rank: int) -> list:
+        b = ProgramBuilder()
+        if rank == 0:
+            b.send(1, 10, tag=5, group="world", blocking=False)
+        return b.ops
+
+    g = topologies.switch(2, bandwidth_bytes_per_s=BW, latency_s=LAT)
+    wl = Workload("bad", 2, {}, {"world": [(0, 1)]}, [Phase("bad", program)])
+    ex = SimExecutor(wl, lambda env: FlowNetwork(env, g, topologies.Router(g).path), [0, 1])
+    with pytest.raises(RuntimeError, match="unmatched message channel"):
+        ex.run_phase()
+
+
+def test_a_deadlock_is_reported():
+    def program(rank: int) -> list:
+        b = ProgramBuilder()
+        b.recv(1 - rank, 10**6, tag=0, group="world")
+        b.send(1 - rank, 10**6, tag=0, group="world")
+        return b.ops
+
+    g = topologies.switch(2, bandwidth_bytes_per_s=BW, latency_s=LAT)
+    wl = Workload("dead", 2, {}, {"world": [(0, 1)]}, [Phase("dead", program)])
+    ex = SimExecutor(wl, lambda env: FlowNetwork(env, g, topologies.Router(g).path), [0, 1])
+    with pytest.raises(RuntimeError, match="never finished"):
+        ex.run_phase()
+
+
+# ---------------------------------------------------------------- lazy schedules
+
+
+def _built(s: Schedule) -> Schedule:
+    """The same schedule with its steps built (so its per-rank queries read them)."""
+    return Schedule(s.op, s.algorithm, s.group_size, s.steps, s.count_elems, s.root, s.chunk_elems)
+
+
+def _lazy_cases() -> list[tuple[str, str, int, int, dict]]:
+    rng = random.Random(7)
+    out = []
+    for p in (2, 3, 4, 6, 8, 12):
+        for count in (0, 1, 5, 1001):
+            out += [
+                ("allreduce", "ring", p, count, {}),
+                ("allgather", "ring", p, count, {}),
+                ("reduce_scatter", "ring", p, count, {}),
+                ("alltoall", "pairwise", p, count, {}),
+                ("alltoall", "direct", p, count, {}),
+            ]
+            out += [
+                ("allreduce", "hierarchical", p, count, {"local_size": g})
+                for g in range(1, p + 1)
+                if p % g == 0
+            ]
+            rings = [list(range(p)), list(reversed(range(p)))]
+            perm = list(range(p))
+            rng.shuffle(perm)
+            rings.append(perm)
+            for nr in (1, 2, 3):
+                out += [
+                    (op, "multiring", p, count, {"rings": rings[:nr]})
+                    for op in ("allreduce", "allgather", "reduce_scatter")
+                ]
+    return out
+
+
+@pytest.mark.parametrize(("op", "alg", "p", "count", "kw"), _lazy_cases())
+def test_per_rank_generation_matches_the_built_steps(op, alg, p, count, kw):
+    lazy = build_schedule(op, alg, p, count, **kw)
+    built = _built(build_schedule(op, alg, p, count, **kw))
+    for r in range(p):
+        assert lazy.rank_steps(r) == built.rank_steps(r)
+        assert lazy.rank_step_indices(r) == built.rank_step_indices(r)
+        assert lazy.rank_plan(r) == built.rank_plan(r)
+        assert lazy.bytes_sent(r) == built.bytes_sent(r)
+        assert lazy.bytes_received(r) == built.bytes_received(r)
+    assert lazy == built  # builds the lazy one's steps, then compares every field
+
+
+def test_rank_plan_is_rank_steps_in_compact_form():
+    for op, algs in ALGORITHMS.items():
+        for alg in algs:
+            kw: dict = {}
+            if alg == "hierarchical":
+                kw = {"local_size": 2}
+            elif alg == "multiring":
+                kw = {"rings": [[0, 1, 2, 3], [3, 1, 0, 2]]}
+            s = build_schedule(op, alg, 4, 37, **kw)
+            for r in range(4):
+                want = tuple(
+                    (
+                        tuple(t.src for t in recvs),
+                        tuple((t.dst, t.size_bytes, t.reduce) for t in sends),
+                    )
+                    for sends, recvs in s.rank_steps(r)
+                )
+                assert s.rank_plan(r) == want, (op, alg, r)
+
+
+def test_a_large_ring_schedule_is_not_built_until_asked():
+    s = build_schedule("allreduce", "ring", 1024, 2**28)
+    assert "steps" not in s.__dict__
+    plan = s.rank_plan(5)
+    assert len(plan) == 2 * 1023
+    assert plan[0] == ((4,), ((6, 4 * 2**18, True),))
+    assert s.bytes_sent(5) == 2 * 1023 * 4 * 2**18
+    assert "steps" not in s.__dict__
+    small = build_schedule("allreduce", "ring", 3, 6)
+    assert small.num_steps == 4 and "steps" in small.__dict__
+
+
+# ---------------------------------------------------------------- route matrices
+
+
+def _route_matrices_pair_by_pair(g, ecmp: bool) -> tuple[np.ndarray, np.ndarray]:
+    n = g.graph["num_endpoints"]
+    router = topologies.Router(g, ecmp=ecmp)
+    bw, lat = np.full((n, n), np.inf), np.zeros((n, n))
+    for s in range(n):
+        for d in range(n):
+            if s != d:
+                path = router.path(s, d)
+                bw[s, d] = topologies.path_bandwidth_bytes_per_s(g, path)
+                lat[s, d] = topologies.path_latency_s(g, path)
+    return bw, lat
+
+
+TOPOLOGIES = {
+    "ring": lambda: topologies.ring(9, bandwidth_bytes_per_s=1e9, latency_s=1.1e-6),
+    "ring_one_way": lambda: topologies.ring(
+        8, bandwidth_bytes_per_s=1e9, latency_s=0.3e-6, bidirectional=False
+    ),
+    "hierarchical": lambda: topologies.hierarchical(
+        4,
+        4,
+        intra_bandwidth_bytes_per_s=150e9,
+        inter_bandwidth_bytes_per_s=12.5e9,
+        intra_latency_s=0.1e-6,
+        inter_latency_s=0.7e-6,
+    ),
+    "switch": lambda: topologies.switch(9, bandwidth_bytes_per_s=3e9, latency_s=1e-7),
+    "fat_tree": lambda: topologies.fat_tree(
+        4, bandwidth_bytes_per_s=1e9, latency_s=1e-6, oversubscription=2.0
+    ),
+    "torus": lambda: topologies.torus((3, 4, 2), bandwidth_bytes_per_s=1e9, latency_s=0.1e-6),
+}
+
+
+@pytest.mark.parametrize("ecmp", [False, True])
+@pytest.mark.parametrize("name", list(TOPOLOGIES))
+def test_route_matrices_equal_router_paths_pair_by_pair(name, ecmp):
+    g = TOPOLOGIES[name]()
+    bw, lat = route_matrices(g, ecmp)
+    want_bw, want_lat = _route_matrices_pair_by_pair(g, ecmp)
+    assert np.array_equal(bw, want_bw)
+    assert np.array_equal(lat, want_lat)  # exact: both are correctly rounded sums
+
+
+def test_route_matrices_latency_is_the_exact_sum():
+    # Latencies whose naive left-to-right sum rounds differently from the exact one.
+    g = topologies.ring(12, bandwidth_bytes_per_s=1e9, latency_s=0.1)
+    for i, (u, v) in enumerate(sorted(g.edges)):
+        g.edges[u, v]["latency"] = [0.1, 0.2, 0.3, 1e-17, 0.7][i % 5]
+    _, lat = route_matrices(g)
+    _, want = _route_matrices_pair_by_pair(g, False)
+    assert np.array_equal(lat, want)
+    assert math.isinf(route_matrices(g)[0][3, 3])
