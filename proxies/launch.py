@@ -26,6 +26,13 @@ _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
 _LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")
 
 
+def _slurm_tasks_on_first_node() -> int | None:
+    """Tasks on a node from SLURM_TASKS_PER_NODE ("32(x2)", "4,3(x2)": the first count)."""
+    v = os.environ.get("SLURM_TASKS_PER_NODE", "")
+    head = v.split(",")[0].split("(")[0]
+    return int(head) if head.isdigit() else None
+
+
 def _first_int(names: tuple[str, ...], default: int) -> int:
     for n in names:
         v = os.environ.get(n, "")
@@ -47,7 +54,8 @@ class LaunchInfo:
 def launch_info() -> LaunchInfo:
     """World size and rank from the launcher's environment (1 and 0 if none)."""
     world = _first_int(_SIZE_VARS, 1)
-    local = _first_int(_LOCAL_SIZE_VARS, world)
+    # Without a per-host count (e.g. a multi-node srun), never assume all ranks share a host.
+    local = _first_int(_LOCAL_SIZE_VARS, 0) or _slurm_tasks_on_first_node() or world
     return LaunchInfo(world, _first_int(_RANK_VARS, 0), local, os.cpu_count() or 1)
 
 

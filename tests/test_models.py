@@ -327,3 +327,15 @@ def test_gpt3_total_params_integer_arithmetic_as_the_reference():
     # 1811939328/1024*layers/1024/1024 in C integers: 162 for 96 layers, 3 for 2.
     assert build("gpt3", 384, [96, 2]).info["total_params_billions"] == 162
     assert build("gpt3", 8, [2, 2]).info["total_params_billions"] == 3
+
+
+def test_launch_info_counts_ranks_per_host_under_slurm(monkeypatch):
+    from proxies.launch import launch_info
+
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS",
+                "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("SLURM_NTASKS", "64")
+    monkeypatch.setenv("SLURM_TASKS_PER_NODE", "32(x2)")
+    info = launch_info()
+    assert (info.world_size, info.local_size) == (64, 32)
