@@ -96,39 +96,7 @@ def build_parser(model: Model) -> argparse.ArgumentParser:
         help="run every collective with this project schedule (e.g. ring) "
         "instead of the MPI library's own",
     )
-    g = p.add_argument_group("MPI and safety")
-    g.add_argument(
-        "--thread-level",
-        choices=THREAD_LEVELS,
-        default=REFERENCE_THREAD_LEVEL,
-        help="MPI thread level (default: single, as the reference's MPI_Init)",
-    )
-    g.add_argument(
-        "--throttle",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="MPICH progress throttle (auto: on when ranks outnumber cores)",
-    )
-    g.add_argument(
-        "--progress",
-        choices=("auto", "blocking", "poll"),
-        default="auto",
-        help="blocking: MPI's blocking calls (the reference); poll: their non-blocking "
-        "forms tested with a sleep in between, so waiting ranks free the cores "
-        "(auto: poll when ranks outnumber cores)",
-    )
-    g.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT_S,
-        metavar="S",
-        help="abort when one operation blocks longer than S seconds (0: never)",
-    )
-    g.add_argument(
-        "--force",
-        action="store_true",
-        help="run even when the memory estimate exceeds what this host has",
-    )
+    add_mpi_options(p.add_argument_group("MPI and safety"), poll_by_default=True)
     g = p.add_argument_group("output")
     g.add_argument("--json", default=None, metavar="PATH", help="write results as JSON")
     g.add_argument(
@@ -141,8 +109,57 @@ def build_parser(model: Model) -> argparse.ArgumentParser:
     return p
 
 
-def parse_quietly(parser: argparse.ArgumentParser, argv: Sequence[str], rank: int
-                  ) -> argparse.Namespace:
+def add_mpi_options(
+    g: argparse._ArgumentGroup,
+    *,
+    poll_by_default: bool,
+    timeout_flags: tuple[str, ...] = ("--timeout",),
+) -> None:
+    """The MPI start-up and safety options every MPI command shares."""
+    g.add_argument(
+        "--thread-level",
+        choices=THREAD_LEVELS,
+        default=REFERENCE_THREAD_LEVEL,
+        help="MPI thread level (default: single, as the reference's MPI_Init)",
+    )
+    g.add_argument(
+        "--throttle",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="MPICH progress throttle (auto: on when ranks outnumber cores)",
+    )
+    auto = (
+        "poll when ranks outnumber cores"
+        if poll_by_default
+        else "blocking, with MPICH's throttle when ranks outnumber cores"
+    )
+    g.add_argument(
+        "--progress",
+        choices=("auto", "blocking", "poll"),
+        default="auto",
+        help="blocking: MPI's blocking calls (the reference); poll: their "
+        "non-blocking forms tested with a sleep in between, so waiting ranks free "
+        f"the cores (auto: {auto})",
+    )
+    g.add_argument(
+        *timeout_flags,
+        dest="timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help="abort when one operation blocks longer than S seconds "
+        f"(0: never; default {DEFAULT_TIMEOUT_S:g})",
+    )
+    g.add_argument(
+        "--force",
+        action="store_true",
+        help="run even when the memory estimate exceeds what this host has",
+    )
+
+
+def parse_quietly(
+    parser: argparse.ArgumentParser, argv: Sequence[str], rank: int
+) -> argparse.Namespace:
     """Parse on every rank; only rank 0 prints usage errors (all exit with code 2)."""
     if rank == 0:
         return parser.parse_args(argv)
@@ -182,8 +199,10 @@ def make_workload(model: Model, ns: argparse.Namespace, world_size: int) -> Work
         scale=ns.scale, per_tensor=ns.per_tensor, fix_quirks=ns.fix_quirks, algorithm=ns.algorithm
     )
     if ns.per_tensor and not model.per_tensor_available:
-        raise ValueError(f"{model.name}: --per-tensor is not available for this model "
-                         "(the reference has aggregated gradient messages only)")
+        raise ValueError(
+            f"{model.name}: --per-tensor is not available for this model "
+            "(the reference has aggregated gradient messages only)"
+        )
     workload = model.build(world_size, params, options, given=len(given))
     if ns.algorithm is not None:
         check_algorithms(workload)
@@ -207,11 +226,14 @@ def check_algorithms(workload: Workload) -> None:
                     continue
                 seen.add(key)
                 try:
-                    schedule_for(op.op, op.algorithm, p, p, root=op.root,
-                                 params=workload.collective_params)
+                    schedule_for(
+                        op.op, op.algorithm, p, p, root=op.root, params=workload.collective_params
+                    )
                 except ValueError as e:
-                    raise ValueError(f"{workload.model}: --algorithm {op.algorithm} cannot run "
-                                     f"its {op.op} on {p} ranks ({op.group} group): {e}") from None
+                    raise ValueError(
+                        f"{workload.model}: --algorithm {op.algorithm} cannot run "
+                        f"its {op.op} on {p} ranks ({op.group} group): {e}"
+                    ) from None
 
 
 def fail(rank: int, message: str, code: int = EXIT_USAGE) -> None:

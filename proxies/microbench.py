@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .accounting import BASE_RANK_BYTES, buffer_needs
-from .cli import EXIT_USAGE, fail, parse_quietly
+from .cli import EXIT_USAGE, add_mpi_options, fail, parse_quietly
 from .collectives import ALGORITHMS, build_schedule
-from .launch import REFERENCE_THREAD_LEVEL, THREAD_LEVELS, MPISettings, launch_info, prepare_mpi
+from .launch import MPISettings, launch_info, prepare_mpi
 from .ops import ELEM_BYTES, Op
 from .program import BuildOptions, Phase, ProgramBuilder, Workload, world_groups
 from .results import versions, write_json
@@ -53,7 +53,6 @@ DEFAULT_STEPBYTES = 2**20
 DEFAULT_ITERS = 20  # nccl-tests' defaults
 DEFAULT_WARMUP = 5
 DEFAULT_WINDOW = 64  # OSU's bandwidth test window
-DEFAULT_TIMEOUT_S = 300.0
 MAX_SIZES = 1000
 MPI_ALGORITHM = "mpi"
 # Schedules that need parameters the micro-benchmark does not take.
@@ -260,39 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"untimed iterations before each size (default {DEFAULT_WARMUP})",
     )
     g = p.add_argument_group("MPI and safety (as the proxies)")
-    g.add_argument(
-        "--thread-level",
-        choices=THREAD_LEVELS,
-        default=REFERENCE_THREAD_LEVEL,
-        help="MPI thread level (default single)",
-    )
-    g.add_argument(
-        "--throttle",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="MPICH progress throttle (auto: on when ranks outnumber cores)",
-    )
-    g.add_argument(
-        "--progress",
-        choices=("auto", "blocking", "poll"),
-        default="auto",
-        help="blocking MPI calls, or their non-blocking forms polled with a sleep "
-        "(auto: blocking, with MPICH's throttle when ranks outnumber cores)",
-    )
-    g.add_argument(
-        "-T",
-        "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT_S,
-        metavar="S",
-        help="abort when one operation blocks longer than S seconds (0: never; "
-        f"default {DEFAULT_TIMEOUT_S:g})",
-    )
-    g.add_argument(
-        "--force",
-        action="store_true",
-        help="run sizes even when the memory estimate exceeds what the host has",
-    )
+    add_mpi_options(g, poll_by_default=False, timeout_flags=("-T", "--timeout"))
     g.add_argument("--json", default=None, metavar="PATH", help="write the results as JSON")
     return p
 
