@@ -706,9 +706,13 @@ class _LazyRanks:
         )
         return tuple(tuple(step) for step in b.steps if step)
 
-    def _ring(self, key: object, order: list[int], blocks: list[tuple[int, int]]) -> _Ring:
+    def _ring(
+        self, key: object, make: Callable[[], tuple[list[int], list[tuple[int, int]]]]
+    ) -> _Ring:
+        """The ring ``make()`` describes as (order, blocks), cached under ``key``."""
         ring = self.rings_cache.get(key)
         if ring is None:
+            order, blocks = make()
             prefix = self.prefix
             counts = [prefix[f + n] - prefix[f] for f, n in blocks]
             pos = {r: q for q, r in enumerate(order)}
@@ -724,13 +728,11 @@ class _LazyRanks:
             grp, loc = divmod(r, g)
             group = self._ring(
                 ("group", grp),
-                list(range(grp * g, grp * g + g)),
-                [(x * k, k) for x in range(g)],
+                lambda: (list(range(grp * g, grp * g + g)), [(x * k, k) for x in range(g)]),
             )
             column = self._ring(
                 ("column", loc),
-                [loc + x * g for x in range(k)],
-                [(loc * k + x, 1) for x in range(k)],
+                lambda: ([loc + x * g for x in range(k)], [(loc * k + x, 1) for x in range(k)]),
             )
             s1, s2 = g - 1, g - 1 + k - 1
             s3 = s2 + k - 1
@@ -741,18 +743,21 @@ class _LazyRanks:
                 (s3, g - 1, [(group, 0)]),
             ]
         if alg == "ring":
-            rings = [self._ring(0, list(range(p)), [(q, 1) for q in range(p)])]
-        elif op == "allreduce":
-            rings = [
-                self._ring(j, order, [(j * p + x, 1) for x in order])
-                for j, order in enumerate(self.rings)
-            ]
+            rings = [self._ring(0, lambda: (list(range(p)), [(q, 1) for q in range(p)]))]
         else:
+            # Blocks of multiring: allreduce ring j owns chunks j * p + x; the
+            # block ops' block x is split in one part per ring, part j on ring j.
             nr = len(self.rings)
-            rings = [
-                self._ring(j, order, [(x * nr + j, 1) for x in order])
-                for j, order in enumerate(self.rings)
-            ]
+            if op == "allreduce":
+                rings = [
+                    self._ring(j, lambda j=j, o=o: (o, [(j * p + x, 1) for x in o]))
+                    for j, o in enumerate(self.rings)
+                ]
+            else:
+                rings = [
+                    self._ring(j, lambda j=j, o=o: (o, [(x * nr + j, 1) for x in o]))
+                    for j, o in enumerate(self.rings)
+                ]
         if op == "allreduce":
             return [
                 (0, p - 1, [(ring, 1) for ring in rings]),

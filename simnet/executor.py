@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import gc
 import time
-from collections import defaultdict, deque
-from collections.abc import Callable, Sequence
+from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,25 +161,23 @@ class SimExecutor:
             return plan
         w = self._world
         rank = members[me]
-        # id of a member-space step -> [global step, member-space step, occurrences];
-        # equal steps share one tuple, in the plan and here.
-        distinct: dict[int, list] = {}
-        steps: list[_GlobalStep] = []
-        append = steps.append
-        for st in sched.rank_plan(me):
-            d = distinct.get(id(st))
-            if d is None:
-                srcs, sends = st
-                g = (
-                    tuple(members[s] * w + rank for s in srcs),
-                    tuple((rank * w + members[d], members[d], size) for d, size, _ in sends),
-                )
-                d = distinct[id(st)] = [g, st, 0]
-            d[2] += 1
-            append(d[0])
+        # Equal steps are one shared tuple (in the member-space plan, and here):
+        # convert each distinct one once; the loops over all steps run in C.
+        member_steps = sched.rank_plan(me)
+        ids = list(map(id, member_steps))
+        distinct = dict(zip(ids, member_steps, strict=True))
+        converted: dict[int, _GlobalStep] = {}
+        for i, (srcs, sends) in distinct.items():
+            converted[i] = (
+                tuple(members[s] * w + rank for s in srcs),
+                tuple((rank * w + members[d], members[d], size) for d, size, _ in sends),
+            )
+        steps: list[_GlobalStep] = list(map(converted.__getitem__, ids))
         totals: tuple[dict[int, int], dict[int, int]] = ({}, {})  # copy, reduce
-        for g, st, n in distinct.values():
-            for (pair, _, size), (_, _, reduce) in zip(g[1], st[1], strict=True):
+        for i, n in Counter(ids).items():
+            for (pair, _, size), (_, _, reduce) in zip(
+                converted[i][1], distinct[i][1], strict=True
+            ):
                 tot = totals[reduce]
                 tot[pair] = tot.get(pair, 0) + n * size
         plan = _Plan(steps, totals[1], totals[0])
@@ -252,11 +250,10 @@ class PhaseSim:
         # receives) that wait for their other side. A point-to-point channel
         # is keyed ("p", group kind, src, dst, tag); a collective's channel by
         # the int instance * world^2 + src * world + dst (global ranks).
-        self._start = net.start_transfer
-        self._placement = ex.placement
-        self._eager = ex.eager
         self._sends: dict[object, deque] = {}
         self._recvs: dict[object, deque] = {}
+        # What _Coll.advance needs, in one tuple.
+        self._hot = (self._sends, self._recvs, net.start_transfer, ex.placement, ex.eager)
         self._world = ex._world  # the plans' channel pairs use the same multiplier
         self._world2 = self._world * self._world
         # Collective instance k of group id g is number g + k * ngroups; a group's id
@@ -307,9 +304,9 @@ class PhaseSim:
         """Channels with unmatched messages: key -> (pending sends, pending receives)."""
         out: dict[object, tuple[int, int]] = {}
         for k, q in self._sends.items():
-            out[k] = (len(q), 0)
+            out[k] = (len(q) if type(q) is _Fifo else 1, 0)
         for k, q in self._recvs.items():
-            out[k] = (out.get(k, (0, 0))[0], len(q))
+            out[k] = (out.get(k, (0, 0))[0], len(q) if type(q) is _Fifo else 1)
         return out
 
     def _channel_name(self, key: object) -> object:
@@ -325,7 +322,8 @@ class PhaseSim:
     # A channel holds its pending sends (or receives) in self._sends (self._recvs):
     # the one item itself, or a _Fifo of several. A pending send is the list
     # [None, receive waiter] of eager data already started, or the tuple
-    # (send waiter, src, dst, size_bytes, bytes dict) of a rendezvous send.
+    # (send waiter, src, dst, size_bytes, None) of a rendezvous send; a pending
+    # receive is its waiter. A waiter is ticked once per completed operation.
 
     def _post_send(
         self,
@@ -370,6 +368,45 @@ class PhaseSim:
         pl = self.ex.placement
         self.net.start_transfer(pl[src], pl[dst], size_bytes, _delivered, (sw, waiter))
         return False
+
+    # -- the event-based interface (for callers that drive ranks as simpy processes)
+    def post_send(
+        self, key: tuple, src: int, dst: int, size_bytes: int, account: tuple[str, str]
+    ) -> simpy.Event | None:
+        """Post a send; returns the event that completes it (None: complete now).
+
+        ``account`` is (group kind, part) of the bytes.
+        """
+        ev = self.env.event()
+        done = self._post_send(key, src, dst, size_bytes, self._account(*account), _Req(ev.succeed))
+        return None if done else ev
+
+    def post_recv(self, key: tuple) -> simpy.Event:
+        """Post a receive; returns the event that completes it."""
+        ev = self.env.event()
+        if self._post_recv(key, _Req(ev.succeed)):
+            ev.succeed()
+        return ev
+
+    @staticmethod
+    def pending(events: list[simpy.Event | None]) -> list[simpy.Event]:
+        """The events not yet processed."""
+        return [e for e in events if e is not None and e.callbacks is not None]
+
+    def collective(self, rank: int, op: Collective) -> Generator[simpy.Event, Any, None]:
+        """Process: run ``op`` on ``rank``."""
+        ev = self.env.event()
+        if not self._collective(rank, op, ev.succeed):
+            yield ev
+
+    def rank_process(
+        self, rank: int, ops: list[Op], iterations: int
+    ) -> Generator[simpy.Event, Any, None]:
+        """Process: run ``rank``'s operations ``iterations`` times."""
+        ev = self.env.event()
+        _Rank(self, rank, ops, iterations, ev.succeed).run()
+        if rank not in self.iteration_ends:
+            yield ev
 
     # -- collectives -----------------------------------------------------------------
     def _collective(self, rank: int, op: Collective, done: Callable[[], None] | None) -> bool:
@@ -468,6 +505,8 @@ def _pop(d: dict, key: object) -> Any:
     return item
 
 
+_OP_TYPES = (Collective, Compute, Send, Recv, Wait, Testany)
+_OP_TYPE_SET = frozenset(_OP_TYPES)
 _ARRIVED = object()  # marks eager data delivered before its receive was posted
 
 
@@ -581,12 +620,7 @@ class _Coll(_Waiter):
         nsteps = len(steps)
         if i == nsteps:
             return True
-        sim = self.sim
-        pending_sends = sim._sends
-        pending_recvs = sim._recvs
-        start = sim._start
-        pl = sim._placement
-        eager = sim._eager
+        pending_sends, pending_recvs, start, pl, eager = self.sim._hot
         base = self.base
         rank = self.rank
         here = pl[rank]
@@ -659,6 +693,7 @@ class _Rank:
 
     __slots__ = (
         "ends",
+        "finished",
         "i",
         "it",
         "iterations",
@@ -672,8 +707,16 @@ class _Rank:
         "tl",
     )
 
-    def __init__(self, sim: PhaseSim, rank: int, ops: list[Op], iterations: int) -> None:
+    def __init__(
+        self,
+        sim: PhaseSim,
+        rank: int,
+        ops: list[Op],
+        iterations: int,
+        finished: Callable[[], None] | None = None,
+    ) -> None:
         self.sim = sim
+        self.finished = finished
         self.rank = rank
         self.ops = ops
         self.iterations = iterations
@@ -701,6 +744,11 @@ class _Rank:
         rank = self.rank
         starts, ends = self.starts, self.ends
         i = self.i
+        if self.it >= self.iterations:  # zero iterations
+            sim.iteration_ends[rank] = []
+            if self.finished is not None:
+                self.finished()
+            return
         while True:
             if i == n_ops:
                 self.tl.starts.append(starts)
@@ -709,6 +757,8 @@ class _Rank:
                 if self.it >= self.iterations:
                     self.i = i
                     sim.iteration_ends[rank] = [e[-1] if e else 0.0 for e in self.tl.ends]
+                    if self.finished is not None:
+                        self.finished()
                     return
                 starts = self.starts = [0.0] * n_ops
                 ends = self.ends = [0.0] * n_ops
@@ -719,6 +769,8 @@ class _Rank:
             now = env.now
             starts[i] = now
             t = type(op)
+            if t not in _OP_TYPE_SET:  # a subclass: dispatch on the operation it extends
+                t = next((k for k in _OP_TYPES if isinstance(op, k)), None)
             if t is Collective:
                 if op.req is None:
                     self.i = i
@@ -751,8 +803,7 @@ class _Rank:
                     for w in pending:
                         w.then = wait.tick
                     return
-            elif t is not Testany:  # Testany: progress is free in the model
-                raise TypeError(f"rank {rank}: unknown operation {op!r}")
+            # Else Testany (progress is free in the model), or not an operation.
             ends[i] = now
             i += 1
 

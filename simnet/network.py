@@ -226,15 +226,11 @@ class _Flow(simpy.Event):
         size_bytes: int,
         tag: object,
         start_s: float,
-        notify: Callable[[object], None] | None = None,
     ) -> None:
-        if notify is None:
-            # simpy.Event.__init__, inlined as simpy.Timeout does.
-            self.env = env
-            self.callbacks = []
-        # Else (start_transfer) the flow is never a simpy event: without ``env``
-        # and ``callbacks`` it needs no instance __dict__.
-        self.notify = notify
+        # simpy.Event.__init__, inlined as simpy.Timeout does.
+        self.env = env
+        self.callbacks = []
+        self.notify: Callable[[object], None] | None = None  # see _CallbackFlow
         self.seq = seq
         self.path = path
         self.links = path.links if size_bytes else ()
@@ -254,6 +250,16 @@ class _Flow(simpy.Event):
     def _desc(self) -> str:
         p = self.path
         return f"Transfer({p.src!r} -> {p.dst!r}, {self.size_bytes} B, tag={self.tag!r})"
+
+
+class _CallbackFlow:
+    """A flow of ``start_transfer``: a _Flow's state without the simpy event.
+
+    The network treats both kinds alike; this one is a plain slotted object,
+    cheaper to make and to free (it is made and freed once per message).
+    """
+
+    __slots__ = _Flow.__slots__
 
 
 class FlowNetwork:
@@ -446,8 +452,8 @@ class FlowNetwork:
         now = env.now
         seq = self.transfers_started
         self.transfers_started = seq + 1
-        # _Flow(env, seq, path, size, tag, now, on_delivery), inlined
-        flow = _new_object(_Flow)
+        # The state _Flow.__init__ sets, set here
+        flow = _new_object(_CallbackFlow)
         flow.notify = on_delivery
         flow.seq = seq
         flow.path = path
