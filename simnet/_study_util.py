@@ -6,6 +6,7 @@ mpi4py is touched.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import difflib
 import hashlib
@@ -62,6 +63,26 @@ def parse_counts(text: str, what: str = "--np") -> list[int]:
 
 
 # -- model flags --------------------------------------------------------------------------
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    """--model, --args and --flag: which proxy a study or script runs, with what."""
+    p.add_argument("--model", required=True, help="a proxy model (python -m proxies --help)")
+    p.add_argument(
+        "--args",
+        type=int,
+        nargs="*",
+        default=[],
+        metavar="N",
+        help="the proxy's positional arguments, e.g. --args 48 4",
+    )
+    p.add_argument(
+        "--flag",
+        action="append",
+        default=[],
+        metavar="NAME=N",
+        help="a model option, e.g. --flag compute_us=2000 (repeatable)",
+    )
+
+
 def parse_flags(items: Sequence[str] | None) -> dict[str, int]:
     """``["compute_us=2000", "scaling-size=512"]`` -> ``{"compute_us": 2000, ...}``."""
     out: dict[str, int] = {}

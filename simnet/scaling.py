@@ -45,6 +45,7 @@ from ._study_util import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     StudyError,
+    add_model_options,
     csv_cell,
     last_error_line,
     parse_counts,
@@ -539,22 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Weak or strong scaling study of a proxy: real runs at a few process "
         "counts, optionally extended by simnet predictions on a modelled cluster.",
     )
-    p.add_argument("--model", required=True, help="a proxy model (python -m proxies --help)")
-    p.add_argument(
-        "--args",
-        type=int,
-        nargs="*",
-        default=[],
-        metavar="N",
-        help="the proxy's positional arguments, e.g. --args 48 4",
-    )
-    p.add_argument(
-        "--flag",
-        action="append",
-        default=[],
-        metavar="NAME=N",
-        help="a model option, e.g. --flag compute_us=2000 (repeatable)",
-    )
+    add_model_options(p)
     p.add_argument(
         "--np",
         default="1,2,4",

@@ -34,7 +34,15 @@ from proxies.models import MODELS
 from proxies.results import write_json, write_text
 
 from . import _study_models as sm
-from ._study_util import EXIT_USAGE, StudyError, expand_grid, parse_counts, parse_flags, parse_grid
+from ._study_util import (
+    EXIT_USAGE,
+    StudyError,
+    add_model_options,
+    expand_grid,
+    parse_counts,
+    parse_flags,
+    parse_grid,
+)
 
 TIME_RE = re.compile(r"^\d+(-\d+)?(:\d+){0,2}$")
 NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -361,22 +369,7 @@ def sweep_scripts(ns: argparse.Namespace) -> tuple[dict[str, str], list[str], di
 
 # -- command line -------------------------------------------------------------------------
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="a proxy model (python -m proxies --help)")
-    p.add_argument(
-        "--args",
-        type=int,
-        nargs="*",
-        default=[],
-        metavar="N",
-        help="the proxy's positional arguments",
-    )
-    p.add_argument(
-        "--flag",
-        action="append",
-        default=[],
-        metavar="NAME=N",
-        help="a model option, e.g. --flag compute_us=2000 (repeatable)",
-    )
+    add_model_options(p)
     p.add_argument("--scale", type=float, default=1.0, help="message size multiplier")
     p.add_argument("--compute", choices=("sleep", "spin", "none"), default="sleep")
     p.add_argument("--per-tensor", action="store_true")
