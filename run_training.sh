@@ -7,5 +7,5 @@ set -euo pipefail
 # The configuration path is taken from where the command runs, before the cd.
 config="$(realpath -- "${1:-$(dirname "$0")/config.json}")"
 cd "$(dirname "$0")"
-PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check -e .
+./install.sh
 exec python3 -m simnet.endtoend --config "$config"

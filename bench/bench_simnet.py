@@ -14,6 +14,9 @@ Reports wall seconds and CPU seconds (process time, less sensitive to a
 shared machine), messages and messages per CPU second; writes
 results/bench_simnet.json. Every run is a fresh Python process.
 
+``--against-pure`` measures this tree's pure-Python core (COMMSIM_PURE_PYTHON=1)
+side by side with the compiled one, the same way.
+
 ``--against DIR`` measures another checkout of the project (e.g. a ``git
 worktree`` of an older commit) side by side: each repeat runs the case on
 DIR's code, then on this tree's, so both see the same machine load, and the
@@ -85,12 +88,16 @@ def run_one(name: str) -> dict:
         "wall_s": time.perf_counter() - w0,
         "cpu_s": time.process_time() - c0,
         "code": str(Path(sys.modules["simnet"].__file__).resolve().parent.parent),
+        "core": sys.modules["simnet._compiled"].summary(),
     }
 
 
-def run_fresh(name: str, tree: Path) -> dict:
-    """Run one case in a fresh process on the code of ``tree``."""
+def run_fresh(name: str, tree: Path, pure: bool = False) -> dict:
+    """Run one case in a fresh process on the code of ``tree`` (its Python core if ``pure``)."""
     env = dict(os.environ, PYTHONPATH=str(tree))
+    env.pop("COMMSIM_PURE_PYTHON", None)
+    if pure:
+        env["COMMSIM_PURE_PYTHON"] = "1"
     out = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "--one", name],
         env=env,
@@ -115,6 +122,7 @@ def summarise(runs: list[dict]) -> dict:
         "cpu_s": cpu,
         "messages_per_cpu_s": msgs / cpu,
         "code": runs[0]["code"],
+        "core": runs[0]["core"],
     }
 
 
@@ -122,7 +130,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--against", type=Path, help="another checkout, measured side by side")
+    what = ap.add_mutually_exclusive_group()
+    what.add_argument("--against", type=Path, help="another checkout, measured side by side")
+    what.add_argument(
+        "--against-pure", action="store_true", help="this tree's pure-Python core, side by side"
+    )
     ap.add_argument("--out", default="results/bench_simnet.json")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: one case, JSON on stdout
     ns = ap.parse_args()
@@ -140,7 +152,8 @@ def main() -> None:
         f"{'case':10s} {'messages':>10s} {'simulated (s)':>14s} {'wall (s)':>9s} "
         f"{'cpu (s)':>8s} {'msgs/cpu-s':>11s}"
     )
-    if other is not None:
+    versus = other is not None or ns.against_pure
+    if versus:
         head += f" {'vs cpu (s)':>11s} {'vs msgs/cpu-s':>14s} {'speedup':>8s}"
     print(head)
     rows = []
@@ -149,13 +162,15 @@ def main() -> None:
         for _ in range(ns.repeats):
             if other is not None:
                 theirs.append(run_fresh(name, other))
+            elif ns.against_pure:
+                theirs.append(run_fresh(name, ROOT, pure=True))
             mine.append(run_fresh(name, ROOT))
         row = {"case": name, **summarise(mine)}
         line = (
             f"{name:10s} {row['messages']:10d} {row['simulated_s']:14.6f} {row['wall_s']:9.2f} "
             f"{row['cpu_s']:8.2f} {row['messages_per_cpu_s']:11.0f}"
         )
-        if other is not None:
+        if versus:
             row["against"] = summarise(theirs)
             a = row["against"]
             row["cpu_speedup"] = a["cpu_s"] / row["cpu_s"]
@@ -168,6 +183,11 @@ def main() -> None:
         rows.append(row)
         print(line, flush=True)
 
+    cores = f"core: {rows[0]['core']}" if rows else ""
+    if rows and versus:
+        cores += f"; vs: {rows[0]['against']['core']}"
+    print(cores)
+    sys.path.insert(0, str(ROOT))  # run as a script, this file's directory is first
     from proxies.results import versions, write_json
 
     write_json(
@@ -178,6 +198,7 @@ def main() -> None:
             "cpus": os.cpu_count(),
             "versions": versions(),
             "repeats": ns.repeats,
+            "against": "pure-python core" if ns.against_pure else (str(other) if other else None),
             "rows": rows,
         },
     )

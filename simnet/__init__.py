@@ -10,8 +10,12 @@ Python API::
                                "allreduce", "ring", size_bytes=2**28)
 """
 
-from .config import Config, ConfigError, load_config, schema
-from .simulate import SimResult, collective_time, simulate
+from . import _compiled
+
+_compiled.select()  # compiled or source modules, before anything imports them
+
+from .config import Config, ConfigError, load_config, schema  # noqa: E402
+from .simulate import SimResult, collective_time, simulate  # noqa: E402
 
 __all__ = ["Config", "ConfigError", "SimResult", "collective_time", "load_config", "schema",
            "simulate"]

@@ -40,6 +40,12 @@ so a flow never finishes before its bytes have drained at its rates, and is
 never lost. A recomputed rate within a relative 1e-12 of the current one is
 treated as unchanged (no rescheduling), which keeps rounding noise from
 churning timers; capacities can therefore be exceeded by at most that much.
+
+Compiled build. ``setup.py`` compiles this module with Cython when it can;
+``network.pxd`` declares C fields for the hot classes and C types for the
+local variables of the hot methods (Python never reads it; annotations here are
+documentation only, also to Cython). The code is the same either way, and
+``simnet._compiled`` chooses which runs.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ import math
 import operator
 from collections.abc import Callable, Hashable, Sequence
 from heapq import heapify, heappop, heappush
-from typing import NamedTuple
+from typing import NamedTuple, SupportsIndex
 
 import networkx as nx
 import simpy
@@ -101,7 +107,6 @@ class TransferRecord(NamedTuple):
 
 
 _new_tuple = tuple.__new__  # skips NamedTuple's Python-level __new__ on the hot path
-_new_object = object.__new__  # an instance without running its __init__
 
 
 def _is_static_route(route: Route) -> bool:
@@ -195,10 +200,11 @@ class _Path:
         self.messages = 0
 
 
-class _Flow(simpy.Event):
-    """One message: the event ``transfer`` returns, and the model's flow state.
+class _Flow:
+    """One message in flight: its route, size, phase, rate and timer.
 
-    Merging the two saves an allocation per message on the hot path.
+    Made and freed once per message, so a plain slotted object with no
+    ``__init__`` (``start_transfer`` sets every field).
     """
 
     __slots__ = (
@@ -217,49 +223,6 @@ class _Flow(simpy.Event):
         "tag",
         "timer",
     )
-
-    def __init__(
-        self,
-        env: simpy.Environment,
-        seq: int,
-        path: _Path,
-        size_bytes: int,
-        tag: object,
-        start_s: float,
-    ) -> None:
-        # simpy.Event.__init__, inlined as simpy.Timeout does.
-        self.env = env
-        self.callbacks = []
-        self.notify: Callable[[object], None] | None = None  # see _CallbackFlow
-        self.seq = seq
-        self.path = path
-        self.links = path.links if size_bytes else ()
-        self.size_bytes = size_bytes
-        self.tag = tag
-        self.start_s = start_s
-        self.remaining_bytes = size_bytes + 0.0  # float(size_bytes), exactly
-        self.rate_bytes_per_s = 0.0  # 0 until the first rate computation
-        self.last_update_s = start_s
-        self.phase = _ALPHA
-        # The timer bucket holding this flow's live timer; entries of the flow
-        # in other buckets are superseded and skipped.
-        self.timer: list[_Flow] | None = None
-        self.mark = 0
-        self.fill_bytes_per_s = -1.0  # < 0: not frozen by the current water-fill
-
-    def _desc(self) -> str:
-        p = self.path
-        return f"Transfer({p.src!r} -> {p.dst!r}, {self.size_bytes} B, tag={self.tag!r})"
-
-
-class _CallbackFlow:
-    """A flow of ``start_transfer``: a _Flow's state without the simpy event.
-
-    The network treats both kinds alike; this one is a plain slotted object,
-    cheaper to make and to free (it is made and freed once per message).
-    """
-
-    __slots__ = _Flow.__slots__
 
 
 class FlowNetwork:
@@ -373,7 +336,9 @@ class FlowNetwork:
 
     # ------------------------------------------------------------------ API
 
-    def transfer(self, src: int, dst: int, size_bytes: int, tag: object = None) -> simpy.Event:
+    def transfer(
+        self, src: int, dst: int, size_bytes: SupportsIndex, tag: object = None
+    ) -> simpy.Event:
         """Send ``size_bytes`` bytes from ``src`` to ``dst``; return an event.
 
         Called at simulated time ``t0`` (s), the message first pays the
@@ -392,41 +357,21 @@ class FlowNetwork:
         ``size_bytes`` must be an integer >= 0; ``tag`` is passed through.
         """
         size = size_bytes if type(size_bytes) is int else operator.index(size_bytes)
-        if size < 0:
-            raise ValueError(f"size_bytes must be >= 0, got {size} (src={src}, dst={dst})")
-        if src == dst:
-            path = self._self_paths.get(src)
-            if path is None:
-                path = self._self_paths[src] = _Path(src, dst, (), (), 0.0)
-        else:
-            edges = self.route(src, dst)
-            if type(edges) is not tuple:
-                edges = tuple(edges)
-            path = self._last_path.get((src, dst))
-            if path is None or (path.edges is not edges and path.edges != edges):
-                path = self._resolve(src, dst, edges)
         env = self.env
-        now = env.now
-        seq = self.transfers_started
-        self.transfers_started = seq + 1
-        flow = _Flow(env, seq, path, size, tag, now)
-        alpha_s = self.alpha_s
-        if alpha_s > 0.0:
-            t = now + alpha_s
-            bucket = self._buckets.get(t)
-            if bucket is None:
-                bucket = self._new_bucket(t)
-            bucket.append(flow)
-            flow.timer = bucket
-        else:
-            self._begin(flow, now)
-        return flow
+        done = simpy.Event(env)
+        start_s = env.now
+
+        def delivered(tag: object) -> None:
+            done.succeed(_new_tuple(TransferRecord, (src, dst, size, start_s, env.now, tag)))
+
+        self.start_transfer(src, dst, size, delivered, tag)
+        return done
 
     def start_transfer(
         self,
         src: int,
         dst: int,
-        size_bytes: int,
+        size_bytes: SupportsIndex,
         on_delivery: Callable[[object], None],
         tag: object = None,
     ) -> None:
@@ -452,8 +397,7 @@ class FlowNetwork:
         now = env.now
         seq = self.transfers_started
         self.transfers_started = seq + 1
-        # The state _Flow.__init__ sets, set here
-        flow = _new_object(_CallbackFlow)
+        flow = _Flow.__new__(_Flow)
         flow.notify = on_delivery
         flow.seq = seq
         flow.path = path
@@ -796,18 +740,14 @@ class FlowNetwork:
                             b.append(flow)
                             flow.timer = b
                         elif phase == _LATENCY:
-                            notify = flow.notify
-                            if notify is None:
-                                self._deliver(flow, now)
-                                continue
-                            # self._deliver(flow, now), inlined for start_transfer flows
+                            # self._deliver(flow, now), inlined
                             path = flow.path
                             path.bytes_total += flow.size_bytes
                             path.duration_s += now - flow.start_s
                             path.messages += 1
                             flow.phase = _DONE
                             self.transfers_completed += 1
-                            notify(flow.tag)
+                            flow.notify(flow.tag)
                         else:
                             self._begin(flow, now)
                 if self._dirty:
@@ -862,43 +802,14 @@ class FlowNetwork:
             ev.callbacks.append(self._on_flush)
             ev.succeed()
 
-    def _end_drain(self, flow: _Flow, now: float) -> None:
-        """The flow's last byte left: free its links, then wait for the route latency."""
-        size = flow.size_bytes
-        links = flow.links
-        for link in links:
-            fl = link.flows
-            del fl[flow]
-            link.bytes_total += size
-            if not fl:
-                link.busy_s += now - link.busy_since_s
-        self._dirty.extend(links)
-        flow.rate_bytes_per_s = 0.0
-        flow.remaining_bytes = 0.0
-        flow.phase = _LATENCY
-        t = now + flow.path.latency_s
-        bucket = self._buckets.get(t)
-        if bucket is None:
-            bucket = self._new_bucket(t)
-        bucket.append(flow)
-        flow.timer = bucket
-
     def _deliver(self, flow: _Flow, now: float) -> None:
         path = flow.path
-        size = flow.size_bytes
-        start_s = flow.start_s
-        path.bytes_total += size
-        path.duration_s += now - start_s
+        path.bytes_total += flow.size_bytes
+        path.duration_s += now - flow.start_s
         path.messages += 1
         flow.phase = _DONE
         self.transfers_completed += 1
-        notify = flow.notify
-        if notify is not None:
-            notify(flow.tag)
-        else:
-            flow.succeed(
-                _new_tuple(TransferRecord, (path.src, path.dst, size, start_s, now, flow.tag))
-            )
+        flow.notify(flow.tag)
 
     # ------------------------------------------------------------- max-min
 

@@ -16,6 +16,7 @@ import numpy as np
 from proxies.results import chrome_trace, versions, write_csv, write_json, write_text
 from proxies.timeline import op_events
 
+from . import _compiled
 from .simulate import PhaseResult, SimResult
 
 
@@ -82,7 +83,7 @@ def document(res: SimResult) -> dict[str, Any]:
     return {
         "kind": "simnet-prediction",
         "config": cfg.model_dump(),
-        "versions": versions(),
+        "versions": {**versions(), "simnet_core": _compiled.summary()},
         "assumed": res.assumed,
         "workload": {
             "model": res.workload.model,
@@ -141,7 +142,8 @@ def summary_text(res: SimResult, files: list[Path] | None = None) -> str:
         s = phase_summary(p)
         lines.append(
             f"phase {p.name}: {p.iteration_time_s:.6f} s per iteration, "
-            f"{p.messages} messages simulated in {p.sim_wall_s:.2f} s wall"
+            f"{p.messages} messages simulated in {p.sim_wall_s:.2f} s wall "
+            f"(simulator core: {_compiled.summary()})"
         )
         for key, label in (
             ("compute_s", "compute"),

@@ -337,7 +337,7 @@ def route_matrices(graph: nx.DiGraph, ecmp: bool = False) -> tuple[np.ndarray, n
         router.num_paths(s, s)  # checks that s is an endpoint; searches from it
         node_bw: dict = {s: math.inf}
         node_lat: dict = {s: ()}
-        for v, preds in search(s).preds.items():
+        for v, preds in search(s).all_preds().items():
             if not preds:
                 continue  # the source
             u = preds[0]

@@ -6,6 +6,7 @@ import contextlib
 import itertools
 import math
 import pathlib
+import random
 from collections import Counter
 
 import networkx as nx
@@ -344,6 +345,31 @@ def test_torus_hops_are_wraparound_manhattan(dims):
     for (i, a), (j, b) in itertools.product(enumerate(coords), repeat=2):
         distance = sum(min(abs(x - y), d - abs(x - y)) for x, y, d in zip(a, b, dims, strict=True))
         assert hops(router.path(i, j)) == distance
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: fat_tree(4, BW, LAT), lambda: torus((3, 4), BW, LAT), lambda: ring(9, BW, LAT)],
+    ids=["fat_tree", "torus", "ring"],
+)
+def test_router_search_grown_on_demand_gives_the_same_routes_in_any_order(make):
+    # The per-source search stops at the requested destination's layer; farthest-first,
+    # nearest-first and shuffled request orders must agree, with networkx's path counts.
+    graph = make()
+    n = graph.graph["num_endpoints"]
+    pairs = list(itertools.product(range(n), repeat=2))
+    shuffled = pairs[:]
+    random.Random(7).shuffle(shuffled)
+    by_distance = sorted(pairs, key=lambda p: -nx.shortest_path_length(graph, *p))
+    for ecmp in (False, True):
+        reference = Router(graph, ecmp=ecmp)
+        expected = {p: (reference.path(*p, 5), reference.num_paths(*p)) for p in pairs}
+        for order in (shuffled, by_distance):
+            router = Router(graph, ecmp=ecmp)
+            assert {p: (router.path(*p, 5), router.num_paths(*p)) for p in order} == expected
+    for src, dst in pairs:
+        if src != dst:
+            assert expected[(src, dst)][1] == len(list(nx.all_shortest_paths(graph, src, dst)))
 
 
 def test_router_prefers_lower_latency_among_equal_hops():

@@ -159,14 +159,77 @@ def path_bandwidth_bytes_per_s(graph: nx.DiGraph, path: Iterable[Edge]) -> float
 
 
 class _Search:
-    """Shortest-path DAG from one source: for every reachable node, its tight predecessors
-    (sorted by node order) and the number of shortest routes from the source."""
+    """Shortest-path DAG from one source, grown on demand: for every node resolved so far,
+    its tight predecessors (sorted by node order) and the number of shortest routes from the
+    source.
 
-    __slots__ = ("counts", "preds")
+    The breadth-first search stops as soon as the requested node's layer is final (every
+    node one hop closer to the source has been expanded), so routes to near neighbours cost
+    a few nodes, not the whole graph; a later request for a farther node resumes it.
+    """
 
-    def __init__(self, preds: dict[Hashable, tuple], counts: dict[Hashable, int]) -> None:
-        self.preds = preds
-        self.counts = counts
+    __slots__ = ("best", "cands", "counts", "dist", "expanded", "key", "order", "preds", "succ")
+
+    def __init__(
+        self,
+        src: Hashable,
+        succ: dict[Hashable, list[tuple[Hashable, float]]],
+        key: dict[Hashable, tuple],
+    ) -> None:
+        self.succ = succ
+        self.key = key
+        self.dist: dict[Hashable, int] = {src: 0}
+        self.best: dict[Hashable, float] = {src: 0.0}
+        self.cands: dict[Hashable, list[tuple[Hashable, float]]] = {src: []}
+        self.order: list[Hashable] = [src]  # discovery order, so sorted by hop count
+        self.expanded = 0  # order[:expanded] have had their out-edges followed
+        self.preds: dict[Hashable, tuple] = {src: ()}
+        self.counts: dict[Hashable, int] = {src: 1}
+
+    def reach(self, dst: Hashable) -> bool:
+        """Resolve ``dst`` (and every node as close); False if it is unreachable."""
+        if dst in self.counts:
+            return True
+        dist, best, cands, order = self.dist, self.best, self.cands, self.order
+        succ = self.succ
+        i = self.expanded
+        # A node's latency is final once its whole previous layer has been expanded,
+        # which BFS order guarantees before any node of its own layer is expanded.
+        while i < len(order):
+            u = order[i]
+            du = dist[u]
+            d = dist.get(dst)
+            if d is not None and du >= d:
+                break
+            i += 1
+            lu = best[u]
+            for v, lat in succ[u]:
+                dv = dist.get(v)
+                if dv is None:
+                    dist[v] = du + 1
+                    best[v] = lu + lat
+                    cands[v] = [(u, lu + lat)]
+                    order.append(v)
+                elif dv == du + 1:
+                    cands[v].append((u, lu + lat))
+                    if lu + lat < best[v]:
+                        best[v] = lu + lat
+        self.expanded = i
+        final = dist[order[i]] if i < len(order) else math.inf  # layers <= this are final
+        preds, counts, key = self.preds, self.counts, self.key
+        for v in order[len(preds) :]:
+            if dist[v] > final:
+                break
+            limit = best[v] + _LATENCY_REL_TOL * best[v] + _LATENCY_ABS_TOL_S
+            tight = sorted((u for u, total in cands.pop(v) if total <= limit), key=key.__getitem__)
+            preds[v] = tuple(tight)
+            counts[v] = sum(counts[u] for u in tight)
+        return dst in counts
+
+    def all_preds(self) -> dict[Hashable, tuple]:
+        """Every reachable node's tight predecessors (the search run to the end), in BFS order."""
+        self.reach(object())  # a node that is in no graph: runs the search to its end
+        return self.preds
 
 
 class Router:
@@ -182,7 +245,8 @@ class Router:
     latency), chosen by ``zlib.crc32`` of ``(src, dst, flow_key)``, so flows with different
     keys spread over the routes, and a given key always takes the same one.
 
-    Routes are computed on first request (one breadth-first search per source) and cached;
+    Routes are computed on first request and cached: one breadth-first search per source,
+    taken only as far as the farthest destination asked for so far;
     a repeated ``path()`` call is a dict lookup. The graph must not be modified after the
     Router is made. With ECMP the cache grows with the number of distinct flow keys used.
 
@@ -259,7 +323,7 @@ class Router:
             )
 
     def _check_reachable(self, search: _Search, src: Hashable, dst: Hashable) -> None:
-        if dst not in search.counts:
+        if not search.reach(dst):
             raise TopologyError(
                 f"Router.path: no route from endpoint {src!r} to endpoint {dst!r}; the graph "
                 "is not strongly connected (check it with topologies.validate)"
@@ -267,36 +331,8 @@ class Router:
 
     def _search(self, src: Hashable) -> _Search:
         search = self._searches.get(src)
-        if search is not None:
-            return search
-        # Breadth-first search; a node's latency is final once its whole previous layer has
-        # been visited, which BFS order guarantees before the node itself is visited.
-        dist = {src: 0}
-        best = {src: 0.0}
-        cands: dict[Hashable, list[tuple[Hashable, float]]] = {src: []}
-        order = [src]
-        for u in order:  # grows while iterating
-            du, lu = dist[u], best[u]
-            for v, lat in self._succ[u]:
-                dv = dist.get(v)
-                if dv is None:
-                    dist[v] = du + 1
-                    best[v] = lu + lat
-                    cands[v] = [(u, lu + lat)]
-                    order.append(v)
-                elif dv == du + 1:
-                    cands[v].append((u, lu + lat))
-                    best[v] = min(best[v], lu + lat)
-        preds: dict[Hashable, tuple] = {src: ()}
-        counts: dict[Hashable, int] = {src: 1}
-        key = self._key
-        for v in order[1:]:
-            limit = best[v] + _LATENCY_REL_TOL * best[v] + _LATENCY_ABS_TOL_S
-            tight = sorted((u for u, total in cands[v] if total <= limit), key=key.__getitem__)
-            preds[v] = tuple(tight)
-            counts[v] = sum(counts[u] for u in tight)
-        search = _Search(preds, counts)
-        self._searches[src] = search
+        if search is None:
+            search = self._searches[src] = _Search(src, self._succ, self._key)
         return search
 
     def _compute(self, src: Hashable, dst: Hashable, flow_key: Any) -> Path:

@@ -1,0 +1,103 @@
+"""Which simulator modules run compiled, and falling back to their Python source.
+
+``simnet.network`` and ``simnet.executor`` may be compiled by Cython at install
+time (see ``setup.py``); the extension module then sits beside its ``.py`` and
+Python would import it first. ``select()`` runs before either is imported and
+imports the ``.py`` instead when:
+
+* ``COMMSIM_PURE_PYTHON`` is set to anything but ``0`` (to compare or debug), or
+* the extension is older than its ``.py`` or ``.pxd`` (the source was edited or
+  checked out since the last install): running stale compiled code would
+  silently simulate the old model, so this warns and uses the source.
+
+``status()`` says what is in use, for result files and the terminal summary.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import warnings
+from pathlib import Path
+
+MODULES = ("network", "executor")
+_HERE = Path(__file__).resolve().parent
+_status: dict[str, str] = {}
+
+
+def pure_python_requested() -> bool:
+    """Whether ``COMMSIM_PURE_PYTHON`` asks for the pure-Python modules."""
+    return os.environ.get("COMMSIM_PURE_PYTHON", "") not in ("", "0")
+
+
+def _extension(name: str) -> Path | None:
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = _HERE / f"{name}{suffix}"
+        if path.is_file():
+            return path
+    return None
+
+
+def _stale(ext: Path, name: str) -> bool:
+    built = ext.stat().st_mtime
+    sources = (_HERE / f"{name}.py", _HERE / f"{name}.pxd")
+    return any(src.is_file() and src.stat().st_mtime > built for src in sources)
+
+
+def _load_source(name: str) -> None:
+    fullname = f"simnet.{name}"
+    spec = importlib.util.spec_from_file_location(fullname, _HERE / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[fullname] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[fullname]
+        raise
+    setattr(sys.modules["simnet"], name, module)
+
+
+def select() -> None:
+    """Decide, once per process, compiled or source for each module (see module doc)."""
+    for name in MODULES:
+        if name in _status:
+            continue
+        ext = _extension(name)
+        if ext is None:
+            _status[name] = "python"
+        elif pure_python_requested():
+            _status[name] = "python (COMMSIM_PURE_PYTHON is set)"
+            _load_source(name)
+        elif _stale(ext, name):
+            _status[name] = "python (compiled module is stale)"
+            warnings.warn(
+                f"simnet: {ext.name} is older than simnet/{name}.py or .pxd; using the Python "
+                "source (about 3x slower). Rebuild with ./install.sh (or pip install -e .).",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            _load_source(name)
+        else:
+            _status[name] = "compiled"
+
+
+def status() -> dict[str, str]:
+    """Module -> "compiled" or "python" (with the reason when a build exists)."""
+    select()
+    out = {}
+    for name in MODULES:
+        module = sys.modules.get(f"simnet.{name}")
+        compiled = module is not None and not str(module.__file__).endswith(".py")
+        out[name] = "compiled" if compiled else _status.get(name, "python")
+    return out
+
+
+def summary() -> str:
+    """One line for people: how the simulator core runs."""
+    st = status()
+    if all(v == "compiled" for v in st.values()):
+        return "compiled (Cython)"
+    return "; ".join(f"{k}: {v}" for k, v in st.items())

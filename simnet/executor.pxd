@@ -1,0 +1,34 @@
+# Declarations for the optional compiled build of executor.py (see network.pxd):
+# the waiters ticked once per delivered message, as extension types, and C types
+# for the locals of the per-message functions.
+
+import cython
+
+
+cdef class _Waiter:
+    cdef public long long n
+
+
+cdef class _Req(_Waiter):
+    cdef public object then
+
+
+cdef class _WaitAll(_Waiter):
+    cdef public object rank
+
+
+cdef class _Coll(_Waiter):
+    cdef public object base
+    cdef public object done
+    cdef public Py_ssize_t i
+    cdef public object rank
+    cdef public object sim
+    cdef public list steps
+
+    @cython.locals(steps=list, i=Py_ssize_t, nsteps=Py_ssize_t, pending=cython.longlong,
+                   pending_sends=dict, pending_recvs=dict, pl=list, recvs=tuple, sends=tuple)
+    cpdef bint advance(self)
+
+
+@cython.locals(rw=_Waiter, sw=_Waiter, n=cython.longlong)
+cpdef _delivered(tag)

@@ -1,0 +1,118 @@
+# Declarations for the optional compiled build of network.py (Cython reads this
+# file beside the .py when it compiles it; Python never does). They turn the
+# hot classes into extension types with C fields, so the flow loops read and
+# write plain doubles and integers instead of boxed Python objects. Every field
+# keeps its Python name and stays readable and writable from Python.
+#
+# The hot methods are declared cpdef (callable from Python as before, called
+# directly from C inside the module) so that their local variables can be typed.
+# Integer counters are 64-bit here (bytes per link or pair up to 9.2e18); the
+# pure-Python module has no such bound.
+
+import cython
+
+
+cdef class _Link:
+    cdef public object key
+    cdef public double capacity_bytes_per_s
+    cdef public double latency_s
+    cdef public dict flows
+    cdef public long long bytes_total
+    cdef public double busy_s
+    cdef public double busy_since_s
+    cdef public double load_bytes_per_s
+    cdef public double peak_load_bytes_per_s
+    cdef public list series
+    cdef public long long mark
+    cdef public long long load_mark
+    cdef public double rem_capacity_bytes_per_s
+    cdef public long long n_unfrozen
+
+
+cdef class _Path:
+    cdef public object src
+    cdef public object dst
+    cdef public tuple edges
+    cdef public tuple links
+    cdef public double latency_s
+    cdef public long long bytes_total
+    cdef public double duration_s
+    cdef public long long messages
+
+
+cdef class _Flow:
+    cdef public double fill_bytes_per_s
+    cdef public double last_update_s
+    cdef public tuple links
+    cdef public long long mark
+    cdef public object notify
+    cdef public _Path path
+    cdef public int phase
+    cdef public double rate_bytes_per_s
+    cdef public double remaining_bytes
+    cdef public long long seq
+    cdef public long long size_bytes
+    cdef public double start_s
+    cdef public object tag
+    cdef public list timer
+
+
+cdef class FlowNetwork:
+    cdef public object env
+    cdef public object graph
+    cdef public object route
+    cdef public double alpha_s
+    cdef public object injection_bandwidth_bytes_per_s
+    cdef public bint record_link_series
+    cdef public long long transfers_started
+    cdef public long long transfers_completed
+    cdef public long long recomputations
+    cdef public long long flows_rerated
+    cdef public dict _links
+    cdef public dict _paths
+    cdef public dict _last_path
+    cdef public dict _path_of_edges
+    cdef public dict _static_paths
+    cdef public dict _self_paths
+    cdef public dict _buckets
+    cdef public list _times
+    cdef public list _wake_pending
+    cdef public bint _waking
+    cdef public list _dirty
+    cdef public bint _flush_scheduled
+    cdef public long long _epoch
+    cdef object __weakref__
+
+    @cython.locals(flow=_Flow, link=_Link, path=_Path, links=tuple, fl=dict, bucket=list,
+                   now=cython.double, t=cython.double, alpha_s=cython.double)
+    cpdef start_transfer(self, src, dst, size_bytes, on_delivery, tag=*)
+
+    @cython.locals(bucket=list, pending=list)
+    cpdef list _new_bucket(self, double time_s)
+
+    @cython.locals(flow=_Flow, link=_Link, path=_Path, bucket=list, b=list, fl=dict,
+                   dirty=list, times=list, buckets=dict, pending=list, size=cython.longlong,
+                   phase=cython.int, now=cython.double, t=cython.double, limit=cython.double,
+                   target=cython.double)
+    cpdef _on_wake(self, ev)
+
+    @cython.locals(link=_Link, links=tuple, fl=dict, latency_s=cython.double)
+    cpdef _begin(self, _Flow flow, double now)
+
+    @cython.locals(path=_Path)
+    cpdef _deliver(self, _Flow flow, double now)
+
+    @cython.locals(old=cython.double, rem=cython.double, t=cython.double, bucket=list)
+    cpdef _apply_rate(self, _Flow f, double rate, double now)
+
+    @cython.locals(seed=_Link, link=_Link, l2=_Link, f=_Flow, seeds=list, buckets=dict,
+                   bucket=list, seed_flows=dict, comp_links=list, comp_flows=list,
+                   touched=list, n=Py_ssize_t, i=Py_ssize_t, epoch=cython.longlong,
+                   rate=cython.double, old=cython.double, cap=cython.double,
+                   tol=cython.double, load=cython.double, t=cython.double)
+    cpdef _flush(self, double now)
+
+
+@cython.locals(link=_Link, l2=_Link, f=_Flow, buckets=dict, b=list, shares=list,
+               n=cython.longlong, share=cython.double, cur=cython.double, level=cython.double)
+cpdef _water_fill(list links)

@@ -1,0 +1,145 @@
+"""The compiled simulator core (Cython build of simnet.network and simnet.executor):
+in use where it was built, identical results to the Python source, and never stale."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import simnet
+from simnet import _compiled
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILT = all(_compiled._extension(name) is not None for name in _compiled.MODULES)
+needs_build = pytest.mark.skipif(not BUILT, reason="the compiled core is not built here")
+
+# Contended traffic on purpose (alltoall and allreduce through shared uplinks, with
+# alpha and injection limits), so max-min sharing and rate changes are exercised.
+CONFIG = {
+    "distributed": {"num_nodes": 8, "bandwidth_limit": 10.0},
+    "topology": {
+        "type": "hierarchical",
+        "num_nodes": 8,
+        "group_size": 4,
+        "intra_bandwidth": 50.0,
+        "inter_bandwidth": 5.0,
+        "intra_latency_us": 0.5,
+        "inter_latency_us": 3.0,
+    },
+    "network": {"alpha_us": 1.5, "injection_bandwidth": 20.0},
+    "workload": {"name": "dlrm", "args": [], "scale": 0.01, "iterations": 2},
+    "logging": {"log_dir": "unused"},
+}
+
+
+def _env(pure: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "COMMSIM_PURE_PYTHON"}
+    if pure:
+        env["COMMSIM_PURE_PYTHON"] = "1"
+    return env
+
+
+def _run_simnet(tmp_path: Path, out: str, pure: bool) -> Path:
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(CONFIG))
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "simnet",
+            "--config",
+            str(cfg),
+            "--out",
+            str(tmp_path / out),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(pure),
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    return tmp_path / out
+
+
+def _strip_volatile(doc: object) -> object:
+    """Drop what depends on the run, not the model: wall times and software versions."""
+    if isinstance(doc, dict):
+        return {
+            k: _strip_volatile(v) for k, v in doc.items() if k != "versions" and "wall" not in k
+        }
+    if isinstance(doc, list):
+        return [_strip_volatile(v) for v in doc]
+    return doc
+
+
+def test_status_names_every_module():
+    st = _compiled.status()
+    assert set(st) == {"network", "executor"}
+    for name, how in st.items():
+        module = sys.modules[f"simnet.{name}"]
+        assert (how == "compiled") == (not module.__file__.endswith(".py")), (name, how)
+
+
+@pytest.mark.skipif(_compiled.pure_python_requested(), reason="COMMSIM_PURE_PYTHON is set")
+def test_core_is_compiled_where_it_can_be():
+    # Where Cython and a C compiler exist the install must have built the core: a silent
+    # fallback to Python would make every simulation ~3x slower.
+    if importlib.util.find_spec("Cython") is None or shutil.which("cc") is None:
+        pytest.skip("no Cython or no C compiler: the pure-Python core is expected")
+    assert _compiled.status() == {"network": "compiled", "executor": "compiled"}
+    assert _compiled.summary() == "compiled (Cython)"
+
+
+@needs_build
+def test_compiled_and_python_cores_give_identical_results(tmp_path):
+    compiled = _run_simnet(tmp_path, "compiled", pure=False)
+    python = _run_simnet(tmp_path, "python", pure=True)
+    docs = [json.loads((d / "sim_results.json").read_text()) for d in (compiled, python)]
+    assert docs[0]["versions"]["simnet_core"] == "compiled (Cython)"
+    assert "COMMSIM_PURE_PYTHON" in docs[1]["versions"]["simnet_core"]
+    assert _strip_volatile(docs[0]) == _strip_volatile(docs[1])
+    assert docs[0]["phases"][0]["messages"] > 100
+    texts = sorted(p.name for p in compiled.iterdir() if p.suffix in (".csv", ".json"))
+    assert "sim_traffic_bytes.csv" in texts and "sim_links.csv" in texts
+    for name in texts:
+        if name != "sim_results.json":
+            assert (compiled / name).read_bytes() == (python / name).read_bytes(), name
+
+
+@needs_build
+def test_stale_compiled_module_is_not_used(tmp_path):
+    # A copy of the package whose network.py is newer than its compiled module, as after
+    # an edit or a checkout without reinstalling: the source must run, with a warning.
+    copy = tmp_path / "simnet"
+    shutil.copytree(Path(simnet.__file__).parent, copy)
+    source = copy / "network.py"
+    newer = _compiled._extension("network").stat().st_mtime + 10
+    os.utime(source, (newer, newer))
+    probe = (
+        "import warnings; warnings.simplefilter('always');"
+        "import simnet, simnet.network as n, simnet._compiled as c;"
+        "print(n.__file__); print(c.status())"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**_env(False), "PYTHONPATH": str(tmp_path)},
+    )
+    assert r.returncode == 0, r.stderr
+    file, status = r.stdout.splitlines()
+    assert file == str(source)
+    assert "'network': 'python (compiled module is stale)'" in status
+    assert "'executor': 'compiled'" in status
+    assert "is older than simnet/network.py or .pxd; using the Python source" in r.stderr
