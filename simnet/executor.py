@@ -62,22 +62,43 @@ class AlgorithmPolicy:
     fixed: str | None = None
     local_size: int | None = None
     rings: list[list[int]] | None = None
+    # Why an asked-for algorithm was not used, one line per distinct case (in order).
+    fallbacks: dict[str, None] = field(default_factory=dict)
 
     def choose(self, op: Collective, p: int) -> str:
         from proxies.collectives import ALGORITHMS
 
         name = op.algorithm or self.by_op.get(op.op) or self.fixed
-        if name and name in ALGORITHMS[op.op]:
-            if name == "hierarchical" and (not self.local_size or p % self.local_size):
-                return default_algorithm(op.op, p, op.count_elems)
-            if name == "multiring" and (not self.rings or len(self.rings[0]) != p):
-                return (
-                    "ring"
-                    if "ring" in ALGORITHMS[op.op]
-                    else default_algorithm(op.op, p, op.count_elems)
-                )
-            return name
-        return default_algorithm(op.op, p, op.count_elems)
+        if not name:
+            return default_algorithm(op.op, p, op.count_elems)
+        default = default_algorithm(op.op, p, op.count_elems)
+        if name not in ALGORITHMS[op.op]:
+            return self._fallback(
+                op.op,
+                name,
+                default,
+                f"{op.op} has no {name!r} schedule (it has {', '.join(sorted(ALGORITHMS[op.op]))})",
+            )
+        if name == "hierarchical" and (not self.local_size or p % self.local_size):
+            why = (
+                "no group size is set"
+                if not self.local_size
+                else f"group size {self.local_size} does not divide {p} ranks"
+            )
+            return self._fallback(op.op, name, default, why)
+        if name == "multiring" and (not self.rings or len(self.rings[0]) != p):
+            why = (
+                "no ring orders are set"
+                if not self.rings
+                else f"the ring orders have {len(self.rings[0])} ranks, the group {p}"
+            )
+            alt = "ring" if "ring" in ALGORITHMS[op.op] else default
+            return self._fallback(op.op, name, alt, why)
+        return name
+
+    def _fallback(self, op: str, asked: str, used: str, why: str) -> str:
+        self.fallbacks[f"{op}: {asked!r} asked for, {used!r} used: {why}"] = None
+        return used
 
 
 @dataclass(frozen=True, slots=True)

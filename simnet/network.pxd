@@ -29,6 +29,12 @@ cdef class _Link:
     cdef public long long n_unfrozen
 
 
+cdef class _Pair:
+    cdef public long long in_flight
+    cdef public double busy_since_s
+    cdef public double busy_s
+
+
 cdef class _Path:
     cdef public object src
     cdef public object dst
@@ -38,6 +44,7 @@ cdef class _Path:
     cdef public long long bytes_total
     cdef public double duration_s
     cdef public long long messages
+    cdef public _Pair pair
 
 
 cdef class _Flow:
@@ -74,6 +81,7 @@ cdef class FlowNetwork:
     cdef public dict _path_of_edges
     cdef public dict _static_paths
     cdef public dict _self_paths
+    cdef public dict _pairs
     cdef public dict _buckets
     cdef public list _times
     cdef public list _wake_pending
@@ -83,14 +91,16 @@ cdef class FlowNetwork:
     cdef public long long _epoch
     cdef object __weakref__
 
-    @cython.locals(flow=_Flow, link=_Link, path=_Path, links=tuple, fl=dict, bucket=list,
-                   now=cython.double, t=cython.double, alpha_s=cython.double)
+    @cython.locals(flow=_Flow, link=_Link, path=_Path, pair=_Pair, links=tuple, fl=dict,
+                   bucket=list, n=cython.longlong, now=cython.double, t=cython.double,
+                   alpha_s=cython.double)
     cpdef start_transfer(self, src, dst, size_bytes, on_delivery, tag=*)
 
     @cython.locals(bucket=list, pending=list)
     cpdef list _new_bucket(self, double time_s)
 
-    @cython.locals(flow=_Flow, link=_Link, path=_Path, bucket=list, b=list, fl=dict,
+    @cython.locals(flow=_Flow, link=_Link, path=_Path, pair=_Pair, n=cython.longlong,
+                   bucket=list, b=list, fl=dict,
                    dirty=list, times=list, buckets=dict, pending=list, size=cython.longlong,
                    phase=cython.int, now=cython.double, t=cython.double, limit=cython.double,
                    target=cython.double)
@@ -99,7 +109,7 @@ cdef class FlowNetwork:
     @cython.locals(link=_Link, links=tuple, fl=dict, latency_s=cython.double)
     cpdef _begin(self, _Flow flow, double now)
 
-    @cython.locals(path=_Path)
+    @cython.locals(path=_Path, pair=_Pair, n=cython.longlong)
     cpdef _deliver(self, _Flow flow, double now)
 
     @cython.locals(old=cython.double, rem=cython.double, t=cython.double, bucket=list)

@@ -173,6 +173,18 @@ class _Link:
         self.n_unfrozen = 0
 
 
+class _Pair:
+    """Per (src, dst): messages in flight (posted, not yet delivered) and the seconds
+    during which at least one was, shared by every path of the pair."""
+
+    __slots__ = ("busy_s", "busy_since_s", "in_flight")
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.busy_since_s = 0.0
+        self.busy_s = 0.0
+
+
 class _Path:
     """A resolved route between two endpoints and the per-path pair counters."""
 
@@ -184,17 +196,25 @@ class _Path:
         "latency_s",
         "links",
         "messages",
+        "pair",
         "src",
     )
 
     def __init__(
-        self, src: int, dst: int, edges: tuple, links: tuple[_Link, ...], latency_s: float
+        self,
+        src: int,
+        dst: int,
+        edges: tuple,
+        links: tuple[_Link, ...],
+        latency_s: float,
+        pair: _Pair,
     ) -> None:
         self.src = src
         self.dst = dst
         self.edges = edges
         self.links = links
         self.latency_s = latency_s
+        self.pair = pair
         self.bytes_total = 0
         self.duration_s = 0.0
         self.messages = 0
@@ -266,7 +286,9 @@ class FlowNetwork:
       on each link; ``max_overload_ratio()`` is the largest peak / capacity;
     * ``pair_bytes``, ``pair_duration_s``, ``pair_messages``: per ``(src, dst)``
       bytes, sum of transfer durations (``end_s - start_s``) and message count
-      of completed transfers; ``pair_rate_bytes_per_s(src, dst)``;
+      of completed transfers; ``pair_busy_s``: seconds with at least one message
+      of the pair in flight; ``pair_rate_bytes_per_s(src, dst)``: bytes over busy
+      seconds;
     * counters ``transfers_started``, ``transfers_completed``,
       ``recomputations`` (components whose max-min rates were computed) and
       ``flows_rerated`` (flow rates computed, summed over recomputations).
@@ -323,6 +345,7 @@ class FlowNetwork:
             {} if _is_static_route(route) else None
         )
         self._self_paths: dict[int, _Path] = {}  # src == dst
+        self._pairs: dict[tuple[int, int], _Pair] = {}
 
         # Timers grouped by exact time: bucket lists of flows keep insertion
         # order and a heap orders the distinct times.
@@ -397,6 +420,11 @@ class FlowNetwork:
         now = env.now
         seq = self.transfers_started
         self.transfers_started = seq + 1
+        pair = path.pair
+        n = pair.in_flight
+        if not n:
+            pair.busy_since_s = now
+        pair.in_flight = n + 1
         flow = _Flow.__new__(_Flow)
         flow.notify = on_delivery
         flow.seq = seq
@@ -445,7 +473,7 @@ class FlowNetwork:
         if src == dst:
             path = self._self_paths.get(src)
             if path is None:
-                path = self._self_paths[src] = _Path(src, dst, (), (), 0.0)
+                path = self._self_paths[src] = _Path(src, dst, (), (), 0.0, self._pair(src, dst))
             return path
         edges = self.route(src, dst)
         path = self._path_of_edges.get(id(edges))
@@ -579,12 +607,26 @@ class FlowNetwork:
         """Number of completed transfers per ``(src, dst)``."""
         return {k: v[2] for k, v in self._pair_stats().items()}
 
+    @property
+    def pair_busy_s(self) -> dict[tuple[int, int], float]:
+        """Seconds per ``(src, dst)`` during which at least one of its messages was in
+        flight (posted and not yet delivered), up to now; pairs that sent nothing are absent."""
+        now = self.env.now
+        return {
+            k: p.busy_s + (now - p.busy_since_s if p.in_flight else 0.0)
+            for k, p in self._pairs.items()
+            if p.busy_s or p.in_flight
+        }
+
     def pair_rate_bytes_per_s(self, src: int, dst: int) -> float:
-        """Achieved average rate of a pair: its bytes / its summed durations (bytes/s)."""
-        st = self._pair_stats().get((src, dst))
-        if st is None or st[1] <= 0.0:
+        """Achieved average rate of a pair, in bytes/s: the bytes of its delivered
+        messages over the time it had messages in flight (``pair_busy_s``), so messages
+        in flight together add up; 0.0 if it has none."""
+        busy = self.pair_busy_s.get((src, dst), 0.0)
+        done = self._pair_stats().get((src, dst))
+        if done is None or busy <= 0.0:
             return 0.0
-        return st[0] / st[1]
+        return done[0] / busy
 
     # ------------------------------------------------------- route resolution
 
@@ -653,9 +695,17 @@ class FlowNetwork:
                 latency_s += link.latency_s
             if self.injection_bandwidth_bytes_per_s is not None:
                 links = [self._link((EGRESS, src), True), *links, self._link((INGRESS, dst), True)]
-            path = self._paths[key] = _Path(src, dst, edges, tuple(links), latency_s)
+            path = self._paths[key] = _Path(
+                src, dst, edges, tuple(links), latency_s, self._pair(src, dst)
+            )
         self._last_path[(src, dst)] = path
         return path
+
+    def _pair(self, src: int, dst: int) -> _Pair:
+        pair = self._pairs.get((src, dst))
+        if pair is None:
+            pair = self._pairs[(src, dst)] = _Pair()
+        return pair
 
     @staticmethod
     def _busy_s(link: _Link, now: float) -> float:
@@ -745,6 +795,11 @@ class FlowNetwork:
                             path.bytes_total += flow.size_bytes
                             path.duration_s += now - flow.start_s
                             path.messages += 1
+                            pair = path.pair
+                            n = pair.in_flight - 1
+                            pair.in_flight = n
+                            if not n:
+                                pair.busy_s += now - pair.busy_since_s
                             flow.phase = _DONE
                             self.transfers_completed += 1
                             flow.notify(flow.tag)
@@ -807,6 +862,11 @@ class FlowNetwork:
         path.bytes_total += flow.size_bytes
         path.duration_s += now - flow.start_s
         path.messages += 1
+        pair = path.pair
+        n = pair.in_flight - 1
+        pair.in_flight = n
+        if not n:
+            pair.busy_s += now - pair.busy_since_s
         flow.phase = _DONE
         self.transfers_completed += 1
         flow.notify(flow.tag)

@@ -202,7 +202,6 @@ def write_all(
             out / f"{prefix}achieved_bytes_per_s.csv", res.achieved_bytes_per_s, "src\\dst"
         )
     )
-    p0 = res.phases[0]
     files.append(
         write_csv(
             out / f"{prefix}links.csv",
@@ -254,7 +253,7 @@ def write_all(
             axis_name="endpoint",
         )
     )
-    ach = p0.achieved_bytes_per_s.astype(float).copy()
+    ach = res.achieved_bytes_per_s.astype(float).copy()
     ach[ach == 0] = np.nan
     files.append(
         plots.bandwidth_heatmap(
@@ -264,32 +263,36 @@ def write_all(
             axis_name="endpoint",
         )
     )
-    busy = sorted(p0.link_bytes, key=lambda k: (-p0.link_busy_s.get(k, 0.0), link_name(k)))
-    horizon = p0.makespan_s or 1.0
-    series = None
-    if p0.link_series:
-        series = {link_name(k): p0.link_series[k] for k in busy[:8] if k in p0.link_series}
-    files.append(
-        plots.link_utilisation_plot(
-            [link_name(k) for k in busy],
-            [p0.link_busy_s.get(k, 0.0) / horizon for k in busy],
-            [p0.link_bytes[k] for k in busy],
-            out / f"{prefix}link_utilisation.png",
-            title=f"link utilisation ({p0.name}): {title}",
-            series=series,
-            capacities_bytes_per_s={link_name(k): p0.link_capacity_bytes_per_s[k] for k in busy},
+    for p in res.phases:
+        # One set of plots per phase (an epoch of the ring trainer, say), suffixed by its
+        # name when there are several.
+        suffix = f"_{p.name}" if len(res.phases) > 1 else ""
+        busy = sorted(p.link_bytes, key=lambda k, p=p: (-p.link_busy_s.get(k, 0.0), link_name(k)))
+        horizon = p.makespan_s or 1.0
+        series = None
+        if p.link_series:
+            series = {link_name(k): p.link_series[k] for k in busy[:8] if k in p.link_series}
+        files.append(
+            plots.link_utilisation_plot(
+                [link_name(k) for k in busy],
+                [p.link_busy_s.get(k, 0.0) / horizon for k in busy],
+                [p.link_bytes[k] for k in busy],
+                out / f"{prefix}link_utilisation{suffix}.png",
+                title=f"link utilisation ({p.name}): {title}",
+                series=series,
+                capacities_bytes_per_s={link_name(k): p.link_capacity_bytes_per_s[k] for k in busy},
+            )
         )
-    )
-    files.append(
-        plots.timeline_bars(
-            [str(r["rank"]) for r in p0.per_rank],
-            [r["compute_s"] for r in p0.per_rank],
-            [r["exposed_comm_s"] for r in p0.per_rank],
-            [max(0.0, r["comm_s"] - r["exposed_comm_s"]) for r in p0.per_rank],
-            out / f"{prefix}rank_breakdown.png",
-            title=f"per-rank time ({p0.name}): {title}",
+        files.append(
+            plots.timeline_bars(
+                [str(r["rank"]) for r in p.per_rank],
+                [r["compute_s"] for r in p.per_rank],
+                [r["exposed_comm_s"] for r in p.per_rank],
+                [max(0.0, r["comm_s"] - r["exposed_comm_s"]) for r in p.per_rank],
+                out / f"{prefix}rank_breakdown{suffix}.png",
+                title=f"per-rank time ({p.name}): {title}",
+            )
         )
-    )
     files.append(write_json(out / f"{prefix}timeline.trace.json", trace(res)))
     files.append(write_json(out / f"{prefix}results.json", document(res)))
     text = summary_text(res, [*files, out / f"{prefix}summary.txt"])

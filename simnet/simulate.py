@@ -37,7 +37,7 @@ class PhaseResult:
     iteration_time_s: float  # makespan / iterations
     makespan_s: float
     traffic_bytes: np.ndarray  # [src endpoint, dst endpoint], all simulated iterations
-    achieved_bytes_per_s: np.ndarray  # bytes / summed transfer time per pair (0: no traffic)
+    pair_busy_s: np.ndarray  # [src, dst] seconds with a message of the pair in flight
     per_rank: list[dict[str, float]]  # compute_s, comm_s, exposed_comm_s (per iteration)
     wire_bytes_by_group: dict[str, int]
     part_traffic_bytes: dict[str, np.ndarray]  # "reduce" / "copy" / "p2p" -> [src, dst]
@@ -51,6 +51,12 @@ class PhaseResult:
     sim_wall_s: float
     timeline: PhaseSim | None = field(default=None, repr=False)
 
+    @property
+    def achieved_bytes_per_s(self) -> np.ndarray:
+        """[src, dst] mean rate the pair obtained under the workload's contention: its
+        bytes over the time it had messages in flight (0 where it sent nothing)."""
+        return _rate(self.traffic_bytes, self.pair_busy_s)
+
 
 @dataclass
 class SimResult:
@@ -61,7 +67,8 @@ class SimResult:
     graph: nx.DiGraph
     placement: list[int]
     phases: list[PhaseResult]
-    bandwidth_bytes_per_s: np.ndarray  # achievable point-to-point: route bottleneck
+    bandwidth_bytes_per_s: np.ndarray  # achievable point-to-point: route bottleneck,
+    # capped by network.injection_bandwidth when set
     latency_s: np.ndarray  # route latency per pair
     assumed: list[str]
 
@@ -80,7 +87,17 @@ class SimResult:
 
     @property
     def achieved_bytes_per_s(self) -> np.ndarray:
-        return self.phases[0].achieved_bytes_per_s
+        """Achieved pair rates over all phases (see ``PhaseResult.achieved_bytes_per_s``)."""
+        busy = sum(
+            (p.pair_busy_s for p in self.phases), start=np.zeros_like(self.phases[0].pair_busy_s)
+        )
+        return _rate(self.traffic_bytes, busy)
+
+
+def _rate(traffic_bytes: np.ndarray, busy_s: np.ndarray) -> np.ndarray:
+    out = np.zeros(busy_s.shape)
+    np.divide(traffic_bytes, busy_s, out=out, where=busy_s > 0)
+    return out
 
 
 # -- building blocks from a configuration -------------------------------------------
@@ -257,18 +274,22 @@ def simulate(
         sim = ex.run_phase(i, cfg.workload.iterations, report)
         phases.append(_phase_result(sim, n_end, cfg.workload.iterations, time.perf_counter() - t0))
     bw, lat = route_matrices(graph, cfg.topology.ecmp)
+    assumed.extend(ex.policy.fallbacks)
+    inj = cfg.network.injection_bandwidth
+    if inj:  # every message also crosses its endpoints' injection ports
+        off_diagonal = ~np.eye(len(bw), dtype=bool)
+        bw[off_diagonal] = np.minimum(bw[off_diagonal], inj * GB)
     return SimResult(cfg, workload, graph, placement, phases, bw, lat, assumed)
 
 
 def _phase_result(sim: PhaseSim, n_end: int, iterations: int, wall_s: float) -> PhaseResult:
     net = sim.net
     traffic = np.zeros((n_end, n_end), dtype=np.int64)
-    achieved = np.zeros((n_end, n_end))
-    durations = net.pair_duration_s
+    busy = np.zeros((n_end, n_end))
     for (s, d), b in net.pair_bytes.items():
         traffic[s, d] += b
-        if durations.get((s, d), 0) > 0:
-            achieved[s, d] = b / durations[(s, d)]
+    for (s, d), t in net.pair_busy_s.items():
+        busy[s, d] = t
     part_traffic = {}
     for part, pairs in sim.part_bytes.items():
         m = np.zeros((n_end, n_end), dtype=np.int64)
@@ -294,7 +315,7 @@ def _phase_result(sim: PhaseSim, n_end: int, iterations: int, wall_s: float) -> 
         iteration_time_s=sim.makespan_s / iterations,
         makespan_s=sim.makespan_s,
         traffic_bytes=traffic,
-        achieved_bytes_per_s=achieved,
+        pair_busy_s=busy,
         per_rank=per_rank,
         wire_bytes_by_group=dict(sim.wire_bytes_by_group),
         part_traffic_bytes=part_traffic,
@@ -403,4 +424,12 @@ def collective_time(
         ),
         eager_threshold_bytes=0,
     )
+    # An explicit algorithm is a question about that algorithm: never answer another's.
+    ex.policy.choose(program(0)[0], p)
+    if ex.policy.fallbacks:
+        hint = {
+            "hierarchical": " (pass local_size=, the group size)",
+            "multiring": " (pass rings=, a list of rank orders)",
+        }.get(algorithm, "")
+        raise ValueError(f"collective_time: {next(iter(ex.policy.fallbacks))}{hint}")
     return ex.run_phase().makespan_s

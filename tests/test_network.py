@@ -83,6 +83,24 @@ def test_one_flow_two_node_line():
     assert net.active_flow_count == 0
 
 
+def test_pair_rate_counts_concurrent_messages_and_skips_idle_gaps():
+    # Two 100 B messages 0 -> 1 together on a 100 B/s link share it (50 B/s each) and
+    # both arrive at t = 2 s; a third leaves at t = 5 s and arrives at t = 6 s. The pair
+    # was busy 2 + 1 = 3 s for 300 B: 100 B/s, the link's capacity. (Summed message
+    # durations, 2 + 2 + 1 = 5 s, would say 60 B/s.)
+    env, net = make(line((100.0, 0.0)))
+    out: list = []
+    send_at(env, net, 0.0, 0, 1, 100, out)
+    send_at(env, net, 0.0, 0, 1, 100, out)
+    send_at(env, net, 5.0, 0, 1, 100, out)
+    env.run()
+    assert sorted(r.end_s for r in out) == [approx(2.0), approx(2.0), approx(6.0)]
+    assert net.pair_duration_s[(0, 1)] == approx(5.0)
+    assert net.pair_busy_s == {(0, 1): approx(3.0)}
+    assert net.pair_rate_bytes_per_s(0, 1) == approx(100.0)
+    assert net.pair_rate_bytes_per_s(1, 0) == 0.0
+
+
 def test_three_hop_path_bottleneck_and_summed_latency():
     env, net = make(line((100.0, 0.1), (50.0, 0.2), (200.0, 0.3)))
     ev = net.transfer(0, 3, 100)

@@ -326,3 +326,77 @@ def test_link_params_file_is_relative_to_the_config_file(tmp_path, monkeypatch):
     monkeypatch.chdir("/")
     res = simnet.simulate(str(path))
     assert any("alpha_us = 7.0" in a for a in res.assumed)
+
+
+def test_bandwidth_matrix_is_capped_by_injection_bandwidth():
+    cfg = pipeline_config()
+    cfg["network"] = {"injection_bandwidth": 4.0}  # GB/s, below the 10 GB/s links
+    res = simnet.simulate(cfg)
+    off = ~np.eye(4, dtype=bool)
+    assert (res.bandwidth_bytes_per_s[off] == 4e9).all()
+    assert (np.diag(res.bandwidth_bytes_per_s) == math.inf).all()
+    assert simnet.simulate(pipeline_config()).bandwidth_bytes_per_s[0, 1] == 10e9
+
+
+def test_collective_time_refuses_an_algorithm_it_cannot_run():
+    g = topologies.ring(6, bandwidth_bytes_per_s=1e9, latency_s=1e-6)
+    with pytest.raises(
+        ValueError,
+        match=r"'hierarchical' asked for, .* no group size is set "
+        r"\(pass local_size=, the group size\)",
+    ):
+        simnet.collective_time(g, "allreduce", "hierarchical", 4096)
+    with pytest.raises(ValueError, match="group size 4 does not divide 6 ranks"):
+        simnet.collective_time(g, "allreduce", "hierarchical", 4096, local_size=4)
+    with pytest.raises(ValueError, match=r"alltoall has no 'ring' schedule \(it has direct, "):
+        simnet.collective_time(g, "alltoall", "ring", 4096)
+    assert simnet.collective_time(g, "allreduce", "hierarchical", 4096, local_size=3) > 0
+
+
+def test_fallback_from_a_configured_algorithm_is_reported_as_assumed():
+    cfg = {
+        "distributed": {"num_nodes": 8, "bandwidth_limit": 10.0},
+        "topology": {"type": "switch", "num_nodes": 8},
+        "collectives": {"algorithm": "ring"},
+        "workload": {"name": "dlrm", "args": [], "scale": 0.001},
+    }
+    res = simnet.simulate(cfg)
+    notes = [a for a in res.assumed if "asked for" in a]
+    assert notes == [
+        "alltoall: 'ring' asked for, 'direct' used: alltoall has no 'ring' schedule "
+        "(it has direct, pairwise)"
+    ]
+    assert res.phases[0].algorithms == {"allreduce": ["ring"], "alltoall": ["direct"]}
+
+
+def test_multi_phase_workload_gets_plots_per_phase(tmp_path):
+    cfg = {
+        "distributed": {"num_nodes": 4, "bandwidth_limit": 10.0},
+        "topology": {"type": "ring", "num_nodes": 4},
+        "workload": {"name": "resnet50", "args": [], "scale": 0.001},
+    }
+    out = tmp_path / "out"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "simnet",
+            "--config",
+            str(_write(tmp_path, cfg)),
+            "--out",
+            str(out),
+            "--quiet",
+            "--no-series",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    names = [p["phase"] for p in json.loads((out / "sim_results.json").read_text())["phases"]]
+    assert names == ["allreduce", "ring"]
+    for name in names:
+        for kind in ("link_utilisation", "rank_breakdown"):
+            assert (out / f"sim_{kind}_{name}.png").stat().st_size > 1000
+        assert (out / f"sim_traffic_bytes_{name}.csv").is_file()
+    assert not (out / "sim_link_utilisation.png").exists()
