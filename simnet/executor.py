@@ -217,14 +217,14 @@ class SimExecutor:
         env = simpy.Environment()
         net = self.make_network(env)
         sim = PhaseSim(self, phase.name, env, net)
-        programs = [phase.program(r) for r in range(self.workload.world_size)]
-        sim.programs = programs
-        # The run allocates millions of short-lived, acyclic objects (flows,
-        # messages): reference counting frees them, and the cyclic collector
-        # would only rescan the long-lived ones over and over. Pause it.
+        # Building the programs and running them allocate millions of objects
+        # (operations, flows, messages) that reference counting frees or that live
+        # to the end: the cyclic collector would only rescan them over and over.
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
+            programs = [phase.program(r) for r in range(self.workload.world_size)]
+            sim.programs = programs
             for rank, ops in enumerate(programs):
                 _Rank(sim, rank, ops, iterations).run()
             if progress is None:
@@ -803,8 +803,7 @@ class _Rank:
             elif t is Compute:
                 if op.duration_us > 0:
                     self.i = i
-                    ev = simpy.Timeout(env, op.duration_us * 1e-6 * self.scale)
-                    ev.callbacks.append(self.resume)
+                    sim.net.call_later(op.duration_us * 1e-6 * self.scale, self.resume)
                     return
             elif t is Send or t is Recv:
                 if op.req is None:

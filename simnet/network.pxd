@@ -99,6 +99,9 @@ cdef class FlowNetwork:
     @cython.locals(bucket=list, pending=list)
     cpdef list _new_bucket(self, double time_s)
 
+    @cython.locals(timer=_Flow, bucket=list, t=cython.double)
+    cpdef call_later(self, double delay_s, callback, arg=*)
+
     @cython.locals(flow=_Flow, link=_Link, path=_Path, pair=_Pair, n=cython.longlong,
                    bucket=list, b=list, fl=dict,
                    dirty=list, times=list, buckets=dict, pending=list, size=cython.longlong,

@@ -86,6 +86,7 @@ _ALPHA = 0  # paying the per-message overhead alpha_s
 _DRAINING = 1  # bytes draining at the max-min rate
 _LATENCY = 2  # last byte left, route latency passing
 _DONE = 3  # delivered
+_TIMER = 4  # not a message: a call_later timer
 
 _RATE_RTOL = 1e-12  # a new rate this close to the current one is no change
 
@@ -468,6 +469,30 @@ class FlowNetwork:
         bucket.append(flow)
         flow.timer = bucket
 
+    def call_later(
+        self, delay_s: float, callback: Callable[[object], None], arg: object = None
+    ) -> None:
+        """Call ``callback(arg)`` once ``delay_s`` simulated seconds (>= 0) have passed.
+
+        A plain timer on the network's clock, for callers that keep their own state
+        machines (the executor's compute phases): it shares the network's batched
+        wake-ups, so the timers of many ranks ending at one instant cost one simpy
+        event, not one each. Timers due at the same instant run in the order they
+        were set, interleaved with the network's own by that order.
+        """
+        if not delay_s >= 0.0:
+            raise ValueError(f"delay_s must be >= 0 seconds, got {delay_s!r}")
+        t = self.env.now + delay_s
+        timer = _Flow.__new__(_Flow)
+        timer.phase = _TIMER
+        timer.notify = callback
+        timer.tag = arg
+        bucket = self._buckets.get(t)
+        if bucket is None:
+            bucket = self._new_bucket(t)
+        bucket.append(timer)
+        timer.timer = bucket
+
     def _path(self, src: int, dst: int) -> _Path:
         """The path of a transfer from src to dst: route() called, the result cached."""
         if src == dst:
@@ -802,6 +827,8 @@ class FlowNetwork:
                                 pair.busy_s += now - pair.busy_since_s
                             flow.phase = _DONE
                             self.transfers_completed += 1
+                            flow.notify(flow.tag)
+                        elif phase == _TIMER:
                             flow.notify(flow.tag)
                         else:
                             self._begin(flow, now)

@@ -207,9 +207,15 @@ def build_policy(cfg: Config) -> AlgorithmPolicy:
 
 
 def network_factory(
-    cfg: Config, graph: nx.DiGraph, record_series: bool = True
+    cfg: Config,
+    graph: nx.DiGraph,
+    record_series: bool = True,
+    router: topologies.Router | None = None,
 ) -> Callable[[simpy.Environment], FlowNetwork]:
-    router = topologies.Router(graph, ecmp=cfg.topology.ecmp)
+    """Makes the configured network on a simpy environment (one per phase); routes
+    come from ``router`` (a new one on ``graph`` if None)."""
+    if router is None:
+        router = topologies.Router(graph, ecmp=cfg.topology.ecmp)
     inj = cfg.network.injection_bandwidth
     alpha = cfg.network.alpha_us * 1e-6
 
@@ -252,9 +258,10 @@ def simulate(
     workload = build_workload(cfg)
     if cfg.network.alpha_us == 0:
         assumed.append("no per-message overhead (network.alpha_us = 0)")
+    router = topologies.Router(graph, ecmp=cfg.topology.ecmp)
     ex = SimExecutor(
         workload,
-        network_factory(cfg, graph, record_series),
+        network_factory(cfg, graph, record_series, router),
         placement,
         policy=build_policy(cfg),
         eager_threshold_bytes=cfg.network.eager_threshold_bytes,
@@ -273,7 +280,7 @@ def simulate(
 
         sim = ex.run_phase(i, cfg.workload.iterations, report)
         phases.append(_phase_result(sim, n_end, cfg.workload.iterations, time.perf_counter() - t0))
-    bw, lat = route_matrices(graph, cfg.topology.ecmp)
+    bw, lat = route_matrices(graph, cfg.topology.ecmp, router)
     assumed.extend(ex.policy.fallbacks)
     inj = cfg.network.injection_bandwidth
     if inj:  # every message also crosses its endpoints' injection ports
@@ -331,13 +338,17 @@ def _phase_result(sim: PhaseSim, n_end: int, iterations: int, wall_s: float) -> 
     )
 
 
-def route_matrices(graph: nx.DiGraph, ecmp: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def route_matrices(
+    graph: nx.DiGraph, ecmp: bool = False, router: topologies.Router | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Achievable point-to-point bandwidth (bytes/s, the route's bottleneck) and
-    route latency (s) between every pair of endpoints; the diagonal is inf / 0."""
+    route latency (s) between every pair of endpoints; the diagonal is inf / 0.
+    ``router`` (one on ``graph`` with the same ``ecmp``) reuses its searches."""
     import math
 
     n = graph.graph["num_endpoints"]
-    router = topologies.Router(graph, ecmp=ecmp)
+    if router is None:
+        router = topologies.Router(graph, ecmp=ecmp)
     bw = np.full((n, n), np.inf)
     lat = np.zeros((n, n))
     edge = {(u, v): (d["bandwidth"], d["latency"]) for u, v, d in graph.edges(data=True)}

@@ -398,3 +398,18 @@ def test_bad_input_fails_loudly():
         FlowNetwork(env, g, shortest_path_route(g), injection_bandwidth_bytes_per_s=0.0)
     with pytest.raises(TypeError, match="DiGraph"):
         FlowNetwork(env, nx.Graph(g), shortest_path_route(g))
+
+
+def test_call_later_runs_timers_in_time_then_setting_order():
+    env, net = make(line((100.0, 0.0)))
+    seen: list = []
+    net.call_later(2.0, lambda a: seen.append((env.now, a)), "b")
+    net.call_later(1.0, lambda a: seen.append((env.now, a)), "a")
+    net.call_later(2.0, lambda a: seen.append((env.now, a)), "c")
+    # A timer set by a timer, due at once: runs at the same instant, after the others.
+    net.call_later(1.0, lambda a: net.call_later(0.0, lambda b: seen.append((env.now, b)), "d"))
+    env.run()
+    assert seen == [(1.0, "a"), (1.0, "d"), (2.0, "b"), (2.0, "c")]
+    assert net.transfers_started == 0
+    with pytest.raises(ValueError, match=r"delay_s must be >= 0 seconds, got -1\.0"):
+        net.call_later(-1.0, print)

@@ -220,8 +220,14 @@ class _Search:
         for v in order[len(preds) :]:
             if dist[v] > final:
                 break
+            found = cands.pop(v)
+            if len(found) == 1:  # most nodes of most topologies: one way in
+                u = found[0][0]
+                preds[v] = (u,)
+                counts[v] = counts[u]
+                continue
             limit = best[v] + _LATENCY_REL_TOL * best[v] + _LATENCY_ABS_TOL_S
-            tight = sorted((u for u, total in cands.pop(v) if total <= limit), key=key.__getitem__)
+            tight = sorted((u for u, total in found if total <= limit), key=key.__getitem__)
             preds[v] = tuple(tight)
             counts[v] = sum(counts[u] for u in tight)
         return dst in counts
