@@ -77,5 +77,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if last[0]:
         print(file=sys.stderr)
-    write_all(res, ns.out or cfg.logging.log_dir, ns.prefix, say=print)
+    out = ns.out or cfg.logging.log_dir
+    if not ns.quiet:
+        points = sum(len(v) for p in res.phases for v in p.link_series.values())
+        ops = sum(len(ops) for p in res.phases if p.timeline for ops in p.timeline.programs)
+        print(
+            f"writing results to {out} ({ops:,} operations in the trace, {points:,} link "
+            f"series points{'; --no-series skips them' if points > 100_000 else ''}) ...",
+            file=sys.stderr,
+            flush=True,
+        )
+    write_all(res, out, ns.prefix, say=print)
     return 0

@@ -107,12 +107,14 @@ class _Plan:
 
     ``steps``: per step the channel pairs ``src * world + dst`` of its receives
     and its sends ``(channel pair, dst, size_bytes)``; ``reduce_bytes`` /
-    ``copy_bytes``: bytes it sends per channel pair, over all steps.
+    ``copy_bytes``: bytes it sends per channel pair, over all steps;
+    ``messages``: how many messages it sends, over all steps.
     """
 
     steps: Sequence[_GlobalStep]
     reduce_bytes: dict[int, int]
     copy_bytes: dict[int, int]
+    messages: int
 
 
 @dataclass
@@ -195,13 +197,15 @@ class SimExecutor:
             )
         steps: list[_GlobalStep] = list(map(converted.__getitem__, ids))
         totals: tuple[dict[int, int], dict[int, int]] = ({}, {})  # copy, reduce
+        messages = 0
         for i, n in Counter(ids).items():
+            messages += n * len(converted[i][1])
             for (pair, _, size), (_, _, reduce) in zip(
                 converted[i][1], distinct[i][1], strict=True
             ):
                 tot = totals[reduce]
                 tot[pair] = tot.get(pair, 0) + n * size
-        plan = _Plan(steps, totals[1], totals[0])
+        plan = _Plan(steps, totals[1], totals[0], messages)
         if len(steps) * len(members) <= _PLAN_CACHE_STEPS:
             self._plans[key] = plan
         return plan
@@ -225,6 +229,8 @@ class SimExecutor:
         try:
             programs = [phase.program(r) for r in range(self.workload.world_size)]
             sim.programs = programs
+            if progress is not None:
+                sim.expected_messages = sim.count_messages() * iterations
             for rank, ops in enumerate(programs):
                 _Rank(sim, rank, ops, iterations).run()
             if progress is None:
@@ -266,6 +272,7 @@ class PhaseSim:
         self.programs: list[list[Op]] = []
         self.algorithms: dict[str, set[str]] = defaultdict(set)
         self.makespan_s = 0.0
+        self.expected_messages = 0  # set before a run that reports progress
         self.iteration_ends: dict[int, list[float]] = {}
         # Unmatched messages, one FIFO per channel: the posted sends (and
         # receives) that wait for their other side. A point-to-point channel
@@ -437,7 +444,7 @@ class PhaseSim:
         c = self._coll_cache.get(ckey)
         if c is None:
             c = self._coll_cache[ckey] = self._prepare(rank, op)
-        seq_key, steps, gid, adds = c
+        seq_key, steps, gid, adds, _ = c
         coll_seq = self.coll_seq
         seq = coll_seq[seq_key]
         coll_seq[seq_key] = seq + 1
@@ -452,13 +459,14 @@ class PhaseSim:
 
     def _prepare(self, rank: int, op: Collective) -> tuple:
         """What every call of ``op`` on ``rank`` shares: (coll_seq key, plan steps or
-        None for a group of one, group id, bytes to account as (dict, pair, bytes))."""
+        None for a group of one, group id, bytes to account as (dict, pair, bytes),
+        messages the rank sends)."""
         ex = self.ex
         members, me = ex._group(op.group, rank)
         p = len(members)
         seq_key = (op.group, rank)
         if p == 1:
-            return seq_key, None, 0, ()
+            return seq_key, None, 0, (), 0
         sched, alg = ex.schedule(op, p)
         self.algorithms[op.op].add(alg)
         plan = ex._plan(sched, op.group, members, me)
@@ -474,7 +482,24 @@ class PhaseSim:
             if tot:
                 acct = self._account(op.group, part)
                 adds += [(acct, pair, b) for pair, b in tot.items()]
-        return seq_key, plan.steps, gid, tuple(adds)
+        return seq_key, plan.steps, gid, tuple(adds), plan.messages
+
+    def count_messages(self) -> int:
+        """Messages one iteration of every rank's program sends (each one network
+        transfer): for a progress bar, before the run. Resolves (and caches for the
+        run) every collective's plan."""
+        total = 0
+        for rank, ops in enumerate(self.programs):
+            for op in ops:
+                if isinstance(op, Send):
+                    total += 1
+                elif isinstance(op, Collective):
+                    ckey = (op.group, op.op, op.count_elems, op.algorithm, op.root, rank)
+                    c = self._coll_cache.get(ckey)
+                    if c is None:
+                        c = self._coll_cache[ckey] = self._prepare(rank, op)
+                    total += c[4]
+        return total
 
     # -- running -----------------------------------------------------------------------
     def finish(self) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,15 @@ from .simulate import PhaseResult, SimResult
 def link_name(key: tuple) -> str:
     a, b = key
     return f"{a}->{b}"
+
+
+def _series_rows(res: SimResult) -> Iterator[tuple]:
+    """(phase, link, time_s, rate_bytes_per_s, utilisation) per change point."""
+    for p in res.phases:
+        for k in sorted(p.link_series, key=link_name):
+            name, cap = link_name(k), p.link_capacity_bytes_per_s[k]
+            for t, r in p.link_series[k]:
+                yield (p.name, name, t, r, r / cap)
 
 
 def _finite(x: float) -> float | None:
@@ -226,12 +235,7 @@ def write_all(
             write_csv(
                 out / f"{prefix}link_series.csv",
                 ["phase", "link", "time_s", "rate_bytes_per_s", "utilisation"],
-                [
-                    [p.name, link_name(k), t, r, r / p.link_capacity_bytes_per_s[k]]
-                    for p in res.phases
-                    for k in sorted(p.link_series, key=link_name)
-                    for t, r in p.link_series[k]
-                ],
+                _series_rows(res),
             )
         )
     title = f"{res.workload.model}, {res.workload.world_size} ranks, {res.graph.graph['name']}"
@@ -293,7 +297,7 @@ def write_all(
                 title=f"per-rank time ({p.name}): {title}",
             )
         )
-    files.append(write_json(out / f"{prefix}timeline.trace.json", trace(res)))
+    files.append(write_json(out / f"{prefix}timeline.trace.json", trace(res), indent=None))
     files.append(write_json(out / f"{prefix}results.json", document(res)))
     text = summary_text(res, [*files, out / f"{prefix}summary.txt"])
     files.append(write_text(out / f"{prefix}summary.txt", text + "\n"))

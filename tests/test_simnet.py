@@ -400,3 +400,18 @@ def test_multi_phase_workload_gets_plots_per_phase(tmp_path):
             assert (out / f"sim_{kind}_{name}.png").stat().st_size > 1000
         assert (out / f"sim_traffic_bytes_{name}.csv").is_file()
     assert not (out / "sim_link_utilisation.png").exists()
+
+
+def test_progress_reports_a_bar_that_reaches_the_exact_message_count():
+    lines: list[str] = []
+    cfg = {
+        "distributed": {"num_nodes": 8, "bandwidth_limit": 10.0},
+        "topology": {"type": "switch", "num_nodes": 8},
+        "workload": {"name": "dlrm", "args": [], "scale": 0.001, "iterations": 2},
+    }
+    res = simnet.simulate(cfg, progress=lines.append)
+    total = res.phases[0].messages
+    assert total > 100
+    assert lines[-1].startswith("iteration: [########################] 100.0% ")
+    assert f" {total:,}/{total:,} messages, simulated " in lines[-1]
+    assert all(f"/{total:,} messages" in line for line in lines)
