@@ -9,3 +9,5 @@ pip=(python3 -m pip install --quiet --disable-pip-version-check)
 export PIP_ROOT_USER_ACTION=ignore
 "${pip[@]}" "setuptools>=70.1" "cython>=3.0"
 "${pip[@]}" --no-build-isolation -e ".${1:+[$1]}"
+# Say which simulator core the install left (a failed compile is not an error).
+python3 -c "import simnet._compiled as c; print('commsim installed; simulator core:', c.summary())"
