@@ -32,3 +32,23 @@ cdef class _Coll(_Waiter):
 
 @cython.locals(rw=_Waiter, sw=_Waiter, n=cython.longlong)
 cpdef _delivered(tag)
+
+
+cdef class _Rank:
+    cdef public list ends
+    cdef public object finished
+    cdef public Py_ssize_t i
+    cdef public Py_ssize_t it
+    cdef public Py_ssize_t iterations
+    cdef public list ops
+    cdef public object rank
+    cdef public dict reqs
+    cdef public object resume
+    cdef public double scale
+    cdef public object sim
+    cdef public list starts
+    cdef public object tl
+
+    @cython.locals(ops=list, starts=list, ends=list, reqs=dict, pending=list,
+                   i=Py_ssize_t, n_ops=Py_ssize_t)
+    cpdef run(self)

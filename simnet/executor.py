@@ -553,6 +553,11 @@ def _pop(d: dict, key: object) -> Any:
 
 _OP_TYPES = (Collective, Compute, Send, Recv, Wait, Testany)
 _OP_TYPE_SET = frozenset(_OP_TYPES)
+def _base_op_type(op: object) -> type | None:
+    """The operation type ``op`` is an instance of (None: not an operation)."""
+    return next((k for k in _OP_TYPES if isinstance(op, k)), None)
+
+
 _ARRIVED = object()  # marks eager data delivered before its receive was posted
 
 
@@ -816,7 +821,7 @@ class _Rank:
             starts[i] = now
             t = type(op)
             if t not in _OP_TYPE_SET:  # a subclass: dispatch on the operation it extends
-                t = next((k for k in _OP_TYPES if isinstance(op, k)), None)
+                t = _base_op_type(op)
             if t is Collective:
                 if op.req is None:
                     self.i = i
@@ -841,7 +846,11 @@ class _Rank:
                     self.reqs[op.req] = None if self._p2p(op, waiter) else waiter
             elif t is Wait:
                 reqs = self.reqs
-                pending = [w for w in (reqs.pop(r) for r in op.reqs) if w is not None and w.n]
+                pending = []
+                for r in op.reqs:
+                    w = reqs.pop(r)
+                    if w is not None and w.n:
+                        pending.append(w)
                 if pending:
                     self.i = i
                     wait = _WaitAll(self, len(pending))
