@@ -87,6 +87,7 @@ cdef class FlowNetwork:
     cdef public list _wake_pending
     cdef public bint _waking
     cdef public list _dirty
+    cdef public list _env_queue
     cdef public bint _flush_scheduled
     cdef public long long _epoch
     cdef object __weakref__
@@ -106,7 +107,7 @@ cdef class FlowNetwork:
                    bucket=list, b=list, fl=dict,
                    dirty=list, times=list, buckets=dict, pending=list, size=cython.longlong,
                    phase=cython.int, now=cython.double, t=cython.double, limit=cython.double,
-                   target=cython.double)
+                   target=cython.double, nt=cython.double, hops=Py_ssize_t, queue=list)
     cpdef _on_wake(self, ev)
 
     @cython.locals(link=_Link, links=tuple, fl=dict, latency_s=cython.double)

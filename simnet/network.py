@@ -88,6 +88,10 @@ _LATENCY = 2  # last byte left, route latency passing
 _DONE = 3  # delivered
 _TIMER = 4  # not a message: a call_later timer
 
+# Wake-ups handled in one simpy step at most (see _on_wake), so a progress-reporting
+# run still gets control back every so often.
+_FAST_FORWARD_HOPS = 4096
+
 _RATE_RTOL = 1e-12  # a new rate this close to the current one is no change
 
 
@@ -355,6 +359,10 @@ class FlowNetwork:
         self._wake_pending: list[float] = []  # target times of scheduled simpy wake-ups
         self._waking = False
         self._dirty: list[_Link] = []  # seed links of components to recompute
+        # simpy's event queue, a heap of (time, priority, id, event), when this simpy
+        # version keeps it where _on_wake can look (else every wake-up is a timeout).
+        queue = getattr(env, "_queue", None)
+        self._env_queue = queue if type(queue) is list and hasattr(env, "_now") else None
         self._flush_scheduled = False
         self._epoch = 0
 
@@ -777,80 +785,97 @@ class FlowNetwork:
         times = self._times
         buckets = self._buckets
         self._waking = True
+        env = self.env
+        hops = 0
         try:
             while True:
-                while times and times[0] <= limit:
-                    # Handlers may add entries at `now`: they go to a new bucket.
-                    bucket = buckets.pop(heappop(times))
+                while True:
+                    while times and times[0] <= limit:
+                        # Handlers may add entries at `now`: they go to a new bucket.
+                        bucket = buckets.pop(heappop(times))
+                        for flow in bucket:
+                            if flow.timer is not bucket:
+                                continue  # superseded by a later reschedule
+                            flow.timer = None
+                            phase = flow.phase
+                            if phase == _DRAINING:
+                                # self._end_drain(flow, now), inlined
+                                size = flow.size_bytes
+                                dirty = self._dirty
+                                for link in flow.links:
+                                    fl = link.flows
+                                    del fl[flow]
+                                    link.bytes_total += size
+                                    if fl:
+                                        dirty.append(link)
+                                    else:
+                                        # What _flush does for an empty seed, done now.
+                                        link.busy_s += now - link.busy_since_s
+                                        if link.load_bytes_per_s != 0.0:
+                                            if link.series is None:
+                                                link.load_bytes_per_s = 0.0
+                                            else:
+                                                self._set_load(link, 0.0, now)
+                                flow.rate_bytes_per_s = 0.0
+                                flow.remaining_bytes = 0.0
+                                flow.phase = _LATENCY
+                                t = now + flow.path.latency_s
+                                b = buckets.get(t)
+                                if b is None:
+                                    b = self._new_bucket(t)
+                                b.append(flow)
+                                flow.timer = b
+                            elif phase == _LATENCY:
+                                # self._deliver(flow, now), inlined
+                                path = flow.path
+                                path.bytes_total += flow.size_bytes
+                                path.duration_s += now - flow.start_s
+                                path.messages += 1
+                                pair = path.pair
+                                n = pair.in_flight - 1
+                                pair.in_flight = n
+                                if not n:
+                                    pair.busy_s += now - pair.busy_since_s
+                                flow.phase = _DONE
+                                self.transfers_completed += 1
+                                flow.notify(flow.tag)
+                            elif phase == _TIMER:
+                                flow.notify(flow.tag)
+                            else:
+                                self._begin(flow, now)
+                    if self._dirty:
+                        self._flush(now)
+                    if not (times and times[0] <= limit):
+                        break
+                # Drop leading buckets that hold only superseded completion timers, so
+                # rescheduled flows do not cost a simpy wake-up each.
+                while times:
+                    bucket = buckets[times[0]]
                     for flow in bucket:
-                        if flow.timer is not bucket:
-                            continue  # superseded by a later reschedule
-                        flow.timer = None
-                        phase = flow.phase
-                        if phase == _DRAINING:
-                            # self._end_drain(flow, now), inlined
-                            size = flow.size_bytes
-                            dirty = self._dirty
-                            for link in flow.links:
-                                fl = link.flows
-                                del fl[flow]
-                                link.bytes_total += size
-                                if fl:
-                                    dirty.append(link)
-                                else:
-                                    # What _flush does for an empty seed, done now.
-                                    link.busy_s += now - link.busy_since_s
-                                    if link.load_bytes_per_s != 0.0:
-                                        if link.series is None:
-                                            link.load_bytes_per_s = 0.0
-                                        else:
-                                            self._set_load(link, 0.0, now)
-                            flow.rate_bytes_per_s = 0.0
-                            flow.remaining_bytes = 0.0
-                            flow.phase = _LATENCY
-                            t = now + flow.path.latency_s
-                            b = buckets.get(t)
-                            if b is None:
-                                b = self._new_bucket(t)
-                            b.append(flow)
-                            flow.timer = b
-                        elif phase == _LATENCY:
-                            # self._deliver(flow, now), inlined
-                            path = flow.path
-                            path.bytes_total += flow.size_bytes
-                            path.duration_s += now - flow.start_s
-                            path.messages += 1
-                            pair = path.pair
-                            n = pair.in_flight - 1
-                            pair.in_flight = n
-                            if not n:
-                                pair.busy_s += now - pair.busy_since_s
-                            flow.phase = _DONE
-                            self.transfers_completed += 1
-                            flow.notify(flow.tag)
-                        elif phase == _TIMER:
-                            flow.notify(flow.tag)
-                        else:
-                            self._begin(flow, now)
-                if self._dirty:
-                    self._flush(now)
-                if not (times and times[0] <= limit):
+                        if flow.timer is bucket:
+                            break
+                    else:
+                        del buckets[heappop(times)]
+                        continue
                     break
+                if not times or (pending and pending[0] <= times[0]):
+                    return  # nothing left, or a wake-up is already due first
+                nt = times[0]
+                queue = self._env_queue
+                if queue is not None and hops < _FAST_FORWARD_HOPS and (
+                    not queue or nt < queue[0][0]
+                ):
+                    # No simpy event is due before (or at) our next timer, so nothing
+                    # can happen in between: move the clock there ourselves rather than
+                    # through a simpy timeout (what simpy would do, minus its cost).
+                    env._now = nt
+                    now = limit = nt
+                    hops += 1
+                    continue
+                self._schedule_wake(nt)
+                return
         finally:
             self._waking = False
-        # Drop leading buckets that hold only superseded completion timers, so
-        # rescheduled flows do not cost a simpy wake-up each.
-        while times:
-            bucket = buckets[times[0]]
-            for flow in bucket:
-                if flow.timer is bucket:
-                    break
-            else:
-                del buckets[heappop(times)]
-                continue
-            break
-        if times and (not pending or times[0] < pending[0]):
-            self._schedule_wake(times[0])
 
     def _on_flush(self, _ev: simpy.Event) -> None:
         self._flush_scheduled = False
