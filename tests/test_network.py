@@ -413,3 +413,40 @@ def test_call_later_runs_timers_in_time_then_setting_order():
     assert net.transfers_started == 0
     with pytest.raises(ValueError, match=r"delay_s must be >= 0 seconds, got -1\.0"):
         net.call_later(-1.0, print)
+
+
+def test_network_timers_never_run_past_simpy_events_or_run_until():
+    # The network moves the clock itself between its own timers only while simpy has
+    # nothing due earlier: a process's timeouts and run(until=...) must still cut in.
+    env, net = make(line((100.0, 0.0)))
+    seen: list = []
+    for t in (1.0, 2.0, 3.0, 4.0):
+        net.call_later(t, lambda a: seen.append(("net", env.now)))
+
+    def proc():
+        yield env.timeout(1.5)
+        seen.append(("proc", env.now))
+        yield env.timeout(0.5)
+        seen.append(("proc", env.now))
+
+    env.process(proc())
+    env.run(until=3.5)
+    assert env.now == 3.5
+    assert seen == [("net", 1.0), ("proc", 1.5), ("net", 2.0), ("proc", 2.0), ("net", 3.0)]
+    env.run()
+    assert seen[-1] == ("net", 4.0) and env.now == 4.0
+
+
+def test_a_long_chain_of_network_timers_alone_lands_on_exact_times():
+    env, net = make(line((100.0, 0.0)))
+    seen: list = []
+
+    def tick(k: object) -> None:
+        seen.append(env.now)
+        if len(seen) < 10_000:
+            net.call_later(0.25, tick)
+
+    net.call_later(0.25, tick)
+    env.run()
+    assert len(seen) == 10_000
+    assert seen[:3] == [0.25, 0.5, 0.75] and env.now == seen[-1] == 2500.0
