@@ -3,7 +3,7 @@
 ``simnet/network.py`` and ``simnet/executor.py`` are plain Python; their
 ``.pxd`` files beside them give Cython the C types of their hot classes. The
 compiled modules run the same code about three times faster (see
-``bench/bench_simnet.py --compare-pure``). Compiling is optional: without
+``bench/bench_simnet.py --against-pure``). Compiling is optional: without
 Cython or a C compiler, or with ``COMMSIM_PURE_PYTHON=1`` at install time, the
 install still succeeds and the pure-Python modules are used.
 """
@@ -33,6 +33,7 @@ class OptionalBuildExt(build_ext):
     """A failed compile leaves the pure-Python modules in use; it never fails the install."""
 
     def run(self) -> None:
+        self._failed: set[str] = set()
         try:
             super().run()
         except Exception as exc:
@@ -45,7 +46,8 @@ class OptionalBuildExt(build_ext):
         built = Path(self.get_ext_filename(ext.name))
         target = Path(self.get_ext_fullpath(ext.name))
         if (
-            built.is_file()
+            not self.force
+            and built.is_file()
             and built.resolve() != target.resolve()
             and all(built.stat().st_mtime > Path(src).stat().st_mtime for src in ext.sources)
         ):
@@ -55,11 +57,31 @@ class OptionalBuildExt(build_ext):
         try:
             super().build_extension(ext)
         except Exception as exc:
+            self._failed.add(ext.name)
             _warn(f"compiling {ext.name}", exc)
+
+    def copy_extensions_to_source(self) -> None:
+        # An editable install copies each module beside its source: skip the ones that
+        # failed, so they do not take the others down with them.
+        every = self.extensions
+        self.extensions = [e for e in every if e.name not in getattr(self, "_failed", ())]
+        try:
+            super().copy_extensions_to_source()
+        finally:
+            self.extensions = every
+
+
+def _remove_in_place_builds() -> None:
+    """A pure-Python install must not leave an older compiled module in use."""
+    for source in COMPILED:
+        for old in Path(source).parent.glob(Path(source).stem + ".*.so"):
+            old.unlink()
+            print(f"commsim: removed {old} (COMMSIM_PURE_PYTHON is set)", file=sys.stderr)
 
 
 def ext_modules() -> list:
     if os.environ.get("COMMSIM_PURE_PYTHON", "") not in ("", "0"):
+        _remove_in_place_builds()
         return []
     try:
         from Cython.Build import cythonize

@@ -6,9 +6,12 @@ Python would import it first. ``select()`` runs before either is imported and
 imports the ``.py`` instead when:
 
 * ``COMMSIM_PURE_PYTHON`` is set to anything but ``0`` (to compare or debug), or
-* the extension is older than its ``.py`` or ``.pxd`` (the source was edited or
-  checked out since the last install): running stale compiled code would
-  silently simulate the old model, so this warns and uses the source.
+* in a source checkout, the extension is older than its ``.py`` or ``.pxd``
+  (the source was edited or checked out since the last install): running stale
+  compiled code would silently simulate the old model, so this warns and uses
+  the source; or
+* the extension does not load (built for another C library, say): this warns
+  and uses the source.
 
 ``status()`` says what is in use, for result files and the terminal summary.
 """
@@ -41,6 +44,10 @@ def _extension(name: str) -> Path | None:
 
 
 def _stale(ext: Path, name: str) -> bool:
+    # Only a source checkout (an editable install) can have its sources edited after the
+    # build; an installed wheel's files are written together, in no particular order.
+    if not (_HERE.parent / "setup.py").is_file():
+        return False
     built = ext.stat().st_mtime
     sources = (_HERE / f"{name}.py", _HERE / f"{name}.pxd")
     return any(src.is_file() and src.stat().st_mtime > built for src in sources)
@@ -81,7 +88,18 @@ def select() -> None:
             )
             _load_source(name)
         else:
-            _status[name] = "compiled"
+            try:
+                importlib.import_module(f"simnet.{name}")
+                _status[name] = "compiled"
+            except ImportError as exc:  # e.g. built against another C library
+                _status[name] = f"python (compiled module does not load: {exc})"
+                warnings.warn(
+                    f"simnet: {ext.name} does not load ({exc}); using the Python source "
+                    "(about 3x slower). Rebuild with ./install.sh on this machine.",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                _load_source(name)
 
 
 def status() -> dict[str, str]:

@@ -24,6 +24,7 @@ times are those of the event-per-message formulation.
 from __future__ import annotations
 
 import gc
+import operator
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Generator, Sequence
@@ -218,7 +219,7 @@ class SimExecutor:
         progress: Callable[[PhaseSim], None] | None = None,
     ) -> PhaseSim:
         phase = self.workload.phases[phase_index]
-        env = simpy.Environment()
+        env = simpy.Environment(0.0)  # a float clock from the start, in both cores
         net = self.make_network(env)
         sim = PhaseSim(self, phase.name, env, net)
         # Building the programs and running them allocate millions of objects
@@ -769,8 +770,8 @@ class _Rank:
         self.sim = sim
         self.finished = finished
         self.rank = rank
-        self.ops = ops
-        self.iterations = iterations
+        self.ops = ops if type(ops) is list else list(ops)
+        self.iterations = operator.index(iterations)
         self.it = 0
         self.i = 0
         self.reqs: dict[int, _Waiter | None] = {}

@@ -361,8 +361,10 @@ class FlowNetwork:
         self._dirty: list[_Link] = []  # seed links of components to recompute
         # simpy's event queue, a heap of (time, priority, id, event), when this simpy
         # version keeps it where _on_wake can look (else every wake-up is a timeout).
+        # Only a plain Environment: a RealtimeEnvironment must wait out every instant.
         queue = getattr(env, "_queue", None)
-        self._env_queue = queue if type(queue) is list and hasattr(env, "_now") else None
+        plain = type(env) is simpy.Environment and type(queue) is list and hasattr(env, "_now")
+        self._env_queue = queue if plain else None
         self._flush_scheduled = False
         self._epoch = 0
 
@@ -426,7 +428,7 @@ class FlowNetwork:
         if path is None:
             path = self._path(src, dst)
         env = self.env
-        now = env.now
+        now = env.now + 0.0  # a float in both cores (simpy starts an int 0)
         seq = self.transfers_started
         self.transfers_started = seq + 1
         pair = path.pair
@@ -490,7 +492,7 @@ class FlowNetwork:
         """
         if not delay_s >= 0.0:
             raise ValueError(f"delay_s must be >= 0 seconds, got {delay_s!r}")
-        t = self.env.now + delay_s
+        t = self.env.now + float(delay_s)
         timer = _Flow.__new__(_Flow)
         timer.phase = _TIMER
         timer.notify = callback
@@ -528,7 +530,7 @@ class FlowNetwork:
 
     def active_flows(self) -> list[FlowState]:
         """Snapshot of the flows draining now, in start order, rates in bytes/s."""
-        now = self.env.now
+        now = self.env.now + 0.0
         flows: dict[_Flow, None] = {}
         for link in self._links.values():
             flows.update(link.flows)
@@ -566,7 +568,7 @@ class FlowNetwork:
 
     def link_busy_s(self) -> dict[LinkKey, float]:
         """Seconds per link with at least one flow draining, up to now."""
-        now = self.env.now
+        now = self.env.now + 0.0
         return {k: self._busy_s(link, now) for k, link in self._links.items()}
 
     def link_peak_load_bytes_per_s(self) -> dict[LinkKey, float]:
@@ -644,7 +646,7 @@ class FlowNetwork:
     def pair_busy_s(self) -> dict[tuple[int, int], float]:
         """Seconds per ``(src, dst)`` during which at least one of its messages was in
         flight (posted and not yet delivered), up to now; pairs that sent nothing are absent."""
-        now = self.env.now
+        now = self.env.now + 0.0
         return {
             k: p.busy_s + (now - p.busy_since_s if p.in_flight else 0.0)
             for k, p in self._pairs.items()
@@ -778,7 +780,7 @@ class FlowNetwork:
     def _on_wake(self, ev: simpy.Event) -> None:
         pending = self._wake_pending
         heappop(pending)
-        now = self.env.now
+        now = self.env.now + 0.0
         target = ev.value
         # now + (target - now) may round one ulp below target: the timer is due.
         limit = target if target > now else now
@@ -880,7 +882,7 @@ class FlowNetwork:
     def _on_flush(self, _ev: simpy.Event) -> None:
         self._flush_scheduled = False
         if self._dirty:
-            self._flush(self.env.now)
+            self._flush(self.env.now + 0.0)
 
     # ----------------------------------------------------------- flow phases
 

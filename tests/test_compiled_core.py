@@ -46,9 +46,14 @@ def _env(pure: bool) -> dict[str, str]:
     return env
 
 
-def _run_simnet(tmp_path: Path, out: str, pure: bool) -> Path:
+def _run_simnet(tmp_path: Path, out: str, pure: bool, workload: str, alpha_us: float) -> Path:
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps(CONFIG))
+    config = {
+        **CONFIG,
+        "network": {**CONFIG["network"], "alpha_us": alpha_us},
+        "workload": {**CONFIG["workload"], "name": workload},
+    }
+    cfg.write_text(json.dumps(config))
     r = subprocess.run(
         [
             sys.executable,
@@ -100,9 +105,12 @@ def test_core_is_compiled_where_it_can_be():
 
 
 @needs_build
-def test_compiled_and_python_cores_give_identical_results(tmp_path):
-    compiled = _run_simnet(tmp_path, "compiled", pure=False)
-    python = _run_simnet(tmp_path, "python", pure=True)
+@pytest.mark.parametrize(("workload", "alpha_us"), [("dlrm", 1.5), ("resnet50", 0.0)])
+def test_compiled_and_python_cores_give_identical_results(tmp_path, workload, alpha_us):
+    # alpha 0 starts flows at simpy's initial clock, where an int 0 could leak into
+    # the Python core's outputs and a float 0.0 into the compiled one's.
+    compiled = _run_simnet(tmp_path, "compiled", False, workload, alpha_us)
+    python = _run_simnet(tmp_path, "python", True, workload, alpha_us)
     docs = [json.loads((d / "sim_results.json").read_text()) for d in (compiled, python)]
     assert docs[0]["versions"]["simnet_core"] == "compiled (Cython)"
     assert "COMMSIM_PURE_PYTHON" in docs[1]["versions"]["simnet_core"]
@@ -115,15 +123,8 @@ def test_compiled_and_python_cores_give_identical_results(tmp_path):
             assert (compiled / name).read_bytes() == (python / name).read_bytes(), name
 
 
-@needs_build
-def test_stale_compiled_module_is_not_used(tmp_path):
-    # A copy of the package whose network.py is newer than its compiled module, as after
-    # an edit or a checkout without reinstalling: the source must run, with a warning.
-    copy = tmp_path / "simnet"
-    shutil.copytree(Path(simnet.__file__).parent, copy)
-    source = copy / "network.py"
-    newer = _compiled._extension("network").stat().st_mtime + 10
-    os.utime(source, (newer, newer))
+def _probe(root: Path) -> tuple[str, str, str]:
+    """Import simnet from ``root``; its network module's file, the status, stderr."""
     probe = (
         "import warnings; warnings.simplefilter('always');"
         "import simnet, simnet.network as n, simnet._compiled as c;"
@@ -134,12 +135,55 @@ def test_stale_compiled_module_is_not_used(tmp_path):
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=tmp_path,
-        env={**_env(False), "PYTHONPATH": str(tmp_path)},
+        cwd=root,
+        env={**_env(False), "PYTHONPATH": str(root)},
     )
     assert r.returncode == 0, r.stderr
     file, status = r.stdout.splitlines()
+    return file, status, r.stderr
+
+
+def _copy_package(root: Path, checkout: bool) -> Path:
+    copy = root / "simnet"
+    shutil.copytree(Path(simnet.__file__).parent, copy)
+    if checkout:
+        shutil.copy2(ROOT / "setup.py", root / "setup.py")
+    return copy
+
+
+@needs_build
+def test_stale_compiled_module_is_not_used(tmp_path):
+    # A checkout whose network.py is newer than its compiled module, as after an edit
+    # or a checkout without reinstalling: the source must run, with a warning.
+    copy = _copy_package(tmp_path, checkout=True)
+    source = copy / "network.py"
+    newer = _compiled._extension("network").stat().st_mtime + 10
+    os.utime(source, (newer, newer))
+    file, status, stderr = _probe(tmp_path)
     assert file == str(source)
     assert "'network': 'python (compiled module is stale)'" in status
     assert "'executor': 'compiled'" in status
-    assert "is older than simnet/network.py or .pxd; using the Python source" in r.stderr
+    assert "is older than simnet/network.py or .pxd; using the Python source" in stderr
+
+
+@needs_build
+def test_installed_package_ignores_file_times(tmp_path):
+    # An installed wheel (no setup.py beside the package) writes its files in any order:
+    # a .py newer than its .so there says nothing, and the compiled module runs.
+    copy = _copy_package(tmp_path, checkout=False)
+    newer = _compiled._extension("network").stat().st_mtime + 10
+    os.utime(copy / "network.py", (newer, newer))
+    file, status, stderr = _probe(tmp_path)
+    assert not file.endswith(".py")
+    assert status == "{'network': 'compiled', 'executor': 'compiled'}"
+    assert "RuntimeWarning" not in stderr
+
+
+@needs_build
+def test_compiled_module_that_does_not_load_falls_back(tmp_path):
+    copy = _copy_package(tmp_path, checkout=False)
+    (copy / _compiled._extension("network").name).write_bytes(b"not a shared object")
+    file, status, stderr = _probe(tmp_path)
+    assert file == str(copy / "network.py")
+    assert "'network': 'python (compiled module does not load: " in status
+    assert "does not load" in stderr and "using the Python source" in stderr
