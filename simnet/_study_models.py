@@ -45,7 +45,7 @@ from proxies.models.alexnet import DEFAULT_COMPUTE_US_PER_STEP
 from proxies.models.resnet import RESNET152_STRONG
 from proxies.program import BuildOptions, LayoutError, Workload
 
-from ._study_util import StudyError
+from ._study_util import StudyError, parse_flags
 
 MICROBATCH_SAMPLES = {"gpt2": 1, "bert": 8}
 ALEXNET_BATCH_PER_PROCESS = 32  # at DEFAULT_COMPUTE_US_PER_STEP us of compute per step
@@ -110,6 +110,20 @@ class Study:
     compute: str = "sleep"
     per_tensor: bool = False
     fix_quirks: bool = False
+
+    @classmethod
+    def from_options(cls, ns: Any) -> Study:
+        """The study the options of ``_study_util.add_model_options`` (and --mode) ask for."""
+        return cls(
+            model=ns.model,
+            args=tuple(ns.args),
+            flags=parse_flags(ns.flag),
+            mode=ns.mode,
+            scale=ns.scale,
+            compute=ns.compute,
+            per_tensor=ns.per_tensor,
+            fix_quirks=ns.fix_quirks,
+        )
 
     @property
     def spec(self) -> Model:

@@ -455,19 +455,7 @@ class FlowNetwork:
         if alpha_s > 0.0:
             t = now + alpha_s
         elif links:
-            # self._begin(flow, now), inlined
-            flow.phase = _DRAINING
-            for link in links:
-                fl = link.flows
-                if not fl:
-                    link.busy_since_s = now
-                fl[flow] = None
-            self._dirty.append(links[0])
-            if not self._waking and not self._flush_scheduled:
-                self._flush_scheduled = True
-                ev = simpy.Event(env)
-                ev.callbacks.append(self._on_flush)
-                ev.succeed()
+            self._begin(flow, now)  # a C call when compiled
             return
         else:
             # Nothing to drain: deliver after the route latency, or now, but by a timer.

@@ -49,7 +49,6 @@ from ._study_util import (
     csv_cell,
     last_error_line,
     parse_counts,
-    parse_flags,
     text_table,
 )
 from .config import ConfigError, load_config
@@ -600,16 +599,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         (lambda m: None) if ns.quiet else (lambda m: print(m, file=sys.stderr, flush=True))
     )
     try:
-        study = sm.Study(
-            model=ns.model,
-            args=tuple(ns.args),
-            flags=parse_flags(ns.flag),
-            mode=ns.mode,
-            scale=ns.scale,
-            compute=ns.compute,
-            per_tensor=ns.per_tensor,
-            fix_quirks=ns.fix_quirks,
-        )
+        study = sm.Study.from_options(ns)
         sm.check_study(study)
         counts = [] if ns.np.strip().lower() == "none" else parse_counts(ns.np, "--np")
         to_predict = parse_counts(ns.predict_np, "--predict-np")

@@ -133,16 +133,7 @@ def _job_name(text: str) -> str:
 # -- scaling --------------------------------------------------------------------------------
 def scaling_scripts(ns: argparse.Namespace) -> tuple[dict[str, str], list[str], dict[str, Any]]:
     """{file name: text}, notes, plan; raises StudyError."""
-    study = sm.Study(
-        model=ns.model,
-        args=tuple(ns.args),
-        flags=parse_flags(ns.flag),
-        mode=ns.mode,
-        scale=ns.scale,
-        compute=ns.compute,
-        per_tensor=ns.per_tensor,
-        fix_quirks=ns.fix_quirks,
-    )
+    study = sm.Study.from_options(ns)
     sm.check_study(study)
     counts = parse_counts(ns.np, "--np")
     if not counts:
