@@ -8,4 +8,4 @@ set -euo pipefail
 config="$(realpath -- "${1:-$(dirname "$0")/config.json}")"
 cd "$(dirname "$0")"
 ./install.sh
-exec python3 -m simnet.endtoend --config "$config"
+exec python3 -m workflows.endtoend --config "$config"

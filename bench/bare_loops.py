@@ -39,13 +39,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from proxies.models.dlrm import ALLTOALL_TOTAL_ELEMS, BOTTOM_MLP_GRADIENTS, TOP_MLP_GRADIENTS
-from proxies.models.pipeline_dp import GPT2
-from proxies.models.resnet import RESNET50_MESSAGES
+from workload.models.dlrm import ALLTOALL_TOTAL_ELEMS, BOTTOM_MLP_GRADIENTS, TOP_MLP_GRADIENTS
+from workload.models.pipeline_dp import GPT2
+from workload.models.resnet import RESNET50_MESSAGES
 
 ELEM_BYTES = 4  # float32
 GPT2_MICROBATCHES = 8
-# DLRM's emulated compute, in program order (microseconds; see proxies/models/dlrm.py).
+# DLRM's emulated compute, in program order (microseconds; see workload/models/dlrm.py).
 DLRM_FWD_US = (341.0, 209.0, 455.0, 910.0)  # bottom MLP, interaction, top MLP fwd; top MLP bwd
 DLRM_MID_US = (209.0, 682.0)  # interaction bwd, bottom MLP bwd
 

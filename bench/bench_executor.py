@@ -47,8 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from proxies.launch import THROTTLE_VARS
-from proxies.models.dlrm import ALLTOALL_TOTAL_ELEMS
-from proxies.results import versions, write_json
+from workload.models.dlrm import ALLTOALL_TOTAL_ELEMS
+from workload.results import versions, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 BARE = Path(__file__).resolve().with_name("bare_loops.py")

@@ -189,7 +189,7 @@ def main() -> None:
         cores += f"; vs: {rows[0]['against']['core']}"
     print(cores)
     sys.path.insert(0, str(ROOT))  # run as a script, this file's directory is first
-    from proxies.results import versions, write_json
+    from workload.results import versions, write_json
 
     write_json(
         ns.out,

@@ -15,9 +15,10 @@ import sys
 import time
 from collections.abc import Sequence
 
+from workload.models import MODELS, Model, get_model
+from workload.program import BuildOptions, LayoutError, Workload
+
 from .launch import REFERENCE_THREAD_LEVEL, THREAD_LEVELS, launch_info, prepare_mpi
-from .models import MODELS, Model, get_model
-from .program import BuildOptions, LayoutError, Workload
 
 EXIT_USAGE = 2
 DEFAULT_TIMEOUT_S = 300.0
@@ -179,7 +180,7 @@ def check_options(ns: argparse.Namespace) -> str | None:
     if ns.timeout < 0:
         return f"--timeout must be >= 0 seconds (got {ns.timeout})"
     if ns.algorithm is not None:
-        from .collectives import ALGORITHMS
+        from workload.collectives import ALGORITHMS
 
         known = sorted({a for algs in ALGORITHMS.values() for a in algs})
         if ns.algorithm not in known:
@@ -211,8 +212,8 @@ def make_workload(model: Model, ns: argparse.Namespace, world_size: int) -> Work
 
 def check_algorithms(workload: Workload) -> None:
     """Refuse, before MPI starts, a named algorithm some collective cannot run."""
-    from .collectives import schedule_for
-    from .ops import Collective
+    from workload.collectives import schedule_for
+    from workload.ops import Collective
 
     seen: set[tuple[str, str, int]] = set()
     for phase in workload.phases:

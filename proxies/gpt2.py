@@ -1,4 +1,4 @@
-"""`mpirun -n P python -m proxies.gpt2`: see `proxies.models` and the README."""
+"""`mpirun -n P python -m proxies.gpt2`: see `workload.models` and the README."""
 
 from .cli import main
 

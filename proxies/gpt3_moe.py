@@ -1,4 +1,4 @@
-"""`mpirun -n P python -m proxies.gpt3_moe`: see `proxies.models` and the README."""
+"""`mpirun -n P python -m proxies.gpt3_moe`: see `workload.models` and the README."""
 
 from .cli import main
 

@@ -1,4 +1,4 @@
-"""`mpirun -n P python -m proxies.gpt3_moe_one_pipe_step`: see `proxies.models` and the README."""
+"""`mpirun -n P python -m proxies.gpt3_moe_one_pipe_step`: see `workload.models` and the README."""
 
 from .cli import main
 

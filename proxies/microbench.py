@@ -5,7 +5,7 @@
 One harness, one small spec per operation (as nccl-tests): an :class:`OpSpec`
 says how many elements an array of S bytes gives and what the bus-bandwidth
 factor is; the harness turns every (operation, size) into a phase of a
-:class:`~proxies.program.Workload` whose rank programs hold one collective per
+:class:`~workload.program.Workload` whose rank programs hold one collective per
 iteration (or the point-to-point pattern), and the MPI executor runs and
 times it. This module never calls MPI itself.
 
@@ -13,7 +13,7 @@ Sizes follow nccl-tests: S is the whole array (allreduce, bcast, reduce: the
 vector; allgather: everything gathered, p x count x 4; reduce_scatter: the
 whole input, p x count x 4; alltoall: the whole send buffer, p x count x 4;
 pingpong and stream: one message). ``count_elems`` is the MPI count argument
-(proxies/ops.py semantics) of float32 elements, rounded down to whole
+(workload/ops.py semantics) of float32 elements, rounded down to whole
 elements per rank; the size reported is the array those elements make.
 
 Times: a collective's iteration takes as long as its slowest rank (each
@@ -36,13 +36,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .accounting import BASE_RANK_BYTES, buffer_needs
+from workload.accounting import BASE_RANK_BYTES, buffer_needs
+from workload.collectives import ALGORITHMS, build_schedule
+from workload.ops import ELEM_BYTES, Op
+from workload.program import BuildOptions, Phase, ProgramBuilder, Workload, world_groups
+from workload.results import versions, write_json
+
 from .cli import EXIT_USAGE, add_mpi_options, fail, parse_quietly
-from .collectives import ALGORITHMS, build_schedule
 from .launch import MPISettings, launch_info, prepare_mpi
-from .ops import ELEM_BYTES, Op
-from .program import BuildOptions, Phase, ProgramBuilder, Workload, world_groups
-from .results import versions, write_json
 
 PROG = "mpirun -n P python -m proxies.microbench"
 GB = 1e9  # bytes, the unit of the bandwidth columns (as nccl-tests)

@@ -22,9 +22,9 @@ from functools import partial
 import numpy as np
 from mpi4py import MPI
 
-from .accounting import buffer_needs
-from .ops import ELEM_BYTES, Collective, Compute, Op, Recv, Send, Testany, Wait, describe
-from .program import Workload
+from workload.accounting import buffer_needs
+from workload.ops import ELEM_BYTES, Collective, Compute, Op, Recv, Send, Testany, Wait, describe
+from workload.program import Workload
 
 # Tags of the project's own schedules: collective k (in program order) on a group
 # uses SCHEDULE_TAG + k % SCHEDULE_TAGS, so concurrent non-blocking schedules on one
@@ -288,7 +288,7 @@ class MPIExecutor:
         chunks sent no faster than its pair's limit; with a buffer size, larger
         transfers are recorded as overruns.
         """
-        from .collectives import schedule_for
+        from workload.collectives import schedule_for
 
         sched = schedule_for(
             op.op,

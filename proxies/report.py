@@ -8,11 +8,12 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from .models import Model
+from workload.models import Model
+from workload.program import Workload
+from workload.results import chrome_trace, versions, write_json
+from workload.timeline import Breakdown, op_events
+
 from .mpi_executor import PhaseRun
-from .program import Workload
-from .results import chrome_trace, versions, write_json
-from .timeline import Breakdown, op_events
 
 
 def rank_figures(run: PhaseRun, breakdown: Callable[..., Breakdown]) -> dict[str, Any]:

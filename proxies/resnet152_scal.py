@@ -1,4 +1,4 @@
-"""`mpirun -n P python -m proxies.resnet152_scal`: see `proxies.models` and the README."""
+"""`mpirun -n P python -m proxies.resnet152_scal`: see `workload.models` and the README."""
 
 from .cli import main
 

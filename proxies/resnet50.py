@@ -1,4 +1,4 @@
-"""`mpirun -n P python -m proxies.resnet50`: see `proxies.models` and the README."""
+"""`mpirun -n P python -m proxies.resnet50`: see `workload.models` and the README."""
 
 from .cli import main
 

@@ -7,7 +7,7 @@ point-to-point schedules, paced so that no pair exceeds the limit. Counts the
 bytes every pair exchanges per epoch and phase, tracks transfers against the
 buffer size, and writes ``measured.json`` (rank 0, atomically).
 
-Usually started by ``./run_training.sh`` (``python -m simnet.endtoend``) from
+Usually started by ``./run_training.sh`` (``python -m workflows.endtoend``) from
 the configuration file; every setting is also a flag here.
 """
 
@@ -20,10 +20,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from workload.models.alexnet import DEFAULT_COMPUTE_US_PER_STEP, AlexNetRing
+from workload.program import BuildOptions, LayoutError
+
 from .cli import fail, parse_quietly
 from .launch import REFERENCE_THREAD_LEVEL, launch_info, prepare_mpi
-from .models.alexnet import DEFAULT_COMPUTE_US_PER_STEP, AlexNetRing
-from .program import BuildOptions, LayoutError
 
 GB = 1e9
 PHASES = {True: "reduce_scatter", False: "allgather"}
@@ -77,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         params.update(compute_us=ns.compute_us, hierarchical=ns.hierarchical)
         workload = model.build(info.world_size, params, options)
         if rings:
-            from .collectives import build_schedule
+            from workload.collectives import build_schedule
 
             build_schedule("allgather", "multiring", info.world_size, 1, rings=rings)
     except (LayoutError, ValueError) as e:
@@ -154,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "buffer_overruns": [o for per in overruns for o in per],
                 "wall_s": time.perf_counter() - started,
             }
-            from .results import versions, write_json
+            from workload.results import versions, write_json
 
             doc["versions"] = versions()
             path = write_json(Path(ns.out) / "measured.json", doc)

@@ -13,11 +13,14 @@ import traceback
 
 import psutil
 
+from workload.accounting import program_stats
+from workload.models import Model
+from workload.program import LayoutError, Workload
+from workload.timeline import breakdown
+
 from . import report
-from .accounting import program_stats
 from .cli import EXIT_USAGE, make_workload
 from .launch import MPISettings
-from .models import Model
 from .mpi_executor import (
     MPI,
     MPIExecutor,
@@ -27,8 +30,6 @@ from .mpi_executor import (
     node_memory_check,
     thread_level_name,
 )
-from .program import LayoutError, Workload
-from .timeline import breakdown
 
 MEMORY_HEADROOM = 0.9  # refuse above this fraction of the available memory
 

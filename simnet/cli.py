@@ -13,12 +13,12 @@ from .config import ConfigError, load_config, schema
 EXIT_USAGE = 2
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(subcommands: Sequence[str] = ()) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m simnet",
         description="Predict the time, traffic and bandwidth of a workload (the ring trainer "
         "or any proxy) on a modelled network, and draw them. Subcommands: "
-        + ", ".join(SUBCOMMANDS)
+        + ", ".join(subcommands)
         + " (python -m simnet SUBCOMMAND --help).",
     )
     p.add_argument("--config", default="config.json", help="configuration file (JSON)")
@@ -36,24 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-# Subcommands: name -> module with main(argv) -> int.
-SUBCOMMANDS = {
-    "calibrate": "simnet.calibrate",
-    "validate": "simnet.validate",
-    "scaling": "simnet.scaling",
-    "sweep": "simnet.sweep",
-    "slurm": "simnet.slurm",
-    "aggregate": "simnet.aggregate",
-}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, subcommands: Sequence[str] = ()) -> int:
+    """Simulate the configuration; ``subcommands`` only name the front end's others in --help."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] in SUBCOMMANDS:
-        import importlib
-
-        return int(importlib.import_module(SUBCOMMANDS[args[0]]).main(args[1:]) or 0)
-    ns = build_parser().parse_args(args)
+    ns = build_parser(subcommands).parse_args(args)
     if ns.schema:
         print(json.dumps(schema(), indent=1))
         return 0

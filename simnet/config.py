@@ -123,7 +123,7 @@ class NetworkSection(_Strict):
 
 
 def _check_algorithms(algorithm: str | None, by_op: dict[str, str]) -> None:
-    from proxies.collectives import ALGORITHMS
+    from workload.collectives import ALGORITHMS
 
     known = sorted({a for algs in ALGORITHMS.values() for a in algs})
     if algorithm is not None and algorithm not in known:

@@ -4,7 +4,7 @@ Each rank is a process that walks its operations. Point-to-point messages are
 matched like MPI: one FIFO per (group kind, source, destination, tag), so
 messages between a pair with the same tag never overtake each other.
 Collectives expand into the point-to-point schedules of
-``proxies.collectives``; the messages of one collective are matched on their
+``workload.collectives``; the messages of one collective are matched on their
 own channels (keyed by the collective's sequence number on its group), so
 concurrent non-blocking collectives never mix.
 
@@ -33,9 +33,9 @@ from typing import Any
 
 import simpy
 
-from proxies.collectives import Schedule, default_algorithm, schedule_for
-from proxies.ops import Collective, Compute, Op, Recv, Send, Testany, Wait
-from proxies.program import Workload
+from workload.collectives import Schedule, default_algorithm, schedule_for
+from workload.ops import Collective, Compute, Op, Recv, Send, Testany, Wait
+from workload.program import Workload
 
 from .network import FlowNetwork
 
@@ -67,7 +67,7 @@ class AlgorithmPolicy:
     fallbacks: dict[str, None] = field(default_factory=dict)
 
     def choose(self, op: Collective, p: int) -> str:
-        from proxies.collectives import ALGORITHMS
+        from workload.collectives import ALGORITHMS
 
         name = op.algorithm or self.by_op.get(op.op) or self.fixed
         if not name:

@@ -1,6 +1,6 @@
 """Writing a simulation's results: JSON, CSV matrices, heatmaps, a trace, a summary.
 
-Every file is written atomically (see ``proxies.results``).
+Every file is written atomically (see ``workload.results``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from proxies.results import chrome_trace, versions, write_csv, write_json, write_text
-from proxies.timeline import op_events
+from workload.results import chrome_trace, versions, write_csv, write_json, write_text
+from workload.timeline import op_events
 
 from . import _compiled
 from .simulate import PhaseResult, SimResult

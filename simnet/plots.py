@@ -1,7 +1,7 @@
 """Human-readable pictures of a network simulation, written as PNG files.
 
 Every public function draws one figure, writes it atomically (temp file beside
-the target, then rename, via :func:`proxies.results.atomic_write`) and returns
+the target, then rename, via :func:`workload.results.atomic_write`) and returns
 the path. A failed write leaves neither the target nor a temp file behind.
 
 Units. Inputs are in bytes (``_bytes``), bytes per second (``_bytes_per_s``)
@@ -37,7 +37,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from proxies.results import atomic_write
+from workload.results import atomic_write
 
 __all__ = [
     "bandwidth_heatmap",

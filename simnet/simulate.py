@@ -18,10 +18,10 @@ import numpy as np
 import simpy
 
 import topologies
-from proxies.models import MODELS
-from proxies.ops import ELEM_BYTES
-from proxies.program import BuildOptions, Phase, ProgramBuilder, Workload
-from proxies.timeline import breakdown
+from workload.models import MODELS
+from workload.ops import ELEM_BYTES
+from workload.program import BuildOptions, Phase, ProgramBuilder, Workload
+from workload.timeline import breakdown
 
 from .config import GB, Config, ConfigError, apply_link_params, load_config, ring_orders
 from .executor import AlgorithmPolicy, PhaseSim, SimExecutor
@@ -417,7 +417,7 @@ def collective_time(
 ) -> float:
     """Simulated seconds of one collective over all endpoints of ``topology``.
 
-    ``size_bytes`` follows the MPI count semantics of ``proxies.ops`` (the
+    ``size_bytes`` follows the MPI count semantics of ``workload.ops`` (the
     whole vector for allreduce; each rank's contribution for allgather; each
     rank's block for reduce_scatter; per peer for alltoall), in bytes: it must
     be a multiple of 4 (float32 elements).

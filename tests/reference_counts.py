@@ -2,7 +2,7 @@
 computed here from the facts of ``shared/reference/proxies.md`` (sizes typed
 in from that page, never imported from the code under test).
 
-Call bytes follow the documented convention (README, ``proxies.ops.call_bytes``):
+Call bytes follow the documented convention (README, ``workload.ops.call_bytes``):
 count x 4 bytes per call; allgather: the rank's contribution; reduce_scatter:
 the whole input vector (p blocks); alltoall: the bytes to the p - 1 peers.
 """

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 import simnet
-from proxies.collectives import alpha_beta_time_s, schedule_for
-from simnet import calibrate as cal
 from simnet.config import LINK_PARAM_KEYS
+from workflows import calibrate as cal
+from workload.collectives import alpha_beta_time_s, schedule_for
 
 from .mpirun import mpirun
 

@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-from proxies.collectives import (
+from workload.collectives import (
     ALGORITHMS,
     ELEM_BYTES,
     Schedule,

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from proxies.collectives import build_schedule
-from proxies.models.alexnet import alexnet_params
 from simnet.config import Config, ConfigError, load_config, ring_orders
+from workload.collectives import build_schedule
+from workload.models.alexnet import alexnet_params
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -115,7 +115,7 @@ def quick_config(tmp_path: Path, **over) -> Path:
 
 def run_job(config: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "simnet.endtoend", "--config", str(config)],
+        [sys.executable, "-m", "workflows.endtoend", "--config", str(config)],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -196,7 +196,7 @@ def test_buffer_overrun_reported_with_step_and_pair(tmp_path):
 def test_ctrl_c_stops_everything_and_leaves_no_partial_file(tmp_path):
     cfg = quick_config(tmp_path, training={"num_epochs": 50, "steps_per_epoch": 50})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "simnet.endtoend", "--config", str(cfg)],
+        [sys.executable, "-m", "workflows.endtoend", "--config", str(cfg)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -6,10 +6,10 @@ from collections import Counter
 
 import pytest
 
-from proxies.accounting import program_stats
-from proxies.models import MODELS
-from proxies.ops import Collective, Compute, Recv, Send, Testany, Wait
-from proxies.program import BuildOptions, LayoutError
+from workload.accounting import program_stats
+from workload.models import MODELS
+from workload.ops import Collective, Compute, Recv, Send, Testany, Wait
+from workload.program import BuildOptions, LayoutError
 
 from . import reference_counts as ref
 
@@ -311,7 +311,7 @@ def test_every_model_builds_and_requests_are_consistent():
 
 
 def test_schedule_collectives_get_a_send_buffer_of_the_whole_transfer():
-    from proxies.accounting import buffer_needs
+    from workload.accounting import buffer_needs
 
     w = MODELS["alexnet_ring"].build(4, {"input_channels": 3, "num_classes": 10,
                                          "compute_us": 0, "hierarchical": 0},

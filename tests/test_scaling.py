@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from simnet import _study_models as sm
-from simnet import aggregate, scaling
-from simnet._study_util import StudyError, parse_counts, text_table
-from simnet.launcher import run_command
+from workflows import aggregate, scaling
+from workflows.launcher import run_command
+from workflows.study import models as sm
+from workflows.study.util import StudyError, parse_counts, text_table
 
 # -- the arithmetic -----------------------------------------------------------------------
 

@@ -29,12 +29,12 @@ import simpy
 
 import simnet
 import topologies
-from proxies.collectives import ALGORITHMS, Schedule, build_schedule, schedule_for
-from proxies.ops import Collective, Compute, Recv, Send, Testany, Wait
-from proxies.program import BuildOptions, Phase, ProgramBuilder, Workload
 from simnet.executor import SimExecutor
 from simnet.network import FlowNetwork
 from simnet.simulate import route_matrices
+from workload.collectives import ALGORITHMS, Schedule, build_schedule, schedule_for
+from workload.ops import Collective, Compute, Recv, Send, Testany, Wait
+from workload.program import BuildOptions, Phase, ProgramBuilder, Workload
 
 ROOT = Path(__file__).resolve().parent.parent
 BW = 10e9  # bytes/s

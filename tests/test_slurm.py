@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from simnet import slurm
+from workflows import slurm
 
 
 def _sbatch_lines(path: Path) -> list[str]:

@@ -13,18 +13,18 @@ from pathlib import Path
 import pytest
 
 import simnet
-from proxies.results import write_json
-from simnet import aggregate, sweep
-from simnet._study_pool import InlineExecutor, resolve_kind
-from simnet._study_util import (
+from simnet.config import Config
+from tests.mpirun import MPIEXEC
+from workflows import aggregate, sweep
+from workflows.study.pool import InlineExecutor, resolve_kind
+from workflows.study.util import (
     StudyError,
     check_dotted_key,
     expand_grid,
     parse_grid,
     set_dotted,
 )
-from simnet.config import Config
-from tests.mpirun import MPIEXEC
+from workload.results import write_json
 
 BASE = {
     "distributed": {"num_nodes": 8, "bandwidth_limit": 10.0},

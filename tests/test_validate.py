@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import simnet
-from proxies.ops import describe
-from simnet import validate as val
 from simnet.simulate import build_workload
+from workflows import validate as val
+from workload.ops import describe
 
 TIMEOUT_S = 120
 

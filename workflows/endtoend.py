@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from proxies.results import versions, write_csv, write_json, write_text
+from simnet.config import GB, Config, ConfigError, load_config, ring_orders
+from workload.results import versions, write_csv, write_json, write_text
 
-from .config import GB, Config, ConfigError, load_config, ring_orders
 from .launcher import proxy_command, run_proxy
 
 EXIT_USAGE = 2
@@ -176,8 +176,8 @@ def metrics_text(
 
 
 def write_measured(out: Path, measured: dict[str, Any]) -> list[Path]:
-    from . import plots
-    from .output import write_matrix_csv
+    from simnet import plots
+    from simnet.output import write_matrix_csv
 
     files = []
     bw = np.array(measured["bandwidth_bytes_per_s"], dtype=float)
@@ -215,8 +215,8 @@ def write_measured(out: Path, measured: dict[str, Any]) -> list[Path]:
 
 # -- the job ---------------------------------------------------------------------------
 def run(cfg: Config, out: Path, say: Any = print) -> int:
-    from .output import write_all
-    from .simulate import simulate
+    from simnet.output import write_all
+    from simnet.simulate import simulate
 
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -275,7 +275,7 @@ def run(cfg: Config, out: Path, say: Any = print) -> int:
         "predicted": {"step_s": step_pred, "files_prefix": "predicted_"},
         "wall_s": time.perf_counter() - started,
     }
-    from . import plots
+    from simnet import plots
 
     ep = comparison["time"]["per_epoch"]
     files.append(
@@ -320,8 +320,8 @@ def run(cfg: Config, out: Path, say: Any = print) -> int:
 
 def run_proxy_workload(cfg: Config, out: Path, say: Any) -> int:
     """A proxy workload: real run, prediction, and their per-iteration times."""
-    from .output import write_all
-    from .simulate import simulate
+    from simnet.output import write_all
+    from simnet.simulate import simulate
 
     meas_path = out / "measured_proxy.json"
     say(f"== real run: {cfg.world_size} processes of proxies.{cfg.workload.name} ==")
@@ -357,7 +357,7 @@ def run_proxy_workload(cfg: Config, out: Path, say: Any) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m simnet.endtoend", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m workflows.endtoend", description=__doc__)
     p.add_argument("--config", default="config.json")
     p.add_argument("--out", default=None, help="default: logging.log_dir")
     ns = p.parse_args(argv)

@@ -15,7 +15,7 @@ resumes). ``DIR/manifest.json`` lists every point with its status and, per
 run, which points were computed and which skipped. At the end:
 ``DIR/sweep.csv`` and ``DIR/sweep.txt``, one row per point.
 
-The pool (see ``simnet._study_pool``): a local process pool, or, launched
+The pool (see ``workflows.study.pool``): a local process pool, or, launched
 under MPI, mpi4py.futures workers:
 
     mpiexec -n 65 python -m mpi4py.futures -m simnet sweep --config ... --out DIR
@@ -40,11 +40,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from proxies.results import versions, write_csv, write_json, write_text
+from simnet.config import Config, ConfigError, load_config
+from simnet.simulate import build_workload
+from workload.results import versions, write_csv, write_json, write_text
 
-from ._study_pool import POOL_KINDS, launch_rank, open_pool
-from ._study_sim import simulate_point
-from ._study_util import (
+from .study.pool import POOL_KINDS, launch_rank, open_pool
+from .study.sim import simulate_point
+from .study.util import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     StudyError,
@@ -57,8 +59,6 @@ from ._study_util import (
     stable_hash,
     text_table,
 )
-from .config import Config, ConfigError, load_config
-from .simulate import build_workload
 
 MANIFEST = "manifest.json"
 POINTS_DIR = "points"

@@ -12,7 +12,7 @@
    the curve continues past this machine and the prediction error shows where
    both exist.
 3. Reports per point: the iteration time, the samples it processes (the
-   global batch, see ``simnet._study_models``), throughput in samples/s,
+   global batch, see ``workflows.study.models``), throughput in samples/s,
    speedup (throughput over the smallest count's), efficiency (weak:
    t(P1) / t(P); strong: speedup / (P / P1)) and the compute / exposed
    communication split; writes ``scaling.json``, ``scaling.csv``,
@@ -36,12 +36,14 @@ from concurrent.futures import as_completed
 from pathlib import Path
 from typing import Any
 
-from proxies.results import atomic_write, versions, write_csv, write_json, write_text
+from simnet.config import ConfigError, load_config
+from workload.results import atomic_write, versions, write_csv, write_json, write_text
 
-from . import _study_models as sm
-from ._study_pool import open_pool
-from ._study_sim import simulate_point
-from ._study_util import (
+from .launcher import run_command
+from .study import models as sm
+from .study.pool import open_pool
+from .study.sim import simulate_point
+from .study.util import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     StudyError,
@@ -51,8 +53,6 @@ from ._study_util import (
     parse_counts,
     text_table,
 )
-from .config import ConfigError, load_config
-from .launcher import run_command
 
 DEFAULT_TIMEOUT_S = 600.0
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import Config
+from simnet.config import Config
 
 EXIT_TIMEOUT = 124
 NO_SCHEDULE_ALGORITHMS = ("multiring", "hierarchical")  # need parameters a proxy lacks
@@ -165,7 +165,7 @@ def run_command(
         raise
     result = CommandResult(rc, out or "", time.perf_counter() - started)
     if log_path is not None:
-        from proxies.results import write_text
+        from workload.results import write_text
 
         write_text(log_path, f"$ {' '.join(cmd)}\n{result.output}")
     return result

@@ -40,12 +40,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxies.models import MODELS, Model
-from proxies.models.alexnet import DEFAULT_COMPUTE_US_PER_STEP
-from proxies.models.resnet import RESNET152_STRONG
-from proxies.program import BuildOptions, LayoutError, Workload
+from workload.models import MODELS, Model
+from workload.models.alexnet import DEFAULT_COMPUTE_US_PER_STEP
+from workload.models.resnet import RESNET152_STRONG
+from workload.program import BuildOptions, LayoutError, Workload
 
-from ._study_util import StudyError, parse_flags
+from .util import StudyError, parse_flags
 
 MICROBATCH_SAMPLES = {"gpt2": 1, "bert": 8}
 ALEXNET_BATCH_PER_PROCESS = 32  # at DEFAULT_COMPUTE_US_PER_STEP us of compute per step
@@ -113,7 +113,7 @@ class Study:
 
     @classmethod
     def from_options(cls, ns: Any) -> Study:
-        """The study the options of ``_study_util.add_model_options`` (and --mode) ask for."""
+        """The study the options of ``study.util.add_model_options`` (and --mode) ask for."""
         return cls(
             model=ns.model,
             args=tuple(ns.args),

@@ -13,9 +13,8 @@ import time
 import traceback
 from typing import Any
 
-from proxies.results import versions, write_json
-
-from .config import ConfigError
+from simnet.config import ConfigError
+from workload.results import versions, write_json
 
 
 def summarise(res: Any) -> dict[str, Any]:
@@ -73,7 +72,7 @@ def simulate_point(
     ``extra``, ``"complete": true``) is also written there atomically, by the
     process that simulated it.
     """
-    from .simulate import simulate
+    from simnet.simulate import simulate
 
     started = time.perf_counter()
     try:

@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from .config import GB, LINK_PARAM_KEYS
+from simnet.config import GB, LINK_PARAM_KEYS
 
 EXIT_USAGE = 2
 US = 1e6  # microseconds per second
@@ -63,7 +63,7 @@ COLLECTIVE_OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "bcast
 KNOWN_OPS = (*COLLECTIVE_OPS, *P2P_OPS)
 STATS = ("avg", "min", "max")
 TOPOLOGIES = ("switch", "ring")
-ELEM_BYTES = 4  # float32, as proxies.ops
+ELEM_BYTES = 4  # float32, as workload.ops
 
 # MPICH's historical thresholds (bytes), collective-costs.md.
 BCAST_SHORT_MSG_BYTES = 12_288
@@ -102,7 +102,7 @@ def _pow2(p: int) -> bool:
 def mpich_algorithm(op: str, p: int, count_elems: int) -> str:
     """The algorithm MPICH's historical defaults choose (collective-costs.md).
 
-    ``count_elems`` has MPI count semantics (proxies.ops): the vector for
+    ``count_elems`` has MPI count semantics (workload.ops): the vector for
     allreduce, bcast and reduce; each rank's contribution for allgather; each
     rank's block for reduce_scatter; the elements per destination for alltoall.
     reduce is not in the document's list of defaults: binomial is assumed.
@@ -153,7 +153,7 @@ def cost_terms(op: str, algorithm: str, p: int, count_elems: int) -> tuple[float
     at once; not in the table) is costed as simnet models it: one overhead,
     the p-1 blocks through the sender's link. Algorithms without a closed form
     here (e.g. hierarchical, multiring) fall back to the Hockney time of the
-    project's schedule (``proxies.collectives.alpha_beta_time_s``).
+    project's schedule (``workload.collectives.alpha_beta_time_s``).
     """
     if p < 2:
         return 0.0, 0.0
@@ -212,7 +212,7 @@ def cost_terms(op: str, algorithm: str, p: int, count_elems: int) -> tuple[float
 
 
 def _schedule_terms(op: str, algorithm: str, p: int, count_elems: int) -> tuple[float, float]:
-    from proxies.collectives import alpha_beta_time_s, schedule_for
+    from workload.collectives import alpha_beta_time_s, schedule_for
 
     try:
         s = schedule_for(op, algorithm, p, count_elems)
@@ -546,7 +546,7 @@ def link_params_document(cal: Calibration, topology: str = "switch") -> dict[str
     doc["alpha_us"] = cal.alpha_s * US
     doc["bandwidth_gb_per_s"] = cal.bandwidth_bytes_per_s / GB
     doc["link_latency_us"] = 0.0
-    from proxies.results import versions
+    from workload.results import versions
 
     doc["fit"] = {
         "kind": "link-params",
@@ -586,8 +586,7 @@ def message_time_s(
     import simpy
 
     import topologies
-
-    from .network import FlowNetwork
+    from simnet.network import FlowNetwork
 
     env = simpy.Environment()
     net = FlowNetwork(env, graph, topologies.Router(graph).path, alpha_s=alpha_s)
@@ -598,9 +597,8 @@ def message_time_s(
 
 def predict(cal: Calibration, topology: str = "switch") -> list[dict[str, Any]]:
     """Measured vs simulated time of every row (seconds)."""
-    from proxies.collectives import default_algorithm
-
-    from .simulate import collective_time
+    from simnet.simulate import collective_time
+    from workload.collectives import default_algorithm
 
     p = cal.bench.world_size
     bw, alpha = cal.bandwidth_bytes_per_s, cal.alpha_s
@@ -685,9 +683,8 @@ def report_text(cal: Calibration, rows: list[dict[str, Any]], topology: str) -> 
 def write_report(
     cal: Calibration, out: Path, topology: str = "switch"
 ) -> tuple[list[Path], list[dict[str, Any]]]:
-    from proxies.results import write_csv, write_text
-
-    from . import plots
+    from simnet import plots
+    from workload.results import write_csv, write_text
 
     rows = predict(cal, topology)
     files = [
@@ -753,7 +750,7 @@ def write_report(
 
 def write_fit_plots(cal: Calibration, out: Path) -> list[Path]:
     """One plot per fitted (op, algorithm): measured vs its own fitted closed form."""
-    from . import plots
+    from simnet import plots
 
     files = []
     for f in cal.fits:
@@ -889,7 +886,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
-    from proxies.results import write_json, write_text
+    from workload.results import write_json, write_text
 
     try:
         bench = load_microbench(ns.microbench, ns.stat)

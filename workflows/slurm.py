@@ -30,11 +30,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from proxies.models import MODELS
-from proxies.results import write_json, write_text
+from workload.models import MODELS
+from workload.results import write_json, write_text
 
-from . import _study_models as sm
-from ._study_util import (
+from .study import models as sm
+from .study.util import (
     EXIT_USAGE,
     StudyError,
     add_model_options,

@@ -22,10 +22,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from proxies.results import versions, write_csv, write_json, write_text
+from workload.results import versions, write_csv, write_json, write_text
 
-from ._study_models import samples_per_iteration
-from ._study_util import EXIT_USAGE, csv_cell, text_table
+from .study.models import samples_per_iteration
+from .study.util import EXIT_USAGE, csv_cell, text_table
 
 COLUMNS = (
     ("kind", "kind"),
@@ -235,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{len(rows)} results ({sum(r['kind'] == 'measured' for r in rows)} measured, "
         f"{sum(r['kind'] == 'predicted' for r in rows)} predicted); times per iteration in "
         "seconds (measured: slowest rank, summed over phases), compute and communication "
-        "mean over ranks; samples per iteration as defined by simnet._study_models\n\n"
+        "mean over ranks; samples per iteration as defined by workflows.study.models\n\n"
         + text_table(headers, table)
     )
     if ignored:

@@ -86,7 +86,7 @@ class Collective:
 
     ``count_elems`` has MPI count semantics (see the module docstring).
     ``algorithm`` None means the MPI library's own choice (MPI executor) or the
-    default policy (simnet); a name from ``proxies.collectives.ALGORITHMS``
+    default policy (simnet); a name from ``workload.collectives.ALGORITHMS``
     selects the project's point-to-point schedule.
     """
 

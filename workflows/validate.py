@@ -42,7 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from .config import Config, ConfigError, load_config
+from simnet.config import Config, ConfigError, load_config
+
 from .launcher import EXIT_TIMEOUT, proxy_command, run_proxy
 
 EXIT_USAGE = 2
@@ -60,7 +61,7 @@ class ValidationError(ValueError):
 def prepare_config(path: str | Path, np_ranks: int | None = None) -> tuple[Config, list[str]]:
     """The configuration to validate, with ``--np`` applied and the link-parameter
     file made absolute (it is relative to the configuration's directory)."""
-    from proxies.models import MODELS
+    from workload.models import MODELS
 
     cfg = load_config(path)
     notes: list[str] = []
@@ -89,8 +90,7 @@ def prepare_config(path: str | Path, np_ranks: int | None = None) -> tuple[Confi
             notes.append(f"distributed.num_nodes set to {np_ranks} (--np)")
     cfg = load_config(data)
     import topologies
-
-    from .simulate import build_topology, build_workload
+    from simnet.simulate import build_topology, build_workload
 
     # What the proxy or the prediction would refuse is refused here, before MPI starts.
     build_workload(cfg)
@@ -121,7 +121,7 @@ class OpRow:
 
 
 def op_kind(op: Any) -> str:
-    from proxies.ops import Collective
+    from workload.ops import Collective
 
     if isinstance(op, Collective):
         return op.op if op.req is None else "i" + op.op
@@ -149,7 +149,7 @@ def compare_ops(
     """Op-by-op rows of one phase: measured means from the trace, simulated means
     from the PhaseSim timelines. Raises ValidationError when the trace is not of
     this workload."""
-    from proxies.ops import describe
+    from workload.ops import describe
 
     rows = []
     for rank, ops in enumerate(sim.programs):
@@ -338,7 +338,7 @@ def bar_plot(labels: list[dict[str, Any]], path: Path, title: str) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from proxies.results import atomic_write
+    from workload.results import atomic_write
 
     phases = {d["phase"] for d in labels}
     names = [d["label"] if len(phases) == 1 else f"{d['phase']}/{d['label']}" for d in labels]
@@ -375,9 +375,8 @@ def analyse(
     notes: list[str],
 ) -> tuple[dict[str, Any], str]:
     """Predict, compare, write every output; returns the document and the summary."""
-    from proxies.results import versions, write_csv, write_json, write_text
-
-    from .simulate import simulate
+    from simnet.simulate import simulate
+    from workload.results import versions, write_csv, write_json, write_text
 
     if measured.get("kind") != "proxy-run":
         raise ValidationError("measured.json is not a proxy run (kind != 'proxy-run')")
@@ -584,7 +583,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise ValidationError(f"--reuse: no {', '.join(missing)}; run without --reuse")
             cmd = None
         else:
-            from proxies.results import write_text
+            from workload.results import write_text
 
             for p in (meas_path, trace_path):
                 p.unlink(missing_ok=True)  # never compare against a previous run

@@ -1,0 +1,1 @@
+"""What the scaling, sweep, Slurm and aggregate workflows share."""
