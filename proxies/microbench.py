@@ -12,7 +12,7 @@ times it. This module never calls MPI itself.
 Sizes follow nccl-tests: S is the whole array (allreduce, bcast, reduce: the
 vector; allgather: everything gathered, p x count x 4; reduce_scatter: the
 whole input, p x count x 4; alltoall: the whole send buffer, p x count x 4;
-pingpong and stream: one message). ``count_elems`` is the MPI count argument
+pingpong, stream and exchange: one message). ``count_elems`` is the MPI count argument
 (workload/ops.py semantics) of float32 elements, rounded down to whole
 elements per rank; the size reported is the array those elements make.
 
@@ -20,7 +20,9 @@ Times: a collective's iteration takes as long as its slowest rank (each
 rank's own call duration, so no synchronised clocks are assumed); avg, min
 and max are over the timed iterations. pingpong: half of rank 0's round
 trip; stream: rank 0's time from its first send to the receiver's
-acknowledgement, divided by the window. algbw = size / avg time,
+acknowledgement, divided by the window; exchange (every rank sends to the
+next and receives from the previous at once): the slowest rank's time, so
+p x size / time is what the ranks move together. algbw = size / avg time,
 busbw = algbw x bus factor, GB = 1e9 bytes.
 """
 
@@ -71,12 +73,15 @@ class OpSpec:
     per_rank: S is p blocks of ``count_elems`` (allgather, reduce_scatter,
       alltoall); otherwise S is ``count_elems`` elements.
     bus_rule: "2(n-1)/n", "(n-1)/n" or "1" (nccl-tests; workflows.md section 3).
+    p2p: point-to-point messages (no collective algorithm to choose).
+    pair_only: only ranks 0 and 1 take part (and only rank 0's times count).
     """
 
     name: str
     per_rank: bool
     bus_rule: str
     p2p: bool = False
+    pair_only: bool = False
 
     def count_elems(self, size_bytes: int, world_size: int) -> int:
         elems = size_bytes // ELEM_BYTES
@@ -107,8 +112,9 @@ SPECS: dict[str, OpSpec] = {
         OpSpec("alltoall", True, "(n-1)/n"),
         OpSpec("bcast", False, "1"),
         OpSpec("reduce", False, "1"),
-        OpSpec("pingpong", False, "1", p2p=True),
-        OpSpec("stream", False, "1", p2p=True),
+        OpSpec("pingpong", False, "1", p2p=True, pair_only=True),
+        OpSpec("stream", False, "1", p2p=True, pair_only=True),
+        OpSpec("exchange", False, "1", p2p=True),
     )
 }
 SCHEDULES = tuple(
@@ -354,11 +360,15 @@ def plan_cases(
     return cases, notes
 
 
-def rank_program(case: Case, wait_each: bool = False) -> Callable[[int], list[Op]]:
+def rank_program(
+    case: Case, world_size: int, wait_each: bool = False
+) -> Callable[[int], list[Op]]:
     """One iteration of ``case`` for a rank: one collective, or the p2p pattern.
 
     stream: the window's non-blocking sends (receives), one wait for all of
     them (``wait_each``: one wait per message, in order), then the ack.
+    exchange: every rank sends one message to the next rank and receives one
+    from the previous, both non-blocking, then waits for both.
     """
     alg = None if case.algorithm == MPI_ALGORITHM else case.algorithm
     op, n = case.spec.name, case.count_elems
@@ -387,6 +397,12 @@ def rank_program(case: Case, wait_each: bool = False) -> Callable[[int], list[Op
                     b.wait(*reqs, label="wait for the window")
                 ack = b.recv if rank == 0 else b.send
                 ack(peer, 1, tag=ACK_TAG, group="world", label="ack")
+        elif op == "exchange":
+            # Every rank at once: a ring shift, so all the host's ranks copy together.
+            right, left = (rank + 1) % world_size, (rank - 1) % world_size
+            s = b.send(right, n, tag=DATA_TAG, group="world", blocking=False, label="exchange")
+            r = b.recv(left, n, tag=DATA_TAG, group="world", blocking=False, label="exchange")
+            b.wait(s, r, label="wait for the exchange")
         else:
             b.collective(op, "world", n, label=op)
         return b.ops
@@ -400,7 +416,7 @@ def build_workload(cases: Sequence[Case], world_size: int, wait_each: bool = Fal
         world_size=world_size,
         params={},
         groups={"world": world_groups(world_size)},
-        phases=[Phase(c.phase, rank_program(c, wait_each)) for c in cases],
+        phases=[Phase(c.phase, rank_program(c, world_size, wait_each)) for c in cases],
     )
 
 
@@ -418,7 +434,7 @@ def host_need_bytes(
     Collectives: every rank holds the same buffers. Point-to-point: only
     ranks 0 and 1 hold buffers, and at most two of them share this host.
     """
-    if case.spec.p2p:
+    if case.spec.pair_only:
         extra = rank_need_bytes(workload, phase, case, 0) - BASE_RANK_BYTES
         return ranks_on_host * BASE_RANK_BYTES + min(2, ranks_on_host) * extra
     return ranks_on_host * rank_need_bytes(workload, phase, case, rank)
@@ -637,7 +653,7 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
             for c in todo:
                 r = ex.run_phase(c.phase, ns.warmup, ns.iters)
                 mine = iteration_times(r.starts, r.ends)
-                if spec.p2p and rank != 0:
+                if spec.pair_only and rank != 0:
                     mine = []
                 everyone = gather(comm, mine)
                 if rank == 0:
