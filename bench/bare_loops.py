@@ -42,8 +42,8 @@ import numpy as np
 from workload.models.dlrm import ALLTOALL_TOTAL_ELEMS, BOTTOM_MLP_GRADIENTS, TOP_MLP_GRADIENTS
 from workload.models.pipeline_dp import GPT2
 from workload.models.resnet import RESNET50_MESSAGES
+from workload.units import ELEM_BYTES, us_to_s
 
-ELEM_BYTES = 4  # float32
 GPT2_MICROBATCHES = 8
 # DLRM's emulated compute, in program order (microseconds; see workload/models/dlrm.py).
 DLRM_FWD_US = (341.0, 209.0, 455.0, 910.0)  # bottom MLP, interaction, top MLP fwd; top MLP bwd
@@ -104,9 +104,9 @@ def dlrm_phases(comm, rank: int, size: int, scale: float) -> list[Phase]:
     in_place, op_sum = MPI.IN_PLACE, MPI.SUM
     alltoall, iallreduce, waitall = comm.Alltoall, comm.Iallreduce, MPI.Request.Waitall
     sleep = time.sleep
-    embedding_fwd, embedding_bwd = 95.0 * 1e-6, 190.0 * 1e-6
-    fwd = [us * 1e-6 for us in DLRM_FWD_US]
-    mid = [us * 1e-6 for us in DLRM_MID_US]
+    embedding_fwd, embedding_bwd = us_to_s(95.0), us_to_s(190.0)
+    fwd = [us_to_s(us) for us in DLRM_FWD_US]
+    mid = [us_to_s(us) for us in DLRM_MID_US]
 
     def loop(n: int) -> None:
         for _ in range(n):

@@ -49,6 +49,7 @@ from typing import Any
 from proxies.launch import THROTTLE_VARS
 from workload.models.dlrm import ALLTOALL_TOTAL_ELEMS
 from workload.results import versions, write_json
+from workload.units import s_to_us
 
 ROOT = Path(__file__).resolve().parent.parent
 BARE = Path(__file__).resolve().with_name("bare_loops.py")
@@ -240,8 +241,8 @@ def summarise(rows: dict[tuple[str, str, float], dict[str, Any]]) -> list[dict[s
                 "bare_best_s": min(bare),
                 "proxy_best_s": min(proxy),
                 "ratio_best_proxy_over_best_bare": min(proxy) / min(bare),
-                "overhead_us_per_iter": (mp - mb) * 1e6,
-                "overhead_us_per_op": (mp - mb) * 1e6 / max(1, r["ops_per_rank"]),
+                "overhead_us_per_iter": s_to_us(mp - mb),
+                "overhead_us_per_op": s_to_us(mp - mb) / max(1, r["ops_per_rank"]),
             }
         out.append(row)
     return out

@@ -26,8 +26,7 @@ import networkx as nx
 import simpy
 
 from simnet.network import FlowNetwork
-
-GB = 1e9  # bytes/s figures below use GB = 1e9 bytes
+from workload.units import GB  # bytes/s figures below use GB = 1e9 bytes
 
 
 def ring_graph(n: int) -> nx.DiGraph:

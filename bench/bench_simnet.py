@@ -36,12 +36,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-GIB = 2**30
 
 
 def ring_case(n: int) -> tuple[int, float]:
     import simnet
     import topologies
+    from workload.units import GIB
 
     g = topologies.ring(n, bandwidth_bytes_per_s=10e9, latency_s=5e-6)
     t = simnet.collective_time(g, "allreduce", "ring", GIB)
@@ -52,13 +52,13 @@ def gpt3_case() -> tuple[int, float]:
     import simnet
 
     cfg = {
-        "distributed": {"num_nodes": 384, "bandwidth_limit": 150.0},
+        "distributed": {"num_nodes": 384, "bandwidth_limit_gb_per_s": 150.0},
         "topology": {
             "type": "hierarchical",
             "num_nodes": 384,
             "group_size": 4,
-            "intra_bandwidth": 150.0,
-            "inter_bandwidth": 12.5,
+            "intra_bandwidth_gb_per_s": 150.0,
+            "inter_bandwidth_gb_per_s": 12.5,
             "intra_latency_us": 0.5,
             "inter_latency_us": 2.5,
         },

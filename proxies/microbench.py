@@ -43,16 +43,16 @@ from workload.collectives import ALGORITHMS, build_schedule
 from workload.ops import ELEM_BYTES, Op
 from workload.program import BuildOptions, Phase, ProgramBuilder, Workload, world_groups
 from workload.results import versions, write_json
+from workload.units import GB, GIB, KIB, MIB, s_to_us
 
 from .cli import EXIT_USAGE, add_mpi_options, fail, parse_quietly
 from .launch import MPISettings, launch_info, prepare_mpi
 
 PROG = "mpirun -n P python -m proxies.microbench"
-GB = 1e9  # bytes, the unit of the bandwidth columns (as nccl-tests)
 DEFAULT_MINBYTES = 8
-DEFAULT_MAXBYTES = 4 * 2**20
+DEFAULT_MAXBYTES = 4 * MIB
 DEFAULT_STEPFACTOR = 2
-DEFAULT_STEPBYTES = 2**20
+DEFAULT_STEPBYTES = MIB
 DEFAULT_ITERS = 20  # nccl-tests' defaults
 DEFAULT_WARMUP = 5
 DEFAULT_WINDOW = 64  # OSU's bandwidth test window
@@ -135,7 +135,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 _SIZE_RE = re.compile(r"(\d+)([KMG]?)", re.IGNORECASE)
-_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+_UNITS = {"": 1, "K": KIB, "M": MIB, "G": GIB}
 
 
 def parse_size(text: str) -> int:
@@ -494,9 +494,9 @@ def format_row(r: dict[str, Any]) -> str:
     cells = (
         r["size_bytes"],
         r["count_elems"],
-        f"{t['avg'] * 1e6:.2f}",
-        f"{t['min'] * 1e6:.2f}",
-        f"{t['max'] * 1e6:.2f}",
+        f"{s_to_us(t['avg']):.2f}",
+        f"{s_to_us(t['min']):.2f}",
+        f"{s_to_us(t['max']):.2f}",
         f"{r['algbw_bytes_per_s'] / GB:.3f}",
         f"{r['busbw_bytes_per_s'] / GB:.3f}",
     )
@@ -579,10 +579,9 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
             if not refused:
                 kept.append(c)
                 continue
-            gib = 2**30
             why = (
-                f"the {ranks_on_host} ranks on this host would need about {need / gib:.1f} GiB "
-                f"but {avail / gib:.1f} GiB is available"
+                f"the {ranks_on_host} ranks on this host would need about {need / GIB:.1f} GiB "
+                f"but {avail / GIB:.1f} GiB is available"
                 if need > avail * MEMORY_HEADROOM
                 else "another host of the job lacks the memory"
             )

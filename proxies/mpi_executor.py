@@ -25,6 +25,7 @@ from mpi4py import MPI
 from workload.accounting import buffer_needs
 from workload.ops import ELEM_BYTES, Collective, Compute, Op, Recv, Send, Testany, Wait, describe
 from workload.program import Workload
+from workload.units import us_to_s
 
 # Tags of the project's own schedules: collective k (in program order) on a group
 # uses SCHEDULE_TAG + k % SCHEDULE_TAGS, so concurrent non-blocking schedules on one
@@ -186,7 +187,7 @@ class MPIExecutor:
 
     # -- compiling operations into calls ---------------------------------------
     def _compute(self, duration_us: float) -> Callable[[], None]:
-        d = duration_us * 1e-6
+        d = us_to_s(duration_us)
         if self.compute_mode == "none" or d <= 0:
             return _noop
         if self.compute_mode == "sleep":

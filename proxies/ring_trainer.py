@@ -22,11 +22,11 @@ from pathlib import Path
 
 from workload.models.alexnet import DEFAULT_COMPUTE_US_PER_STEP, AlexNetRing
 from workload.program import BuildOptions, LayoutError
+from workload.units import MB, MS_PER_S, gb_per_s_to_bytes_per_s
 
 from .cli import fail, parse_quietly
 from .launch import REFERENCE_THREAD_LEVEL, launch_info, prepare_mpi
 
-GB = 1e9
 PHASES = {True: "reduce_scatter", False: "allgather"}
 
 
@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         ex = mx.MPIExecutor(workload, compute="sleep", timeout_s=ns.timeout, progress=progress,
                             comm=comm)
         if ns.bandwidth_limit > 0:
-            ex.pacer = mx.Pacer(ns.bandwidth_limit * GB, ns.chunk_bytes)
+            ex.pacer = mx.Pacer(gb_per_s_to_bytes_per_s(ns.bandwidth_limit), ns.chunk_bytes)
         ex.buffer_bytes = ns.buffer_bytes or None
         ex.create_communicators()
         ex.allocate()
@@ -133,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 e = epoch_record(epoch, gathered, size)
                 epochs.append(e)
                 say(f"epoch {epoch + 1}/{ns.epochs}: {e['time_s']:.2f} s "
-                    f"({1e3 * e['time_s'] / ns.steps:.1f} ms/step), reduce-scatter "
+                    f"({MS_PER_S * e['time_s'] / ns.steps:.1f} ms/step), reduce-scatter "
                     f"{e['traffic_mb']['reduce_scatter']:.1f} MB, all-gather "
                     f"{e['traffic_mb']['allgather']:.1f} MB")
         overruns = comm.gather(list(ex.overruns.values()), root=0)
@@ -182,7 +182,7 @@ def epoch_record(epoch: int, gathered: list[dict], size: int) -> dict:
         "time_s": max(g["total_s"] for g in gathered),
         "step_s": {"mean": sum(steps) / len(steps), "min": min(steps), "max": max(steps)},
         "traffic_bytes": traffic,
-        "traffic_mb": {ph: sum(map(sum, m)) / 1e6 for ph, m in traffic.items()},
+        "traffic_mb": {ph: sum(map(sum, m)) / MB for ph, m in traffic.items()},
     }
 
 

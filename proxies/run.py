@@ -17,6 +17,7 @@ from workload.accounting import program_stats
 from workload.models import Model
 from workload.program import LayoutError, Workload
 from workload.timeline import breakdown
+from workload.units import GIB
 
 from . import report
 from .cli import EXIT_USAGE, make_workload
@@ -46,7 +47,6 @@ def memory_message(
     model: Model, ns: argparse.Namespace, need: int, ranks: int, avail: int, buffers: int
 ) -> str:
     """The refusal, naming a --scale that would fit."""
-    gib = 2**30
     base = need - buffers
     fit = (avail * MEMORY_HEADROOM * 0.9 - base) / buffers * ns.scale if buffers else 0
     if fit > 0:
@@ -55,8 +55,8 @@ def memory_message(
     else:
         hint = "use fewer ranks per host"
     return (
-        f"{model.name}: the {ranks} ranks on this host need about {need / gib:.1f} GiB "
-        f"but {avail / gib:.1f} GiB is available; {hint}, or --force to run anyway"
+        f"{model.name}: the {ranks} ranks on this host need about {need / GIB:.1f} GiB "
+        f"but {avail / GIB:.1f} GiB is available; {hint}, or --force to run anyway"
     )
 
 

@@ -59,6 +59,8 @@ def main(argv: Sequence[str] | None = None, subcommands: Sequence[str] = ()) -> 
 
     try:
         cfg = load_config(ns.config)
+        for note in cfg.deprecation_notes:
+            print(f"note: {note}", file=sys.stderr)
         res = simulate(cfg, progress=None if ns.quiet else progress, record_series=not ns.no_series)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -4,25 +4,120 @@ The seed file of the topology-aware ring trainer (``config.json`` at the root)
 loads unchanged; everything else is an optional extension with a default.
 Unknown keys are rejected, naming them.
 
-Units: bandwidths in GB/s with GB = 1e9 bytes (as the seed's
-``bandwidth_limit``), latencies and overheads in microseconds, compute in
-microseconds. They are converted to bytes/s and seconds in one place:
-:func:`link_params`.
+Units: every dimensioned field names its unit: bandwidths in GB/s with
+GB = 1e9 bytes (``..._gb_per_s``), latencies, overheads and compute in
+microseconds (``..._us``), sizes in bytes (``..._bytes``). The simulator
+converts them to bytes/s and seconds with :mod:`workload.units` where it
+builds the network (``simnet.simulate.build_topology`` and
+``network_factory``).
+
+Renamed fields: the bandwidths got their unit in their names
+(:data:`DEPRECATED_NAMES`, e.g. ``distributed.bandwidth_limit`` is now
+``distributed.bandwidth_limit_gb_per_s``, same unit). The old names still
+load, with a note (:attr:`Config.deprecation_notes`) that the commands show
+once; giving both names is an error.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
-GB = 1e9
+from topologies.builders import DEFAULT_GROUP_SIZE
+from workload.units import GB  # noqa: F401  (re-exported: the config's GB)
+
+DEPRECATED_NAMES: dict[str, dict[str, str]] = {
+    "distributed": {"bandwidth_limit": "bandwidth_limit_gb_per_s"},
+    "topology": {
+        "intra_bandwidth": "intra_bandwidth_gb_per_s",
+        "inter_bandwidth": "inter_bandwidth_gb_per_s",
+    },
+    "network": {"injection_bandwidth": "injection_bandwidth_gb_per_s"},
+}
+"""section -> {old field name: new field name}; the unit is unchanged."""
+
+
+def rename_deprecated(section: str, data: Any) -> Any:
+    """``data`` (a section's raw dict) with its deprecated field names replaced.
+
+    Raises a validation error naming both when a field is given under both names.
+    """
+    renames = DEPRECATED_NAMES.get(section, {})
+    if not isinstance(data, dict) or not renames.keys() & data.keys():
+        return data
+    out = dict(data)
+    for old, new in renames.items():
+        if old not in out:
+            continue
+        if new in out:
+            raise PydanticCustomError(
+                "deprecated_and_new_name",
+                "{section}.{old} and {section}.{new} name the same field: give only "
+                "{section}.{new} (the old name {old} is deprecated)",
+                {"section": section, "old": old, "new": new},
+            )
+        out[new] = out.pop(old)
+    return out
+
+
+def current_key(dotted: str) -> str:
+    """A dotted configuration key (``section.field``) with a deprecated field name
+    replaced by today's; other keys unchanged."""
+    section, _, rest = dotted.partition(".")
+    new = DEPRECATED_NAMES.get(section, {}).get(rest)
+    return f"{section}.{new}" if new else dotted
+
+
+def current_names(data: dict[str, Any]) -> dict[str, Any]:
+    """A raw configuration dict with its deprecated field names replaced by today's
+    (a field given under both names is left for validation to report)."""
+    out = dict(data)
+    for section, renames in DEPRECATED_NAMES.items():
+        given = out.get(section)
+        if isinstance(given, dict):
+            out[section] = {
+                (renames[k] if k in renames and renames[k] not in given else k): v
+                for k, v in given.items()
+            }
+    return out
+
+
+def deprecation_notes(data: Any) -> list[str]:
+    """One note per deprecated field name in a raw configuration dict."""
+    notes = []
+    if isinstance(data, dict):
+        for section, renames in DEPRECATED_NAMES.items():
+            given = data.get(section)
+            if isinstance(given, dict):
+                notes += [
+                    f"{section}.{old} is deprecated; use {section}.{new} (same unit)"
+                    for old, new in renames.items()
+                    if old in given
+                ]
+    return notes
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    _section: ClassVar[str] = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        return rename_deprecated(cls._section, data)
 
 
 class ModelSection(_Strict):
@@ -46,11 +141,18 @@ class TrainingSection(_Strict):
 
 
 class DistributedSection(_Strict):
+    _section: ClassVar[str] = "distributed"
+
     num_nodes: int = Field(10, ge=1, description="processes (ranks)")
     use_localhost: bool = True
     host: str = "127.0.0.1"
     port: int = Field(29500, ge=1, le=65535)
-    bandwidth_limit: float = Field(10.0, gt=0, description="max bandwidth between two nodes, GB/s")
+    bandwidth_limit_gb_per_s: float = Field(
+        10.0,
+        gt=0,
+        description="max bandwidth between two nodes, GB/s (GB = 1e9 bytes); "
+        "formerly bandwidth_limit",
+    )
     buffer_size_bytes: int | None = Field(
         None,
         ge=1,
@@ -63,6 +165,8 @@ TopologyType = Literal["ring", "hierarchical", "switch", "fat_tree", "torus"]
 
 
 class TopologySection(_Strict):
+    _section: ClassVar[str] = "topology"
+
     type: TopologyType = "ring"
     num_nodes: int | None = Field(
         None, ge=1, description="endpoints (default: distributed.num_nodes)"
@@ -77,12 +181,22 @@ class TopologySection(_Strict):
     )
     link_latency_us: float = Field(5.0, ge=0, description="latency per link (us)")
     bidirectional: bool = True
-    group_size: int | None = Field(None, ge=1, description="hierarchical: endpoints per group")
-    intra_bandwidth: float | None = Field(
-        None, gt=0, description="hierarchical intra-group GB/s (default: bandwidth_limit)"
+    group_size: int | None = Field(
+        None,
+        ge=1,
+        description=f"hierarchical: endpoints per group (default {DEFAULT_GROUP_SIZE})",
     )
-    inter_bandwidth: float | None = Field(
-        None, gt=0, description="hierarchical inter-group GB/s (default: bandwidth_limit / 4)"
+    intra_bandwidth_gb_per_s: float | None = Field(
+        None,
+        gt=0,
+        description="hierarchical intra-group GB/s (default: "
+        "distributed.bandwidth_limit_gb_per_s); formerly intra_bandwidth",
+    )
+    inter_bandwidth_gb_per_s: float | None = Field(
+        None,
+        gt=0,
+        description="hierarchical inter-group GB/s (default: "
+        "distributed.bandwidth_limit_gb_per_s / 4); formerly inter_bandwidth",
     )
     intra_latency_us: float | None = Field(None, ge=0)
     inter_latency_us: float | None = Field(None, ge=0)
@@ -93,6 +207,14 @@ class TopologySection(_Strict):
     placement: list[int] | None = Field(
         None, description="endpoint of each rank (default: identity)"
     )
+
+    @property
+    def effective_group_size(self) -> int | None:
+        """Endpoints per group: ``group_size``, else the default on a hierarchical
+        topology, else None (the hierarchical algorithm then has no group size)."""
+        if self.group_size is not None:
+            return self.group_size
+        return DEFAULT_GROUP_SIZE if self.type == "hierarchical" else None
 
 
 class WorkloadSection(_Strict):
@@ -112,9 +234,11 @@ class WorkloadSection(_Strict):
 
 
 class NetworkSection(_Strict):
+    _section: ClassVar[str] = "network"
+
     alpha_us: float = Field(0.0, ge=0, description="per-message overhead (us)")
-    injection_bandwidth: float | None = Field(
-        None, gt=0, description="per-endpoint injection limit, GB/s"
+    injection_bandwidth_gb_per_s: float | None = Field(
+        None, gt=0, description="per-endpoint injection limit, GB/s; formerly injection_bandwidth"
     )
     eager_threshold_bytes: int = Field(65536, ge=0)
     link_params_file: str | None = Field(
@@ -167,6 +291,21 @@ class Config(_Strict):
     network: NetworkSection = Field(default_factory=NetworkSection)
     collectives: CollectivesSection = Field(default_factory=CollectivesSection)
 
+    _deprecation_notes: list[str] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _note_old_names(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Config:
+        cfg = handler(data)
+        if isinstance(data, dict):  # a Config passed in keeps its own notes
+            cfg._deprecation_notes = deprecation_notes(data)
+        return cfg
+
+    @property
+    def deprecation_notes(self) -> list[str]:
+        """One note per deprecated field name the configuration was given with."""
+        return list(self._deprecation_notes)
+
     @model_validator(mode="after")
     def _check(self) -> Config:
         t = self.topology
@@ -177,7 +316,7 @@ class Config(_Strict):
                 raise ValueError(f"topology.permutations: rings order the ranks, so the world "
                                  f"size ({self.world_size}) must equal topology.num_nodes ({n})")
         if t.type == "hierarchical":
-            g = t.group_size or 4
+            g = t.effective_group_size
             if n % g:
                 raise ValueError(f"topology.group_size={g} must divide topology.num_nodes={n}")
         if t.type == "fat_tree" and (t.k is None or t.k % 2):
@@ -242,6 +381,8 @@ def format_validation_error(e: ValidationError, source: str) -> str:
         loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
         if err["type"] == "extra_forbidden":
             lines.append(f"  {loc}: unknown key; remove it (see `python -m simnet --schema`)")
+        elif err["type"] == "deprecated_and_new_name":
+            lines.append(f"  {err['msg']}")
         else:
             lines.append(f"  {loc}: {err['msg']} (got {err.get('input')!r})")
     return "\n".join(lines)
@@ -275,26 +416,33 @@ def load_config(source: str | Path | dict[str, Any] | Config) -> Config:
     return cfg
 
 
-LINK_PARAM_KEYS = {
-    "alpha_us": ("network", "alpha_us"),
-    "bandwidth_gb_per_s": ("distributed", "bandwidth_limit"),
-    "link_latency_us": ("topology", "link_latency_us"),
-    "intra_bandwidth_gb_per_s": ("topology", "intra_bandwidth"),
-    "inter_bandwidth_gb_per_s": ("topology", "inter_bandwidth"),
-    "intra_latency_us": ("topology", "intra_latency_us"),
-    "inter_latency_us": ("topology", "inter_latency_us"),
-    "eager_threshold_bytes": ("network", "eager_threshold_bytes"),
-    "injection_bandwidth_gb_per_s": ("network", "injection_bandwidth"),
+LINK_PARAM_KEYS: dict[str, str] = {
+    "alpha_us": "network",
+    "bandwidth_limit_gb_per_s": "distributed",
+    "link_latency_us": "topology",
+    "intra_bandwidth_gb_per_s": "topology",
+    "inter_bandwidth_gb_per_s": "topology",
+    "intra_latency_us": "topology",
+    "inter_latency_us": "topology",
+    "eager_threshold_bytes": "network",
+    "injection_bandwidth_gb_per_s": "network",
 }
+"""Keys of a link-parameter file: each is the configuration field of that name,
+in that section (same name, same unit)."""
+
+OLD_LINK_PARAM_KEYS: dict[str, str] = {"bandwidth_gb_per_s": "bandwidth_limit_gb_per_s"}
+"""Keys of older link-parameter files -> today's key."""
 
 
 def apply_link_params(cfg: Config, base_dir: str | Path = ".") -> tuple[Config, list[str]]:
     """Apply ``network.link_params_file`` (a calibration result) to a configuration.
 
     The file is JSON whose top-level keys among :data:`LINK_PARAM_KEYS` override
-    the matching configuration fields (GB/s and microseconds, as the config);
-    other keys (fit details, provenance) are ignored. A relative path is taken
-    from ``base_dir``. Returns the new configuration and a note per override.
+    the configuration fields of the same names (GB/s and microseconds, as the
+    config); keys of older files (:data:`OLD_LINK_PARAM_KEYS`) are read as
+    today's; other keys (fit details, provenance) are ignored. A relative path
+    is taken from ``base_dir``. Returns the new configuration and a note per
+    override.
     """
     name = cfg.network.link_params_file
     if not name:
@@ -311,11 +459,20 @@ def apply_link_params(cfg: Config, base_dir: str | Path = ".") -> tuple[Config, 
     sections = {
         sec: getattr(cfg, sec).model_dump() for sec in ("network", "distributed", "topology")
     }
+    if not isinstance(data, dict):
+        raise ConfigError(f"network.link_params_file: {path} is not a JSON object")
+    for old, new in OLD_LINK_PARAM_KEYS.items():
+        if old in data and new in data:
+            raise ConfigError(
+                f"network.link_params_file: {path} gives both {new} and its old name {old}"
+            )
+        if old in data:
+            data[new] = data.pop(old)
     notes = []
-    for key, (sec, field) in LINK_PARAM_KEYS.items():
+    for key, sec in LINK_PARAM_KEYS.items():
         if data.get(key) is not None:
-            sections[sec][field] = data[key]
-            notes.append(f"calibrated: {sec}.{field} = {data[key]} from {path.name}")
+            sections[sec][key] = data[key]
+            notes.append(f"calibrated: {sec}.{key} = {data[key]} from {path.name}")
     try:
         new = cfg.model_copy(
             update={sec: type(getattr(cfg, sec)).model_validate(v) for sec, v in sections.items()}

@@ -36,6 +36,7 @@ import simpy
 from workload.collectives import Schedule, default_algorithm, schedule_for
 from workload.ops import Collective, Compute, Op, Recv, Send, Testany, Wait
 from workload.program import Workload
+from workload.units import S_PER_US
 
 from .network import FlowNetwork
 
@@ -834,7 +835,7 @@ class _Rank:
             elif t is Compute:
                 if op.duration_us > 0:
                     self.i = i
-                    sim.net.call_later(op.duration_us * 1e-6 * self.scale, self.resume)
+                    sim.net.call_later(op.duration_us * S_PER_US * self.scale, self.resume)
                     return
             elif t is Send or t is Recv:
                 if op.req is None:

@@ -15,6 +15,7 @@ import numpy as np
 
 from workload.results import chrome_trace, versions, write_csv, write_json, write_text
 from workload.timeline import op_events
+from workload.units import GB, KB, MB
 
 from . import _compiled
 from .simulate import PhaseResult, SimResult
@@ -94,6 +95,7 @@ def document(res: SimResult) -> dict[str, Any]:
         "config": cfg.model_dump(),
         "versions": {**versions(), "simnet_core": _compiled.summary()},
         "assumed": res.assumed,
+        "config_notes": res.config.deprecation_notes,
         "workload": {
             "model": res.workload.model,
             "world_size": res.workload.world_size,
@@ -132,7 +134,7 @@ def trace(res: SimResult) -> dict[str, Any]:
 
 
 def _fmt_bytes(n: float) -> str:
-    for unit, f in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+    for unit, f in (("GB", GB), ("MB", MB), ("KB", KB)):
         if n >= f:
             return f"{n / f:.3g} {unit}"
     return f"{int(n)} B"

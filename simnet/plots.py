@@ -7,8 +7,8 @@ the path. A failed write leaves neither the target nor a temp file behind.
 Units. Inputs are in bytes (``_bytes``), bytes per second (``_bytes_per_s``)
 and seconds (``_s``). Display units are decimal: 1 KB = 1e3 B, 1 MB = 1e6 B,
 1 GB = 1e9 B, and every title, axis or colorbar label names the unit it shows.
-Conversion to a display unit happens only in :func:`choose_unit` and the
-``_GB`` / ``_MS`` constants below.
+Conversion to a display unit happens only in :func:`choose_unit` and with the
+constants of :mod:`workload.units` (``GB``, ``MS_PER_S``).
 
 Backend. The module selects matplotlib's non-interactive Agg backend if pyplot
 has not been imported yet (selecting it later would close the figures of an
@@ -38,6 +38,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from workload.results import atomic_write
+from workload.units import GB, KB, MB, MS_PER_S
 
 __all__ = [
     "bandwidth_heatmap",
@@ -69,9 +70,7 @@ BARS_MAX_N = 64
 MAX_LINES = 8
 """At most this many links are drawn in the utilisation-over-time panel."""
 
-_UNITS: tuple[tuple[str, float], ...] = (("GB", 1e9), ("MB", 1e6), ("KB", 1e3), ("B", 1.0))
-_GB = 1e9  # bytes per GB (decimal)
-_MS = 1e3  # milliseconds per second
+_UNITS: tuple[tuple[str, float], ...] = (("GB", GB), ("MB", MB), ("KB", KB), ("B", 1.0))
 _MASKED_COLOUR = "#d0d0d0"  # light grey, unlike any colour of the colormap
 _CMAP = "viridis"
 
@@ -274,7 +273,7 @@ def bandwidth_heatmap(
             raise ValueError("matrix_bytes_per_s must be >= 0")
     mask = ~np.isfinite(m) | (m == 0)
     return _heatmap(
-        np.where(mask, 0.0, m) / _GB,
+        np.where(mask, 0.0, m) / GB,
         mask,
         path,
         title=title,
@@ -393,13 +392,13 @@ def _utilisation_panel(
     for name in plotted:
         t_s, rate = _step_xy(series[name], t_end_s)
         if capacities_bytes_per_s is None:
-            shown = rate / _GB
+            shown = rate / GB
         else:
             cap = float(capacities_bytes_per_s[name])
             if not cap > 0:
                 raise ValueError(f"capacity of {name!r} must be > 0, got {cap}")
             shown = rate / cap
-        ax.step(t_s * _MS, shown, where="post", label=name, linewidth=1.2)
+        ax.step(t_s * MS_PER_S, shown, where="post", label=name, linewidth=1.2)
     if capacities_bytes_per_s is not None:
         ax.set_ylim(bottom=0, top=max(1.05, ax.get_ylim()[1]))
     else:
@@ -437,7 +436,7 @@ def timeline_bars(
         raise ValueError("durations must be finite and >= 0")
     n = len(labels)
     total_s = parts[0] + parts[1] + parts[2]
-    unit, per_s = ("ms", _MS) if (total_s.max() if n else 0.0) < 1.0 else ("s", 1.0)
+    unit, per_s = ("ms", MS_PER_S) if (total_s.max() if n else 0.0) < 1.0 else ("s", 1.0)
 
     fig = _new_figure(9.0, min(max(2.5, 0.3 * n + 1.6), 12.0))
     ax = fig.add_subplot()

@@ -19,11 +19,11 @@ import simpy
 
 import topologies
 from workload.models import MODELS
-from workload.ops import ELEM_BYTES
 from workload.program import BuildOptions, Phase, ProgramBuilder, Workload
 from workload.timeline import breakdown
+from workload.units import ELEM_BYTES, GB, MS_PER_S, gb_per_s_to_bytes_per_s, us_to_s
 
-from .config import GB, Config, ConfigError, apply_link_params, load_config, ring_orders
+from .config import Config, ConfigError, apply_link_params, load_config, ring_orders
 from .executor import AlgorithmPolicy, PhaseSim, SimExecutor
 from .network import FlowNetwork
 
@@ -68,7 +68,7 @@ class SimResult:
     placement: list[int]
     phases: list[PhaseResult]
     bandwidth_bytes_per_s: np.ndarray  # achievable point-to-point: route bottleneck,
-    # capped by network.injection_bandwidth when set
+    # capped by network.injection_bandwidth_gb_per_s when set
     latency_s: np.ndarray  # route latency per pair
     assumed: list[str]
 
@@ -105,8 +105,8 @@ def build_topology(cfg: Config) -> tuple[nx.DiGraph, list[str]]:
     """The networkx graph a configuration describes, and what was assumed."""
     t, d = cfg.topology, cfg.distributed
     n = cfg.num_endpoints
-    bw = d.bandwidth_limit * GB
-    lat = t.link_latency_us * 1e-6
+    bw = gb_per_s_to_bytes_per_s(d.bandwidth_limit_gb_per_s)
+    lat = us_to_s(t.link_latency_us)
     assumed = []
     try:
         if t.type == "ring":
@@ -114,26 +114,28 @@ def build_topology(cfg: Config) -> tuple[nx.DiGraph, list[str]]:
                 n, bandwidth_bytes_per_s=bw, latency_s=lat, bidirectional=t.bidirectional
             )
         elif t.type == "hierarchical":
-            size = t.group_size or 4
-            intra = (t.intra_bandwidth or d.bandwidth_limit) * GB
-            inter = (t.inter_bandwidth or d.bandwidth_limit / 4) * GB
-            if t.inter_bandwidth is None:
+            size = t.effective_group_size
+            intra = gb_per_s_to_bytes_per_s(
+                t.intra_bandwidth_gb_per_s or d.bandwidth_limit_gb_per_s
+            )
+            inter = gb_per_s_to_bytes_per_s(
+                t.inter_bandwidth_gb_per_s or d.bandwidth_limit_gb_per_s / 4
+            )
+            if t.inter_bandwidth_gb_per_s is None:
                 assumed.append(f"inter-group bandwidth {inter / GB:g} GB/s (bandwidth_limit / 4)")
             if t.group_size is None:
-                assumed.append("group size 4")
+                assumed.append(f"group size {size}")
             g = topologies.hierarchical(
                 n // size,
                 size,
                 intra_bandwidth_bytes_per_s=intra,
                 inter_bandwidth_bytes_per_s=inter,
-                intra_latency_s=(
+                intra_latency_s=us_to_s(
                     t.intra_latency_us if t.intra_latency_us is not None else t.link_latency_us / 10
-                )
-                * 1e-6,
-                inter_latency_s=(
+                ),
+                inter_latency_s=us_to_s(
                     t.inter_latency_us if t.inter_latency_us is not None else t.link_latency_us
-                )
-                * 1e-6,
+                ),
             )
         elif t.type == "switch":
             g = topologies.switch(n, bandwidth_bytes_per_s=bw, latency_s=lat)
@@ -167,7 +169,7 @@ def build_workload(cfg: Config) -> Workload:
         if cfg.training.compute_us_per_step is not None:
             flags.setdefault("compute_us", round(cfg.training.compute_us_per_step))
         if cfg.topology.type == "hierarchical":
-            flags.setdefault("hierarchical", cfg.topology.group_size or 4)
+            flags.setdefault("hierarchical", cfg.topology.effective_group_size)
         elif cfg.topology.type == "ring":
             orders = ring_orders(cfg.topology.permutations, cfg.world_size)
             rings = tuple(tuple(r) for r in orders)
@@ -201,7 +203,7 @@ def build_policy(cfg: Config) -> AlgorithmPolicy:
     return AlgorithmPolicy(
         by_op=dict(cfg.collectives.by_op),
         fixed=cfg.collectives.algorithm,
-        local_size=t.group_size or (4 if t.type == "hierarchical" else None),
+        local_size=t.effective_group_size,
         rings=rings,
     )
 
@@ -216,8 +218,8 @@ def network_factory(
     come from ``router`` (a new one on ``graph`` if None)."""
     if router is None:
         router = topologies.Router(graph, ecmp=cfg.topology.ecmp)
-    inj = cfg.network.injection_bandwidth
-    alpha = cfg.network.alpha_us * 1e-6
+    inj = cfg.network.injection_bandwidth_gb_per_s
+    alpha = us_to_s(cfg.network.alpha_us)
 
     def make(env: simpy.Environment) -> FlowNetwork:
         return FlowNetwork(
@@ -225,7 +227,7 @@ def network_factory(
             graph,
             router.path,
             alpha_s=alpha,
-            injection_bandwidth_bytes_per_s=inj * GB if inj else None,
+            injection_bandwidth_bytes_per_s=gb_per_s_to_bytes_per_s(inj) if inj else None,
             record_link_series=record_series,
         )
 
@@ -280,10 +282,10 @@ def simulate(
         phases.append(_phase_result(sim, n_end, cfg.workload.iterations, time.perf_counter() - t0))
     bw, lat = route_matrices(graph, cfg.topology.ecmp, router)
     assumed.extend(ex.policy.fallbacks)
-    inj = cfg.network.injection_bandwidth
+    inj = cfg.network.injection_bandwidth_gb_per_s
     if inj:  # every message also crosses its endpoints' injection ports
         off_diagonal = ~np.eye(len(bw), dtype=bool)
-        bw[off_diagonal] = np.minimum(bw[off_diagonal], inj * GB)
+        bw[off_diagonal] = np.minimum(bw[off_diagonal], gb_per_s_to_bytes_per_s(inj))
     return SimResult(cfg, workload, graph, placement, phases, bw, lat, assumed)
 
 
@@ -295,7 +297,7 @@ def _progress_line(name: str, sim: PhaseSim, elapsed_s: float, width: int = 24) 
     left = f", ~{elapsed_s * (1 - frac) / frac:.0f} s left" if 0 < frac < 1 else ""
     return (
         f"{name}: [{'#' * fill}{'.' * (width - fill)}] {frac:6.1%} {done:,}/{total:,} "
-        f"messages, simulated {sim.env.now * 1e3:.3f} ms{left}"
+        f"messages, simulated {sim.env.now * MS_PER_S:.3f} ms{left}"
     )
 
 

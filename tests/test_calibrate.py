@@ -125,7 +125,7 @@ def test_recovers_alpha_and_bandwidth(tmp_path, noise, capsys):
     assert rc == 0
     lp = json.loads(out.read_text())
     assert lp["alpha_us"] == pytest.approx(ALPHA_S * 1e6, rel=0.01)
-    assert lp["bandwidth_gb_per_s"] == pytest.approx(BW / 1e9, rel=0.01)
+    assert lp["bandwidth_limit_gb_per_s"] == pytest.approx(BW / 1e9, rel=0.01)
     # Each collective's effective alpha/bandwidth, fitted against MPICH's choice.
     for op in ("allreduce", "allgather"):
         f = fit_of(lp, op)
@@ -146,7 +146,7 @@ def test_stream_rows_when_no_pingpong(tmp_path):
     assert rc == 0
     lp = json.loads(out.read_text())
     assert lp["alpha_us"] == pytest.approx(1.0, rel=0.01)
-    assert lp["bandwidth_gb_per_s"] == pytest.approx(2 * BW / 1e9, rel=0.01)
+    assert lp["bandwidth_limit_gb_per_s"] == pytest.approx(2 * BW / 1e9, rel=0.01)
     assert lp["fit"]["point_to_point"]["op"] == "stream"
 
 
@@ -187,7 +187,7 @@ def pipeline_config(**network):
     # GPT-2 with 2 stages and 1 micro-batch on 2 ranks: one message forward, one back,
     # no compute: a ping-pong.
     return {
-        "distributed": {"num_nodes": 2, "bandwidth_limit": 10.0},
+        "distributed": {"num_nodes": 2, "bandwidth_limit_gb_per_s": 10.0},
         "topology": {"type": "switch", "num_nodes": 2},
         "workload": {"name": "gpt2", "args": [8, 2, 1], "compute_scale": 0},
         "network": network,
@@ -203,7 +203,7 @@ def test_link_params_change_the_prediction(tmp_path):
     cfg_path.write_text(json.dumps(pipeline_config(link_params_file="link_params.json")))
     calibrated = simnet.simulate(cfg_path)
     lp = json.loads((tmp_path / "link_params.json").read_text())
-    a, bw = lp["alpha_us"] * 1e-6, lp["bandwidth_gb_per_s"] * 1e9
+    a, bw = lp["alpha_us"] * 1e-6, lp["bandwidth_limit_gb_per_s"] * 1e9
     assert calibrated.iteration_time_s == pytest.approx(2 * (a + msg / bw), rel=1e-9)
     assert any("calibrated: network.alpha_us" in s for s in calibrated.assumed)
     default = simnet.simulate(pipeline_config())
@@ -316,7 +316,7 @@ def test_report_predicts_pingpong_as_alpha_plus_size_over_bandwidth(tmp_path, ca
     rc, out = run(tmp_path, doc(synthetic()), "--report", str(rep))
     assert rc == 0
     lp = json.loads(out.read_text())
-    a, bw = lp["alpha_us"] * 1e-6, lp["bandwidth_gb_per_s"] * 1e9
+    a, bw = lp["alpha_us"] * 1e-6, lp["bandwidth_limit_gb_per_s"] * 1e9
     with (rep / "calibration_report.csv").open() as f:
         rows = list(csv.DictReader(f))
     pp = [r for r in rows if r["op"] == "pingpong"]
@@ -376,6 +376,6 @@ def test_real_microbench_calibrates(tmp_path):
     args = [str(mb), "-o", str(out), "--stat", "min", "--report", str(tmp_path / "rep")]
     assert cal.main(args) == 0, mb.read_text()
     lp = json.loads(out.read_text())
-    assert lp["alpha_us"] >= 0 and lp["bandwidth_gb_per_s"] > 0
+    assert lp["alpha_us"] >= 0 and lp["bandwidth_limit_gb_per_s"] > 0
     assert lp["fit"]["world_size"] == 2
     assert Path(tmp_path / "rep" / "calibration_report.csv").exists()

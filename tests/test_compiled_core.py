@@ -23,17 +23,17 @@ needs_build = pytest.mark.skipif(not BUILT, reason="the compiled core is not bui
 # Contended traffic on purpose (alltoall and allreduce through shared uplinks, with
 # alpha and injection limits), so max-min sharing and rate changes are exercised.
 CONFIG = {
-    "distributed": {"num_nodes": 8, "bandwidth_limit": 10.0},
+    "distributed": {"num_nodes": 8, "bandwidth_limit_gb_per_s": 10.0},
     "topology": {
         "type": "hierarchical",
         "num_nodes": 8,
         "group_size": 4,
-        "intra_bandwidth": 50.0,
-        "inter_bandwidth": 5.0,
+        "intra_bandwidth_gb_per_s": 50.0,
+        "inter_bandwidth_gb_per_s": 5.0,
         "intra_latency_us": 0.5,
         "inter_latency_us": 3.0,
     },
-    "network": {"alpha_us": 1.5, "injection_bandwidth": 20.0},
+    "network": {"alpha_us": 1.5, "injection_bandwidth_gb_per_s": 20.0},
     "workload": {"name": "dlrm", "args": [], "scale": 0.01, "iterations": 2},
     "logging": {"log_dir": "unused"},
 }

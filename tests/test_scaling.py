@@ -203,11 +203,11 @@ CLUSTER = {
     "topology": {
         "type": "hierarchical",
         "group_size": 4,
-        "intra_bandwidth": 25.0,
-        "inter_bandwidth": 12.5,
+        "intra_bandwidth_gb_per_s": 25.0,
+        "inter_bandwidth_gb_per_s": 12.5,
         "inter_latency_us": 5.0,
     },
-    "distributed": {"bandwidth_limit": 25.0},
+    "distributed": {"bandwidth_limit_gb_per_s": 25.0},
 }
 
 

@@ -101,7 +101,7 @@ def test_contention_halves_the_rate():
 
 def pipeline_config(**workload):
     return {
-        "distributed": {"num_nodes": 4, "bandwidth_limit": 10.0},
+        "distributed": {"num_nodes": 4, "bandwidth_limit_gb_per_s": 10.0},
         "topology": {"type": "ring", "num_nodes": 4, "link_latency_us": 1.0},
         "workload": {"name": "gpt2", "args": [8, 4, 2], **workload},
         "logging": {"log_dir": "unused"},
@@ -128,7 +128,7 @@ def test_pipeline_traffic_is_exact_and_time_closed_form():
 
 def test_bytes_conserved_and_capacity_respected():
     cfg = {
-        "distributed": {"num_nodes": 8, "bandwidth_limit": 10.0},
+        "distributed": {"num_nodes": 8, "bandwidth_limit_gb_per_s": 10.0},
         "topology": {"type": "hierarchical", "num_nodes": 8, "group_size": 4},
         "workload": {"name": "cosmoflow", "scale": 0.01},
     }
@@ -219,7 +219,7 @@ def _write(tmp_path, cfg):
     [
         ({"topology": {"type": "mesh"}}, "topology.type: Input should be"),
         ({"topology": {"typo": 1}}, "topology.typo: unknown key"),
-        ({"distributed": {"bandwidth_limit": -1}}, "distributed.bandwidth_limit"),
+        ({"distributed": {"bandwidth_limit_gb_per_s": -1}}, "distributed.bandwidth_limit_gb_per_s"),
         (
             {"topology": {"permutations": [0, 10]}},
             "permutations[1] = 10: a rotation must be in 0..9",
@@ -292,12 +292,12 @@ def test_gpt3_larger_than_any_machine():
     # 8 stages x 4 tensor shards x 2 replicas: 64 ranks, full message sizes
     # (a rank of the real run would hold gigabytes), no buffers allocated here.
     cfg = {
-        "distributed": {"num_nodes": 64, "bandwidth_limit": 25.0},
+        "distributed": {"num_nodes": 64, "bandwidth_limit_gb_per_s": 25.0},
         "topology": {
             "type": "hierarchical",
             "num_nodes": 64,
             "group_size": 4,
-            "inter_bandwidth": 12.5,
+            "inter_bandwidth_gb_per_s": 12.5,
         },
         "workload": {"name": "gpt3", "args": [8, 1]},
     }
@@ -330,7 +330,7 @@ def test_link_params_file_is_relative_to_the_config_file(tmp_path, monkeypatch):
 
 def test_bandwidth_matrix_is_capped_by_injection_bandwidth():
     cfg = pipeline_config()
-    cfg["network"] = {"injection_bandwidth": 4.0}  # GB/s, below the 10 GB/s links
+    cfg["network"] = {"injection_bandwidth_gb_per_s": 4.0}  # GB/s, below the 10 GB/s links
     res = simnet.simulate(cfg)
     off = ~np.eye(4, dtype=bool)
     assert (res.bandwidth_bytes_per_s[off] == 4e9).all()
@@ -355,7 +355,7 @@ def test_collective_time_refuses_an_algorithm_it_cannot_run():
 
 def test_fallback_from_a_configured_algorithm_is_reported_as_assumed():
     cfg = {
-        "distributed": {"num_nodes": 8, "bandwidth_limit": 10.0},
+        "distributed": {"num_nodes": 8, "bandwidth_limit_gb_per_s": 10.0},
         "topology": {"type": "switch", "num_nodes": 8},
         "collectives": {"algorithm": "ring"},
         "workload": {"name": "dlrm", "args": [], "scale": 0.001},
@@ -371,7 +371,7 @@ def test_fallback_from_a_configured_algorithm_is_reported_as_assumed():
 
 def test_multi_phase_workload_gets_plots_per_phase(tmp_path):
     cfg = {
-        "distributed": {"num_nodes": 4, "bandwidth_limit": 10.0},
+        "distributed": {"num_nodes": 4, "bandwidth_limit_gb_per_s": 10.0},
         "topology": {"type": "ring", "num_nodes": 4},
         "workload": {"name": "resnet50", "args": [], "scale": 0.001},
     }
@@ -405,7 +405,7 @@ def test_multi_phase_workload_gets_plots_per_phase(tmp_path):
 def test_progress_reports_a_bar_that_reaches_the_exact_message_count():
     lines: list[str] = []
     cfg = {
-        "distributed": {"num_nodes": 8, "bandwidth_limit": 10.0},
+        "distributed": {"num_nodes": 8, "bandwidth_limit_gb_per_s": 10.0},
         "topology": {"type": "switch", "num_nodes": 8},
         "workload": {"name": "dlrm", "args": [], "scale": 0.001, "iterations": 2},
     }

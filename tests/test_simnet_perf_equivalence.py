@@ -269,36 +269,36 @@ def _hier(n: int, **kw: object) -> dict:
 
 CONFIGS = {
     "gpt2_pipeline": {
-        "distributed": {"num_nodes": 4, "bandwidth_limit": 10.0},
+        "distributed": {"num_nodes": 4, "bandwidth_limit_gb_per_s": 10.0},
         "topology": {"type": "ring", "num_nodes": 4, "link_latency_us": 1.0},
         "workload": {"name": "gpt2", "args": [8, 4, 2]},
     },
     "gpt2_pipeline_alpha_two_iterations": {
-        "distributed": {"num_nodes": 8, "bandwidth_limit": 10.0},
+        "distributed": {"num_nodes": 8, "bandwidth_limit_gb_per_s": 10.0},
         "topology": {"type": "ring", "num_nodes": 8, "link_latency_us": 1.0},
         "network": {"alpha_us": 2.0},
         "workload": {"name": "gpt2", "args": [8, 4, 2], "iterations": 2},
     },
     "cosmoflow_8_hierarchical": {
-        "distributed": {"num_nodes": 8, "bandwidth_limit": 10.0},
+        "distributed": {"num_nodes": 8, "bandwidth_limit_gb_per_s": 10.0},
         "topology": _hier(8),
         "workload": {"name": "cosmoflow", "scale": 0.01},
     },
     "cosmoflow_8_injection": {
-        "distributed": {"num_nodes": 8, "bandwidth_limit": 10.0},
+        "distributed": {"num_nodes": 8, "bandwidth_limit_gb_per_s": 10.0},
         "topology": _hier(8),
-        "network": {"injection_bandwidth": 5.0, "alpha_us": 1.0},
+        "network": {"injection_bandwidth_gb_per_s": 5.0, "alpha_us": 1.0},
         "workload": {"name": "cosmoflow", "scale": 0.01},
     },
     "dlrm_8": {
-        "distributed": {"num_nodes": 8, "bandwidth_limit": 10.0},
+        "distributed": {"num_nodes": 8, "bandwidth_limit_gb_per_s": 10.0},
         "topology": {"type": "switch", "num_nodes": 8},
         "workload": {"name": "dlrm", "scale": 0.01},
     },
     "ring_trainer_seed": json.loads((ROOT / "config.json").read_text()),
     "gpt3_64_hierarchical": {
-        "distributed": {"num_nodes": 64, "bandwidth_limit": 25.0},
-        "topology": _hier(64, inter_bandwidth=12.5),
+        "distributed": {"num_nodes": 64, "bandwidth_limit_gb_per_s": 25.0},
+        "topology": _hier(64, inter_bandwidth_gb_per_s=12.5),
         "workload": {"name": "gpt3", "args": [8, 1], "scale": 0.01},
     },
 }

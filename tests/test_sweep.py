@@ -27,11 +27,11 @@ from workflows.study.util import (
 from workload.results import write_json
 
 BASE = {
-    "distributed": {"num_nodes": 8, "bandwidth_limit": 10.0},
+    "distributed": {"num_nodes": 8, "bandwidth_limit_gb_per_s": 10.0},
     "topology": {"type": "hierarchical", "num_nodes": 8, "group_size": 4},
     "workload": {"name": "dlrm", "scale": 0.01},
 }
-GRID = {"workload.scale": [0.01, 0.02], "topology.inter_bandwidth": [12.5, 25.0]}
+GRID = {"workload.scale": [0.01, 0.02], "topology.inter_bandwidth_gb_per_s": [12.5, 25.0]}
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ def test_plan_validates_points_and_hashes_configs(base_file, tmp_path):
     plan = sweep.plan_sweep(base_file, json.dumps(GRID), tmp_path / "out")
     assert len(plan.points) == 4 and not plan.invalid
     assert len({p.config_hash for p in plan.points}) == 4
-    assert plan.points[3].config["topology"]["inter_bandwidth"] == 25.0
+    assert plan.points[3].config["topology"]["inter_bandwidth_gb_per_s"] == 25.0
     assert plan.points[3].config["workload"]["scale"] == 0.02
     again = sweep.plan_sweep(base_file, json.dumps(GRID), tmp_path / "out")
     assert [p.file for p in again.points] == [p.file for p in plan.points]

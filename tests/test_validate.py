@@ -20,7 +20,7 @@ TIMEOUT_S = 120
 
 def config(tmp_path: Path, name: str, args: list[int], **extra) -> Path:
     data = {
-        "distributed": {"num_nodes": 2, "bandwidth_limit": 10.0},
+        "distributed": {"num_nodes": 2, "bandwidth_limit_gb_per_s": 10.0},
         "topology": {"type": "switch", "num_nodes": 2},
         "workload": {"name": name, "args": args, "scale": 0.01},
         "logging": {"log_dir": str(tmp_path / "results")},

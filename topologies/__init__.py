@@ -7,7 +7,16 @@ deterministic, cached shortest routes (optionally ECMP). This package imports ne
 ``proxies`` nor ``simnet``.
 """
 
-from topologies.builders import BUILDERS, build, fat_tree, hierarchical, ring, switch, torus
+from topologies.builders import (
+    BUILDERS,
+    DEFAULT_GROUP_SIZE,
+    build,
+    fat_tree,
+    hierarchical,
+    ring,
+    switch,
+    torus,
+)
 from topologies.errors import TopologyError
 from topologies.placement import apply_placement
 from topologies.routing import (
@@ -22,6 +31,7 @@ from topologies.routing import (
 
 __all__ = [
     "BUILDERS",
+    "DEFAULT_GROUP_SIZE",
     "Edge",
     "Path",
     "Router",

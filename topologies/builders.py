@@ -28,7 +28,20 @@ import networkx as nx
 
 from topologies.errors import TopologyError
 
-__all__ = ["BUILDERS", "build", "fat_tree", "hierarchical", "ring", "switch", "torus"]
+__all__ = [
+    "BUILDERS",
+    "DEFAULT_GROUP_SIZE",
+    "build",
+    "fat_tree",
+    "hierarchical",
+    "ring",
+    "switch",
+    "torus",
+]
+
+DEFAULT_GROUP_SIZE = 4
+"""Endpoints per group of a hierarchical topology when the configuration gives none
+(e.g. GPUs per node): the one definition of that default."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -53,29 +53,18 @@ from typing import Any
 
 import numpy as np
 
-from simnet.config import GB, LINK_PARAM_KEYS
+from simnet.config import LINK_PARAM_KEYS
+from workload import collectives
+from workload.units import ELEM_BYTES, GB, KB, MB, bytes_per_s_to_gb_per_s
+from workload.units import US_PER_S as US  # the file's and the terminal's unit
 
 EXIT_USAGE = 2
-US = 1e6  # microseconds per second
 
 P2P_OPS = ("pingpong", "stream")
 COLLECTIVE_OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "bcast", "reduce")
 KNOWN_OPS = (*COLLECTIVE_OPS, *P2P_OPS)
 STATS = ("avg", "min", "max")
 TOPOLOGIES = ("switch", "ring")
-ELEM_BYTES = 4  # float32, as workload.ops
-
-# MPICH's historical thresholds (bytes), collective-costs.md.
-BCAST_SHORT_MSG_BYTES = 12_288
-BCAST_LONG_MSG_BYTES = 524_288
-BCAST_MIN_PROCS = 8
-ALLGATHER_LONG_MSG_BYTES = 524_288
-ALLGATHER_SHORT_MSG_BYTES = 81_920
-ALLREDUCE_SHORT_MSG_BYTES = 2_048
-REDSCAT_LONG_MSG_BYTES = 524_288
-ALLTOALL_SHORT_MSG_BYTES = 256
-ALLTOALL_MIN_PROCS = 8
-ALLTOALL_MEDIUM_MSG_BYTES = 32_768
 
 
 class CalibrationError(ValueError):
@@ -100,47 +89,18 @@ def _pow2(p: int) -> bool:
 
 
 def mpich_algorithm(op: str, p: int, count_elems: int) -> str:
-    """The algorithm MPICH's historical defaults choose (collective-costs.md).
+    """The algorithm MPICH's historical defaults choose: the one table of them,
+    :data:`workload.collectives.MPICH_RULES` (its docstring states the choices),
+    in MPICH's names (e.g. alltoall "bruck", reduce_scatter "pairwise"), whose
+    closed forms :func:`cost_terms` knows. The simulator runs the implemented
+    stand-in of the same choice (:func:`workload.collectives.default_algorithm`).
 
-    ``count_elems`` has MPI count semantics (workload.ops): the vector for
-    allreduce, bcast and reduce; each rank's contribution for allgather; each
-    rank's block for reduce_scatter; the elements per destination for alltoall.
-    reduce is not in the document's list of defaults: binomial is assumed.
-    reduce_scatter on a non-power-of-two group uses pairwise exchange (the
-    document's recursive-halving cost holds for powers of two).
+    ``count_elems`` has MPI count semantics (workload.ops).
     """
-    n = count_elems * ELEM_BYTES
-    if op == "allreduce":
-        pof2 = 1 << _floor_lg(p)
-        if n <= ALLREDUCE_SHORT_MSG_BYTES or count_elems < pof2:
-            return "recursive_doubling"
-        return "rabenseifner"
-    if op == "allgather":
-        total = p * n
-        if total < ALLGATHER_LONG_MSG_BYTES and _pow2(p):
-            return "recursive_doubling"
-        if total < ALLGATHER_SHORT_MSG_BYTES:
-            return "bruck"
-        return "ring"
-    if op == "reduce_scatter":
-        if p * n < REDSCAT_LONG_MSG_BYTES and _pow2(p):
-            return "recursive_halving"
-        return "pairwise"
-    if op == "alltoall":
-        if n <= ALLTOALL_SHORT_MSG_BYTES and p >= ALLTOALL_MIN_PROCS:
-            return "bruck"
-        if n <= ALLTOALL_MEDIUM_MSG_BYTES:
-            return "direct"
-        return "pairwise"
-    if op == "bcast":
-        if n < BCAST_SHORT_MSG_BYTES or p < BCAST_MIN_PROCS:
-            return "binomial"
-        if n < BCAST_LONG_MSG_BYTES and _pow2(p):
-            return "scatter_recursive_doubling_allgather"
-        return "scatter_ring_allgather"
-    if op == "reduce":
-        return "binomial"
-    raise CalibrationError(f"no MPICH default known for op {op!r}")
+    try:
+        return collectives.mpich_algorithm(op, p, count_elems)
+    except ValueError as e:
+        raise CalibrationError(f"no MPICH default for {op!r} on {p} ranks: {e}") from None
 
 
 def cost_terms(op: str, algorithm: str, p: int, count_elems: int) -> tuple[float, float]:
@@ -368,7 +328,9 @@ class Fit:
             "points": len(self.rows),
             "size_bytes_range": [min(sizes), max(sizes)],
             "alpha_us": None if self.alpha_s is None else self.alpha_s * US,
-            "bandwidth_gb_per_s": None if bw is None or math.isinf(bw) else bw / GB,
+            "bandwidth_gb_per_s": (
+                None if bw is None or math.isinf(bw) else bytes_per_s_to_gb_per_s(bw)
+            ),
             "r2": self.r2,
             "max_rel_error": self.max_rel_error,
             "p2p_model_max_rel_error": self.p2p_model_max_rel_error,
@@ -544,7 +506,7 @@ def link_params_document(cal: Calibration, topology: str = "switch") -> dict[str
     b = cal.bench
     doc: dict[str, Any] = dict.fromkeys(LINK_PARAM_KEYS)
     doc["alpha_us"] = cal.alpha_s * US
-    doc["bandwidth_gb_per_s"] = cal.bandwidth_bytes_per_s / GB
+    doc["bandwidth_limit_gb_per_s"] = bytes_per_s_to_gb_per_s(cal.bandwidth_bytes_per_s)
     doc["link_latency_us"] = 0.0
     from workload.results import versions
 
@@ -560,7 +522,10 @@ def link_params_document(cal: Calibration, topology: str = "switch") -> dict[str
         "topology": topology,
         "model": "time = alpha + size / bandwidth per message; alpha includes the route "
         "latency, so link_latency_us is 0",
-        "units": {"alpha_us": "microseconds", "bandwidth_gb_per_s": "GB/s, GB = 1e9 bytes"},
+        "units": {
+            "alpha_us": "microseconds",
+            "bandwidth_limit_gb_per_s": "GB/s, GB = 1e9 bytes",
+        },
         "point_to_point": cal.p2p.as_dict(),
         "ops": [f.as_dict() for f in cal.fits],
         "not_calibrated": [k for k, v in doc.items() if v is None and k in LINK_PARAM_KEYS],
@@ -598,8 +563,6 @@ def message_time_s(
 def predict(cal: Calibration, topology: str = "switch") -> list[dict[str, Any]]:
     """Measured vs simulated time of every row (seconds)."""
     from simnet.simulate import collective_time
-    from workload.collectives import default_algorithm
-
     p = cal.bench.world_size
     bw, alpha = cal.bandwidth_bytes_per_s, cal.alpha_s
     graph = build_graph(topology, p, bw)
@@ -613,7 +576,7 @@ def predict(cal: Calibration, topology: str = "switch") -> list[dict[str, Any]]:
                 closed = alpha + r.size_bytes / bw
             else:
                 sim_alg = (
-                    default_algorithm(r.op, p, r.count_elems)
+                    collectives.default_algorithm(r.op, p, r.count_elems)
                     if r.algorithm == "mpi"
                     else r.algorithm
                 )
@@ -648,7 +611,7 @@ def predict(cal: Calibration, topology: str = "switch") -> list[dict[str, Any]]:
 
 
 def _fmt_size(n: float) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+    for unit, size in (("GB", GB), ("MB", MB), ("KB", KB)):
         if n >= size:
             return f"{n / size:.3g} {unit}"
     return f"{int(n)} B"
@@ -659,7 +622,8 @@ def report_text(cal: Calibration, rows: list[dict[str, Any]], topology: str) -> 
     lines = [
         f"prediction report: {b.path.name}, {b.world_size} ranks, {b.mpi.get('library', '?')}",
         f"model: {topology} of {b.world_size} endpoints, bandwidth "
-        f"{cal.bandwidth_bytes_per_s / GB:.4g} GB/s (GB = 1e9 B), latency 0, alpha "
+        f"{bytes_per_s_to_gb_per_s(cal.bandwidth_bytes_per_s):.4g} GB/s (GB = 1e9 B), "
+        "latency 0, alpha "
         f"{cal.alpha_s * US:.4g} us; collectives measured with 'mpi' are simulated with "
         "simnet's MPICH-like default algorithm",
         "",
@@ -783,7 +747,7 @@ def _bw_text(bw: float | None) -> str:
         return "-"
     if math.isinf(bw):
         return "inf"
-    return f"{bw / GB:.4g} GB/s"
+    return f"{bytes_per_s_to_gb_per_s(bw):.4g} GB/s"
 
 
 def summary_text(cal: Calibration, out_path: Path | None) -> str:
@@ -794,7 +758,7 @@ def summary_text(cal: Calibration, out_path: Path | None) -> str:
         f"{b.mpi.get('library', 'MPI library not recorded')}; time statistic: {cal.stat}",
         f"point-to-point ({p2p.op}, {len(p2p.rows)} rows, {_fmt_size(min(sizes))} .. "
         f"{_fmt_size(max(sizes))}): alpha = {cal.alpha_s * US:.4g} us, bandwidth = "
-        f"{cal.bandwidth_bytes_per_s / GB:.4g} GB/s (GB = 1e9 B); R^2 "
+        f"{bytes_per_s_to_gb_per_s(cal.bandwidth_bytes_per_s):.4g} GB/s (GB = 1e9 B); R^2 "
         f"{_r2_text(p2p.r2)}, max relative error {100 * (p2p.max_rel_error or 0):.2f}%",
         "  the route latency is folded into alpha (the file sets link_latency_us = 0)",
     ]

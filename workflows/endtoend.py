@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from simnet.config import GB, Config, ConfigError, load_config, ring_orders
+from simnet.config import Config, ConfigError, load_config, ring_orders
 from workload.results import versions, write_csv, write_json, write_text
+from workload.units import MB, MS_PER_S, bytes_per_s_to_gb_per_s
 
 from .launcher import proxy_command, run_proxy
 
@@ -56,7 +57,7 @@ def trainer_command(cfg: Config, out_dir: Path) -> list[str]:
         "--batch-size",
         str(tr.batch_size),
         "--bandwidth-limit",
-        str(d.bandwidth_limit),
+        str(d.bandwidth_limit_gb_per_s),
         "--scale",
         str(cfg.workload.scale),
         "--out",
@@ -67,7 +68,7 @@ def trainer_command(cfg: Config, out_dir: Path) -> list[str]:
     if d.buffer_size_bytes:
         cmd += ["--buffer-bytes", str(d.buffer_size_bytes)]
     if t.type == "hierarchical":
-        cmd += ["--hierarchical", str(t.group_size or 4)]
+        cmd += ["--hierarchical", str(t.effective_group_size)]
     elif t.type == "ring":
         cmd += ["--rings", json.dumps(ring_orders(t.permutations, n))]
     return cmd
@@ -120,7 +121,7 @@ def metrics_text(
         "",
         "== bandwidth matrix (GB/s, measured, sender row -> receiver column) ==",
     ]
-    bw = np.array(measured["bandwidth_bytes_per_s"]) / GB
+    bw = bytes_per_s_to_gb_per_s(np.array(measured["bandwidth_bytes_per_s"]))
     lines.append("      " + "".join(f"{j:>7d}" for j in range(n)))
     for i in range(n):
         lines.append(
@@ -132,7 +133,7 @@ def metrics_text(
             f"epoch {e['epoch']}: "
             + ", ".join(
                 f"{PHASE_NAMES[ph]} {e['traffic_mb'][ph]:.3f} MB measured / "
-                f"{c[ph]['predicted_bytes'] / 1e6:.3f} MB predicted"
+                f"{c[ph]['predicted_bytes'] / MB:.3f} MB predicted"
                 f"{'' if c[ph]['equal'] else ' (DIFFERENT)'}"
                 for ph in PHASE_PARTS
             )
@@ -142,15 +143,15 @@ def metrics_text(
         st = e["step_s"]
         lines.append(
             f"epoch {e['epoch']}: {e['time_s']:.3f} s; per step mean "
-            f"{1e3 * st['mean']:.2f} ms, min {1e3 * st['min']:.2f} ms, max "
-            f"{1e3 * st['max']:.2f} ms"
+            f"{MS_PER_S * st['mean']:.2f} ms, min {MS_PER_S * st['min']:.2f} ms, max "
+            f"{MS_PER_S * st['max']:.2f} ms"
         )
     total = measured["total_time_s"]
     steps = s["epochs"] * s["steps"]
     lines.append(f"total training time: {total:.3f} s ({steps} steps)")
     lines.append(
-        f"predicted per step: {1e3 * predicted_step_s:.2f} ms; measured mean "
-        f"{1e3 * total / steps:.2f} ms; error "
+        f"predicted per step: {MS_PER_S * predicted_step_s:.2f} ms; measured mean "
+        f"{MS_PER_S * total / steps:.2f} ms; error "
         f"{100 * (predicted_step_s - total / steps) / (total / steps):+.1f}%"
     )
     t = comparison.get("time", {})
@@ -158,7 +159,7 @@ def metrics_text(
         lines.append(
             f"predicted per step on links of the measured mean pair bandwidth "
             f"({t['measured_bandwidth_gb_per_s']:.2f} GB/s): "
-            f"{1e3 * t['predicted_step_s_measured_bandwidth']:.2f} ms; error "
+            f"{MS_PER_S * t['predicted_step_s_measured_bandwidth']:.2f} ms; error "
             f"{t['error_percent_measured_bandwidth']:+.1f}%"
         )
     lines += ["", "== warnings =="]
@@ -254,9 +255,14 @@ def run(cfg: Config, out: Path, say: Any = print) -> int:
     bw = np.array(measured["bandwidth_bytes_per_s"], dtype=float)
     off = bw[~np.eye(len(bw), dtype=bool)]
     if off.size and off.mean() > 0:
-        gbps = min(cfg.distributed.bandwidth_limit, float(off.mean()) / GB)
+        measured_gbps = bytes_per_s_to_gb_per_s(float(off.mean()))
+        gbps = min(cfg.distributed.bandwidth_limit_gb_per_s, measured_gbps)
         local = cfg.model_copy(
-            update={"distributed": cfg.distributed.model_copy(update={"bandwidth_limit": gbps})}
+            update={
+                "distributed": cfg.distributed.model_copy(
+                    update={"bandwidth_limit_gb_per_s": gbps}
+                )
+            }
         )
         step_local = simulate(local, record_series=False).iteration_time_s
         comparison["time"]["measured_bandwidth_gb_per_s"] = gbps
@@ -269,6 +275,7 @@ def run(cfg: Config, out: Path, say: Any = print) -> int:
     doc = {
         "kind": "training-metrics",
         "config": cfg.model_dump(),
+        "config_notes": cfg.deprecation_notes,
         "versions": versions(),
         "measured": measured,
         "comparison": comparison,
@@ -366,6 +373,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    for note in cfg.deprecation_notes:
+        print(f"note: {note}", file=sys.stderr)
     try:
         return run(cfg, Path(ns.out or cfg.logging.log_dir))
     except ConfigError as e:

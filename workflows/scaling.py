@@ -37,7 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from simnet.config import ConfigError, load_config
+from topologies import DEFAULT_GROUP_SIZE
 from workload.results import atomic_write, versions, write_csv, write_json, write_text
+from workload.units import MS_PER_S
 
 from .launcher import run_command
 from .study import models as sm
@@ -60,15 +62,15 @@ DEFAULT_TIMEOUT_S = 600.0
 # nodes on a 100 Gb/s (12.5 GB/s), 5 us network (RoCEv2-like, workflows.md s.2).
 # Intra-node links (no NVLink: PCIe-class, 25 GB/s, 0.5 us) are an assumption.
 DEFAULT_PREDICT_CONFIG: dict[str, Any] = {
-    "distributed": {"bandwidth_limit": 25.0},
+    "distributed": {"bandwidth_limit_gb_per_s": 25.0},
     "topology": {
         "type": "hierarchical",
-        "group_size": 4,
-        "intra_bandwidth": 25.0,
+        "group_size": DEFAULT_GROUP_SIZE,
+        "intra_bandwidth_gb_per_s": 25.0,
         # Latencies are per hop and a route crosses two: 0.25 + 0.25 inside a
         # node, 2.5 + 2.5 between nodes give the end-to-end 0.5 us and 5 us.
         "intra_latency_us": 0.25,
-        "inter_bandwidth": 12.5,
+        "inter_bandwidth_gb_per_s": 12.5,
         "inter_latency_us": 2.5,
     },
 }
@@ -238,7 +240,7 @@ def predicted_config(
     topo = d["topology"]
     kind = topo.get("type", "ring")
     if kind == "hierarchical":
-        g = topo.get("group_size") or 4
+        g = topo.get("group_size") or DEFAULT_GROUP_SIZE
         topo["num_nodes"] = -(-p // g) * g
     elif kind in ("ring", "switch"):
         topo["num_nodes"] = p
@@ -481,7 +483,7 @@ def plot_breakdown(doc: dict[str, Any], out: Path) -> Path | None:
     counts = sorted({r["np"] for r in recs})
     top = max(r["compute_s"] + r["exposed_comm_s"] for r in recs)
     top = max(top, max(r["iteration_time_s"] for r in recs))
-    unit, per_s = ("ms", 1e3) if top < 1.0 else ("s", 1.0)
+    unit, per_s = ("ms", MS_PER_S) if top < 1.0 else ("s", 1.0)
     fig = _figure(max(6.0, 0.9 * len(counts) + 3.0), 5.0)
     ax = fig.add_subplot()
     width = 0.38

@@ -40,7 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from simnet.config import Config, ConfigError, load_config
+from simnet.config import Config, ConfigError, current_key, current_names, load_config
 from simnet.simulate import build_workload
 from workload.results import versions, write_csv, write_json, write_text
 
@@ -144,7 +144,8 @@ def plan_sweep(config_path: str | Path, grid_text: str, out: str | Path) -> Plan
     if not isinstance(base, dict):
         raise StudyError(f"--config: {base_path} must hold a JSON object")
     # The base alone need not be valid (the grid may complete it): every point is checked.
-    grid = parse_grid(grid_text)
+    base = current_names(base)  # one name per field, whichever the grid uses
+    grid = {current_key(k): v for k, v in parse_grid(grid_text).items()}
     for key in grid:
         check_dotted_key(Config, key)
     plan = Plan(base_path, grid, [], Path(out))

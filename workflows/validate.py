@@ -43,13 +43,13 @@ from typing import Any
 import numpy as np
 
 from simnet.config import Config, ConfigError, load_config
+from workload.units import MS_PER_S as MS  # milliseconds per second, for display
+from workload.units import us_to_s
 
 from .launcher import EXIT_TIMEOUT, proxy_command, run_proxy
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-MS = 1e3  # milliseconds per second
-TRACE_US = 1e-6  # seconds per trace-format microsecond
 TOP_OPS = 10
 
 
@@ -176,7 +176,7 @@ def compare_ops(
                         f"{got!r}, the configured workload {want!r}: the run and the "
                         "configuration differ (arguments, --scale, world size?)"
                     )
-                meas[i] += float(e["dur"]) * TRACE_US
+                meas[i] += us_to_s(float(e["dur"]))  # the trace format's microseconds
         meas /= len(its)
         tl = sim.timelines[rank]
         pred = np.mean(np.array(tl.ends) - np.array(tl.starts), axis=0)
@@ -435,7 +435,7 @@ def analyse(
             "iterations": timed,
             "topology": sim_cfg.topology.type,
             "network": {
-                "bandwidth_gb_per_s": res.config.distributed.bandwidth_limit,
+                "bandwidth_gb_per_s": res.config.distributed.bandwidth_limit_gb_per_s,
                 "link_latency_us": res.config.topology.link_latency_us,
                 "alpha_us": res.config.network.alpha_us,
                 "link_params_file": res.config.network.link_params_file,

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 
 from .ops import ELEM_BYTES, Collective, Compute, Op, Recv, Send, call_bytes
 from .program import Workload
+from .units import MIB
 
-BASE_RANK_BYTES = 80 * 2**20  # interpreter, numpy, mpi4py and MPI's own state (measured ~70 MB)
+BASE_RANK_BYTES = 80 * MIB  # interpreter, numpy, mpi4py and MPI's own state (measured ~70 MB)
 
 
 @dataclass

@@ -64,7 +64,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-ELEM_BYTES = 4
+from .units import ELEM_BYTES
 
 ALGORITHMS: dict[str, tuple[str, ...]] = {
     "allreduce": ("ring", "recursive_doubling", "rabenseifner", "hierarchical", "multiring"),
@@ -76,12 +76,17 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
     "barrier": ("dissemination",),
 }
 
-# MPICH's historical defaults (bytes), see shared/reference/collective-costs.md.
+# MPICH's historical thresholds (bytes, or processes for _PROCS), see
+# shared/reference/collective-costs.md; used by MPICH_RULES.
 BCAST_SHORT_MSG_BYTES = 12_288
+BCAST_LONG_MSG_BYTES = 524_288
+BCAST_MIN_PROCS = 8
 ALLGATHER_LONG_MSG_BYTES = 524_288
 ALLGATHER_SHORT_MSG_BYTES = 81_920
 ALLREDUCE_SHORT_MSG_BYTES = 2_048
 REDSCAT_LONG_MSG_BYTES = 524_288
+ALLTOALL_SHORT_MSG_BYTES = 256
+ALLTOALL_MIN_PROCS = 8
 ALLTOALL_MEDIUM_MSG_BYTES = 32_768
 
 
@@ -978,39 +983,109 @@ def build_schedule(
     return s
 
 
-def default_algorithm(op: str, group_size: int, count_elems: int) -> str:
-    """MPICH's historical default choice (thresholds in bytes, float32 elements).
+def _always(p: int, count_elems: int, nbytes: int) -> bool:
+    return True
 
-    Where MPICH would pick an algorithm not implemented here the nearest
-    implemented one is returned: bcast is always "binomial" (MPICH switches
-    to scatter + allgather for n >= 12,288 B and p >= 8); reduce_scatter
-    uses "ring" (pairwise) for non-power-of-two p; alltoall uses "direct"
-    (isend/irecv of all blocks) where MPICH would use Bruck (<= 256 B per
-    destination, p >= 8).
+
+MpichRule = tuple[str, str, Callable[[int, int, int], bool]]
+"""``(op, algorithm, condition)``; the condition takes ``(p, count_elems, nbytes)``
+with ``nbytes = ELEM_BYTES * count_elems`` (the MPI count in bytes)."""
+
+MPICH_RULES: tuple[MpichRule, ...] = (
+    # allreduce: n = the vector; "count < pof2" is Rabenseifner's lower limit.
+    (
+        "allreduce",
+        "recursive_doubling",
+        lambda p, c, n: n <= ALLREDUCE_SHORT_MSG_BYTES or c < 1 << (p.bit_length() - 1),
+    ),
+    ("allreduce", "rabenseifner", _always),
+    # allgather: thresholds on the total gathered, p * n.
+    (
+        "allgather",
+        "recursive_doubling",
+        lambda p, c, n: p * n < ALLGATHER_LONG_MSG_BYTES and _is_pow2(p),
+    ),
+    ("allgather", "bruck", lambda p, c, n: p * n < ALLGATHER_SHORT_MSG_BYTES),
+    ("allgather", "ring", _always),
+    # reduce_scatter (commutative): threshold on the whole vector, p * n.
+    (
+        "reduce_scatter",
+        "recursive_halving",
+        lambda p, c, n: p * n < REDSCAT_LONG_MSG_BYTES and _is_pow2(p),
+    ),
+    ("reduce_scatter", "pairwise", _always),
+    # alltoall: n = bytes per destination.
+    (
+        "alltoall",
+        "bruck",
+        lambda p, c, n: n <= ALLTOALL_SHORT_MSG_BYTES and p >= ALLTOALL_MIN_PROCS,
+    ),
+    ("alltoall", "direct", lambda p, c, n: n <= ALLTOALL_MEDIUM_MSG_BYTES),
+    ("alltoall", "pairwise", _always),
+    ("bcast", "binomial", lambda p, c, n: n < BCAST_SHORT_MSG_BYTES or p < BCAST_MIN_PROCS),
+    (
+        "bcast",
+        "scatter_recursive_doubling_allgather",
+        lambda p, c, n: n < BCAST_LONG_MSG_BYTES and _is_pow2(p),
+    ),
+    ("bcast", "scatter_ring_allgather", _always),
+    ("reduce", "binomial", _always),
+    ("barrier", "dissemination", _always),
+)
+"""MPICH's historical default choice, the one table of it: for an op, the first
+row whose condition holds names the algorithm (MPICH's names, some of them not
+implemented here: see :data:`NEAREST_IMPLEMENTED`). From collective-costs.md, with
+two decisions where that document leaves a gap:
+
+- reduce_scatter: the document picks recursive halving below 524,288 B for any
+  p; MPICH's recursive halving folds a non-power-of-two group first, which
+  neither this project's schedules nor the document's cost table describe
+  (their recursive halving is for powers of two). Non-power-of-two groups
+  therefore get pairwise exchange, whose cost row is the ring's.
+- reduce and barrier are not in the document's list: binomial tree and
+  dissemination are assumed.
+"""
+
+NEAREST_IMPLEMENTED: dict[tuple[str, str], str] = {
+    # the same cost row in collective-costs.md ("pairwise exchange / ring")
+    ("reduce_scatter", "pairwise"): "ring",
+    # Bruck's log-step alltoall is not implemented: every block posted at once
+    ("alltoall", "bruck"): "direct",
+    # scatter + allgather broadcasts are not implemented
+    ("bcast", "scatter_recursive_doubling_allgather"): "binomial",
+    ("bcast", "scatter_ring_allgather"): "binomial",
+}
+"""(op, MPICH's algorithm) -> the implemented algorithm that stands in for it."""
+
+
+def mpich_algorithm(op: str, group_size: int, count_elems: int) -> str:
+    """The algorithm MPICH's historical defaults choose (:data:`MPICH_RULES`).
+
+    ``count_elems`` has MPI count semantics (float32 elements; thresholds are
+    in bytes). The name may be one of MPICH's that is not implemented here
+    (e.g. alltoall "bruck"); :func:`default_algorithm` gives the implemented one.
     """
     _check_op(op)
     _check_size(group_size, count_elems)
-    p = group_size
     nbytes = ELEM_BYTES * count_elems
-    if op == "allreduce":
-        pof2 = 1 << (p.bit_length() - 1)
-        if nbytes <= ALLREDUCE_SHORT_MSG_BYTES or count_elems < pof2:
-            return "recursive_doubling"
-        return "rabenseifner"
-    if op == "allgather":
-        total = p * nbytes
-        if total < ALLGATHER_LONG_MSG_BYTES and _is_pow2(p):
-            return "recursive_doubling"
-        if total < ALLGATHER_SHORT_MSG_BYTES:
-            return "bruck"
-        return "ring"
-    if op == "reduce_scatter":
-        if p * nbytes < REDSCAT_LONG_MSG_BYTES and _is_pow2(p):
-            return "recursive_halving"
-        return "ring"
-    if op == "alltoall":
-        return "direct" if nbytes <= ALLTOALL_MEDIUM_MSG_BYTES else "pairwise"
-    return ALGORITHMS[op][0]  # bcast, reduce: binomial; barrier: dissemination
+    for rule_op, algorithm, holds in MPICH_RULES:
+        if rule_op == op and holds(group_size, count_elems, nbytes):
+            return algorithm
+    raise AssertionError(f"MPICH_RULES has no unconditional row for {op!r}")
+
+
+def default_algorithm(op: str, group_size: int, count_elems: int) -> str:
+    """MPICH's default choice (:func:`mpich_algorithm`) among the implemented algorithms.
+
+    Where MPICH would pick an algorithm not implemented here the nearest
+    implemented one is returned (:data:`NEAREST_IMPLEMENTED`): bcast is always
+    "binomial" (MPICH switches to scatter + allgather for n >= 12,288 B and
+    p >= 8); reduce_scatter's pairwise exchange is "ring" (same cost); alltoall
+    uses "direct" (isend/irecv of all blocks) where MPICH would use Bruck
+    (<= 256 B per destination, p >= 8).
+    """
+    algorithm = mpich_algorithm(op, group_size, count_elems)
+    return NEAREST_IMPLEMENTED.get((op, algorithm), algorithm)
 
 
 def alpha_beta_time_s(schedule: Schedule, alpha_s: float, beta_s_per_byte: float) -> float:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ELEM_BYTES = 4  # float32
+from .units import ELEM_BYTES
 
 COLLECTIVE_OPS = (
     "allreduce",

@@ -15,6 +15,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
 
+from .units import s_to_us
+
 
 def atomic_write(
     path: str | os.PathLike[str], write: Callable[[IO[Any]], None], binary: bool = False
@@ -102,8 +104,8 @@ def chrome_trace(events: Iterable[dict[str, Any]], process_names: dict[int, str]
             "ph": "X",
             "pid": e["pid"],
             "tid": e.get("tid", 0),
-            "ts": e["ts_s"] * 1e6,
-            "dur": e["dur_s"] * 1e6,
+            "ts": s_to_us(e["ts_s"]),
+            "dur": s_to_us(e["dur_s"]),
         }
         if e.get("args"):
             ev["args"] = e["args"]

@@ -1,0 +1,239 @@
+"""Units in one place, units in the configuration's field names, one MPICH table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from simnet.config import (
+    LINK_PARAM_KEYS,
+    Config,
+    ConfigError,
+    apply_link_params,
+    current_key,
+    load_config,
+    schema,
+)
+from simnet.simulate import build_topology
+from workflows import calibrate as cal
+from workload import units
+from workload.collectives import ALGORITHMS, default_algorithm, mpich_algorithm
+
+ROOT = Path(__file__).resolve().parents[1]
+SEED_NOTE = (
+    "distributed.bandwidth_limit is deprecated; use distributed.bandwidth_limit_gb_per_s "
+    "(same unit)"
+)
+
+
+# ---------------------------------------------------------------- units
+
+
+def test_unit_constants_and_conversions():
+    assert units.ELEM_BYTES == 4
+    assert units.GB == 1_000_000_000 and units.GIB == 1_073_741_824
+    assert units.MIB == 1_048_576 and units.KIB == 1024
+    assert units.us_to_s(2.0) == 2e-06
+    assert units.s_to_us(0.25) == 250_000.0
+    assert units.gb_per_s_to_bytes_per_s(12.5) == 12_500_000_000.0
+    assert units.bytes_per_s_to_gb_per_s(25e9) == 25.0
+    assert units.elems_to_bytes(1000) == 4000
+
+
+def test_conversions_keep_the_arithmetic_of_the_code_they_replaced():
+    # x * 1e-6 and x / 1e6 differ in the last bit for some x: the former is kept.
+    assert 5.0 / 1e6 == 5e-06
+    assert units.us_to_s(5.0) == 4.9999999999999996e-06  # 5.0 * 1e-6, as before
+
+
+# ---------------------------------------------------------------- field names
+
+
+def test_seed_config_loads_with_a_note_and_the_same_values():
+    raw = json.loads((ROOT / "config.json").read_text())
+    assert raw["distributed"]["bandwidth_limit"] == 10.0  # the seed keeps its old name
+    cfg = load_config(ROOT / "config.json")
+    assert cfg.distributed.bandwidth_limit_gb_per_s == 10.0
+    assert cfg.deprecation_notes == [SEED_NOTE]
+    graph, _ = build_topology(cfg)
+    assert {d["bandwidth"] for _, _, d in graph.edges(data=True)} == {10e9}
+
+
+def test_every_old_name_loads_as_the_new_one():
+    old = load_config(
+        {
+            "distributed": {"num_nodes": 8, "bandwidth_limit": 20.0},
+            "topology": {"type": "hierarchical", "intra_bandwidth": 100.0, "inter_bandwidth": 5.0},
+            "network": {"injection_bandwidth": 8.0},
+        }
+    )
+    new = load_config(
+        {
+            "distributed": {"num_nodes": 8, "bandwidth_limit_gb_per_s": 20.0},
+            "topology": {
+                "type": "hierarchical",
+                "intra_bandwidth_gb_per_s": 100.0,
+                "inter_bandwidth_gb_per_s": 5.0,
+            },
+            "network": {"injection_bandwidth_gb_per_s": 8.0},
+        }
+    )
+    assert old.model_dump() == new.model_dump()
+    assert new.deprecation_notes == []
+    assert [n.split(" ")[0] for n in old.deprecation_notes] == [
+        "distributed.bandwidth_limit",
+        "topology.intra_bandwidth",
+        "topology.inter_bandwidth",
+        "network.injection_bandwidth",
+    ]
+    graph, _ = build_topology(new)
+    bws = {d["bandwidth"] for _, _, d in graph.edges(data=True)}
+    assert bws == {100e9, 5e9}
+
+
+def test_old_and_new_name_together_are_refused():
+    with pytest.raises(ConfigError) as e:
+        load_config({"distributed": {"bandwidth_limit": 10.0, "bandwidth_limit_gb_per_s": 12.5}})
+    assert (
+        "distributed.bandwidth_limit and distributed.bandwidth_limit_gb_per_s name the same "
+        "field: give only distributed.bandwidth_limit_gb_per_s"
+    ) in str(e.value)
+
+
+def test_schema_names_the_units():
+    s = schema()["$defs"]
+    assert "bandwidth_limit_gb_per_s" in s["DistributedSection"]["properties"]
+    assert "bandwidth_limit" not in s["DistributedSection"]["properties"]
+    assert {"intra_bandwidth_gb_per_s", "inter_bandwidth_gb_per_s"} <= set(
+        s["TopologySection"]["properties"]
+    )
+    assert "injection_bandwidth_gb_per_s" in s["NetworkSection"]["properties"]
+
+
+def test_notes_survive_copies_and_a_config_passed_in():
+    cfg = load_config(ROOT / "config.json")
+    assert load_config(cfg).deprecation_notes == [SEED_NOTE]
+    assert Config.model_validate(cfg).deprecation_notes == [SEED_NOTE]
+    copy = cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"iterations": 2})})
+    assert copy.deprecation_notes == [SEED_NOTE]
+
+
+def test_current_key_maps_dotted_old_names():
+    assert current_key("topology.inter_bandwidth") == "topology.inter_bandwidth_gb_per_s"
+    assert current_key("distributed.bandwidth_limit") == "distributed.bandwidth_limit_gb_per_s"
+    assert current_key("workload.scale") == "workload.scale"
+
+
+def test_simnet_prints_the_note_once_and_records_it(tmp_path, capsys):
+    from simnet.cli import main
+
+    cfg = {
+        "distributed": {"num_nodes": 4, "bandwidth_limit": 10.0},
+        "topology": {"type": "switch", "num_nodes": 4},
+        "workload": {"name": "dlrm", "scale": 0.01},
+    }
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cfg))
+    assert main(["--config", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("deprecated") == 1 and f"note: {SEED_NOTE}" in err
+    doc = json.loads((tmp_path / "out" / "sim_results.json").read_text())
+    assert doc["config_notes"] == [SEED_NOTE]
+    assert doc["config"]["distributed"]["bandwidth_limit_gb_per_s"] == 10.0
+
+
+# ---------------------------------------------------------------- link-parameter files
+
+
+def test_link_param_keys_are_config_field_names():
+    cfg = Config()
+    for key, section in LINK_PARAM_KEYS.items():
+        assert key in type(getattr(cfg, section)).model_fields, key
+
+
+def _with_link_params(tmp_path: Path, doc: dict) -> Config:
+    (tmp_path / "lp.json").write_text(json.dumps(doc))
+    cfg = load_config({"network": {"link_params_file": "lp.json"}})
+    new, notes = apply_link_params(cfg, tmp_path)
+    assert notes
+    return new
+
+
+def test_old_link_param_files_load(tmp_path):
+    old = _with_link_params(tmp_path, {"alpha_us": 4.0, "bandwidth_gb_per_s": 5.0})
+    assert old.distributed.bandwidth_limit_gb_per_s == 5.0
+    assert old.network.alpha_us == 4.0
+    new = _with_link_params(tmp_path, {"alpha_us": 4.0, "bandwidth_limit_gb_per_s": 5.0})
+    assert new.model_dump() == old.model_dump()
+
+
+def test_link_param_file_with_both_keys_is_refused(tmp_path):
+    (tmp_path / "lp.json").write_text(
+        json.dumps({"bandwidth_gb_per_s": 5.0, "bandwidth_limit_gb_per_s": 6.0})
+    )
+    cfg = load_config({"network": {"link_params_file": "lp.json"}})
+    with pytest.raises(ConfigError, match="both bandwidth_limit_gb_per_s and its old name"):
+        apply_link_params(cfg, tmp_path)
+
+
+# ---------------------------------------------------------------- group size
+
+
+def test_hierarchical_group_size_default_in_one_place():
+    from topologies import DEFAULT_GROUP_SIZE
+
+    assert DEFAULT_GROUP_SIZE == 4
+    cfg = load_config({"distributed": {"num_nodes": 8}, "topology": {"type": "hierarchical"}})
+    assert cfg.topology.effective_group_size == 4
+    graph, assumed = build_topology(cfg)
+    assert graph.graph["params"]["group_size"] == 4 and "group size 4" in assumed
+    assert load_config({"topology": {"type": "ring"}}).topology.effective_group_size is None
+    with pytest.raises(ConfigError, match=r"group_size=4 must divide topology\.num_nodes=6"):
+        load_config({"distributed": {"num_nodes": 6}, "topology": {"type": "hierarchical"}})
+
+
+# ---------------------------------------------------------------- MPICH's choice
+
+
+@pytest.mark.parametrize(
+    "op,p,count,mpich,simulated",
+    [
+        ("reduce_scatter", 8, 16383, "recursive_halving", "recursive_halving"),
+        ("reduce_scatter", 6, 10, "pairwise", "ring"),  # no folded recursive halving
+        ("reduce_scatter", 8, 16384, "pairwise", "ring"),  # 524,288 B vector
+        ("alltoall", 8, 64, "bruck", "direct"),  # 256 B per destination, p >= 8
+        ("alltoall", 8, 65, "direct", "direct"),  # 260 B
+        ("alltoall", 4, 64, "direct", "direct"),  # p < 8
+        ("alltoall", 4, 8193, "pairwise", "pairwise"),  # 32,772 B
+        ("bcast", 8, 3072, "scatter_recursive_doubling_allgather", "binomial"),  # 12,288 B
+        ("bcast", 8, 3071, "binomial", "binomial"),
+        ("bcast", 12, 3072, "scatter_ring_allgather", "binomial"),
+        ("bcast", 8, 131072, "scatter_ring_allgather", "binomial"),  # 524,288 B
+        ("allreduce", 8, 512, "recursive_doubling", "recursive_doubling"),  # 2,048 B
+        ("allreduce", 8, 513, "rabenseifner", "rabenseifner"),
+        ("allgather", 6, 3413, "bruck", "bruck"),  # 81,912 B gathered
+    ],
+)
+def test_mpich_choice_and_its_implemented_stand_in(op, p, count, mpich, simulated):
+    assert mpich_algorithm(op, p, count) == mpich
+    assert cal.mpich_algorithm(op, p, count) == mpich
+    assert default_algorithm(op, p, count) == simulated
+
+
+def test_calibrate_and_the_simulator_choose_the_same_algorithm():
+    ops = ("allreduce", "allgather", "reduce_scatter", "alltoall", "bcast", "reduce")
+    counts = [0, 1, 63, 64, 65, 512, 513, 3071, 3072, 3413, 3414, 8192, 8193, 16383, 16384,
+              131071, 131072, 1 << 20]  # fmt: skip
+    for op in ops:
+        for p in (1, 2, 3, 4, 6, 7, 8, 12, 16, 64, 1000, 1024):
+            for c in counts:
+                chosen = cal.mpich_algorithm(op, p, c)
+                simulated = default_algorithm(op, p, c)
+                assert simulated in ALGORITHMS[op]
+                if chosen in ALGORITHMS[op]:  # implemented: the simulator runs it
+                    assert simulated == chosen, (op, p, c)
+                # and calibrate's closed form knows MPICH's choice
+                if p >= 2:
+                    cal.cost_terms(op, chosen, p, c)
