@@ -112,6 +112,15 @@ def _exchange(
         b.wait(s, r)
 
 
+def pipeline_args(layers: int) -> tuple[Arg, ...]:
+    """The reference's positional arguments, with its default layer count."""
+    return (
+        Arg("layers", layers, "transformer layers"),
+        Arg("stages", 4, "pipeline stages"),
+        Arg("microbatches", 8, "micro-batches per iteration"),
+    )
+
+
 class PipelineDataParallel(Model):
     spec: PipelineSpec
     per_tensor_spec: PipelineSpec | None = None
@@ -232,11 +241,7 @@ class GPT2(PipelineDataParallel):
         "samples = micro-batches x 1 sequence x data shards (P / stages); the reference's "
         "pipeline message is a micro-batch of 1 sequence of 632 tokens"
     )
-    args = (
-        Arg("layers", 48, "transformer layers"),
-        Arg("stages", 4, "pipeline stages"),
-        Arg("microbatches", 8, "micro-batches per iteration"),
-    )
+    args = pipeline_args(layers=48)
     spec = PipelineSpec(808960, (85317120,), (19677440,), (84008960,))
     per_tensor_spec = PipelineSpec(808960, _GPT2_FIRST, _GPT2_MIDDLE, _GPT2_LAST)
     per_tensor_available = True
@@ -251,9 +256,5 @@ class BERT(PipelineDataParallel):
         "samples = micro-batches x 8 sequences x data shards (P / stages); the "
         "reference's pipeline message is a micro-batch of 8 sequences of 128 tokens"
     )
-    args = (
-        Arg("layers", 24, "transformer layers"),
-        Arg("stages", 4, "pipeline stages"),
-        Arg("microbatches", 8, "micro-batches per iteration"),
-    )
+    args = pipeline_args(layers=24)
     spec = PipelineSpec(1049600, (44379136,), (12596224,), (45984572,))
