@@ -8,19 +8,19 @@ every rank, no hang), then MPI settings are applied, then MPI starts.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import math
 import sys
 import time
 from collections.abc import Sequence
 
 from workload.models import MODELS, Model, get_model
-from workload.program import BuildOptions, LayoutError, Workload
+from workload.program import LayoutError
+from workload.spec import COMPUTE_MODES, RunSpec, SpecError
 
 from .launch import REFERENCE_THREAD_LEVEL, THREAD_LEVELS, launch_info, prepare_mpi
+from .usage import EXIT_USAGE, fail, parse_quietly
 
-EXIT_USAGE = 2
+__all__ = ["EXIT_USAGE", "build_parser", "dispatch", "fail", "main", "parse_quietly"]
+
 DEFAULT_TIMEOUT_S = 300.0
 
 
@@ -76,7 +76,7 @@ def build_parser(model: Model) -> argparse.ArgumentParser:
     )
     g.add_argument(
         "--compute",
-        choices=("sleep", "spin", "none"),
+        choices=COMPUTE_MODES,
         default="sleep",
         help="emulated compute: sleep (the reference), spin (busy), none",
     )
@@ -158,101 +158,47 @@ def add_mpi_options(
     )
 
 
-def parse_quietly(
-    parser: argparse.ArgumentParser, argv: Sequence[str], rank: int
-) -> argparse.Namespace:
-    """Parse on every rank; only rank 0 prints usage errors (all exit with code 2)."""
-    if rank == 0:
-        return parser.parse_args(argv)
-    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-        return parser.parse_args(argv)
-
-
-def check_options(ns: argparse.Namespace) -> str | None:
-    if not (ns.scale > 0 and math.isfinite(ns.scale)):
-        return f"--scale must be a positive number (got {ns.scale})"
-    for name in ("iters", "warmup"):
-        v = getattr(ns, name)
-        if v is not None and v < 0:
-            return f"--{name} must be >= 0 (got {v})"
-    if ns.iters == 0:
-        return "--iters must be >= 1"
-    if ns.timeout < 0:
-        return f"--timeout must be >= 0 seconds (got {ns.timeout})"
-    if ns.algorithm is not None:
-        from workload.collectives import ALGORITHMS
-
-        known = sorted({a for algs in ALGORITHMS.values() for a in algs})
-        if ns.algorithm not in known:
-            return f"--algorithm must be one of {', '.join(known)} (got {ns.algorithm!r})"
-    return None
-
-
-def make_workload(model: Model, ns: argparse.Namespace, world_size: int) -> Workload:
+def spec_from_namespace(model: Model, ns: argparse.Namespace) -> RunSpec:
+    """The run a proxy's parsed command line asks for (checked: raises SpecError)."""
     values = [getattr(ns, a.name) for a in model.args]
     given = [v for v in values if v is not None]
     if any(v is None for v in values[: len(given)]):
-        raise ValueError("positional arguments must be given in order")
-    params = model.params(given)
-    for a in model.flags:
-        params[a.name] = getattr(ns, a.name) or a.default
-    options = BuildOptions(
-        scale=ns.scale, per_tensor=ns.per_tensor, fix_quirks=ns.fix_quirks, algorithm=ns.algorithm
+        raise SpecError("args", "positional arguments must be given in order")
+    return RunSpec(
+        model=model.name,
+        args=tuple(given),
+        flags={a.name: getattr(ns, a.name) for a in model.flags if getattr(ns, a.name) is not None},
+        scale=ns.scale,
+        compute=ns.compute,
+        per_tensor=ns.per_tensor,
+        fix_quirks=ns.fix_quirks,
+        algorithm=ns.algorithm,
+        iters=ns.iters,
+        warmup=ns.warmup,
+        reference_counts=ns.reference_counts,
     )
-    if ns.per_tensor and not model.per_tensor_available:
-        raise ValueError(
-            f"{model.name}: --per-tensor is not available for this model "
-            "(the reference has aggregated gradient messages only)"
-        )
-    workload = model.build(world_size, params, options, given=len(given))
-    if ns.algorithm is not None:
-        check_algorithms(workload)
-    return workload
 
 
-def check_algorithms(workload: Workload) -> None:
-    """Refuse, before MPI starts, a named algorithm some collective cannot run."""
-    from workload.collectives import schedule_for
-    from workload.ops import Collective
-
-    seen: set[tuple[str, str, int]] = set()
-    for phase in workload.phases:
-        for rank in range(workload.world_size):
-            for op in phase.program(rank):
-                if not isinstance(op, Collective) or op.algorithm is None:
-                    continue
-                p = len(workload.group_of(op.group, rank))
-                key = (op.op, op.algorithm, p)
-                if key in seen or p == 1:
-                    continue
-                seen.add(key)
-                try:
-                    schedule_for(
-                        op.op, op.algorithm, p, p, root=op.root, params=workload.collective_params
-                    )
-                except ValueError as e:
-                    raise ValueError(
-                        f"{workload.model}: --algorithm {op.algorithm} cannot run "
-                        f"its {op.op} on {p} ranks ({op.group} group): {e}"
-                    ) from None
-
-
-def fail(rank: int, message: str, code: int = EXIT_USAGE) -> None:
-    if rank == 0:
-        sys.stderr.write(f"error: {message}\n")
-        sys.stderr.flush()
-    raise SystemExit(code)
+def check_options(ns: argparse.Namespace) -> str | None:
+    """What the run specification does not cover: the MPI safety options."""
+    if ns.timeout < 0:
+        return f"--timeout must be >= 0 seconds (got {ns.timeout})"
+    return None
 
 
 def main(model_name: str, argv: Sequence[str] | None = None) -> None:
     model = get_model(model_name)
     info = launch_info()
     ns = parse_quietly(build_parser(model), sys.argv[1:] if argv is None else argv, info.rank)
+    try:
+        spec = spec_from_namespace(model, ns)
+    except SpecError as e:
+        fail(info.rank, e.render() if e.field == "args" else f"{model.name}: {e.render()}")
     problem = check_options(ns)
     if problem:
         fail(info.rank, f"{model.name}: {problem}")
     try:
-        workload = make_workload(model, ns, info.world_size)
+        workload = spec.workload(info.world_size)
     except (LayoutError, ValueError) as e:
         fail(info.rank, str(e))
     throttle = {"auto": None, "on": True, "off": False}[ns.throttle]
@@ -260,7 +206,7 @@ def main(model_name: str, argv: Sequence[str] | None = None) -> None:
 
     from . import run  # initialises MPI
 
-    run.run(model, workload, ns, settings, started=time.perf_counter())
+    run.run(spec, workload, ns, settings, started=time.perf_counter())
 
 
 def dispatch(argv: Sequence[str] | None = None) -> None:

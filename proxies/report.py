@@ -11,6 +11,7 @@ from typing import Any
 from workload.models import Model
 from workload.program import Workload
 from workload.results import chrome_trace, versions, write_json
+from workload.run_result import ProxyRun
 from workload.timeline import Breakdown, op_events
 
 from .mpi_executor import PhaseRun
@@ -102,17 +103,16 @@ def document(
             for j, pr in enumerate(per_rank)
         ]
         phases.append(summary)
-    return {
-        "kind": "proxy-run",
-        "model": model.name,
-        "description": model.description,
-        "world_size": workload.world_size,
-        "params": workload.params,
-        "info": workload.info,
-        "groups": {k: [list(g) for g in v] for k, v in workload.groups.items()},
-        "options": {k: v for k, v in vars(ns).items()},
-        "iterations": {"warmup": warmup, "timed": runs},
-        "mpi": {
+    return ProxyRun(
+        model=model.name,
+        description=model.description,
+        world_size=workload.world_size,
+        params=workload.params,
+        info=workload.info,
+        groups={k: [list(g) for g in v] for k, v in workload.groups.items()},
+        options=dict(vars(ns)),
+        iterations={"warmup": warmup, "timed": runs},
+        mpi={
             "library": library,
             "thread_level": thread_level,
             "progress_throttle": settings.throttle,
@@ -120,15 +120,15 @@ def document(
             "throttle_reason": settings.throttle_reason,
             "env": settings.env,
         },
-        "units": {
+        units={
             "time": "seconds",
             "bytes": "call bytes: count x 4 B float32 per MPI call "
             "(alltoall: bytes to the other peers)",
         },
-        "versions": versions(),
-        "wall_s": wall_s,
-        "phases": phases,
-    }
+        versions=versions(),
+        wall_s=wall_s,
+        phases=phases,
+    ).to_json()
 
 
 def _fmt_bytes(n: float) -> str:

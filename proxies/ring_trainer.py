@@ -20,45 +20,62 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from workload.models.alexnet import DEFAULT_COMPUTE_US_PER_STEP, AlexNetRing
-from workload.program import BuildOptions, LayoutError
+from workload.program import LayoutError
+from workload.run_result import TrainerRun, TrainerSettings
+from workload.spec import RunSpec, SpecError
 from workload.units import MB, MS_PER_S, gb_per_s_to_bytes_per_s
 
-from .cli import fail, parse_quietly
 from .launch import REFERENCE_THREAD_LEVEL, launch_info, prepare_mpi
+from .usage import fail, parse_quietly
+
+TRAINER_MODEL = "alexnet_ring"  # the model description this trainer runs
 
 PHASES = {True: "reduce_scatter", False: "allgather"}
 
 
 def build_parser() -> argparse.ArgumentParser:
+    d = TrainerSettings()  # the defaults, in one place
     p = argparse.ArgumentParser(prog="mpirun -n P python -m proxies.ring_trainer",
                                 description=__doc__.split("\n\n")[1])
-    p.add_argument("--epochs", type=int, default=5)
-    p.add_argument("--steps", type=int, default=100, help="steps per epoch")
-    p.add_argument("--warmup", type=int, default=1, help="untimed steps before epoch 1")
-    p.add_argument("--input-channels", type=int, default=3)
-    p.add_argument("--num-classes", type=int, default=10)
-    p.add_argument("--batch-size", type=int, default=32, help="reported (samples/s)")
-    p.add_argument("--rings", default=None,
+    p.add_argument("--epochs", type=int, default=d.epochs)
+    p.add_argument("--steps", type=int, default=d.steps, help="steps per epoch")
+    p.add_argument("--warmup", type=int, default=d.warmup, help="untimed steps before epoch 1")
+    p.add_argument("--input-channels", type=int, default=d.input_channels)
+    p.add_argument("--num-classes", type=int, default=d.num_classes)
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="reported (samples/s)")
+    p.add_argument("--rings", default=d.rings,
                    help="JSON list of ring orders (each a permutation of the ranks); "
                         "default: one ring 0, 1, ..., P-1")
-    p.add_argument("--hierarchical", type=int, default=0, metavar="G",
+    p.add_argument("--hierarchical", type=int, default=d.hierarchical, metavar="G",
                    help="use the two-level algorithm with groups of G ranks")
-    p.add_argument("--bandwidth-limit", type=float, default=0.0, metavar="GB/s",
+    p.add_argument("--bandwidth-limit", type=float, default=d.bandwidth_limit, metavar="GB/s",
                    help="max bandwidth between two ranks (GB = 1e9 B); 0: unlimited")
-    p.add_argument("--buffer-bytes", type=int, default=0,
+    p.add_argument("--buffer-bytes", type=int, default=d.buffer_bytes,
                    help="communication buffer per transfer; 0: not checked")
-    p.add_argument("--compute-us", type=float, default=DEFAULT_COMPUTE_US_PER_STEP,
+    p.add_argument("--compute-us", type=float, default=d.compute_us,
                    help="emulated compute per step (us)")
-    p.add_argument("--scale", type=float, default=1.0, help="gradient size multiplier")
-    p.add_argument("--bandwidth-bytes", type=int, default=4 << 20,
+    p.add_argument("--scale", type=float, default=d.scale, help="gradient size multiplier")
+    p.add_argument("--bandwidth-bytes", type=int, default=d.bandwidth_bytes,
                    help="message size of the bandwidth measurement")
-    p.add_argument("--chunk-bytes", type=int, default=1 << 20,
+    p.add_argument("--chunk-bytes", type=int, default=d.chunk_bytes,
                    help="pacing granularity: transfers are sent in chunks of this size")
-    p.add_argument("--timeout", type=float, default=300.0)
-    p.add_argument("--progress", choices=("auto", "blocking", "poll"), default="auto")
-    p.add_argument("--out", default="results", help="directory of measured.json")
+    p.add_argument("--timeout", type=float, default=d.timeout)
+    p.add_argument("--progress", choices=("auto", "blocking", "poll"), default=d.progress)
+    p.add_argument("--out", default=d.out, help="directory of measured.json")
     return p
+
+
+def run_spec(ns: argparse.Namespace, world_size: int) -> RunSpec:
+    """The trainer's rank program as a run specification (raises ValueError)."""
+    rings = json.loads(ns.rings) if ns.rings else None
+    return RunSpec(
+        model=TRAINER_MODEL,
+        args=(ns.input_channels, ns.num_classes),
+        flags={"compute_us": ns.compute_us, "hierarchical": ns.hierarchical},
+        world_size=world_size,
+        scale=ns.scale,
+        rings=tuple(tuple(r) for r in rings) if rings else None,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -67,20 +84,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name in ("epochs", "steps"):
         if getattr(ns, name) < 1:
             fail(info.rank, f"ring_trainer: --{name} must be >= 1")
-    if ns.scale <= 0:
-        fail(info.rank, "ring_trainer: --scale must be > 0")
     try:
-        rings = json.loads(ns.rings) if ns.rings else None
-        options = BuildOptions(scale=ns.scale, algorithm=None,
-                               rings=tuple(tuple(r) for r in rings) if rings else None)
-        model = AlexNetRing()
-        params = model.params([ns.input_channels, ns.num_classes])
-        params.update(compute_us=ns.compute_us, hierarchical=ns.hierarchical)
-        workload = model.build(info.world_size, params, options)
-        if rings:
+        spec = run_spec(ns, info.world_size)
+        workload = spec.workload()
+        if spec.rings:
             from workload.collectives import build_schedule
 
-            build_schedule("allgather", "multiring", info.world_size, 1, rings=rings)
+            build_schedule("allgather", "multiring", info.world_size, 1,
+                           rings=[list(r) for r in spec.rings])
+    except SpecError as e:
+        fail(info.rank, f"ring_trainer: {e.render()}")
     except (LayoutError, ValueError) as e:
         fail(info.rank, f"ring_trainer: {e}")
     settings = prepare_mpi(info, REFERENCE_THREAD_LEVEL, None)
@@ -139,26 +152,24 @@ def main(argv: Sequence[str] | None = None) -> None:
         overruns = comm.gather(list(ex.overruns.values()), root=0)
         pacing = comm.gather(ex.pacer.waited_s if ex.pacer else 0.0, root=0)
         if rank == 0:
-            doc = {
-                "kind": "ring-trainer-measurement",
-                "settings": vars(ns) | {"world_size": size, "progress": progress,
-                                        "throttle": settings.throttle},
-                "workload": {"info": workload.info,
-                             "rings": workload.collective_params["rings"]},
-                "mpi": {"library": mx.library_version(),
-                        "thread_level": mx.thread_level_name(mx.MPI.Query_thread())},
-                "units": {"time": "s", "bandwidth": "bytes/s", "traffic": "bytes"},
-                "bandwidth_bytes_per_s": bw_rows,
-                "epochs": epochs,
-                "total_time_s": sum(e["time_s"] for e in epochs),
-                "pacing_wait_s_per_rank": pacing,
-                "buffer_overruns": [o for per in overruns for o in per],
-                "wall_s": time.perf_counter() - started,
-            }
             from workload.results import versions, write_json
 
-            doc["versions"] = versions()
-            path = write_json(Path(ns.out) / "measured.json", doc)
+            doc = TrainerRun(
+                settings=TrainerSettings.from_json(
+                    vars(ns) | {"world_size": size, "progress": progress,
+                                "throttle": settings.throttle}),
+                workload={"info": workload.info, "rings": workload.collective_params["rings"]},
+                mpi={"library": mx.library_version(),
+                     "thread_level": mx.thread_level_name(mx.MPI.Query_thread())},
+                bandwidth_bytes_per_s=bw_rows,
+                epochs=epochs,
+                total_time_s=sum(e["time_s"] for e in epochs),
+                pacing_wait_s_per_rank=pacing,
+                buffer_overruns=[o for per in overruns for o in per],
+                wall_s=time.perf_counter() - started,
+                versions=versions(),
+            )
+            path = write_json(Path(ns.out) / "measured.json", doc.to_json())
             say(f"wrote {path}")
     except SystemExit:
         raise

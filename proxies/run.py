@@ -16,11 +16,11 @@ import psutil
 from workload.accounting import program_stats
 from workload.models import Model
 from workload.program import LayoutError, Workload
+from workload.spec import RunSpec
 from workload.timeline import breakdown
 from workload.units import GIB
 
 from . import report
-from .cli import EXIT_USAGE, make_workload
 from .launch import MPISettings
 from .mpi_executor import (
     MPI,
@@ -31,6 +31,7 @@ from .mpi_executor import (
     node_memory_check,
     thread_level_name,
 )
+from .usage import EXIT_USAGE
 
 MEMORY_HEADROOM = 0.9  # refuse above this fraction of the available memory
 
@@ -44,11 +45,11 @@ def _stop(comm: MPI.Intracomm, message: str | None, code: int = EXIT_USAGE) -> N
 
 
 def memory_message(
-    model: Model, ns: argparse.Namespace, need: int, ranks: int, avail: int, buffers: int
+    model: Model, scale: float, need: int, ranks: int, avail: int, buffers: int
 ) -> str:
-    """The refusal, naming a --scale that would fit."""
+    """The refusal, naming a --scale that would fit (sizes in bytes)."""
     base = need - buffers
-    fit = (avail * MEMORY_HEADROOM * 0.9 - base) / buffers * ns.scale if buffers else 0
+    fit = (avail * MEMORY_HEADROOM * 0.9 - base) / buffers * scale if buffers else 0
     if fit > 0:
         digits = 10 ** math.floor(math.log10(fit))
         hint = f"try --scale {math.floor(fit / digits) * digits:g}"
@@ -61,15 +62,22 @@ def memory_message(
 
 
 def run(
-    model: Model, workload: Workload, ns: argparse.Namespace, settings: MPISettings, started: float
+    spec: RunSpec,
+    workload: Workload,
+    ns: argparse.Namespace,
+    settings: MPISettings,
+    started: float,
 ) -> None:
+    """Run ``spec`` (its ``workload`` as the launcher sized it); ``ns`` holds the
+    command line's MPI, safety and output options."""
+    model = spec.spec_model
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     try:
         if size != workload.world_size:
             # The launcher's environment named another size (or none): rebuild.
             try:
-                workload = make_workload(model, ns, size)
+                workload = spec.workload(size)
             except (LayoutError, ValueError) as e:
                 _stop(comm, str(e))
         progress = ns.progress
@@ -77,7 +85,7 @@ def run(
             progress = "poll" if settings.oversubscribed else "blocking"
         settings.progress = progress
         ex = MPIExecutor(
-            workload, compute=ns.compute, timeout_s=ns.timeout, progress=progress, comm=comm
+            workload, compute=spec.compute, timeout_s=ns.timeout, progress=progress, comm=comm
         )
         need, ranks, avail = node_memory_check(
             comm, ex.needs.resident_bytes, psutil.virtual_memory().available
@@ -87,20 +95,11 @@ def run(
         )
         too_big = need > avail * MEMORY_HEADROOM and not ns.force
         if any_true(comm, too_big):
-            msg = memory_message(model, ns, need, ranks, avail, buffers)
+            msg = memory_message(model, spec.scale, need, ranks, avail, buffers)
             _stop(comm, msg if rank == 0 else None)
         ex.create_communicators()
         ex.allocate()
-        warmup = (
-            ns.warmup
-            if ns.warmup is not None
-            else (model.reference_warmup if ns.reference_counts else model.default_warmup)
-        )
-        runs = (
-            ns.iters
-            if ns.iters is not None
-            else (model.reference_runs if ns.reference_counts else model.default_runs)
-        )
+        warmup, runs = spec.iteration_counts()
         say = (
             (lambda m: print(f"[{time.perf_counter() - started:7.1f} s] {m}", flush=True))
             if rank == 0 and not ns.quiet
@@ -112,7 +111,7 @@ def run(
                 f"{thread_level_name(MPI.Query_thread())}, progress throttle "
                 f"{'on' if settings.throttle else 'off'} ({settings.throttle_reason}), "
                 f"progress {progress}, "
-                f"scale {ns.scale:g}, compute {ns.compute}, {warmup} warm-up + {runs} timed "
+                f"scale {spec.scale:g}, compute {spec.compute}, {warmup} warm-up + {runs} timed "
                 f"iterations; {library_version()}"
             )
         runs_done = [ex.run_phase(ph.name, warmup, runs, say) for ph in workload.phases]

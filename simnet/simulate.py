@@ -20,6 +20,7 @@ import simpy
 import topologies
 from workload.models import MODELS
 from workload.program import BuildOptions, Phase, ProgramBuilder, Workload
+from workload.spec import CONFIG_NAMES, RunSpec, SpecError
 from workload.timeline import breakdown
 from workload.units import ELEM_BYTES, GB, MS_PER_S, gb_per_s_to_bytes_per_s, us_to_s
 
@@ -150,47 +151,49 @@ def build_topology(cfg: Config) -> tuple[nx.DiGraph, list[str]]:
     return g, assumed
 
 
-def build_workload(cfg: Config) -> Workload:
+def run_spec(cfg: Config) -> RunSpec:
+    """The run specification the configuration's ``workload`` section describes.
+
+    A model driven by the seed sections (the ring trainer) also takes its
+    arguments from ``model``, its compute from ``training`` and its rings or
+    groups from ``topology``, where the workload section leaves them unset.
+    """
     w = cfg.workload
     if w.name not in MODELS:
         raise ConfigError(f"workload.name: unknown model {w.name!r}; known: {', '.join(MODELS)}")
     model = MODELS[w.name]
-    if w.per_tensor and not model.per_tensor_available:
-        raise ConfigError(
-            f"workload.per_tensor: not available for {w.name} (the reference "
-            "has aggregated gradient messages only)"
-        )
     args = list(w.args)
     flags = dict(w.flags)
     rings = None
-    if w.name == "alexnet_ring":
-        # The ring trainer takes its settings from the seed sections of the file.
-        args = args or [cfg.model.input_channels, cfg.model.num_classes]
-        if cfg.training.compute_us_per_step is not None:
-            flags.setdefault("compute_us", round(cfg.training.compute_us_per_step))
-        if cfg.topology.type == "hierarchical":
-            flags.setdefault("hierarchical", cfg.topology.effective_group_size)
-        elif cfg.topology.type == "ring":
-            orders = ring_orders(cfg.topology.permutations, cfg.world_size)
-            rings = tuple(tuple(r) for r in orders)
+    if model.args_from_config_model and not args:
+        args = [getattr(cfg.model, a.name) for a in model.args]
+    if model.compute_flag and cfg.training.compute_us_per_step is not None:
+        flags.setdefault(model.compute_flag, round(cfg.training.compute_us_per_step))
+    if model.group_size_flag and cfg.topology.type == "hierarchical":
+        flags.setdefault(model.group_size_flag, cfg.topology.effective_group_size)
+    elif model.uses_ring_orders and cfg.topology.type == "ring":
+        orders = ring_orders(cfg.topology.permutations, cfg.world_size)
+        rings = tuple(tuple(r) for r in orders)
     try:
-        params = model.params(args)
-    except ValueError as e:
-        raise ConfigError(f"workload.args: {e}") from None
-    for a in model.flags:
-        params[a.name] = flags.get(a.name, a.default)
-    unknown = set(flags) - {a.name for a in model.flags}
-    if unknown:
-        raise ConfigError(f"workload.flags: {sorted(unknown)} unknown for {w.name}")
-    options = BuildOptions(
-        scale=w.scale,
-        per_tensor=w.per_tensor,
-        fix_quirks=w.fix_quirks,
-        algorithm=None,
-        rings=rings,
-    )
+        return RunSpec(
+            model=w.name,
+            args=tuple(args),
+            flags=flags,
+            world_size=cfg.world_size,
+            scale=w.scale,
+            per_tensor=w.per_tensor,
+            fix_quirks=w.fix_quirks,
+            rings=rings,
+        )
+    except SpecError as e:
+        raise ConfigError(e.render(CONFIG_NAMES)) from None
+
+
+def build_workload(cfg: Config) -> Workload:
+    """The workload the configuration describes; raises ConfigError naming the field."""
+    spec = run_spec(cfg)
     try:
-        return model.build(cfg.world_size, params, options, given=len(args))
+        return spec.workload()
     except ValueError as e:
         raise ConfigError(f"workload: {e}") from None
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from workload.results import versions, write_csv, write_json, write_text
+from workload.run_result import ProxyRun
 
 from .study.models import samples_per_iteration
 from .study.util import EXIT_USAGE, csv_cell, text_table
@@ -79,20 +80,20 @@ def _args_text(params: dict[str, Any]) -> str | None:
 
 
 def row_from_proxy(doc: dict[str, Any]) -> dict[str, Any]:
-    phases = doc["phases"]
+    run = ProxyRun.from_json(doc)
     row: dict[str, Any] = {
         "kind": "measured",
-        "model": doc["model"],
-        "world_size": doc["world_size"],
-        "args": _args_text(doc.get("params", {})),
-        "scale": doc.get("options", {}).get("scale", 1.0),
-        "iteration_time_s": sum(ph["runtime_per_iteration_s"]["slowest"] for ph in phases),
-        "phases": "+".join(ph["phase"] for ph in phases),
+        "model": run.model,
+        "world_size": run.world_size,
+        "args": _args_text(run.params),
+        "scale": run.options.get("scale", 1.0),
+        "iteration_time_s": run.iteration_time_s,
+        "phases": "+".join(run.phase_names),
     }
     for key in ("compute_s", "comm_s", "exposed_comm_s"):
-        row[key] = sum(ph[key]["mean"] for ph in phases)
+        row[key] = run.mean_s(key)
     row["samples_per_iteration"] = samples_per_iteration(
-        doc["model"], doc["world_size"], doc.get("params", {}), doc.get("info", {})
+        run.model, run.world_size, run.params, run.info
     )
     return row
 

@@ -13,7 +13,6 @@ run leaves no half-written file.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import time
@@ -23,8 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from simnet.config import Config, ConfigError, load_config, ring_orders
+from simnet.config import Config, ConfigError, load_config
+from workload.models import MODELS
 from workload.results import versions, write_csv, write_json, write_text
+from workload.run_result import ProxyRun, TrainerRun, TrainerSettings
 from workload.units import MB, MS_PER_S, bytes_per_s_to_gb_per_s
 
 from .launcher import proxy_command, run_proxy
@@ -35,52 +36,44 @@ PHASE_PARTS = {"reduce_scatter": "reduce", "allgather": "copy"}  # measured -> s
 PHASE_NAMES = {"reduce_scatter": "reduce-scatter", "allgather": "all-gather"}
 
 
+def trainer_settings(cfg: Config, out_dir: Path) -> TrainerSettings:
+    """The ring trainer's settings for this configuration: the rank program of its
+    run specification (as simnet predicts it), trained as ``training`` says."""
+    from simnet.simulate import run_spec
+
+    tr, d = cfg.training, cfg.distributed
+    return TrainerSettings.for_run(
+        run_spec(cfg),
+        epochs=tr.num_epochs,
+        steps=tr.steps_per_epoch,
+        batch_size=tr.batch_size,
+        bandwidth_limit=d.bandwidth_limit_gb_per_s,
+        buffer_bytes=d.buffer_size_bytes or 0,
+        out=str(out_dir),
+    )
+
+
 def trainer_command(cfg: Config, out_dir: Path) -> list[str]:
     """The mpiexec command line of the ring trainer for this configuration."""
-    n = cfg.world_size
-    t, d, tr = cfg.topology, cfg.distributed, cfg.training
-    cmd = [
+    module = MODELS[cfg.workload.name].trainer_module or "proxies.ring_trainer"
+    return [
         shutil.which("mpiexec") or "mpiexec",
         "-n",
-        str(n),
+        str(cfg.world_size),
         sys.executable,
         "-m",
-        "proxies.ring_trainer",
-        "--epochs",
-        str(tr.num_epochs),
-        "--steps",
-        str(tr.steps_per_epoch),
-        "--input-channels",
-        str(cfg.model.input_channels),
-        "--num-classes",
-        str(cfg.model.num_classes),
-        "--batch-size",
-        str(tr.batch_size),
-        "--bandwidth-limit",
-        str(d.bandwidth_limit_gb_per_s),
-        "--scale",
-        str(cfg.workload.scale),
-        "--out",
-        str(out_dir),
+        module,
+        *trainer_settings(cfg, out_dir).options(),
     ]
-    if tr.compute_us_per_step is not None:
-        cmd += ["--compute-us", str(tr.compute_us_per_step)]
-    if d.buffer_size_bytes:
-        cmd += ["--buffer-bytes", str(d.buffer_size_bytes)]
-    if t.type == "hierarchical":
-        cmd += ["--hierarchical", str(t.effective_group_size)]
-    elif t.type == "ring":
-        cmd += ["--rings", json.dumps(ring_orders(t.permutations, n))]
-    return cmd
 
 
 # -- metrics ----------------------------------------------------------------------------
 def traffic_comparison(
-    measured: dict[str, Any], predicted_parts: dict[str, np.ndarray], steps: int
+    measured: TrainerRun, predicted_parts: dict[str, np.ndarray], steps: int
 ) -> dict[str, Any]:
     """Measured per-epoch pair bytes against simnet's (one step x steps), per phase."""
     out: dict[str, Any] = {"epochs": [], "equal": True}
-    for e in measured["epochs"]:
+    for e in measured.epochs:
         row = {"epoch": e["epoch"]}
         for phase, part in PHASE_PARTS.items():
             meas = np.array(e["traffic_bytes"][phase], dtype=np.int64)
@@ -99,36 +92,37 @@ def traffic_comparison(
 
 def metrics_text(
     cfg: Config,
-    measured: dict[str, Any],
+    measured: TrainerRun,
     comparison: dict[str, Any],
     predicted_step_s: float,
     assumed: list[str],
 ) -> str:
-    s = measured["settings"]
-    n = s["world_size"]
+    s = measured.settings
+    n = s.world_size or 0
+    info = measured.workload["info"]
     lines = [
         "== settings ==",
-        f"processes: {n} (progress {s['progress']}, MPICH throttle {s['throttle']})",
-        f"model: AlexNet, {measured['workload']['info']['parameters']} parameters; "
-        f"{measured['workload']['info']['gradient_elems']} gradient elements per step "
-        f"(scale {s['scale']:g})",
-        f"algorithm: {measured['workload']['info']['algorithm']}, rings: "
-        f"{measured['workload']['rings']}",
-        f"training: {s['epochs']} epochs x {s['steps']} steps, batch {s['batch_size']}, "
-        f"compute {s['compute_us']:g} us per step",
-        f"bandwidth limit: {s['bandwidth_limit']:g} GB/s per pair (GB = 1e9 B)",
+        f"processes: {n} (progress {s.progress}, MPICH throttle {s.throttle})",
+        f"model: AlexNet, {info['parameters']} parameters; "
+        f"{info['gradient_elems']} gradient elements per step "
+        f"(scale {s.scale:g})",
+        f"algorithm: {info['algorithm']}, rings: "
+        f"{measured.workload['rings']}",
+        f"training: {s.epochs} epochs x {s.steps} steps, batch {s.batch_size}, "
+        f"compute {s.compute_us:g} us per step",
+        f"bandwidth limit: {s.bandwidth_limit:g} GB/s per pair (GB = 1e9 B)",
         f"topology (prediction): {cfg.topology.type}",
         "",
         "== bandwidth matrix (GB/s, measured, sender row -> receiver column) ==",
     ]
-    bw = bytes_per_s_to_gb_per_s(np.array(measured["bandwidth_bytes_per_s"]))
+    bw = bytes_per_s_to_gb_per_s(np.array(measured.bandwidth_bytes_per_s))
     lines.append("      " + "".join(f"{j:>7d}" for j in range(n)))
     for i in range(n):
         lines.append(
             f"{i:>5d} " + "".join(f"{'-':>7s}" if i == j else f"{bw[i, j]:7.2f}" for j in range(n))
         )
     lines += ["", "== traffic per epoch (MB = 1e6 B, all pairs) =="]
-    for e, c in zip(measured["epochs"], comparison["epochs"], strict=True):
+    for e, c in zip(measured.epochs, comparison["epochs"], strict=True):
         lines.append(
             f"epoch {e['epoch']}: "
             + ", ".join(
@@ -139,15 +133,15 @@ def metrics_text(
             )
         )
     lines += ["", "== time =="]
-    for e in measured["epochs"]:
+    for e in measured.epochs:
         st = e["step_s"]
         lines.append(
             f"epoch {e['epoch']}: {e['time_s']:.3f} s; per step mean "
             f"{MS_PER_S * st['mean']:.2f} ms, min {MS_PER_S * st['min']:.2f} ms, max "
             f"{MS_PER_S * st['max']:.2f} ms"
         )
-    total = measured["total_time_s"]
-    steps = s["epochs"] * s["steps"]
+    total = measured.total_time_s
+    steps = s.epochs * s.steps
     lines.append(f"total training time: {total:.3f} s ({steps} steps)")
     lines.append(
         f"predicted per step: {MS_PER_S * predicted_step_s:.2f} ms; measured mean "
@@ -167,7 +161,7 @@ def metrics_text(
         f"buffer overrun: {o['op']} step {o['first_step']} rank {o['src']} -> rank "
         f"{o['dst']}: {o['size_bytes']} B > buffer {o['buffer_bytes']} B "
         f"({o['count']} times)"
-        for o in measured["buffer_overruns"]
+        for o in measured.buffer_overruns
     ]
     warnings += [f"assumed in the prediction: {a}" for a in assumed]
     if not comparison["equal"]:
@@ -176,12 +170,12 @@ def metrics_text(
     return "\n".join(lines) + "\n"
 
 
-def write_measured(out: Path, measured: dict[str, Any]) -> list[Path]:
+def write_measured(out: Path, measured: TrainerRun) -> list[Path]:
     from simnet import plots
     from simnet.output import write_matrix_csv
 
     files = []
-    bw = np.array(measured["bandwidth_bytes_per_s"], dtype=float)
+    bw = np.array(measured.bandwidth_bytes_per_s, dtype=float)
     files.append(write_matrix_csv(out / "bandwidth_matrix_bytes_per_s.csv", bw, "src\\dst"))
     shown = bw.copy()
     np.fill_diagonal(shown, np.nan)
@@ -190,11 +184,11 @@ def write_measured(out: Path, measured: dict[str, Any]) -> list[Path]:
             shown,
             out / "bandwidth_heatmap.png",
             title="measured point-to-point bandwidth "
-            f"(limit {measured['settings']['bandwidth_limit']:g}"
+            f"(limit {measured.settings.bandwidth_limit:g}"
             " GB/s)",
         )
     )
-    for e in measured["epochs"]:
+    for e in measured.epochs:
         total = sum(np.array(e["traffic_bytes"][ph], dtype=np.int64) for ph in PHASE_PARTS)
         for ph in PHASE_PARTS:
             files.append(
@@ -221,14 +215,14 @@ def run(cfg: Config, out: Path, say: Any = print) -> int:
 
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    if cfg.workload.name != "alexnet_ring":
+    if MODELS[cfg.workload.name].trainer_module is None:
         return run_proxy_workload(cfg, out, say)
     say(f"== real run: {cfg.world_size} processes of the ring trainer ==")
     rc, _ = run_proxy(trainer_command(cfg, out), timeout_s=0)
     if rc != 0:
         say(f"error: the real run failed (exit code {rc})")
         return rc
-    measured = json.loads((out / "measured.json").read_text())
+    measured = TrainerRun.load(out / "measured.json")
     say("== prediction: simnet on the configured topology ==")
     res = simulate(
         cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"iterations": 1})})
@@ -239,7 +233,7 @@ def run(cfg: Config, out: Path, say: Any = print) -> int:
     parts = res.phases[0].part_traffic_bytes
     comparison = traffic_comparison(measured, parts, steps)
     step_pred = res.iteration_time_s
-    total = measured["total_time_s"]
+    total = measured.total_time_s
     n_steps = cfg.training.num_epochs * steps
     comparison["time"] = {
         "measured_step_s": total / n_steps,
@@ -247,12 +241,12 @@ def run(cfg: Config, out: Path, say: Any = print) -> int:
         "error_percent": 100 * (step_pred - total / n_steps) / (total / n_steps),
         "per_epoch": [
             {"epoch": e["epoch"], "measured_s": e["time_s"], "predicted_s": step_pred * steps}
-            for e in measured["epochs"]
+            for e in measured.epochs
         ],
     }
     # The same prediction on links of the bandwidth this run measured (its mean
     # over pairs, capped by the limit): the network as this machine delivers it.
-    bw = np.array(measured["bandwidth_bytes_per_s"], dtype=float)
+    bw = np.array(measured.bandwidth_bytes_per_s, dtype=float)
     off = bw[~np.eye(len(bw), dtype=bool)]
     if off.size and off.mean() > 0:
         measured_gbps = bytes_per_s_to_gb_per_s(float(off.mean()))
@@ -277,7 +271,7 @@ def run(cfg: Config, out: Path, say: Any = print) -> int:
         "config": cfg.model_dump(),
         "config_notes": cfg.deprecation_notes,
         "versions": versions(),
-        "measured": measured,
+        "measured": measured.to_json(),
         "comparison": comparison,
         "predicted": {"step_s": step_pred, "files_prefix": "predicted_"},
         "wall_s": time.perf_counter() - started,
@@ -339,13 +333,13 @@ def run_proxy_workload(cfg: Config, out: Path, say: Any) -> int:
     if rc != 0:
         say(f"error: the real run failed (exit code {rc})")
         return rc
-    measured = json.loads(meas_path.read_text())
+    measured = ProxyRun.load(meas_path)
     say("== prediction ==")
     res = simulate(cfg)
     write_all(res, out, prefix="predicted_", say=say)
     rows = []
-    for ph_m, ph_p in zip(measured["phases"], res.phases, strict=True):
-        m = ph_m["runtime_per_iteration_s"]["slowest"]
+    for ph_m, ph_p in zip(measured.phases, res.phases, strict=True):
+        m = ProxyRun.slowest_s(ph_m)
         rows.append(
             {
                 "phase": ph_p.name,

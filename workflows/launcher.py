@@ -32,36 +32,25 @@ def proxy_command(
     warmup: int | None,
 ) -> tuple[list[str], list[str]]:
     """The mpiexec command line of the configured proxy, and notes on it."""
+    from simnet.simulate import run_spec
+
     w = cfg.workload
     notes = []
+    alg = cfg.collectives.algorithm
+    algorithm = alg if alg and alg not in NO_SCHEDULE_ALGORITHMS else None
+    spec = run_spec(cfg).replace(algorithm=algorithm, iters=iters, warmup=warmup)
     cmd = [
         shutil.which("mpiexec") or "mpiexec",
         "-n",
         str(cfg.world_size),
         sys.executable,
-        "-m",
-        f"proxies.{w.name}",
-        *map(str, w.args),
-        "--scale",
-        repr(w.scale),
+        *spec.proxy_argv(),
         "--json",
         str(out_json),
         "--trace",
         str(out_trace),
     ]
-    if iters is not None:
-        cmd += ["--iters", str(iters)]
-    if warmup is not None:
-        cmd += ["--warmup", str(warmup)]
-    for k, v in w.flags.items():
-        cmd += [f"--{k.replace('_', '-')}", str(v)]
-    if w.per_tensor:
-        cmd.append("--per-tensor")
-    if w.fix_quirks:
-        cmd.append("--fix-quirks")
-    alg = cfg.collectives.algorithm
-    if alg and alg not in NO_SCHEDULE_ALGORITHMS:
-        cmd += ["--algorithm", alg]
+    if algorithm:
         notes.append(f"real run: every collective with the project's {alg} schedule")
     else:
         if alg:

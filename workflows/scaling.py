@@ -39,6 +39,7 @@ from typing import Any
 from simnet.config import ConfigError, load_config
 from topologies import DEFAULT_GROUP_SIZE
 from workload.results import atomic_write, versions, write_csv, write_json, write_text
+from workload.run_result import ProxyRun
 from workload.units import MS_PER_S
 
 from .launcher import run_command
@@ -139,19 +140,18 @@ def scaling_metrics(
 # -- measured points --------------------------------------------------------------------
 def read_proxy_json(path: Path) -> dict[str, Any]:
     """Per-iteration figures of a proxy ``--json`` document (summed over its phases)."""
-    doc = json.loads(path.read_text())
-    phases = doc["phases"]
+    run = ProxyRun.load(path)
     out: dict[str, Any] = {
-        "iteration_time_s": sum(ph["runtime_per_iteration_s"]["slowest"] for ph in phases),
-        "phases": [ph["phase"] for ph in phases],
-        "timed_iterations": phases[0]["iterations"],
+        "iteration_time_s": run.iteration_time_s,
+        "phases": run.phase_names,
+        "timed_iterations": run.timed_iterations,
     }
     for key in ("compute_s", "comm_s", "exposed_comm_s"):
-        out[key] = sum(ph[key]["mean"] for ph in phases)
+        out[key] = run.mean_s(key)
     out["samples_per_iteration"] = sm.samples_per_iteration(
-        doc["model"], doc["world_size"], doc.get("params", {}), doc.get("info", {})
+        run.model, run.world_size, run.params, run.info
     )
-    out["mpi"] = doc.get("mpi", {})
+    out["mpi"] = run.mpi
     return out
 
 
@@ -633,7 +633,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(ns.out or f"results/scaling_{study.model}_{study.mode}")
     out.mkdir(parents=True, exist_ok=True)
     if study.mode == "strong":
-        notes.append(f"strong scaling anchored at P1 = {base}: " + _strong_note(study, base))
+        notes.append(f"strong scaling anchored at P1 = {base}: " + sm.strong_note(study, base))
     try:
         measured: list[dict[str, Any]] = []
         if counts:
@@ -690,7 +690,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "per_tensor": study.per_tensor,
         "fix_quirks": study.fix_quirks,
         "base_np": base,
-        "batch_definition": sm.BATCH_DEFINITION.get(study.model, ""),
+        "batch_definition": sm.batch_definition(study.model),
         "definitions": {
             "throughput_samples_per_s": "samples per iteration / iteration time",
             "speedup": "throughput(P) / throughput(P1), P1 the smallest count of the series",
@@ -742,19 +742,6 @@ def _predict_base(path: str | None) -> tuple[dict[str, Any], list[str]]:
     if net.get("link_params_file") and not Path(net["link_params_file"]).is_absolute():
         net["link_params_file"] = str((Path(path).parent / net["link_params_file"]).resolve())
     return data, []
-
-
-def _strong_note(study: sm.Study, base: int) -> str:
-    if study.model == "resnet152_scal":
-        return (
-            f"P = {base} x (1, 2, 4, 8) emulates the table rows 256, 512, 1024, 2048 "
-            f"(--scaling-size), local batch 128 / (P / {base}), global batch {128 * base}"
-        )
-    c = study.flags.get("compute_us", sm.DEFAULT_COMPUTE_US_PER_STEP)
-    return (
-        f"compute per step {c:g} us x {base} / P (whole us), global batch "
-        f"{sm.ALEXNET_BATCH_PER_PROCESS * c / sm.DEFAULT_COMPUTE_US_PER_STEP * base:g}"
-    )
 
 
 if __name__ == "__main__":

@@ -223,9 +223,9 @@ def sweep_points(
     ns: argparse.Namespace, grid: dict[str, list[Any]]
 ) -> list[tuple[dict[str, Any], list[str], str | None]]:
     """Each grid point with its proxy arguments and why the layout rejects it (or None)."""
-    model = MODELS.get(ns.model)
-    if model is None:
-        raise StudyError(f"--model: unknown model {ns.model!r}; known: {', '.join(MODELS)}")
+    if ns.model not in MODELS:
+        sm.Study(model=ns.model).run_spec()  # raises: the unknown model, with the known ones
+    model = MODELS[ns.model]
     flag_names = [a.name for a in model.flags]
     allowed = (*SWEEP_KEYS, *flag_names)
     for key in grid:
@@ -256,14 +256,7 @@ def sweep_points(
                 per_tensor=bool(point.get("per_tensor", ns.per_tensor)),
                 fix_quirks=bool(point.get("fix_quirks", ns.fix_quirks)),
             )
-            if study.compute not in ("sleep", "spin", "none"):
-                raise StudyError(f"compute must be sleep, spin or none (got {study.compute!r})")
-            if not study.scale > 0:
-                raise StudyError(f"scale must be > 0 (got {study.scale})")
-            try:
-                study.spec.params(list(study.args))
-            except ValueError as e:
-                raise StudyError(str(e)) from None
+            study.run_spec()  # raises StudyError: what the proxy would refuse
             problem = sm.layout_problem(study, ns.ntasks, flags)
             argv = sm.proxy_options(
                 study, flags, point.get("iters", ns.iters), point.get("warmup", ns.warmup)

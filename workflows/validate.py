@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from simnet.config import Config, ConfigError, load_config
+from workload.run_result import ProxyRun
 from workload.units import MS_PER_S as MS  # milliseconds per second, for display
 from workload.units import us_to_s
 
@@ -66,17 +67,15 @@ def prepare_config(path: str | Path, np_ranks: int | None = None) -> tuple[Confi
     cfg = load_config(path)
     notes: list[str] = []
     name = cfg.workload.name
-    if name == "alexnet_ring":
+    proxies = ", ".join(n for n, m in MODELS.items() if m.trainer_module is None)
+    if name in MODELS and MODELS[name].trainer_module is not None:
         raise ValidationError(
-            f"{path}: workload.name is alexnet_ring; the ring trainer is validated by its "
+            f"{path}: workload.name is {name}; the ring trainer is validated by its "
             "own end-to-end job (./run_training.sh). Set workload.name to a proxy "
-            f"({', '.join(m for m in MODELS if m != 'alexnet_ring')})"
+            f"({proxies})"
         )
     if name not in MODELS:
-        raise ValidationError(
-            f"{path}: workload.name {name!r} is not a proxy; known: "
-            + ", ".join(m for m in MODELS if m != "alexnet_ring")
-        )
+        raise ValidationError(f"{path}: workload.name {name!r} is not a proxy; known: {proxies}")
     data = cfg.model_dump()
     lp = cfg.network.link_params_file
     if lp and not Path(lp).is_absolute():
@@ -224,8 +223,8 @@ def by_label(rows: list[OpRow]) -> list[dict[str, Any]]:
     return list(out.values())
 
 
-def compare_phases(measured: dict[str, Any], res: Any) -> list[dict[str, Any]]:
-    meas = {p["phase"]: p for p in measured["phases"]}
+def compare_phases(measured: ProxyRun, res: Any) -> list[dict[str, Any]]:
+    meas = {p["phase"]: p for p in measured.phases}
     sim = [p.name for p in res.phases]
     if sorted(meas) != sorted(sim):
         raise ValidationError(
@@ -235,7 +234,7 @@ def compare_phases(measured: dict[str, Any], res: Any) -> list[dict[str, Any]]:
     for ph in res.phases:
         m = meas[ph.name]
         slow = m["runtime_per_iteration_s"]
-        measured_s = float(slow["slowest"])
+        measured_s = ProxyRun.slowest_s(m)
         pred_ranks = ph.per_rank
         row = {
             "phase": ph.name,
@@ -367,7 +366,7 @@ def bar_plot(labels: list[dict[str, Any]], path: Path, title: str) -> Path:
 
 def analyse(
     cfg: Config,
-    measured: dict[str, Any],
+    measured: dict[str, Any] | ProxyRun,
     trace: dict[str, Any],
     out: Path,
     *,
@@ -378,18 +377,20 @@ def analyse(
     from simnet.simulate import simulate
     from workload.results import versions, write_csv, write_json, write_text
 
-    if measured.get("kind") != "proxy-run":
-        raise ValidationError("measured.json is not a proxy run (kind != 'proxy-run')")
-    if measured.get("model") != cfg.workload.name:
+    if isinstance(measured, dict):
+        if measured.get("kind") != "proxy-run":
+            raise ValidationError("measured.json is not a proxy run (kind != 'proxy-run')")
+        measured = ProxyRun.from_json(measured)
+    if measured.model != cfg.workload.name:
         raise ValidationError(
-            f"the run is of {measured.get('model')!r}, the configuration of {cfg.workload.name!r}"
+            f"the run is of {measured.model!r}, the configuration of {cfg.workload.name!r}"
         )
-    if measured.get("world_size") != cfg.world_size:
+    if measured.world_size != cfg.world_size:
         raise ValidationError(
-            f"the run has {measured.get('world_size')} ranks, the configuration "
+            f"the run has {measured.world_size} ranks, the configuration "
             f"{cfg.world_size} (use --np)"
         )
-    timed = int(measured["iterations"]["timed"])
+    timed = int(measured.iterations["timed"])
     sim_cfg = cfg.model_copy(
         update={"workload": cfg.workload.model_copy(update={"iterations": timed})}
     )
@@ -427,9 +428,9 @@ def analyse(
             "difference_s": "measured - predicted (> 0: took longer than predicted)",
         },
         "measured": {
-            "iterations": measured["iterations"],
-            "mpi": measured.get("mpi", {}),
-            "wall_s": measured.get("wall_s"),
+            "iterations": measured.iterations,
+            "mpi": measured.mpi,
+            "wall_s": measured.wall_s,
         },
         "prediction": {
             "iterations": timed,
@@ -606,7 +607,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 return rc
             print(f"== real run done in {time.perf_counter() - started:.1f} s", flush=True)
-        measured = json.loads(meas_path.read_text())
+        measured = json.loads(meas_path.read_text())  # analyse checks its kind
         trace = json.loads(trace_path.read_text())
         print("== prediction and comparison", flush=True)
         _, text = analyse(cfg, measured, trace, out, command=cmd, notes=notes)

@@ -15,6 +15,8 @@ moves by the project's own point-to-point schedules in both executors.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..ops import Op
 from ..program import BuildOptions, LayoutError, Phase, ProgramBuilder, Workload, world_groups
 from .base import Arg, Model
@@ -22,6 +24,7 @@ from .base import Arg, Model
 # Emulated forward + backward time of one step of AlexNet on a batch of 32
 # CIFAR-10 images on one GPU-class device: an assumption, stated in outputs.
 DEFAULT_COMPUTE_US_PER_STEP = 5000
+BATCH_PER_PROCESS = 32  # samples per step at DEFAULT_COMPUTE_US_PER_STEP us of compute
 
 
 def alexnet_params(input_channels: int = 3, num_classes: int = 10) -> int:
@@ -55,10 +58,24 @@ class AlexNetRing(Model):
     flags = (Arg("compute_us", DEFAULT_COMPUTE_US_PER_STEP,
                  "emulated compute per step (us)"),
              Arg("hierarchical", 0, "group size of the two-level algorithm (0: rings)"))
+    order = 120
     reference_warmup = 0
     reference_runs = 100
     default_warmup = 1
     default_runs = 10
+    batch_definition = (
+        f"samples per process = {BATCH_PER_PROCESS} x compute_us / "
+        f"{DEFAULT_COMPUTE_US_PER_STEP} (the trainer's {DEFAULT_COMPUTE_US_PER_STEP} us per step "
+        f"is its assumption for a batch of {BATCH_PER_PROCESS}); global = that x P"
+    )
+    strong_scaling = "compute per step divided by P"
+    # The seed configuration file describes this trainer: AlexNet's shapes, the
+    # compute per step, and the topology's rings or groups.
+    args_from_config_model = True
+    compute_flag = "compute_us"
+    group_size_flag = "hierarchical"
+    uses_ring_orders = True
+    trainer_module = "proxies.ring_trainer"
 
     def build(self, world_size: int, params: dict[str, int], options: BuildOptions,
               given: int | None = None) -> Workload:
@@ -84,18 +101,33 @@ class AlexNetRing(Model):
         def program(rank: int) -> list[Op]:
             return ops
 
-        def summary(rank: int, runtime_s: float, phase: str) -> str:
-            return (f"world_size = {world_size}, parameters = {total}, gradient elements "
-                    f"synchronised = {block * world_size} (scale {options.scale:g}), "
-                    f"runtime per step = {runtime_s:.6f} s")
-
-        return Workload(
-            model=self.name, world_size=world_size, params=dict(params),
-            groups={"world": world_groups(world_size)},
-            phases=[Phase("step", program)],
+        return self.workload(
+            world_size, params, {"world": world_groups(world_size)}, [Phase("step", program)],
             info={"parameters": total, "gradient_elems": block * world_size,
                   "block_elems": block, "compute_us_per_step": compute,
                   "algorithm": algorithm},
-            summary=summary,
+            summary=[("world_size", world_size), ("parameters", total),
+                     ("gradient elements synchronised",
+                      f"{block * world_size} (scale {options.scale:g})")],
+            per="step",
             collective_params={"rings": rings, "local_size": local or None},
+        )
+
+    def samples_per_iteration(self, world_size: int, params: dict[str, Any],
+                              info: dict[str, Any]) -> float | None:
+        compute = info.get("compute_us_per_step", DEFAULT_COMPUTE_US_PER_STEP)
+        return BATCH_PER_PROCESS * float(compute) / DEFAULT_COMPUTE_US_PER_STEP * world_size
+
+    def strong_point_flags(self, flags: dict[str, int], p: int, base: int) -> dict[str, int]:
+        """Compute per step ``C x P1 / p`` (C: the compute_us option), whole microseconds."""
+        out = dict(flags)
+        c = out.get("compute_us", DEFAULT_COMPUTE_US_PER_STEP)
+        out["compute_us"] = max(1, round(c * base / p))
+        return out
+
+    def strong_note(self, flags: dict[str, int], base: int) -> str:
+        c = flags.get("compute_us", DEFAULT_COMPUTE_US_PER_STEP)
+        return (
+            f"compute per step {c:g} us x {base} / P (whole us), global batch "
+            f"{BATCH_PER_PROCESS * c / DEFAULT_COMPUTE_US_PER_STEP * base:g}"
         )

@@ -1,11 +1,14 @@
-"""What every model description provides: its arguments and a builder."""
+"""What every model description provides: its arguments, a builder, and the
+facts the studies and the configuration file need about it."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from ..program import BuildOptions, Workload
+from ..program import BuildOptions, Phase, Workload
 
 
 @dataclass(frozen=True)
@@ -17,13 +20,43 @@ class Arg:
     help: str
 
 
+class _Field:
+    """A summary-line value known only when the line is printed."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+RANK = _Field("rank")  # the printing rank
+PHASE = _Field("phase")  # the phase's name
+
+
+def summary_line(
+    fields: Sequence[tuple[str, object]],
+    rank: int,
+    phase: str,
+    runtime_s: float,
+    per: str = "iteration",
+) -> str:
+    """``name = value, ..., runtime per <per> = <runtime_s> s`` (the reference's line)."""
+    values = {id(RANK): rank, id(PHASE): phase}
+    parts = [f"{k} = {values.get(id(v), v)}" for k, v in fields]
+    return ", ".join([*parts, f"runtime per {per} = {runtime_s:.6f} s"])
+
+
 class Model(ABC):
-    """A proxy model: a short description that builds a :class:`Workload`."""
+    """A proxy model: a short description that builds a :class:`Workload`.
+
+    A new model is one class in a module of ``workload.models`` with a
+    ``name``; the registry (``MODELS``) finds it.
+    """
 
     name: str = ""
     description: str = ""
+    # Position in listings (``python -m proxies --help``, "known:" in messages).
+    order: int = 1000
     args: tuple[Arg, ...] = ()
-    # Model-specific named options (``--name-with-dashes N``), 0 meaning unset.
+    # Model-specific named options (``--name-with-dashes N``).
     flags: tuple[Arg, ...] = ()
     reference_warmup: int = 0
     reference_runs: int = 1
@@ -31,6 +64,31 @@ class Model(ABC):
     default_warmup: int = 1
     default_runs: int = 3
     per_tensor_available: bool = False
+
+    # -- throughput: samples one iteration processes over all ranks -------------------
+    batch_definition: str = ""
+    # Why no batch can be defined (the model is refused by throughput studies).
+    no_batch_reason: str | None = None
+
+    # -- strong scaling (a fixed global batch as the process count P grows) -----------
+    # How the model supports it, in words ("": not meaningful for this model).
+    strong_scaling: str = ""
+    # Said when strong scaling is refused (e.g. which related model supports it).
+    strong_scaling_hint: str = ""
+    # A flag that strong scaling chooses at every P (the user must not give it).
+    strong_scaling_flag: str | None = None
+
+    # -- the configuration file's seed sections (the ring trainer) --------------------
+    # Positional arguments default to the configuration's ``model`` section (by name).
+    args_from_config_model: bool = False
+    # The flag that ``training.compute_us_per_step`` sets (us per step).
+    compute_flag: str | None = None
+    # The flag that a hierarchical topology's group size sets.
+    group_size_flag: str | None = None
+    # Runs its collectives over the ring topology's ring orders.
+    uses_ring_orders: bool = False
+    # Its real runs are those of this trainer module, with its own end-to-end job.
+    trainer_module: str | None = None
 
     def params(self, values: list[int]) -> dict[str, int]:
         """Positional values (possibly fewer than args) -> all parameters."""
@@ -43,6 +101,10 @@ class Model(ABC):
                 raise ValueError(f"{self.name}: {a.name} must be >= 1 (got {v})")
             out[a.name] = v
         return out
+
+    def flag_default(self, name: str) -> int:
+        """The default of the named option ``name``."""
+        return next(a.default for a in self.flags if a.name == name)
 
     @abstractmethod
     def build(
@@ -57,3 +119,64 @@ class Model(ABC):
         ``given`` is how many positional arguments the user passed (some
         reference quirks depend on it); None means all.
         """
+
+    def workload(
+        self,
+        world_size: int,
+        params: dict[str, int],
+        groups: dict[str, list[tuple[int, ...]]],
+        phases: list[Phase],
+        info: dict[str, object],
+        summary: Sequence[tuple[str, object]],
+        *,
+        per: str = "iteration",
+        summary_all_ranks: bool = False,
+        collective_params: dict[str, Any] | None = None,
+    ) -> Workload:
+        """The :class:`Workload` of this model from its parts; ``summary`` lists the
+        (name, value) pairs of the reference's summary line (``RANK``, ``PHASE``:
+        filled in when printed), which ends with the runtime per ``per``."""
+        fields = tuple(summary)
+
+        def line(rank: int, runtime_s: float, phase: str) -> str:
+            return summary_line(fields, rank, phase, runtime_s, per)
+
+        return Workload(
+            model=self.name,
+            world_size=world_size,
+            params=dict(params),
+            groups=groups,
+            phases=phases,
+            info=info,
+            summary=line,
+            summary_all_ranks=summary_all_ranks,
+            collective_params=collective_params or {},
+        )
+
+    # -- study hooks -------------------------------------------------------------------
+    def samples_per_iteration(
+        self, world_size: int, params: dict[str, Any], info: dict[str, Any]
+    ) -> float | None:
+        """Samples one iteration processes over all ranks; None when not defined.
+
+        Default: the workload's ``global_batch`` figure.
+        """
+        if self.no_batch_reason is not None:
+            return None
+        gb = info.get("global_batch")
+        return float(gb) if gb is not None else None
+
+    def strong_anchor_flags(self, flags: dict[str, int]) -> dict[str, int]:
+        """The options of a strong-scaling study at its smallest count P1."""
+        return dict(flags)
+
+    def strong_point_flags(self, flags: dict[str, int], p: int, base: int) -> dict[str, int]:
+        """The options at ``p`` processes of a strong-scaling study anchored at ``base``.
+
+        Raises ValueError (the reason) when the model cannot keep the batch at ``p``.
+        """
+        return dict(flags)
+
+    def strong_note(self, flags: dict[str, int], base: int) -> str:
+        """How a strong-scaling study anchored at ``base`` processes divides the work."""
+        return ""

@@ -73,6 +73,8 @@ def cosmoflow_program(rank: int, options: BuildOptions) -> list[Op]:
 class CosmoFlow(Model):
     name = "cosmoflow"
     description = "CosmoFlow: 4-way spatial (operator) parallelism x data parallelism"
+    order = 60
+    batch_definition = "global batch = 8 x data shards, data shards = P / 4 (reference)"
     reference_warmup = 8
     reference_runs = 128
     default_warmup = 2
@@ -94,28 +96,25 @@ class CosmoFlow(Model):
         data_shards = world_size // SHARDS
         total = DENSE_GRADIENTS * SHARDS + sum(CONV_GRADIENTS)
 
-        def summary(rank: int, runtime_s: float, phase: str) -> str:
-            return (
-                f"model_shards = {SHARDS}, data_shards = {data_shards}, "
-                f"total_params = {total}, global_batch = {LOCAL_BATCH * data_shards}, "
-                f"runtime per iteration = {runtime_s:.6f} s"
-            )
-
-        return Workload(
-            model=self.name,
-            world_size=world_size,
-            params=dict(params),
-            groups={
+        return self.workload(
+            world_size,
+            params,
+            {
                 "mp": block_groups(world_size, SHARDS),
                 "dp": strided_groups(world_size, SHARDS),
                 "world": world_groups(world_size),
             },
-            phases=[Phase("iteration", lambda rank: cosmoflow_program(rank, options))],
+            [Phase("iteration", lambda rank: cosmoflow_program(rank, options))],
             info={
                 "total_params": total,
                 "model_shards": SHARDS,
                 "data_shards": data_shards,
                 "global_batch": LOCAL_BATCH * data_shards,
             },
-            summary=summary,
+            summary=[
+                ("model_shards", SHARDS),
+                ("data_shards", data_shards),
+                ("total_params", total),
+                ("global_batch", LOCAL_BATCH * data_shards),
+            ],
         )

@@ -36,6 +36,11 @@ def dlrm_program(world_size: int, options: BuildOptions) -> list[Op]:
 class DLRM(Model):
     name = "dlrm"
     description = "DLRM: embedding all-to-all x MLP data parallelism"
+    order = 70
+    batch_definition = (
+        "global batch = 2048 at every process count (reference; per-rank compute is "
+        "fixed too, so speedup = t(P1) / t(P))"
+    )
     reference_warmup = 0
     reference_runs = 1
     default_warmup = 2
@@ -60,21 +65,14 @@ class DLRM(Model):
                 f"{', '.join(map(str, sorted(near)))}"
             )
 
-        def summary(rank: int, runtime_s: float, phase: str) -> str:
-            return (
-                f"world_size = {world_size}, global_batch = {GLOBAL_BATCH}, "
-                f"runtime per iteration = {runtime_s:.6f} s"
-            )
-
-        return Workload(
-            model=self.name,
-            world_size=world_size,
-            params=dict(params),
-            groups={"world": world_groups(world_size)},
-            phases=[Phase("iteration", lambda rank: dlrm_program(world_size, options))],
+        return self.workload(
+            world_size,
+            params,
+            {"world": world_groups(world_size)},
+            [Phase("iteration", lambda rank: dlrm_program(world_size, options))],
             info={
                 "global_batch": GLOBAL_BATCH,
                 "alltoall_elems_per_peer": ALLTOALL_TOTAL_ELEMS // world_size,
             },
-            summary=summary,
+            summary=[("world_size", world_size), ("global_batch", GLOBAL_BATCH)],
         )

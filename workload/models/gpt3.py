@@ -152,6 +152,10 @@ class _PipelineModel(Model):
     )
     one_step = False
 
+    @staticmethod
+    def _pipeline_fields(world_size: int, stages: int) -> list[tuple[str, object]]:
+        return [("world_size", world_size), ("layers", stages), ("stages", stages)]
+
     def _check_one_step(self, stages: int) -> None:
         if self.one_step and stages % 2:
             raise LayoutError(
@@ -164,6 +168,8 @@ class _PipelineModel(Model):
 class GPT3(_PipelineModel):
     name = "gpt3"
     description = "GPT-3 175B: data x tensor (4 shards) x pipeline parallelism"
+    order = 80
+    batch_definition = "global batch = P x acc_scale / 4 (reference)"
     reference_warmup = 8
     reference_runs = 128
     default_warmup = 0
@@ -227,32 +233,34 @@ class GPT3(_PipelineModel):
         total_b = 1811939328 // 1024 * stages // 1024 // 1024
         global_batch = world_size * acc // 4
 
-        def summary(rank: int, runtime_s: float, phase: str) -> str:
-            return (
-                f"world_size = {world_size}, layers = {stages}, stages = {stages}, "
-                f"micro_batches = {mb}, total_params = {total_b}B, "
-                f"global_batch = {global_batch}, runtime per iteration = {runtime_s:.6f} s"
-            )
-
-        return Workload(
-            model=self.name,
-            world_size=world_size,
-            params=dict(params),
-            groups=groups,
-            phases=[Phase("step" if self.one_step else "iteration", program)],
+        return self.workload(
+            world_size,
+            params,
+            groups,
+            [Phase("step" if self.one_step else "iteration", program)],
             info={
                 "total_params_billions": total_b,
                 "micro_batches": mb,
                 "global_batch": global_batch,
                 "data_shards": world_size // replica,
             },
-            summary=summary,
+            summary=[
+                *self._pipeline_fields(world_size, stages),
+                ("micro_batches", mb),
+                ("total_params", f"{total_b}B"),
+                ("global_batch", global_batch),
+            ],
         )
 
 
 class GPT3OnePipeStep(GPT3):
     name = "gpt3_one_pipe_step"
     description = "GPT-3 175B: one steady-state pipeline step (needs an even number of stages)"
+    order = 90
+    no_batch_reason = (
+        "it times one steady-state pipeline step, not a training "
+        "iteration, so no throughput can be defined; use gpt3"
+    )
     one_step = True
     default_warmup = 1
     default_runs = 5
@@ -261,6 +269,8 @@ class GPT3OnePipeStep(GPT3):
 class GPT3MoE(_PipelineModel):
     name = "gpt3_moe"
     description = "GPT-3 MoE: data x expert (16 experts) x pipeline parallelism"
+    order = 100
+    batch_definition = "global batch = P x acc_scale (reference)"
     reference_warmup = 4
     reference_runs = 128
     default_warmup = 0
@@ -315,27 +325,29 @@ class GPT3MoE(_PipelineModel):
 
         global_batch = world_size * acc
 
-        def summary(rank: int, runtime_s: float, phase: str) -> str:
-            return (
-                f"world_size = {world_size}, layers = {stages}, stages = {stages}, "
-                f"experts = {EXPERTS}, micro_batches = {mb}, global_batch = {global_batch}, "
-                f"runtime per iteration = {runtime_s:.6f} s"
-            )
-
-        return Workload(
-            model=self.name,
-            world_size=world_size,
-            params=dict(params),
-            groups=groups,
-            phases=[Phase("step" if self.one_step else "iteration", program)],
+        return self.workload(
+            world_size,
+            params,
+            groups,
+            [Phase("step" if self.one_step else "iteration", program)],
             info={"experts": EXPERTS, "micro_batches": mb, "global_batch": global_batch},
-            summary=summary,
+            summary=[
+                *self._pipeline_fields(world_size, stages),
+                ("experts", EXPERTS),
+                ("micro_batches", mb),
+                ("global_batch", global_batch),
+            ],
         )
 
 
 class GPT3MoEOnePipeStep(GPT3MoE):
     name = "gpt3_moe_one_pipe_step"
     description = "GPT-3 MoE: one steady-state pipeline step (needs an even number of stages)"
+    order = 110
+    no_batch_reason = (
+        "it times one steady-state pipeline step, not a training "
+        "iteration, so no throughput can be defined; use gpt3_moe"
+    )
     one_step = True
     default_warmup = 1
     default_runs = 5

@@ -9,6 +9,7 @@ then allreduces the stage's gradients in the data-parallel group.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..ops import Op
 from ..program import (
@@ -21,7 +22,7 @@ from ..program import (
     require_multiple,
     strided_groups,
 )
-from .base import Arg, Model
+from .base import RANK, Arg, Model
 
 
 @dataclass(frozen=True)
@@ -111,9 +112,19 @@ def _exchange(
         b.wait(s, r)
 
 
+def pipeline_args(layers: int) -> tuple[Arg, ...]:
+    """The reference's positional arguments, with its default layer count."""
+    return (
+        Arg("layers", layers, "transformer layers"),
+        Arg("stages", 4, "pipeline stages"),
+        Arg("microbatches", 8, "micro-batches per iteration"),
+    )
+
+
 class PipelineDataParallel(Model):
     spec: PipelineSpec
     per_tensor_spec: PipelineSpec | None = None
+    microbatch_samples = 1  # sequences in the micro-batch one pipeline message carries
     reference_warmup = 10
     reference_runs = 256
     # ~2.5 min for the headline `mpirun -n 32 python -m proxies.gpt2 64 8` on 2 cores
@@ -152,31 +163,38 @@ class PipelineDataParallel(Model):
         def program(rank: int) -> list[Op]:
             return pipeline_program(rank, stages, mb, spec, grads[rank % stages], dp_size, options)
 
-        def summary(rank: int, runtime_s: float, phase: str) -> str:
-            return (
-                f"Rank = {rank}, world_size = {world_size}, layers = {layers}, "
-                f"stages = {stages}, total_params = {total}, "
-                f"runtime per iteration = {runtime_s:.6f} s"
-            )
-
-        return Workload(
-            model=self.name,
-            world_size=world_size,
-            params=dict(params),
-            groups={
+        return self.workload(
+            world_size,
+            params,
+            {
                 "pp": block_groups(world_size, stages),
                 "dp": strided_groups(world_size, stages),
             },
-            phases=[Phase("iteration", program)],
+            [Phase("iteration", program)],
             info={
                 "total_params": total,
                 "layers_per_stage": lps,
                 "micro_batches": mb,
                 "data_shards": dp_size,
             },
-            summary=summary,
+            summary=[
+                ("Rank", RANK),
+                ("world_size", world_size),
+                ("layers", layers),
+                ("stages", stages),
+                ("total_params", total),
+            ],
             summary_all_ranks=True,
         )
+
+    def samples_per_iteration(
+        self, world_size: int, params: dict[str, Any], info: dict[str, Any]
+    ) -> float | None:
+        """Micro-batches x the micro-batch the pipeline message carries x data shards."""
+        mb, shards = info.get("micro_batches"), info.get("data_shards")
+        if mb is None or shards is None:
+            return None
+        return float(mb * self.microbatch_samples * shards)
 
 
 _GPT2_FIRST = (
@@ -218,11 +236,12 @@ _GPT2_LAST = (
 class GPT2(PipelineDataParallel):
     name = "gpt2"
     description = "GPT-2-large: pipeline x data parallelism (communication only)"
-    args = (
-        Arg("layers", 48, "transformer layers"),
-        Arg("stages", 4, "pipeline stages"),
-        Arg("microbatches", 8, "micro-batches per iteration"),
+    order = 10
+    batch_definition = (
+        "samples = micro-batches x 1 sequence x data shards (P / stages); the reference's "
+        "pipeline message is a micro-batch of 1 sequence of 632 tokens"
     )
+    args = pipeline_args(layers=48)
     spec = PipelineSpec(808960, (85317120,), (19677440,), (84008960,))
     per_tensor_spec = PipelineSpec(808960, _GPT2_FIRST, _GPT2_MIDDLE, _GPT2_LAST)
     per_tensor_available = True
@@ -231,9 +250,11 @@ class GPT2(PipelineDataParallel):
 class BERT(PipelineDataParallel):
     name = "bert"
     description = "BERT-large: pipeline x data parallelism (communication only)"
-    args = (
-        Arg("layers", 24, "transformer layers"),
-        Arg("stages", 4, "pipeline stages"),
-        Arg("microbatches", 8, "micro-batches per iteration"),
+    order = 20
+    microbatch_samples = 8
+    batch_definition = (
+        "samples = micro-batches x 8 sequences x data shards (P / stages); the "
+        "reference's pipeline message is a micro-batch of 8 sequences of 128 tokens"
     )
+    args = pipeline_args(layers=24)
     spec = PipelineSpec(1049600, (44379136,), (12596224,), (45984572,))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..ops import Op
 from ..program import BuildOptions, LayoutError, Phase, ProgramBuilder, Workload, world_groups
-from .base import Arg, Model
+from .base import PHASE, RANK, Arg, Model
 
 RESNET50_MESSAGES = (3104745, 4461568, 4462592, 4986880, 4468736, 4074560)
 
@@ -32,11 +32,17 @@ RESNET152_STRONG = {
     1024: (32, 36000.0, 7200.0),
     2048: (16, 27667.0, 5533.0),
 }
+STRONG_ROWS = sorted(RESNET152_STRONG)  # 256, 512, 1024, 2048
 
 
 class ResNet50(Model):
     name = "resnet50"
     description = "ResNet-50: data parallelism, an allreduce phase then a ring phase"
+    order = 30
+    no_batch_reason = (
+        "the reference publishes no batch size (nor compute) for ResNet-50 and times "
+        "two separate phases, so no throughput can be defined; use resnet152 or another model"
+    )
     reference_warmup = 10
     reference_runs = 512
     default_warmup = 2
@@ -71,21 +77,18 @@ class ResNet50(Model):
             return b.ops
 
         total = sum(RESNET50_MESSAGES)
-
-        def summary(rank: int, runtime_s: float, phase: str) -> str:
-            return (
-                f"Rank = {rank}, world_size = {world_size}, phase = {phase}, "
-                f"total_params = {total}, runtime per iteration = {runtime_s:.6f} s"
-            )
-
-        return Workload(
-            model=self.name,
-            world_size=world_size,
-            params=dict(params),
-            groups={"world": world_groups(world_size)},
-            phases=[Phase("allreduce", allreduce_phase), Phase("ring", ring_phase)],
+        return self.workload(
+            world_size,
+            params,
+            {"world": world_groups(world_size)},
+            [Phase("allreduce", allreduce_phase), Phase("ring", ring_phase)],
             info={"total_params": total},
-            summary=summary,
+            summary=[
+                ("Rank", RANK),
+                ("world_size", world_size),
+                ("phase", PHASE),
+                ("total_params", total),
+            ],
             summary_all_ranks=True,
         )
 
@@ -106,6 +109,9 @@ def resnet152_program(options: BuildOptions, forward_us: float, backward_us: flo
 class ResNet152(Model):
     name = "resnet152"
     description = "ResNet-152: data parallelism with compute/communication overlap"
+    order = 40
+    batch_definition = "global batch = 128 per process x P (reference)"
+    strong_scaling_hint = "; use resnet152_scal, whose strong-scaling table shrinks the local batch"
     reference_warmup = 8
     reference_runs = 128
     default_warmup = 1
@@ -127,19 +133,11 @@ class ResNet152(Model):
         def program(rank: int) -> list[Op]:
             return resnet152_program(options, fwd, bwd)
 
-        def summary(rank: int, runtime_s: float, phase: str) -> str:
-            return (
-                f"world_size = {world_size}, data_shards = {world_size}, "
-                f"total_params = {total}, global_batch = {local_batch * world_size}, "
-                f"runtime per iteration = {runtime_s:.6f} s"
-            )
-
-        return Workload(
-            model=self.name,
-            world_size=world_size,
-            params=dict(params),
-            groups={"world": world_groups(world_size)},
-            phases=[Phase("iteration", program)],
+        return self.workload(
+            world_size,
+            params,
+            {"world": world_groups(world_size)},
+            [Phase("iteration", program)],
             info={
                 "total_params": total,
                 "local_batch": local_batch,
@@ -148,7 +146,12 @@ class ResNet152(Model):
                 "forward_us": fwd,
                 "backward_us_per_bucket": bwd,
             },
-            summary=summary,
+            summary=[
+                ("world_size", world_size),
+                ("data_shards", world_size),
+                ("total_params", total),
+                ("global_batch", local_batch * world_size),
+            ],
         )
 
 
@@ -161,6 +164,10 @@ class ResNet152Strong(ResNet152):
         "ResNet-152 strong scaling: global batch 32768 over 256/512/1024/2048 ranks "
         "(--scaling-size picks the row on a smaller machine)"
     )
+    order = 50
+    batch_definition = "global batch = the strong-scaling table's local batch x P (reference)"
+    strong_scaling = "the reference's table, through --scaling-size"
+    strong_scaling_flag = "scaling_size"
 
     def timings(self, world_size: int, params: dict[str, int]) -> tuple[int, float, float]:
         size = params.get("scaling_size") or world_size
@@ -173,3 +180,24 @@ class ResNet152Strong(ResNet152):
                 f"{near} (or pass --scaling-size {near} to emulate it on fewer ranks)"
             )
         return RESNET152_STRONG[size]
+
+    def strong_anchor_flags(self, flags: dict[str, int]) -> dict[str, int]:
+        return {**flags, "scaling_size": STRONG_ROWS[0]}
+
+    def strong_point_flags(self, flags: dict[str, int], p: int, base: int) -> dict[str, int]:
+        """Count ``p`` emulates the table row ``256 x p / P1`` (local batch 128 / (p / P1)),
+        so the global batch stays 128 x P1; only p / P1 in 1, 2, 4, 8 exist."""
+        row = STRONG_ROWS[0] * p / base
+        if row not in RESNET152_STRONG:
+            ok = ", ".join(str(base * r // STRONG_ROWS[0]) for r in STRONG_ROWS)
+            raise ValueError(
+                f"the strong-scaling table has rows for {ok} processes only "
+                f"(P1 = {base} x 1, 2, 4, 8)"
+            )
+        return {**flags, "scaling_size": int(row)}
+
+    def strong_note(self, flags: dict[str, int], base: int) -> str:
+        return (
+            f"P = {base} x (1, 2, 4, 8) emulates the table rows 256, 512, 1024, 2048 "
+            f"(--scaling-size), local batch 128 / (P / {base}), global batch {128 * base}"
+        )
