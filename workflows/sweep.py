@@ -45,7 +45,7 @@ from simnet.simulate import build_workload
 from workload.results import versions, write_csv, write_json, write_text
 
 from .study.pool import POOL_KINDS, launch_rank, open_pool
-from .study.sim import simulate_point
+from .study.sim import PointOutcome, PointResult, simulate_point
 from .study.util import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -107,7 +107,7 @@ class Point:
     file: str  # relative to the output directory
     error: str | None = None  # invalid configuration
     status: str = "pending"
-    result: dict[str, Any] | None = None
+    result: PointResult | None = None
     computed_in_run: int | None = None
 
 
@@ -176,7 +176,7 @@ def _short(message: str) -> str:
     return "; ".join(re.sub(r" \(got \{.*\}\)$", "", ln) for ln in lines)
 
 
-def read_complete(path: Path, config_hash: str) -> dict[str, Any] | None:
+def read_complete(path: Path, config_hash: str) -> PointResult | None:
     """The result stored in a point file, if the file is complete and for this config."""
     try:
         doc = json.loads(path.read_text())
@@ -186,9 +186,8 @@ def read_complete(path: Path, config_hash: str) -> dict[str, Any] | None:
         isinstance(doc, dict)
         and doc.get("complete") is True
         and doc.get("config_hash") == config_hash
-        and isinstance(doc.get("result"), dict)
     ):
-        return doc["result"]
+        return PointResult.from_json(doc.get("result"))
     return None
 
 
@@ -292,16 +291,16 @@ def run_plan(
         for fut in as_completed(futures):
             pt = futures[fut]
             try:
-                res = fut.result()
+                res: PointOutcome = fut.result()
             except Exception as e:  # the pool itself failed (e.g. a worker died)
-                res = {"status": "failed", "error": f"{type(e).__name__}: {e}"}
-            if res.get("status") == "ok":
-                pt.status, pt.result = "complete", res["result"]
+                res = PointOutcome(error=f"{type(e).__name__}: {e}", kind="pool")
+            if res.result is not None:
+                pt.status, pt.result = "complete", res.result
                 pt.computed_in_run = manifest.run["run"]
                 manifest.run["computed"].append(pt.index)
                 done += 1
             else:
-                pt.status, pt.error = "failed", res.get("error", "unknown error")
+                pt.status, pt.error = "failed", res.error or "unknown error"
                 manifest.run["failed"].append(pt.index)
                 failed += 1
                 say(f"point {pt.index} {json.dumps(pt.assign)} failed: {pt.error}")
@@ -334,9 +333,7 @@ def run_plan(
 
 def table_rows(plan: Plan) -> tuple[list[str], list[list[Any]]]:
     keys = list(plan.grid)
-    groups = sorted(
-        {g for p in plan.points if p.result for g in p.result.get("wire_bytes_by_group", {})}
-    )
+    groups = sorted({g for p in plan.points if p.result for g in p.result.wire_bytes_by_group})
     headers = [
         "index",
         *keys,
@@ -350,19 +347,25 @@ def table_rows(plan: Plan) -> tuple[list[str], list[list[Any]]]:
     ]
     rows = []
     for p in plan.points:
-        r = p.result or {}
-        wire = r.get("wire_bytes_by_group", {})
+        r = p.result
+        figures = (
+            [None] * (4 + len(groups))
+            if r is None
+            else [
+                r.world_size,
+                r.iteration_time_s,
+                r.compute_s,
+                r.exposed_comm_s,
+                *(r.wire_bytes_by_group.get(g) for g in groups),
+            ]
+        )
         rows.append(
             [
                 p.index,
                 *(_cell(p.assign[k]) for k in keys),
                 p.status,
-                r.get("world_size"),
-                r.get("iteration_time_s"),
-                r.get("compute_s"),
-                r.get("exposed_comm_s"),
-                *(wire.get(g) for g in groups),
-                p.file if p.result else (p.error or "").splitlines()[0][:60] or None,
+                *figures,
+                p.file if r else (p.error or "").splitlines()[0][:60] or None,
             ]
         )
     return headers, rows
