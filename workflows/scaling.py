@@ -42,7 +42,7 @@ from workload.results import atomic_write, versions, write_csv, write_json, writ
 from .launcher import run_command
 from .study import models as sm
 from .study.pool import open_pool
-from .study.sim import PointOutcome, simulate_point
+from .study.sim import PointOutcome, absolute_link_params, read_base_config, simulate_point
 from .study.util import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -728,17 +728,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _predict_base(path: str | None) -> tuple[dict[str, Any], list[str]]:
     if path is None:
         return copy.deepcopy(DEFAULT_PREDICT_CONFIG), [DEFAULT_PREDICT_NOTE]
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise StudyError(f"--config: no such file {path!r}") from None
-    except json.JSONDecodeError as e:
-        raise StudyError(f"--config: {path} is not valid JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise StudyError(f"--config: {path} must hold a JSON object")
-    net = data.get("network") or {}
-    if net.get("link_params_file") and not Path(net["link_params_file"]).is_absolute():
-        net["link_params_file"] = str((Path(path).parent / net["link_params_file"]).resolve())
+    data = read_base_config(path)
+    absolute_link_params(data, Path(path).parent)
     return data, []
 
 

@@ -45,7 +45,13 @@ from simnet.simulate import build_workload
 from workload.results import versions, write_csv, write_json, write_text
 
 from .study.pool import POOL_KINDS, launch_rank, open_pool
-from .study.sim import PointOutcome, PointResult, simulate_point
+from .study.sim import (
+    PointOutcome,
+    PointResult,
+    absolute_link_params,
+    read_base_config,
+    simulate_point,
+)
 from .study.util import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -120,29 +126,13 @@ class Plan:
     invalid: list[Point] = field(default_factory=list)
 
 
-def _absolute_link_params(data: dict[str, Any], base_dir: Path) -> None:
-    """Make ``network.link_params_file`` absolute (it is relative to the base file)."""
-    net = data.get("network")
-    if isinstance(net, dict) and net.get("link_params_file"):
-        path = Path(net["link_params_file"])
-        if not path.is_absolute():
-            net["link_params_file"] = str((base_dir / path).resolve())
-
-
 def plan_sweep(config_path: str | Path, grid_text: str, out: str | Path) -> Plan:
     """Validate the base file and the grid and expand the points (no simulation).
 
     Raises StudyError / ConfigError naming the problem.
     """
     base_path = Path(config_path)
-    try:
-        base = json.loads(base_path.read_text())
-    except FileNotFoundError:
-        raise StudyError(f"--config: no such file {str(base_path)!r}") from None
-    except json.JSONDecodeError as e:
-        raise StudyError(f"--config: {base_path} is not valid JSON: {e}") from None
-    if not isinstance(base, dict):
-        raise StudyError(f"--config: {base_path} must hold a JSON object")
+    base = read_base_config(base_path)
     # The base alone need not be valid (the grid may complete it): every point is checked.
     grid = parse_grid(grid_text)
     for key in grid:
@@ -152,7 +142,7 @@ def plan_sweep(config_path: str | Path, grid_text: str, out: str | Path) -> Plan
         data = copy.deepcopy(base)
         for key, value in assign.items():
             set_dotted(data, key, value)
-        _absolute_link_params(data, base_path.parent)
+        absolute_link_params(data, base_path.parent)
         error = None
         try:
             cfg = load_config(data)

@@ -8,15 +8,44 @@ Functions here are top-level so that ``concurrent.futures`` and
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import time
 import traceback
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from simnet.config import ConfigError
 from workload.results import versions, write_json
+
+from .util import StudyError
+
+
+def read_base_config(path: str | Path) -> dict[str, Any]:
+    """The JSON object in ``path`` (a study's ``--config``), not yet validated.
+
+    Raises StudyError naming the problem.
+    """
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise StudyError(f"--config: no such file {str(path)!r}") from None
+    except json.JSONDecodeError as e:
+        raise StudyError(f"--config: {path} is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise StudyError(f"--config: {path} must hold a JSON object")
+    return data
+
+
+def absolute_link_params(data: dict[str, Any], base_dir: Path) -> None:
+    """Make ``network.link_params_file`` absolute (it is relative to the base file)."""
+    net = data.get("network")
+    if isinstance(net, dict) and net.get("link_params_file"):
+        path = Path(net["link_params_file"])
+        if not path.is_absolute():
+            net["link_params_file"] = str((base_dir / path).resolve())
 
 
 @dataclass(frozen=True, slots=True)
