@@ -490,31 +490,16 @@ _POW2_ONLY = {("allgather", "recursive_doubling"), ("reduce_scatter", "recursive
 # q - s - shift - 1 from position q - 1. Runs follow each other; in a step, the
 # transfers come ring by ring in run order, position by position.
 
-RingDef = tuple[list[int], list[tuple[int, int]]]
+_RingDef = tuple[list[int], list[tuple[int, int]]]
 """A ring: its order (group indices by position) and the block each position owns."""
 
-RingAlgorithm = tuple[list[int], list[RingDef], list[tuple[int, list[tuple[int, int]]]]]
+_RingAlgorithm = tuple[list[int], list[_RingDef], list[tuple[int, list[tuple[int, int]]]]]
 """``(chunk_elems, rings, runs)``, each run ``(steps, [(ring index, shift), ...])``."""
-
-
-def _ring_allreduce_def(p: int, count: int, **_: object) -> RingAlgorithm:
-    chunks = _split(count, p)
-    rings = [(list(range(p)), [(q, 1) for q in range(p)])]
-    return chunks, rings, [(p - 1, [(0, 1)]), (p - 1, [(0, 0)])]
-
-
-def _ring_blocks_def(shift: int) -> Callable[..., RingAlgorithm]:
-    """Ring reduce-scatter (shift 1) or allgather (0) of ``p`` blocks of ``count`` elements."""
-
-    def define(p: int, count: int, **_: object) -> RingAlgorithm:
-        return [count] * p, [(list(range(p)), [(q, 1) for q in range(p)])], [(p - 1, [(0, shift)])]
-
-    return define
 
 
 def _hierarchical_allreduce_def(
     p: int, count: int, *, local_size: int, **_: object
-) -> RingAlgorithm:
+) -> _RingAlgorithm:
     # Ring reduce-scatter inside each group of g consecutive ranks (group rings),
     # ring allreduce of each shard across the groups (column rings), ring
     # allgather inside each group. Shard x of the vector is chunks x*k .. x*k + k - 1.
@@ -540,7 +525,7 @@ def _hierarchical_allreduce_def(
 
 def _multiring_allreduce_def(
     p: int, count: int, *, rings: list[list[int]], **_: object
-) -> RingAlgorithm:
+) -> _RingAlgorithm:
     # Ring j reduces part j of the vector: chunks j*p .. j*p + p - 1, one per rank.
     chunks = [c for part in _split(count, len(rings)) for c in _split(part, p)]
     defs = [(o, [(j * p + x, 1) for x in o]) for j, o in enumerate(rings)]
@@ -548,11 +533,11 @@ def _multiring_allreduce_def(
     return chunks, defs, [(p - 1, [(j, 1) for j in idx]), (p - 1, [(j, 0) for j in idx])]
 
 
-def _multiring_blocks_def(shift: int) -> Callable[..., RingAlgorithm]:
+def _multiring_blocks_def(shift: int) -> Callable[..., _RingAlgorithm]:
     """Multiring reduce-scatter (shift 1) or allgather (0): every block is split in
     one part per ring, chunk ``x * R + j`` being part j of block x (on ring j)."""
 
-    def define(p: int, count: int, *, rings: list[list[int]], **_: object) -> RingAlgorithm:
+    def define(p: int, count: int, *, rings: list[list[int]], **_: object) -> _RingAlgorithm:
         nr = len(rings)
         defs = [(o, [(x * nr + j, 1) for x in o]) for j, o in enumerate(rings)]
         return _split(count, nr) * p, defs, [(p - 1, [(j, shift) for j in range(nr)])]
@@ -560,13 +545,22 @@ def _multiring_blocks_def(shift: int) -> Callable[..., RingAlgorithm]:
     return define
 
 
-_RING_ALGORITHMS: dict[tuple[str, str], Callable[..., RingAlgorithm]] = {
-    ("allreduce", "ring"): _ring_allreduce_def,
+def _one_ring(multiring: Callable[..., _RingAlgorithm]) -> Callable[..., _RingAlgorithm]:
+    """The ring algorithm: the multiring one on the single ring 0, 1, ..., p - 1."""
+
+    def define(p: int, count: int, **_: object) -> _RingAlgorithm:
+        return multiring(p, count, rings=[list(range(p))])
+
+    return define
+
+
+_RING_ALGORITHMS: dict[tuple[str, str], Callable[..., _RingAlgorithm]] = {
+    ("allreduce", "ring"): _one_ring(_multiring_allreduce_def),
     ("allreduce", "hierarchical"): _hierarchical_allreduce_def,
     ("allreduce", "multiring"): _multiring_allreduce_def,
-    ("allgather", "ring"): _ring_blocks_def(0),
+    ("allgather", "ring"): _one_ring(_multiring_blocks_def(0)),
     ("allgather", "multiring"): _multiring_blocks_def(0),
-    ("reduce_scatter", "ring"): _ring_blocks_def(1),
+    ("reduce_scatter", "ring"): _one_ring(_multiring_blocks_def(1)),
     ("reduce_scatter", "multiring"): _multiring_blocks_def(1),
 }
 
@@ -600,7 +594,7 @@ class _RingRanks:
 
     __slots__ = ("by_rank", "runs")
 
-    def __init__(self, p: int, chunks: Sequence[int], alg: RingAlgorithm) -> None:
+    def __init__(self, p: int, chunks: Sequence[int], alg: _RingAlgorithm) -> None:
         prefix = [0]
         for c in chunks:
             prefix.append(prefix[-1] + c)
