@@ -136,22 +136,18 @@ def gpt2_phases(comm, rank: int, size: int, scale: float) -> list[Phase]:
     send, recv = comm.Send, comm.Recv
     tags = range(GPT2_MICROBATCHES)
 
-    def first_stage(n: int) -> None:  # forward sends, then backward receives
-        for _ in range(n):
-            for t in tags:
-                send(sbuf, peer, t)
-            for t in tags:
-                recv(rbuf, peer, t)
+    # The first stage sends forward, then receives backward; the last stage the reverse.
+    sending, receiving = (send, sbuf), (recv, rbuf)
+    (fwd, fwd_buf), (bwd, bwd_buf) = (sending, receiving) if rank == 0 else (receiving, sending)
 
-    def last_stage(n: int) -> None:  # forward receives, then backward sends
+    def loop(n: int) -> None:
         for _ in range(n):
             for t in tags:
-                recv(rbuf, peer, t)
+                fwd(fwd_buf, peer, t)
             for t in tags:
-                send(sbuf, peer, t)
+                bwd(bwd_buf, peer, t)
 
     calls = 2 * GPT2_MICROBATCHES
-    loop = first_stage if rank == 0 else last_stage
     return [Phase("iteration", loop, calls, calls * n_elems * ELEM_BYTES)]
 
 

@@ -30,13 +30,16 @@ cdef class _Coll(_Waiter):
     cpdef bint advance(self)
 
 
-@cython.locals(rw=_Waiter, sw=_Waiter, n=cython.longlong)
+@cython.locals(rw=_Waiter, sw=_Waiter)
 cpdef _delivered(tag)
+
+
+@cython.locals(n=cython.longlong)
+cdef _tick(_Waiter w)
 
 
 cdef class _Rank:
     cdef public list ends
-    cdef public object finished
     cdef public Py_ssize_t i
     cdef public Py_ssize_t it
     cdef public Py_ssize_t iterations

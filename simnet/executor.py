@@ -27,7 +27,7 @@ import gc
 import operator
 import time
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -399,45 +399,6 @@ class PhaseSim:
         self.net.start_transfer(pl[src], pl[dst], size_bytes, _delivered, (sw, waiter))
         return False
 
-    # -- the event-based interface (for callers that drive ranks as simpy processes)
-    def post_send(
-        self, key: tuple, src: int, dst: int, size_bytes: int, account: tuple[str, str]
-    ) -> simpy.Event | None:
-        """Post a send; returns the event that completes it (None: complete now).
-
-        ``account`` is (group kind, part) of the bytes.
-        """
-        ev = self.env.event()
-        done = self._post_send(key, src, dst, size_bytes, self._account(*account), _Req(ev.succeed))
-        return None if done else ev
-
-    def post_recv(self, key: tuple) -> simpy.Event:
-        """Post a receive; returns the event that completes it."""
-        ev = self.env.event()
-        if self._post_recv(key, _Req(ev.succeed)):
-            ev.succeed()
-        return ev
-
-    @staticmethod
-    def pending(events: list[simpy.Event | None]) -> list[simpy.Event]:
-        """The events not yet processed."""
-        return [e for e in events if e is not None and e.callbacks is not None]
-
-    def collective(self, rank: int, op: Collective) -> Generator[simpy.Event, Any, None]:
-        """Process: run ``op`` on ``rank``."""
-        ev = self.env.event()
-        if not self._collective(rank, op, ev.succeed):
-            yield ev
-
-    def rank_process(
-        self, rank: int, ops: list[Op], iterations: int
-    ) -> Generator[simpy.Event, Any, None]:
-        """Process: run ``rank``'s operations ``iterations`` times."""
-        ev = self.env.event()
-        _Rank(self, rank, ops, iterations, ev.succeed).run()
-        if rank not in self.iteration_ends:
-            yield ev
-
     # -- collectives -----------------------------------------------------------------
     def _collective(self, rank: int, op: Collective, done: Callable[[], None] | None) -> bool:
         """Start ``op`` on ``rank``; True if it completed at once, else ``done`` is
@@ -573,24 +534,22 @@ def _delivered(tag: Any) -> None:
     if rw is None:
         tag[0] = _ARRIVED
         return
-    n = rw.n - 1
-    rw.n = n
-    if not n:
-        if type(rw) is _Coll:
-            if rw.advance() and rw.done is not None:
-                rw.done()
-        else:
-            rw.fire()
+    _tick(rw)
     sw = tag[0]
     if sw is not None:
-        n = sw.n - 1
-        sw.n = n
-        if not n:
-            if type(sw) is _Coll:
-                if sw.advance() and sw.done is not None:
-                    sw.done()
-            else:
-                sw.fire()
+        _tick(sw)
+
+
+def _tick(w: _Waiter) -> None:
+    """One of ``w``'s completions; the last fires it (a collective's part directly)."""
+    n = w.n - 1
+    w.n = n
+    if not n:
+        if type(w) is _Coll:
+            if w.advance() and w.done is not None:
+                w.done()
+        else:
+            w.fire()
 
 
 class _Waiter:
@@ -746,7 +705,6 @@ class _Rank:
 
     __slots__ = (
         "ends",
-        "finished",
         "i",
         "it",
         "iterations",
@@ -766,10 +724,8 @@ class _Rank:
         rank: int,
         ops: list[Op],
         iterations: int,
-        finished: Callable[[], None] | None = None,
     ) -> None:
         self.sim = sim
-        self.finished = finished
         self.rank = rank
         self.ops = ops if type(ops) is list else list(ops)
         self.iterations = operator.index(iterations)
@@ -799,8 +755,6 @@ class _Rank:
         i = self.i
         if self.it >= self.iterations:  # zero iterations
             sim.iteration_ends[rank] = []
-            if self.finished is not None:
-                self.finished()
             return
         while True:
             if i == n_ops:
@@ -810,8 +764,6 @@ class _Rank:
                 if self.it >= self.iterations:
                     self.i = i
                     sim.iteration_ends[rank] = [e[-1] if e else 0.0 for e in self.tl.ends]
-                    if self.finished is not None:
-                        self.finished()
                     return
                 starts = self.starts = [0.0] * n_ops
                 ends = self.ends = [0.0] * n_ops

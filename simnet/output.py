@@ -249,26 +249,19 @@ def write_all(
             axis_name="endpoint",
         )
     )
-    bw = res.bandwidth_bytes_per_s.astype(float).copy()
-    np.fill_diagonal(bw, np.nan)
-    files.append(
-        plots.bandwidth_heatmap(
-            bw,
-            out / f"{prefix}bandwidth_heatmap.png",
-            title=f"achievable point-to-point bandwidth: {res.graph.graph['name']}",
-            axis_name="endpoint",
-        )
-    )
-    ach = res.achieved_bytes_per_s.astype(float).copy()
+    bw = res.bandwidth_bytes_per_s.astype(float)  # astype copies
+    np.fill_diagonal(bw, np.nan)  # an endpoint to itself
+    ach = res.achieved_bytes_per_s.astype(float)
     ach[ach == 0] = np.nan
-    files.append(
-        plots.bandwidth_heatmap(
-            ach,
-            out / f"{prefix}achieved_bandwidth_heatmap.png",
-            title=f"achieved rate under contention: {title}",
-            axis_name="endpoint",
+    for matrix, name, what in (
+        (bw, "bandwidth", f"achievable point-to-point bandwidth: {res.graph.graph['name']}"),
+        (ach, "achieved_bandwidth", f"achieved rate under contention: {title}"),
+    ):
+        files.append(
+            plots.bandwidth_heatmap(
+                matrix, out / f"{prefix}{name}_heatmap.png", title=what, axis_name="endpoint"
+            )
         )
-    )
     for p in res.phases:
         # One set of plots per phase (an epoch of the ring trainer, say), suffixed by its
         # name when there are several.

@@ -541,3 +541,50 @@ def test_invalid_default_and_rank_queries():
     s = build_schedule("allreduce", "ring", 4, 8)
     with pytest.raises(ValueError, match=r"rank must be in 0\.\.3"):
         s.bytes_sent(4)
+
+
+def test_hierarchical_allreduce_steps_by_hand():
+    # p=4, groups of 2: chunks of 2 elements; shard 0 = chunks 0-1, shard 1 = chunks 2-3.
+    s = build_schedule("allreduce", "hierarchical", 4, 8, local_size=2)
+    assert s.chunk_elems == (2, 2, 2, 2)
+    T = Transfer
+    assert s.steps == (
+        # reduce-scatter inside groups {0,1} and {2,3}: position 0 keeps shard 0
+        (T(0, 1, 4, 2, 2, True), T(1, 0, 4, 0, 2, True),
+         T(2, 3, 4, 2, 2, True), T(3, 2, 4, 0, 2, True)),
+        # ring allreduce of each shard across groups: columns {0,2} and {1,3}
+        (T(0, 2, 2, 1, 1, True), T(2, 0, 2, 0, 1, True),
+         T(1, 3, 2, 3, 1, True), T(3, 1, 2, 2, 1, True)),
+        (T(0, 2, 2, 0, 1, False), T(2, 0, 2, 1, 1, False),
+         T(1, 3, 2, 2, 1, False), T(3, 1, 2, 3, 1, False)),
+        # allgather inside groups
+        (T(0, 1, 4, 0, 2, False), T(1, 0, 4, 2, 2, False),
+         T(2, 3, 4, 0, 2, False), T(3, 2, 4, 2, 2, False)),
+    )  # fmt: skip
+    assert s.rank_steps(2) == [
+        ((T(2, 3, 4, 2, 2, True),), (T(3, 2, 4, 0, 2, True),)),
+        ((T(2, 0, 2, 0, 1, True),), (T(0, 2, 2, 1, 1, True),)),
+        ((T(2, 0, 2, 1, 1, False),), (T(0, 2, 2, 0, 1, False),)),
+        ((T(2, 3, 4, 0, 2, False),), (T(3, 2, 4, 2, 2, False),)),
+    ]
+
+
+def test_alltoall_steps_by_hand():
+    T = Transfer
+    pairwise = build_schedule("alltoall", "pairwise", 3, 1)
+    assert pairwise.steps == (
+        (T(0, 1, 1, 1, 1), T(1, 2, 1, 5, 1), T(2, 0, 1, 6, 1)),
+        (T(0, 2, 1, 2, 1), T(1, 0, 1, 3, 1), T(2, 1, 1, 7, 1)),
+    )
+    assert pairwise.rank_steps(1) == [
+        ((T(1, 2, 1, 5, 1),), (T(0, 1, 1, 1, 1),)),
+        ((T(1, 0, 1, 3, 1),), (T(2, 1, 1, 7, 1),)),
+    ]
+    direct = build_schedule("alltoall", "direct", 3, 1)
+    assert direct.steps == ((
+        T(0, 1, 1, 1, 1), T(0, 2, 1, 2, 1), T(1, 2, 1, 5, 1),
+        T(1, 0, 1, 3, 1), T(2, 0, 1, 6, 1), T(2, 1, 1, 7, 1),
+    ),)  # fmt: skip
+    assert direct.rank_steps(1) == [
+        ((T(1, 2, 1, 5, 1), T(1, 0, 1, 3, 1)), (T(0, 1, 1, 1, 1), T(2, 1, 1, 7, 1))),
+    ]

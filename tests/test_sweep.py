@@ -17,6 +17,7 @@ from simnet.config import Config
 from tests.mpirun import MPIEXEC
 from workflows import aggregate, sweep
 from workflows.study.pool import InlineExecutor, resolve_kind
+from workflows.study.sim import PointOutcome, PointResult, simulate_point
 from workflows.study.util import (
     StudyError,
     check_dotted_key,
@@ -173,6 +174,27 @@ def test_sweep_2x2_local_pool_then_resume_recomputes_only_the_missing_point(
     assert all(r["status"] == "complete" and float(r["iteration_time_s"]) > 0 for r in rows)
     assert int(rows[2]["wire_bytes_world"]) > int(rows[0]["wire_bytes_world"])
     assert "iteration_time_s" in (out / "sweep.txt").read_text()
+
+
+def test_a_point_result_is_typed_and_its_file_format_is_kept(tmp_path):
+    out = tmp_path / "point.json"
+    outcome = simulate_point(BASE, str(out), {"index": 7})
+    assert isinstance(outcome, PointOutcome) and outcome.error is None
+    r = outcome.result
+    assert isinstance(r, PointResult)
+    res = simnet.simulate(BASE)
+    assert r.iteration_time_s == res.iteration_time_s and r.world_size == 8
+    doc = json.loads(out.read_text())
+    assert doc["index"] == 7 and doc["complete"] is True
+    assert list(doc["result"]) == [
+        "model", "world_size", "params", "info", "iteration_time_s", "compute_s", "comm_s",
+        "exposed_comm_s", "wire_bytes_by_group", "traffic_bytes_total", "phases", "topology",
+        "assumed", "sim_wall_s",
+    ]  # fmt: skip
+    assert PointResult.from_json(doc["result"]) == r
+    assert PointResult.from_json({"model": "dlrm"}) is None
+    failed = simulate_point(dict(BASE, topology={"type": "fat_tree", "k": 2}))
+    assert failed.result is None and failed.kind in ("config", "exception") and failed.error
 
 
 def test_a_point_of_another_configuration_is_not_reused(base_file, tmp_path):

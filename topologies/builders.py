@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import networkx as nx
@@ -103,6 +103,19 @@ def _link(
         graph.add_edge(v, u, bandwidth=bandwidth_bytes_per_s, latency=latency_s)
 
 
+def _star(
+    graph: nx.DiGraph,
+    hub: str,
+    endpoints: Iterable[int],
+    bandwidth_bytes_per_s: float,
+    latency_s: float,
+) -> None:
+    """Add switch ``hub`` and link every endpoint to it, both ways."""
+    graph.add_node(hub, kind="switch")
+    for e in endpoints:
+        _link(graph, e, hub, bandwidth_bytes_per_s, latency_s)
+
+
 # ---------------------------------------------------------------------------------------------
 # Builders
 
@@ -160,9 +173,7 @@ def switch(num_endpoints: int, bandwidth_bytes_per_s: float, latency_s: float = 
     bw = _bandwidth_param(topo, "bandwidth_bytes_per_s", bandwidth_bytes_per_s)
     lat = _latency_param(topo, "latency_s", latency_s)
     graph = _new_graph(topo, n, {"num_endpoints": n, "bandwidth_bytes_per_s": bw, "latency_s": lat})
-    graph.add_node("sw", kind="switch")
-    for i in range(n):
-        _link(graph, i, "sw", bw, lat)
+    _star(graph, "sw", range(n), bw, lat)
     return graph
 
 
@@ -257,17 +268,13 @@ def hierarchical(
     for g in range(groups):
         members = range(g * size, (g + 1) * size)
         if intra == "switch":
-            graph.add_node(f"g{g}", kind="switch")
-            for e in members:
-                _link(graph, e, f"g{g}", intra_bw, intra_lat)
+            _star(graph, f"g{g}", members, intra_bw, intra_lat)
         else:
             for a in members:
                 for b in members:
                     if a < b:
                         _link(graph, a, b, intra_bw, intra_lat)
-    graph.add_node("top", kind="switch")
-    for e in range(n):
-        _link(graph, e, "top", inter_bw, inter_lat)
+    _star(graph, "top", range(n), inter_bw, inter_lat)
     return graph
 
 

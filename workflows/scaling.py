@@ -45,7 +45,7 @@ from workload.units import MS_PER_S
 from .launcher import run_command
 from .study import models as sm
 from .study.pool import open_pool
-from .study.sim import simulate_point
+from .study.sim import PointOutcome, absolute_link_params, read_base_config, simulate_point
 from .study.util import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -297,29 +297,29 @@ def predict(
             futures = {pool.submit(simulate_point, cfg): p for p, cfg in jobs.items()}
             for fut in as_completed(futures):
                 p = futures[fut]
-                res = fut.result()
+                res: PointOutcome = fut.result()
                 rec = records[p]
-                if res["status"] == "ok":
-                    r = res["result"]
+                r = res.result
+                if r is not None:
                     rec.update(
                         status="ok",
-                        iteration_time_s=r["iteration_time_s"],
-                        compute_s=r["compute_s"],
-                        comm_s=r["comm_s"],
-                        exposed_comm_s=r["exposed_comm_s"],
+                        iteration_time_s=r.iteration_time_s,
+                        compute_s=r.compute_s,
+                        comm_s=r.comm_s,
+                        exposed_comm_s=r.exposed_comm_s,
                         samples_per_iteration=sm.samples_per_iteration(
-                            r["model"], r["world_size"], r["params"], r["info"]
+                            r.model, r.world_size, r.params, r.info
                         ),
-                        wire_bytes_by_group=r["wire_bytes_by_group"],
-                        topology=r["topology"],
-                        sim_wall_s=r["sim_wall_s"],
+                        wire_bytes_by_group=r.wire_bytes_by_group,
+                        topology=r.topology,
+                        sim_wall_s=r.sim_wall_s,
                     )
-                    notes.update(r["assumed"])
-                    say(f"  np {p}: predicted {r['iteration_time_s']:.6f} s per iteration")
+                    notes.update(r.assumed)
+                    say(f"  np {p}: predicted {r.iteration_time_s:.6f} s per iteration")
                 else:
-                    status = "skipped" if res.get("kind") == "config" else "failed"
-                    rec.update(status=status, note=res["error"])
-                    say(f"  np {p}: prediction {status}: {res['error']}")
+                    status = "skipped" if res.kind == "config" else "failed"
+                    rec.update(status=status, note=res.error)
+                    say(f"  np {p}: prediction {status}: {res.error}")
     return [records[p] for p in sorted(records)], sorted(notes)
 
 
@@ -730,17 +730,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _predict_base(path: str | None) -> tuple[dict[str, Any], list[str]]:
     if path is None:
         return copy.deepcopy(DEFAULT_PREDICT_CONFIG), [DEFAULT_PREDICT_NOTE]
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise StudyError(f"--config: no such file {path!r}") from None
-    except json.JSONDecodeError as e:
-        raise StudyError(f"--config: {path} is not valid JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise StudyError(f"--config: {path} must hold a JSON object")
-    net = data.get("network") or {}
-    if net.get("link_params_file") and not Path(net["link_params_file"]).is_absolute():
-        net["link_params_file"] = str((Path(path).parent / net["link_params_file"]).resolve())
+    data = read_base_config(path)
+    absolute_link_params(data, Path(path).parent)
     return data, []
 
 

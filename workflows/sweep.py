@@ -45,7 +45,13 @@ from simnet.simulate import build_workload
 from workload.results import versions, write_csv, write_json, write_text
 
 from .study.pool import POOL_KINDS, launch_rank, open_pool
-from .study.sim import simulate_point
+from .study.sim import (
+    PointOutcome,
+    PointResult,
+    absolute_link_params,
+    read_base_config,
+    simulate_point,
+)
 from .study.util import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -107,7 +113,7 @@ class Point:
     file: str  # relative to the output directory
     error: str | None = None  # invalid configuration
     status: str = "pending"
-    result: dict[str, Any] | None = None
+    result: PointResult | None = None
     computed_in_run: int | None = None
 
 
@@ -120,29 +126,13 @@ class Plan:
     invalid: list[Point] = field(default_factory=list)
 
 
-def _absolute_link_params(data: dict[str, Any], base_dir: Path) -> None:
-    """Make ``network.link_params_file`` absolute (it is relative to the base file)."""
-    net = data.get("network")
-    if isinstance(net, dict) and net.get("link_params_file"):
-        path = Path(net["link_params_file"])
-        if not path.is_absolute():
-            net["link_params_file"] = str((base_dir / path).resolve())
-
-
 def plan_sweep(config_path: str | Path, grid_text: str, out: str | Path) -> Plan:
     """Validate the base file and the grid and expand the points (no simulation).
 
     Raises StudyError / ConfigError naming the problem.
     """
     base_path = Path(config_path)
-    try:
-        base = json.loads(base_path.read_text())
-    except FileNotFoundError:
-        raise StudyError(f"--config: no such file {str(base_path)!r}") from None
-    except json.JSONDecodeError as e:
-        raise StudyError(f"--config: {base_path} is not valid JSON: {e}") from None
-    if not isinstance(base, dict):
-        raise StudyError(f"--config: {base_path} must hold a JSON object")
+    base = read_base_config(base_path)
     # The base alone need not be valid (the grid may complete it): every point is checked.
     base = current_names(base)  # one name per field, whichever the grid uses
     grid = {current_key(k): v for k, v in parse_grid(grid_text).items()}
@@ -153,7 +143,7 @@ def plan_sweep(config_path: str | Path, grid_text: str, out: str | Path) -> Plan
         data = copy.deepcopy(base)
         for key, value in assign.items():
             set_dotted(data, key, value)
-        _absolute_link_params(data, base_path.parent)
+        absolute_link_params(data, base_path.parent)
         error = None
         try:
             cfg = load_config(data)
@@ -177,7 +167,7 @@ def _short(message: str) -> str:
     return "; ".join(re.sub(r" \(got \{.*\}\)$", "", ln) for ln in lines)
 
 
-def read_complete(path: Path, config_hash: str) -> dict[str, Any] | None:
+def read_complete(path: Path, config_hash: str) -> PointResult | None:
     """The result stored in a point file, if the file is complete and for this config."""
     try:
         doc = json.loads(path.read_text())
@@ -187,9 +177,8 @@ def read_complete(path: Path, config_hash: str) -> dict[str, Any] | None:
         isinstance(doc, dict)
         and doc.get("complete") is True
         and doc.get("config_hash") == config_hash
-        and isinstance(doc.get("result"), dict)
     ):
-        return doc["result"]
+        return PointResult.from_json(doc.get("result"))
     return None
 
 
@@ -293,16 +282,16 @@ def run_plan(
         for fut in as_completed(futures):
             pt = futures[fut]
             try:
-                res = fut.result()
+                res: PointOutcome = fut.result()
             except Exception as e:  # the pool itself failed (e.g. a worker died)
-                res = {"status": "failed", "error": f"{type(e).__name__}: {e}"}
-            if res.get("status") == "ok":
-                pt.status, pt.result = "complete", res["result"]
+                res = PointOutcome(error=f"{type(e).__name__}: {e}", kind="pool")
+            if res.result is not None:
+                pt.status, pt.result = "complete", res.result
                 pt.computed_in_run = manifest.run["run"]
                 manifest.run["computed"].append(pt.index)
                 done += 1
             else:
-                pt.status, pt.error = "failed", res.get("error", "unknown error")
+                pt.status, pt.error = "failed", res.error or "unknown error"
                 manifest.run["failed"].append(pt.index)
                 failed += 1
                 say(f"point {pt.index} {json.dumps(pt.assign)} failed: {pt.error}")
@@ -335,9 +324,7 @@ def run_plan(
 
 def table_rows(plan: Plan) -> tuple[list[str], list[list[Any]]]:
     keys = list(plan.grid)
-    groups = sorted(
-        {g for p in plan.points if p.result for g in p.result.get("wire_bytes_by_group", {})}
-    )
+    groups = sorted({g for p in plan.points if p.result for g in p.result.wire_bytes_by_group})
     headers = [
         "index",
         *keys,
@@ -351,19 +338,25 @@ def table_rows(plan: Plan) -> tuple[list[str], list[list[Any]]]:
     ]
     rows = []
     for p in plan.points:
-        r = p.result or {}
-        wire = r.get("wire_bytes_by_group", {})
+        r = p.result
+        figures = (
+            [None] * (4 + len(groups))
+            if r is None
+            else [
+                r.world_size,
+                r.iteration_time_s,
+                r.compute_s,
+                r.exposed_comm_s,
+                *(r.wire_bytes_by_group.get(g) for g in groups),
+            ]
+        )
         rows.append(
             [
                 p.index,
                 *(_cell(p.assign[k]) for k in keys),
                 p.status,
-                r.get("world_size"),
-                r.get("iteration_time_s"),
-                r.get("compute_s"),
-                r.get("exposed_comm_s"),
-                *(wire.get(g) for g in groups),
-                p.file if p.result else (p.error or "").splitlines()[0][:60] or None,
+                *figures,
+                p.file if r else (p.error or "").splitlines()[0][:60] or None,
             ]
         )
     return headers, rows

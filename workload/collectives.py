@@ -153,10 +153,6 @@ class Schedule:
         return len(self.steps)
 
     @property
-    def num_transfers(self) -> int:
-        return sum(len(step) for step in self.steps)
-
-    @property
     def total_bytes(self) -> int:
         return sum(t.count_elems for step in self.steps for t in step) * ELEM_BYTES
 
@@ -323,34 +319,6 @@ class _Builder:
         steps[step].append(Transfer(src, dst, count, first, num, reduce))
 
 
-def _ring_reduce_scatter(
-    b: _Builder, step0: int, order: Sequence[int], blocks: Sequence[tuple[int, int]]
-) -> int:
-    """Ring reduce-scatter along ``order``; position q ends with block q reduced.
-
-    ``blocks[q]`` is the (first_chunk, num_chunks) owned by position q.
-    Returns the next free step index.
-    """
-    m = len(order)
-    for s in range(m - 1):
-        for q in range(m):
-            first, num = blocks[(q - s - 1) % m]
-            b.add(step0 + s, order[q], order[(q + 1) % m], first, num, True)
-    return step0 + max(m - 1, 0)
-
-
-def _ring_allgather(
-    b: _Builder, step0: int, order: Sequence[int], blocks: Sequence[tuple[int, int]]
-) -> int:
-    """Ring allgather along ``order``; position q starts with block q."""
-    m = len(order)
-    for s in range(m - 1):
-        for q in range(m):
-            first, num = blocks[(q - s) % m]
-            b.add(step0 + s, order[q], order[(q + 1) % m], first, num, False)
-    return step0 + max(m - 1, 0)
-
-
 def _halving(b: _Builder, step0: int, pof2: int, real: Callable[[int], int], width: int) -> int:
     """Recursive-halving reduce-scatter over ``pof2`` blocks of ``width`` chunks.
 
@@ -404,47 +372,6 @@ def _fold(p: int) -> tuple[int, int, Callable[[int], int]]:
 Built = tuple[tuple[int, ...], _Builder]
 
 
-# Chunk layouts of the algorithms that can be generated per rank (see _LazyRanks).
-def _chunks_allreduce_ring(p: int, count: int, **_: object) -> list[int]:
-    return _split(count, p)
-
-
-def _chunks_allreduce_hierarchical(
-    p: int, count: int, *, local_size: int, **_: object
-) -> list[int]:
-    return [c for shard in _split(count, local_size) for c in _split(shard, p // local_size)]
-
-
-def _chunks_allreduce_multiring(
-    p: int, count: int, *, rings: list[list[int]], **_: object
-) -> list[int]:
-    return [c for part in _split(count, len(rings)) for c in _split(part, p)]
-
-
-def _chunks_blocks_multiring(
-    p: int, count: int, *, rings: list[list[int]], **_: object
-) -> list[int]:
-    return _split(count, len(rings)) * p
-
-
-def _chunks_per_rank(p: int, count: int, **_: object) -> list[int]:
-    return [count] * p
-
-
-def _chunks_alltoall(p: int, count: int, **_: object) -> list[int]:
-    return [count] * (p * p)
-
-
-def _allreduce_ring(p: int, count: int, **_: object) -> Built:
-    chunks = _chunks_allreduce_ring(p, count)
-    b = _Builder(chunks)
-    blocks = [(q, 1) for q in range(p)]
-    order = list(range(p))
-    step = _ring_reduce_scatter(b, 0, order, blocks)
-    _ring_allgather(b, step, order, blocks)
-    return tuple(chunks), b
-
-
 def _allreduce_recursive_doubling(p: int, count: int, **_: object) -> Built:
     chunks = [count]
     b = _Builder(chunks)
@@ -481,44 +408,6 @@ def _allreduce_rabenseifner(p: int, count: int, **_: object) -> Built:
     return tuple(chunks), b
 
 
-def _allreduce_hierarchical(p: int, count: int, *, local_size: int, **_: object) -> Built:
-    g = local_size
-    k = p // g
-    chunks = _chunks_allreduce_hierarchical(p, count, local_size=local_size)
-    b = _Builder(chunks)
-    shard_blocks = [(loc * k, k) for loc in range(g)]
-    groups = [list(range(grp * g, grp * g + g)) for grp in range(k)]
-    step1 = g - 1  # intra-group reduce-scatter, then inter-group ring allreduce
-    step3 = step1 + 2 * (k - 1)  # then intra-group allgather
-    for order in groups:
-        _ring_reduce_scatter(b, 0, order, shard_blocks)
-    for loc in range(g):
-        order = [loc + grp * g for grp in range(k)]
-        blocks = [(loc * k + grp, 1) for grp in range(k)]
-        step2 = _ring_reduce_scatter(b, step1, order, blocks)
-        _ring_allgather(b, step2, order, blocks)
-    for order in groups:
-        _ring_allgather(b, step3, order, shard_blocks)
-    return tuple(chunks), b
-
-
-def _allreduce_multiring(p: int, count: int, *, rings: list[list[int]], **_: object) -> Built:
-    chunks = _chunks_allreduce_multiring(p, count, rings=rings)
-    b = _Builder(chunks)
-    for j, order in enumerate(rings):
-        blocks = [(j * p + r, 1) for r in order]
-        step = _ring_reduce_scatter(b, 0, order, blocks)
-        _ring_allgather(b, step, order, blocks)
-    return tuple(chunks), b
-
-
-def _allgather_ring(p: int, count: int, **_: object) -> Built:
-    chunks = [count] * p
-    b = _Builder(chunks)
-    _ring_allgather(b, 0, list(range(p)), [(r, 1) for r in range(p)])
-    return tuple(chunks), b
-
-
 def _allgather_recursive_doubling(p: int, count: int, **_: object) -> Built:
     chunks = [count] * p
     b = _Builder(chunks)
@@ -539,58 +428,10 @@ def _allgather_bruck(p: int, count: int, **_: object) -> Built:
     return tuple(chunks), b
 
 
-def _blocks_multiring(p: int, count: int, rings: list[list[int]], reduce_scatter: bool) -> Built:
-    nrings = len(rings)
-    chunks = _chunks_blocks_multiring(p, count, rings=rings)
-    b = _Builder(chunks)
-    for j, order in enumerate(rings):
-        blocks = [(r * nrings + j, 1) for r in order]
-        if reduce_scatter:
-            _ring_reduce_scatter(b, 0, order, blocks)
-        else:
-            _ring_allgather(b, 0, order, blocks)
-    return tuple(chunks), b
-
-
-def _allgather_multiring(p: int, count: int, *, rings: list[list[int]], **_: object) -> Built:
-    return _blocks_multiring(p, count, rings, reduce_scatter=False)
-
-
-def _reduce_scatter_ring(p: int, count: int, **_: object) -> Built:
-    chunks = [count] * p
-    b = _Builder(chunks)
-    _ring_reduce_scatter(b, 0, list(range(p)), [(r, 1) for r in range(p)])
-    return tuple(chunks), b
-
-
 def _reduce_scatter_recursive_halving(p: int, count: int, **_: object) -> Built:
     chunks = [count] * p
     b = _Builder(chunks)
     _halving(b, 0, p, lambda r: r, 1)
-    return tuple(chunks), b
-
-
-def _reduce_scatter_multiring(p: int, count: int, *, rings: list[list[int]], **_: object) -> Built:
-    return _blocks_multiring(p, count, rings, reduce_scatter=True)
-
-
-def _alltoall_pairwise(p: int, count: int, **_: object) -> Built:
-    chunks = [count] * (p * p)
-    b = _Builder(chunks)
-    for s in range(1, p):
-        for i in range(p):
-            dst = (i + s) % p
-            b.add(s - 1, i, dst, i * p + dst, 1, False)
-    return tuple(chunks), b
-
-
-def _alltoall_direct(p: int, count: int, **_: object) -> Built:
-    chunks = [count] * (p * p)
-    b = _Builder(chunks)
-    for i in range(p):
-        for s in range(1, p):
-            dst = (i + s) % p
-            b.add(0, i, dst, i * p + dst, 1, False)
     return tuple(chunks), b
 
 
@@ -625,214 +466,201 @@ def _barrier_dissemination(p: int, count: int, **_: object) -> Built:
 
 
 _BUILDERS: dict[tuple[str, str], Callable[..., Built]] = {
-    ("allreduce", "ring"): _allreduce_ring,
     ("allreduce", "recursive_doubling"): _allreduce_recursive_doubling,
     ("allreduce", "rabenseifner"): _allreduce_rabenseifner,
-    ("allreduce", "hierarchical"): _allreduce_hierarchical,
-    ("allreduce", "multiring"): _allreduce_multiring,
-    ("allgather", "ring"): _allgather_ring,
     ("allgather", "recursive_doubling"): _allgather_recursive_doubling,
     ("allgather", "bruck"): _allgather_bruck,
-    ("allgather", "multiring"): _allgather_multiring,
-    ("reduce_scatter", "ring"): _reduce_scatter_ring,
     ("reduce_scatter", "recursive_halving"): _reduce_scatter_recursive_halving,
-    ("reduce_scatter", "multiring"): _reduce_scatter_multiring,
-    ("alltoall", "pairwise"): _alltoall_pairwise,
-    ("alltoall", "direct"): _alltoall_direct,
     ("bcast", "binomial"): _bcast_binomial,
     ("reduce", "binomial"): _reduce_binomial,
     ("barrier", "dissemination"): _barrier_dissemination,
 }
-assert set(_BUILDERS) == {(op, a) for op, algs in ALGORITHMS.items() for a in algs}
 
 _POW2_ONLY = {("allgather", "recursive_doubling"), ("reduce_scatter", "recursive_halving")}
 
 
-# ---------------------------------------------------------------- per rank
+# ---------------------------------------------------------------- ring algorithms
+#
+# The ring-based algorithms (and the all-to-alls below) have O(p^2) transfers, so
+# they are written once, per rank: a rank's part is generated without its other
+# ranks, and the whole schedule's steps are those parts put together (each
+# position's sends, in order), built only when asked for.
+#
+# A ring algorithm is a list of rings and of runs over them. A ring is an order of
+# group indices (by position) and the block (first_chunk, num_chunks) that each
+# position owns. A run is a number of steps and the rings taking part, each with
+# a shift: in step s of the run, position q sends its ring's block q - s - shift
+# (mod the ring's length) to position q + 1; shift 1 is a reduce-scatter
+# (reduced), shift 0 an allgather (copied). So position q receives block
+# q - s - shift - 1 from position q - 1. Runs follow each other; in a step, the
+# transfers come ring by ring in run order, position by position.
 
-# Algorithms whose schedules are lazy, with their chunk layouts.
-_LAZY_CHUNKS: dict[tuple[str, str], Callable[..., list[int]]] = {
-    ("allreduce", "ring"): _chunks_allreduce_ring,
-    ("allreduce", "hierarchical"): _chunks_allreduce_hierarchical,
-    ("allreduce", "multiring"): _chunks_allreduce_multiring,
-    ("allgather", "ring"): _chunks_per_rank,
-    ("allgather", "multiring"): _chunks_blocks_multiring,
-    ("reduce_scatter", "ring"): _chunks_per_rank,
-    ("reduce_scatter", "multiring"): _chunks_blocks_multiring,
-    ("alltoall", "pairwise"): _chunks_alltoall,
-    ("alltoall", "direct"): _chunks_alltoall,
+_RingDef = tuple[list[int], list[tuple[int, int]]]
+"""A ring: its order (group indices by position) and the block each position owns."""
+
+_RingAlgorithm = tuple[list[int], list[_RingDef], list[tuple[int, list[tuple[int, int]]]]]
+"""``(chunk_elems, rings, runs)``, each run ``(steps, [(ring index, shift), ...])``."""
+
+
+def _hierarchical_allreduce_def(
+    p: int, count: int, *, local_size: int, **_: object
+) -> _RingAlgorithm:
+    # Ring reduce-scatter inside each group of g consecutive ranks (group rings),
+    # ring allreduce of each shard across the groups (column rings), ring
+    # allgather inside each group. Shard x of the vector is chunks x*k .. x*k + k - 1.
+    g = local_size
+    k = p // g
+    chunks = [c for shard in _split(count, g) for c in _split(shard, k)]
+    groups = [
+        (list(range(grp * g, grp * g + g)), [(x * k, k) for x in range(g)]) for grp in range(k)
+    ]
+    columns = [
+        ([loc + x * g for x in range(k)], [(loc * k + x, 1) for x in range(k)]) for loc in range(g)
+    ]
+    in_groups = list(range(k))
+    in_columns = list(range(k, k + g))
+    runs = [
+        (g - 1, [(i, 1) for i in in_groups]),
+        (k - 1, [(i, 1) for i in in_columns]),
+        (k - 1, [(i, 0) for i in in_columns]),
+        (g - 1, [(i, 0) for i in in_groups]),
+    ]
+    return chunks, groups + columns, runs
+
+
+def _multiring_allreduce_def(
+    p: int, count: int, *, rings: list[list[int]], **_: object
+) -> _RingAlgorithm:
+    # Ring j reduces part j of the vector: chunks j*p .. j*p + p - 1, one per rank.
+    chunks = [c for part in _split(count, len(rings)) for c in _split(part, p)]
+    defs = [(o, [(j * p + x, 1) for x in o]) for j, o in enumerate(rings)]
+    idx = range(len(rings))
+    return chunks, defs, [(p - 1, [(j, 1) for j in idx]), (p - 1, [(j, 0) for j in idx])]
+
+
+def _multiring_blocks_def(shift: int) -> Callable[..., _RingAlgorithm]:
+    """Multiring reduce-scatter (shift 1) or allgather (0): every block is split in
+    one part per ring, chunk ``x * R + j`` being part j of block x (on ring j)."""
+
+    def define(p: int, count: int, *, rings: list[list[int]], **_: object) -> _RingAlgorithm:
+        nr = len(rings)
+        defs = [(o, [(x * nr + j, 1) for x in o]) for j, o in enumerate(rings)]
+        return _split(count, nr) * p, defs, [(p - 1, [(j, shift) for j in range(nr)])]
+
+    return define
+
+
+def _one_ring(multiring: Callable[..., _RingAlgorithm]) -> Callable[..., _RingAlgorithm]:
+    """The ring algorithm: the multiring one on the single ring 0, 1, ..., p - 1."""
+
+    def define(p: int, count: int, **_: object) -> _RingAlgorithm:
+        return multiring(p, count, rings=[list(range(p))])
+
+    return define
+
+
+_RING_ALGORITHMS: dict[tuple[str, str], Callable[..., _RingAlgorithm]] = {
+    ("allreduce", "ring"): _one_ring(_multiring_allreduce_def),
+    ("allreduce", "hierarchical"): _hierarchical_allreduce_def,
+    ("allreduce", "multiring"): _multiring_allreduce_def,
+    ("allgather", "ring"): _one_ring(_multiring_blocks_def(0)),
+    ("allgather", "multiring"): _multiring_blocks_def(0),
+    ("reduce_scatter", "ring"): _one_ring(_multiring_blocks_def(1)),
+    ("reduce_scatter", "multiring"): _multiring_blocks_def(1),
 }
 
-# A ring of a per-rank description: order (group indices by position), position of
-# each rank, blocks (first_chunk, num_chunks) by position, and their element counts.
+assert set(_BUILDERS) | set(_RING_ALGORITHMS) | {
+    ("alltoall", "pairwise"),
+    ("alltoall", "direct"),
+} == {(op, a) for op, algs in ALGORITHMS.items() for a in algs}
+
+# A ring as the generators use it: order, position of each group index, blocks by
+# position and their element counts.
 _Ring = tuple[list[int], dict[int, int], list[tuple[int, int]], list[int]]
-# A run of ring steps: first step, number of steps, and per ring (ring, shift), shift 1
-# meaning reduce-scatter (position q sends block q - s - 1 in step s, reduced) and 0
-# allgather (block q - s, copied); the rings of one run share its steps.
-_Segment = tuple[int, int, list[tuple[_Ring, int]]]
 
 
-class _LazyRanks:
-    """One rank's part of a ring-based or all-to-all schedule, without its other ranks.
+def _ring_send(ring: _Ring, shift: int, q: int, s: int) -> Transfer | None:
+    """What position ``q`` sends in step ``s`` of a run (None: an empty block)."""
+    order, _, blocks, counts = ring
+    m = len(order)
+    b = (q - s - shift) % m
+    if not counts[b]:
+        return None
+    first, num = blocks[b]
+    return Transfer(order[q], order[(q + 1) % m], counts[b], first, num, shift == 1)
 
-    Mirrors the builders above transfer for transfer: a rank's sends (and its
-    receives) of a step come in the order the builder adds them, and every
-    step of these algorithms holds a transfer when ``count_elems > 0`` (each
-    step moves every block once), so step indices need no renumbering.
+
+class _RingRanks:
+    """A ring algorithm's schedule, generated per rank (see the section comment).
+
+    Every step of a run moves every block once, so with ``count_elems > 0`` no
+    step is empty and step indices need no renumbering.
     """
 
-    __slots__ = ("algorithm", "count", "local_size", "op", "p", "prefix", "rings", "rings_cache")
+    __slots__ = ("by_rank", "runs")
 
-    def __init__(
-        self,
-        op: str,
-        algorithm: str,
-        p: int,
-        count: int,
-        chunks: Sequence[int],
-        rings: list[list[int]],
-        local_size: int | None,
-    ) -> None:
-        self.op = op
-        self.algorithm = algorithm
-        self.p = p
-        self.count = count
-        self.rings = rings
-        self.local_size = local_size
+    def __init__(self, p: int, chunks: Sequence[int], alg: _RingAlgorithm) -> None:
         prefix = [0]
         for c in chunks:
             prefix.append(prefix[-1] + c)
-        self.prefix = prefix
-        self.rings_cache: dict[object, _Ring] = {}
+        rings: list[_Ring] = []
+        for order, blocks in alg[1]:
+            counts = [prefix[f + n] - prefix[f] for f, n in blocks]
+            rings.append((order, {r: q for q, r in enumerate(order)}, blocks, counts))
+        self.runs = [(nsteps, [(rings[i], shift) for i, shift in used]) for nsteps, used in alg[2]]
+        # Per run, per rank: the (ring, shift) pairs of the rings the rank is on.
+        self.by_rank: list[list[list[tuple[_Ring, int]]]] = []
+        for _, used in self.runs:
+            mine: list[list[tuple[_Ring, int]]] = [[] for _ in range(p)]
+            for ring, shift in used:
+                for r in ring[0]:
+                    mine[r].append((ring, shift))
+            self.by_rank.append(mine)
 
     def build_steps(self) -> tuple[tuple[Transfer, ...], ...]:
-        _, b = _BUILDERS[(self.op, self.algorithm)](
-            self.p, self.count, root=0, local_size=self.local_size, rings=self.rings
-        )
-        return tuple(tuple(step) for step in b.steps if step)
-
-    def _ring(
-        self, key: object, make: Callable[[], tuple[list[int], list[tuple[int, int]]]]
-    ) -> _Ring:
-        """The ring ``make()`` describes as (order, blocks), cached under ``key``."""
-        ring = self.rings_cache.get(key)
-        if ring is None:
-            order, blocks = make()
-            prefix = self.prefix
-            counts = [prefix[f + n] - prefix[f] for f, n in blocks]
-            pos = {r: q for q, r in enumerate(order)}
-            ring = self.rings_cache[key] = (order, pos, blocks, counts)
-        return ring
-
-    def _segments(self, r: int) -> list[_Segment]:
-        p, op, alg = self.p, self.op, self.algorithm
-        if alg == "hierarchical":
-            g = self.local_size
-            assert g is not None
-            k = p // g
-            grp, loc = divmod(r, g)
-            group = self._ring(
-                ("group", grp),
-                lambda: (list(range(grp * g, grp * g + g)), [(x * k, k) for x in range(g)]),
-            )
-            column = self._ring(
-                ("column", loc),
-                lambda: ([loc + x * g for x in range(k)], [(loc * k + x, 1) for x in range(k)]),
-            )
-            s1, s2 = g - 1, g - 1 + k - 1
-            s3 = s2 + k - 1
-            return [
-                (0, g - 1, [(group, 1)]),
-                (s1, k - 1, [(column, 1)]),
-                (s2, k - 1, [(column, 0)]),
-                (s3, g - 1, [(group, 0)]),
-            ]
-        if alg == "ring":
-            rings = [self._ring(0, lambda: (list(range(p)), [(q, 1) for q in range(p)]))]
-        else:
-            # Blocks of multiring: allreduce ring j owns chunks j * p + x; the
-            # block ops' block x is split in one part per ring, part j on ring j.
-            nr = len(self.rings)
-            if op == "allreduce":
-                rings = [
-                    self._ring(j, lambda j=j, o=o: (o, [(j * p + x, 1) for x in o]))
-                    for j, o in enumerate(self.rings)
-                ]
-            else:
-                rings = [
-                    self._ring(j, lambda j=j, o=o: (o, [(x * nr + j, 1) for x in o]))
-                    for j, o in enumerate(self.rings)
-                ]
-        if op == "allreduce":
-            return [
-                (0, p - 1, [(ring, 1) for ring in rings]),
-                (p - 1, p - 1, [(ring, 0) for ring in rings]),
-            ]
-        shift = 1 if op == "reduce_scatter" else 0
-        return [(0, p - 1, [(ring, shift) for ring in rings])]
+        steps = []
+        for nsteps, used in self.runs:
+            for s in range(nsteps):
+                step = []
+                for ring, shift in used:
+                    for q in range(len(ring[0])):
+                        t = _ring_send(ring, shift, q, s)
+                        if t is not None:
+                            step.append(t)
+                if step:
+                    steps.append(tuple(step))
+        return tuple(steps)
 
     def rank_steps(self, r: int) -> tuple[tuple[int, RankStep], ...]:
         """``(step index, (sends, recvs))`` of rank r, as ``Schedule._by_rank`` has them."""
-        p, c = self.p, self.count
         out: list[tuple[int, RankStep]] = []
-        if self.op == "alltoall":
-            if self.algorithm == "pairwise":
-                for s in range(1, p):
-                    dst, src = (r + s) % p, (r - s) % p
-                    out.append(
-                        (
-                            s - 1,
-                            (
-                                (Transfer(r, dst, c, r * p + dst, 1, False),),
-                                (Transfer(src, r, c, src * p + r, 1, False),),
-                            ),
-                        )
-                    )
-            else:
-                sends = tuple(
-                    Transfer(r, (r + s) % p, c, r * p + (r + s) % p, 1, False) for s in range(1, p)
-                )
-                recvs = tuple(Transfer(i, r, c, i * p + r, 1, False) for i in range(p) if i != r)
-                out.append((0, (sends, recvs)))
-            return tuple(out)
-        for step0, nsteps, rings in self._segments(r):
+        step0 = 0
+        for (nsteps, _), mine in zip(self.runs, self.by_rank, strict=True):
             for s in range(nsteps):
                 sends: list[Transfer] = []
                 recvs: list[Transfer] = []
-                for (order, pos, blocks, counts), shift in rings:
-                    m = len(order)
-                    q = pos[r]
-                    b = (q - s - shift) % m
-                    if counts[b]:
-                        first, num = blocks[b]
-                        sends.append(
-                            Transfer(r, order[(q + 1) % m], counts[b], first, num, shift == 1)
-                        )
-                    b = (b - 1) % m
-                    if counts[b]:
-                        first, num = blocks[b]
-                        recvs.append(
-                            Transfer(order[(q - 1) % m], r, counts[b], first, num, shift == 1)
-                        )
+                for ring, shift in mine[r]:
+                    q = ring[1][r]
+                    t = _ring_send(ring, shift, q, s)
+                    if t is not None:
+                        sends.append(t)
+                    t = _ring_send(ring, shift, q - 1, s)  # from the previous position
+                    if t is not None:
+                        recvs.append(t)
                 if sends or recvs:
                     out.append((step0 + s, (tuple(sends), tuple(recvs))))
+            step0 += nsteps
         return tuple(out)
 
     def rank_plan(self, r: int) -> tuple[PlanStep, ...]:
-        """``Schedule.rank_plan(r)``, generated directly (equal steps share one tuple)."""
-        p, size = self.p, ELEM_BYTES * self.count
-        if self.op == "alltoall":
-            if self.algorithm == "pairwise":
-                return tuple((((r - s) % p,), (((r + s) % p, size, False),)) for s in range(1, p))
-            return (
-                (
-                    tuple(i for i in range(p) if i != r),
-                    tuple(((r + s) % p, size, False) for s in range(1, p)),
-                ),
-            )
+        """``Schedule.rank_plan(r)``, generated directly (equal steps share one tuple).
+
+        The blocks are those of :func:`_ring_send`, walked without making transfers.
+        """
         out: list[PlanStep] = []
         append = out.append
-        for _, nsteps, rings in self._segments(r):
+        for (nsteps, _), mine in zip(self.runs, self.by_rank, strict=True):
+            rings = mine[r]
             if len(rings) == 1:
                 # One ring: the same peers every step, and few distinct sizes.
                 (order, pos, _, counts), shift = rings[0]
@@ -871,6 +699,61 @@ class _LazyRanks:
                 if srcs or sends:
                     append((tuple(srcs), tuple(sends)))
         return tuple(out)
+
+
+class _AlltoallRanks:
+    """An all-to-all's schedule, generated per rank.
+
+    Rank i sends rank j the block (chunk) ``i * p + j``: "pairwise" in step
+    ``(j - i) % p - 1`` (one peer per step, by distance), "direct" all in one
+    step, by distance. The whole steps are the ranks' sends put together in rank
+    order.
+    """
+
+    __slots__ = ("count", "direct", "p")
+
+    def __init__(self, p: int, count: int, direct: bool) -> None:
+        self.p = p
+        self.count = count
+        self.direct = direct
+
+    def _block(self, i: int, j: int) -> Transfer:
+        return Transfer(i, j, self.count, i * self.p + j, 1, False)
+
+    def _sends(self, r: int) -> list[tuple[Transfer, ...]]:
+        """Rank r's sends, per step."""
+        peers = [(r + d) % self.p for d in range(1, self.p)]
+        if self.direct:
+            return [tuple(self._block(r, j) for j in peers)]
+        return [(self._block(r, j),) for j in peers]
+
+    def build_steps(self) -> tuple[tuple[Transfer, ...], ...]:
+        per_rank = [self._sends(r) for r in range(self.p)]
+        return tuple(
+            tuple(t for sends in per_rank for t in sends[s]) for s in range(len(per_rank[0]))
+        )
+
+    def rank_steps(self, r: int) -> tuple[tuple[int, RankStep], ...]:
+        """``(step index, (sends, recvs))`` of rank r, as ``Schedule._by_rank`` has them."""
+        p = self.p
+        sends = self._sends(r)
+        if self.direct:
+            recvs = [tuple(self._block(i, r) for i in range(p) if i != r)]
+        else:
+            recvs = [(self._block((r - d) % p, r),) for d in range(1, p)]
+        return tuple(enumerate(zip(sends, recvs, strict=True)))
+
+    def rank_plan(self, r: int) -> tuple[PlanStep, ...]:
+        """``Schedule.rank_plan(r)``, generated directly."""
+        p, size = self.p, ELEM_BYTES * self.count
+        if self.direct:
+            return (
+                (
+                    tuple(i for i in range(p) if i != r),
+                    tuple(((r + d) % p, size, False) for d in range(1, p)),
+                ),
+            )
+        return tuple((((r - d) % p,), (((r + d) % p, size, False),)) for d in range(1, p))
 
 
 # ---------------------------------------------------------------- validation
@@ -958,14 +841,21 @@ def build_schedule(
     else:
         ring_list = []
 
-    chunk_fn = _LAZY_CHUNKS.get((op, algorithm))
-    if chunk_fn is None:
+    lazy: _RingRanks | _AlltoallRanks
+    define = _RING_ALGORITHMS.get((op, algorithm))
+    if define is not None:
+        ring_alg = define(p, count_elems, local_size=local_size, rings=ring_list)
+        chunks = ring_alg[0]
+        lazy = _RingRanks(p, chunks, ring_alg)
+    elif op == "alltoall":
+        chunks = [count_elems] * (p * p)
+        lazy = _AlltoallRanks(p, count_elems, direct=algorithm == "direct")
+    else:
         chunks, b = _BUILDERS[(op, algorithm)](
             p, count_elems, root=root, local_size=local_size, rings=ring_list
         )
         steps = tuple(tuple(step) for step in b.steps if step) if p > 1 else ()
         return Schedule(op, algorithm, p, steps, count_elems, root, tuple(chunks))
-    chunks = chunk_fn(p, count_elems, local_size=local_size, rings=ring_list)
     if p == 1 or count_elems == 0:  # every transfer would be empty
         return Schedule(op, algorithm, p, (), count_elems, root, tuple(chunks))
     # Lazy: ``steps`` is left unset, for Schedule.__getattr__ to build on first use.
@@ -979,7 +869,7 @@ def build_schedule(
         "chunk_elems": tuple(chunks),
     }
     s.__dict__.update(fields)
-    s.__dict__["_lazy"] = _LazyRanks(op, algorithm, p, count_elems, chunks, ring_list, local_size)
+    s.__dict__["_lazy"] = lazy
     return s
 
 

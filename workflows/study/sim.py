@@ -2,22 +2,109 @@
 submit to a pool (local processes or MPI workers).
 
 Functions here are top-level so that ``concurrent.futures`` and
-``mpi4py.futures`` can pickle them by reference; they return plain dicts.
+``mpi4py.futures`` can pickle them by reference. A task returns a
+:class:`PointOutcome`: the point's :class:`PointResult`, or why it failed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import time
 import traceback
+from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from simnet.config import ConfigError
 from workload.results import versions, write_json
 
+from .util import StudyError
 
-def summarise(res: Any) -> dict[str, Any]:
+
+def read_base_config(path: str | Path) -> dict[str, Any]:
+    """The JSON object in ``path`` (a study's ``--config``), not yet validated.
+
+    Raises StudyError naming the problem.
+    """
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise StudyError(f"--config: no such file {str(path)!r}") from None
+    except json.JSONDecodeError as e:
+        raise StudyError(f"--config: {path} is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise StudyError(f"--config: {path} must hold a JSON object")
+    return data
+
+
+def absolute_link_params(data: dict[str, Any], base_dir: Path) -> None:
+    """Make ``network.link_params_file`` absolute (it is relative to the base file)."""
+    net = data.get("network")
+    if isinstance(net, dict) and net.get("link_params_file"):
+        path = Path(net["link_params_file"])
+        if not path.is_absolute():
+            net["link_params_file"] = str((base_dir / path).resolve())
+
+
+@dataclass(frozen=True, slots=True)
+class PointResult:
+    """The figures a study keeps of one simulated configuration.
+
+    Times in seconds per iteration (``compute_s``, ``comm_s``,
+    ``exposed_comm_s``: means over ranks); bytes per iteration, all ranks;
+    ``phases`` the same per phase; ``sim_wall_s`` the simulator's wall time.
+    Stored as the ``"result"`` object of a point file (:meth:`to_json`).
+    """
+
+    model: str
+    world_size: int
+    params: dict[str, Any]
+    info: dict[str, Any]
+    iteration_time_s: float
+    compute_s: float
+    comm_s: float
+    exposed_comm_s: float
+    wire_bytes_by_group: dict[str, float | int]
+    traffic_bytes_total: int
+    phases: list[dict[str, Any]]
+    topology: dict[str, Any]
+    assumed: list[str]
+    sim_wall_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object of a point file's ``"result"`` (keys in field order)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> PointResult | None:
+        """The result :meth:`to_json` wrote; None if ``doc`` is not one."""
+        if not isinstance(doc, dict):
+            return None
+        try:
+            return cls(**{f.name: doc[f.name] for f in fields(cls)})
+        except KeyError:
+            return None
+
+
+@dataclass(frozen=True, slots=True)
+class PointOutcome:
+    """What a task returns for one point: its result, or why it failed.
+
+    ``kind`` of failure: "config" (an invalid configuration), "exception" (a
+    bug or a resource problem, with its ``traceback``) or "pool" (the pool
+    itself failed); ``wall_s``: seconds the task took, when it succeeded.
+    """
+
+    result: PointResult | None = None
+    error: str | None = None
+    kind: str | None = None
+    traceback: str | None = None
+    wall_s: float | None = None
+
+
+def summarise(res: Any) -> PointResult:
     """The figures of a SimResult a study keeps (seconds, bytes; per iteration)."""
     phases = []
     wire: dict[str, float] = {}
@@ -39,23 +126,23 @@ def summarise(res: Any) -> dict[str, Any]:
             }
         )
     w = res.workload
-    return {
-        "model": w.model,
-        "world_size": w.world_size,
-        "params": w.params,
-        "info": w.info,
-        "iteration_time_s": res.iteration_time_s,
+    return PointResult(
+        model=w.model,
+        world_size=w.world_size,
+        params=w.params,
+        info=w.info,
+        iteration_time_s=res.iteration_time_s,
         **totals,
-        "wire_bytes_by_group": {k: _int_if_whole(v) for k, v in sorted(wire.items())},
-        "traffic_bytes_total": int(res.traffic_bytes.sum()) // max(1, res.phases[0].iterations),
-        "phases": phases,
-        "topology": {
+        wire_bytes_by_group={k: _int_if_whole(v) for k, v in sorted(wire.items())},
+        traffic_bytes_total=int(res.traffic_bytes.sum()) // max(1, res.phases[0].iterations),
+        phases=phases,
+        topology={
             "name": res.graph.graph.get("name"),
             "num_endpoints": res.graph.graph["num_endpoints"],
         },
-        "assumed": list(res.assumed),
-        "sim_wall_s": sum(p.sim_wall_s for p in res.phases),
-    }
+        assumed=list(res.assumed),
+        sim_wall_s=sum(p.sim_wall_s for p in res.phases),
+    )
 
 
 def _int_if_whole(v: float) -> float | int:
@@ -64,13 +151,12 @@ def _int_if_whole(v: float) -> float | int:
 
 def simulate_point(
     config: dict[str, Any], out_path: str | None = None, extra: dict[str, Any] | None = None
-) -> dict[str, Any]:
+) -> PointOutcome:
     """Simulate one configuration; never raises.
 
-    Returns ``{"status": "ok", "result": {...}}`` or ``{"status": "failed",
-    "error": "..."}``. With ``out_path`` the document (result, config, versions,
-    ``extra``, ``"complete": true``) is also written there atomically, by the
-    process that simulated it.
+    With ``out_path`` the point file (result, config, versions, ``extra``,
+    ``"complete": true``) is also written there atomically, by the process
+    that simulated it.
     """
     from simnet.simulate import simulate
 
@@ -80,18 +166,15 @@ def simulate_point(
         result = summarise(res)
         cfg = res.config.model_dump()
     except ConfigError as e:
-        return {"status": "failed", "error": str(e), "kind": "config"}
+        return PointOutcome(error=str(e), kind="config")
     except Exception as e:  # a bug or a resource problem: keep the other points going
-        return {
-            "status": "failed",
-            "error": f"{type(e).__name__}: {e}",
-            "kind": "exception",
-            "traceback": traceback.format_exc(),
-        }
+        return PointOutcome(
+            error=f"{type(e).__name__}: {e}", kind="exception", traceback=traceback.format_exc()
+        )
     doc = {
         "kind": "simnet-sweep-point",
         **(extra or {}),
-        "result": result,
+        "result": result.to_json(),
         "config": cfg,
         "versions": versions(),
         "units": {"time": "seconds", "bytes": "bytes per iteration"},
@@ -101,4 +184,4 @@ def simulate_point(
     }
     if out_path is not None:
         write_json(out_path, doc)
-    return {"status": "ok", "result": result, "wall_s": doc["wall_s"]}
+    return PointOutcome(result, wall_s=doc["wall_s"])
