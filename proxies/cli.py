@@ -12,8 +12,8 @@ import sys
 import time
 from collections.abc import Sequence
 
+from workload.layout import LayoutError
 from workload.models import MODELS, Model, get_model
-from workload.program import LayoutError
 from workload.spec import COMPUTE_MODES, RunSpec, SpecError
 
 from .launch import REFERENCE_THREAD_LEVEL, THREAD_LEVELS, launch_info, prepare_mpi
@@ -49,22 +49,22 @@ def build_parser(model: Model) -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help=f"timed iterations (default {model.default_runs}, sized for a 2-core "
-        f"machine; the reference runs {model.reference_runs})",
+        help=f"timed iterations (default {model.counts.default_runs}, sized for a 2-core "
+        f"machine; the reference runs {model.counts.reference_runs})",
     )
     g.add_argument(
         "--warmup",
         type=int,
         default=None,
         metavar="N",
-        help=f"untimed warm-up iterations (default {model.default_warmup}; "
-        f"reference {model.reference_warmup})",
+        help=f"untimed warm-up iterations (default {model.counts.default_warmup}; "
+        f"reference {model.counts.reference_warmup})",
     )
     g.add_argument(
         "--reference-counts",
         action="store_true",
-        help=f"use the reference's own counts ({model.reference_warmup} warm-up, "
-        f"{model.reference_runs} timed)",
+        help=f"use the reference's own counts ({model.counts.reference_warmup} warm-up, "
+        f"{model.counts.reference_runs} timed)",
     )
     g = p.add_argument_group("workload")
     g.add_argument(

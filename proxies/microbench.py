@@ -33,15 +33,15 @@ import math
 import re
 import sys
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from workload.accounting import BASE_RANK_BYTES, buffer_needs
 from workload.collectives import ALGORITHMS, build_schedule
+from workload.layout import world_groups
 from workload.ops import ELEM_BYTES, Op
-from workload.program import BuildOptions, Phase, ProgramBuilder, Workload, world_groups
+from workload.program import BuildOptions, Phase, ProgramBuilder, Workload
 from workload.results import versions, write_json
 from workload.units import GB, GIB, KIB, MIB, s_to_us
 
@@ -529,18 +529,10 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
     """Everything after MPI initialisation (importing the executor initialises MPI)."""
     import psutil
 
-    from .mpi_executor import (
-        MPI,
-        MPIExecutor,
-        any_true,
-        gather,
-        library_version,
-        node_memory_check,
-        thread_level_name,
-    )
+    from . import mpi_executor as mx
     from .run import MEMORY_HEADROOM
 
-    comm = MPI.COMM_WORLD
+    comm = mx.MPI.COMM_WORLD
     rank, p = comm.Get_rank(), comm.Get_size()
 
     def say(message: str) -> None:  # progress, rank 0, stderr
@@ -564,7 +556,7 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
 
         # Memory: refuse the sizes whose buffers this host cannot hold.
         full = build_workload(cases, p)
-        _, ranks_on_host, avail = node_memory_check(
+        _, ranks_on_host, avail = mx.node_memory_check(
             comm, BASE_RANK_BYTES, psutil.virtual_memory().available
         )
         needs = [
@@ -572,8 +564,8 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
             for ph, c in zip(full.phases, cases, strict=True)
         ]
         refuse = [n > avail * MEMORY_HEADROOM and not ns.force for n in needs]
-        if any_true(comm, any(refuse)):
-            refuse = [any_true(comm, r) for r in refuse]  # agreed by every host
+        if mx.any_true(comm, any(refuse)):
+            refuse = [mx.any_true(comm, r) for r in refuse]  # agreed by every host
         kept = []
         for c, need, refused in zip(cases, needs, refuse, strict=True):
             if not refused:
@@ -598,7 +590,7 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
                     "error: microbench: nothing to run: every size was skipped or refused "
                     "(see the '# note' lines)\n"
                 )
-            MPI.Finalize()
+            mx.MPI.Finalize()
             raise SystemExit(EXIT_USAGE)
 
         # Polled progress sleeps between tests, and MPICH completes one message
@@ -606,7 +598,7 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
         # message (measured: 1.1 ms instead of 3 us per 8 B message), so the
         # stream waits for its messages one by one, in order, when polling.
         workload = build_workload(kept, p, wait_each=progress == "poll")
-        ex = MPIExecutor(
+        ex = mx.MPIExecutor(
             workload, compute="none", timeout_s=ns.timeout, progress=progress, comm=comm
         )
         ex.create_communicators()
@@ -617,8 +609,8 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
         # receive buffer keep repeated in-place sums at zero.
         ex.sbuf.fill(1.0)
         ex.rbuf.fill(0.0)
-        library = library_version()
-        thread_level = thread_level_name(MPI.Query_thread())
+        library = mx.library_version()
+        thread_level = mx.thread_level_name(mx.MPI.Query_thread())
         if library.startswith("MPICH"):
             throttle = f"throttle {'on' if settings.throttle else 'off'}: "
             throttle += settings.throttle_reason
@@ -654,7 +646,7 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
                 mine = iteration_times(r.starts, r.ends)
                 if spec.pair_only and rank != 0:
                     mine = []
-                everyone = gather(comm, mine)
+                everyone = mx.gather(comm, mine)
                 if rank == 0:
                     results.append(row(c, p, everyone, ns.iters))
                     out(format_row(results[-1]))
@@ -673,10 +665,7 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
     except SystemExit:
         raise
     except BaseException:
-        sys.stderr.write(f"rank {rank}: unhandled error, aborting the job\n")
-        traceback.print_exc()
-        sys.stderr.flush()
-        comm.Abort(1)
+        mx.abort_job(comm, rank)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -613,3 +614,12 @@ def pairwise_bandwidth(
                     _poll_all([comm.Isend(ack, i, MEASURE_TAG + 1)])
     rows = comm.gather(row, root=0)
     return rows
+
+
+def abort_job(comm: MPI.Comm, rank: int) -> None:
+    """After an unhandled error on this rank: say so, then abort every rank of the
+    job (the others would otherwise wait for it forever)."""
+    sys.stderr.write(f"rank {rank}: unhandled error, aborting the job\n")
+    traceback.print_exc()
+    sys.stderr.flush()
+    comm.Abort(1)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from workload.program import LayoutError
+from workload.layout import LayoutError
 from workload.run_result import TrainerRun, TrainerSettings
 from workload.spec import RunSpec, SpecError
 from workload.units import MB, MS_PER_S, gb_per_s_to_bytes_per_s

@@ -9,13 +9,13 @@ import argparse
 import math
 import sys
 import time
-import traceback
 
 import psutil
 
 from workload.accounting import program_stats
+from workload.layout import LayoutError
 from workload.models import Model
-from workload.program import LayoutError, Workload
+from workload.program import Workload
 from workload.spec import RunSpec
 from workload.timeline import breakdown
 from workload.units import GIB
@@ -25,6 +25,7 @@ from .launch import MPISettings
 from .mpi_executor import (
     MPI,
     MPIExecutor,
+    abort_job,
     any_true,
     gather,
     library_version,
@@ -149,7 +150,4 @@ def run(
     except SystemExit:
         raise
     except BaseException:
-        sys.stderr.write(f"rank {rank}: unhandled error, aborting the job\n")
-        traceback.print_exc()
-        sys.stderr.flush()
-        comm.Abort(1)
+        abort_job(comm, rank)

@@ -7,9 +7,10 @@ from collections import Counter
 import pytest
 
 from workload.accounting import program_stats
+from workload.layout import LayoutError
 from workload.models import MODELS
 from workload.ops import Collective, Compute, Recv, Send, Testany, Wait
-from workload.program import BuildOptions, LayoutError
+from workload.program import BuildOptions
 
 from . import reference_counts as ref
 

@@ -107,8 +107,8 @@ def test_iteration_counts():
     gpt2 = MODELS["gpt2"]
     assert RunSpec(model="gpt2").iteration_counts() == (1, 10)
     assert RunSpec(model="gpt2", reference_counts=True).iteration_counts() == (
-        gpt2.reference_warmup,
-        gpt2.reference_runs,
+        gpt2.counts.reference_warmup,
+        gpt2.counts.reference_runs,
     ) == (10, 256)
     assert RunSpec(model="gpt2", iters=3, warmup=0).iteration_counts() == (0, 3)
 
@@ -161,12 +161,14 @@ def test_proxy_argv_text():
 def test_a_model_is_one_file(tmp_path, monkeypatch):
     (tmp_path / "tiny_extra.py").write_text(
         "from workload.models.base import Arg, Model\n"
-        "from workload.program import Phase, ProgramBuilder, world_groups\n\n"
+        "from workload.layout import world_groups\n"
+        "from workload.program import Phase, ProgramBuilder\n\n"
         "class Tiny(Model):\n"
         "    name = 'tiny_extra'\n"
         "    description = 'one allreduce'\n"
         "    args = (Arg('count', 16, 'elements'),)\n\n"
-        "    def build(self, world_size, params, options, given=None):\n"
+        "    def _build(self, req):\n"
+        "        world_size, params, options, _ = req\n\n"
         "        def program(rank):\n"
         "            b = ProgramBuilder(options)\n"
         "            b.allreduce('world', params['count'])\n"

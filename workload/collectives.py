@@ -285,9 +285,10 @@ def _ceil_lg(p: int) -> int:
 class _Builder:
     """Collects transfers into numbered steps, sizing them from the chunk layout."""
 
-    __slots__ = ("_n", "_prefix", "steps")
+    __slots__ = ("_n", "_prefix", "chunks", "steps")
 
     def __init__(self, chunk_elems: Sequence[int]) -> None:
+        self.chunks = tuple(chunk_elems)
         prefix = [0]
         for c in chunk_elems:
             prefix.append(prefix[-1] + c)
@@ -369,12 +370,11 @@ def _fold(p: int) -> tuple[int, int, Callable[[int], int]]:
     return pof2, rem, real
 
 
-Built = tuple[tuple[int, ...], _Builder]
+Built = _Builder  # its steps and chunk layout
 
 
 def _allreduce_recursive_doubling(p: int, count: int, **_: object) -> Built:
-    chunks = [count]
-    b = _Builder(chunks)
+    b = _Builder([count])
     pof2, rem, real = _fold(p)
     step = 0
     if rem:
@@ -389,13 +389,12 @@ def _allreduce_recursive_doubling(p: int, count: int, **_: object) -> Built:
         step += 1
     for r in range(rem):
         b.add(step, 2 * r, 2 * r + 1, 0, 1, False)
-    return tuple(chunks), b
+    return b
 
 
 def _allreduce_rabenseifner(p: int, count: int, **_: object) -> Built:
     pof2, rem, real = _fold(p)
-    chunks = _split(count, pof2)
-    b = _Builder(chunks)
+    b = _Builder(_split(count, pof2))
     step = 0
     if rem:
         for r in range(rem):
@@ -405,19 +404,17 @@ def _allreduce_rabenseifner(p: int, count: int, **_: object) -> Built:
     step = _doubling_allgather(b, step, pof2, real, 1)
     for r in range(rem):
         b.add(step, 2 * r, 2 * r + 1, 0, pof2, False)
-    return tuple(chunks), b
+    return b
 
 
 def _allgather_recursive_doubling(p: int, count: int, **_: object) -> Built:
-    chunks = [count] * p
-    b = _Builder(chunks)
+    b = _Builder([count] * p)
     _doubling_allgather(b, 0, p, lambda r: r, 1)
-    return tuple(chunks), b
+    return b
 
 
 def _allgather_bruck(p: int, count: int, **_: object) -> Built:
-    chunks = [count] * p
-    b = _Builder(chunks)
+    b = _Builder([count] * p)
     dist, step = 1, 0
     while dist < p:
         n = min(dist, p - dist)
@@ -425,35 +422,32 @@ def _allgather_bruck(p: int, count: int, **_: object) -> Built:
             b.add(step, i, (i - dist) % p, i, n, False)
         dist <<= 1
         step += 1
-    return tuple(chunks), b
+    return b
 
 
 def _reduce_scatter_recursive_halving(p: int, count: int, **_: object) -> Built:
-    chunks = [count] * p
-    b = _Builder(chunks)
+    b = _Builder([count] * p)
     _halving(b, 0, p, lambda r: r, 1)
-    return tuple(chunks), b
+    return b
 
 
 def _bcast_binomial(p: int, count: int, *, root: int, **_: object) -> Built:
-    chunks = [count]
-    b = _Builder(chunks)
+    b = _Builder([count])
     levels = _ceil_lg(p)
     for step in range(levels):
         m = 1 << (levels - 1 - step)
         for vr in range(0, p - m, 2 * m):
             b.add(step, (vr + root) % p, (vr + m + root) % p, 0, 1, False)
-    return tuple(chunks), b
+    return b
 
 
 def _reduce_binomial(p: int, count: int, *, root: int, **_: object) -> Built:
-    chunks = [count]
-    b = _Builder(chunks)
+    b = _Builder([count])
     for step in range(_ceil_lg(p)):
         m = 1 << step
         for vr in range(m, p, 2 * m):
             b.add(step, (vr + root) % p, (vr - m + root) % p, 0, 1, True)
-    return tuple(chunks), b
+    return b
 
 
 def _barrier_dissemination(p: int, count: int, **_: object) -> Built:
@@ -462,7 +456,7 @@ def _barrier_dissemination(p: int, count: int, **_: object) -> Built:
         dist = 1 << step
         for i in range(p):
             b.add(step, i, (i + dist) % p, 0, 0, False, keep_empty=True)
-    return (), b
+    return b
 
 
 _BUILDERS: dict[tuple[str, str], Callable[..., Built]] = {
@@ -851,11 +845,11 @@ def build_schedule(
         chunks = [count_elems] * (p * p)
         lazy = _AlltoallRanks(p, count_elems, direct=algorithm == "direct")
     else:
-        chunks, b = _BUILDERS[(op, algorithm)](
+        b = _BUILDERS[(op, algorithm)](
             p, count_elems, root=root, local_size=local_size, rings=ring_list
         )
         steps = tuple(tuple(step) for step in b.steps if step) if p > 1 else ()
-        return Schedule(op, algorithm, p, steps, count_elems, root, tuple(chunks))
+        return Schedule(op, algorithm, p, steps, count_elems, root, b.chunks)
     if p == 1 or count_elems == 0:  # every transfer would be empty
         return Schedule(op, algorithm, p, (), count_elems, root, tuple(chunks))
     # Lazy: ``steps`` is left unset, for Schedule.__getattr__ to build on first use.

@@ -10,13 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Required, TypedDict, Unpack
 
 from .ops import Collective, Compute, Op, Recv, Send, Testany, Wait
-
-
-class LayoutError(ValueError):
-    """A world size or argument the model's process layout cannot accept."""
 
 
 def scale_count(count_elems: int, scale: float) -> int:
@@ -48,6 +44,16 @@ class BuildOptions:
     rings: tuple[tuple[int, ...], ...] | None = None
 
 
+class Message(TypedDict, total=False):
+    """How a point-to-point message is sent: MPI tag and group kind (required),
+    blocking (default True) and the operation's label (default "send"/"recv")."""
+
+    tag: Required[int]
+    group: Required[str]
+    blocking: bool
+    label: str
+
+
 class ProgramBuilder:
     """Accumulates one rank's operations; request ids are allocated in order."""
 
@@ -69,32 +75,21 @@ class ProgramBuilder:
     def compute(self, duration_us: float, label: str = "compute") -> None:
         self.ops.append(Compute(float(duration_us), label))
 
-    def send(
-        self,
-        peer: int,
-        count_elems: int,
-        *,
-        tag: int,
-        group: str,
-        blocking: bool = True,
-        label: str = "send",
-    ) -> int | None:
-        req = self._req(blocking)
-        self.ops.append(Send(peer, self._count(count_elems), tag, group, req, label))
-        return req
+    def send(self, peer: int, count_elems: int, **how: Unpack[Message]) -> int | None:
+        """Send ``count_elems`` float32 elements to ``peer`` (a rank of ``group``);
+        returns the request id of a non-blocking send, else None."""
+        return self._message(Send, peer, count_elems, how)
 
-    def recv(
-        self,
-        peer: int,
-        count_elems: int,
-        *,
-        tag: int,
-        group: str,
-        blocking: bool = True,
-        label: str = "recv",
+    def recv(self, peer: int, count_elems: int, **how: Unpack[Message]) -> int | None:
+        """Receive ``count_elems`` float32 elements from ``peer``; as :meth:`send`."""
+        return self._message(Recv, peer, count_elems, how)
+
+    def _message(
+        self, kind: type[Send] | type[Recv], peer: int, count_elems: int, how: Message
     ) -> int | None:
-        req = self._req(blocking)
-        self.ops.append(Recv(peer, self._count(count_elems), tag, group, req, label))
+        req = self._req(how.get("blocking", True))
+        label = how.get("label", kind.__name__.lower())
+        self.ops.append(kind(peer, self._count(count_elems), how["tag"], how["group"], req, label))
         return req
 
     def collective(
@@ -172,29 +167,3 @@ class Workload:
                 raise KeyError(f"workload {self.model} has no group kind {kind!r}")
             cache[kind] = {r: g for g in self.groups[kind] for r in g}
         return cache[kind]
-
-
-def world_groups(world_size: int) -> list[tuple[int, ...]]:
-    return [tuple(range(world_size))]
-
-
-def block_groups(world_size: int, size: int) -> list[tuple[int, ...]]:
-    """Consecutive blocks of ``size`` ranks: [0..size), [size..2 size), ..."""
-    return [tuple(range(s, s + size)) for s in range(0, world_size, size)]
-
-
-def strided_groups(world_size: int, stride: int) -> list[tuple[int, ...]]:
-    """Ranks with the same ``rank % stride``, ordered by rank."""
-    return [tuple(range(s, world_size, stride)) for s in range(stride)]
-
-
-def require_multiple(model: str, world_size: int, divisor: int, rule: str) -> None:
-    """Raise LayoutError unless world_size is a positive multiple of divisor."""
-    if world_size < 1 or world_size % divisor:
-        below = (world_size // divisor) * divisor
-        above = below + divisor
-        near = [n for n in (below, above) if n > 0]
-        raise LayoutError(
-            f"{model}: {rule} (world size {world_size}); "
-            f"nearest valid world sizes: {', '.join(map(str, near))}"
-        )

@@ -211,12 +211,12 @@ class RunSpec:
         warmup = (
             self.warmup
             if self.warmup is not None
-            else (m.reference_warmup if self.reference_counts else m.default_warmup)
+            else (m.counts.reference_warmup if self.reference_counts else m.counts.default_warmup)
         )
         runs = (
             self.iters
             if self.iters is not None
-            else (m.reference_runs if self.reference_counts else m.default_runs)
+            else (m.counts.reference_runs if self.reference_counts else m.counts.default_runs)
         )
         return warmup, runs
 

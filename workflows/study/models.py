@@ -38,8 +38,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from workload.layout import LayoutError
 from workload.models import MODELS, Model
-from workload.program import LayoutError, Workload
+from workload.program import Workload
 from workload.spec import STUDY_NAMES, RunSpec, SpecError
 from workload.spec import proxy_module_argv as proxy_module_argv
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..layout import LayoutError, world_groups
 from ..ops import Op
-from ..program import BuildOptions, LayoutError, Phase, ProgramBuilder, Workload, world_groups
-from .base import Arg, Model
+from ..program import BuildOptions, Phase, ProgramBuilder, Workload
+from .base import Arg, BuildRequest, Counts, Model
 
 # Emulated forward + backward time of one step of AlexNet on a batch of 32
 # CIFAR-10 images on one GPU-class device: an assumption, stated in outputs.
@@ -59,10 +60,7 @@ class AlexNetRing(Model):
                  "emulated compute per step (us)"),
              Arg("hierarchical", 0, "group size of the two-level algorithm (0: rings)"))
     order = 120
-    reference_warmup = 0
-    reference_runs = 100
-    default_warmup = 1
-    default_runs = 10
+    counts = Counts(0, 100, 1, 10)
     batch_definition = (
         f"samples per process = {BATCH_PER_PROCESS} x compute_us / "
         f"{DEFAULT_COMPUTE_US_PER_STEP} (the trainer's {DEFAULT_COMPUTE_US_PER_STEP} us per step "
@@ -77,8 +75,8 @@ class AlexNetRing(Model):
     uses_ring_orders = True
     trainer_module = "proxies.ring_trainer"
 
-    def build(self, world_size: int, params: dict[str, int], options: BuildOptions,
-              given: int | None = None) -> Workload:
+    def _build(self, req: BuildRequest) -> Workload:
+        world_size, params, options, _ = req
         if world_size < 2:
             raise LayoutError(f"{self.name}: a ring needs at least 2 ranks (got {world_size}); "
                               "nearest valid world size: 2")

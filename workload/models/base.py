@@ -6,7 +6,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..program import BuildOptions, Phase, Workload
 
@@ -18,6 +18,28 @@ class Arg:
     name: str
     default: int
     help: str
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Iterations: the reference's (warm-up, timed) and this project's defaults, sized
+    for a 2-core machine (documented in the README)."""
+
+    reference_warmup: int = 0
+    reference_runs: int = 1
+    default_warmup: int = 1
+    default_runs: int = 3
+
+
+class BuildRequest(NamedTuple):
+    """What a model is built for: ``world_size`` ranks, all ``params``, the shared
+    ``options``, and ``given``: how many positional arguments the user passed (some
+    reference quirks depend on it; None means all)."""
+
+    world_size: int
+    params: dict[str, int]
+    options: BuildOptions
+    given: int | None
 
 
 class _Field:
@@ -58,11 +80,7 @@ class Model(ABC):
     args: tuple[Arg, ...] = ()
     # Model-specific named options (``--name-with-dashes N``).
     flags: tuple[Arg, ...] = ()
-    reference_warmup: int = 0
-    reference_runs: int = 1
-    # Defaults for this 2-core machine (documented in the README).
-    default_warmup: int = 1
-    default_runs: int = 3
+    counts: Counts = Counts()
     per_tensor_available: bool = False
 
     # -- throughput: samples one iteration processes over all ranks -------------------
@@ -106,7 +124,6 @@ class Model(ABC):
         """The default of the named option ``name``."""
         return next(a.default for a in self.flags if a.name == name)
 
-    @abstractmethod
     def build(
         self,
         world_size: int,
@@ -119,6 +136,11 @@ class Model(ABC):
         ``given`` is how many positional arguments the user passed (some
         reference quirks depend on it); None means all.
         """
+        return self._build(BuildRequest(world_size, params, options, given))
+
+    @abstractmethod
+    def _build(self, req: BuildRequest) -> Workload:
+        """The model's own description (see :meth:`build`)."""
 
     def workload(
         self,

@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
+from ..layout import block_groups, require_multiple, strided_groups, world_groups
 from ..ops import Op
-from ..program import (
-    BuildOptions,
-    Phase,
-    ProgramBuilder,
-    Workload,
-    block_groups,
-    require_multiple,
-    strided_groups,
-    world_groups,
-)
-from .base import Model
+from ..program import BuildOptions, Phase, ProgramBuilder, Workload
+from .base import BuildRequest, Counts, Model
 
 SHARDS = 4
 LOCAL_BATCH = 8
@@ -75,18 +67,10 @@ class CosmoFlow(Model):
     description = "CosmoFlow: 4-way spatial (operator) parallelism x data parallelism"
     order = 60
     batch_definition = "global batch = 8 x data shards, data shards = P / 4 (reference)"
-    reference_warmup = 8
-    reference_runs = 128
-    default_warmup = 2
-    default_runs = 10
+    counts = Counts(8, 128, 2, 10)
 
-    def build(
-        self,
-        world_size: int,
-        params: dict[str, int],
-        options: BuildOptions,
-        given: int | None = None,
-    ) -> Workload:
+    def _build(self, req: BuildRequest) -> Workload:
+        world_size, params, options, _ = req
         require_multiple(
             self.name,
             world_size,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from ..layout import LayoutError, world_groups
 from ..ops import Op
-from ..program import BuildOptions, LayoutError, Phase, ProgramBuilder, Workload, world_groups
-from .base import Model
+from ..program import BuildOptions, Phase, ProgramBuilder, Workload
+from .base import BuildRequest, Counts, Model
 
 GLOBAL_BATCH = 2048
 ALLTOALL_TOTAL_ELEMS = 262144  # split evenly: 262144 / P elements per peer
@@ -41,18 +42,10 @@ class DLRM(Model):
         "global batch = 2048 at every process count (reference; per-rank compute is "
         "fixed too, so speedup = t(P1) / t(P))"
     )
-    reference_warmup = 0
-    reference_runs = 1
-    default_warmup = 2
-    default_runs = 20
+    counts = Counts(0, 1, 2, 20)
 
-    def build(
-        self,
-        world_size: int,
-        params: dict[str, int],
-        options: BuildOptions,
-        given: int | None = None,
-    ) -> Workload:
+    def _build(self, req: BuildRequest) -> Workload:
+        world_size, params, options, _ = req
         if world_size < 1 or ALLTOALL_TOTAL_ELEMS % world_size:
             valid = [1 << k for k in range(19)]
             near = {

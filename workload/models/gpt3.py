@@ -10,20 +10,12 @@ the gradient allreduces of the outer groups.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ..layout import LayoutError, block_groups, require_multiple, strided_groups
 from ..ops import Op
-from ..program import (
-    BuildOptions,
-    LayoutError,
-    Phase,
-    ProgramBuilder,
-    Workload,
-    block_groups,
-    require_multiple,
-    strided_groups,
-)
-from .base import Arg, Model
+from ..program import BuildOptions, Phase, ProgramBuilder, Workload
+from .base import Arg, BuildRequest, Counts, Model
 
 PIPELINE_ELEMS = 25165824  # hidden 12288 x sequence 2048 x micro-batch 1
 TP_SHARDS = 4
@@ -152,6 +144,37 @@ class _PipelineModel(Model):
     )
     one_step = False
 
+    def _layout(self, req: BuildRequest, per_stage: int, what: str) -> tuple[int, int, int]:
+        """Refuse a world size that is not a multiple of stages x ``per_stage`` (``what``
+        names them) or an odd stage count for one step; returns (stages, acc_scale,
+        micro-batches)."""
+        world_size, params, options, given = req
+        stages, acc = params["stages"], params["acc_scale"]
+        require_multiple(
+            self.name,
+            world_size,
+            stages * per_stage,
+            f"the world size must be a multiple of stages x {what} = {stages * per_stage}",
+        )
+        self._check_one_step(stages)
+        return stages, acc, _microbatches(params, given, options)
+
+    def _program(
+        self,
+        place: Callable[[int], Hybrid],
+        mb: int,
+        compute_us: tuple[float, float],
+        inner: Callable[[ProgramBuilder], None],
+        outer: Callable[[ProgramBuilder], None],
+        options: BuildOptions,
+    ) -> Callable[[int], list[Op]]:
+        """A rank's program: one steady-state step, or a GPipe iteration of ``mb``
+        micro-batches; ``compute_us``: (forward, backward) per micro-batch."""
+        fwd, bwd = compute_us
+        if self.one_step:
+            return lambda rank: one_step_program(place(rank), fwd, bwd, inner, options)
+        return lambda rank: gpipe_program(place(rank), mb, fwd, bwd, inner, outer, options)
+
     @staticmethod
     def _pipeline_fields(world_size: int, stages: int) -> list[tuple[str, object]]:
         return [("world_size", world_size), ("layers", stages), ("stages", stages)]
@@ -170,28 +193,12 @@ class GPT3(_PipelineModel):
     description = "GPT-3 175B: data x tensor (4 shards) x pipeline parallelism"
     order = 80
     batch_definition = "global batch = P x acc_scale / 4 (reference)"
-    reference_warmup = 8
-    reference_runs = 128
-    default_warmup = 0
-    default_runs = 1
+    counts = Counts(8, 128, 0, 1)
 
-    def build(
-        self,
-        world_size: int,
-        params: dict[str, int],
-        options: BuildOptions,
-        given: int | None = None,
-    ) -> Workload:
-        stages, acc = params["stages"], params["acc_scale"]
+    def _build(self, req: BuildRequest) -> Workload:
+        world_size, params, options, _ = req
+        stages, acc, mb = self._layout(req, TP_SHARDS, f"{TP_SHARDS} tensor shards")
         replica = stages * TP_SHARDS
-        require_multiple(
-            self.name,
-            world_size,
-            replica,
-            f"the world size must be a multiple of stages x {TP_SHARDS} tensor shards = {replica}",
-        )
-        self._check_one_step(stages)
-        mb = _microbatches(params, given, options)
         # Inside a replica of stages x 4 consecutive ranks, tensor rank t holds the
         # pipeline block [t*stages, (t+1)*stages), so pipeline groups are plain blocks.
         tp = [
@@ -216,18 +223,8 @@ class GPT3(_PipelineModel):
             stage = (rank % replica) % stages
             return Hybrid(stage, stages, rank - 1, rank + 1)
 
-        if self.one_step:
-
-            def program(rank: int) -> list[Op]:
-                return one_step_program(
-                    place(rank), GPT3_FORWARD_US, GPT3_BACKWARD_US, inner, options
-                )
-        else:
-
-            def program(rank: int) -> list[Op]:
-                return gpipe_program(
-                    place(rank), mb, GPT3_FORWARD_US, GPT3_BACKWARD_US, inner, outer, options
-                )
+        compute_us = (GPT3_FORWARD_US, GPT3_BACKWARD_US)
+        program = self._program(place, mb, compute_us, inner, outer, options)
 
         # The reference's all-integer C expression: 1811939328/1024*layers/1024/1024.
         total_b = 1811939328 // 1024 * stages // 1024 // 1024
@@ -253,45 +250,16 @@ class GPT3(_PipelineModel):
         )
 
 
-class GPT3OnePipeStep(GPT3):
-    name = "gpt3_one_pipe_step"
-    description = "GPT-3 175B: one steady-state pipeline step (needs an even number of stages)"
-    order = 90
-    no_batch_reason = (
-        "it times one steady-state pipeline step, not a training "
-        "iteration, so no throughput can be defined; use gpt3"
-    )
-    one_step = True
-    default_warmup = 1
-    default_runs = 5
-
-
 class GPT3MoE(_PipelineModel):
     name = "gpt3_moe"
     description = "GPT-3 MoE: data x expert (16 experts) x pipeline parallelism"
     order = 100
     batch_definition = "global batch = P x acc_scale (reference)"
-    reference_warmup = 4
-    reference_runs = 128
-    default_warmup = 0
-    default_runs = 1
+    counts = Counts(4, 128, 0, 1)
 
-    def build(
-        self,
-        world_size: int,
-        params: dict[str, int],
-        options: BuildOptions,
-        given: int | None = None,
-    ) -> Workload:
-        stages, acc = params["stages"], params["acc_scale"]
-        require_multiple(
-            self.name,
-            world_size,
-            stages * EXPERTS,
-            f"the world size must be a multiple of stages x {EXPERTS} experts = {stages * EXPERTS}",
-        )
-        self._check_one_step(stages)
-        mb = _microbatches(params, given, options)
+    def _build(self, req: BuildRequest) -> Workload:
+        world_size, params, options, _ = req
+        stages, acc, mb = self._layout(req, EXPERTS, f"{EXPERTS} experts")
         dp = strided_groups(world_size, stages)
         moe, ep = [], []
         for g in dp:
@@ -310,18 +278,8 @@ class GPT3MoE(_PipelineModel):
         def place(rank: int) -> Hybrid:
             return Hybrid(rank % stages, stages, rank - 1, rank + 1)
 
-        if self.one_step:
-
-            def program(rank: int) -> list[Op]:
-                return one_step_program(
-                    place(rank), MOE_FORWARD_US, MOE_BACKWARD_US, inner, options
-                )
-        else:
-
-            def program(rank: int) -> list[Op]:
-                return gpipe_program(
-                    place(rank), mb, MOE_FORWARD_US, MOE_BACKWARD_US, inner, outer, options
-                )
+        compute_us = (MOE_FORWARD_US, MOE_BACKWARD_US)
+        program = self._program(place, mb, compute_us, inner, outer, options)
 
         global_batch = world_size * acc
 
@@ -340,14 +298,25 @@ class GPT3MoE(_PipelineModel):
         )
 
 
-class GPT3MoEOnePipeStep(GPT3MoE):
-    name = "gpt3_moe_one_pipe_step"
-    description = "GPT-3 MoE: one steady-state pipeline step (needs an even number of stages)"
-    order = 110
-    no_batch_reason = (
-        "it times one steady-state pipeline step, not a training "
-        "iteration, so no throughput can be defined; use gpt3_moe"
+def _one_pipe_step(base: type[_PipelineModel], name: str, order: int) -> type[_PipelineModel]:
+    """``base`` timing one steady-state pipeline step instead of an iteration."""
+    label = base.description.split(":")[0]
+    return type(
+        base.__name__ + "OnePipeStep",
+        (base,),
+        {
+            "__module__": __name__,
+            "name": name,
+            "description": f"{label}: one steady-state pipeline step (needs an even number "
+            "of stages)",
+            "order": order,
+            "no_batch_reason": "it times one steady-state pipeline step, not a training "
+            f"iteration, so no throughput can be defined; use {base.name}",
+            "one_step": True,
+            "counts": replace(base.counts, default_warmup=1, default_runs=5),
+        },
     )
-    one_step = True
-    default_warmup = 1
-    default_runs = 5
+
+
+GPT3OnePipeStep = _one_pipe_step(GPT3, "gpt3_one_pipe_step", order=90)
+GPT3MoEOnePipeStep = _one_pipe_step(GPT3MoE, "gpt3_moe_one_pipe_step", order=110)

@@ -11,18 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..layout import LayoutError, block_groups, require_multiple, strided_groups
 from ..ops import Op
-from ..program import (
-    BuildOptions,
-    LayoutError,
-    Phase,
-    ProgramBuilder,
-    Workload,
-    block_groups,
-    require_multiple,
-    strided_groups,
-)
-from .base import RANK, Arg, Model
+from ..program import BuildOptions, Phase, ProgramBuilder, Workload
+from .base import RANK, Arg, BuildRequest, Counts, Model
 
 
 @dataclass(frozen=True)
@@ -125,20 +117,23 @@ class PipelineDataParallel(Model):
     spec: PipelineSpec
     per_tensor_spec: PipelineSpec | None = None
     microbatch_samples = 1  # sequences in the micro-batch one pipeline message carries
-    reference_warmup = 10
-    reference_runs = 256
-    # ~2.5 min for the headline `mpirun -n 32 python -m proxies.gpt2 64 8` on 2 cores
-    # (measured: 50 s first-touch warm-up, then ~9.3 s per iteration).
-    default_warmup = 1
-    default_runs = 10
+    sequence_tokens = 0  # tokens of one sequence (the reference's, for the batch text)
 
-    def build(
-        self,
-        world_size: int,
-        params: dict[str, int],
-        options: BuildOptions,
-        given: int | None = None,
-    ) -> Workload:
+    @property
+    def batch_definition(self) -> str:  # type: ignore[override]
+        n = self.microbatch_samples
+        seq = "sequence" if n == 1 else "sequences"
+        return (
+            f"samples = micro-batches x {n} {seq} x data shards (P / stages); the "
+            f"reference's pipeline message is a micro-batch of {n} {seq} of "
+            f"{self.sequence_tokens} tokens"
+        )
+    # Defaults: ~2.5 min for the headline `mpirun -n 32 python -m proxies.gpt2 64 8` on
+    # 2 cores (measured: 50 s first-touch warm-up, then ~9.3 s per iteration).
+    counts = Counts(10, 256, 1, 10)
+
+    def _build(self, req: BuildRequest) -> Workload:
+        world_size, params, options, _ = req
         layers, stages, mb = params["layers"], params["stages"], params["microbatches"]
         require_multiple(
             self.name, world_size, stages, f"the world size must be a multiple of stages={stages}"
@@ -197,50 +192,19 @@ class PipelineDataParallel(Model):
         return float(mb * self.microbatch_samples * shards)
 
 
-_GPT2_FIRST = (
-    64328960,
-    1310720,
-    1280,
-    4915200,
-    1638400,
-    1280,
-    6553600,
-    6553600,
-    1280,
-    3840,
-    1280,
-    1280,
-    5120,
-    1280,
-)
+# Per-tensor gradients of the reference (elements): a middle stage's tensors; the first
+# stage lists the token and position embeddings before them; the last stage lists the
+# output embedding and a layer-norm among them, and one more layer-norm at the end.
 _GPT2_MIDDLE = (1280, 4915200, 1638400, 1280, 6553600, 6553600, 1280, 3840, 1280, 1280, 5120, 1280)
-_GPT2_LAST = (
-    1280,
-    4915200,
-    1638400,
-    1280,
-    6553600,
-    6553600,
-    1280,
-    64328960,
-    1280,
-    3840,
-    1280,
-    1280,
-    5120,
-    1280,
-    1280,
-)
+_GPT2_FIRST = (64328960, 1310720, *_GPT2_MIDDLE)
+_GPT2_LAST = (*_GPT2_MIDDLE[:7], 64328960, 1280, *_GPT2_MIDDLE[7:], 1280)
 
 
 class GPT2(PipelineDataParallel):
     name = "gpt2"
     description = "GPT-2-large: pipeline x data parallelism (communication only)"
     order = 10
-    batch_definition = (
-        "samples = micro-batches x 1 sequence x data shards (P / stages); the reference's "
-        "pipeline message is a micro-batch of 1 sequence of 632 tokens"
-    )
+    sequence_tokens = 632
     args = pipeline_args(layers=48)
     spec = PipelineSpec(808960, (85317120,), (19677440,), (84008960,))
     per_tensor_spec = PipelineSpec(808960, _GPT2_FIRST, _GPT2_MIDDLE, _GPT2_LAST)
@@ -252,9 +216,6 @@ class BERT(PipelineDataParallel):
     description = "BERT-large: pipeline x data parallelism (communication only)"
     order = 20
     microbatch_samples = 8
-    batch_definition = (
-        "samples = micro-batches x 8 sequences x data shards (P / stages); the "
-        "reference's pipeline message is a micro-batch of 8 sequences of 128 tokens"
-    )
+    sequence_tokens = 128
     args = pipeline_args(layers=24)
     spec = PipelineSpec(1049600, (44379136,), (12596224,), (45984572,))

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+from ..layout import LayoutError, world_groups
 from ..ops import Op
-from ..program import BuildOptions, LayoutError, Phase, ProgramBuilder, Workload, world_groups
-from .base import PHASE, RANK, Arg, Model
+from ..program import BuildOptions, Phase, ProgramBuilder, Workload
+from .base import PHASE, RANK, Arg, BuildRequest, Counts, Model
 
 RESNET50_MESSAGES = (3104745, 4461568, 4462592, 4986880, 4468736, 4074560)
 
@@ -43,18 +44,10 @@ class ResNet50(Model):
         "the reference publishes no batch size (nor compute) for ResNet-50 and times "
         "two separate phases, so no throughput can be defined; use resnet152 or another model"
     )
-    reference_warmup = 10
-    reference_runs = 512
-    default_warmup = 2
-    default_runs = 10
+    counts = Counts(10, 512, 2, 10)
 
-    def build(
-        self,
-        world_size: int,
-        params: dict[str, int],
-        options: BuildOptions,
-        given: int | None = None,
-    ) -> Workload:
+    def _build(self, req: BuildRequest) -> Workload:
+        world_size, params, options, _ = req
         if options.per_tensor:
             raise ValueError(
                 "resnet50: per-tensor gradient messages are not available "
@@ -112,21 +105,13 @@ class ResNet152(Model):
     order = 40
     batch_definition = "global batch = 128 per process x P (reference)"
     strong_scaling_hint = "; use resnet152_scal, whose strong-scaling table shrinks the local batch"
-    reference_warmup = 8
-    reference_runs = 128
-    default_warmup = 1
-    default_runs = 5
+    counts = Counts(8, 128, 1, 5)
 
     def timings(self, world_size: int, params: dict[str, int]) -> tuple[int, float, float]:
         return RESNET152_LOCAL_BATCH, RESNET152_FORWARD_US, RESNET152_BACKWARD_US
 
-    def build(
-        self,
-        world_size: int,
-        params: dict[str, int],
-        options: BuildOptions,
-        given: int | None = None,
-    ) -> Workload:
+    def _build(self, req: BuildRequest) -> Workload:
+        world_size, params, options, _ = req
         local_batch, fwd, bwd = self.timings(world_size, params)
         total = sum(RESNET152_BUCKETS)
 
