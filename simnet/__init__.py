@@ -15,7 +15,24 @@ from . import _compiled
 _compiled.select()  # compiled or source modules, before anything imports them
 
 from .config import Config, ConfigError, load_config, schema  # noqa: E402
-from .simulate import SimResult, collective_time, simulate  # noqa: E402
+from .simulate import (  # noqa: E402
+    SimResult,
+    collective_time,
+    exchange_time,
+    message_time,
+    program_time,
+    simulate,
+)
 
-__all__ = ["Config", "ConfigError", "SimResult", "collective_time", "load_config", "schema",
-           "simulate"]
+__all__ = [
+    "Config",
+    "ConfigError",
+    "SimResult",
+    "collective_time",
+    "exchange_time",
+    "load_config",
+    "message_time",
+    "program_time",
+    "schema",
+    "simulate",
+]

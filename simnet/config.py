@@ -262,6 +262,35 @@ def _check_algorithms(algorithm: str | None, by_op: dict[str, str]) -> None:
                              f"choose one of {', '.join(ALGORITHMS[op])}")
 
 
+class HostsSection(_Strict):
+    """Ranks sharing a machine (topologies.hosts): with ``ranks_per_host`` set, the
+    topology's endpoints are hosts, each running that many ranks (host-major)."""
+
+    ranks_per_host: int | None = Field(
+        None, ge=1, le=4096, description="ranks on each host (default: one rank per endpoint)"
+    )
+    cores: int | None = Field(None, ge=1, description="cores per host (reported)")
+    copy_bandwidth_gb_per_s: float | None = Field(
+        None, gt=0, description="memory-copy capacity of a host, shared by its intra-host "
+        "messages, GB/s"
+    )
+    rank_copy_bandwidth_gb_per_s: float | None = Field(
+        None, gt=0, description="fastest copy of one rank, GB/s (default: the host's capacity)"
+    )
+    copy_latency_us: float | None = Field(
+        None, ge=0, description="per-message cost of an intra-host message (us; default 0)"
+    )
+    nic_bandwidth_gb_per_s: float | None = Field(
+        None, gt=0, description="each host's NIC per direction, GB/s (default: its links)"
+    )
+    nic_latency_us: float = Field(0.0, ge=0, description="NIC latency per direction (us)")
+    params_file: str | None = Field(
+        None,
+        description="host calibration (python -m simnet calibrate-host) filling the fields "
+        "left unset, at ranks_per_host",
+    )
+
+
 class CollectivesSection(_Strict):
     algorithm: str | None = Field(
         None,
@@ -269,6 +298,14 @@ class CollectivesSection(_Strict):
         "(e.g. ring, multiring, hierarchical); default: MPICH-like",
     )
     by_op: dict[str, str] = Field(default_factory=dict, description="op -> algorithm")
+    gamma_s_per_byte: float = Field(
+        0.0,
+        ge=0,
+        le=1e-6,
+        description="reduction cost per reduced byte (s/B), paid by the receiver of every "
+        "reducing step of a collective the MPI library runs (the proxies' own schedules "
+        "move data without reducing it)",
+    )
 
     @model_validator(mode="after")
     def _known(self) -> CollectivesSection:
@@ -290,6 +327,7 @@ class Config(_Strict):
     workload: WorkloadSection = Field(default_factory=WorkloadSection)
     network: NetworkSection = Field(default_factory=NetworkSection)
     collectives: CollectivesSection = Field(default_factory=CollectivesSection)
+    hosts: HostsSection = Field(default_factory=HostsSection)
 
     _deprecation_notes: list[str] = PrivateAttr(default_factory=list)
 
@@ -310,7 +348,10 @@ class Config(_Strict):
     def _check(self) -> Config:
         t = self.topology
         n = self.num_endpoints
-        if t.type == "ring":
+        if t.type == "ring" and self.hosts.ranks_per_host:
+            # The rings order ranks; the topology's ring joins hosts.
+            ring_orders(t.permutations, self.world_size)
+        elif t.type == "ring":
             ring_orders(t.permutations, n)  # raises with the offending entry
             if self.world_size != n and t.permutations != [0]:
                 raise ValueError(f"topology.permutations: rings order the ranks, so the world "
@@ -340,6 +381,11 @@ class Config(_Strict):
     @property
     def world_size(self) -> int:
         return self.workload.world_size or self.distributed.num_nodes
+
+    @property
+    def num_rank_endpoints(self) -> int:
+        """Endpoints ranks can be placed on: the topology's, times ranks per host."""
+        return self.num_endpoints * (self.hosts.ranks_per_host or 1)
 
 
 def ring_orders(permutations: list[int | list[int]], n: int) -> list[list[int]]:
@@ -413,6 +459,9 @@ def load_config(source: str | Path | dict[str, Any] | Config) -> Config:
     if isinstance(source, (str, Path)) and lp and not Path(lp).is_absolute():
         # Relative to the configuration file, wherever the command runs from.
         cfg.network.link_params_file = str((Path(source).parent / lp).resolve())
+    hp = cfg.hosts.params_file
+    if isinstance(source, (str, Path)) and hp and not Path(hp).is_absolute():
+        cfg.hosts.params_file = str((Path(source).parent / hp).resolve())
     return cfg
 
 

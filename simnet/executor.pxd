@@ -19,6 +19,8 @@ cdef class _WaitAll(_Waiter):
 
 cdef class _Coll(_Waiter):
     cdef public object base
+    cdef public Py_ssize_t delayed
+    cdef public object delays
     cdef public object done
     cdef public Py_ssize_t i
     cdef public object rank

@@ -110,13 +110,15 @@ class _Plan:
     ``steps``: per step the channel pairs ``src * world + dst`` of its receives
     and its sends ``(channel pair, dst, size_bytes)``; ``reduce_bytes`` /
     ``copy_bytes``: bytes it sends per channel pair, over all steps;
-    ``messages``: how many messages it sends, over all steps.
+    ``messages``: how many messages it sends, over all steps; ``delays``: per
+    step, the seconds it then spends reducing what it received (None: none).
     """
 
     steps: Sequence[_GlobalStep]
     reduce_bytes: dict[int, int]
     copy_bytes: dict[int, int]
     messages: int
+    delays: list[float] | None = None
 
 
 @dataclass
@@ -139,7 +141,18 @@ class SimExecutor:
         policy: AlgorithmPolicy | None = None,
         eager_threshold_bytes: int = DEFAULT_EAGER_THRESHOLD_BYTES,
         compute_scale: float = 1.0,
+        gamma_s_per_byte: float = 0.0,
+        gamma_for_named_algorithms: bool = False,
     ) -> None:
+        """``gamma_s_per_byte``: the reduction cost (seconds per byte received in a
+        reducing step) of the collectives the MPI library runs, i.e. those whose
+        program names no algorithm: the proxies' own schedules move data without
+        reducing it. ``gamma_for_named_algorithms`` applies it to those too (a
+        question about the library's algorithm by name, as ``collective_time``)."""
+        if not gamma_s_per_byte >= 0:
+            raise ValueError(f"gamma_s_per_byte must be >= 0 (got {gamma_s_per_byte!r})")
+        self.gamma = float(gamma_s_per_byte)
+        self.gamma_named = gamma_for_named_algorithms
         self.workload = workload
         self.make_network = make_network
         self.placement = list(placement)
@@ -177,10 +190,13 @@ class SimExecutor:
             hit = self._schedules[key] = (sched, alg)
         return hit
 
-    def _plan(self, sched: Schedule, kind: str, members: tuple[int, ...], me: int) -> _Plan:
-        """``sched.rank_plan(me)`` resolved to global ranks (see :class:`_Plan`); kept
-        for reuse unless it is very large."""
-        key = (id(sched), kind, members[0], me)  # the schedule is kept in self._schedules
+    def _plan(
+        self, sched: Schedule, kind: str, members: tuple[int, ...], me: int, gamma: float = 0.0
+    ) -> _Plan:
+        """``sched.rank_plan(me)`` resolved to global ranks (see :class:`_Plan`), with
+        the reduction cost ``gamma`` (s/B); kept for reuse unless it is very large."""
+        # The schedule is kept in self._schedules, so its id is stable.
+        key = (id(sched), kind, members[0], me, gamma)
         plan = self._plans.get(key)
         if plan is not None:
             return plan
@@ -207,7 +223,13 @@ class SimExecutor:
             ):
                 tot = totals[reduce]
                 tot[pair] = tot.get(pair, 0) + n * size
-        plan = _Plan(steps, totals[1], totals[0], messages)
+        delays = None
+        if gamma > 0 and totals[1]:
+            delays = [
+                gamma * sum(t.size_bytes for t in recvs if t.reduce)
+                for _, recvs in sched.rank_steps(me)
+            ]
+        plan = _Plan(steps, totals[1], totals[0], messages, delays)
         if len(steps) * len(members) <= _PLAN_CACHE_STEPS:
             self._plans[key] = plan
         return plan
@@ -407,7 +429,7 @@ class PhaseSim:
         c = self._coll_cache.get(ckey)
         if c is None:
             c = self._coll_cache[ckey] = self._prepare(rank, op)
-        seq_key, steps, gid, adds, _ = c
+        seq_key, steps, gid, adds, _, delays = c
         coll_seq = self.coll_seq
         seq = coll_seq[seq_key]
         coll_seq[seq_key] = seq + 1
@@ -418,21 +440,22 @@ class PhaseSim:
             acct[pair] = acct.get(pair, 0) + b
         # The instance: every member's k-th collective on its group is the same one.
         base = (gid + seq * self._ngroups) * self._world2
-        return _Coll(self, rank, steps, base, done).advance()
+        return _Coll(self, rank, steps, base, done, delays).advance()
 
     def _prepare(self, rank: int, op: Collective) -> tuple:
         """What every call of ``op`` on ``rank`` shares: (coll_seq key, plan steps or
         None for a group of one, group id, bytes to account as (dict, pair, bytes),
-        messages the rank sends)."""
+        messages the rank sends, reduction delay per step or None)."""
         ex = self.ex
         members, me = ex._group(op.group, rank)
         p = len(members)
         seq_key = (op.group, rank)
         if p == 1:
-            return seq_key, None, 0, (), 0
+            return seq_key, None, 0, (), 0, None
         sched, alg = ex.schedule(op, p)
         self.algorithms[op.op].add(alg)
-        plan = ex._plan(sched, op.group, members, me)
+        gamma = ex.gamma if op.algorithm is None or ex.gamma_named else 0.0
+        plan = ex._plan(sched, op.group, members, me, gamma)
         gkey = (op.group, members[0])
         gid = self._gids.get(gkey)
         if gid is None:
@@ -445,7 +468,7 @@ class PhaseSim:
             if tot:
                 acct = self._account(op.group, part)
                 adds += [(acct, pair, b) for pair, b in tot.items()]
-        return seq_key, plan.steps, gid, tuple(adds), plan.messages
+        return seq_key, plan.steps, gid, tuple(adds), plan.messages, plan.delays
 
     def count_messages(self) -> int:
         """Messages one iteration of every rank's program sends (each one network
@@ -545,7 +568,7 @@ def _tick(w: _Waiter) -> None:
     n = w.n - 1
     w.n = n
     if not n:
-        if type(w) is _Coll:
+        if type(w) is _Coll and w.delays is None:
             if w.advance() and w.done is not None:
                 w.done()
         else:
@@ -605,9 +628,11 @@ class _Coll(_Waiter):
     A step posts all its receives, then all its sends; ``n`` counts those not
     complete, and the last to complete (``fire``) starts the next step. The
     matching is that of ``PhaseSim._post_send`` / ``_post_recv``, inlined.
+    With ``delays``, a step's end is followed by its reduction time before the
+    next step starts (Thakur, Rabenseifner & Gropp's gamma term).
     """
 
-    __slots__ = ("base", "done", "i", "rank", "sim", "steps")
+    __slots__ = ("base", "delayed", "delays", "done", "i", "rank", "sim", "steps")
 
     def __init__(
         self,
@@ -616,6 +641,7 @@ class _Coll(_Waiter):
         steps: Sequence[_GlobalStep],
         base: int,
         done: Callable[[], None] | None,
+        delays: list[float] | None = None,
     ) -> None:
         self.sim = sim
         self.rank = rank
@@ -624,6 +650,8 @@ class _Coll(_Waiter):
         self.i = 0
         self.n = 0
         self.done = done
+        self.delays = delays
+        self.delayed = 0  # steps whose reduction time has been spent
 
     def advance(self) -> bool:
         """Post steps until one must wait; True if the collective is complete."""
@@ -690,14 +718,28 @@ class _Coll(_Waiter):
                 self.i = i
                 self.n = pending
                 return False
+            if self.delays is not None and self.delays[i - 1] > 0:
+                self.i = i
+                self.delayed = i
+                self.sim.net.call_later(self.delays[i - 1], self._reduced)
+                return False
         self.i = i
         return True
 
     def fire(self) -> None:
+        delays = self.delays
+        if delays is not None and self.delayed != self.i and delays[self.i - 1] > 0:
+            self.delayed = self.i
+            self.sim.net.call_later(delays[self.i - 1], self._reduced)
+            return
         if self.advance():
             done = self.done
             if done is not None:
                 done()
+
+    def _reduced(self, _arg: object = None) -> None:
+        """The current step's reduction is done: go on."""
+        self.fire()
 
 
 class _Rank:

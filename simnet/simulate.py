@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ import numpy as np
 import simpy
 
 import topologies
+from topologies.hosts import with_hosts
 from workload.models import MODELS
 from workload.program import BuildOptions, Phase, ProgramBuilder, Workload
 from workload.spec import CONFIG_NAMES, RunSpec, SpecError
@@ -26,6 +27,7 @@ from workload.units import ELEM_BYTES, GB, MS_PER_S, gb_per_s_to_bytes_per_s, us
 
 from .config import Config, ConfigError, apply_link_params, load_config, ring_orders
 from .executor import AlgorithmPolicy, PhaseSim, SimExecutor
+from .hostparams import HostCalibrationError, apply_host_params
 from .network import FlowNetwork
 
 
@@ -148,7 +150,39 @@ def build_topology(cfg: Config) -> tuple[nx.DiGraph, list[str]]:
             g = topologies.torus(tuple(t.dims or ()), bandwidth_bytes_per_s=bw, latency_s=lat)
     except topologies.TopologyError as e:
         raise ConfigError(f"topology: {e}") from None
+    if cfg.hosts.ranks_per_host:
+        g = add_hosts(cfg, g, assumed)
     return g, assumed
+
+
+def add_hosts(cfg: Config, graph: nx.DiGraph, assumed: list[str]) -> nx.DiGraph:
+    """``graph``'s endpoints as hosts of ``hosts.ranks_per_host`` ranks each."""
+    h = cfg.hosts
+    if h.copy_bandwidth_gb_per_s is None:
+        raise ConfigError(
+            "hosts.copy_bandwidth_gb_per_s: needed with hosts.ranks_per_host (or give "
+            "hosts.params_file, made by `python -m simnet calibrate-host`)"
+        )
+    if h.copy_latency_us is None:
+        assumed.append("no per-message cost inside a host (hosts.copy_latency_us = 0)")
+    if h.nic_bandwidth_gb_per_s is None and graph.graph["num_endpoints"] > 1:
+        assumed.append("NICs as fast as their hosts' links (hosts.nic_bandwidth_gb_per_s unset)")
+    nic = h.nic_bandwidth_gb_per_s
+    rank_bw = h.rank_copy_bandwidth_gb_per_s
+    try:
+        return with_hosts(
+            graph,
+            h.ranks_per_host,
+            gb_per_s_to_bytes_per_s(h.copy_bandwidth_gb_per_s),
+            rank_copy_bandwidth_bytes_per_s=None
+            if rank_bw is None
+            else gb_per_s_to_bytes_per_s(rank_bw),
+            copy_latency_s=us_to_s(h.copy_latency_us or 0.0),
+            nic_bandwidth_bytes_per_s=None if nic is None else gb_per_s_to_bytes_per_s(nic),
+            nic_latency_s=us_to_s(h.nic_latency_us),
+        )
+    except topologies.TopologyError as e:
+        raise ConfigError(str(e)) from None
 
 
 def run_spec(cfg: Config) -> RunSpec:
@@ -243,21 +277,34 @@ def simulate(
     *,
     progress: Callable[[str], None] | None = None,
     record_series: bool = True,
+    topology: nx.DiGraph | None = None,
+    topology_notes: Sequence[str] = (),
 ) -> SimResult:
     """Predict a workload on a topology, as a configuration describes them.
 
     ``config`` may be a path, a dict or a :class:`Config`. Raises ConfigError
-    with a message naming the field to fix.
+    with a message naming the field to fix. ``topology`` runs the configured
+    workload on that graph instead of the configured one (rank ``r`` on its
+    endpoint ``r``; ``topology_notes`` say where it came from): e.g. the
+    calibrated host a real run ran on.
     """
     cfg = load_config(config)
     base = Path(config).parent if isinstance(config, (str, Path)) else Path(".")
     cfg, calibrated = apply_link_params(cfg, base)
-    graph, assumed = build_topology(cfg)
-    assumed = [*calibrated, *assumed]
+    try:
+        cfg, host_notes = apply_host_params(cfg)
+    except HostCalibrationError as e:
+        raise ConfigError(str(e)) from None
+    if topology is None:
+        graph, assumed = build_topology(cfg)
+    else:
+        graph, assumed = topology, list(topology_notes)
+    assumed = [*calibrated, *host_notes, *assumed]
     n_end = graph.graph["num_endpoints"]
     world = cfg.world_size
     try:
-        placement = topologies.apply_placement(world, graph, cfg.topology.placement)
+        chosen = cfg.topology.placement if topology is None else None
+        placement = topologies.apply_placement(world, graph, chosen)
     except topologies.TopologyError as e:
         raise ConfigError(f"topology.placement: {e}") from None
     workload = build_workload(cfg)
@@ -418,6 +465,7 @@ def collective_time(
     algorithm: str,
     size_bytes: int,
     alpha_s: float = 0.0,
+    gamma_s_per_byte: float = 0.0,
     **schedule_kw: Any,
 ) -> float:
     """Simulated seconds of one collective over all endpoints of ``topology``.
@@ -425,7 +473,8 @@ def collective_time(
     ``size_bytes`` follows the MPI count semantics of ``workload.ops`` (the
     whole vector for allreduce; each rank's contribution for allgather; each
     rank's block for reduce_scatter; per peer for alltoall), in bytes: it must
-    be a multiple of 4 (float32 elements).
+    be a multiple of 4 (float32 elements). ``gamma_s_per_byte`` is the reduction
+    cost (seconds per reduced byte) of a collective the MPI library runs.
     """
     if size_bytes % ELEM_BYTES:
         raise ValueError(f"size_bytes must be a multiple of {ELEM_BYTES} (float32 elements)")
@@ -437,25 +486,85 @@ def collective_time(
         b.collective(op, "world", count)
         return b.ops
 
-    wl = Workload(
-        "collective", p, {}, {"world": [tuple(range(p))]}, [Phase(f"{op}/{algorithm}", program)]
+    policy = AlgorithmPolicy(
+        local_size=schedule_kw.get("local_size"), rings=schedule_kw.get("rings")
     )
+    # An explicit algorithm is a question about that algorithm: never answer another's.
+    policy.choose(program(0)[0], p)
+    if policy.fallbacks:
+        hint = {
+            "hierarchical": " (pass local_size=, the group size)",
+            "multiring": " (pass rings=, a list of rank orders)",
+        }.get(algorithm, "")
+        raise ValueError(f"collective_time: {next(iter(policy.fallbacks))}{hint}")
+    # The library's reduction cost applies as if the library chose this algorithm.
+    return program_time(
+        topology,
+        program,
+        name=f"{op}/{algorithm}",
+        alpha_s=alpha_s,
+        gamma_s_per_byte=gamma_s_per_byte,
+        policy=policy,
+        library_algorithm=True,
+    )
+
+
+def program_time(
+    topology: nx.DiGraph,
+    program: Callable[[int], list],
+    *,
+    name: str = "program",
+    alpha_s: float = 0.0,
+    gamma_s_per_byte: float = 0.0,
+    eager_threshold_bytes: int = 0,
+    policy: AlgorithmPolicy | None = None,
+    library_algorithm: bool = False,
+) -> float:
+    """Simulated seconds of one iteration of ``program(rank)`` (rank programs of
+    ``workload.ops``) on every endpoint of ``topology``, one group ``"world"``."""
+    p = topology.graph["num_endpoints"]
+    wl = Workload("program", p, {}, {"world": [tuple(range(p))]}, [Phase(name, program)])
     router = topologies.Router(topology)
     ex = SimExecutor(
         wl,
         lambda env: FlowNetwork(env, topology, router.path, alpha_s=alpha_s),
         list(range(p)),
-        policy=AlgorithmPolicy(
-            local_size=schedule_kw.get("local_size"), rings=schedule_kw.get("rings")
-        ),
-        eager_threshold_bytes=0,
+        policy=policy or AlgorithmPolicy(),
+        eager_threshold_bytes=eager_threshold_bytes,
+        gamma_s_per_byte=gamma_s_per_byte,
+        gamma_for_named_algorithms=library_algorithm,
     )
-    # An explicit algorithm is a question about that algorithm: never answer another's.
-    ex.policy.choose(program(0)[0], p)
-    if ex.policy.fallbacks:
-        hint = {
-            "hierarchical": " (pass local_size=, the group size)",
-            "multiring": " (pass rings=, a list of rank orders)",
-        }.get(algorithm, "")
-        raise ValueError(f"collective_time: {next(iter(ex.policy.fallbacks))}{hint}")
     return ex.run_phase().makespan_s
+
+
+def exchange_time(topology: nx.DiGraph, size_bytes: int, alpha_s: float = 0.0) -> float:
+    """Seconds for every endpoint to send ``size_bytes`` to the next one and receive as
+    many from the previous, all at once (the micro-benchmark's ``exchange``)."""
+    count = size_bytes // ELEM_BYTES
+    p = topology.graph["num_endpoints"]
+
+    def program(rank: int) -> list:
+        b = ProgramBuilder()
+        s = b.send((rank + 1) % p, count, tag=1, group="world", blocking=False)
+        r = b.recv((rank - 1) % p, count, tag=1, group="world", blocking=False)
+        b.wait(s, r)
+        return b.ops
+
+    return program_time(topology, program, name="exchange", alpha_s=alpha_s)
+
+
+def message_time(
+    topology: nx.DiGraph, src: int, dst: int, size_bytes: int, alpha_s: float = 0.0
+) -> float:
+    """Seconds for one message of ``size_bytes`` from endpoint ``src`` to ``dst``."""
+    count = size_bytes // ELEM_BYTES
+
+    def program(rank: int) -> list:
+        b = ProgramBuilder()
+        if rank == src:
+            b.send(dst, count, tag=1, group="world")
+        elif rank == dst:
+            b.recv(src, count, tag=1, group="world")
+        return b.ops
+
+    return program_time(topology, program, name="message", alpha_s=alpha_s)

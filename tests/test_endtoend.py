@@ -115,9 +115,13 @@ def quick_config(tmp_path: Path, **over) -> Path:
     return path
 
 
-def run_job(config: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+def run_job(
+    config: Path, *extra: str, timeout: float = 240
+) -> subprocess.CompletedProcess[str]:
+    # Without a host model unless asked: calibrating this host takes about 30 s.
+    extra = extra or ("--no-host-model",)
     return subprocess.run(
-        [sys.executable, "-m", "workflows.endtoend", "--config", str(config)],
+        [sys.executable, "-m", "workflows.endtoend", "--config", str(config), *extra],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -198,7 +202,7 @@ def test_buffer_overrun_reported_with_step_and_pair(tmp_path):
 def test_ctrl_c_stops_everything_and_leaves_no_partial_file(tmp_path):
     cfg = quick_config(tmp_path, training={"num_epochs": 50, "steps_per_epoch": 50})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "workflows.endtoend", "--config", str(cfg)],
+        [sys.executable, "-m", "workflows.endtoend", "--config", str(cfg), "--no-host-model"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -217,3 +221,44 @@ def test_ctrl_c_stops_everything_and_leaves_no_partial_file(tmp_path):
     if outdir.exists():
         assert not [p for p in outdir.iterdir() if p.name.endswith(".tmp")]
         assert not (outdir / "training_metrics.json").exists()
+
+
+def host_params_file(tmp_path: Path, ranks: int, copy_gb_per_s: float) -> Path:
+    """A host calibration of known parameters (no measurement)."""
+    from simnet.hostparams import HostCalibration, HostParams
+
+    cal = HostCalibration(
+        {"hostname": "test", "cores": 2},
+        "2026-01-01T00:00:00+00:00",
+        [HostParams(ranks, copy_gb_per_s, 10.0, copy_gb_per_s, 0.0)],
+    )
+    path = tmp_path / "host.json"
+    path.write_text(json.dumps(cal.to_json()))
+    return path
+
+
+def test_both_predictions_side_by_side(tmp_path):
+    """The configured network and this machine (a given host model), each with its
+    error against the measurement, and the line saying which one is meant to match."""
+    cfg = quick_config(tmp_path, training={"num_epochs": 1, "steps_per_epoch": 2})
+    r = run_job(cfg, "--host-params", str(host_params_file(tmp_path, 4, 2.0)))
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = tmp_path / "out"
+    comparison = json.loads((out / "comparison.json").read_text())
+    preds = comparison["predictions"]
+    measured = comparison["time"]["measured_step_s"]
+    for name in ("configured", "this_machine"):
+        e = preds[name]
+        assert e["error_pct"] == pytest.approx(
+            (e["step_time_s"] - measured) / measured * 100, rel=1e-9
+        )
+    assert preds["configured"]["step_time_s"] == comparison["time"]["predicted_step_s"]
+    # On one host of 2 GB/s, a ring step moves 4 ranks x (2 rings x a half block) through
+    # the host's memory: (p - 1) = 3 such steps per phase, two phases, then 1 ms compute.
+    block = -(-round(57_044_810 * 0.01) // 4) * 4  # bytes
+    expect = 2 * 3 * (4 * block / 2e9 + 10e-6) + 1e-3
+    assert preds["this_machine"]["step_time_s"] == pytest.approx(expect, rel=1e-6)
+    assert comparison["this_machine"]["copy_bandwidth_gb_per_s"] == 2.0
+    text = (out / "training_metrics.txt").read_text()
+    assert "on the configured network" in text and "on this machine" in text
+    assert "this_machine is meant to match the run" in text

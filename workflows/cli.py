@@ -13,6 +13,7 @@ from collections.abc import Sequence
 # Subcommand -> module with main(argv) -> int.
 SUBCOMMANDS = {
     "calibrate": "workflows.calibrate",
+    "calibrate-host": "workflows.hostcal",
     "validate": "workflows.validate",
     "scaling": "workflows.scaling",
     "sweep": "workflows.sweep",
@@ -23,6 +24,9 @@ SUBCOMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["validate"] and "--suite" in args:
+        # The suite runs many validations: it builds on workflows.validate, not in it.
+        return int(importlib.import_module("workflows.suite").main(args[1:]) or 0)
     if args and args[0] in SUBCOMMANDS:
         return int(importlib.import_module(SUBCOMMANDS[args[0]]).main(args[1:]) or 0)
     from simnet.cli import main as simulate_main

@@ -13,6 +13,7 @@ run leaves no half-written file.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import time
@@ -23,12 +24,14 @@ from typing import Any
 import numpy as np
 
 from simnet.config import Config, ConfigError, load_config
+from simnet.hostparams import HostCalibrationError
 from workload.models import MODELS
 from workload.results import versions, write_csv, write_json, write_text
 from workload.run_result import ProxyRun, TrainerRun, TrainerSettings
 from workload.units import MB, MS_PER_S, bytes_per_s_to_gb_per_s
 
 from .launcher import proxy_command, run_proxy
+from .machine import ThisMachine, machine_result
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -94,7 +97,6 @@ def metrics_text(
     cfg: Config,
     measured: TrainerRun,
     comparison: dict[str, Any],
-    predicted_step_s: float,
     assumed: list[str],
 ) -> str:
     s = measured.settings
@@ -143,19 +145,8 @@ def metrics_text(
     total = measured.total_time_s
     steps = s.epochs * s.steps
     lines.append(f"total training time: {total:.3f} s ({steps} steps)")
-    lines.append(
-        f"predicted per step: {MS_PER_S * predicted_step_s:.2f} ms; measured mean "
-        f"{MS_PER_S * total / steps:.2f} ms; error "
-        f"{100 * (predicted_step_s - total / steps) / (total / steps):+.1f}%"
-    )
-    t = comparison.get("time", {})
-    if "predicted_step_s_measured_bandwidth" in t:
-        lines.append(
-            f"predicted per step on links of the measured mean pair bandwidth "
-            f"({t['measured_bandwidth_gb_per_s']:.2f} GB/s): "
-            f"{MS_PER_S * t['predicted_step_s_measured_bandwidth']:.2f} ms; error "
-            f"{t['error_percent_measured_bandwidth']:+.1f}%"
-        )
+    lines.append(f"measured per step: {MS_PER_S * total / steps:.2f} ms (mean)")
+    lines += prediction_lines(comparison, "per step")
     lines += ["", "== warnings =="]
     warnings = [
         f"buffer overrun: {o['op']} step {o['first_step']} rank {o['src']} -> rank "
@@ -208,15 +199,46 @@ def write_measured(out: Path, measured: TrainerRun) -> list[Path]:
     return files
 
 
+# -- the two predictions ----------------------------------------------------------------
+def prediction_entry(predicted_s: float, measured_s: float) -> dict[str, float]:
+    """One prediction against the measurement; error = (predicted - measured) / measured x 100."""
+    return {
+        "step_time_s": predicted_s,
+        "error_pct": 100 * (predicted_s - measured_s) / measured_s,
+    }
+
+
+def prediction_lines(comparison: dict[str, Any], per: str) -> list[str]:
+    preds = comparison["predictions"]
+    lines = []
+    for name, what in (
+        ("configured", "on the configured network"),
+        ("this_machine", "on this machine (calibrated host model)"),
+    ):
+        if name in preds:
+            e = preds[name]
+            lines.append(
+                f"predicted {per} {what}: {MS_PER_S * e['step_time_s']:.2f} ms; error "
+                f"{e['error_pct']:+.1f}%"
+            )
+    if "this_machine" in comparison:
+        lines.append(comparison["this_machine_why"])
+    return lines
+
+
 # -- the job ---------------------------------------------------------------------------
-def run(cfg: Config, out: Path, say: Any = print) -> int:
+def run(
+    cfg: Config, out: Path, say: Any = print, machine: ThisMachine | None = None
+) -> int:
+    """The main job; ``machine``: the calibrated host to predict on as well (None: only
+    the configured network)."""
     from simnet.output import write_all
     from simnet.simulate import simulate
 
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     if MODELS[cfg.workload.name].trainer_module is None:
-        return run_proxy_workload(cfg, out, say)
+        return run_proxy_workload(cfg, out, say, machine)
     say(f"== real run: {cfg.world_size} processes of the ring trainer ==")
     rc, _ = run_proxy(trainer_command(cfg, out), timeout_s=0)
     if rc != 0:
@@ -244,28 +266,16 @@ def run(cfg: Config, out: Path, say: Any = print) -> int:
             for e in measured.epochs
         ],
     }
-    # The same prediction on links of the bandwidth this run measured (its mean
-    # over pairs, capped by the limit): the network as this machine delivers it.
-    bw = np.array(measured.bandwidth_bytes_per_s, dtype=float)
-    off = bw[~np.eye(len(bw), dtype=bool)]
-    if off.size and off.mean() > 0:
-        measured_gbps = bytes_per_s_to_gb_per_s(float(off.mean()))
-        gbps = min(cfg.distributed.bandwidth_limit_gb_per_s, measured_gbps)
-        local = cfg.model_copy(
-            update={
-                "distributed": cfg.distributed.model_copy(
-                    update={"bandwidth_limit_gb_per_s": gbps}
-                )
-            }
-        )
-        step_local = simulate(local, record_series=False).iteration_time_s
-        comparison["time"]["measured_bandwidth_gb_per_s"] = gbps
-        comparison["time"]["predicted_step_s_measured_bandwidth"] = step_local
-        comparison["time"]["error_percent_measured_bandwidth"] = (
-            100 * (step_local - total / n_steps) / (total / n_steps)
-        )
+    measured_step = total / n_steps
+    comparison["predictions"] = {"configured": prediction_entry(step_pred, measured_step)}
+    if machine is not None:
+        one = cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"iterations": 1})})
+        step_m = machine_result(one, machine).iteration_time_s
+        comparison["predictions"]["this_machine"] = prediction_entry(step_m, measured_step)
+        comparison["this_machine"] = machine.describe()
+        comparison["this_machine_why"] = machine.why()
     comparison["assumed"] = res.assumed
-    text = metrics_text(cfg, measured, comparison, step_pred, res.assumed)
+    text = metrics_text(cfg, measured, comparison, res.assumed)
     doc = {
         "kind": "training-metrics",
         "config": cfg.model_dump(),
@@ -313,14 +323,21 @@ def run(cfg: Config, out: Path, say: Any = print) -> int:
     say(text)
     say(
         f"traffic measured == predicted, to the byte: {comparison['equal']}; "
-        f"step time error {comparison['time']['error_percent']:+.1f}%"
+        + ", ".join(
+            f"step time error {name} {e['error_pct']:+.1f}%"
+            for name, e in comparison["predictions"].items()
+        )
     )
     say(f"wrote {len(files)} files to {out}/")
     return 0
 
 
-def run_proxy_workload(cfg: Config, out: Path, say: Any) -> int:
-    """A proxy workload: real run, prediction, and their per-iteration times."""
+def run_proxy_workload(
+    cfg: Config, out: Path, say: Any, machine: ThisMachine | None = None
+) -> int:
+    """A proxy workload: real run, predictions, and their per-iteration times; with
+    ``machine``, the op-by-op comparison against the calibrated host in
+    ``out/this_machine/`` (the files of ``python -m simnet validate``)."""
     from simnet.output import write_all
     from simnet.simulate import simulate
 
@@ -348,12 +365,37 @@ def run_proxy_workload(cfg: Config, out: Path, say: Any) -> int:
                 "error_percent": 100 * (ph_p.iteration_time_s - m) / m,
             }
         )
-    write_json(out / "comparison.json", {"phases": rows, "assumed": res.assumed})
+    measured_s = sum(r["measured_s"] for r in rows)
+    comparison: dict[str, Any] = {
+        "phases": rows,
+        "assumed": res.assumed,
+        "predictions": {"configured": prediction_entry(res.iteration_time_s, measured_s)},
+    }
     for r in rows:
         say(
             f"{r['phase']}: measured {r['measured_s']:.6f} s, predicted "
             f"{r['predicted_s']:.6f} s, error {r['error_percent']:+.1f}%"
         )
+    if machine is not None:
+        from workflows import validate
+
+        say("== prediction on this machine (calibrated host), op by op ==")
+        doc, _ = validate.analyse(
+            cfg,
+            measured,
+            json.loads((out / "measured_proxy.trace.json").read_text()),
+            out / "this_machine",
+            command=cmd,
+            notes=notes,
+            predict=lambda c: machine_result(c, machine),
+        )
+        predicted = sum(p["predicted_s"] for p in doc["phases"])
+        comparison["predictions"]["this_machine"] = prediction_entry(predicted, measured_s)
+        comparison["this_machine"] = machine.describe()
+        comparison["this_machine_why"] = machine.why()
+    write_json(out / "comparison.json", comparison)
+    for line in prediction_lines(comparison, "per iteration"):
+        say(line)
     return 0
 
 
@@ -361,6 +403,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m workflows.endtoend", description=__doc__)
     p.add_argument("--config", default="config.json")
     p.add_argument("--out", default=None, help="default: logging.log_dir")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "--host-params",
+        default=None,
+        metavar="FILE",
+        help="the host model to predict this machine with (default: this host's cached "
+        "calibration, measured first when missing or stale: about 30 s)",
+    )
+    g.add_argument(
+        "--no-host-model",
+        action="store_true",
+        help="predict on the configured network only (no calibration)",
+    )
+    p.add_argument("--recalibrate", action="store_true", help="measure this host again")
     ns = p.parse_args(argv)
     try:
         cfg = load_config(ns.config)
@@ -370,7 +426,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     for note in cfg.deprecation_notes:
         print(f"note: {note}", file=sys.stderr)
     try:
-        return run(cfg, Path(ns.out or cfg.logging.log_dir))
+        machine = None
+        if not ns.no_host_model:
+            try:
+                print("== this machine: the host model ==", flush=True)
+                machine = ThisMachine.calibrate(
+                    cfg.world_size, print, params_file=ns.host_params, force=ns.recalibrate
+                )
+            except HostCalibrationError as e:
+                if ns.host_params:
+                    raise ConfigError(str(e)) from None
+                print(f"warning: no prediction on this machine: {e}", file=sys.stderr)
+        return run(cfg, Path(ns.out or cfg.logging.log_dir), machine=machine)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE

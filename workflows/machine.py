@@ -1,0 +1,86 @@
+"""The prediction of a run on the machine it ran on: every rank on this one host,
+as the host's calibration (``python -m simnet calibrate-host``) describes it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from simnet.config import Config
+from simnet.hostparams import HostParams
+
+
+@dataclass
+class ThisMachine:
+    """The host this job ran on, as its calibration describes it: every rank on it."""
+
+    params: HostParams
+    source: str  # the parameter file
+    notes: list[str]
+    cores: int | None
+
+    @classmethod
+    def calibrate(
+        cls, world_size: int, say: Any, params_file: str | None = None, force: bool = False
+    ) -> ThisMachine:
+        """From ``params_file``, or this host's cached calibration (measured if stale)."""
+        from simnet.hostparams import load_host_calibration
+        from workflows import hostcal
+
+        if params_file:
+            cal, source = load_host_calibration(params_file), params_file
+        else:
+            ranks = sorted({*hostcal.DEFAULT_RANKS, world_size})
+            cal, path = hostcal.calibrate_host(ranks, force=force, say=say)
+            source = str(path)
+        params, note = cal.at(world_size)
+        return cls(params, source, [note] if note else [], cal.key.get("cores"))
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "ranks_per_host": self.params.ranks_per_host,
+            "cores": self.cores,
+            "copy_bandwidth_gb_per_s": self.params.copy_bandwidth_gb_per_s,
+            "copy_latency_us": self.params.copy_latency_us,
+            "rank_copy_bandwidth_gb_per_s": self.params.rank_copy_bandwidth_gb_per_s,
+            "gamma_s_per_byte": self.params.gamma_s_per_byte,
+            "params_file": self.source,
+            "notes": self.notes,
+        }
+
+    def why(self) -> str:
+        """One line: which prediction is meant to match the run, and why."""
+        cores = f" of {self.cores} cores" if self.cores else ""
+        return (
+            f"this_machine is meant to match the run: its {self.params.ranks_per_host} ranks "
+            f"ran on this one host{cores}, sharing its memory copies (calibrated here); "
+            "configured predicts the network the configuration describes, which this run "
+            "did not use"
+        )
+
+
+def machine_result(cfg: Config, machine: ThisMachine, **kw: Any):  # -> SimResult
+    """The configured workload simulated on the calibrated host: every rank on it, the
+    host's copy capacity and per-message cost, and its reduction cost."""
+    from simnet.simulate import simulate
+    from workflows import hostcal
+
+    p = machine.params
+    mcfg = cfg.model_copy(
+        update={
+            "collectives": cfg.collectives.model_copy(
+                update={"gamma_s_per_byte": p.gamma_s_per_byte}
+            ),
+            "network": cfg.network.model_copy(
+                update={"alpha_us": 0.0, "injection_bandwidth_gb_per_s": None}
+            ),
+        }
+    )
+    notes = [
+        f"this machine: {p.ranks_per_host} ranks on one host, copy capacity "
+        f"{p.copy_bandwidth_gb_per_s:.3g} GB/s, {p.copy_latency_us:.3g} us per message, "
+        f"gamma {p.gamma_s_per_byte:.3g} s/B, from {machine.source}",
+        *machine.notes,
+    ]
+    return simulate(mcfg, record_series=False, topology=hostcal.host_graph(p),
+                    topology_notes=notes, **kw)
