@@ -214,6 +214,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"stream: non-blocking sends per acknowledgement (default {DEFAULT_WINDOW})",
     )
+    g.add_argument(
+        "--exchange-window",
+        type=int,
+        default=1,
+        metavar="N",
+        help="exchange: messages each rank has in flight to its neighbour at once (default 1)",
+    )
     g = p.add_argument_group("sizes (nccl-tests: S is the whole array, suffixes K M G = 1024)")
     g.add_argument(
         "-b",
@@ -287,6 +294,8 @@ def check_options(ns: argparse.Namespace) -> str | None:
         return f"-w/--warmup must be >= 0 (got {ns.warmup})"
     if ns.window < 1:
         return f"--window must be >= 1 (got {ns.window})"
+    if ns.exchange_window < 1:
+        return f"--exchange-window must be >= 1 (got {ns.exchange_window})"
     if not (ns.timeout >= 0 and math.isfinite(ns.timeout)):
         return f"--timeout must be >= 0 seconds (got {ns.timeout})"
     if ns.algorithm != MPI_ALGORITHM and ns.algorithm not in SCHEDULES:
@@ -321,7 +330,12 @@ class Case:
 
 
 def plan_cases(
-    ops: Sequence[str], sizes: Sequence[int], world_size: int, algorithm: str, window: int
+    ops: Sequence[str],
+    sizes: Sequence[int],
+    world_size: int,
+    algorithm: str,
+    window: int,
+    exchange_window: int = 1,
 ) -> tuple[list[Case], dict[str, list[str]]]:
     """The rows to run, and per operation the notes on what is skipped and why."""
     cases: list[Case] = []
@@ -355,14 +369,12 @@ def plan_cases(
         for s in sizes:
             count = spec.count_elems(s, p)
             if count >= 1:
-                w = window if op == "stream" else 1
+                w = window if op == "stream" else exchange_window if op == "exchange" else 1
                 cases.append(Case(spec, alg, s, count, spec.array_bytes(count, p), w))
     return cases, notes
 
 
-def rank_program(
-    case: Case, world_size: int, wait_each: bool = False
-) -> Callable[[int], list[Op]]:
+def rank_program(case: Case, world_size: int, wait_each: bool = False) -> Callable[[int], list[Op]]:
     """One iteration of ``case`` for a rank: one collective, or the p2p pattern.
 
     stream: the window's non-blocking sends (receives), one wait for all of
@@ -400,9 +412,15 @@ def rank_program(
         elif op == "exchange":
             # Every rank at once: a ring shift, so all the host's ranks copy together.
             right, left = (rank + 1) % world_size, (rank - 1) % world_size
-            s = b.send(right, n, tag=DATA_TAG, group="world", blocking=False, label="exchange")
-            r = b.recv(left, n, tag=DATA_TAG, group="world", blocking=False, label="exchange")
-            b.wait(s, r, label="wait for the exchange")
+            reqs = []
+            for _ in range(case.window):
+                reqs.append(
+                    b.recv(left, n, tag=DATA_TAG, group="world", blocking=False, label="exchange")
+                )
+                reqs.append(
+                    b.send(right, n, tag=DATA_TAG, group="world", blocking=False, label="exchange")
+                )
+            b.wait(*reqs, label="wait for the exchange")
         else:
             b.collective(op, "world", n, label=op)
         return b.ops
@@ -456,6 +474,9 @@ def row(case: Case, world_size: int, per_rank: Sequence[Sequence[float]], iters:
         times = [t / 2 for t in per_rank[0]]
     elif case.spec.name == "stream":
         times = [t / case.window for t in per_rank[0]]
+    elif case.spec.name == "exchange":
+        slowest = zip(*[r for r in per_rank if r], strict=True)
+        times = [max(ts) / case.window for ts in slowest]
     else:
         times = [max(ts) for ts in zip(*[r for r in per_rank if r], strict=True)]
     avg = sum(times) / len(times)
@@ -552,7 +573,7 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
             progress = "blocking"
         settings.progress = progress
         sizes = message_sizes(ns.minbytes, ns.maxbytes, ns.stepfactor, ns.stepbytes)
-        cases, notes = plan_cases(ns.ops, sizes, p, ns.algorithm, ns.window)
+        cases, notes = plan_cases(ns.ops, sizes, p, ns.algorithm, ns.window, ns.exchange_window)
 
         # Memory: refuse the sizes whose buffers this host cannot hold.
         full = build_workload(cases, p)
@@ -624,7 +645,8 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
         out(
             f"# {ns.iters} timed + {ns.warmup} warm-up iterations per size; time = the slowest "
             "rank per iteration, then avg/min/max over iterations; pingpong: one-way "
-            f"(round trip / 2); stream: per message (window {ns.window}); "
+            f"(round trip / 2); stream: per message (window {ns.window}); exchange: per "
+            f"message (window {ns.exchange_window}); "
             "algbw = size / avg time; busbw = algbw x bus factor; GB = 1e9 bytes"
         )
         out(column_header())

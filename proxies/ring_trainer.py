@@ -35,30 +35,57 @@ PHASES = {True: "reduce_scatter", False: "allgather"}
 
 def build_parser() -> argparse.ArgumentParser:
     d = TrainerSettings()  # the defaults, in one place
-    p = argparse.ArgumentParser(prog="mpirun -n P python -m proxies.ring_trainer",
-                                description=__doc__.split("\n\n")[1])
+    p = argparse.ArgumentParser(
+        prog="mpirun -n P python -m proxies.ring_trainer", description=__doc__.split("\n\n")[1]
+    )
     p.add_argument("--epochs", type=int, default=d.epochs)
     p.add_argument("--steps", type=int, default=d.steps, help="steps per epoch")
     p.add_argument("--warmup", type=int, default=d.warmup, help="untimed steps before epoch 1")
     p.add_argument("--input-channels", type=int, default=d.input_channels)
     p.add_argument("--num-classes", type=int, default=d.num_classes)
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="reported (samples/s)")
-    p.add_argument("--rings", default=d.rings,
-                   help="JSON list of ring orders (each a permutation of the ranks); "
-                        "default: one ring 0, 1, ..., P-1")
-    p.add_argument("--hierarchical", type=int, default=d.hierarchical, metavar="G",
-                   help="use the two-level algorithm with groups of G ranks")
-    p.add_argument("--bandwidth-limit", type=float, default=d.bandwidth_limit, metavar="GB/s",
-                   help="max bandwidth between two ranks (GB = 1e9 B); 0: unlimited")
-    p.add_argument("--buffer-bytes", type=int, default=d.buffer_bytes,
-                   help="communication buffer per transfer; 0: not checked")
-    p.add_argument("--compute-us", type=float, default=d.compute_us,
-                   help="emulated compute per step (us)")
+    p.add_argument(
+        "--rings",
+        default=d.rings,
+        help="JSON list of ring orders (each a permutation of the ranks); "
+        "default: one ring 0, 1, ..., P-1",
+    )
+    p.add_argument(
+        "--hierarchical",
+        type=int,
+        default=d.hierarchical,
+        metavar="G",
+        help="use the two-level algorithm with groups of G ranks",
+    )
+    p.add_argument(
+        "--bandwidth-limit",
+        type=float,
+        default=d.bandwidth_limit,
+        metavar="GB/s",
+        help="max bandwidth between two ranks (GB = 1e9 B); 0: unlimited",
+    )
+    p.add_argument(
+        "--buffer-bytes",
+        type=int,
+        default=d.buffer_bytes,
+        help="communication buffer per transfer; 0: not checked",
+    )
+    p.add_argument(
+        "--compute-us", type=float, default=d.compute_us, help="emulated compute per step (us)"
+    )
     p.add_argument("--scale", type=float, default=d.scale, help="gradient size multiplier")
-    p.add_argument("--bandwidth-bytes", type=int, default=d.bandwidth_bytes,
-                   help="message size of the bandwidth measurement")
-    p.add_argument("--chunk-bytes", type=int, default=d.chunk_bytes,
-                   help="pacing granularity: transfers are sent in chunks of this size")
+    p.add_argument(
+        "--bandwidth-bytes",
+        type=int,
+        default=d.bandwidth_bytes,
+        help="message size of the bandwidth measurement",
+    )
+    p.add_argument(
+        "--chunk-bytes",
+        type=int,
+        default=d.chunk_bytes,
+        help="pacing granularity: transfers are sent in chunks of this size",
+    )
     p.add_argument("--timeout", type=float, default=d.timeout)
     p.add_argument("--progress", choices=("auto", "blocking", "poll"), default=d.progress)
     p.add_argument("--out", default=d.out, help="directory of measured.json")
@@ -90,8 +117,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         if spec.rings:
             from workload.collectives import build_schedule
 
-            build_schedule("allgather", "multiring", info.world_size, 1,
-                           rings=[list(r) for r in spec.rings])
+            build_schedule(
+                "allgather", "multiring", info.world_size, 1, rings=[list(r) for r in spec.rings]
+            )
     except SpecError as e:
         fail(info.rank, f"ring_trainer: {e.render()}")
     except (LayoutError, ValueError) as e:
@@ -102,10 +130,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     comm = mx.MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     if size != workload.world_size:
-        fail(rank, f"ring_trainer: started with {size} ranks but the launcher said "
-                   f"{workload.world_size}")
-    progress = ns.progress if ns.progress != "auto" else (
-        "poll" if settings.oversubscribed else "blocking")
+        fail(
+            rank,
+            f"ring_trainer: started with {size} ranks but the launcher said {workload.world_size}",
+        )
+    progress = (
+        ns.progress
+        if ns.progress != "auto"
+        else ("poll" if settings.oversubscribed else "blocking")
+    )
     started = time.perf_counter()
 
     def say(msg: str) -> None:
@@ -113,20 +146,25 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"[{time.perf_counter() - started:7.1f} s] {msg}", flush=True)
 
     try:
-        ex = mx.MPIExecutor(workload, compute="sleep", timeout_s=ns.timeout, progress=progress,
-                            comm=comm)
+        ex = mx.MPIExecutor(
+            workload, compute="sleep", timeout_s=ns.timeout, progress=progress, comm=comm
+        )
         if ns.bandwidth_limit > 0:
             ex.pacer = mx.Pacer(gb_per_s_to_bytes_per_s(ns.bandwidth_limit), ns.chunk_bytes)
         ex.buffer_bytes = ns.buffer_bytes or None
         ex.create_communicators()
         ex.allocate()
         inf = workload.info
-        say(f"ring trainer: {size} ranks, AlexNet {inf['parameters']} parameters, "
+        say(
+            f"ring trainer: {size} ranks, AlexNet {inf['parameters']} parameters, "
             f"{inf['gradient_elems']} gradient elements per step (scale {ns.scale:g}), "
             f"algorithm {inf['algorithm']}, {len(workload.collective_params['rings'])} ring(s), "
-            f"limit {ns.bandwidth_limit:g} GB/s, progress {progress}")
-        say(f"measuring the bandwidth of {size * (size - 1)} ordered pairs "
-            f"({ns.bandwidth_bytes} B each)")
+            f"limit {ns.bandwidth_limit:g} GB/s, progress {progress}"
+        )
+        say(
+            f"measuring the bandwidth of {size * (size - 1)} ordered pairs "
+            f"({ns.bandwidth_bytes} B each)"
+        )
         bw_rows = mx.pairwise_bandwidth(comm, ns.bandwidth_bytes, pacer=ex.pacer)
         if ns.warmup:
             ex.run_phase("step", ns.warmup, 0)
@@ -137,18 +175,29 @@ def main(argv: Sequence[str] | None = None) -> None:
             sent = ex.sent_bytes.copy()
             ex.sent_bytes.clear()
             gathered = comm.gather(
-                {"sent": [[PHASES[red], dst, b] for (_lbl, red, dst), b in sent.items()],
-                 "steps_s": [b - a for a, b in zip(run.iteration_starts,
-                                                    [*run.iteration_starts[1:], run.total_s],
-                                                    strict=True)],
-                 "total_s": run.total_s}, root=0)
+                {
+                    "sent": [[PHASES[red], dst, b] for (_lbl, red, dst), b in sent.items()],
+                    "steps_s": [
+                        b - a
+                        for a, b in zip(
+                            run.iteration_starts,
+                            [*run.iteration_starts[1:], run.total_s],
+                            strict=True,
+                        )
+                    ],
+                    "total_s": run.total_s,
+                },
+                root=0,
+            )
             if rank == 0:
                 e = epoch_record(epoch, gathered, size)
                 epochs.append(e)
-                say(f"epoch {epoch + 1}/{ns.epochs}: {e['time_s']:.2f} s "
+                say(
+                    f"epoch {epoch + 1}/{ns.epochs}: {e['time_s']:.2f} s "
                     f"({MS_PER_S * e['time_s'] / ns.steps:.1f} ms/step), reduce-scatter "
                     f"{e['traffic_mb']['reduce_scatter']:.1f} MB, all-gather "
-                    f"{e['traffic_mb']['allgather']:.1f} MB")
+                    f"{e['traffic_mb']['allgather']:.1f} MB"
+                )
         overruns = comm.gather(list(ex.overruns.values()), root=0)
         pacing = comm.gather(ex.pacer.waited_s if ex.pacer else 0.0, root=0)
         if rank == 0:
@@ -156,11 +205,14 @@ def main(argv: Sequence[str] | None = None) -> None:
 
             doc = TrainerRun(
                 settings=TrainerSettings.from_json(
-                    vars(ns) | {"world_size": size, "progress": progress,
-                                "throttle": settings.throttle}),
+                    vars(ns)
+                    | {"world_size": size, "progress": progress, "throttle": settings.throttle}
+                ),
                 workload={"info": workload.info, "rings": workload.collective_params["rings"]},
-                mpi={"library": mx.library_version(),
-                     "thread_level": mx.thread_level_name(mx.MPI.Query_thread())},
+                mpi={
+                    "library": mx.library_version(),
+                    "thread_level": mx.thread_level_name(mx.MPI.Query_thread()),
+                },
                 bandwidth_bytes_per_s=bw_rows,
                 epochs=epochs,
                 total_time_s=sum(e["time_s"] for e in epochs),

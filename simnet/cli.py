@@ -36,8 +36,6 @@ def build_parser(subcommands: Sequence[str] = ()) -> argparse.ArgumentParser:
     return p
 
 
-
-
 def main(argv: Sequence[str] | None = None, subcommands: Sequence[str] = ()) -> int:
     """Simulate the configuration; ``subcommands`` only name the front end's others in --help."""
     args = list(sys.argv[1:] if argv is None else argv)

@@ -251,15 +251,19 @@ def _check_algorithms(algorithm: str | None, by_op: dict[str, str]) -> None:
 
     known = sorted({a for algs in ALGORITHMS.values() for a in algs})
     if algorithm is not None and algorithm not in known:
-        raise ValueError(f"collectives.algorithm: unknown algorithm {algorithm!r}; "
-                         f"known: {', '.join(known)}")
+        raise ValueError(
+            f"collectives.algorithm: unknown algorithm {algorithm!r}; known: {', '.join(known)}"
+        )
     for op, alg in by_op.items():
         if op not in ALGORITHMS:
-            raise ValueError(f"collectives.by_op: unknown collective {op!r}; known: "
-                             f"{', '.join(ALGORITHMS)}")
+            raise ValueError(
+                f"collectives.by_op: unknown collective {op!r}; known: {', '.join(ALGORITHMS)}"
+            )
         if alg not in ALGORITHMS[op]:
-            raise ValueError(f"collectives.by_op.{op}: {alg!r} is not an algorithm of {op}; "
-                             f"choose one of {', '.join(ALGORITHMS[op])}")
+            raise ValueError(
+                f"collectives.by_op.{op}: {alg!r} is not an algorithm of {op}; "
+                f"choose one of {', '.join(ALGORITHMS[op])}"
+            )
 
 
 class HostsSection(_Strict):
@@ -271,8 +275,9 @@ class HostsSection(_Strict):
     )
     cores: int | None = Field(None, ge=1, description="cores per host (reported)")
     copy_bandwidth_gb_per_s: float | None = Field(
-        None, gt=0, description="memory-copy capacity of a host, shared by its intra-host "
-        "messages, GB/s"
+        None,
+        gt=0,
+        description="memory-copy capacity of a host, shared by its intra-host messages, GB/s",
     )
     rank_copy_bandwidth_gb_per_s: float | None = Field(
         None, gt=0, description="fastest copy of one rank, GB/s (default: the host's capacity)"
@@ -354,8 +359,10 @@ class Config(_Strict):
         elif t.type == "ring":
             ring_orders(t.permutations, n)  # raises with the offending entry
             if self.world_size != n and t.permutations != [0]:
-                raise ValueError(f"topology.permutations: rings order the ranks, so the world "
-                                 f"size ({self.world_size}) must equal topology.num_nodes ({n})")
+                raise ValueError(
+                    f"topology.permutations: rings order the ranks, so the world "
+                    f"size ({self.world_size}) must equal topology.num_nodes ({n})"
+                )
         if t.type == "hierarchical":
             g = t.effective_group_size
             if n % g:

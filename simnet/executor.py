@@ -539,6 +539,8 @@ def _pop(d: dict, key: object) -> Any:
 
 _OP_TYPES = (Collective, Compute, Send, Recv, Wait, Testany)
 _OP_TYPE_SET = frozenset(_OP_TYPES)
+
+
 def _base_op_type(op: object) -> type | None:
     """The operation type ``op`` is an instance of (None: not an operation)."""
     return next((k for k in _OP_TYPES if isinstance(op, k)), None)

@@ -105,7 +105,7 @@ class HostCalibration:
     def from_json(cls, doc: Any, source: str = "host calibration") -> HostCalibration:
         if not isinstance(doc, dict) or doc.get("kind") != "host-calibration":
             raise HostCalibrationError(
-                f"{source}: not a host calibration (no \"kind\": \"host-calibration\"); "
+                f'{source}: not a host calibration (no "kind": "host-calibration"); '
                 "make one with `python -m simnet calibrate-host`"
             )
         if doc.get("format") != FORMAT:
@@ -132,8 +132,6 @@ def _values(p: HostParams) -> tuple[float, float, float, float]:
         p.rank_copy_bandwidth_gb_per_s,
         p.gamma_s_per_byte,
     )
-
-
 
 
 def load_host_calibration(path: str) -> HostCalibration:

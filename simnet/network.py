@@ -840,8 +840,10 @@ class FlowNetwork:
                     return  # nothing left, or a wake-up is already due first
                 nt = times[0]
                 queue = self._env_queue
-                if queue is not None and hops < _FAST_FORWARD_HOPS and (
-                    not queue or nt < queue[0][0]
+                if (
+                    queue is not None
+                    and hops < _FAST_FORWARD_HOPS
+                    and (not queue or nt < queue[0][0])
                 ):
                     # No simpy event is due before (or at) our next timer, so nothing
                     # can happen in between: move the clock there ourselves rather than

@@ -537,20 +537,25 @@ def program_time(
     return ex.run_phase().makespan_s
 
 
-def exchange_time(topology: nx.DiGraph, size_bytes: int, alpha_s: float = 0.0) -> float:
-    """Seconds for every endpoint to send ``size_bytes`` to the next one and receive as
-    many from the previous, all at once (the micro-benchmark's ``exchange``)."""
+def exchange_time(
+    topology: nx.DiGraph, size_bytes: int, alpha_s: float = 0.0, window: int = 1
+) -> float:
+    """Seconds per message for every endpoint to send ``window`` messages of
+    ``size_bytes`` to the next one and receive as many from the previous, all at once
+    (the micro-benchmark's ``exchange``: the whole exchange's time / ``window``)."""
     count = size_bytes // ELEM_BYTES
     p = topology.graph["num_endpoints"]
 
     def program(rank: int) -> list:
         b = ProgramBuilder()
-        s = b.send((rank + 1) % p, count, tag=1, group="world", blocking=False)
-        r = b.recv((rank - 1) % p, count, tag=1, group="world", blocking=False)
-        b.wait(s, r)
+        reqs = []
+        for _ in range(window):
+            reqs.append(b.recv((rank - 1) % p, count, tag=1, group="world", blocking=False))
+            reqs.append(b.send((rank + 1) % p, count, tag=1, group="world", blocking=False))
+        b.wait(*reqs)
         return b.ops
 
-    return program_time(topology, program, name="exchange", alpha_s=alpha_s)
+    return program_time(topology, program, name="exchange", alpha_s=alpha_s) / window
 
 
 def message_time(

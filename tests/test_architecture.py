@@ -100,8 +100,9 @@ def import_graph() -> nx.DiGraph:
                 else:
                     mod = node.module or ""
                 # `from pkg import sub` names a module when pkg.sub is one.
-                targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod
-                           for a in node.names]
+                targets = [
+                    f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod for a in node.names
+                ]
             for t in targets:
                 while t and t not in known:
                     t = t.rpartition(".")[0]

@@ -115,9 +115,7 @@ def quick_config(tmp_path: Path, **over) -> Path:
     return path
 
 
-def run_job(
-    config: Path, *extra: str, timeout: float = 240
-) -> subprocess.CompletedProcess[str]:
+def run_job(config: Path, *extra: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     # Without a host model unless asked: calibrating this host takes about 30 s.
     extra = extra or ("--no-host-model",)
     return subprocess.run(

@@ -314,9 +314,11 @@ def test_every_model_builds_and_requests_are_consistent():
 def test_schedule_collectives_get_a_send_buffer_of_the_whole_transfer():
     from workload.accounting import buffer_needs
 
-    w = MODELS["alexnet_ring"].build(4, {"input_channels": 3, "num_classes": 10,
-                                         "compute_us": 0, "hierarchical": 0},
-                                     BuildOptions(scale=0.01))
+    w = MODELS["alexnet_ring"].build(
+        4,
+        {"input_channels": 3, "num_classes": 10, "compute_us": 0, "hierarchical": 0},
+        BuildOptions(scale=0.01),
+    )
     block = -(-round(57_044_810 * 0.01) // 4)
     needs = buffer_needs(w, 0, [w.phases[0].program(0)])
     # reduce_scatter and allgather on 4 ranks: the whole 4-block vector.
@@ -333,8 +335,14 @@ def test_gpt3_total_params_integer_arithmetic_as_the_reference():
 def test_launch_info_counts_ranks_per_host_under_slurm(monkeypatch):
     from proxies.launch import launch_info
 
-    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS",
-                "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"):
+    for var in (
+        "PMI_SIZE",
+        "OMPI_COMM_WORLD_SIZE",
+        "PMIX_SIZE",
+        "MPI_LOCALNRANKS",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+        "SLURM_NTASKS_PER_NODE",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("SLURM_NTASKS", "64")
     monkeypatch.setenv("SLURM_TASKS_PER_NODE", "32(x2)")

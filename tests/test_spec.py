@@ -106,10 +106,14 @@ def test_study_names_and_valid_specs():
 def test_iteration_counts():
     gpt2 = MODELS["gpt2"]
     assert RunSpec(model="gpt2").iteration_counts() == (1, 10)
-    assert RunSpec(model="gpt2", reference_counts=True).iteration_counts() == (
-        gpt2.counts.reference_warmup,
-        gpt2.counts.reference_runs,
-    ) == (10, 256)
+    assert (
+        RunSpec(model="gpt2", reference_counts=True).iteration_counts()
+        == (
+            gpt2.counts.reference_warmup,
+            gpt2.counts.reference_runs,
+        )
+        == (10, 256)
+    )
     assert RunSpec(model="gpt2", iters=3, warmup=0).iteration_counts() == (0, 3)
 
 

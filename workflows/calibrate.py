@@ -563,6 +563,7 @@ def message_time_s(
 def predict(cal: Calibration, topology: str = "switch") -> list[dict[str, Any]]:
     """Measured vs simulated time of every row (seconds)."""
     from simnet.simulate import collective_time
+
     p = cal.bench.world_size
     bw, alpha = cal.bandwidth_bytes_per_s, cal.alpha_s
     graph = build_graph(topology, p, bw)

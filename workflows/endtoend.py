@@ -108,8 +108,7 @@ def metrics_text(
         f"model: AlexNet, {info['parameters']} parameters; "
         f"{info['gradient_elems']} gradient elements per step "
         f"(scale {s.scale:g})",
-        f"algorithm: {info['algorithm']}, rings: "
-        f"{measured.workload['rings']}",
+        f"algorithm: {info['algorithm']}, rings: {measured.workload['rings']}",
         f"training: {s.epochs} epochs x {s.steps} steps, batch {s.batch_size}, "
         f"compute {s.compute_us:g} us per step",
         f"bandwidth limit: {s.bandwidth_limit:g} GB/s per pair (GB = 1e9 B)",
@@ -227,9 +226,7 @@ def prediction_lines(comparison: dict[str, Any], per: str) -> list[str]:
 
 
 # -- the job ---------------------------------------------------------------------------
-def run(
-    cfg: Config, out: Path, say: Any = print, machine: ThisMachine | None = None
-) -> int:
+def run(cfg: Config, out: Path, say: Any = print, machine: ThisMachine | None = None) -> int:
     """The main job; ``machine``: the calibrated host to predict on as well (None: only
     the configured network)."""
     from simnet.output import write_all
@@ -332,9 +329,7 @@ def run(
     return 0
 
 
-def run_proxy_workload(
-    cfg: Config, out: Path, say: Any, machine: ThisMachine | None = None
-) -> int:
+def run_proxy_workload(cfg: Config, out: Path, say: Any, machine: ThisMachine | None = None) -> int:
     """A proxy workload: real run, predictions, and their per-iteration times; with
     ``machine``, the op-by-op comparison against the calibrated host in
     ``out/this_machine/`` (the files of ``python -m simnet validate``)."""

@@ -52,7 +52,8 @@ DEFAULT_RANKS = (2, 4, 8)
 DEFAULT_MAX_AGE_DAYS = 7.0
 # Sizes (bytes: first, last, factor; the micro-benchmark's -b -e -f): large enough that
 # copies dominate, few enough for about 2 minutes in all.
-EXCHANGE_SIZES = (1 << 18, 1 << 26, 4)
+EXCHANGE_SIZES = (1 << 17, 1 << 23, 4)  # per message; EXCHANGE_WINDOW of them in flight
+EXCHANGE_WINDOW = 8
 PINGPONG_SIZES = (8, 1 << 24, 16)
 ALLREDUCE_SIZES = (1 << 20, 1 << 24, 4)
 
@@ -152,15 +153,17 @@ def _linear_fit(k_bytes: np.ndarray, t: np.ndarray) -> tuple[float, float, float
 
 
 def fit_exchange(
-    rows: Sequence[tuple[int, float]], ranks: int
+    rows: Sequence[tuple[int, float]], ranks: int, window: int = 1
 ) -> tuple[float, float, dict[str, Any]]:
     """Copy latency (s) and host copy capacity (bytes/s) from exchange rows
-    ``(size_bytes per rank, seconds)``: ``t = a + ranks * size / C``."""
+    ``(size_bytes per message, seconds per message)`` with ``window`` messages per rank
+    in flight: the whole exchange takes ``a + ranks * window * size / C`` (all ranks'
+    messages share C; each message's cost a is paid side by side)."""
     if len(rows) < 2:
         raise HostCalibrationError(f"exchange at {ranks} ranks: need at least 2 sizes")
     s = np.array([r[0] for r in rows], float)
-    t = np.array([r[1] for r in rows], float)
-    a, beta, r2, err = _linear_fit(ranks * s, t)
+    t = np.array([r[1] for r in rows], float) * window  # the whole exchange
+    a, beta, r2, err = _linear_fit(ranks * window * s, t)
     if beta <= 0:
         raise HostCalibrationError(
             f"exchange at {ranks} ranks: time does not grow with size; measure larger sizes"
@@ -203,7 +206,7 @@ def simulate_row(op: str, size_bytes: int, params: HostParams, gamma: float | No
     gamma = params.gamma_s_per_byte if gamma is None else gamma
     n = params.ranks_per_host
     if op == "exchange":
-        return simnet.exchange_time(g, size_bytes)
+        return simnet.exchange_time(g, size_bytes, window=EXCHANGE_WINDOW)
     if op == "pingpong":
         return simnet.message_time(g, 0, 1, size_bytes)
     count = size_bytes // 4
@@ -249,7 +252,7 @@ def fit_host(
     fits = [pp_fit | {"alpha_us": alpha_s * US, "rank_copy_bandwidth_gb_per_s": rank_bw / GB}]
     by_ranks = []
     for n in sorted(docs):
-        a, cap, ex_fit = fit_exchange(_rows(docs[n], "exchange", stat), n)
+        a, cap, ex_fit = fit_exchange(_rows(docs[n], "exchange", stat), n, EXCHANGE_WINDOW)
         params = HostParams(n, cap / GB, a * US, rank_bw / GB, 0.0)
         gamma, ar_fit = fit_gamma(_rows(docs[n], "allreduce", stat), params)
         params = HostParams(n, cap / GB, a * US, rank_bw / GB, gamma)
@@ -281,6 +284,7 @@ def fit_host(
 def microbench_command(
     ranks: int, ops: Sequence[str], sizes: tuple[int, int, int], iters: int, json_path: Path
 ) -> list[str]:
+    """The micro-benchmark run of ``ops`` at ``ranks`` (exchange with its window)."""
     first, last, factor = sizes
     # As the proxies do (--progress auto): with more ranks than cores, MPICH's blocking
     # calls crawl (an 8-rank 4 MB allreduce on 2 cores: 3.6 s blocking, 25 ms polled).
@@ -306,6 +310,8 @@ def microbench_command(
         "2",
         "--progress",
         progress,
+        "--exchange-window",
+        str(EXCHANGE_WINDOW),
         "--json",
         str(json_path),
     ]

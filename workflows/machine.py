@@ -82,5 +82,6 @@ def machine_result(cfg: Config, machine: ThisMachine, **kw: Any):  # -> SimResul
         f"gamma {p.gamma_s_per_byte:.3g} s/B, from {machine.source}",
         *machine.notes,
     ]
-    return simulate(mcfg, record_series=False, topology=hostcal.host_graph(p),
-                    topology_notes=notes, **kw)
+    return simulate(
+        mcfg, record_series=False, topology=hostcal.host_graph(p), topology_notes=notes, **kw
+    )

@@ -173,9 +173,7 @@ def error_plot(doc: dict[str, Any], path: Path) -> Path:
     for x in (-10, 10):
         ax.axvline(x, color="grey", ls=":", lw=0.8)
     ax.set_xlabel("predicted vs measured time per iteration (%)")
-    ax.set_title(
-        f"validation suite: geometric mean |error| {doc['geomean_abs_error_pct']:.1f}%"
-    )
+    ax.set_title(f"validation suite: geometric mean |error| {doc['geomean_abs_error_pct']:.1f}%")
     ax.invert_yaxis()
     fig.tight_layout()
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110), binary=True)
@@ -249,8 +247,15 @@ def run_suite(
         out / "validation_suite.csv",
         ["case", "model", "world_size", "scale", "measured_s", "predicted_s", "error_pct"],
         [
-            [r["case"], r["model"], r["world_size"], r["scale"], r["measured_s"],
-             r["predicted_s"], r["error_pct"]]
+            [
+                r["case"],
+                r["model"],
+                r["world_size"],
+                r["scale"],
+                r["measured_s"],
+                r["predicted_s"],
+                r["error_pct"],
+            ]
             for r in rows
         ],
     )
@@ -287,8 +292,15 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if ns.iters is not None or ns.warmup is not None:
         cases = [
-            Case(c.model, c.world_size, c.args, c.scale, c.flags,
-                 ns.iters or c.iters, c.warmup if ns.warmup is None else ns.warmup)
+            Case(
+                c.model,
+                c.world_size,
+                c.args,
+                c.scale,
+                c.flags,
+                ns.iters or c.iters,
+                c.warmup if ns.warmup is None else ns.warmup,
+            )
             for c in cases
         ]
     out = Path(ns.out or "results/validation_suite")

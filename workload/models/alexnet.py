@@ -30,15 +30,15 @@ BATCH_PER_PROCESS = 32  # samples per step at DEFAULT_COMPUTE_US_PER_STEP us of 
 
 def alexnet_params(input_channels: int = 3, num_classes: int = 10) -> int:
     """Trainable parameters of AlexNet (weights and biases)."""
-    convs = [(input_channels, 64, 11), (64, 192, 5), (192, 384, 3), (384, 256, 3),
-             (256, 256, 3)]
+    convs = [(input_channels, 64, 11), (64, 192, 5), (192, 384, 3), (384, 256, 3), (256, 256, 3)]
     n = sum(cin * cout * k * k + cout for cin, cout, k in convs)
     fcs = [(256 * 6 * 6, 4096), (4096, 4096), (4096, num_classes)]
     return n + sum(i * o + o for i, o in fcs)
 
 
-def ring_trainer_program(block_elems: int, world: int, compute_us: float, algorithm: str
-                         ) -> list[Op]:
+def ring_trainer_program(
+    block_elems: int, world: int, compute_us: float, algorithm: str
+) -> list[Op]:
     """One step; ``block_elems`` is each rank's block of the padded gradient."""
     b = ProgramBuilder(BuildOptions(scale=1.0, algorithm=algorithm))
     b.compute(compute_us, "forward_backward")
@@ -53,12 +53,15 @@ def ring_trainer_program(block_elems: int, world: int, compute_us: float, algori
 
 class AlexNetRing(Model):
     name = "alexnet_ring"
-    description = ("AlexNet ring trainer: data parallelism, gradients by reduce-scatter then "
-                   "all-gather over rings (project schedules)")
+    description = (
+        "AlexNet ring trainer: data parallelism, gradients by reduce-scatter then "
+        "all-gather over rings (project schedules)"
+    )
     args = (Arg("input_channels", 3, "image channels"), Arg("num_classes", 10, "classes"))
-    flags = (Arg("compute_us", DEFAULT_COMPUTE_US_PER_STEP,
-                 "emulated compute per step (us)"),
-             Arg("hierarchical", 0, "group size of the two-level algorithm (0: rings)"))
+    flags = (
+        Arg("compute_us", DEFAULT_COMPUTE_US_PER_STEP, "emulated compute per step (us)"),
+        Arg("hierarchical", 0, "group size of the two-level algorithm (0: rings)"),
+    )
     order = 120
     counts = Counts(0, 100, 1, 10)
     batch_definition = (
@@ -78,16 +81,20 @@ class AlexNetRing(Model):
     def _build(self, req: BuildRequest) -> Workload:
         world_size, params, options, _ = req
         if world_size < 2:
-            raise LayoutError(f"{self.name}: a ring needs at least 2 ranks (got {world_size}); "
-                              "nearest valid world size: 2")
+            raise LayoutError(
+                f"{self.name}: a ring needs at least 2 ranks (got {world_size}); "
+                "nearest valid world size: 2"
+            )
         total = alexnet_params(params["input_channels"], params["num_classes"])
         scaled = max(world_size, round(total * options.scale))
         # The gradient is padded to whole blocks of world_size: each rank owns one block.
         block = -(-scaled // world_size)
         local = params.get("hierarchical") or 0
         if local and world_size % local:
-            raise LayoutError(f"{self.name}: the hierarchical group size {local} must divide "
-                              f"the world size {world_size}")
+            raise LayoutError(
+                f"{self.name}: the hierarchical group size {local} must divide "
+                f"the world size {world_size}"
+            )
         algorithm = options.algorithm or ("hierarchical" if local else "multiring")
         compute = float(params.get("compute_us", DEFAULT_COMPUTE_US_PER_STEP))
 
@@ -100,19 +107,32 @@ class AlexNetRing(Model):
             return ops
 
         return self.workload(
-            world_size, params, {"world": world_groups(world_size)}, [Phase("step", program)],
-            info={"parameters": total, "gradient_elems": block * world_size,
-                  "block_elems": block, "compute_us_per_step": compute,
-                  "algorithm": algorithm},
-            summary=[("world_size", world_size), ("parameters", total),
-                     ("gradient elements synchronised",
-                      f"{block * world_size} (scale {options.scale:g})")],
+            world_size,
+            params,
+            {"world": world_groups(world_size)},
+            [Phase("step", program)],
+            info={
+                "parameters": total,
+                "gradient_elems": block * world_size,
+                "block_elems": block,
+                "compute_us_per_step": compute,
+                "algorithm": algorithm,
+            },
+            summary=[
+                ("world_size", world_size),
+                ("parameters", total),
+                (
+                    "gradient elements synchronised",
+                    f"{block * world_size} (scale {options.scale:g})",
+                ),
+            ],
             per="step",
             collective_params={"rings": rings, "local_size": local or None},
         )
 
-    def samples_per_iteration(self, world_size: int, params: dict[str, Any],
-                              info: dict[str, Any]) -> float | None:
+    def samples_per_iteration(
+        self, world_size: int, params: dict[str, Any], info: dict[str, Any]
+    ) -> float | None:
         compute = info.get("compute_us_per_step", DEFAULT_COMPUTE_US_PER_STEP)
         return BATCH_PER_PROCESS * float(compute) / DEFAULT_COMPUTE_US_PER_STEP * world_size
 

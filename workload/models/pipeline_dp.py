@@ -128,6 +128,7 @@ class PipelineDataParallel(Model):
             f"reference's pipeline message is a micro-batch of {n} {seq} of "
             f"{self.sequence_tokens} tokens"
         )
+
     # Defaults: ~2.5 min for the headline `mpirun -n 32 python -m proxies.gpt2 64 8` on
     # 2 cores (measured: 50 s first-touch warm-up, then ~9.3 s per iteration).
     counts = Counts(10, 256, 1, 10)
