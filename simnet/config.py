@@ -311,6 +311,14 @@ class CollectivesSection(_Strict):
         "reducing step of a collective the MPI library runs (the proxies' own schedules "
         "move data without reducing it)",
     )
+    step_latency_us: float = Field(
+        0.0,
+        ge=0,
+        le=1e6,
+        description="cost per step of a collective the MPI library runs (us), paid at the "
+        "step's end: a library without a progress thread advances a collective only when "
+        "the program tests it (as the proxies' polled progress does)",
+    )
 
     @model_validator(mode="after")
     def _known(self) -> CollectivesSection:

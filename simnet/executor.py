@@ -143,15 +143,22 @@ class SimExecutor:
         compute_scale: float = 1.0,
         gamma_s_per_byte: float = 0.0,
         gamma_for_named_algorithms: bool = False,
+        step_latency_s: float = 0.0,
     ) -> None:
         """``gamma_s_per_byte``: the reduction cost (seconds per byte received in a
         reducing step) of the collectives the MPI library runs, i.e. those whose
         program names no algorithm: the proxies' own schedules move data without
         reducing it. ``gamma_for_named_algorithms`` applies it to those too (a
-        question about the library's algorithm by name, as ``collective_time``)."""
+        question about the library's algorithm by name, as ``collective_time``).
+        ``step_latency_s``: a cost per step of those same collectives, paid at the
+        step's end (a library without a progress thread advances a collective only when
+        the program tests it, so each step waits for the next test)."""
         if not gamma_s_per_byte >= 0:
             raise ValueError(f"gamma_s_per_byte must be >= 0 (got {gamma_s_per_byte!r})")
+        if not step_latency_s >= 0:
+            raise ValueError(f"step_latency_s must be >= 0 (got {step_latency_s!r})")
         self.gamma = float(gamma_s_per_byte)
+        self.step_latency = float(step_latency_s)
         self.gamma_named = gamma_for_named_algorithms
         self.workload = workload
         self.make_network = make_network
@@ -191,12 +198,18 @@ class SimExecutor:
         return hit
 
     def _plan(
-        self, sched: Schedule, kind: str, members: tuple[int, ...], me: int, gamma: float = 0.0
+        self,
+        sched: Schedule,
+        kind: str,
+        members: tuple[int, ...],
+        me: int,
+        costs: tuple[float, float] = (0.0, 0.0),
     ) -> _Plan:
         """``sched.rank_plan(me)`` resolved to global ranks (see :class:`_Plan`), with
-        the reduction cost ``gamma`` (s/B); kept for reuse unless it is very large."""
+        ``costs``: the reduction cost (s/B) and the cost per step (s) it pays; kept for
+        reuse unless it is very large."""
         # The schedule is kept in self._schedules, so its id is stable.
-        key = (id(sched), kind, members[0], me, gamma)
+        key = (id(sched), kind, members[0], me, costs)
         plan = self._plans.get(key)
         if plan is not None:
             return plan
@@ -224,9 +237,10 @@ class SimExecutor:
                 tot = totals[reduce]
                 tot[pair] = tot.get(pair, 0) + n * size
         delays = None
-        if gamma > 0 and totals[1]:
+        gamma, step_s = costs
+        if step_s > 0 or (gamma > 0 and totals[1]):
             delays = [
-                gamma * sum(t.size_bytes for t in recvs if t.reduce)
+                step_s + gamma * sum(t.size_bytes for t in recvs if t.reduce)
                 for _, recvs in sched.rank_steps(me)
             ]
         plan = _Plan(steps, totals[1], totals[0], messages, delays)
@@ -454,8 +468,9 @@ class PhaseSim:
             return seq_key, None, 0, (), 0, None
         sched, alg = ex.schedule(op, p)
         self.algorithms[op.op].add(alg)
-        gamma = ex.gamma if op.algorithm is None or ex.gamma_named else 0.0
-        plan = ex._plan(sched, op.group, members, me, gamma)
+        library = op.algorithm is None or ex.gamma_named
+        costs = (ex.gamma, ex.step_latency) if library else (0.0, 0.0)
+        plan = ex._plan(sched, op.group, members, me, costs)
         gkey = (op.group, members[0])
         gid = self._gids.get(gkey)
         if gid is None:

@@ -32,6 +32,7 @@ class HostParams:
     copy_latency_us: float
     rank_copy_bandwidth_gb_per_s: float
     gamma_s_per_byte: float
+    step_latency_us: float = 0.0  # per step of a collective the MPI library runs
 
     @property
     def copy_bandwidth_bytes_per_s(self) -> float:
@@ -95,6 +96,7 @@ class HostCalibration:
                 "copy_latency_us": "microseconds per intra-host message",
                 "rank_copy_bandwidth_gb_per_s": "GB/s, one rank's fastest copy",
                 "gamma_s_per_byte": "seconds per reduced byte",
+                "step_latency_us": "microseconds per step of a collective the library runs",
             },
             "by_ranks_per_host": [asdict(p) for p in self.by_ranks],
             "fits": self.fits,
@@ -125,12 +127,13 @@ class HostCalibration:
             raise HostCalibrationError(f"{source}: malformed host calibration ({e})") from None
 
 
-def _values(p: HostParams) -> tuple[float, float, float, float]:
+def _values(p: HostParams) -> tuple[float, float, float, float, float]:
     return (
         p.copy_bandwidth_gb_per_s,
         p.copy_latency_us,
         p.rank_copy_bandwidth_gb_per_s,
         p.gamma_s_per_byte,
+        p.step_latency_us,
     )
 
 
@@ -172,9 +175,8 @@ def apply_host_params(cfg: Any) -> tuple[Any, list[str]]:
         update["cores"] = cal.key["cores"]
     hosts = h.model_copy(update=update)
     coll = cfg.collectives
-    if "gamma_s_per_byte" not in coll.model_fields_set:
-        coll = coll.model_copy(update={"gamma_s_per_byte": params.gamma_s_per_byte})
-        notes.append(
-            f"calibrated: collectives.gamma_s_per_byte = {params.gamma_s_per_byte:.3g} from {name}"
-        )
+    for fld in ("gamma_s_per_byte", "step_latency_us"):
+        if fld not in coll.model_fields_set:
+            coll = coll.model_copy(update={fld: getattr(params, fld)})
+            notes.append(f"calibrated: collectives.{fld} = {getattr(params, fld):.3g} from {name}")
     return cfg.model_copy(update={"hosts": hosts, "collectives": coll}), notes

@@ -318,6 +318,8 @@ def simulate(
         policy=build_policy(cfg),
         eager_threshold_bytes=cfg.network.eager_threshold_bytes,
         compute_scale=cfg.workload.compute_scale,
+        gamma_s_per_byte=cfg.collectives.gamma_s_per_byte,
+        step_latency_s=us_to_s(cfg.collectives.step_latency_us),
     )
     phases = []
     for i, ph in enumerate(workload.phases):
@@ -466,6 +468,7 @@ def collective_time(
     size_bytes: int,
     alpha_s: float = 0.0,
     gamma_s_per_byte: float = 0.0,
+    step_latency_s: float = 0.0,
     **schedule_kw: Any,
 ) -> float:
     """Simulated seconds of one collective over all endpoints of ``topology``.
@@ -474,7 +477,8 @@ def collective_time(
     whole vector for allreduce; each rank's contribution for allgather; each
     rank's block for reduce_scatter; per peer for alltoall), in bytes: it must
     be a multiple of 4 (float32 elements). ``gamma_s_per_byte`` is the reduction
-    cost (seconds per reduced byte) of a collective the MPI library runs.
+    cost (seconds per reduced byte) and ``step_latency_s`` the cost per step (seconds)
+    of a collective the MPI library runs.
     """
     if size_bytes % ELEM_BYTES:
         raise ValueError(f"size_bytes must be a multiple of {ELEM_BYTES} (float32 elements)")
@@ -504,6 +508,7 @@ def collective_time(
         name=f"{op}/{algorithm}",
         alpha_s=alpha_s,
         gamma_s_per_byte=gamma_s_per_byte,
+        step_latency_s=step_latency_s,
         policy=policy,
         library_algorithm=True,
     )
@@ -516,6 +521,7 @@ def program_time(
     name: str = "program",
     alpha_s: float = 0.0,
     gamma_s_per_byte: float = 0.0,
+    step_latency_s: float = 0.0,
     eager_threshold_bytes: int = 0,
     policy: AlgorithmPolicy | None = None,
     library_algorithm: bool = False,
@@ -533,6 +539,7 @@ def program_time(
         eager_threshold_bytes=eager_threshold_bytes,
         gamma_s_per_byte=gamma_s_per_byte,
         gamma_for_named_algorithms=library_algorithm,
+        step_latency_s=step_latency_s,
     )
     return ex.run_phase().makespan_s
 

@@ -25,16 +25,17 @@ A = {2: 3e-6, 4: 40e-6, 8: 900e-6}  # per-message cost (s)
 B = 9 * GB  # one rank's fastest copy (bytes/s)
 ALPHA = A[2]  # pingpong per-message time (s): the same per-message cost
 GAMMA = 0.25e-9  # s per reduced byte
+STEP = 150e-6  # s per step of a collective the library runs
 
 
-def rabenseifner_s(n: int, size: int, gamma: float) -> float:
+def rabenseifner_s(n: int, size: int, gamma: float, step: float = 0.0) -> float:
     """MPICH's large allreduce at a power of two: recursive halving, then doubling;
-    in each of the 2 lg n steps all n ranks send at once, each flow at min(B, C/n);
-    the halving steps reduce what they receive."""
+    in each of the 2 lg n steps all n ranks send at once, each flow at min(B, C/n),
+    and each step costs ``step`` more; the halving steps reduce what they receive."""
     rate = min(B, C[n] / n)
     steps = int(math.log2(n))
     moved = size * (1 - 1 / n)  # per rank, in each half
-    return 2 * moved / rate + 2 * steps * A[n] + gamma * moved
+    return 2 * moved / rate + 2 * steps * (A[n] + step) + gamma * moved
 
 
 def doc(n: int) -> dict:
@@ -43,8 +44,11 @@ def doc(n: int) -> dict:
     for s in (1 << 17, 1 << 19, 1 << 21, 1 << 23):
         t = (A[n] + n * w * s / C[n]) / w
         rows.append({"op": "exchange", "size_bytes": s, "time_s": {"min": t, "avg": t}})
+    for s in (1 << 10, 1 << 14, 1 << 18):  # one message per rank: its cost, then its bytes
+        t = A[n] + s / min(C[n] / n, B)
+        rows.append({"op": hostcal.SINGLE, "size_bytes": s, "time_s": {"min": t, "avg": t}})
     for s in (1 << 20, 1 << 22, 1 << 24):
-        t = rabenseifner_s(n, s, GAMMA)
+        t = rabenseifner_s(n, s, GAMMA, STEP)
         rows.append({"op": "allreduce", "size_bytes": s, "time_s": {"min": t, "avg": t}})
     if n == 2:
         for s in (8, 1 << 12, 1 << 16, 1 << 20, 1 << 24):
@@ -68,8 +72,17 @@ def test_fit_recovers_the_copy_capacity_and_per_message_cost(fitted, n):
 
 
 @pytest.mark.parametrize("n", [2, 4, 8])
-def test_fit_recovers_gamma(fitted, n):
+def test_fit_recovers_gamma_and_the_step_cost(fitted, n):
     assert fitted.at(n)[0].gamma_s_per_byte == pytest.approx(GAMMA, rel=0.01)
+    assert fitted.at(n)[0].step_latency_us == pytest.approx(STEP * 1e6, rel=0.01)
+
+
+def test_a_step_cost_adds_exactly_that_per_step():
+    p = HostParams(8, C[8] / GB, A[8] * 1e6, B / GB, 0.0)
+    g = hostcal.host_graph(p)
+    t0 = simnet.collective_time(g, "allreduce", "rabenseifner", 1 << 22)
+    t1 = simnet.collective_time(g, "allreduce", "rabenseifner", 1 << 22, step_latency_s=STEP)
+    assert t1 - t0 == pytest.approx(2 * 3 * STEP, rel=1e-9)  # 2 lg 8 steps
 
 
 def test_every_point_is_simulated_back_within_one_percent(fitted):
@@ -160,3 +173,4 @@ def test_a_config_takes_the_host_model_from_the_file(fitted, tmp_path):
     text = " ".join(res.assumed)
     assert "calibrated: hosts.copy_bandwidth_gb_per_s = 14" in text
     assert "calibrated: collectives.gamma_s_per_byte = 2.5e-10" in text
+    assert "calibrated: collectives.step_latency_us = 150" in text

@@ -54,6 +54,9 @@ DEFAULT_MAX_AGE_DAYS = 7.0
 # copies dominate, few enough for about 2 minutes in all.
 EXCHANGE_SIZES = (1 << 17, 1 << 23, 4)  # per message; EXCHANGE_WINDOW of them in flight
 EXCHANGE_WINDOW = 8
+# One message per rank at a time: the per-message cost of messages sent one by one.
+SINGLE_SIZES = (1 << 10, 1 << 18, 16)
+SINGLE = "exchange_single"  # its rows, as this module names them
 PINGPONG_SIZES = (8, 1 << 24, 16)
 ALLREDUCE_SIZES = (1 << 20, 1 << 24, 4)
 
@@ -171,6 +174,18 @@ def fit_exchange(
     return a, 1.0 / beta, {"op": "exchange", "ranks": ranks, "r2": r2, "max_rel_error": err}
 
 
+def per_message_cost(
+    rows: Sequence[tuple[int, float]], ranks: int, rate_bytes_per_s: float
+) -> float:
+    """The cost of one message sent on its own (s): what single-message exchange rows
+    ``(size_bytes, seconds)`` take beyond their bytes at ``rate_bytes_per_s`` (each
+    flow's share of the host), the median over sizes, at least 0."""
+    if not rows:
+        raise HostCalibrationError(f"exchange of single messages at {ranks} ranks: no rows")
+    extra = sorted(t - s / rate_bytes_per_s for s, t in rows)
+    return max(0.0, extra[len(extra) // 2])
+
+
 def fit_pingpong(rows: Sequence[tuple[int, float]]) -> tuple[float, float, dict[str, Any]]:
     """Per-message time (s) and one rank's copy rate (bytes/s): ``t = alpha + size / B``."""
     if len(rows) < 2:
@@ -197,44 +212,66 @@ def host_graph(params: HostParams):  # -> nx.DiGraph
     )
 
 
-def simulate_row(op: str, size_bytes: int, params: HostParams, gamma: float | None = None) -> float:
-    """Seconds the host model predicts for one micro-benchmark row (its conventions)."""
+def simulate_row(
+    op: str, size_bytes: int, params: HostParams, costs: tuple[float, float] | None = None
+) -> float:
+    """Seconds the host model predicts for one micro-benchmark row (its conventions);
+    ``costs``: (gamma s/B, step latency s) of the library's collectives instead of
+    ``params``'."""
     import simnet
     from workload.collectives import default_algorithm
 
     g = host_graph(params)
-    gamma = params.gamma_s_per_byte if gamma is None else gamma
+    if costs is None:
+        costs = (params.gamma_s_per_byte, params.step_latency_us / US)
     n = params.ranks_per_host
     if op == "exchange":
         return simnet.exchange_time(g, size_bytes, window=EXCHANGE_WINDOW)
+    if op == SINGLE:
+        return simnet.exchange_time(g, size_bytes)
     if op == "pingpong":
         return simnet.message_time(g, 0, 1, size_bytes)
     count = size_bytes // 4
     alg = default_algorithm(op, n, count)
-    return simnet.collective_time(g, op, alg, size_bytes, gamma_s_per_byte=gamma)
+    return simnet.collective_time(
+        g, op, alg, size_bytes, gamma_s_per_byte=costs[0], step_latency_s=costs[1]
+    )
 
 
-def fit_gamma(
+def fit_library(
     rows: Sequence[tuple[int, float]], params: HostParams
-) -> tuple[float, dict[str, Any]]:
-    """The reduction cost (s/byte) that makes the simulated allreduce match the rows.
+) -> tuple[float, float, dict[str, Any]]:
+    """The library's reduction cost (s/B) and cost per collective step (s) that make the
+    simulated allreduce match the rows ``(size_bytes, seconds)``.
 
-    The simulated time is linear in gamma for a given algorithm: t(g) = t0 + g * k, with
-    k measured by simulating at g = 0 and g = 1 ns/B; gamma is the least-squares fit of
-    the relative residuals, kept >= 0.
+    The simulated time is linear in both for a given algorithm: t = t0 + gamma k_g +
+    L k_L, with k_g and k_L measured by simulating at 1 ns/B and 1 us; both are fitted
+    by least squares of the relative residuals, kept >= 0.
     """
     t = np.array([r[1] for r in rows], float)
-    t0 = np.array([simulate_row("allreduce", s, params, 0.0) for s, _ in rows])
-    g1 = 1e-9
-    k = (np.array([simulate_row("allreduce", s, params, g1) for s, _ in rows]) - t0) / g1
-    x, y = k / t, (t - t0) / t
-    gamma = max(0.0, float(x @ y / (x @ x))) if float(x @ x) > 0 else 0.0
-    model = t0 + gamma * k
+    sizes = [s for s, _ in rows]
+    t0 = np.array([simulate_row("allreduce", s, params, (0.0, 0.0)) for s in sizes])
+    k_g = (np.array([simulate_row("allreduce", s, params, (1e-9, 0.0)) for s in sizes]) - t0) / 1e-9
+    k_l = (np.array([simulate_row("allreduce", s, params, (0.0, 1e-6)) for s in sizes]) - t0) / 1e-6
+    y = (t - t0) / t
+    x = np.column_stack([k_g / t, k_l / t])
+    (gamma, step), *_ = np.linalg.lstsq(x, y, rcond=None)
+    if gamma < 0 or step < 0:  # one of them at 0: fit the other alone
+        best = None
+        for j in (0, 1):
+            col = x[:, j]
+            v = max(0.0, float(col @ y / (col @ col))) if float(col @ col) > 0 else 0.0
+            r = float(((y - col * v) ** 2).sum())
+            if best is None or r < best[0]:
+                best = (r, j, v)
+        _, j, v = best
+        gamma, step = (v, 0.0) if j == 0 else (0.0, v)
+    model = t0 + gamma * k_g + step * k_l
     err = float(np.max(np.abs(t - model) / t))
     ss = float(((t - t.mean()) ** 2).sum())
     r2 = 1.0 - float(((t - model) ** 2).sum()) / ss if ss > 0 else None
     fit = {"op": "allreduce", "ranks": params.ranks_per_host, "r2": r2, "max_rel_error": err}
-    return gamma, fit
+    return float(gamma), float(step), fit
 
 
 def fit_host(
@@ -252,17 +289,19 @@ def fit_host(
     fits = [pp_fit | {"alpha_us": alpha_s * US, "rank_copy_bandwidth_gb_per_s": rank_bw / GB}]
     by_ranks = []
     for n in sorted(docs):
-        a, cap, ex_fit = fit_exchange(_rows(docs[n], "exchange", stat), n, EXCHANGE_WINDOW)
+        _, cap, ex_fit = fit_exchange(_rows(docs[n], "exchange", stat), n, EXCHANGE_WINDOW)
+        a = per_message_cost(_rows(docs[n], SINGLE, stat), n, min(cap / n, rank_bw))
         params = HostParams(n, cap / GB, a * US, rank_bw / GB, 0.0)
-        gamma, ar_fit = fit_gamma(_rows(docs[n], "allreduce", stat), params)
-        params = HostParams(n, cap / GB, a * US, rank_bw / GB, gamma)
+        gamma, step, ar_fit = fit_library(_rows(docs[n], "allreduce", stat), params)
+        params = HostParams(n, cap / GB, a * US, rank_bw / GB, gamma, step * US)
         by_ranks.append(params)
         fits.append(ex_fit | {"copy_bandwidth_gb_per_s": cap / GB, "copy_latency_us": a * US})
-        fits.append(ar_fit | {"gamma_s_per_byte": gamma})
+        fits.append(ar_fit | {"gamma_s_per_byte": gamma, "step_latency_us": step * US})
     points = []
     for params in by_ranks:
         doc = docs[params.ranks_per_host]
-        ops = ("exchange", "allreduce") + (("pingpong",) if params.ranks_per_host == 2 else ())
+        ops = ("exchange", SINGLE, "allreduce")
+        ops += ("pingpong",) if params.ranks_per_host == 2 else ()
         for op in ops:
             for size, measured in _rows(doc, op, stat):
                 pred = simulate_row(op, size, params)
@@ -282,9 +321,14 @@ def fit_host(
 
 # -- measuring ---------------------------------------------------------------------------------
 def microbench_command(
-    ranks: int, ops: Sequence[str], sizes: tuple[int, int, int], iters: int, json_path: Path
+    ranks: int,
+    ops: Sequence[str],
+    sizes: tuple[int, int, int],
+    iters: int,
+    json_path: Path,
+    window: int = EXCHANGE_WINDOW,
 ) -> list[str]:
-    """The micro-benchmark run of ``ops`` at ``ranks`` (exchange with its window)."""
+    """The micro-benchmark run of ``ops`` at ``ranks`` (exchange with ``window``)."""
     first, last, factor = sizes
     # As the proxies do (--progress auto): with more ranks than cores, MPICH's blocking
     # calls crawl (an 8-rank 4 MB allreduce on 2 cores: 3.6 s blocking, 25 ms polled).
@@ -311,7 +355,7 @@ def microbench_command(
         "--progress",
         progress,
         "--exchange-window",
-        str(EXCHANGE_WINDOW),
+        str(window),
         "--json",
         str(json_path),
     ]
@@ -329,14 +373,19 @@ def measure(
     docs: dict[int, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="commsim-hostcal-") as tmp:
         for n in sorted(set(ranks) | {2}):
-            plan = [("exchange", EXCHANGE_SIZES), ("allreduce", ALLREDUCE_SIZES)]
+            plan = [
+                ("exchange", EXCHANGE_SIZES, EXCHANGE_WINDOW),
+                (SINGLE, SINGLE_SIZES, 1),
+                ("allreduce", ALLREDUCE_SIZES, 1),
+            ]
             if n == 2:
-                plan.append(("pingpong", PINGPONG_SIZES))
+                plan.append(("pingpong", PINGPONG_SIZES, 1))
             merged: dict[str, Any] = {"results": []}
-            for op, sizes in plan:
-                path = Path(tmp) / f"{op}-{n}.json"
-                cmd = microbench_command(n, [op], sizes, iters, path)
-                say(f"  {n} ranks: {op}, {sizes[0]} .. {sizes[1]} B ...")
+            for name, sizes, window in plan:
+                op = "exchange" if name == SINGLE else name
+                path = Path(tmp) / f"{name}-{n}.json"
+                cmd = microbench_command(n, [op], sizes, iters, path, window)
+                say(f"  {n} ranks: {op} (window {window}), {sizes[0]} .. {sizes[1]} B ...")
                 res = run_command(cmd, timeout_s)
                 if res.timed_out or res.returncode != 0 or not path.is_file():
                     tail = "\n".join(res.output.strip().splitlines()[-5:])
@@ -345,7 +394,7 @@ def measure(
                         f"micro-benchmark at {n} ranks ({op}) failed: {why}\n{tail}"
                     )
                 doc = json.loads(path.read_text())
-                merged["results"] += doc["results"]
+                merged["results"] += [r | {"op": name} for r in doc["results"]]
                 merged["mpi"] = doc.get("mpi")
             docs[n] = merged
     return docs
@@ -381,13 +430,13 @@ def summary_text(cal: HostCalibration) -> str:
         f"host model of {cal.key.get('hostname')} ({cal.key.get('cores')} cores; MPI: "
         f"mpich {cal.key.get('mpich')}, openmpi {cal.key.get('openmpi')}), made {cal.created}",
         f"{'ranks':>5}  {'copy GB/s':>9}  {'copy lat us':>11}  {'rank GB/s':>9}  "
-        f"{'gamma ns/B':>10}",
+        f"{'gamma ns/B':>10}  {'step us':>8}",
     ]
     for p in sorted(cal.by_ranks, key=lambda p: p.ranks_per_host):
         lines.append(
             f"{p.ranks_per_host:>5}  {p.copy_bandwidth_gb_per_s:>9.2f}  "
             f"{p.copy_latency_us:>11.1f}  {p.rank_copy_bandwidth_gb_per_s:>9.2f}  "
-            f"{p.gamma_s_per_byte * 1e9:>10.3f}"
+            f"{p.gamma_s_per_byte * 1e9:>10.3f}  {p.step_latency_us:>8.1f}"
         )
     lines.append("fits:")
     for f in cal.fits:
@@ -398,7 +447,7 @@ def summary_text(cal: HostCalibration) -> str:
         )
     if cal.points:
         lines.append("every point simulated with the fitted model (error = predicted vs measured):")
-        for op in ("pingpong", "exchange", "allreduce"):
+        for op in ("pingpong", "exchange", SINGLE, "allreduce"):
             pts = [p for p in cal.points if p["op"] == op]
             if not pts:
                 continue

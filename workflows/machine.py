@@ -44,6 +44,7 @@ class ThisMachine:
             "copy_latency_us": self.params.copy_latency_us,
             "rank_copy_bandwidth_gb_per_s": self.params.rank_copy_bandwidth_gb_per_s,
             "gamma_s_per_byte": self.params.gamma_s_per_byte,
+            "step_latency_us": self.params.step_latency_us,
             "params_file": self.source,
             "notes": self.notes,
         }
@@ -69,7 +70,10 @@ def machine_result(cfg: Config, machine: ThisMachine, **kw: Any):  # -> SimResul
     mcfg = cfg.model_copy(
         update={
             "collectives": cfg.collectives.model_copy(
-                update={"gamma_s_per_byte": p.gamma_s_per_byte}
+                update={
+                    "gamma_s_per_byte": p.gamma_s_per_byte,
+                    "step_latency_us": p.step_latency_us,
+                }
             ),
             "network": cfg.network.model_copy(
                 update={"alpha_us": 0.0, "injection_bandwidth_gb_per_s": None}
@@ -79,7 +83,8 @@ def machine_result(cfg: Config, machine: ThisMachine, **kw: Any):  # -> SimResul
     notes = [
         f"this machine: {p.ranks_per_host} ranks on one host, copy capacity "
         f"{p.copy_bandwidth_gb_per_s:.3g} GB/s, {p.copy_latency_us:.3g} us per message, "
-        f"gamma {p.gamma_s_per_byte:.3g} s/B, from {machine.source}",
+        f"gamma {p.gamma_s_per_byte:.3g} s/B, {p.step_latency_us:.3g} us per step of the "
+        f"library's collectives, from {machine.source}",
         *machine.notes,
     ]
     return simulate(

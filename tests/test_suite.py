@@ -1,0 +1,53 @@
+"""The validation suite (workflows.suite) on one tiny case, with a given host model:
+it runs the proxy for real, predicts it on this machine and writes its files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from simnet.hostparams import HostCalibration, HostParams
+from workflows import suite
+
+
+def test_geomean_of_errors():
+    assert suite.geomean([10.0, 40.0]) == pytest.approx(20.0)
+    assert suite.geomean([0.0, 100.0]) == pytest.approx(1.0)  # 0 counts as 0.01
+
+
+def test_unknown_cases_are_refused_naming_the_suite():
+    with pytest.raises(ValueError, match="nope not in the suite; its cases: gpt2"):
+        suite.select("dlrm,nope")
+
+
+def test_tiny_suite_case_runs_and_writes_its_files(tmp_path):
+    cal = HostCalibration(
+        {"hostname": "test", "cores": 2},
+        "2026-01-01T00:00:00+00:00",
+        [HostParams(4, 10.0, 100.0, 5.0, 1e-10, 200.0)],
+    )
+    params = tmp_path / "host.json"
+    params.write_text(json.dumps(cal.to_json()))
+    out = tmp_path / "suite"
+    r = subprocess.run(
+        [sys.executable, "-m", "simnet", "validate", "--suite", "--cases", "dlrm",
+         "--iters", "2", "--warmup", "0", "--host-params", str(params), "--out", str(out)],
+        capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads((out / "validation_suite.json").read_text())
+    (case,) = doc["cases"]
+    assert case["model"] == "dlrm" and case["world_size"] == 4
+    m, p = case["measured_s"], case["predicted_s"]
+    assert m > 0 and p > 0
+    assert case["error_pct"] == pytest.approx((p - m) / m * 100)
+    assert doc["geomean_abs_error_pct"] == pytest.approx(abs(case["error_pct"]))
+    assert doc["worst"]["case"] == case["case"]
+    assert doc["machine"]["4"]["copy_bandwidth_gb_per_s"] == 10.0
+    for name in ("validation_suite.csv", "validation_suite.txt", "validation_suite.png"):
+        assert (out / name).stat().st_size > 0, name
+    assert (out / case["case"] / "validation.json").exists()
+    assert "geometric mean |error|" in (out / "validation_suite.txt").read_text()
