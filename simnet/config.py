@@ -289,6 +289,16 @@ class HostsSection(_Strict):
         None, gt=0, description="each host's NIC per direction, GB/s (default: its links)"
     )
     nic_latency_us: float = Field(0.0, ge=0, description="NIC latency per direction (us)")
+    compute_overhead_us: float = Field(
+        0.0,
+        ge=0,
+        le=1e6,
+        description="extra time of every emulated compute operation (us): a sleep wakes up "
+        "late; with compute_stretch, a compute of d takes d (1 + stretch) + overhead",
+    )
+    compute_stretch: float = Field(
+        0.0, ge=0, le=10, description="extra time of emulated compute per unit of compute"
+    )
     params_file: str | None = Field(
         None,
         description="host calibration (python -m simnet calibrate-host) filling the fields "

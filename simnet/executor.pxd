@@ -48,6 +48,7 @@ cdef class _Rank:
     cdef public list ops
     cdef public object rank
     cdef public dict reqs
+    cdef public double overhead
     cdef public object resume
     cdef public double scale
     cdef public object sim

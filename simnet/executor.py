@@ -144,6 +144,8 @@ class SimExecutor:
         gamma_s_per_byte: float = 0.0,
         gamma_for_named_algorithms: bool = False,
         step_latency_s: float = 0.0,
+        compute_overhead_s: float = 0.0,
+        compute_stretch: float = 0.0,
     ) -> None:
         """``gamma_s_per_byte``: the reduction cost (seconds per byte received in a
         reducing step) of the collectives the MPI library runs, i.e. those whose
@@ -152,7 +154,9 @@ class SimExecutor:
         question about the library's algorithm by name, as ``collective_time``).
         ``step_latency_s``: a cost per step of those same collectives, paid at the
         step's end (a library without a progress thread advances a collective only when
-        the program tests it, so each step waits for the next test)."""
+        the program tests it, so each step waits for the next test).
+        ``compute_overhead_s`` and ``compute_stretch``: an emulated compute of d
+        seconds takes ``d (1 + stretch) + overhead`` (a sleep wakes up late)."""
         if not gamma_s_per_byte >= 0:
             raise ValueError(f"gamma_s_per_byte must be >= 0 (got {gamma_s_per_byte!r})")
         if not step_latency_s >= 0:
@@ -172,6 +176,8 @@ class SimExecutor:
             self.policy.local_size = cp["local_size"]
         self.eager = eager_threshold_bytes
         self.compute_scale = compute_scale
+        self.compute_overhead = float(compute_overhead_s)
+        self.compute_stretch = float(compute_stretch)
         self._schedules: dict[tuple, tuple[Schedule, str]] = {}
         self._members: dict[tuple[str, int], tuple[tuple[int, ...], int]] = {}
         # Rank plans with global ranks: (schedule id, kind, first member, member) -> steps.
@@ -768,6 +774,7 @@ class _Rank:
         "it",
         "iterations",
         "ops",
+        "overhead",
         "rank",
         "reqs",
         "resume",
@@ -794,7 +801,8 @@ class _Rank:
         self.tl = sim.timelines[rank] = RankTimeline()
         self.starts = [0.0] * len(ops)
         self.ends = [0.0] * len(ops)
-        self.scale = sim.ex.compute_scale
+        self.scale = sim.ex.compute_scale * (1.0 + sim.ex.compute_stretch)
+        self.overhead = sim.ex.compute_overhead
         self.resume = self._resume  # one bound method, reused as the continuation
 
     def _resume(self, _ev: object = None) -> None:
@@ -846,7 +854,9 @@ class _Rank:
             elif t is Compute:
                 if op.duration_us > 0:
                     self.i = i
-                    sim.net.call_later(op.duration_us * S_PER_US * self.scale, self.resume)
+                    sim.net.call_later(
+                        op.duration_us * S_PER_US * self.scale + self.overhead, self.resume
+                    )
                     return
             elif t is Send or t is Recv:
                 if op.req is None:

@@ -33,6 +33,8 @@ class HostParams:
     rank_copy_bandwidth_gb_per_s: float
     gamma_s_per_byte: float
     step_latency_us: float = 0.0  # per step of a collective the MPI library runs
+    compute_overhead_us: float = 0.0  # an emulated compute of d takes d (1 + stretch) + this
+    compute_stretch: float = 0.0
 
     @property
     def copy_bandwidth_bytes_per_s(self) -> float:
@@ -97,6 +99,8 @@ class HostCalibration:
                 "rank_copy_bandwidth_gb_per_s": "GB/s, one rank's fastest copy",
                 "gamma_s_per_byte": "seconds per reduced byte",
                 "step_latency_us": "microseconds per step of a collective the library runs",
+                "compute_overhead_us": "microseconds more per emulated compute (a sleep)",
+                "compute_stretch": "extra emulated compute per unit of compute",
             },
             "by_ranks_per_host": [asdict(p) for p in self.by_ranks],
             "fits": self.fits,
@@ -127,13 +131,15 @@ class HostCalibration:
             raise HostCalibrationError(f"{source}: malformed host calibration ({e})") from None
 
 
-def _values(p: HostParams) -> tuple[float, float, float, float, float]:
+def _values(p: HostParams) -> tuple[float, ...]:
     return (
         p.copy_bandwidth_gb_per_s,
         p.copy_latency_us,
         p.rank_copy_bandwidth_gb_per_s,
         p.gamma_s_per_byte,
         p.step_latency_us,
+        p.compute_overhead_us,
+        p.compute_stretch,
     )
 
 
@@ -167,8 +173,16 @@ def apply_host_params(cfg: Any) -> tuple[Any, list[str]]:
     name = h.params_file.rsplit("/", 1)[-1]
     notes = [note] if note else []
     update: dict[str, Any] = {}
-    for fld in ("copy_bandwidth_gb_per_s", "copy_latency_us", "rank_copy_bandwidth_gb_per_s"):
-        if getattr(h, fld) is None:
+    for fld in (
+        "copy_bandwidth_gb_per_s",
+        "copy_latency_us",
+        "rank_copy_bandwidth_gb_per_s",
+        "compute_overhead_us",
+        "compute_stretch",
+    ):
+        if getattr(h, fld) is None or (
+            fld.startswith("compute_") and fld not in h.model_fields_set
+        ):
             update[fld] = getattr(params, fld)
             notes.append(f"calibrated: hosts.{fld} = {getattr(params, fld):.6g} from {name}")
     if h.cores is None and isinstance(cal.key.get("cores"), int):

@@ -320,6 +320,8 @@ def simulate(
         compute_scale=cfg.workload.compute_scale,
         gamma_s_per_byte=cfg.collectives.gamma_s_per_byte,
         step_latency_s=us_to_s(cfg.collectives.step_latency_us),
+        compute_overhead_s=us_to_s(cfg.hosts.compute_overhead_us),
+        compute_stretch=cfg.hosts.compute_stretch,
     )
     phases = []
     for i, ph in enumerate(workload.phases):

@@ -174,3 +174,16 @@ def test_a_config_takes_the_host_model_from_the_file(fitted, tmp_path):
     assert "calibrated: hosts.copy_bandwidth_gb_per_s = 14" in text
     assert "calibrated: collectives.gamma_s_per_byte = 2.5e-10" in text
     assert "calibrated: collectives.step_latency_us = 150" in text
+
+
+def test_emulated_compute_takes_its_overhead_and_stretch():
+    # One rank of ResNet-152: its collectives are on groups of one, so an iteration is
+    # its compute: each operation of d seconds takes d (1 + stretch) + overhead.
+    base = {"distributed": {"num_nodes": 1}, "topology": {"type": "switch", "num_nodes": 1},
+            "workload": {"name": "resnet152", "scale": 0.01}}  # fmt: skip
+    plain = simnet.simulate(base)
+    ops = [op for op in plain.workload.phases[0].program(0) if type(op).__name__ == "Compute"]
+    total_s = sum(op.duration_us for op in ops) * 1e-6
+    assert plain.iteration_time_s == pytest.approx(total_s, rel=1e-12)
+    slow = simnet.simulate(base | {"hosts": {"compute_overhead_us": 80.0, "compute_stretch": 0.02}})
+    assert slow.iteration_time_s == pytest.approx(total_s * 1.02 + 80e-6 * len(ops), rel=1e-9)

@@ -186,6 +186,40 @@ def per_message_cost(
     return max(0.0, extra[len(extra) // 2])
 
 
+def measure_sleep(
+    durations_s: Sequence[float] = (1e-4, 1e-3, 5e-3), samples: int = 30
+) -> tuple[float, float, dict[str, Any]]:
+    """How late ``time.sleep`` (the proxies' emulated compute) wakes up here: fits the
+    median time of a sleep of d as ``d (1 + stretch) + overhead``; returns (overhead_s,
+    stretch, fit)."""
+    import time
+
+    rows = []
+    for d in durations_s:
+        took = []
+        for _ in range(samples):
+            t0 = time.perf_counter()
+            time.sleep(d)
+            took.append(time.perf_counter() - t0)
+        took.sort()
+        rows.append((d, took[len(took) // 2]))
+    d = np.array([r[0] for r in rows])
+    t = np.array([r[1] for r in rows])
+    slope, overhead = np.polyfit(d, t, 1)
+    stretch = max(0.0, float(slope) - 1.0)
+    overhead = max(0.0, float(overhead))
+    model = d * (1 + stretch) + overhead
+    fit = {
+        "op": "sleep",
+        "ranks": 1,
+        "r2": None,
+        "max_rel_error": float(np.max(np.abs(t - model) / t)),
+        "compute_overhead_us": overhead * US,
+        "compute_stretch": stretch,
+    }
+    return overhead, stretch, fit
+
+
 def fit_pingpong(rows: Sequence[tuple[int, float]]) -> tuple[float, float, dict[str, Any]]:
     """Per-message time (s) and one rank's copy rate (bytes/s): ``t = alpha + size / B``."""
     if len(rows) < 2:
@@ -275,13 +309,17 @@ def fit_library(
 
 
 def fit_host(
-    docs: dict[int, dict[str, Any]], stat: str = "min", key: dict[str, Any] | None = None
+    docs: dict[int, dict[str, Any]],
+    stat: str = "min",
+    key: dict[str, Any] | None = None,
+    sleep: tuple[float, float] = (0.0, 0.0),
 ) -> HostCalibration:
     """The host calibration from micro-benchmark documents by rank count.
 
     The 2-rank document must hold pingpong rows; every document exchange and allreduce
     rows. ``stat`` chooses which of avg/min/max times to fit (min: least disturbed by
-    other load on a shared machine).
+    other load on a shared machine). ``sleep``: (overhead s, stretch) of the emulated
+    compute (:func:`measure_sleep`).
     """
     if 2 not in docs:
         raise HostCalibrationError("the 2-rank micro-benchmark (pingpong) is missing")
@@ -293,7 +331,9 @@ def fit_host(
         a = per_message_cost(_rows(docs[n], SINGLE, stat), n, min(cap / n, rank_bw))
         params = HostParams(n, cap / GB, a * US, rank_bw / GB, 0.0)
         gamma, step, ar_fit = fit_library(_rows(docs[n], "allreduce", stat), params)
-        params = HostParams(n, cap / GB, a * US, rank_bw / GB, gamma, step * US)
+        params = HostParams(
+            n, cap / GB, a * US, rank_bw / GB, gamma, step * US, sleep[0] * US, sleep[1]
+        )
         by_ranks.append(params)
         fits.append(ex_fit | {"copy_bandwidth_gb_per_s": cap / GB, "copy_latency_us": a * US})
         fits.append(ar_fit | {"gamma_s_per_byte": gamma, "step_latency_us": step * US})
@@ -420,7 +460,9 @@ def calibrate_host(
     wanted = sorted(set(ranks) | {2})
     say(f"calibrating the host model at {wanted} ranks per host (about 20-40 s per count) ...")
     docs = measure(wanted, iters, timeout_s, say)
-    cal = fit_host(docs, stat, key)
+    overhead, stretch, sleep_fit = measure_sleep()
+    cal = fit_host(docs, stat, key, (overhead, stretch))
+    cal.fits.append(sleep_fit)
     path = write_json(cache_path(key), cal.to_json())
     return cal, path
 
@@ -430,13 +472,14 @@ def summary_text(cal: HostCalibration) -> str:
         f"host model of {cal.key.get('hostname')} ({cal.key.get('cores')} cores; MPI: "
         f"mpich {cal.key.get('mpich')}, openmpi {cal.key.get('openmpi')}), made {cal.created}",
         f"{'ranks':>5}  {'copy GB/s':>9}  {'copy lat us':>11}  {'rank GB/s':>9}  "
-        f"{'gamma ns/B':>10}  {'step us':>8}",
+        f"{'gamma ns/B':>10}  {'step us':>8}  {'sleep +us':>9}",
     ]
     for p in sorted(cal.by_ranks, key=lambda p: p.ranks_per_host):
         lines.append(
             f"{p.ranks_per_host:>5}  {p.copy_bandwidth_gb_per_s:>9.2f}  "
             f"{p.copy_latency_us:>11.1f}  {p.rank_copy_bandwidth_gb_per_s:>9.2f}  "
-            f"{p.gamma_s_per_byte * 1e9:>10.3f}  {p.step_latency_us:>8.1f}"
+            f"{p.gamma_s_per_byte * 1e9:>10.3f}  {p.step_latency_us:>8.1f}  "
+            f"{p.compute_overhead_us:>9.1f}"
         )
     lines.append("fits:")
     for f in cal.fits:

@@ -45,6 +45,8 @@ class ThisMachine:
             "rank_copy_bandwidth_gb_per_s": self.params.rank_copy_bandwidth_gb_per_s,
             "gamma_s_per_byte": self.params.gamma_s_per_byte,
             "step_latency_us": self.params.step_latency_us,
+            "compute_overhead_us": self.params.compute_overhead_us,
+            "compute_stretch": self.params.compute_stretch,
             "params_file": self.source,
             "notes": self.notes,
         }
@@ -73,6 +75,12 @@ def machine_result(cfg: Config, machine: ThisMachine, **kw: Any):  # -> SimResul
                 update={
                     "gamma_s_per_byte": p.gamma_s_per_byte,
                     "step_latency_us": p.step_latency_us,
+                }
+            ),
+            "hosts": cfg.hosts.model_copy(
+                update={
+                    "compute_overhead_us": p.compute_overhead_us,
+                    "compute_stretch": p.compute_stretch,
                 }
             ),
             "network": cfg.network.model_copy(
