@@ -170,8 +170,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             ex.run_phase("step", ns.warmup, 0)
         ex.sent_bytes.clear()
         epochs = []
+        op_sum_s: list[float] = []  # this rank's summed duration per operation of a step
         for epoch in range(ns.epochs):
             run = ex.run_phase("step", 0, ns.steps)
+            for starts, ends in zip(run.starts, run.ends, strict=True):
+                durations = [e - b for b, e in zip(starts, ends, strict=True)]
+                if op_sum_s:
+                    op_sum_s = [a + d for a, d in zip(op_sum_s, durations, strict=True)]
+                else:
+                    op_sum_s = durations
             sent = ex.sent_bytes.copy()
             ex.sent_bytes.clear()
             gathered = comm.gather(
@@ -198,6 +205,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                     f"{e['traffic_mb']['reduce_scatter']:.1f} MB, all-gather "
                     f"{e['traffic_mb']['allgather']:.1f} MB"
                 )
+        steps_run = ns.epochs * ns.steps
+        op_means = comm.gather([d / steps_run for d in op_sum_s], root=0)
         overruns = comm.gather(list(ex.overruns.values()), root=0)
         pacing = comm.gather(ex.pacer.waited_s if ex.pacer else 0.0, root=0)
         if rank == 0:
@@ -218,6 +227,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                 total_time_s=sum(e["time_s"] for e in epochs),
                 pacing_wait_s_per_rank=pacing,
                 buffer_overruns=[o for per in overruns for o in per],
+                ops={
+                    "labels": [op.label for op in run.ops],
+                    "mean_s_by_rank": op_means,
+                },
                 wall_s=time.perf_counter() - started,
                 versions=versions(),
             )

@@ -260,3 +260,11 @@ def test_both_predictions_side_by_side(tmp_path):
     text = (out / "training_metrics.txt").read_text()
     assert "on the configured network" in text and "on this machine" in text
     assert "this_machine is meant to match the run" in text
+    # Operation by operation: the compute, then the reduce-scatter and the all-gather,
+    # each ring collective predicted as (p - 1) steps on the host.
+    ops = {r["op"]: r for r in comparison["this_machine_ops"]}
+    assert ops["forward_backward"]["predicted_s"] == pytest.approx(1e-3)
+    for name in ("reduce_scatter", "allgather"):
+        assert ops[name]["predicted_s"] == pytest.approx(3 * (4 * block / 2e9 + 10e-6), rel=1e-6)
+        assert ops[name]["measured_s"] > 0
+    assert "operation by operation" in text

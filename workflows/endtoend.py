@@ -199,6 +199,34 @@ def write_measured(out: Path, measured: TrainerRun) -> list[Path]:
 
 
 # -- the two predictions ----------------------------------------------------------------
+def op_comparison(measured: TrainerRun, res: Any) -> list[dict[str, Any]]:
+    """Operation by operation of a step: the measured mean duration (over steps, then
+    ranks) against the simulated one, in seconds, with the error in %."""
+    sim = res.phases[0].timeline
+    labels = measured.ops["labels"]
+    meas = np.array(measured.ops["mean_s_by_rank"], dtype=float)  # [rank][op]
+    pred = np.array(
+        [
+            np.mean(np.array(sim.timelines[r].ends) - np.array(sim.timelines[r].starts), axis=0)
+            for r in range(len(meas))
+        ]
+    )
+    if pred.shape != meas.shape or [op.label for op in sim.programs[0]] != labels:
+        return []  # another program than the one measured: nothing to compare
+    rows = []
+    for i, label in enumerate(labels):
+        m, p = float(meas[:, i].mean()), float(pred[:, i].mean())
+        rows.append(
+            {
+                "op": label,
+                "measured_s": m,
+                "predicted_s": p,
+                "error_pct": 100 * (p - m) / m if m > 0 else None,
+            }
+        )
+    return rows
+
+
 def prediction_entry(predicted_s: float, measured_s: float) -> dict[str, float]:
     """One prediction against the measurement; error = (predicted - measured) / measured x 100."""
     return {
@@ -222,6 +250,15 @@ def prediction_lines(comparison: dict[str, Any], per: str) -> list[str]:
             )
     if "this_machine" in comparison:
         lines.append(comparison["this_machine_why"])
+    ops = comparison.get("this_machine_ops") or []
+    if ops:
+        lines.append("on this machine, operation by operation (mean over ranks):")
+        for r in ops:
+            err = "-" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%"
+            lines.append(
+                f"  {r['op']:<24} measured {MS_PER_S * r['measured_s']:9.3f} ms, predicted "
+                f"{MS_PER_S * r['predicted_s']:9.3f} ms, error {err}"
+            )
     return lines
 
 
@@ -267,10 +304,13 @@ def run(cfg: Config, out: Path, say: Any = print, machine: ThisMachine | None = 
     comparison["predictions"] = {"configured": prediction_entry(step_pred, measured_step)}
     if machine is not None:
         one = cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"iterations": 1})})
-        step_m = machine_result(one, machine).iteration_time_s
+        res_m = machine_result(one, machine)
+        step_m = res_m.iteration_time_s
         comparison["predictions"]["this_machine"] = prediction_entry(step_m, measured_step)
         comparison["this_machine"] = machine.describe()
         comparison["this_machine_why"] = machine.why()
+        if measured.ops:
+            comparison["this_machine_ops"] = op_comparison(measured, res_m)
     comparison["assumed"] = res.assumed
     text = metrics_text(cfg, measured, comparison, res.assumed)
     doc = {

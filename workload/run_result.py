@@ -176,6 +176,8 @@ class TrainerRun:
     )
     pacing_wait_s_per_rank: list[float] = field(default_factory=list)
     buffer_overruns: list[dict[str, Any]] = field(default_factory=list)
+    # Per operation of a step: its label and each rank's mean duration (s) over all steps.
+    ops: dict[str, Any] = field(default_factory=dict)
     wall_s: float | None = None
     versions: dict[str, Any] = field(default_factory=dict)
     kind: str = "ring-trainer-measurement"
@@ -192,6 +194,7 @@ class TrainerRun:
             "total_time_s": self.total_time_s,
             "pacing_wait_s_per_rank": self.pacing_wait_s_per_rank,
             "buffer_overruns": self.buffer_overruns,
+            "ops": self.ops,
             "wall_s": self.wall_s,
             "versions": self.versions,
         }
