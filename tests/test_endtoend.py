@@ -221,6 +221,52 @@ def test_ctrl_c_stops_everything_and_leaves_no_partial_file(tmp_path):
         assert not (outdir / "training_metrics.json").exists()
 
 
+def _left_running(tmp_path: Path, within_s: float = 20.0) -> str:
+    """The trainer processes of this test still running after up to ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while True:
+        left = subprocess.run(
+            ["pgrep", "-f", f"ring_trainer.*{tmp_path}"], capture_output=True, text=True
+        ).stdout.strip()
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_kill_or_hangup_stops_everything(tmp_path, sig):
+    """``kill PID`` or a closed terminal: the job stops its MPI processes too."""
+    cfg = quick_config(tmp_path, training={"num_epochs": 50, "steps_per_epoch": 50})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workflows.endtoend", "--config", str(cfg), "--no-host-model"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    time.sleep(6)
+    proc.send_signal(sig)  # the job's own process only, as `kill PID` does
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "interrupted" in err
+    assert _left_running(tmp_path) == ""
+
+
+def test_a_killed_job_takes_its_mpi_processes_with_it(tmp_path):
+    """SIGKILL cannot be handled: mpiexec gets SIGTERM when its parent dies."""
+    cfg = quick_config(tmp_path, training={"num_epochs": 50, "steps_per_epoch": 50})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workflows.endtoend", "--config", str(cfg), "--no-host-model"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    time.sleep(6)
+    proc.kill()
+    proc.wait(timeout=10)
+    assert _left_running(tmp_path) == ""
+
+
 def host_params_file(tmp_path: Path, ranks: int, copy_gb_per_s: float) -> Path:
     """A host calibration of known parameters (no measurement)."""
     from simnet.hostparams import HostCalibration, HostParams

@@ -187,3 +187,21 @@ def test_emulated_compute_takes_its_overhead_and_stretch():
     assert plain.iteration_time_s == pytest.approx(total_s, rel=1e-12)
     slow = simnet.simulate(base | {"hosts": {"compute_overhead_us": 80.0, "compute_stretch": 0.02}})
     assert slow.iteration_time_s == pytest.approx(total_s * 1.02 + 80e-6 * len(ops), rel=1e-9)
+
+
+def test_repeated_calibrations_take_each_parameter_median(fitted):
+    from dataclasses import replace
+
+    runs = [
+        HostCalibration(
+            fitted.key,
+            fitted.created,
+            [replace(p, copy_bandwidth_gb_per_s=c) for p in fitted.by_ranks],
+        )
+        for c in (10.0, 30.0, 12.0)
+    ]
+    cal = hostcal.median_calibration(runs)
+    assert [p.copy_bandwidth_gb_per_s for p in cal.by_ranks] == [12.0, 12.0, 12.0]
+    assert cal.at(4)[0].copy_latency_us == pytest.approx(A[4] * 1e6, rel=0.01)
+    (rep4,) = [f for f in cal.fits if f["op"] == "repeats" and f["ranks"] == 4]
+    assert rep4["copy_bandwidth_gb_per_s"] == [10.0, 30.0, 12.0]

@@ -36,6 +36,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ GB = 1e9
 US = 1e6
 DEFAULT_RANKS = (2, 4, 8)
 DEFAULT_MAX_AGE_DAYS = 7.0
+DEFAULT_REPEATS = 3
 # Sizes (bytes: first, last, factor; the micro-benchmark's -b -e -f): large enough that
 # copies dominate, few enough for about 2 minutes in all.
 EXCHANGE_SIZES = (1 << 17, 1 << 23, 4)  # per message; EXCHANGE_WINDOW of them in flight
@@ -448,9 +450,12 @@ def calibrate_host(
     stat: str = "min",
     max_age_days: float = DEFAULT_MAX_AGE_DAYS,
     force: bool = False,
+    repeats: int = DEFAULT_REPEATS,
     say: Callable[[str], None] = print,
 ) -> tuple[HostCalibration, Path]:
-    """A fresh calibration of this host at ``ranks`` (cached), measuring only when needed."""
+    """A fresh calibration of this host at ``ranks`` (cached), measuring only when needed:
+    ``repeats`` independent measurements, each parameter their median (one measurement
+    on a shared machine varies by 10-30%)."""
     if not force:
         cal, line = load_cached(ranks, max_age_days)
         say(line)
@@ -458,13 +463,52 @@ def calibrate_host(
             return cal, cache_path(cal.key)
     key = host_key()
     wanted = sorted(set(ranks) | {2})
-    say(f"calibrating the host model at {wanted} ranks per host (about 20-40 s per count) ...")
-    docs = measure(wanted, iters, timeout_s, say)
-    overhead, stretch, sleep_fit = measure_sleep()
-    cal = fit_host(docs, stat, key, (overhead, stretch))
-    cal.fits.append(sleep_fit)
+    say(
+        f"calibrating the host model at {wanted} ranks per host, {repeats} times "
+        f"(about {6 * len(wanted) * repeats} s) ..."
+    )
+    runs = []
+    for i in range(repeats):
+        say(f" measurement {i + 1}/{repeats}")
+        docs = measure(wanted, iters, timeout_s, say)
+        overhead, stretch, sleep_fit = measure_sleep()
+        run = fit_host(docs, stat, key, (overhead, stretch))
+        run.fits.append(sleep_fit)
+        runs.append(run)
+    cal = median_calibration(runs)
     path = write_json(cache_path(key), cal.to_json())
     return cal, path
+
+
+def median_calibration(runs: Sequence[HostCalibration]) -> HostCalibration:
+    """Each parameter the median over ``runs`` (per rank count); the fits and points of
+    the run closest to that median, and every run's parameters under ``fits``."""
+    by_n: dict[int, list[HostParams]] = {}
+    for run in runs:
+        for p in run.by_ranks:
+            by_n.setdefault(p.ranks_per_host, []).append(p)
+    names = [f.name for f in fields(HostParams) if f.name != "ranks_per_host"]
+    median = [
+        HostParams(n, **{f: float(np.median([getattr(p, f) for p in ps])) for f in names})
+        for n, ps in sorted(by_n.items())
+    ]
+
+    def distance(run: HostCalibration) -> float:
+        mine = {p.ranks_per_host: p for p in run.by_ranks}
+        return sum(
+            abs(mine[m.ranks_per_host].copy_bandwidth_gb_per_s / m.copy_bandwidth_gb_per_s - 1)
+            for m in median
+        )
+
+    closest = min(runs, key=distance)
+    spread = [
+        {"op": "repeats", "ranks": p.ranks_per_host, "r2": None, "max_rel_error": 0.0}
+        | {f: [getattr(q, f) for q in by_n[p.ranks_per_host]] for f in names}
+        for p in median
+    ]
+    return HostCalibration(
+        closest.key, closest.created, median, closest.fits + spread, closest.points
+    )
 
 
 def summary_text(cal: HostCalibration) -> str:
@@ -483,6 +527,10 @@ def summary_text(cal: HostCalibration) -> str:
         )
     lines.append("fits:")
     for f in cal.fits:
+        if f["op"] == "repeats":
+            bw = ", ".join(f"{v:.1f}" for v in f["copy_bandwidth_gb_per_s"])
+            lines.append(f"  repeats   {f['ranks']:>3} ranks  copy GB/s of each: {bw}")
+            continue
         r2 = "-" if f.get("r2") is None else f"{f['r2']:.3f}"
         lines.append(
             f"  {f['op']:<9} {f['ranks']:>3} ranks  R^2 {r2:>6}  max error "
@@ -525,6 +573,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="reuse a cached calibration younger than this",
     )
     p.add_argument("--force", action="store_true", help="measure even if a fresh cache exists")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=DEFAULT_REPEATS,
+        help=f"independent measurements, each parameter their median (default {DEFAULT_REPEATS})",
+    )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per micro-benchmark run")
     return p
 
@@ -536,8 +590,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError:
         print(f"error: --ranks: comma-separated integers (got {ns.ranks!r})", file=sys.stderr)
         return EXIT_USAGE
-    if not ranks or min(ranks) < 2 or ns.iters < 1:
-        print("error: --ranks must be counts >= 2 and --iters >= 1", file=sys.stderr)
+    if not ranks or min(ranks) < 2 or ns.iters < 1 or ns.repeats < 1:
+        print("error: --ranks must be counts >= 2, --iters and --repeats >= 1", file=sys.stderr)
         return EXIT_USAGE
     try:
         cal, path = calibrate_host(
@@ -547,6 +601,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stat=ns.stat,
             max_age_days=ns.max_age_days,
             force=ns.force,
+            repeats=ns.repeats,
         )
     except HostCalibrationError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,12 +71,47 @@ def proxy_command(
     return cmd, notes
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM it if this process dies (Linux), so that a
+    launcher killed outright (SIGKILL, OOM) does not leave mpiexec and its ranks
+    running; mpiexec passes the signal on to its ranks."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the signal handlers below still hold
+        pass
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP (``kill``, a closed terminal or ssh session) raise
+    KeyboardInterrupt here, as Ctrl-C does, so the caller stops every process it
+    started; the previous handlers come back afterwards. Only in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    old = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 def run_proxy(cmd: list[str], timeout_s: float, echo: bool = True) -> tuple[int, str]:
     """Run ``cmd`` in its own process group; returns (exit code, output).
 
     Output is echoed as it comes (when ``echo``). Past ``timeout_s`` the whole
-    group is stopped and the code is :data:`EXIT_TIMEOUT`; Ctrl-C stops the
-    group and re-raises KeyboardInterrupt.
+    group is stopped and the code is :data:`EXIT_TIMEOUT`; Ctrl-C, SIGTERM and
+    SIGHUP stop the group and raise KeyboardInterrupt; if this process dies
+    outright, the group gets SIGTERM.
     """
     proc = subprocess.Popen(
         cmd,
@@ -86,6 +121,7 @@ def run_proxy(cmd: list[str], timeout_s: float, echo: bool = True) -> tuple[int,
         stderr=subprocess.STDOUT,
         text=True,
         bufsize=1,
+        preexec_fn=_die_with_parent,
     )
     lines: list[str] = []
 
@@ -100,7 +136,8 @@ def run_proxy(cmd: list[str], timeout_s: float, echo: bool = True) -> tuple[int,
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
     try:
-        rc = proc.wait(timeout=timeout_s if timeout_s > 0 else None)
+        with stop_on_signals():
+            rc = proc.wait(timeout=timeout_s if timeout_s > 0 else None)
     except subprocess.TimeoutExpired:
         stop_group(proc)
         rc = EXIT_TIMEOUT
@@ -127,8 +164,9 @@ def run_command(
 ) -> CommandResult:
     """Run ``cmd`` in its own process group, capturing stdout+stderr.
 
-    After ``timeout_s`` (or on Ctrl-C) the whole group is stopped: SIGINT,
-    SIGTERM, then SIGKILL, a few seconds apart; Ctrl-C is re-raised.
+    After ``timeout_s`` (or on Ctrl-C, SIGTERM, SIGHUP) the whole group is stopped:
+    SIGINT, SIGTERM, then SIGKILL, a few seconds apart; the interruption is re-raised
+    as KeyboardInterrupt.
     """
     started = time.perf_counter()
     proc = subprocess.Popen(
@@ -138,9 +176,11 @@ def run_command(
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        preexec_fn=_die_with_parent,
     )
     try:
-        out, _ = proc.communicate(timeout=timeout_s if timeout_s > 0 else None)
+        with stop_on_signals():
+            out, _ = proc.communicate(timeout=timeout_s if timeout_s > 0 else None)
         rc: int | None = proc.returncode
     except subprocess.TimeoutExpired:
         stop_group(proc)
