@@ -36,9 +36,7 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -94,36 +92,16 @@ class RunError(RuntimeError):
 
 
 def run_job(cmd: list[str], env: dict[str, str], timeout_s: float) -> str:
-    """Run an MPI job in its own process group; kill the group on timeout."""
-    proc = subprocess.Popen(
-        cmd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                proc.wait(timeout=5)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        proc.communicate()
-        raise RunError(f"timed out after {timeout_s:g} s: {shlex.join(cmd)}") from None
-    if proc.returncode != 0:
-        tail = "\n".join((err or out).strip().splitlines()[-5:])
-        raise RunError(f"exit code {proc.returncode}: {shlex.join(cmd)}\n{tail}")
-    return out
+    """Run an MPI job in its own process group (stopped on timeout); its output."""
+    from workflows.launcher import run_command
+
+    res = run_command(cmd, timeout_s, env=env, cwd=ROOT)
+    if res.timed_out:
+        raise RunError(f"timed out after {timeout_s:g} s: {shlex.join(cmd)}")
+    if res.returncode != 0:
+        tail = "\n".join(res.output.strip().splitlines()[-5:])
+        raise RunError(f"exit code {res.returncode}: {shlex.join(cmd)}\n{tail}")
+    return res.output
 
 
 def bare_cmd(case: Case, ranks: int, scale: float, iters: int, warmup: int) -> list[str]:

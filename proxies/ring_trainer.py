@@ -38,54 +38,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="mpirun -n P python -m proxies.ring_trainer", description=__doc__.split("\n\n")[1]
     )
-    p.add_argument("--epochs", type=int, default=d.epochs)
-    p.add_argument("--steps", type=int, default=d.steps, help="steps per epoch")
-    p.add_argument("--warmup", type=int, default=d.warmup, help="untimed steps before epoch 1")
-    p.add_argument("--input-channels", type=int, default=d.input_channels)
-    p.add_argument("--num-classes", type=int, default=d.num_classes)
-    p.add_argument("--batch-size", type=int, default=d.batch_size, help="reported (samples/s)")
-    p.add_argument(
-        "--rings",
-        default=d.rings,
-        help="JSON list of ring orders (each a permutation of the ranks); "
-        "default: one ring 0, 1, ..., P-1",
-    )
-    p.add_argument(
-        "--hierarchical",
-        type=int,
-        default=d.hierarchical,
-        metavar="G",
-        help="use the two-level algorithm with groups of G ranks",
-    )
-    p.add_argument(
-        "--bandwidth-limit",
-        type=float,
-        default=d.bandwidth_limit,
-        metavar="GB/s",
-        help="max bandwidth between two ranks (GB = 1e9 B); 0: unlimited",
-    )
-    p.add_argument(
-        "--buffer-bytes",
-        type=int,
-        default=d.buffer_bytes,
-        help="communication buffer per transfer; 0: not checked",
-    )
-    p.add_argument(
-        "--compute-us", type=float, default=d.compute_us, help="emulated compute per step (us)"
-    )
-    p.add_argument("--scale", type=float, default=d.scale, help="gradient size multiplier")
-    p.add_argument(
-        "--bandwidth-bytes",
-        type=int,
-        default=d.bandwidth_bytes,
-        help="message size of the bandwidth measurement",
-    )
-    p.add_argument(
-        "--chunk-bytes",
-        type=int,
-        default=d.chunk_bytes,
-        help="pacing granularity: transfers are sent in chunks of this size",
-    )
+    # (option, type, metavar, help): the default is the settings' own.
+    options: tuple[tuple[str, type, str | None, str | None], ...] = (
+        ("--epochs", int, None, None),
+        ("--steps", int, None, "steps per epoch"),
+        ("--warmup", int, None, "untimed steps before epoch 1"),
+        ("--input-channels", int, None, None),
+        ("--num-classes", int, None, None),
+        ("--batch-size", int, None, "reported (samples/s)"),
+        ("--rings", str, None, "JSON list of ring orders (each a permutation of the ranks); "
+         "default: one ring 0, 1, ..., P-1"),
+        ("--hierarchical", int, "G", "use the two-level algorithm with groups of G ranks"),
+        ("--bandwidth-limit", float, "GB/s",
+         "max bandwidth between two ranks (GB = 1e9 B); 0: unlimited"),
+        ("--buffer-bytes", int, None, "communication buffer per transfer; 0: not checked"),
+        ("--compute-us", float, None, "emulated compute per step (us)"),
+        ("--scale", float, None, "gradient size multiplier"),
+        ("--bandwidth-bytes", int, None, "message size of the bandwidth measurement"),
+        ("--chunk-bytes", int, None,
+         "pacing granularity: transfers are sent in chunks of this size"),
+    )  # fmt: skip
+    for flag, kind, metavar, text in options:
+        default = getattr(d, flag[2:].replace("-", "_"))
+        p.add_argument(flag, type=kind, default=default, metavar=metavar, help=text)
     p.add_argument("--timeout", type=float, default=d.timeout)
     p.add_argument("--progress", choices=("auto", "blocking", "poll"), default=d.progress)
     p.add_argument("--out", default=d.out, help="directory of measured.json")

@@ -49,6 +49,11 @@ from workload.results import write_json
 EXIT_USAGE = 2
 GB = 1e9
 US = 1e6
+DESCRIPTION = (
+    "Measure this host (memory-copy capacity shared by its ranks, per-message cost, "
+    "reduction cost) at several rank counts and fit the host model; cached per host and "
+    "MPI library."
+)
 DEFAULT_RANKS = (2, 4, 8)
 DEFAULT_MAX_AGE_DAYS = 7.0
 DEFAULT_REPEATS = 3
@@ -552,12 +557,7 @@ def summary_text(cal: HostCalibration) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m simnet calibrate-host",
-        description="Measure this host (memory-copy capacity shared by its ranks, per-message "
-        "cost, reduction cost) at several rank counts and fit the host model; cached per "
-        "host and MPI library.",
-    )
+    p = argparse.ArgumentParser(prog="python -m simnet calibrate-host", description=DESCRIPTION)
     p.add_argument(
         "--ranks",
         default=",".join(map(str, DEFAULT_RANKS)),
@@ -579,7 +579,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_REPEATS,
         help=f"independent measurements, each parameter their median (default {DEFAULT_REPEATS})",
     )
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds per micro-benchmark run")
+    p.add_argument(
+        "--timeout",
+        dest="timeout_s",
+        metavar="S",
+        type=float,
+        default=300.0,
+        help="seconds per micro-benchmark run",
+    )
     return p
 
 
@@ -594,15 +601,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: --ranks must be counts >= 2, --iters and --repeats >= 1", file=sys.stderr)
         return EXIT_USAGE
     try:
-        cal, path = calibrate_host(
-            ranks,
-            iters=ns.iters,
-            timeout_s=ns.timeout,
-            stat=ns.stat,
-            max_age_days=ns.max_age_days,
-            force=ns.force,
-            repeats=ns.repeats,
-        )
+        options = ("iters", "timeout_s", "stat", "max_age_days", "force", "repeats")
+        cal, path = calibrate_host(ranks, **{k: getattr(ns, k) for k in options})
     except HostCalibrationError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

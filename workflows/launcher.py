@@ -160,7 +160,12 @@ class CommandResult:
 
 
 def run_command(
-    cmd: Sequence[str], timeout_s: float, log_path: Path | None = None
+    cmd: Sequence[str],
+    timeout_s: float,
+    log_path: Path | None = None,
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> CommandResult:
     """Run ``cmd`` in its own process group, capturing stdout+stderr.
 
@@ -177,6 +182,8 @@ def run_command(
         text=True,
         start_new_session=True,
         preexec_fn=_die_with_parent,
+        env=env,
+        cwd=cwd,
     )
     try:
         with stop_on_signals():
