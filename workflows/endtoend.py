@@ -444,7 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         metavar="FILE",
         help="the host model to predict this machine with (default: this host's cached "
-        "calibration, measured first when missing or stale: about 30 s)",
+        "calibration, measured first when missing or stale: about a minute)",
     )
     g.add_argument(
         "--no-host-model",
