@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "sweep": "workflows.sweep",
     "slurm": "workflows.slurm",
     "aggregate": "workflows.aggregate",
+    "testbed": "workflows.testbed",
 }
 
 
