@@ -104,13 +104,35 @@ def fit_link(doc: dict[str, Any]) -> tuple[float, float, dict[str, Any]]:
     return alpha, rate, fit
 
 
-def predict(cfg: Config, alpha_s: float, rate_bytes_per_s: float, iters: int) -> Any:
+def predict(
+    cfg: Config, alpha_s: float, rate_bytes_per_s: float, iters: int, cpu: Any = None
+) -> Any:
     """The configured workload on the same switch, links at the calibrated payload rate
-    and per-message cost (its latency folded into it)."""
+    and per-message cost (its latency folded into it). ``cpu``: this machine's host
+    parameters (``simnet.hostparams.HostParams``) at the world size, whose processor
+    effects apply since every emulated host runs on this machine's cores: the emulated
+    compute's overshoot and the library collectives' reduction and per-step costs."""
     from simnet.simulate import simulate
 
+    extra: dict[str, Any] = {}
+    if cpu is not None:
+        extra = {
+            "hosts": cfg.hosts.model_copy(
+                update={
+                    "compute_overhead_us": cpu.compute_overhead_us,
+                    "compute_stretch": cpu.compute_stretch,
+                }
+            ),
+            "collectives": cfg.collectives.model_copy(
+                update={
+                    "gamma_s_per_byte": cpu.gamma_s_per_byte,
+                    "step_latency_us": cpu.step_latency_us,
+                }
+            ),
+        }
     new = cfg.model_copy(
         update={
+            **extra,
             "distributed": cfg.distributed.model_copy(
                 update={"bandwidth_limit_gb_per_s": rate_bytes_per_s / 1e9}
             ),
@@ -131,6 +153,18 @@ def host_bytes(res: Any, hosts: int, ranks_per_host: int) -> list[tuple[int, int
         mine = host == h
         out.append((int(m[mine][:, ~mine].sum()), int(m[~mine][:, mine].sum())))
     return out
+
+
+def machine_cpu(world_size: int) -> tuple[Any, str]:
+    """This machine's host parameters at ``world_size`` ranks from its cached calibration
+    (``python -m simnet calibrate-host``), or (None, why not)."""
+    from workflows import hostcal
+
+    cal, line = hostcal.load_cached([world_size] if world_size > 1 else [2])
+    if cal is None:
+        return None, f"not used: {line}"
+    params, note = cal.at(world_size)
+    return params, f"{hostcal.cache_path(cal.key)}" + (f" ({note})" if note else "")
 
 
 def run(cfg: Config, out: Path, iters: int, warmup: int, timeout_s: float) -> dict[str, Any]:
@@ -188,7 +222,8 @@ def run(cfg: Config, out: Path, iters: int, warmup: int, timeout_s: float) -> di
         if r.returncode != 0 or not meas_json.exists():
             raise TestbedError(f"the proxy run failed: {r.output.strip()[-300:]}")
     measured = ProxyRun.load(meas_json)
-    res = predict(cfg, alpha_s, rate, int(measured.iterations["timed"]))
+    cpu, cpu_source = machine_cpu(cfg.world_size)
+    res = predict(cfg, alpha_s, rate, int(measured.iterations["timed"]), cpu)
     phases = []
     for ph_m, ph_p in zip(measured.phases, res.phases, strict=True):
         m = ProxyRun.slowest_s(ph_m)
@@ -236,6 +271,17 @@ def run(cfg: Config, out: Path, iters: int, warmup: int, timeout_s: float) -> di
                 "from": "testbed pingpong (payload rate)",
             },
             "topology": {"value": "switch", "from": "the configuration"},
+            "processor effects (compute overshoot, library step and reduction costs)": {
+                "value": None
+                if cpu is None
+                else {
+                    "compute_overhead_us": cpu.compute_overhead_us,
+                    "compute_stretch": cpu.compute_stretch,
+                    "step_latency_us": cpu.step_latency_us,
+                    "gamma_s_per_byte": cpu.gamma_s_per_byte,
+                },
+                "from": cpu_source,
+            },
         },
         "phases": phases,
         "hosts": per_host,
