@@ -321,6 +321,12 @@ class CollectivesSection(_Strict):
         "reducing step of a collective the MPI library runs (the proxies' own schedules "
         "move data without reducing it)",
     )
+    async_progress: bool = Field(
+        True,
+        description="non-blocking collectives progress in the background (a progress "
+        "thread or offload); false: only while their rank is inside an MPI call (waiting, "
+        "testing, or blocked), as in MPICH and Open MPI by default",
+    )
     step_latency_us: float = Field(
         0.0,
         ge=0,

@@ -23,6 +23,7 @@ cdef class _Coll(_Waiter):
     cdef public object delays
     cdef public object done
     cdef public Py_ssize_t i
+    cdef public object owner
     cdef public object rank
     cdef public object sim
     cdef public list steps
@@ -41,8 +42,10 @@ cdef _tick(_Waiter w)
 
 
 cdef class _Rank:
+    cdef public list deferred
     cdef public list ends
     cdef public Py_ssize_t i
+    cdef public bint in_mpi
     cdef public Py_ssize_t it
     cdef public Py_ssize_t iterations
     cdef public list ops

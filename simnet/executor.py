@@ -146,6 +146,7 @@ class SimExecutor:
         step_latency_s: float = 0.0,
         compute_overhead_s: float = 0.0,
         compute_stretch: float = 0.0,
+        async_progress: bool = True,
     ) -> None:
         """``gamma_s_per_byte``: the reduction cost (seconds per byte received in a
         reducing step) of the collectives the MPI library runs, i.e. those whose
@@ -156,7 +157,11 @@ class SimExecutor:
         step's end (a library without a progress thread advances a collective only when
         the program tests it, so each step waits for the next test).
         ``compute_overhead_s`` and ``compute_stretch``: an emulated compute of d
-        seconds takes ``d (1 + stretch) + overhead`` (a sleep wakes up late)."""
+        seconds takes ``d (1 + stretch) + overhead`` (a sleep wakes up late).
+        ``async_progress`` False: a non-blocking collective moves on to its next step
+        only while its rank is inside an MPI call (waiting, testing, or blocked in
+        another operation), as in an MPI library without a progress thread; True: in
+        the background, as with one (or a network that offloads collectives)."""
         if not gamma_s_per_byte >= 0:
             raise ValueError(f"gamma_s_per_byte must be >= 0 (got {gamma_s_per_byte!r})")
         if not step_latency_s >= 0:
@@ -177,6 +182,7 @@ class SimExecutor:
         self.eager = eager_threshold_bytes
         self.compute_scale = compute_scale
         self.compute_overhead = float(compute_overhead_s)
+        self.async_progress = async_progress
         self.compute_stretch = float(compute_stretch)
         self._schedules: dict[tuple, tuple[Schedule, str]] = {}
         self._members: dict[tuple[str, int], tuple[tuple[int, ...], int]] = {}
@@ -318,6 +324,7 @@ class PhaseSim:
         self.makespan_s = 0.0
         self.expected_messages = 0  # set before a run that reports progress
         self.iteration_ends: dict[int, list[float]] = {}
+        self.ranks: dict[int, _Rank] = {}  # for collectives that progress in MPI calls
         # Unmatched messages, one FIFO per channel: the posted sends (and
         # receives) that wait for their other side. A point-to-point channel
         # is keyed ("p", group kind, src, dst, tag); a collective's channel by
@@ -460,7 +467,10 @@ class PhaseSim:
             acct[pair] = acct.get(pair, 0) + b
         # The instance: every member's k-th collective on its group is the same one.
         base = (gid + seq * self._ngroups) * self._world2
-        return _Coll(self, rank, steps, base, done, delays).advance()
+        coll = _Coll(self, rank, steps, base, done, delays)
+        if op.req is not None and not self.ex.async_progress:
+            coll.owner = self.ranks[rank]
+        return coll.advance()
 
     def _prepare(self, rank: int, op: Collective) -> tuple:
         """What every call of ``op`` on ``rank`` shares: (coll_seq key, plan steps or
@@ -591,7 +601,7 @@ def _tick(w: _Waiter) -> None:
     n = w.n - 1
     w.n = n
     if not n:
-        if type(w) is _Coll and w.delays is None:
+        if type(w) is _Coll and w.delays is None and w.owner is None:
             if w.advance() and w.done is not None:
                 w.done()
         else:
@@ -655,7 +665,7 @@ class _Coll(_Waiter):
     next step starts (Thakur, Rabenseifner & Gropp's gamma term).
     """
 
-    __slots__ = ("base", "delayed", "delays", "done", "i", "rank", "sim", "steps")
+    __slots__ = ("base", "delayed", "delays", "done", "i", "owner", "rank", "sim", "steps")
 
     def __init__(
         self,
@@ -675,6 +685,9 @@ class _Coll(_Waiter):
         self.done = done
         self.delays = delays
         self.delayed = 0  # steps whose reduction time has been spent
+        # The rank whose MPI calls move this (non-blocking) collective on; None: it
+        # moves on by itself.
+        self.owner: _Rank | None = None
 
     def advance(self) -> bool:
         """Post steps until one must wait; True if the collective is complete."""
@@ -755,6 +768,10 @@ class _Coll(_Waiter):
             self.delayed = self.i
             self.sim.net.call_later(delays[self.i - 1], self._reduced)
             return
+        owner = self.owner
+        if owner is not None and not owner.in_mpi:
+            owner.deferred.append(self)  # until its rank next enters an MPI call
+            return
         if self.advance():
             done = self.done
             if done is not None:
@@ -769,8 +786,10 @@ class _Rank:
     """One rank walking its operations; it runs until an operation must wait."""
 
     __slots__ = (
+        "deferred",
         "ends",
         "i",
+        "in_mpi",
         "it",
         "iterations",
         "ops",
@@ -804,6 +823,9 @@ class _Rank:
         self.scale = sim.ex.compute_scale * (1.0 + sim.ex.compute_stretch)
         self.overhead = sim.ex.compute_overhead
         self.resume = self._resume  # one bound method, reused as the continuation
+        self.in_mpi = False  # blocked in an MPI call, which moves collectives on
+        self.deferred: list[_Coll] = []  # collectives waiting for that
+        sim.ranks[rank] = self
 
     def _resume(self, _ev: object = None) -> None:
         """The current operation completed now: record its end, go on."""
@@ -820,6 +842,7 @@ class _Rank:
         rank = self.rank
         starts, ends = self.starts, self.ends
         i = self.i
+        self.in_mpi = False
         if self.it >= self.iterations:  # zero iterations
             sim.iteration_ends[rank] = []
             return
@@ -831,6 +854,9 @@ class _Rank:
                 if self.it >= self.iterations:
                     self.i = i
                     sim.iteration_ends[rank] = [e[-1] if e else 0.0 for e in self.tl.ends]
+                    # Finished: from here on it sits in MPI (finalising), which moves on
+                    # whatever it left unwaited.
+                    self._block()
                     return
                 starts = self.starts = [0.0] * n_ops
                 ends = self.ends = [0.0] * n_ops
@@ -847,6 +873,7 @@ class _Rank:
                 if op.req is None:
                     self.i = i
                     if not sim._collective(rank, op, self.resume):
+                        self._block()
                         return
                 else:
                     req = _Req()
@@ -863,6 +890,7 @@ class _Rank:
                     waiter = _Req(self.resume)
                     self.i = i
                     if not self._p2p(op, waiter):
+                        self._block()
                         return
                 else:
                     waiter = _Req()
@@ -879,10 +907,28 @@ class _Rank:
                     wait = _WaitAll(self, len(pending))
                     for w in pending:
                         w.then = wait.tick
+                    self._block()
                     return
-            # Else Testany (progress is free in the model), or not an operation.
+            elif t is Testany and self.deferred:
+                # A test moves the rank's collectives on, once, without blocking.
+                self.in_mpi = True
+                self._progress()
+                self.in_mpi = False
+            # Else not an operation.
             ends[i] = now
             i += 1
+
+    def _block(self) -> None:
+        """The rank now waits inside an MPI call: its deferred collectives move on
+        (this may complete what it waits for, and resume it)."""
+        self.in_mpi = True
+        if self.deferred:
+            self._progress()
+
+    def _progress(self) -> None:
+        pending, self.deferred = self.deferred, []
+        for c in pending:
+            c.fire()
 
     def _p2p(self, op: Send | Recv, waiter: _Req) -> bool:
         """Post a point-to-point operation; True if it completed at once."""

@@ -322,6 +322,7 @@ def simulate(
         step_latency_s=us_to_s(cfg.collectives.step_latency_us),
         compute_overhead_s=us_to_s(cfg.hosts.compute_overhead_us),
         compute_stretch=cfg.hosts.compute_stretch,
+        async_progress=cfg.collectives.async_progress,
     )
     phases = []
     for i, ph in enumerate(workload.phases):

@@ -205,3 +205,39 @@ def test_repeated_calibrations_take_each_parameter_median(fitted):
     assert cal.at(4)[0].copy_latency_us == pytest.approx(A[4] * 1e6, rel=0.01)
     (rep4,) = [f for f in cal.fits if f["op"] == "repeats" and f["ranks"] == 4]
     assert rep4["copy_bandwidth_gb_per_s"] == [10.0, 30.0, 12.0]
+
+
+def test_without_a_progress_thread_a_collective_moves_on_only_in_mpi_calls():
+    # Each of 4 ranks posts a ring allreduce (6 steps of 1 ms each on these links),
+    # computes 20 ms, then waits. With background progress the allreduce is over
+    # before the compute ends; without it, only its first step ran before the wait.
+    import topologies
+    from simnet.executor import SimExecutor
+    from simnet.network import FlowNetwork
+    from workload.program import BuildOptions, Phase, ProgramBuilder, Workload
+
+    p, step_bytes = 4, 10**6
+    g = topologies.switch(p, 1e9)  # 1 ms per step of 1 MB (each flow crosses 2 links)
+    count = step_bytes * p // 4  # elements: a ring step moves 1/p of the vector
+
+    def program(rank: int) -> list:
+        b = ProgramBuilder(BuildOptions(algorithm="ring"))
+        r = b.allreduce("world", count, blocking=False)
+        b.compute(20_000)
+        b.wait(r)
+        return b.ops
+
+    wl = Workload("t", p, {}, {"world": [tuple(range(p))]}, [Phase("it", program)])
+    router = topologies.Router(g)
+
+    def run(async_progress: bool) -> float:
+        ex = SimExecutor(
+            wl,
+            lambda env: FlowNetwork(env, g, router.path),
+            list(range(p)),
+            async_progress=async_progress,
+        )
+        return ex.run_phase().makespan_s
+
+    assert run(True) == pytest.approx(20e-3)
+    assert run(False) == pytest.approx(20e-3 + (2 * (p - 1) - 1) * 1e-3)

@@ -75,6 +75,8 @@ def machine_result(cfg: Config, machine: ThisMachine, **kw: Any):  # -> SimResul
                 update={
                     "gamma_s_per_byte": p.gamma_s_per_byte,
                     "step_latency_us": p.step_latency_us,
+                    # The proxies' MPI library has no progress thread.
+                    "async_progress": False,
                 }
             ),
             "hosts": cfg.hosts.model_copy(

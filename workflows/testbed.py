@@ -127,6 +127,7 @@ def predict(
                 update={
                     "gamma_s_per_byte": cpu.gamma_s_per_byte,
                     "step_latency_us": cpu.step_latency_us,
+                    "async_progress": False,
                 }
             ),
         }
