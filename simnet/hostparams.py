@@ -180,9 +180,7 @@ def apply_host_params(cfg: Any) -> tuple[Any, list[str]]:
         "compute_overhead_us",
         "compute_stretch",
     ):
-        if getattr(h, fld) is None or (
-            fld.startswith("compute_") and fld not in h.model_fields_set
-        ):
+        if fld not in h.model_fields_set:  # the configuration's own values win
             update[fld] = getattr(params, fld)
             notes.append(f"calibrated: hosts.{fld} = {getattr(params, fld):.6g} from {name}")
     if h.cores is None and isinstance(cal.key.get("cores"), int):

@@ -197,30 +197,6 @@ def test_buffer_overrun_reported_with_step_and_pair(tmp_path):
     assert "> buffer 1000 B" in text
 
 
-def test_ctrl_c_stops_everything_and_leaves_no_partial_file(tmp_path):
-    cfg = quick_config(tmp_path, training={"num_epochs": 50, "steps_per_epoch": 50})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "workflows.endtoend", "--config", str(cfg), "--no-host-model"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    time.sleep(6)
-    os.killpg(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, out + err
-    assert "interrupted" in err
-    left = subprocess.run(
-        ["pgrep", "-f", f"ring_trainer.*{tmp_path}"], capture_output=True, text=True
-    )
-    assert left.stdout.strip() == ""
-    outdir = tmp_path / "out"
-    if outdir.exists():
-        assert not [p for p in outdir.iterdir() if p.name.endswith(".tmp")]
-        assert not (outdir / "training_metrics.json").exists()
-
-
 def _left_running(tmp_path: Path, within_s: float = 20.0) -> str:
     """The trainer processes of this test still running after up to ``within_s``."""
     deadline = time.monotonic() + within_s
@@ -233,9 +209,9 @@ def _left_running(tmp_path: Path, within_s: float = 20.0) -> str:
         time.sleep(0.5)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_kill_or_hangup_stops_everything(tmp_path, sig):
-    """``kill PID`` or a closed terminal: the job stops its MPI processes too."""
+def start_long_job(tmp_path: Path) -> subprocess.Popen[str]:
+    """The main job on a config that trains for minutes, in its own session; returns
+    once its MPI processes have had time to start."""
     cfg = quick_config(tmp_path, training={"num_epochs": 50, "steps_per_epoch": 50})
     proc = subprocess.Popen(
         [sys.executable, "-m", "workflows.endtoend", "--config", str(cfg), "--no-host-model"],
@@ -245,6 +221,26 @@ def test_kill_or_hangup_stops_everything(tmp_path, sig):
         start_new_session=True,
     )
     time.sleep(6)
+    return proc
+
+
+def test_ctrl_c_stops_everything_and_leaves_no_partial_file(tmp_path):
+    proc = start_long_job(tmp_path)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "interrupted" in err
+    assert _left_running(tmp_path, within_s=0) == ""
+    outdir = tmp_path / "out"
+    if outdir.exists():
+        assert not [p for p in outdir.iterdir() if p.name.endswith(".tmp")]
+        assert not (outdir / "training_metrics.json").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_kill_or_hangup_stops_everything(tmp_path, sig):
+    """``kill PID`` or a closed terminal: the job stops its MPI processes too."""
+    proc = start_long_job(tmp_path)
     proc.send_signal(sig)  # the job's own process only, as `kill PID` does
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err
@@ -254,16 +250,9 @@ def test_kill_or_hangup_stops_everything(tmp_path, sig):
 
 def test_a_killed_job_takes_its_mpi_processes_with_it(tmp_path):
     """SIGKILL cannot be handled: mpiexec gets SIGTERM when its parent dies."""
-    cfg = quick_config(tmp_path, training={"num_epochs": 50, "steps_per_epoch": 50})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "workflows.endtoend", "--config", str(cfg), "--no-host-model"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    time.sleep(6)
+    proc = start_long_job(tmp_path)
     proc.kill()
-    proc.wait(timeout=10)
+    proc.communicate(timeout=10)
     assert _left_running(tmp_path) == ""
 
 

@@ -152,14 +152,11 @@ def _rows(doc: dict[str, Any], op: str, stat: str) -> list[tuple[int, float]]:
 def _linear_fit(k_bytes: np.ndarray, t: np.ndarray) -> tuple[float, float, float | None, float]:
     """``t = a + k_bytes * beta`` by least squares of relative residuals; a, beta >= 0.
     Returns (a_s, beta_s_per_byte, r2, max relative error)."""
-    from workflows.calibrate import least_squares
+    from workflows.calibrate import _quality, least_squares
 
     a, beta, _ = least_squares(np.ones_like(t), k_bytes, t)
-    model = a + k_bytes * beta
-    res = t - model
-    ss = float(((t - t.mean()) ** 2).sum())
-    r2 = 1.0 - float((res**2).sum()) / ss if ss > 0 else None
-    return a, beta, r2, float(np.max(np.abs(res) / t))
+    r2, err = _quality(t, a + k_bytes * beta)
+    return a, beta, r2, err
 
 
 def fit_exchange(
@@ -307,10 +304,9 @@ def fit_library(
                 best = (r, j, v)
         _, j, v = best
         gamma, step = (v, 0.0) if j == 0 else (0.0, v)
-    model = t0 + gamma * k_g + step * k_l
-    err = float(np.max(np.abs(t - model) / t))
-    ss = float(((t - t.mean()) ** 2).sum())
-    r2 = 1.0 - float(((t - model) ** 2).sum()) / ss if ss > 0 else None
+    from workflows.calibrate import _quality
+
+    r2, err = _quality(t, t0 + gamma * k_g + step * k_l)
     fit = {"op": "allreduce", "ranks": params.ranks_per_host, "r2": r2, "max_rel_error": err}
     return float(gamma), float(step), fit
 
