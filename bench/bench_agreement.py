@@ -9,10 +9,10 @@
    against the prediction on this machine.
 
 Prints one table of (case, measured, predicted, error %) and the suite's geometric
-mean and worst |error|; the runs' own files stay in ``--out``. Takes about 6
-minutes on the 2-core machine. Timings vary from run to run with the machine's
-load (the seed step time by about 10% between runs here), so read the errors with
-that spread in mind.
+mean and worst |error|; the runs' own files stay in ``--out``. Takes about 2.5
+minutes on the 2-core machine (4 with a new host calibration). Timings vary from run
+to run with the machine's load (the seed step time by 10-15% between runs here), so
+read the errors with that spread in mind.
 """
 
 from __future__ import annotations

@@ -620,7 +620,12 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
         # stream waits for its messages one by one, in order, when polling.
         workload = build_workload(kept, p, wait_each=progress == "poll")
         ex = mx.MPIExecutor(
-            workload, compute="none", timeout_s=ns.timeout, progress=progress, comm=comm
+            workload,
+            compute="none",
+            timeout_s=ns.timeout,
+            progress=progress,
+            comm=comm,
+            poll_pause_s=settings.poll_pause_s,
         )
         ex.create_communicators()
         ex.allocate()
@@ -639,7 +644,7 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
             throttle = "no MPICH throttle"
         out(
             f"# commsim microbench: {library.split(',')[0]}; {p} rank{'s' * (p != 1)}; "
-            f"thread level {thread_level}; progress {progress} ({throttle}); "
+            f"thread level {thread_level}; progress {settings.progress_text()} ({throttle}); "
             f"algorithm {ns.algorithm}"
         )
         out(
@@ -678,7 +683,12 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
                 doc = {
                     "kind": "microbench",
                     "world_size": p,
-                    "mpi": {"library": library, "thread_level": thread_level, "progress": progress},
+                    "mpi": {
+                        "library": library,
+                        "thread_level": thread_level,
+                        "progress": progress,
+                        "poll_pause_s": settings.poll_pause_s if progress == "poll" else None,
+                    },
                     "options": dict(vars(ns)),
                     "versions": versions(),
                     "results": results,

@@ -35,6 +35,7 @@ SCHEDULE_TAG = 20000
 SCHEDULE_TAGS = 10000
 MEASURE_TAG = 30001  # pairwise bandwidth measurement
 COMPUTE_MODES = ("sleep", "spin", "none")
+POLL_PAUSE_S = 1e-4  # the default pause; the proxies pass proxies.launch.poll_pause_s
 PROGRESS_MODES = ("blocking", "poll")
 
 
@@ -137,7 +138,9 @@ class MPIExecutor:
         timeout_s: float = 300.0,
         progress: str = "blocking",
         comm: MPI.Intracomm | None = None,
+        poll_pause_s: float = POLL_PAUSE_S,
     ) -> None:
+        """``poll_pause_s``: seconds a waiting rank sleeps between tests in poll mode."""
         if compute not in COMPUTE_MODES:
             raise ValueError(f"compute must be one of {COMPUTE_MODES} (got {compute!r})")
         self.world = comm or MPI.COMM_WORLD
@@ -147,6 +150,10 @@ class MPIExecutor:
         if progress not in PROGRESS_MODES:
             raise ValueError(f"progress must be one of {PROGRESS_MODES} (got {progress!r})")
         self.progress = progress
+        if not poll_pause_s > 0:
+            raise ValueError(f"poll_pause_s must be > 0 (got {poll_pause_s!r})")
+        self.poll_pause_s = float(poll_pause_s)
+        self._poll = partial(_poll_all, pause_s=self.poll_pause_s)
         self.watchdog = Watchdog(self.rank, timeout_s)
         self.programs = {ph.name: ph.program(self.rank) for ph in workload.phases}
         self.needs = buffer_needs(workload, self.rank, list(self.programs.values()))
@@ -203,7 +210,7 @@ class MPIExecutor:
 
     def _complete(self, start: Callable[[], MPI.Request]) -> Callable[[], None]:
         """A blocking call: MPI's own, or (poll mode) its non-blocking form polled."""
-        return partial(_poll_one, start)
+        return partial(_poll_one, start, self.poll_pause_s)
 
     def _compile(self, op: Op, reqs: list[MPI.Request]) -> Callable[[], None]:
         poll = self.progress == "poll"
@@ -223,7 +230,7 @@ class MPIExecutor:
             return self._compile_collective(op, reqs)
         if isinstance(op, Wait):
             ids = op.reqs
-            complete = _poll_all if poll else MPI.Request.Waitall
+            complete = self._poll if poll else MPI.Request.Waitall
             return lambda: _wait_all([reqs[i] for i in ids], complete)
         if isinstance(op, Testany):
             ids = op.reqs
@@ -350,7 +357,7 @@ class MPIExecutor:
                 pending.append(comm.Isend(sb[:c], dst, tag))
             return pending
 
-        complete = _poll_all if self.progress == "poll" else MPI.Request.Waitall
+        complete = self._poll if self.progress == "poll" else MPI.Request.Waitall
         if op.req is None:
             return lambda: ScheduleRequest(post, len(steps), complete).wait()
         req = op.req
@@ -436,10 +443,6 @@ class MPIExecutor:
         return run
 
 
-POLL_FIRST_S = 2e-5
-POLL_MAX_S = 1e-3
-
-
 class ScheduleRequest:
     """A collective in flight on the project's schedule: one step posted at a time.
 
@@ -487,26 +490,25 @@ def _wait_all(items: list, complete: Callable[[list[MPI.Request]], object]) -> N
             r.wait()
 
 
-def _poll_all(pending: list[MPI.Request]) -> None:
-    """Complete requests by testing, with a growing sleep while nothing completes.
+def _poll_all(pending: list[MPI.Request], pause_s: float = POLL_PAUSE_S) -> None:
+    """Complete requests by testing, sleeping ``pause_s`` seconds while nothing completes.
 
     On an oversubscribed host a blocked rank then sleeps instead of spinning,
     leaving the cores to the ranks that have work (measured on 2 cores, 32
     ranks, 16 MB allreduce in groups of 4: 0.30 s polled, 0.77 s blocking).
     While requests keep completing it retests at once: MPICH may complete one
     request per test, and a sleep per request made a 64-message window ~90x slower.
+    The pause is fixed (not growing) so that each step of a library collective,
+    which moves on only inside a test, costs about the same: see proxies.launch.
     """
-    pause = POLL_FIRST_S
     while not MPI.Request.Testall(pending):
         if MPI.Request.Testsome(pending):
-            pause = POLL_FIRST_S
             continue
-        time.sleep(pause)
-        pause = min(2 * pause, POLL_MAX_S)
+        time.sleep(pause_s)
 
 
-def _poll_one(start: Callable[[], MPI.Request]) -> None:
-    _poll_all([start()])
+def _poll_one(start: Callable[[], MPI.Request], pause_s: float = POLL_PAUSE_S) -> None:
+    _poll_all([start()], pause_s)
 
 
 def _noop() -> None:
@@ -616,9 +618,22 @@ def pairwise_bandwidth(
     return rows
 
 
+EXIT_INTERRUPTED = 130  # as a shell reports a command ended by SIGINT
+
+
 def abort_job(comm: MPI.Comm, rank: int) -> None:
     """After an unhandled error on this rank: say so, then abort every rank of the
-    job (the others would otherwise wait for it forever)."""
+    job (the others would otherwise wait for it forever). Ctrl-C (KeyboardInterrupt,
+    which mpiexec forwards to every rank) is no error: rank 0 says so in one line and
+    the job ends with exit code 130."""
+    if isinstance(sys.exc_info()[1], KeyboardInterrupt):
+        # mpiexec (and srun) forward SIGINT to every rank, so each leaves by itself:
+        # MPI_Abort would add a line per rank, and MPICH's returns to the caller.
+        if rank == 0:
+            sys.stderr.write("interrupted (Ctrl-C): the job stops, nothing more is written\n")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_INTERRUPTED)
     sys.stderr.write(f"rank {rank}: unhandled error, aborting the job\n")
     traceback.print_exc()
     sys.stderr.flush()

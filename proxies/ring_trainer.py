@@ -109,11 +109,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             rank,
             f"ring_trainer: started with {size} ranks but the launcher said {workload.world_size}",
         )
-    progress = (
-        ns.progress
-        if ns.progress != "auto"
-        else ("poll" if settings.oversubscribed else "blocking")
-    )
+    progress = ns.progress if ns.progress != "auto" else settings.auto_progress()
+    settings.progress = progress
     started = time.perf_counter()
 
     def say(msg: str) -> None:
@@ -122,7 +119,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     try:
         ex = mx.MPIExecutor(
-            workload, compute="sleep", timeout_s=ns.timeout, progress=progress, comm=comm
+            workload,
+            compute="sleep",
+            timeout_s=ns.timeout,
+            progress=progress,
+            comm=comm,
+            poll_pause_s=settings.poll_pause_s,
         )
         if ns.bandwidth_limit > 0:
             ex.pacer = mx.Pacer(gb_per_s_to_bytes_per_s(ns.bandwidth_limit), ns.chunk_bytes)
@@ -134,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"ring trainer: {size} ranks, AlexNet {inf['parameters']} parameters, "
             f"{inf['gradient_elems']} gradient elements per step (scale {ns.scale:g}), "
             f"algorithm {inf['algorithm']}, {len(workload.collective_params['rings'])} ring(s), "
-            f"limit {ns.bandwidth_limit:g} GB/s, progress {progress}"
+            f"limit {ns.bandwidth_limit:g} GB/s, progress {settings.progress_text()}"
         )
         say(
             f"measuring the bandwidth of {size * (size - 1)} ordered pairs "
@@ -190,7 +192,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             doc = TrainerRun(
                 settings=TrainerSettings.from_json(
                     vars(ns)
-                    | {"world_size": size, "progress": progress, "throttle": settings.throttle}
+                    | {
+                        "world_size": size,
+                        "progress": progress,
+                        "poll_pause_s": settings.poll_pause_s if progress == "poll" else None,
+                        "throttle": settings.throttle,
+                    }
                 ),
                 workload={"info": workload.info, "rings": workload.collective_params["rings"]},
                 mpi={
@@ -214,11 +221,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except SystemExit:
         raise
     except BaseException:
-        import traceback
-
-        sys.stderr.write(f"rank {rank}: unhandled error, aborting the job\n")
-        traceback.print_exc()
-        comm.Abort(1)
+        mx.abort_job(comm, rank)
 
 
 def epoch_record(epoch: int, gathered: list[dict], size: int) -> dict:

@@ -83,10 +83,15 @@ def run(
                 _stop(comm, str(e))
         progress = ns.progress
         if progress == "auto":
-            progress = "poll" if settings.oversubscribed else "blocking"
+            progress = settings.auto_progress()
         settings.progress = progress
         ex = MPIExecutor(
-            workload, compute=spec.compute, timeout_s=ns.timeout, progress=progress, comm=comm
+            workload,
+            compute=spec.compute,
+            timeout_s=ns.timeout,
+            progress=progress,
+            comm=comm,
+            poll_pause_s=settings.poll_pause_s,
         )
         need, ranks, avail = node_memory_check(
             comm, ex.needs.resident_bytes, psutil.virtual_memory().available
@@ -111,7 +116,7 @@ def run(
                 f"{model.name}: {size} ranks, thread level "
                 f"{thread_level_name(MPI.Query_thread())}, progress throttle "
                 f"{'on' if settings.throttle else 'off'} ({settings.throttle_reason}), "
-                f"progress {progress}, "
+                f"progress {settings.progress_text()}, "
                 f"scale {spec.scale:g}, compute {spec.compute}, {warmup} warm-up + {runs} timed "
                 f"iterations; {library_version()}"
             )

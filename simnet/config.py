@@ -335,10 +335,25 @@ class CollectivesSection(_Strict):
         "step's end: a library without a progress thread advances a collective only when "
         "the program tests it (as the proxies' polled progress does)",
     )
+    step_latency_us_by_op: dict[str, float] = Field(
+        default_factory=dict,
+        description="op -> cost per step (us) for that collective instead of "
+        "step_latency_us (e.g. alltoall, whose library schedule takes more tests per step)",
+    )
 
     @model_validator(mode="after")
     def _known(self) -> CollectivesSection:
         _check_algorithms(self.algorithm, self.by_op)
+        from workload.collectives import ALGORITHMS
+
+        for op, v in self.step_latency_us_by_op.items():
+            if op not in ALGORITHMS:
+                raise ValueError(
+                    f"step_latency_us_by_op: unknown collective {op!r} "
+                    f"(one of {', '.join(ALGORITHMS)})"
+                )
+            if isinstance(v, bool) or not 0 <= v <= 1e6:
+                raise ValueError(f"step_latency_us_by_op.{op} must be within 0 .. 1e6 us")
         return self
 
 

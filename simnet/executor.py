@@ -144,6 +144,7 @@ class SimExecutor:
         gamma_s_per_byte: float = 0.0,
         gamma_for_named_algorithms: bool = False,
         step_latency_s: float = 0.0,
+        step_latency_by_op_s: dict[str, float] | None = None,
         compute_overhead_s: float = 0.0,
         compute_stretch: float = 0.0,
         async_progress: bool = True,
@@ -155,7 +156,8 @@ class SimExecutor:
         question about the library's algorithm by name, as ``collective_time``).
         ``step_latency_s``: a cost per step of those same collectives, paid at the
         step's end (a library without a progress thread advances a collective only when
-        the program tests it, so each step waits for the next test).
+        the program tests it, so each step waits for the next test);
+        ``step_latency_by_op_s``: op -> that cost (s) for that collective instead.
         ``compute_overhead_s`` and ``compute_stretch``: an emulated compute of d
         seconds takes ``d (1 + stretch) + overhead`` (a sleep wakes up late).
         ``async_progress`` False: a non-blocking collective moves on to its next step
@@ -168,6 +170,10 @@ class SimExecutor:
             raise ValueError(f"step_latency_s must be >= 0 (got {step_latency_s!r})")
         self.gamma = float(gamma_s_per_byte)
         self.step_latency = float(step_latency_s)
+        self.step_latency_by_op = {k: float(v) for k, v in (step_latency_by_op_s or {}).items()}
+        for op, v in self.step_latency_by_op.items():
+            if not v >= 0:
+                raise ValueError(f"step_latency_by_op_s[{op!r}] must be >= 0 (got {v!r})")
         self.gamma_named = gamma_for_named_algorithms
         self.workload = workload
         self.make_network = make_network
@@ -485,7 +491,8 @@ class PhaseSim:
         sched, alg = ex.schedule(op, p)
         self.algorithms[op.op].add(alg)
         library = op.algorithm is None or ex.gamma_named
-        costs = (ex.gamma, ex.step_latency) if library else (0.0, 0.0)
+        step_s = ex.step_latency_by_op.get(op.op, ex.step_latency)
+        costs = (ex.gamma, step_s) if library else (0.0, 0.0)
         plan = ex._plan(sched, op.group, members, me, costs)
         gkey = (op.group, members[0])
         gid = self._gids.get(gkey)

@@ -15,7 +15,7 @@ from typing import Any
 
 from workload.units import GB
 
-FORMAT = 1  # of the parameter file; a file of another format is refused
+FORMAT = 2  # of the parameter file; a file of another format is refused
 US = 1e6  # microseconds per second
 
 
@@ -33,6 +33,7 @@ class HostParams:
     rank_copy_bandwidth_gb_per_s: float
     gamma_s_per_byte: float
     step_latency_us: float = 0.0  # per step of a collective the MPI library runs
+    alltoall_step_latency_us: float = 0.0  # the same, for the library's alltoall
     compute_overhead_us: float = 0.0  # an emulated compute of d takes d (1 + stretch) + this
     compute_stretch: float = 0.0
 
@@ -47,6 +48,10 @@ class HostParams:
     @property
     def copy_latency_s(self) -> float:
         return self.copy_latency_us / US
+
+    def step_latency_by_op_us(self) -> dict[str, float]:
+        """``collectives.step_latency_us_by_op`` for these parameters (us)."""
+        return {"alltoall": self.alltoall_step_latency_us}
 
 
 @dataclass
@@ -99,6 +104,7 @@ class HostCalibration:
                 "rank_copy_bandwidth_gb_per_s": "GB/s, one rank's fastest copy",
                 "gamma_s_per_byte": "seconds per reduced byte",
                 "step_latency_us": "microseconds per step of a collective the library runs",
+                "alltoall_step_latency_us": "microseconds per step of the library's alltoall",
                 "compute_overhead_us": "microseconds more per emulated compute (a sleep)",
                 "compute_stretch": "extra emulated compute per unit of compute",
             },
@@ -138,6 +144,7 @@ def _values(p: HostParams) -> tuple[float, ...]:
         p.rank_copy_bandwidth_gb_per_s,
         p.gamma_s_per_byte,
         p.step_latency_us,
+        p.alltoall_step_latency_us,
         p.compute_overhead_us,
         p.compute_stretch,
     )
@@ -191,4 +198,11 @@ def apply_host_params(cfg: Any) -> tuple[Any, list[str]]:
         if fld not in coll.model_fields_set:
             coll = coll.model_copy(update={fld: getattr(params, fld)})
             notes.append(f"calibrated: collectives.{fld} = {getattr(params, fld):.3g} from {name}")
+    if "step_latency_us_by_op" not in coll.model_fields_set:
+        by_op = params.step_latency_by_op_us()
+        coll = coll.model_copy(update={"step_latency_us_by_op": by_op})
+        notes.append(
+            f"calibrated: collectives.step_latency_us_by_op = "
+            f"{ {k: round(v, 3) for k, v in by_op.items()} } from {name}"
+        )
     return cfg.model_copy(update={"hosts": hosts, "collectives": coll}), notes

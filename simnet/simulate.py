@@ -320,6 +320,9 @@ def simulate(
         compute_scale=cfg.workload.compute_scale,
         gamma_s_per_byte=cfg.collectives.gamma_s_per_byte,
         step_latency_s=us_to_s(cfg.collectives.step_latency_us),
+        step_latency_by_op_s={
+            op: us_to_s(v) for op, v in cfg.collectives.step_latency_us_by_op.items()
+        },
         compute_overhead_s=us_to_s(cfg.hosts.compute_overhead_us),
         compute_stretch=cfg.hosts.compute_stretch,
         async_progress=cfg.collectives.async_progress,

@@ -26,6 +26,7 @@ B = 9 * GB  # one rank's fastest copy (bytes/s)
 ALPHA = A[2]  # pingpong per-message time (s): the same per-message cost
 GAMMA = 0.25e-9  # s per reduced byte
 STEP = 150e-6  # s per step of a collective the library runs
+A2A_STEP = 400e-6  # s per step of the library's alltoall
 
 
 def rabenseifner_s(n: int, size: int, gamma: float, step: float = 0.0) -> float:
@@ -36,6 +37,13 @@ def rabenseifner_s(n: int, size: int, gamma: float, step: float = 0.0) -> float:
     steps = int(math.log2(n))
     moved = size * (1 - 1 / n)  # per rank, in each half
     return 2 * moved / rate + 2 * steps * (A[n] + step) + gamma * moved
+
+
+def pairwise_alltoall_s(n: int, size: int, step: float) -> float:
+    """MPICH's alltoall of more than 32 KiB per peer: n - 1 steps, in each every rank
+    sends size / n bytes to one peer, all at once, each flow at min(B, C/n)."""
+    per_peer = size // n
+    return (n - 1) * (A[n] + per_peer / min(B, C[n] / n) + step)
 
 
 def doc(n: int) -> dict:
@@ -50,6 +58,9 @@ def doc(n: int) -> dict:
     for s in (1 << 20, 1 << 22, 1 << 24):
         t = rabenseifner_s(n, s, GAMMA, STEP)
         rows.append({"op": "allreduce", "size_bytes": s, "time_s": {"min": t, "avg": t}})
+    for s in (1 << 20, 1 << 22, 1 << 24):  # the whole array: s / n per peer
+        t = pairwise_alltoall_s(n, s, A2A_STEP)
+        rows.append({"op": "alltoall", "size_bytes": s, "time_s": {"min": t, "avg": t}})
     if n == 2:
         for s in (8, 1 << 12, 1 << 16, 1 << 20, 1 << 24):
             t = ALPHA + s / B
@@ -75,6 +86,37 @@ def test_fit_recovers_the_copy_capacity_and_per_message_cost(fitted, n):
 def test_fit_recovers_gamma_and_the_step_cost(fitted, n):
     assert fitted.at(n)[0].gamma_s_per_byte == pytest.approx(GAMMA, rel=0.01)
     assert fitted.at(n)[0].step_latency_us == pytest.approx(STEP * 1e6, rel=0.01)
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_fit_recovers_the_alltoall_step_cost(fitted, n):
+    assert fitted.at(n)[0].alltoall_step_latency_us == pytest.approx(A2A_STEP * 1e6, rel=0.01)
+
+
+def test_a_config_takes_the_alltoall_step_cost_and_the_simulation_pays_it(fitted, tmp_path):
+    path = tmp_path / "host.json"
+    path.write_text(json.dumps(fitted.to_json()))
+    from simnet.config import load_config
+    from simnet.hostparams import apply_host_params
+
+    cfg = load_config(
+        {
+            "topology": {"type": "switch", "num_nodes": 4},
+            "hosts": {"ranks_per_host": 4, "params_file": str(path)},
+        }
+    )
+    cfg, notes = apply_host_params(cfg)
+    assert cfg.collectives.step_latency_us_by_op == {
+        "alltoall": pytest.approx(A2A_STEP * 1e6, rel=0.01)
+    }
+    assert any("step_latency_us_by_op" in n for n in notes)
+    # The per-op cost replaces the general one for that op only: a pairwise alltoall
+    # on 4 ranks pays it on each of its 3 steps.
+    p = HostParams(4, C[4] / GB, A[4] * 1e6, B / GB, 0.0)
+    g = hostcal.host_graph(p)
+    t0 = simnet.collective_time(g, "alltoall", "pairwise", 1 << 18)
+    t1 = simnet.collective_time(g, "alltoall", "pairwise", 1 << 18, step_latency_s=A2A_STEP)
+    assert t1 - t0 == pytest.approx(3 * A2A_STEP, rel=1e-9)
 
 
 def test_a_step_cost_adds_exactly_that_per_step():
@@ -123,7 +165,8 @@ def test_round_trip_through_the_file(fitted, tmp_path):
         ("{", "cannot read"),
         ('{"kind": "microbench"}', "not a host calibration"),
         ('{"kind": "host-calibration", "format": 99}', "format 99"),
-        ('{"kind": "host-calibration", "format": 1, "key": {}}', "malformed"),
+        ('{"kind": "host-calibration", "format": 1}', "format 1"),
+        ('{"kind": "host-calibration", "format": 2, "key": {}}', "malformed"),
     ],
 )
 def test_bad_parameter_files_get_one_clear_line(tmp_path, content, message):

@@ -98,7 +98,9 @@ def test_collectives_three_ranks_json_shape_counts_and_bandwidth(tmp_path):
     doc = json.loads(out.read_text())
     assert set(doc) == {"kind", "world_size", "mpi", "options", "versions", "results"}
     assert doc["kind"] == "microbench" and doc["world_size"] == 3
-    assert set(doc["mpi"]) == {"library", "thread_level", "progress"}
+    assert set(doc["mpi"]) == {"library", "thread_level", "progress", "poll_pause_s"}
+    # The micro-benchmark blocks by default (polling would add its pauses to latency).
+    assert (doc["mpi"]["progress"], doc["mpi"]["poll_pause_s"]) == ("blocking", None)
     assert doc["mpi"]["library"].startswith(("MPICH", "Open MPI"))
     assert doc["mpi"]["thread_level"] == "single"
     assert doc["mpi"]["progress"] in ("blocking", "poll")

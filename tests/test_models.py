@@ -348,3 +348,27 @@ def test_launch_info_counts_ranks_per_host_under_slurm(monkeypatch):
     monkeypatch.setenv("SLURM_TASKS_PER_NODE", "32(x2)")
     info = launch_info()
     assert (info.world_size, info.local_size) == (64, 32)
+
+
+@pytest.mark.parametrize(
+    ("ranks", "cores", "pause_us"),
+    [(1, 2, 100), (4, 2, 100), (8, 2, 200), (10, 2, 250), (32, 2, 800), (64, 2, 1000)],
+)
+def test_the_poll_pause_grows_with_the_ranks_per_core_within_its_bounds(ranks, cores, pause_us):
+    from proxies.launch import poll_pause_s
+
+    assert poll_pause_s(ranks, cores) == pytest.approx(pause_us * 1e-6)
+
+
+def test_oversubscribed_ranks_poll_with_the_pause_of_their_load(monkeypatch):
+    from proxies.launch import THROTTLE_VARS, LaunchInfo, prepare_mpi
+
+    for k in THROTTLE_VARS:  # recorded, so what prepare_mpi sets is undone afterwards
+        monkeypatch.setenv(k, "")
+        monkeypatch.delenv(k)
+    s = prepare_mpi(LaunchInfo(world_size=10, rank=0, local_size=10, cores=2))
+    assert s.auto_progress() == "poll"
+    s.progress = s.auto_progress()
+    assert s.progress_text() == "poll (a test every 250 us)"
+    s = prepare_mpi(LaunchInfo(world_size=2, rank=0, local_size=2, cores=2))
+    assert (s.auto_progress(), s.progress_text()) == ("blocking", "blocking")

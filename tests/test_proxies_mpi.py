@@ -229,3 +229,38 @@ def test_nonblocking_schedule_collectives_overlap_compute(tmp_path):
     ph = doc["phases"][0]
     assert ph["comm_s"]["mean"] > 0.1  # in flight across the backward pass
     assert ph["exposed_comm_s"]["mean"] < 0.5 * ph["comm_s"]["mean"]
+
+
+@pytest.mark.parametrize(("module", "args"), [("proxies.dlrm", ()), ("proxies.ring_trainer", ())])
+def test_ctrl_c_on_a_proxy_is_one_line_and_exit_130(tmp_path, module, args):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from .mpirun import MPIEXEC
+
+    extra = (
+        ("--out", str(tmp_path), "--epochs", "1000") if "ring" in module else ("--iters", "100000")
+    )
+    cmd = [MPIEXEC, "-n", "2", sys.executable, "-m", module, "--scale", "0.01", *extra, *args]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+    )
+    time.sleep(6)  # running by then
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, out + err
+    assert (out + err).count("interrupted (Ctrl-C)") == 1
+    assert "Traceback" not in out + err and "unhandled error" not in out + err

@@ -36,7 +36,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import fields
+from dataclasses import fields, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -66,6 +66,11 @@ SINGLE_SIZES = (1 << 10, 1 << 18, 16)
 SINGLE = "exchange_single"  # its rows, as this module names them
 PINGPONG_SIZES = (8, 1 << 24, 16)
 ALLREDUCE_SIZES = (1 << 20, 1 << 24, 4)
+# The whole array (the micro-benchmark's convention): size / ranks bytes per peer.
+ALLTOALL_SIZES = (1 << 14, 1 << 22, 4)
+# The proxies report the mean time per iteration, so the fits follow mean times: on an
+# oversubscribed host the best of a size's iterations is 10-60% below their mean.
+DEFAULT_STAT = "avg"
 
 
 # -- the cache ----------------------------------------------------------------------------
@@ -178,18 +183,6 @@ def fit_exchange(
     return a, 1.0 / beta, {"op": "exchange", "ranks": ranks, "r2": r2, "max_rel_error": err}
 
 
-def per_message_cost(
-    rows: Sequence[tuple[int, float]], ranks: int, rate_bytes_per_s: float
-) -> float:
-    """The cost of one message sent on its own (s): what single-message exchange rows
-    ``(size_bytes, seconds)`` take beyond their bytes at ``rate_bytes_per_s`` (each
-    flow's share of the host), the median over sizes, at least 0."""
-    if not rows:
-        raise HostCalibrationError(f"exchange of single messages at {ranks} ranks: no rows")
-    extra = sorted(t - s / rate_bytes_per_s for s, t in rows)
-    return max(0.0, extra[len(extra) // 2])
-
-
 def measure_sleep(
     durations_s: Sequence[float] = (1e-4, 1e-3, 5e-3), samples: int = 30
 ) -> tuple[float, float, dict[str, Any]]:
@@ -261,7 +254,8 @@ def simulate_row(
 
     g = host_graph(params)
     if costs is None:
-        costs = (params.gamma_s_per_byte, params.step_latency_us / US)
+        step_us = params.step_latency_by_op_us().get(op, params.step_latency_us)
+        costs = (params.gamma_s_per_byte, step_us / US)
     n = params.ranks_per_host
     if op == "exchange":
         return simnet.exchange_time(g, size_bytes, window=EXCHANGE_WINDOW)
@@ -269,60 +263,108 @@ def simulate_row(
         return simnet.exchange_time(g, size_bytes)
     if op == "pingpong":
         return simnet.message_time(g, 0, 1, size_bytes)
-    count = size_bytes // 4
-    alg = default_algorithm(op, n, count)
+    if op == "alltoall":  # the row's size is the whole array: size / n per peer
+        size_bytes = size_bytes // n // 4 * 4
+    alg = default_algorithm(op, n, size_bytes // 4)
     return simnet.collective_time(
         g, op, alg, size_bytes, gamma_s_per_byte=costs[0], step_latency_s=costs[1]
     )
 
 
-def fit_library(
-    rows: Sequence[tuple[int, float]], params: HostParams
-) -> tuple[float, float, dict[str, Any]]:
-    """The library's reduction cost (s/B) and cost per collective step (s) that make the
-    simulated allreduce match the rows ``(size_bytes, seconds)``.
+# The parameters fitted jointly per rank count, and the unit each is simulated at to
+# measure its coefficient (the simulated time is linear in each).
+JOINT = ("copy_latency_s", "gamma_s_per_byte", "step_latency_s", "alltoall_step_latency_s")
+_UNIT = {
+    "copy_latency_s": 1e-6,
+    "gamma_s_per_byte": 1e-9,
+    "step_latency_s": 1e-6,
+    "alltoall_step_latency_s": 1e-6,
+}
 
-    The simulated time is linear in both for a given algorithm: t = t0 + gamma k_g +
-    L k_L, with k_g and k_L measured by simulating at 1 ns/B and 1 us; both are fitted
-    by least squares of the relative residuals, kept >= 0.
+
+def nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares ``x v ~ y`` with ``v >= 0``, exactly, for a few unknowns: the best
+    unconstrained solution over every subset of the unknowns that is feasible."""
+    k = x.shape[1]
+    best, best_v = math.inf, np.zeros(k)
+    for mask in range(1, 1 << k):
+        cols = [j for j in range(k) if mask >> j & 1]
+        sol, *_ = np.linalg.lstsq(x[:, cols], y, rcond=None)
+        if np.any(sol < 0):
+            continue
+        v = np.zeros(k)
+        v[cols] = sol
+        r = float(((x @ v - y) ** 2).sum())
+        if r < best - 1e-15:
+            best, best_v = r, v
+    return best_v
+
+
+def fit_joint(
+    doc: dict[str, Any], stat: str, params: HostParams
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """The per-message cost, the library's reduction cost and its costs per step of an
+    allreduce and of an alltoall (``JOINT``, seconds and s/B), fitted together to the
+    single-message exchange, allreduce and alltoall rows of ``doc``, on the host
+    ``params`` describes (its copy capacity and one rank's copy rate already fitted).
+
+    Every row's simulated time is t0 + sum_j v_j k_j, the coefficients k_j measured by
+    simulating the row with one parameter at a unit value; the parameters minimise the
+    squared relative residuals, all >= 0. Fitted together, the per-message cost is the
+    one that explains messages sent alone and the collectives' steps at once (fitted
+    alone on single messages, it took up what polling adds to a lone message and then
+    overstated every step of a collective two-fold at 8 ranks here).
     """
-    t = np.array([r[1] for r in rows], float)
-    sizes = [s for s, _ in rows]
-    t0 = np.array([simulate_row("allreduce", s, params, (0.0, 0.0)) for s in sizes])
-    k_g = (np.array([simulate_row("allreduce", s, params, (1e-9, 0.0)) for s in sizes]) - t0) / 1e-9
-    k_l = (np.array([simulate_row("allreduce", s, params, (0.0, 1e-6)) for s in sizes]) - t0) / 1e-6
-    y = (t - t0) / t
-    x = np.column_stack([k_g / t, k_l / t])
-    (gamma, step), *_ = np.linalg.lstsq(x, y, rcond=None)
-    if gamma < 0 or step < 0:  # one of them at 0: fit the other alone
-        best = None
-        for j in (0, 1):
-            col = x[:, j]
-            v = max(0.0, float(col @ y / (col @ col))) if float(col @ col) > 0 else 0.0
-            r = float(((y - col * v) ** 2).sum())
-            if best is None or r < best[0]:
-                best = (r, j, v)
-        _, j, v = best
-        gamma, step = (v, 0.0) if j == 0 else (0.0, v)
+    n = params.ranks_per_host
+    ops = (SINGLE, "allreduce", "alltoall")
+    rows = [(op, s, t) for op in ops for s, t in _rows(doc, op, stat)]
+    if not rows:
+        raise HostCalibrationError(f"{n} ranks: no single-message, allreduce or alltoall rows")
+    zero = replace(params, copy_latency_us=0.0, gamma_s_per_byte=0.0, step_latency_us=0.0)
+    zero = replace(zero, alltoall_step_latency_us=0.0)
+
+    def sim(op: str, size: int, **unit: float) -> float:
+        p = replace(
+            zero,
+            copy_latency_us=unit.get("copy_latency_s", 0.0) * US,
+            gamma_s_per_byte=unit.get("gamma_s_per_byte", 0.0),
+            step_latency_us=unit.get("step_latency_s", 0.0) * US,
+            alltoall_step_latency_us=unit.get("alltoall_step_latency_s", 0.0) * US,
+        )
+        return simulate_row(op, size, p)
+
+    t = np.array([r[2] for r in rows])
+    t0 = np.array([sim(op, s) for op, s, _ in rows])
+    k = np.empty((len(rows), len(JOINT)))
+    for j, name in enumerate(JOINT):
+        u = _UNIT[name]
+        k[:, j] = [(sim(op, s, **{name: u}) - t0[i]) / u for i, (op, s, _) in enumerate(rows)]
+    v = nnls(k / t[:, None], (t - t0) / t)
+    fitted = dict(zip(JOINT, map(float, v), strict=True))
     from workflows.calibrate import _quality
 
-    r2, err = _quality(t, t0 + gamma * k_g + step * k_l)
-    fit = {"op": "allreduce", "ranks": params.ranks_per_host, "r2": r2, "max_rel_error": err}
-    return float(gamma), float(step), fit
+    model = t0 + k @ v
+    fits = []
+    for op in ops:
+        idx = [i for i, r in enumerate(rows) if r[0] == op]
+        if idx:
+            r2, err = _quality(t[idx], model[idx])
+            fits.append({"op": op, "ranks": n, "r2": r2, "max_rel_error": err})
+    return fitted, fits
 
 
 def fit_host(
     docs: dict[int, dict[str, Any]],
-    stat: str = "min",
+    stat: str = DEFAULT_STAT,
     key: dict[str, Any] | None = None,
     sleep: tuple[float, float] = (0.0, 0.0),
 ) -> HostCalibration:
     """The host calibration from micro-benchmark documents by rank count.
 
-    The 2-rank document must hold pingpong rows; every document exchange and allreduce
-    rows. ``stat`` chooses which of avg/min/max times to fit (min: least disturbed by
-    other load on a shared machine). ``sleep``: (overhead s, stretch) of the emulated
-    compute (:func:`measure_sleep`).
+    The 2-rank document must hold pingpong rows; every document exchange, allreduce and
+    alltoall rows. ``stat`` chooses which of avg/min/max times to fit (avg: what the
+    proxies report; min: least disturbed by other load on a shared machine). ``sleep``:
+    (overhead s, stretch) of the emulated compute (:func:`measure_sleep`).
     """
     if 2 not in docs:
         raise HostCalibrationError("the 2-rank micro-benchmark (pingpong) is missing")
@@ -331,19 +373,31 @@ def fit_host(
     by_ranks = []
     for n in sorted(docs):
         _, cap, ex_fit = fit_exchange(_rows(docs[n], "exchange", stat), n, EXCHANGE_WINDOW)
-        a = per_message_cost(_rows(docs[n], SINGLE, stat), n, min(cap / n, rank_bw))
-        params = HostParams(n, cap / GB, a * US, rank_bw / GB, 0.0)
-        gamma, step, ar_fit = fit_library(_rows(docs[n], "allreduce", stat), params)
+        v, joint_fits = fit_joint(docs[n], stat, HostParams(n, cap / GB, 0.0, rank_bw / GB, 0.0))
         params = HostParams(
-            n, cap / GB, a * US, rank_bw / GB, gamma, step * US, sleep[0] * US, sleep[1]
+            n,
+            cap / GB,
+            v["copy_latency_s"] * US,
+            rank_bw / GB,
+            v["gamma_s_per_byte"],
+            v["step_latency_s"] * US,
+            v["alltoall_step_latency_s"] * US,
+            sleep[0] * US,
+            sleep[1],
         )
         by_ranks.append(params)
-        fits.append(ex_fit | {"copy_bandwidth_gb_per_s": cap / GB, "copy_latency_us": a * US})
-        fits.append(ar_fit | {"gamma_s_per_byte": gamma, "step_latency_us": step * US})
+        fits.append(ex_fit | {"copy_bandwidth_gb_per_s": cap / GB})
+        joint = {
+            "copy_latency_us": params.copy_latency_us,
+            "gamma_s_per_byte": params.gamma_s_per_byte,
+            "step_latency_us": params.step_latency_us,
+            "alltoall_step_latency_us": params.alltoall_step_latency_us,
+        }
+        fits += [f | joint for f in joint_fits]
     points = []
     for params in by_ranks:
         doc = docs[params.ranks_per_host]
-        ops = ("exchange", SINGLE, "allreduce")
+        ops = ("exchange", SINGLE, "allreduce", "alltoall")
         ops += ("pingpong",) if params.ranks_per_host == 2 else ()
         for op in ops:
             for size, measured in _rows(doc, op, stat):
@@ -420,6 +474,7 @@ def measure(
                 ("exchange", EXCHANGE_SIZES, EXCHANGE_WINDOW),
                 (SINGLE, SINGLE_SIZES, 1),
                 ("allreduce", ALLREDUCE_SIZES, 1),
+                ("alltoall", ALLTOALL_SIZES, 1),
             ]
             if n == 2:
                 plan.append(("pingpong", PINGPONG_SIZES, 1))
@@ -448,7 +503,7 @@ def calibrate_host(
     *,
     iters: int = 10,
     timeout_s: float = 300.0,
-    stat: str = "min",
+    stat: str = DEFAULT_STAT,
     max_age_days: float = DEFAULT_MAX_AGE_DAYS,
     force: bool = False,
     repeats: int = DEFAULT_REPEATS,
@@ -517,14 +572,14 @@ def summary_text(cal: HostCalibration) -> str:
         f"host model of {cal.key.get('hostname')} ({cal.key.get('cores')} cores; MPI: "
         f"mpich {cal.key.get('mpich')}, openmpi {cal.key.get('openmpi')}), made {cal.created}",
         f"{'ranks':>5}  {'copy GB/s':>9}  {'copy lat us':>11}  {'rank GB/s':>9}  "
-        f"{'gamma ns/B':>10}  {'step us':>8}  {'sleep +us':>9}",
+        f"{'gamma ns/B':>10}  {'step us':>8}  {'a2a us':>8}  {'sleep +us':>9}",
     ]
     for p in sorted(cal.by_ranks, key=lambda p: p.ranks_per_host):
         lines.append(
             f"{p.ranks_per_host:>5}  {p.copy_bandwidth_gb_per_s:>9.2f}  "
             f"{p.copy_latency_us:>11.1f}  {p.rank_copy_bandwidth_gb_per_s:>9.2f}  "
             f"{p.gamma_s_per_byte * 1e9:>10.3f}  {p.step_latency_us:>8.1f}  "
-            f"{p.compute_overhead_us:>9.1f}"
+            f"{p.alltoall_step_latency_us:>8.1f}  {p.compute_overhead_us:>9.1f}"
         )
     lines.append("fits:")
     for f in cal.fits:
@@ -539,7 +594,7 @@ def summary_text(cal: HostCalibration) -> str:
         )
     if cal.points:
         lines.append("every point simulated with the fitted model (error = predicted vs measured):")
-        for op in ("pingpong", "exchange", SINGLE, "allreduce"):
+        for op in ("pingpong", "exchange", SINGLE, "allreduce", "alltoall"):
             pts = [p for p in cal.points if p["op"] == op]
             if not pts:
                 continue
@@ -561,7 +616,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-o", "--out", default=None, help="also write the parameter file here")
     p.add_argument("--iters", type=int, default=10, help="timed iterations per size")
-    p.add_argument("--stat", choices=("avg", "min"), default="min", help="time statistic fitted")
+    p.add_argument(
+        "--stat",
+        choices=("avg", "min"),
+        default=DEFAULT_STAT,
+        help="time statistic fitted (default avg: the proxies report mean times)",
+    )
     p.add_argument(
         "--max-age-days",
         type=float,

@@ -45,6 +45,7 @@ class ThisMachine:
             "rank_copy_bandwidth_gb_per_s": self.params.rank_copy_bandwidth_gb_per_s,
             "gamma_s_per_byte": self.params.gamma_s_per_byte,
             "step_latency_us": self.params.step_latency_us,
+            "alltoall_step_latency_us": self.params.alltoall_step_latency_us,
             "compute_overhead_us": self.params.compute_overhead_us,
             "compute_stretch": self.params.compute_stretch,
             "params_file": self.source,
@@ -75,6 +76,7 @@ def machine_result(cfg: Config, machine: ThisMachine, **kw: Any):  # -> SimResul
                 update={
                     "gamma_s_per_byte": p.gamma_s_per_byte,
                     "step_latency_us": p.step_latency_us,
+                    "step_latency_us_by_op": p.step_latency_by_op_us(),
                     # The proxies' MPI library has no progress thread.
                     "async_progress": False,
                 }
@@ -94,7 +96,8 @@ def machine_result(cfg: Config, machine: ThisMachine, **kw: Any):  # -> SimResul
         f"this machine: {p.ranks_per_host} ranks on one host, copy capacity "
         f"{p.copy_bandwidth_gb_per_s:.3g} GB/s, {p.copy_latency_us:.3g} us per message, "
         f"gamma {p.gamma_s_per_byte:.3g} s/B, {p.step_latency_us:.3g} us per step of the "
-        f"library's collectives, from {machine.source}",
+        f"library's collectives ({p.alltoall_step_latency_us:.3g} us for alltoall), "
+        f"from {machine.source}",
         *machine.notes,
     ]
     return simulate(

@@ -127,6 +127,7 @@ def predict(
                 update={
                     "gamma_s_per_byte": cpu.gamma_s_per_byte,
                     "step_latency_us": cpu.step_latency_us,
+                    "step_latency_us_by_op": cpu.step_latency_by_op_us(),
                     "async_progress": False,
                 }
             ),
@@ -279,6 +280,7 @@ def run(cfg: Config, out: Path, iters: int, warmup: int, timeout_s: float) -> di
                     "compute_overhead_us": cpu.compute_overhead_us,
                     "compute_stretch": cpu.compute_stretch,
                     "step_latency_us": cpu.step_latency_us,
+                    "alltoall_step_latency_us": cpu.alltoall_step_latency_us,
                     "gamma_s_per_byte": cpu.gamma_s_per_byte,
                 },
                 "from": cpu_source,

@@ -119,6 +119,7 @@ class TrainerSettings:
     out: str = "results"
     world_size: int | None = None  # known once MPI started
     throttle: bool | None = None
+    poll_pause_s: float | None = None  # seconds between tests when polling
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,7 +151,9 @@ class TrainerSettings:
         default = TrainerSettings()
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name in ("world_size", "throttle") or v == getattr(default, f.name):
+            if f.name in ("world_size", "throttle", "poll_pause_s") or v == getattr(
+                default, f.name
+            ):
                 continue
             out += [f"--{f.name.replace('_', '-')}", str(v)]
         return out
