@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from workload.brief_argparse import BriefParser
 from workload.layout import LayoutError
 from workload.models import MODELS, Model, get_model
 from workload.spec import COMPUTE_MODES, RunSpec, SpecError
@@ -26,7 +27,7 @@ DEFAULT_TIMEOUT_S = 300.0
 
 def build_parser(model: Model) -> argparse.ArgumentParser:
     usage_args = " ".join(f"[{a.name}={a.default}]" for a in model.args)
-    p = argparse.ArgumentParser(
+    p = BriefParser(
         prog=f"mpirun -n P python -m proxies.{model.name}",
         description=f"{model.description}. Positional arguments as the reference: {usage_args}",
     )

@@ -94,6 +94,10 @@ class MPISettings:
         (blocking ranks would spin on the cores the others need), else blocking."""
         return "poll" if self.oversubscribed else "blocking"
 
+    def executor_options(self) -> dict[str, object]:
+        """The ``MPIExecutor`` keywords these settings decide."""
+        return {"progress": self.progress, "poll_pause_s": self.poll_pause_s}
+
     def progress_text(self) -> str:
         """The progress mode for a run's header, e.g. "poll (a test every 100 us)"."""
         if self.progress != "poll":

@@ -623,9 +623,8 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
             workload,
             compute="none",
             timeout_s=ns.timeout,
-            progress=progress,
             comm=comm,
-            poll_pause_s=settings.poll_pause_s,
+            **settings.executor_options(),
         )
         ex.create_communicators()
         ex.allocate()

@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from workload.brief_argparse import BriefParser
 from workload.layout import LayoutError
 from workload.run_result import TrainerRun, TrainerSettings
 from workload.spec import RunSpec, SpecError
@@ -35,7 +36,7 @@ PHASES = {True: "reduce_scatter", False: "allgather"}
 
 def build_parser() -> argparse.ArgumentParser:
     d = TrainerSettings()  # the defaults, in one place
-    p = argparse.ArgumentParser(
+    p = BriefParser(
         prog="mpirun -n P python -m proxies.ring_trainer", description=__doc__.split("\n\n")[1]
     )
     # (option, type, metavar, help): the default is the settings' own.
@@ -122,9 +123,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             workload,
             compute="sleep",
             timeout_s=ns.timeout,
-            progress=progress,
             comm=comm,
-            poll_pause_s=settings.poll_pause_s,
+            **settings.executor_options(),
         )
         if ns.bandwidth_limit > 0:
             ex.pacer = mx.Pacer(gb_per_s_to_bytes_per_s(ns.bandwidth_limit), ns.chunk_bytes)

@@ -89,9 +89,8 @@ def run(
             workload,
             compute=spec.compute,
             timeout_s=ns.timeout,
-            progress=progress,
             comm=comm,
-            poll_pause_s=settings.poll_pause_s,
+            **settings.executor_options(),
         )
         need, ranks, avail = node_memory_check(
             comm, ex.needs.resident_bytes, psutil.virtual_memory().available

@@ -8,13 +8,15 @@ import sys
 import time
 from collections.abc import Sequence
 
+from workload.brief_argparse import BriefParser
+
 from .config import ConfigError, load_config, schema
 
 EXIT_USAGE = 2
 
 
 def build_parser(subcommands: Sequence[str] = ()) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = BriefParser(
         prog="python -m simnet",
         description="Predict the time, traffic and bandwidth of a workload (the ring trainer "
         "or any proxy) on a modelled network, and draw them. Subcommands: "

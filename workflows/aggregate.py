@@ -13,7 +13,6 @@ results (they are left out). A directory is searched recursively for
 
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import math
@@ -22,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from workload.brief_argparse import BriefParser
 from workload.results import versions, write_csv, write_json, write_text
 from workload.run_result import ProxyRun
 
@@ -197,7 +197,7 @@ def _with(prefix: Path, suffix: str) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
+    ap = BriefParser(
         prog="python -m simnet aggregate",
         description="Collect proxy --json results and simnet results into one table "
         "(CSV, aligned text, JSON).",

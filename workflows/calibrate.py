@@ -55,6 +55,7 @@ import numpy as np
 
 from simnet.config import LINK_PARAM_KEYS
 from workload import collectives
+from workload.brief_argparse import BriefParser
 from workload.units import ELEM_BYTES, GB, KB, MB, bytes_per_s_to_gb_per_s
 from workload.units import US_PER_S as US  # the file's and the terminal's unit
 
@@ -805,7 +806,7 @@ def _r2_text(r2: float | None) -> str:
 
 # -- command line --------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = BriefParser(
         prog="python -m simnet calibrate",
         description="Fit the network model (per-message overhead alpha, bandwidth) to the "
         "results of `mpirun -n P python -m proxies.microbench --json MICROBENCH.json`, and "

@@ -12,7 +12,6 @@ run leaves no half-written file.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
@@ -25,6 +24,7 @@ import numpy as np
 
 from simnet.config import Config, ConfigError, load_config
 from simnet.hostparams import HostCalibrationError
+from workload.brief_argparse import BriefParser
 from workload.models import MODELS
 from workload.results import versions, write_csv, write_json, write_text
 from workload.run_result import ProxyRun, TrainerRun, TrainerSettings
@@ -435,7 +435,7 @@ def run_proxy_workload(cfg: Config, out: Path, say: Any, machine: ThisMachine | 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m workflows.endtoend", description=__doc__)
+    p = BriefParser(prog="python -m workflows.endtoend", description=__doc__)
     p.add_argument("--config", default="config.json")
     p.add_argument("--out", default=None, help="default: logging.log_dir")
     g = p.add_mutually_exclusive_group()

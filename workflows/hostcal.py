@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from simnet.hostparams import HostCalibration, HostCalibrationError, HostParams
+from workload.brief_argparse import BriefParser
 from workload.results import write_json
 
 EXIT_USAGE = 2
@@ -608,7 +609,7 @@ def summary_text(cal: HostCalibration) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m simnet calibrate-host", description=DESCRIPTION)
+    p = BriefParser(prog="python -m simnet calibrate-host", description=DESCRIPTION)
     p.add_argument(
         "--ranks",
         default=",".join(map(str, DEFAULT_RANKS)),

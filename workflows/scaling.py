@@ -37,6 +37,7 @@ from typing import Any
 
 from simnet.config import ConfigError, load_config
 from topologies import DEFAULT_GROUP_SIZE
+from workload.brief_argparse import BriefParser
 from workload.results import atomic_write, versions, write_csv, write_json, write_text
 from workload.run_result import ProxyRun
 from workload.units import MS_PER_S
@@ -535,7 +536,7 @@ def plot_breakdown(doc: dict[str, Any], out: Path) -> Path | None:
 
 # -- command line -----------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = BriefParser(
         prog="python -m simnet scaling",
         description="Weak or strong scaling study of a proxy: real runs at a few process "
         "counts, optionally extended by simnet predictions on a modelled cluster.",

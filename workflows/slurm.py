@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from workload.brief_argparse import BriefParser
 from workload.models import MODELS
 from workload.results import write_json, write_text
 
@@ -389,7 +390,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = BriefParser(
         prog="python -m simnet slurm",
         description="Generate Slurm batch scripts: one per process count of a scaling study, "
         "or one job array over a grid of proxy arguments.",

@@ -42,6 +42,7 @@ from typing import Any
 
 from simnet.config import Config, ConfigError, current_key, current_names, load_config
 from simnet.simulate import build_workload
+from workload.brief_argparse import BriefParser
 from workload.results import versions, write_csv, write_json, write_text
 
 from .study.pool import POOL_KINDS, launch_rank, open_pool
@@ -71,7 +72,7 @@ POINTS_DIR = "points"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = BriefParser(
         prog="python -m simnet sweep",
         description="Simulate the cartesian product of a grid of configuration values, "
         "in parallel (local processes, or MPI workers under `mpiexec ... python -m "

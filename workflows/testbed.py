@@ -25,7 +25,6 @@ removed at the end, on error and on Ctrl-C/SIGTERM/SIGHUP.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -38,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from simnet.config import Config, ConfigError, load_config
+from workload.brief_argparse import BriefParser
 from workload.results import versions, write_csv, write_json, write_text
 from workload.run_result import ProxyRun
 
@@ -347,9 +347,7 @@ def write_outputs(doc: dict[str, Any], out: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m simnet testbed", description=__doc__.splitlines()[0]
-    )
+    p = BriefParser(prog="python -m simnet testbed", description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True, help="configuration (a switch topology)")
     p.add_argument(
         "--out", default=None, help="results directory (default: logging.log_dir/testbed)"

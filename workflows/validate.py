@@ -44,6 +44,7 @@ import numpy as np
 
 from simnet.config import Config, ConfigError, load_config
 from simnet.hostparams import HostCalibrationError
+from workload.brief_argparse import BriefParser
 from workload.run_result import ProxyRun
 from workload.units import MS_PER_S as MS  # milliseconds per second, for display
 from workload.units import us_to_s
@@ -531,7 +532,7 @@ def _csv_text(s: str) -> str:
 
 # -- command line --------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = BriefParser(
         prog="python -m simnet validate",
         description="Run the configured proxy for real over MPI, predict it with simnet, "
         "and compare them per phase and operation by operation.",
