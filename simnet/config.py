@@ -237,6 +237,14 @@ class NetworkSection(_Strict):
     _section: ClassVar[str] = "network"
 
     alpha_us: float = Field(0.0, ge=0, description="per-message overhead (us)")
+    send_overhead_us: float = Field(
+        0.0,
+        ge=0,
+        le=1e6,
+        description="LogGP's o: processor time per message at its sender (us), paid one "
+        "message after another by each rank (alpha_us is paid by concurrent messages side "
+        "by side)",
+    )
     injection_bandwidth_gb_per_s: float | None = Field(
         None, gt=0, description="per-endpoint injection limit, GB/s; formerly injection_bandwidth"
     )

@@ -15,7 +15,7 @@ from typing import Any
 
 from workload.units import GB
 
-FORMAT = 2  # of the parameter file; a file of another format is refused
+FORMAT = 3  # of the parameter file; a file of another format is refused
 US = 1e6  # microseconds per second
 
 
@@ -36,6 +36,7 @@ class HostParams:
     alltoall_step_latency_us: float = 0.0  # the same, for the library's alltoall
     compute_overhead_us: float = 0.0  # an emulated compute of d takes d (1 + stretch) + this
     compute_stretch: float = 0.0
+    send_overhead_us: float = 0.0  # per message at its sender, one after another
 
     @property
     def copy_bandwidth_bytes_per_s(self) -> float:
@@ -107,6 +108,7 @@ class HostCalibration:
                 "alltoall_step_latency_us": "microseconds per step of the library's alltoall",
                 "compute_overhead_us": "microseconds more per emulated compute (a sleep)",
                 "compute_stretch": "extra emulated compute per unit of compute",
+                "send_overhead_us": "microseconds per message at its sender, serialised",
             },
             "by_ranks_per_host": [asdict(p) for p in self.by_ranks],
             "fits": self.fits,
@@ -147,6 +149,7 @@ def _values(p: HostParams) -> tuple[float, ...]:
         p.alltoall_step_latency_us,
         p.compute_overhead_us,
         p.compute_stretch,
+        p.send_overhead_us,
     )
 
 
@@ -198,6 +201,12 @@ def apply_host_params(cfg: Any) -> tuple[Any, list[str]]:
         if fld not in coll.model_fields_set:
             coll = coll.model_copy(update={fld: getattr(params, fld)})
             notes.append(f"calibrated: collectives.{fld} = {getattr(params, fld):.3g} from {name}")
+    net = cfg.network
+    if "send_overhead_us" not in net.model_fields_set:
+        net = net.model_copy(update={"send_overhead_us": params.send_overhead_us})
+        notes.append(
+            f"calibrated: network.send_overhead_us = {params.send_overhead_us:.3g} from {name}"
+        )
     if "step_latency_us_by_op" not in coll.model_fields_set:
         by_op = params.step_latency_by_op_us()
         coll = coll.model_copy(update={"step_latency_us_by_op": by_op})
@@ -205,4 +214,4 @@ def apply_host_params(cfg: Any) -> tuple[Any, list[str]]:
             f"calibrated: collectives.step_latency_us_by_op = "
             f"{ {k: round(v, 3) for k, v in by_op.items()} } from {name}"
         )
-    return cfg.model_copy(update={"hosts": hosts, "collectives": coll}), notes
+    return cfg.model_copy(update={"hosts": hosts, "collectives": coll, "network": net}), notes

@@ -69,6 +69,8 @@ cdef class FlowNetwork:
     cdef public object graph
     cdef public object route
     cdef public double alpha_s
+    cdef public double send_overhead_s
+    cdef public dict _send_free
     cdef public object injection_bandwidth_bytes_per_s
     cdef public bint record_link_series
     cdef public long long transfers_started
@@ -94,7 +96,7 @@ cdef class FlowNetwork:
 
     @cython.locals(flow=_Flow, link=_Link, path=_Path, pair=_Pair, links=tuple, fl=dict,
                    bucket=list, n=cython.longlong, now=cython.double, t=cython.double,
-                   alpha_s=cython.double)
+                   alpha_s=cython.double, o=cython.double, s=cython.double, free=dict)
     cpdef start_transfer(self, src, dst, size_bytes, on_delivery, tag=*)
 
     @cython.locals(bucket=list, pending=list)

@@ -308,6 +308,7 @@ class FlowNetwork:
         alpha_s: float = 0.0,
         injection_bandwidth_bytes_per_s: float | None = None,
         record_link_series: bool = False,
+        send_overhead_s: float = 0.0,
     ) -> None:
         if not graph.is_directed():
             raise TypeError(
@@ -317,6 +318,11 @@ class FlowNetwork:
         alpha_s = float(alpha_s)
         if not (math.isfinite(alpha_s) and alpha_s >= 0.0):
             raise ValueError(f"alpha_s must be a finite number >= 0 seconds, got {alpha_s!r}")
+        send_overhead_s = float(send_overhead_s)
+        if not (math.isfinite(send_overhead_s) and send_overhead_s >= 0.0):
+            raise ValueError(
+                f"send_overhead_s must be a finite number >= 0 seconds, got {send_overhead_s!r}"
+            )
         if injection_bandwidth_bytes_per_s is not None:
             injection_bandwidth_bytes_per_s = float(injection_bandwidth_bytes_per_s)
             if not (
@@ -331,6 +337,9 @@ class FlowNetwork:
         self.graph = graph
         self.route = route
         self.alpha_s = alpha_s
+        self.send_overhead_s = send_overhead_s
+        # Per source endpoint: when its last message's send overhead ends (seconds).
+        self._send_free: dict[int, float] = {}
         self.injection_bandwidth_bytes_per_s = injection_bandwidth_bytes_per_s
         self.record_link_series = bool(record_link_series)
 
@@ -388,6 +397,9 @@ class FlowNetwork:
         (the bottleneck including injection ports, if configured). A zero-byte
         message takes ``alpha_s + route_latency`` and uses no bandwidth;
         ``src == dst`` takes ``alpha_s`` only (the route is not consulted).
+        With ``send_overhead_s`` o (LogGP's o), a message first waits until its
+        sender's previous messages have paid theirs, then pays o, then ``alpha_s``:
+        k messages posted at once by one sender start after o, 2o, ..., k o.
         ``size_bytes`` must be an integer >= 0; ``tag`` is passed through.
         """
         size = size_bytes if type(size_bytes) is int else operator.index(size_bytes)
@@ -452,7 +464,15 @@ class FlowNetwork:
         flow.mark = 0
         flow.fill_bytes_per_s = -1.0
         alpha_s = self.alpha_s
-        if alpha_s > 0.0:
+        o = self.send_overhead_s
+        if o > 0.0:
+            # LogGP's o: the sender's messages pay it one after another, then alpha.
+            free = self._send_free
+            s = free.get(src, 0.0)
+            t = (s if s > now else now) + o
+            free[src] = t
+            t += alpha_s
+        elif alpha_s > 0.0:
             t = now + alpha_s
         elif links:
             self._begin(flow, now)  # a C call when compiled

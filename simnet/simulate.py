@@ -257,6 +257,7 @@ def network_factory(
         router = topologies.Router(graph, ecmp=cfg.topology.ecmp)
     inj = cfg.network.injection_bandwidth_gb_per_s
     alpha = us_to_s(cfg.network.alpha_us)
+    overhead = us_to_s(cfg.network.send_overhead_us)
 
     def make(env: simpy.Environment) -> FlowNetwork:
         return FlowNetwork(
@@ -264,6 +265,7 @@ def network_factory(
             graph,
             router.path,
             alpha_s=alpha,
+            send_overhead_s=overhead,
             injection_bandwidth_bytes_per_s=gb_per_s_to_bytes_per_s(inj) if inj else None,
             record_link_series=record_series,
         )
@@ -475,6 +477,7 @@ def collective_time(
     alpha_s: float = 0.0,
     gamma_s_per_byte: float = 0.0,
     step_latency_s: float = 0.0,
+    send_overhead_s: float = 0.0,
     **schedule_kw: Any,
 ) -> float:
     """Simulated seconds of one collective over all endpoints of ``topology``.
@@ -484,7 +487,8 @@ def collective_time(
     rank's block for reduce_scatter; per peer for alltoall), in bytes: it must
     be a multiple of 4 (float32 elements). ``gamma_s_per_byte`` is the reduction
     cost (seconds per reduced byte) and ``step_latency_s`` the cost per step (seconds)
-    of a collective the MPI library runs.
+    of a collective the MPI library runs; ``send_overhead_s`` LogGP's o (seconds per
+    message at its sender, one message after another).
     """
     if size_bytes % ELEM_BYTES:
         raise ValueError(f"size_bytes must be a multiple of {ELEM_BYTES} (float32 elements)")
@@ -515,6 +519,7 @@ def collective_time(
         alpha_s=alpha_s,
         gamma_s_per_byte=gamma_s_per_byte,
         step_latency_s=step_latency_s,
+        send_overhead_s=send_overhead_s,
         policy=policy,
         library_algorithm=True,
     )
@@ -528,6 +533,7 @@ def program_time(
     alpha_s: float = 0.0,
     gamma_s_per_byte: float = 0.0,
     step_latency_s: float = 0.0,
+    send_overhead_s: float = 0.0,
     eager_threshold_bytes: int = 0,
     policy: AlgorithmPolicy | None = None,
     library_algorithm: bool = False,
@@ -539,7 +545,9 @@ def program_time(
     router = topologies.Router(topology)
     ex = SimExecutor(
         wl,
-        lambda env: FlowNetwork(env, topology, router.path, alpha_s=alpha_s),
+        lambda env: FlowNetwork(
+            env, topology, router.path, alpha_s=alpha_s, send_overhead_s=send_overhead_s
+        ),
         list(range(p)),
         policy=policy or AlgorithmPolicy(),
         eager_threshold_bytes=eager_threshold_bytes,
@@ -551,7 +559,11 @@ def program_time(
 
 
 def exchange_time(
-    topology: nx.DiGraph, size_bytes: int, alpha_s: float = 0.0, window: int = 1
+    topology: nx.DiGraph,
+    size_bytes: int,
+    alpha_s: float = 0.0,
+    window: int = 1,
+    send_overhead_s: float = 0.0,
 ) -> float:
     """Seconds per message for every endpoint to send ``window`` messages of
     ``size_bytes`` to the next one and receive as many from the previous, all at once
@@ -568,11 +580,19 @@ def exchange_time(
         b.wait(*reqs)
         return b.ops
 
-    return program_time(topology, program, name="exchange", alpha_s=alpha_s) / window
+    t = program_time(
+        topology, program, name="exchange", alpha_s=alpha_s, send_overhead_s=send_overhead_s
+    )
+    return t / window
 
 
 def message_time(
-    topology: nx.DiGraph, src: int, dst: int, size_bytes: int, alpha_s: float = 0.0
+    topology: nx.DiGraph,
+    src: int,
+    dst: int,
+    size_bytes: int,
+    alpha_s: float = 0.0,
+    send_overhead_s: float = 0.0,
 ) -> float:
     """Seconds for one message of ``size_bytes`` from endpoint ``src`` to ``dst``."""
     count = size_bytes // ELEM_BYTES
@@ -585,4 +605,6 @@ def message_time(
             b.recv(src, count, tag=1, group="world")
         return b.ops
 
-    return program_time(topology, program, name="message", alpha_s=alpha_s)
+    return program_time(
+        topology, program, name="message", alpha_s=alpha_s, send_overhead_s=send_overhead_s
+    )

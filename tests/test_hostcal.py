@@ -166,7 +166,7 @@ def test_round_trip_through_the_file(fitted, tmp_path):
         ('{"kind": "microbench"}', "not a host calibration"),
         ('{"kind": "host-calibration", "format": 99}', "format 99"),
         ('{"kind": "host-calibration", "format": 1}', "format 1"),
-        ('{"kind": "host-calibration", "format": 2, "key": {}}', "malformed"),
+        ('{"kind": "host-calibration", "format": 3, "key": {}}', "malformed"),
     ],
 )
 def test_bad_parameter_files_get_one_clear_line(tmp_path, content, message):
@@ -284,3 +284,28 @@ def test_without_a_progress_thread_a_collective_moves_on_only_in_mpi_calls():
 
     assert run(True) == pytest.approx(20e-3)
     assert run(False) == pytest.approx(20e-3 + (2 * (p - 1) - 1) * 1e-3)
+
+
+def test_the_joint_fit_separates_the_senders_overhead_from_the_per_message_cost():
+    # Rows made by the model itself at known parameters (4 ranks): the single messages
+    # pay a + o, a step of the allreduce a + o + L, the small alltoall's 3 concurrent
+    # messages a + 3 o (the sender's overhead is serialised) + La2a, its pairwise steps
+    # a + o + La2a each: together they pin down every parameter.
+    truth = HostParams(4, C[4] / GB, 40.0, B / GB, GAMMA, 150.0, 400.0, 0.0, 0.0, 120.0)
+    rows = []
+    for op, sizes in (
+        (hostcal.SINGLE, (1 << 10, 1 << 14, 1 << 18)),
+        ("allreduce", (1 << 20, 1 << 22, 1 << 24)),
+        ("alltoall", (1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22)),
+    ):
+        for s in sizes:
+            t = hostcal.simulate_row(op, s, truth)
+            rows.append({"op": op, "size_bytes": s, "time_s": {"avg": t, "min": t}})
+    start = HostParams(4, C[4] / GB, 0.0, B / GB, 0.0)
+    v, fits = hostcal.fit_joint({"results": rows}, "avg", start)
+    assert v["copy_latency_s"] == pytest.approx(40e-6, rel=0.01)
+    assert v["send_overhead_s"] == pytest.approx(120e-6, rel=0.01)
+    assert v["gamma_s_per_byte"] == pytest.approx(GAMMA, rel=0.01)
+    assert v["step_latency_s"] == pytest.approx(150e-6, rel=0.01)
+    assert v["alltoall_step_latency_s"] == pytest.approx(400e-6, rel=0.01)
+    assert all(f["max_rel_error"] < 1e-6 for f in fits)

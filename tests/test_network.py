@@ -200,6 +200,29 @@ def test_alpha_overhead():
     assert net.link_busy_s()[(0, 1)] == approx(1.0)
 
 
+def test_send_overhead_is_paid_one_message_after_another_per_sender():
+    # A star: 0 sends to 1, 2 and 3 over links of its own; 1 sends to 2 at once.
+    g = nx.DiGraph()
+    for v in (1, 2, 3):
+        g.add_edge(0, v, bandwidth=100.0, latency=0.5)
+    g.add_edge(1, 2, bandwidth=100.0, latency=0.5)
+    env, net = make(g, alpha_s=0.25, send_overhead_s=1.0)
+    evs = [net.transfer(0, v, 100) for v in (1, 2, 3)]
+    other = net.transfer(1, 2, 100)
+    env.run()
+    # Sender 0: o, 2o, 3o, each then alpha + 100/100 + latency.
+    assert [e.value.end_s for e in evs] == [approx(k * 1.0 + 1.75) for k in (1, 2, 3)]
+    # Another sender's message is not held up by sender 0's.
+    assert other.value.end_s == approx(1.0 + 1.75)
+    # A later message waits only for what is left of its sender's queue.
+    env2, net2 = make(line((100.0, 0.5)), send_overhead_s=1.0)
+    first = net2.transfer(0, 1, 0)
+    env2.run(until=0.5)
+    second = net2.transfer(0, 1, 0)
+    env2.run()
+    assert (first.value.end_s, second.value.end_s) == (approx(1.5), approx(2.5))
+
+
 def test_injection_bandwidth_limits_a_single_flow():
     env, net = make(line((100.0, 0.5)), alpha_s=0.25, injection_bandwidth_bytes_per_s=50.0)
     ev = net.transfer(0, 1, 100)

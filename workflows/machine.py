@@ -46,6 +46,7 @@ class ThisMachine:
             "gamma_s_per_byte": self.params.gamma_s_per_byte,
             "step_latency_us": self.params.step_latency_us,
             "alltoall_step_latency_us": self.params.alltoall_step_latency_us,
+            "send_overhead_us": self.params.send_overhead_us,
             "compute_overhead_us": self.params.compute_overhead_us,
             "compute_stretch": self.params.compute_stretch,
             "params_file": self.source,
@@ -88,13 +89,18 @@ def machine_result(cfg: Config, machine: ThisMachine, **kw: Any):  # -> SimResul
                 }
             ),
             "network": cfg.network.model_copy(
-                update={"alpha_us": 0.0, "injection_bandwidth_gb_per_s": None}
+                update={
+                    "alpha_us": 0.0,
+                    "send_overhead_us": p.send_overhead_us,
+                    "injection_bandwidth_gb_per_s": None,
+                }
             ),
         }
     )
     notes = [
         f"this machine: {p.ranks_per_host} ranks on one host, copy capacity "
-        f"{p.copy_bandwidth_gb_per_s:.3g} GB/s, {p.copy_latency_us:.3g} us per message, "
+        f"{p.copy_bandwidth_gb_per_s:.3g} GB/s, {p.copy_latency_us:.3g} us per message "
+        f"(and {p.send_overhead_us:.3g} us at its sender, one after another), "
         f"gamma {p.gamma_s_per_byte:.3g} s/B, {p.step_latency_us:.3g} us per step of the "
         f"library's collectives ({p.alltoall_step_latency_us:.3g} us for alltoall), "
         f"from {machine.source}",
