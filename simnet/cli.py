@@ -45,6 +45,8 @@ def main(argv: Sequence[str] | None = None, subcommands: Sequence[str] = ()) -> 
     if ns.schema:
         print(json.dumps(schema(), indent=1))
         return 0
+    from workload.results import output_dir_problem
+
     from .output import write_all
     from .simulate import simulate
 
@@ -61,6 +63,9 @@ def main(argv: Sequence[str] | None = None, subcommands: Sequence[str] = ()) -> 
         cfg = load_config(ns.config)
         for note in cfg.deprecation_notes:
             print(f"note: {note}", file=sys.stderr)
+        problem = output_dir_problem(ns.out or cfg.logging.log_dir)
+        if problem:
+            raise ConfigError(problem)
         res = simulate(cfg, progress=None if ns.quiet else progress, record_series=not ns.no_series)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

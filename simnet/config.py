@@ -30,12 +30,15 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     ValidatorFunctionWrapHandler,
+    field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
 from topologies.builders import DEFAULT_GROUP_SIZE
+from workload.spec import MAX_SCALE
 from workload.units import GB  # noqa: F401  (re-exported: the config's GB)
 
 DEPRECATED_NAMES: dict[str, dict[str, str]] = {
@@ -109,6 +112,16 @@ def deprecation_notes(data: Any) -> list[str]:
     return notes
 
 
+# Bounds of what is physically meaningful and runnable: a bandwidth from 1 kB/s to 1 PB/s,
+# a latency up to 1 s, a message size multiplier up to 1000 (the reference proxies are
+# full size at 1), up to a million ranks and iterations.
+MIN_GB_PER_S = 1e-6
+MAX_GB_PER_S = 1e6
+MAX_LATENCY_US = 1e6
+MAX_RANKS = 1_000_000
+MAX_ITERATIONS = 1_000_000
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -118,6 +131,21 @@ class _Strict(BaseModel):
     @classmethod
     def _old_names(cls, data: Any) -> Any:
         return rename_deprecated(cls._section, data)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # JSON's true/false are not numbers (pydantic would read true as 1).
+        f = cls.model_fields.get(info.field_name or "")
+        if isinstance(value, bool) and f is not None and not _admits_bool(f.annotation):
+            raise ValueError(f"a number is needed, not {json.dumps(value)}")
+        return value
+
+
+def _admits_bool(annotation: Any) -> bool:
+    import typing
+
+    return annotation is bool or bool in typing.get_args(annotation)
 
 
 class ModelSection(_Strict):
@@ -129,8 +157,8 @@ class ModelSection(_Strict):
 
 class TrainingSection(_Strict):
     batch_size: int = Field(32, ge=1)
-    num_epochs: int = Field(5, ge=1)
-    steps_per_epoch: int = Field(100, ge=1)
+    num_epochs: int = Field(5, ge=1, le=MAX_ITERATIONS)
+    steps_per_epoch: int = Field(100, ge=1, le=MAX_ITERATIONS)
     learning_rate: float = Field(0.001, gt=0)
     compute_us_per_step: float | None = Field(
         None,
@@ -143,13 +171,14 @@ class TrainingSection(_Strict):
 class DistributedSection(_Strict):
     _section: ClassVar[str] = "distributed"
 
-    num_nodes: int = Field(10, ge=1, description="processes (ranks)")
+    num_nodes: int = Field(10, ge=1, le=MAX_RANKS, description="processes (ranks)")
     use_localhost: bool = True
     host: str = "127.0.0.1"
     port: int = Field(29500, ge=1, le=65535)
     bandwidth_limit_gb_per_s: float = Field(
         10.0,
-        gt=0,
+        ge=MIN_GB_PER_S,
+        le=MAX_GB_PER_S,
         description="max bandwidth between two nodes, GB/s (GB = 1e9 bytes); "
         "formerly bandwidth_limit",
     )
@@ -169,7 +198,7 @@ class TopologySection(_Strict):
 
     type: TopologyType = "ring"
     num_nodes: int | None = Field(
-        None, ge=1, description="endpoints (default: distributed.num_nodes)"
+        None, ge=1, le=MAX_RANKS, description="endpoints (default: distributed.num_nodes)"
     )
     permutations: list[int | list[int]] = Field(
         default_factory=lambda: [0],
@@ -179,7 +208,9 @@ class TopologySection(_Strict):
             "(0 <= s < n); a list is an explicit ring order, a permutation of 0..n-1"
         ),
     )
-    link_latency_us: float = Field(5.0, ge=0, description="latency per link (us)")
+    link_latency_us: float = Field(
+        5.0, ge=0, le=MAX_LATENCY_US, description="latency per link (us)"
+    )
     bidirectional: bool = True
     group_size: int | None = Field(
         None,
@@ -188,18 +219,20 @@ class TopologySection(_Strict):
     )
     intra_bandwidth_gb_per_s: float | None = Field(
         None,
-        gt=0,
+        ge=MIN_GB_PER_S,
+        le=MAX_GB_PER_S,
         description="hierarchical intra-group GB/s (default: "
         "distributed.bandwidth_limit_gb_per_s); formerly intra_bandwidth",
     )
     inter_bandwidth_gb_per_s: float | None = Field(
         None,
-        gt=0,
+        ge=MIN_GB_PER_S,
+        le=MAX_GB_PER_S,
         description="hierarchical inter-group GB/s (default: "
         "distributed.bandwidth_limit_gb_per_s / 4); formerly inter_bandwidth",
     )
-    intra_latency_us: float | None = Field(None, ge=0)
-    inter_latency_us: float | None = Field(None, ge=0)
+    intra_latency_us: float | None = Field(None, ge=0, le=MAX_LATENCY_US)
+    inter_latency_us: float | None = Field(None, ge=0, le=MAX_LATENCY_US)
     k: int | None = Field(None, ge=2, description="fat_tree: switch radix (even)")
     oversubscription: float = Field(1.0, ge=1.0)
     dims: list[int] | None = Field(None, description="torus dimensions, e.g. [4, 4]")
@@ -222,11 +255,15 @@ class WorkloadSection(_Strict):
 
     name: str = Field("alexnet_ring", description="a model of `python -m proxies --help`")
     args: list[int] = Field(default_factory=list, description="the proxy's positional args")
-    world_size: int | None = Field(None, ge=1, description="default: distributed.num_nodes")
-    scale: float = Field(1.0, gt=0, description="message size multiplier")
+    world_size: int | None = Field(
+        None, ge=1, le=MAX_RANKS, description="default: distributed.num_nodes"
+    )
+    scale: float = Field(1.0, gt=0, le=MAX_SCALE, description="message size multiplier")
     per_tensor: bool = False
     fix_quirks: bool = False
-    iterations: int = Field(1, ge=1, description="simulated iterations per phase")
+    iterations: int = Field(
+        1, ge=1, le=MAX_ITERATIONS, description="simulated iterations per phase"
+    )
     compute_scale: float = Field(1.0, ge=0, description="multiplier of emulated compute")
     flags: dict[str, int] = Field(
         default_factory=dict, description='model-specific options, e.g. {"scaling_size": 512}'
@@ -236,7 +273,7 @@ class WorkloadSection(_Strict):
 class NetworkSection(_Strict):
     _section: ClassVar[str] = "network"
 
-    alpha_us: float = Field(0.0, ge=0, description="per-message overhead (us)")
+    alpha_us: float = Field(0.0, ge=0, le=MAX_LATENCY_US, description="per-message overhead (us)")
     send_overhead_us: float = Field(
         0.0,
         ge=0,
@@ -246,7 +283,10 @@ class NetworkSection(_Strict):
         "by side)",
     )
     injection_bandwidth_gb_per_s: float | None = Field(
-        None, gt=0, description="per-endpoint injection limit, GB/s; formerly injection_bandwidth"
+        None,
+        ge=MIN_GB_PER_S,
+        le=MAX_GB_PER_S,
+        description="per-endpoint injection limit, GB/s; formerly injection_bandwidth",
     )
     eager_threshold_bytes: int = Field(65536, ge=0)
     link_params_file: str | None = Field(
@@ -496,11 +536,16 @@ def load_config(source: str | Path | dict[str, Any] | Config) -> Config:
     if isinstance(source, (str, Path)):
         name = str(source)
         try:
-            data = json.loads(Path(source).read_text())
+            data = json.loads(Path(source).read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(f"{name}: no such file") from None
         except OSError as e:
             raise ConfigError(f"{name}: cannot read it: {e.strerror}") from None
+        except UnicodeDecodeError as e:
+            raise ConfigError(
+                f"{name}: not UTF-8 text (byte {e.start} is 0x{e.object[e.start]:02x}); "
+                "save it as UTF-8"
+            ) from None
         except json.JSONDecodeError as e:
             raise ConfigError(f"{name}: not valid JSON: {e}") from None
     else:
@@ -554,9 +599,11 @@ def apply_link_params(cfg: Config, base_dir: str | Path = ".") -> tuple[Config, 
     if not path.is_absolute():
         path = Path(base_dir) / path
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"network.link_params_file: no such file {str(path)!r}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"network.link_params_file: cannot read {path}: {e}") from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"network.link_params_file: {path} is not valid JSON: {e}") from None
     sections = {

@@ -30,14 +30,20 @@ ROOT = Path(__file__).resolve().parents[1]
         (
             {"model": "gpt2", "scale": 0.0},
             "scale",
-            "--scale must be a positive number (got 0.0)",
-            "workload.scale must be a positive number (got 0.0)",
+            "--scale must be a positive number up to 1000 (got 0.0)",
+            "workload.scale must be a positive number up to 1000 (got 0.0)",
         ),
         (
             {"model": "gpt2", "scale": math.inf},
             "scale",
-            "--scale must be a positive number (got inf)",
+            "--scale must be a positive number up to 1000 (got inf)",
             "workload.scale must be a positive number",
+        ),
+        (
+            {"model": "gpt2", "scale": 1e30},
+            "scale",
+            "--scale must be a positive number up to 1000 (got 1e+30)",
+            "workload.scale must be a positive number up to 1000",
         ),
         (
             {"model": "dlrm", "compute": "busy"},

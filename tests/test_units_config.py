@@ -237,3 +237,52 @@ def test_calibrate_and_the_simulator_choose_the_same_algorithm():
                 # and calibrate's closed form knows MPICH's choice
                 if p >= 2:
                     cal.cost_terms(op, chosen, p, c)
+
+
+# Inputs a new user tried (issue: every input a run gets): each refused before any work,
+# in a line naming the field, with exit code 2.
+GE, LE = "Input should be greater than or equal to", "Input should be less than or equal to"
+NAN = "Value error, a number is needed, not"
+BAD_CONFIGS = [
+    ({"distributed": {"bandwidth_limit_gb_per_s": 1e-300}}, f"bandwidth_limit_gb_per_s: {GE}"),
+    ({"distributed": {"bandwidth_limit": 1e-300}}, f"distributed.bandwidth_limit_gb_per_s: {GE}"),
+    ({"workload": {"iterations": 1e12}}, f"workload.iterations: {LE} 1000000"),
+    ({"workload": {"name": "dlrm", "scale": 1e30}}, f"workload.scale: {LE} 1000"),
+    ({"distributed": {"num_nodes": True}}, f"distributed.num_nodes: {NAN} true"),
+    ({"topology": {"num_nodes": False}}, f"topology.num_nodes: {NAN} false"),
+    ({"topology": {"link_latency_us": 1e9}}, f"topology.link_latency_us: {LE}"),
+    ({"training": {"num_epochs": 10**9}}, f"training.num_epochs: {LE} 1000000"),
+]
+
+
+@pytest.mark.parametrize(("doc", "message"), BAD_CONFIGS)
+def test_nonsense_values_are_refused_with_exit_2(tmp_path, capsys, doc, message):
+    from simnet.cli import main
+
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(doc))
+    assert main(["--config", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_config_that_is_not_utf8_is_refused_with_exit_2(tmp_path, capsys):
+    from simnet.cli import main
+
+    path = tmp_path / "latin1.json"
+    path.write_bytes('{"logging": {"log_dir": "r\u00e9sultats"}}'.encode("latin-1"))
+    assert main(["--config", str(path)]) == 2
+    assert "not UTF-8 text (byte 26 is 0xe9); save it as UTF-8" in capsys.readouterr().err
+
+
+def test_an_out_that_is_a_file_is_refused_before_simulating(tmp_path, capsys):
+    from simnet.cli import main
+
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"distributed": {"num_nodes": 4}}))
+    target = tmp_path / "taken"
+    target.write_text("keep me")
+    assert main(["--config", str(path), "--out", str(target)]) == 2
+    assert f"{target} is a file, not a folder: choose another --out" in capsys.readouterr().err
+    assert target.read_text() == "keep me"

@@ -26,7 +26,7 @@ from simnet.config import Config, ConfigError, load_config
 from simnet.hostparams import HostCalibrationError
 from workload.brief_argparse import BriefParser
 from workload.models import MODELS
-from workload.results import versions, write_csv, write_json, write_text
+from workload.results import output_dir_problem, versions, write_csv, write_json, write_text
 from workload.run_result import ProxyRun, TrainerRun, TrainerSettings
 from workload.units import MB, MS_PER_S, bytes_per_s_to_gb_per_s
 
@@ -460,6 +460,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     for note in cfg.deprecation_notes:
         print(f"note: {note}", file=sys.stderr)
+    problem = output_dir_problem(ns.out or cfg.logging.log_dir)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         machine = None
         if not ns.no_host_model:

@@ -39,6 +39,20 @@ def atomic_write(
     return target
 
 
+def output_dir_problem(path: str | os.PathLike[str]) -> str | None:
+    """Why results cannot be written into the folder ``path`` (made if missing), or None:
+    for a command to refuse before its work rather than fail after it."""
+    p = Path(path)
+    for q in (p, *p.parents):
+        if q.exists():
+            if not q.is_dir():
+                return f"{q} is a file, not a folder: choose another --out"
+            if not os.access(q, os.W_OK | os.X_OK):
+                return f"cannot write into {q}: choose another --out"
+            return None
+    return None
+
+
 def write_json(path: str | os.PathLike[str], data: Any, indent: int | None = 1) -> Path:
     """Write ``data`` as JSON, indented for people, or compact with ``indent=None``
     (for large machine-read files: the C encoder is many times faster)."""

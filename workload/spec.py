@@ -15,7 +15,6 @@ knows its field and is worded by the front end with :meth:`SpecError.render`.
 from __future__ import annotations
 
 import importlib.util
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -90,6 +89,9 @@ def proxy_module_argv(model: str) -> list[str]:
     return ["-m", "proxies", model]
 
 
+MAX_SCALE = 1000.0  # message size multiplier: the reference's sizes are scale 1
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One run of a proxy model; checked when made (raises :class:`SpecError`).
@@ -132,8 +134,11 @@ class RunSpec:
                 "model", f"{{field}}: unknown model {self.model!r}; known: {', '.join(MODELS)}"
             )
         m = self.spec_model
-        if not (self.scale > 0 and math.isfinite(self.scale)):
-            raise SpecError("scale", f"{{field}} must be a positive number (got {self.scale})")
+        if not (0 < self.scale <= MAX_SCALE):
+            raise SpecError(
+                "scale",
+                f"{{field}} must be a positive number up to {MAX_SCALE:g} (got {self.scale})",
+            )
         if self.compute not in COMPUTE_MODES:
             raise SpecError(
                 "compute",
