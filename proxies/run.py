@@ -12,7 +12,7 @@ import time
 
 import psutil
 
-from workload.accounting import program_stats
+from workload.accounting import BASE_RANK_BYTES, program_stats
 from workload.layout import LayoutError
 from workload.models import Model
 from workload.program import Workload
@@ -53,12 +53,24 @@ def memory_message(
     fit = (avail * MEMORY_HEADROOM * 0.9 - base) / buffers * scale if buffers else 0
     if fit > 0:
         digits = 10 ** math.floor(math.log10(fit))
-        hint = f"try --scale {math.floor(fit / digits) * digits:g}"
+        smaller = math.floor(fit / digits) * digits
+        hint = (
+            f"try --scale {smaller:g} (every message {smaller:g} x its size: a smaller "
+            "workload than the reference's)"
+        )
     else:
         hint = "use fewer ranks per host"
     return (
         f"{model.name}: the {ranks} ranks on this host need about {need / GIB:.1f} GiB "
         f"but {avail / GIB:.1f} GiB is available; {hint}, or --force to run anyway"
+    )
+
+
+def scale_note(scale: float) -> str:
+    """The summary's line on a scaled run: what it measured is not the reference's."""
+    return (
+        f"note: messages at {scale:g} x the reference's sizes (--scale {scale:g}); the "
+        "times above are those of that workload, not the reference's"
     )
 
 
@@ -95,9 +107,7 @@ def run(
         need, ranks, avail = node_memory_check(
             comm, ex.needs.resident_bytes, psutil.virtual_memory().available
         )
-        buffers = need - ranks * (
-            ex.needs.resident_bytes - ex.needs.recv_elems * 4 - ex.needs.mpi_temp_bytes
-        )
+        buffers = need - ranks * BASE_RANK_BYTES
         too_big = need > avail * MEMORY_HEADROOM and not ns.force
         if any_true(comm, too_big):
             msg = memory_message(model, spec.scale, need, ranks, avail, buffers)
@@ -147,6 +157,8 @@ def run(
                 wall_s=time.perf_counter() - started,
             )
             report.emit(workload, doc, quiet=ns.quiet)
+            if spec.scale != 1.0 and not ns.quiet:
+                print(scale_note(spec.scale), flush=True)
             if ns.json:
                 report.save_json(ns.json, doc)
             if trace is not None:

@@ -131,6 +131,7 @@ def test_real_run_matches_prediction_to_the_byte(tmp_path):
     r = run_job(quick_config(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
     out = tmp_path / "out"
+    assert not (out / "RUN_INCOMPLETE.txt").exists()  # a finished run takes it away
     comparison = json.loads((out / "comparison.json").read_text())
     assert comparison["equal"] is True
     measured = json.loads((out / "measured.json").read_text())
@@ -232,9 +233,10 @@ def test_ctrl_c_stops_everything_and_leaves_no_partial_file(tmp_path):
     assert "interrupted" in err
     assert _left_running(tmp_path, within_s=0) == ""
     outdir = tmp_path / "out"
-    if outdir.exists():
-        assert not [p for p in outdir.iterdir() if p.name.endswith(".tmp")]
-        assert not (outdir / "training_metrics.json").exists()
+    assert "RUN_INCOMPLETE.txt marks the folder" in err
+    assert "has not finished" in (outdir / "RUN_INCOMPLETE.txt").read_text()
+    assert not [p for p in outdir.iterdir() if p.name.endswith(".tmp")]
+    assert not (outdir / "training_metrics.json").exists()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])

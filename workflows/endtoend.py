@@ -12,6 +12,7 @@ run leaves no half-written file.
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import shutil
 import sys
@@ -263,13 +264,32 @@ def prediction_lines(comparison: dict[str, Any], per: str) -> list[str]:
 
 
 # -- the job ---------------------------------------------------------------------------
+INCOMPLETE_MARKER = "RUN_INCOMPLETE.txt"
+
+
 def run(cfg: Config, out: Path, say: Any = print, machine: ThisMachine | None = None) -> int:
     """The main job; ``machine``: the calibrated host to predict on as well (None: only
-    the configured network)."""
+    the configured network). While it runs, ``out/RUN_INCOMPLETE.txt`` says that the
+    folder may mix this run's files with an earlier run's; it goes when the run succeeds
+    (an interrupted or failed run leaves it)."""
+    out.mkdir(parents=True, exist_ok=True)
+    marker = out / INCOMPLETE_MARKER
+    write_text(
+        marker,
+        f"A run of the main job started here at {_dt.datetime.now(_dt.UTC).isoformat()} "
+        "and has not finished: the files in this folder may mix its results with an "
+        "earlier run's. This file goes when a run finishes.\n",
+    )
+    rc = _run(cfg, out, say, machine)
+    if rc == 0:
+        marker.unlink(missing_ok=True)
+    return rc
+
+
+def _run(cfg: Config, out: Path, say: Any, machine: ThisMachine | None) -> int:
     from simnet.output import write_all
     from simnet.simulate import simulate
 
-    out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     if MODELS[cfg.workload.name].trainer_module is None:
         return run_proxy_workload(cfg, out, say, machine)
@@ -482,7 +502,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print(
-            "\ninterrupted: every process stopped; files already written are complete",
+            "\ninterrupted: every process stopped; files already written are complete, "
+            f"and {INCOMPLETE_MARKER} marks the folder as an unfinished run's",
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
