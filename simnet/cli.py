@@ -52,12 +52,14 @@ def main(argv: Sequence[str] | None = None, subcommands: Sequence[str] = ()) -> 
 
     started = time.perf_counter()
     last = [0.0]
+    latest = [""]  # the newest progress line, shown or not
 
     def progress(msg: str) -> None:
         now = time.perf_counter()
+        latest[0] = f"\r[{now - started:6.1f} s] {msg}"
         if now - last[0] >= 1.0:
             last[0] = now
-            print(f"\r[{now - started:6.1f} s] {msg}", end="", file=sys.stderr, flush=True)
+            print(latest[0], end="", file=sys.stderr, flush=True)
 
     try:
         cfg = load_config(ns.config)
@@ -71,7 +73,8 @@ def main(argv: Sequence[str] | None = None, subcommands: Sequence[str] = ()) -> 
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     if last[0]:
-        print(file=sys.stderr)
+        # The last line shown may be seconds old: end on the final state.
+        print(latest[0].ljust(len(latest[0]) + 8), file=sys.stderr)
     out = ns.out or cfg.logging.log_dir
     if not ns.quiet:
         points = sum(len(v) for p in res.phases for v in p.link_series.values())

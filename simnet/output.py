@@ -245,7 +245,7 @@ def write_all(
         plots.traffic_heatmap(
             res.traffic_bytes,
             out / f"{prefix}traffic_heatmap.png",
-            title=f"predicted traffic: {title}",
+            title=f"predicted traffic: {title}\n{_iterations_text(res)}",
             axis_name="endpoint",
         )
     )
@@ -299,3 +299,10 @@ def write_all(
     if say:
         say(text)
     return files
+
+
+def _iterations_text(res: SimResult) -> str:
+    """What a whole-run figure sums: e.g. "over 1 simulated iteration of each phase"."""
+    its = sorted({p.iterations for p in res.phases})
+    n = "/".join(map(str, its))
+    return f"over {n} simulated iteration{'s' if its != [1] else ''} of each phase"

@@ -367,29 +367,27 @@ def link_utilisation_plot(
     return _save(fig, path)
 
 
-def _utilisation_panel(
-    ax: Axes,
-    top_names: Sequence[str],
+def distinct_curves(
+    names: Sequence[str],
     series: Mapping[str, Sequence[tuple[float, float]]],
     capacities_bytes_per_s: Mapping[str, float] | None,
-) -> None:
-    plotted = [n for n in top_names if len(series.get(n, ())) > 0][:MAX_LINES]
-    ax.set_xlabel("time (ms)")
-    if capacities_bytes_per_s is None:
-        ax.set_ylabel("rate (GB/s, 1 GB/s = 1e9 B/s)")
-    else:
-        missing = [n for n in plotted if n not in capacities_bytes_per_s]
+    limit: int,
+) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """The step curves ``(label, time_ms, shown)`` of ``names`` (in order) that have a
+    series, at most ``limit``; links whose curves are identical share one, labelled
+    "first (+k alike)" (a symmetric collective gives many links the same series, and
+    identical lines drawn on top of each other would look like one unnamed line).
+    ``shown`` is rate / capacity with capacities, else GB/s."""
+    have = [n for n in names if len(series.get(n, ())) > 0]
+    if not have:
+        return []
+    if capacities_bytes_per_s is not None:
+        missing = [n for n in have if n not in capacities_bytes_per_s]
         if missing:
             raise ValueError(f"no capacity for links {missing}")
-        ax.set_ylabel("utilisation (rate / capacity)")
-    ax.set_title(f"rate over time of the {len(plotted)} busiest links with a series")
-    if not plotted:
-        ax.text(
-            0.5, 0.5, "no series for these links", ha="center", va="center", transform=ax.transAxes
-        )
-        return
-    t_end_s = max(float(series[n][-1][0]) for n in plotted)
-    for name in plotted:
+    t_end_s = max(float(series[n][-1][0]) for n in have)
+    groups: dict[tuple, list] = {}
+    for name in have:
         t_s, rate = _step_xy(series[name], t_end_s)
         if capacities_bytes_per_s is None:
             shown = rate / GB
@@ -398,7 +396,38 @@ def _utilisation_panel(
             if not cap > 0:
                 raise ValueError(f"capacity of {name!r} must be > 0, got {cap}")
             shown = rate / cap
-        ax.step(t_s * MS_PER_S, shown, where="post", label=name, linewidth=1.2)
+        key = (tuple(np.round(t_s, 12)), tuple(np.round(shown, 9)))
+        if key in groups:
+            groups[key][0].append(name)
+        elif len(groups) < limit:
+            groups[key] = [[name], t_s * MS_PER_S, shown]
+    out = []
+    for members, t_ms, shown in groups.values():
+        more = len(members) - 1
+        out.append((members[0] + (f" (+{more} alike)" if more else ""), t_ms, shown))
+    return out
+
+
+def _utilisation_panel(
+    ax: Axes,
+    top_names: Sequence[str],
+    series: Mapping[str, Sequence[tuple[float, float]]],
+    capacities_bytes_per_s: Mapping[str, float] | None,
+) -> None:
+    curves = distinct_curves(top_names, series, capacities_bytes_per_s, MAX_LINES)
+    ax.set_xlabel("time (ms)")
+    if capacities_bytes_per_s is None:
+        ax.set_ylabel("rate (GB/s, 1 GB/s = 1e9 B/s)")
+    else:
+        ax.set_ylabel("utilisation (rate / capacity)")
+    ax.set_title(f"rate over time of the busiest links with a series ({len(curves)} distinct)")
+    if not curves:
+        ax.text(
+            0.5, 0.5, "no series for these links", ha="center", va="center", transform=ax.transAxes
+        )
+        return
+    for label, t_ms, shown in curves:
+        ax.step(t_ms, shown, where="post", label=label, linewidth=1.2)
     if capacities_bytes_per_s is not None:
         ax.set_ylim(bottom=0, top=max(1.05, ax.get_ylim()[1]))
     else:
@@ -500,8 +529,10 @@ def measured_vs_predicted(
     ylabel: str,
     logx: bool = False,
     logy: bool = False,
+    integer_x: bool = False,
 ) -> Path:
     """Measured and predicted series against ``x``, and their relative error in %.
+    ``integer_x``: ticks at whole numbers only (x counts something, e.g. epochs).
 
     Put the units in ``xlabel`` and ``ylabel`` (e.g. "message size (B)",
     "time (ms)"): values are plotted as given. Points are sorted by ``x``.
@@ -534,4 +565,8 @@ def measured_vs_predicted(
     ax_err.grid(alpha=0.3, which="both")
     if logx:
         ax_err.set_xscale("log")  # shared with the upper panel
+    if integer_x:
+        from matplotlib.ticker import MaxNLocator
+
+        ax_err.xaxis.set_major_locator(MaxNLocator(integer=True))
     return _save(fig, path)

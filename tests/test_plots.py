@@ -400,3 +400,14 @@ def test_figures_are_released(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     gc.collect()
     assert plt.get_fignums() == before
     assert all(r() is None for r in refs)
+
+
+def test_identical_link_series_share_one_labelled_line():
+    # 8 links of a symmetric collective with the very same series, and one other.
+    same = [(0.0, 5e9), (1e-3, 0.0)]
+    series = {f"l{i}": same for i in range(8)} | {"odd": [(0.0, 2e9), (2e-3, 0.0)]}
+    names = [*(f"l{i}" for i in range(8)), "odd"]
+    curves = plots.distinct_curves(names, series, dict.fromkeys(names, 10e9), limit=8)
+    assert [label for label, _, _ in curves] == ["l0 (+7 alike)", "odd"]
+    assert list(curves[0][2]) == [0.5, 0.0, 0.0]  # utilisation, until the longest series ends
+    assert list(curves[0][1]) == [0.0, 1.0, 2.0]  # ms

@@ -415,3 +415,27 @@ def test_progress_reports_a_bar_that_reaches_the_exact_message_count():
     assert lines[-1].startswith("iteration: [########################] 100.0% ")
     assert f" {total:,}/{total:,} messages, simulated " in lines[-1]
     assert all(f"/{total:,} messages" in line for line in lines)
+
+
+def test_the_command_ends_its_progress_line_on_the_final_state(tmp_path, capsys, monkeypatch):
+    import itertools
+
+    import simnet.cli
+
+    # A clock that moves 0.4 s per reading: some lines are shown, later ones are not.
+    ticks = itertools.count()
+    monkeypatch.setattr(simnet.cli.time, "perf_counter", lambda: 0.4 * next(ticks))
+    cfg = tmp_path / "c.json"
+    cfg.write_text(
+        json.dumps(
+            {
+                "distributed": {"num_nodes": 8},
+                "topology": {"type": "switch", "num_nodes": 8},
+                "workload": {"name": "dlrm", "scale": 0.001, "iterations": 2},
+            }
+        )
+    )
+    assert simnet.cli.main(["--config", str(cfg), "--out", str(tmp_path / "out")]) == 0
+    shown = capsys.readouterr().err.split("\r")
+    final = [s for s in shown if "messages" in s][-1].splitlines()[0]
+    assert "100.0% 368/368 messages" in final and final.rstrip().endswith(" ms")

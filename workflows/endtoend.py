@@ -138,14 +138,18 @@ def metrics_text(
     for e in measured.epochs:
         st = e["step_s"]
         lines.append(
-            f"epoch {e['epoch']}: {e['time_s']:.3f} s; per step mean "
+            f"epoch {e['epoch']}: {e['time_s']:.3f} s ({MS_PER_S * e['time_s'] / s.steps:.2f} "
+            f"ms per step: epoch time / steps); the slowest rank of each step: mean "
             f"{MS_PER_S * st['mean']:.2f} ms, min {MS_PER_S * st['min']:.2f} ms, max "
-            f"{MS_PER_S * st['max']:.2f} ms"
+            f"{MS_PER_S * st['max']:.2f} ms (slowest ranks differ from step to step, so "
+            "their mean exceeds epoch time / steps)"
         )
     total = measured.total_time_s
     steps = s.epochs * s.steps
     lines.append(f"total training time: {total:.3f} s ({steps} steps)")
-    lines.append(f"measured per step: {MS_PER_S * total / steps:.2f} ms (mean)")
+    lines.append(
+        f"measured per step: {MS_PER_S * total / steps:.2f} ms (total training time / steps)"
+    )
     lines += prediction_lines(comparison, "per step")
     lines += ["", "== warnings =="]
     warnings = [
@@ -193,7 +197,8 @@ def write_measured(out: Path, measured: TrainerRun) -> list[Path]:
             plots.traffic_heatmap(
                 total,
                 out / f"traffic_epoch_{e['epoch']}.png",
-                title=f"measured traffic, epoch {e['epoch']} (reduce-scatter + all-gather)",
+                title=f"measured traffic, epoch {e['epoch']}: all {measured.settings.steps} steps "
+                "(reduce-scatter + all-gather)",
             )
         )
     return files
@@ -355,6 +360,7 @@ def _run(cfg: Config, out: Path, say: Any, machine: ThisMachine | None) -> int:
             title="time per epoch: measured vs predicted",
             xlabel="epoch",
             ylabel="time (s)",
+            integer_x=True,
         )
     )
     files.append(write_json(out / "comparison.json", comparison))

@@ -57,7 +57,7 @@ DESCRIPTION = (
 )
 DEFAULT_RANKS = (2, 4, 8)
 DEFAULT_MAX_AGE_DAYS = 7.0
-DEFAULT_REPEATS = 3
+DEFAULT_REPEATS = 5
 # Sizes (bytes: first, last, factor; the micro-benchmark's -b -e -f): large enough that
 # copies dominate, few enough for about 2 minutes in all.
 EXCHANGE_SIZES = (1 << 17, 1 << 23, 4)  # per message; EXCHANGE_WINDOW of them in flight
