@@ -35,6 +35,11 @@ def build_parser(subcommands: Sequence[str] = ()) -> argparse.ArgumentParser:
         help="do not record per-link rate series (faster on huge runs)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="simulate even when the memory estimate exceeds what this machine has",
+    )
     return p
 
 
@@ -68,7 +73,12 @@ def main(argv: Sequence[str] | None = None, subcommands: Sequence[str] = ()) -> 
         problem = output_dir_problem(ns.out or cfg.logging.log_dir)
         if problem:
             raise ConfigError(problem)
-        res = simulate(cfg, progress=None if ns.quiet else progress, record_series=not ns.no_series)
+        res = simulate(
+            cfg,
+            progress=None if ns.quiet else progress,
+            record_series=not ns.no_series,
+            force=ns.force,
+        )
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE

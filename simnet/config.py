@@ -524,8 +524,17 @@ def format_validation_error(e: ValidationError, source: str) -> str:
         elif err["type"] == "deprecated_and_new_name":
             lines.append(f"  {err['msg']}")
         else:
-            lines.append(f"  {loc}: {err['msg']} (got {err.get('input')!r})")
+            lines.append(f"  {loc}: {err['msg']}{_got(err.get('input'))}")
     return "\n".join(lines)
+
+
+def _got(value: Any, limit: int = 60) -> str:
+    """`` (got VALUE)`` for a scalar; nothing for a whole section (a check across fields
+    names its fields in its message, and pasting the section buries it)."""
+    if isinstance(value, dict):
+        return ""
+    text = repr(value)
+    return f" (got {text if len(text) <= limit else text[: limit - 3] + '...'})"
 
 
 def load_config(source: str | Path | dict[str, Any] | Config) -> Config:

@@ -20,6 +20,7 @@ import simpy
 import topologies
 from topologies.hosts import with_hosts
 from workload.models import MODELS
+from workload.ops import Collective, Send
 from workload.program import BuildOptions, Phase, ProgramBuilder, Workload
 from workload.spec import CONFIG_NAMES, RunSpec, SpecError
 from workload.timeline import breakdown
@@ -281,6 +282,8 @@ def simulate(
     record_series: bool = True,
     topology: nx.DiGraph | None = None,
     topology_notes: Sequence[str] = (),
+    force: bool = False,
+    available_bytes: int | None = None,
 ) -> SimResult:
     """Predict a workload on a topology, as a configuration describes them.
 
@@ -288,7 +291,10 @@ def simulate(
     with a message naming the field to fix. ``topology`` runs the configured
     workload on that graph instead of the configured one (rank ``r`` on its
     endpoint ``r``; ``topology_notes`` say where it came from): e.g. the
-    calibrated host a real run ran on.
+    calibrated host a real run ran on. Before building anything, a case whose
+    estimated memory (:mod:`simnet.sizecheck`) exceeds what is available
+    (``available_bytes``, default: this machine's) is refused with a ConfigError naming
+    the size that fits, unless ``force``.
     """
     cfg = load_config(config)
     base = Path(config).parent if isinstance(config, (str, Path)) else Path(".")
@@ -297,6 +303,21 @@ def simulate(
         cfg, host_notes = apply_host_params(cfg)
     except HostCalibrationError as e:
         raise ConfigError(str(e)) from None
+    workload = build_workload(cfg)
+    big = cfg.num_rank_endpoints > 2000
+    if topology is None and not force:
+        import psutil
+
+        from . import sizecheck
+
+        ops, msgs = _rank0_counts(cfg, workload)
+        est = sizecheck.estimate(cfg, ops, len(workload.phases), msgs)
+        avail = psutil.virtual_memory().available if available_bytes is None else available_bytes
+        why = sizecheck.refusal(cfg, est, len(workload.phases), avail)
+        if why:
+            raise ConfigError(why)
+    if progress is not None and big:
+        progress(f"building the {cfg.topology.type} network ({cfg.num_rank_endpoints:,} endpoints)")
     if topology is None:
         graph, assumed = build_topology(cfg)
     else:
@@ -309,7 +330,6 @@ def simulate(
         placement = topologies.apply_placement(world, graph, chosen)
     except topologies.TopologyError as e:
         raise ConfigError(f"topology.placement: {e}") from None
-    workload = build_workload(cfg)
     if cfg.network.alpha_us == 0:
         assumed.append("no per-message overhead (network.alpha_us = 0)")
     router = topologies.Router(graph, ecmp=cfg.topology.ecmp)
@@ -340,6 +360,8 @@ def simulate(
 
         sim = ex.run_phase(i, cfg.workload.iterations, report)
         phases.append(_phase_result(sim, n_end, cfg.workload.iterations, time.perf_counter() - t0))
+    if progress is not None and big:
+        progress(f"routes of every endpoint pair ({n_end:,} x {n_end:,})")
     bw, lat = route_matrices(graph, cfg.topology.ecmp, router)
     assumed.extend(ex.policy.fallbacks)
     inj = cfg.network.injection_bandwidth_gb_per_s
@@ -347,6 +369,30 @@ def simulate(
         off_diagonal = ~np.eye(len(bw), dtype=bool)
         bw[off_diagonal] = np.minimum(bw[off_diagonal], gb_per_s_to_bytes_per_s(inj))
     return SimResult(cfg, workload, graph, placement, phases, bw, lat, assumed)
+
+
+def _rank0_counts(cfg: Config, workload: Workload) -> tuple[int, int]:
+    """Rank 0's operations and the messages they send in one iteration of every phase,
+    from its own programs and its part of each collective's schedule (ranks are alike
+    in every model), without building any other rank's."""
+    from workload.collectives import schedule_for
+
+    policy = build_policy(cfg)
+    params = {"rings": policy.rings, "local_size": policy.local_size}
+    ops = msgs = 0
+    for ph in workload.phases:
+        for op in ph.program(0):
+            ops += 1
+            if isinstance(op, Send):
+                msgs += 1
+            elif isinstance(op, Collective):
+                members = workload.group_of(op.group, 0)
+                p = len(members)
+                if p > 1:
+                    alg = policy.choose(op, p)
+                    sched = schedule_for(op.op, alg, p, op.count_elems, root=op.root, params=params)
+                    msgs += sum(len(sends) for _, sends in sched.rank_plan(members.index(0)))
+    return ops, msgs
 
 
 def _progress_line(name: str, sim: PhaseSim, elapsed_s: float, width: int = 24) -> str:

@@ -305,3 +305,18 @@ def test_both_predictions_side_by_side(tmp_path):
         assert ops[name]["predicted_s"] == pytest.approx(3 * (4 * block / 2e9 + 10e-6), rel=1e-6)
         assert ops[name]["measured_s"] > 0
     assert "operation by operation" in text
+
+
+def test_mpiexec_is_taken_beside_the_python_that_runs(tmp_path, monkeypatch):
+    from workflows import launcher
+
+    env_bin = tmp_path / "venv" / "bin"
+    env_bin.mkdir(parents=True)
+    (env_bin / "python3").write_text("")
+    monkeypatch.setattr(sys, "executable", str(env_bin / "python3"))
+    monkeypatch.setattr(launcher.shutil, "which", lambda name: f"/on/path/{name}")
+    assert launcher.mpiexec() == "/on/path/mpiexec"  # none beside it: PATH's
+    beside = env_bin / "mpiexec"
+    beside.write_text("#!/bin/sh\n")
+    beside.chmod(0o755)
+    assert launcher.mpiexec() == str(beside)  # an environment that is not activated

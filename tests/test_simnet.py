@@ -439,3 +439,73 @@ def test_the_command_ends_its_progress_line_on_the_final_state(tmp_path, capsys,
     shown = capsys.readouterr().err.split("\r")
     final = [s for s in shown if "messages" in s][-1].splitlines()[0]
     assert "100.0% 368/368 messages" in final and final.rstrip().endswith(" ms")
+
+
+@pytest.mark.parametrize(
+    ("doc", "hint"),
+    [
+        ({"distributed": {"num_nodes": 100_000}}, "endpoints fit (distributed.num_nodes)"),
+        (
+            {"topology": {"type": "fat_tree", "k": 200}, "distributed": {"num_nodes": 16}},
+            "topology.k = ",
+        ),
+    ],
+)  # fmt: skip
+def test_a_case_too_big_for_the_memory_is_refused_before_it_is_built(doc, hint):
+    from simnet.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        simnet.simulate(doc, available_bytes=16 * 2**30)
+    msg = str(e.value)
+    assert msg.startswith("this case would need about ") and hint in msg
+    assert "16.0 GiB is available" in msg and "--force" in msg
+
+
+def test_the_size_that_fits_is_named_and_does_fit():
+    from simnet import sizecheck
+    from simnet.config import load_config
+
+    avail = 16 * 2**30
+    cfg = load_config({"distributed": {"num_nodes": 100_000}})
+    est = sizecheck.estimate(cfg, ops_per_rank=10, phases=1)
+    msg = sizecheck.refusal(cfg, est, 1, avail)
+    n = int(msg.split("at most about ")[1].split(" endpoints")[0].replace(",", ""))
+    fit = sizecheck.estimate(load_config({"distributed": {"num_nodes": n}}), 10, 1)
+    over = sizecheck.estimate(load_config({"distributed": {"num_nodes": n + 50}}), 10, 1)
+    assert sizecheck.refusal(load_config({"distributed": {"num_nodes": n}}), fit, 1, avail) is None
+    assert over.total_bytes > sizecheck.HEADROOM * avail
+
+
+@pytest.mark.parametrize(
+    ("doc", "builder"),
+    [
+        ({"topology": {"type": "ring"}, "distributed": {"num_nodes": 12}}, "ring"),
+        ({"topology": {"type": "switch"}, "distributed": {"num_nodes": 12}}, "switch"),
+        ({"topology": {"type": "fat_tree", "k": 6}, "distributed": {"num_nodes": 12}}, "fat_tree"),
+    ],
+)  # fmt: skip
+def test_the_graph_estimate_counts_the_built_graph(doc, builder):
+    from simnet import sizecheck
+    from simnet.config import load_config
+    from simnet.simulate import build_topology
+
+    cfg = load_config(doc)
+    g, _ = build_topology(cfg)
+    assert sizecheck.graph_elements(cfg) == g.number_of_nodes() + g.number_of_edges() + (
+        1 if builder == "ring" else 0
+    )
+
+
+def test_the_message_estimate_counts_what_the_simulation_sends():
+    from simnet.config import load_config
+    from simnet.simulate import _rank0_counts, build_workload
+
+    doc = {
+        "distributed": {"num_nodes": 64},
+        "topology": {"type": "switch"},
+        "workload": {"name": "dlrm", "scale": 0.001},
+    }
+    cfg = load_config(doc)
+    _, per_rank = _rank0_counts(cfg, build_workload(cfg))
+    res = simnet.simulate(doc, record_series=False)
+    assert per_rank * 64 == sum(p.messages for p in res.phases)

@@ -286,3 +286,20 @@ def test_an_out_that_is_a_file_is_refused_before_simulating(tmp_path, capsys):
     assert main(["--config", str(path), "--out", str(target)]) == 2
     assert f"{target} is a file, not a folder: choose another --out" in capsys.readouterr().err
     assert target.read_text() == "keep me"
+
+
+def test_a_check_across_fields_names_them_without_pasting_the_config(tmp_path, capsys):
+    from simnet.cli import main
+
+    path = tmp_path / "c.json"
+    doc = {
+        "distributed": {"num_nodes": 10},
+        "topology": {"type": "hierarchical", "num_nodes": 10, "group_size": 3},
+    }
+    path.write_text(json.dumps(doc))
+    assert main(["--config", str(path)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[1] == (
+        "  (top level): Value error, topology.group_size=3 must divide topology.num_nodes=10"
+    )
+    assert len(lines) == 2

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -31,7 +30,7 @@ from workload.results import output_dir_problem, versions, write_csv, write_json
 from workload.run_result import ProxyRun, TrainerRun, TrainerSettings
 from workload.units import MB, MS_PER_S, bytes_per_s_to_gb_per_s
 
-from .launcher import proxy_command, run_proxy
+from .launcher import mpiexec, proxy_command, run_proxy
 from .machine import ThisMachine, machine_result
 
 EXIT_USAGE = 2
@@ -61,7 +60,7 @@ def trainer_command(cfg: Config, out_dir: Path) -> list[str]:
     """The mpiexec command line of the ring trainer for this configuration."""
     module = MODELS[cfg.workload.name].trainer_module or "proxies.ring_trainer"
     return [
-        shutil.which("mpiexec") or "mpiexec",
+        mpiexec(),
         "-n",
         str(cfg.world_size),
         sys.executable,

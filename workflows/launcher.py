@@ -24,6 +24,16 @@ EXIT_TIMEOUT = 124
 NO_SCHEDULE_ALGORITHMS = ("multiring", "hierarchical")  # need parameters a proxy lacks
 
 
+def mpiexec() -> str:
+    """The MPI launcher: the one beside the Python that runs this (a virtual or conda
+    environment's ``bin/``, where the MPI wheel puts it, so that an environment need not
+    be activated), else the first on ``PATH``."""
+    beside = Path(sys.executable).parent / "mpiexec"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("mpiexec") or "mpiexec"
+
+
 def proxy_command(
     cfg: Config,
     out_json: Path,
@@ -40,7 +50,7 @@ def proxy_command(
     algorithm = alg if alg and alg not in NO_SCHEDULE_ALGORITHMS else None
     spec = run_spec(cfg).replace(algorithm=algorithm, iters=iters, warmup=warmup)
     cmd = [
-        shutil.which("mpiexec") or "mpiexec",
+        mpiexec(),
         "-n",
         str(cfg.world_size),
         sys.executable,

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import shutil
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import as_completed
@@ -42,7 +41,7 @@ from workload.results import atomic_write, versions, write_csv, write_json, writ
 from workload.run_result import ProxyRun
 from workload.units import MS_PER_S
 
-from .launcher import run_command
+from .launcher import mpiexec, run_command
 from .study import models as sm
 from .study.pool import open_pool
 from .study.sim import PointOutcome, absolute_link_params, read_base_config, simulate_point
@@ -588,9 +587,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.cpu_count() or 1,
         help="parallel simulations of the prediction (default: the cores here)",
     )
-    p.add_argument(
-        "--mpiexec", default=shutil.which("mpiexec") or "mpiexec", help="the MPI launcher"
-    )
+    p.add_argument("--mpiexec", default=mpiexec(), help="the MPI launcher")
     p.add_argument("--quiet", action="store_true", help="only the final table")
     return p
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -41,7 +40,7 @@ from workload.brief_argparse import BriefParser
 from workload.results import versions, write_csv, write_json, write_text
 from workload.run_result import ProxyRun
 
-from .launcher import run_command, stop_on_signals
+from .launcher import mpiexec, run_command, stop_on_signals
 from .netns import Cluster, TestbedError
 
 EXIT_USAGE = 2
@@ -53,7 +52,7 @@ CALIBRATION_SIZES = ("16K", "4M", "4")
 
 def mpmd_command(cluster: Cluster, ranks_per_host: int, program: Sequence[str]) -> list[str]:
     """``mpiexec -n k ip netns exec H0 PROGRAM : -n k ip netns exec H1 PROGRAM ...``."""
-    cmd = [shutil.which("mpiexec") or "mpiexec"]
+    cmd = [mpiexec()]
     for h in range(cluster.hosts):
         if h:
             cmd.append(":")
