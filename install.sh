@@ -9,16 +9,21 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 stamp=".install-stamp${1:+-$1}"
+checkout="$PWD"
 want="$(python3 -c 'import sys; print(sys.executable)') ${1:-} $(
     cat pyproject.toml setup.py simnet/*.pxd simnet/network.py simnet/executor.py | sha256sum
 )"
 extras=""
 [[ "${1:-}" == test ]] && extras='"pytest", "ruff",'
-check="import importlib.util as u, simnet._compiled as c, proxies, workflows, mpi4py, simpy
+check="import importlib.util as u, os, simnet._compiled as c, proxies, workflows, mpi4py, simpy
 for m in ($extras \"networkx\", \"pydantic\", \"psutil\", \"matplotlib\", \"seaborn\"):
     assert u.find_spec(m), m
+here = os.path.realpath(os.path.dirname(os.path.dirname(proxies.__file__)))
+assert here == os.path.realpath(os.environ[\"COMMSIM_CHECKOUT\"]), here  # from this one
 print(\"commsim up to date; simulator core:\", c.summary())"
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && python3 -c "$check" 2>/dev/null; then
+# Checked from / so that the installed package is imported, not this folder's.
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] \
+    && (cd / && COMMSIM_CHECKOUT="$checkout" python3 -c "$check") 2>/dev/null; then
     exit 0
 fi
 pip=(python3 -m pip install --quiet --disable-pip-version-check)
