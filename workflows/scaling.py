@@ -37,7 +37,14 @@ from typing import Any
 from simnet.config import ConfigError, load_config
 from topologies import DEFAULT_GROUP_SIZE
 from workload.brief_argparse import BriefParser
-from workload.results import atomic_write, versions, write_csv, write_json, write_text
+from workload.results import (
+    atomic_write,
+    output_dir_problem,
+    versions,
+    write_csv,
+    write_json,
+    write_text,
+)
 from workload.run_result import ProxyRun
 from workload.units import MS_PER_S
 
@@ -628,6 +635,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     out = Path(ns.out or f"results/scaling_{study.model}_{study.mode}")
+    problem = output_dir_problem(out)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     out.mkdir(parents=True, exist_ok=True)
     if study.mode == "strong":
         notes.append(f"strong scaling anchored at P1 = {base}: " + sm.strong_note(study, base))

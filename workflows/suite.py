@@ -26,7 +26,13 @@ from typing import Any
 
 from simnet.config import load_config
 from simnet.hostparams import HostCalibrationError
-from workload.results import versions, write_csv, write_json, write_text
+from workload.results import (
+    output_dir_problem,
+    versions,
+    write_csv,
+    write_json,
+    write_text,
+)
 
 EXIT_USAGE = 2
 
@@ -306,6 +312,10 @@ def main(argv: list[str] | None = None) -> int:
             for c in cases
         ]
     out = Path(ns.out or "results/validation_suite")
+    problem = output_dir_problem(out)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         run_suite(out, cases, host_params=ns.host_params, timeout_s=ns.timeout or 600.0)
     except HostCalibrationError as e:

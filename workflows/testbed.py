@@ -37,7 +37,13 @@ import numpy as np
 
 from simnet.config import Config, ConfigError, load_config
 from workload.brief_argparse import BriefParser
-from workload.results import versions, write_csv, write_json, write_text
+from workload.results import (
+    output_dir_problem,
+    versions,
+    write_csv,
+    write_json,
+    write_text,
+)
 from workload.run_result import ProxyRun
 
 from .launcher import mpiexec, run_command, stop_on_signals
@@ -358,6 +364,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = load_config(ns.config)
         out = Path(ns.out or Path(cfg.logging.log_dir) / "testbed")
+        problem = output_dir_problem(out)
+        if problem:
+            raise ConfigError(problem)
         doc = run(cfg, out, ns.iters, ns.warmup, ns.timeout)
     except (ConfigError, TestbedError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -45,6 +45,7 @@ import numpy as np
 from simnet.config import Config, ConfigError, load_config
 from simnet.hostparams import HostCalibrationError
 from workload.brief_argparse import BriefParser
+from workload.results import output_dir_problem
 from workload.run_result import ProxyRun
 from workload.units import MS_PER_S as MS  # milliseconds per second, for display
 from workload.units import us_to_s
@@ -650,6 +651,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg, notes = prepare_config(ns.config, ns.np)
         out = Path(ns.out) if ns.out else Path(cfg.logging.log_dir) / "validation"
+        problem = output_dir_problem(out)
+        if problem:
+            raise ConfigError(problem)
         out.mkdir(parents=True, exist_ok=True)
         predict = None
         if ns.this_machine or ns.host_params:
