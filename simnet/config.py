@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -122,8 +123,19 @@ MAX_RANKS = 1_000_000
 MAX_ITERATIONS = 1_000_000
 
 
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"a number is needed, not {json.dumps(value)}")
+    return value
+
+
+# Numbers inside lists and dicts: JSON's true/false are not numbers there either.
+Int = Annotated[int, BeforeValidator(_not_bool)]
+Float = Annotated[float, BeforeValidator(_not_bool)]
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     _section: ClassVar[str] = ""
 
@@ -137,15 +149,17 @@ class _Strict(BaseModel):
     def _no_bool_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
         # JSON's true/false are not numbers (pydantic would read true as 1).
         f = cls.model_fields.get(info.field_name or "")
-        if isinstance(value, bool) and f is not None and not _admits_bool(f.annotation):
+        if isinstance(value, bool) and f is not None and _is_number(f.annotation):
             raise ValueError(f"a number is needed, not {json.dumps(value)}")
         return value
 
 
-def _admits_bool(annotation: Any) -> bool:
+def _is_number(annotation: Any) -> bool:
+    """An int or float field (possibly optional) that takes no bool."""
     import typing
 
-    return annotation is bool or bool in typing.get_args(annotation)
+    kinds = {annotation, *typing.get_args(annotation)}
+    return bool(kinds & {int, float}) and bool not in kinds
 
 
 class ModelSection(_Strict):
@@ -200,7 +214,7 @@ class TopologySection(_Strict):
     num_nodes: int | None = Field(
         None, ge=1, le=MAX_RANKS, description="endpoints (default: distributed.num_nodes)"
     )
-    permutations: list[int | list[int]] = Field(
+    permutations: list[Int | list[Int]] = Field(
         default_factory=lambda: [0],
         description=(
             "ring topology: one ring per entry, each carrying an equal share of the data. "
@@ -235,9 +249,9 @@ class TopologySection(_Strict):
     inter_latency_us: float | None = Field(None, ge=0, le=MAX_LATENCY_US)
     k: int | None = Field(None, ge=2, description="fat_tree: switch radix (even)")
     oversubscription: float = Field(1.0, ge=1.0)
-    dims: list[int] | None = Field(None, description="torus dimensions, e.g. [4, 4]")
+    dims: list[Int] | None = Field(None, description="torus dimensions, e.g. [4, 4]")
     ecmp: bool = False
-    placement: list[int] | None = Field(
+    placement: list[Int] | None = Field(
         None, description="endpoint of each rank (default: identity)"
     )
 
@@ -254,7 +268,7 @@ class WorkloadSection(_Strict):
     """What runs: the ring trainer (default) or any proxy with its arguments."""
 
     name: str = Field("alexnet_ring", description="a model of `python -m proxies --help`")
-    args: list[int] = Field(default_factory=list, description="the proxy's positional args")
+    args: list[Int] = Field(default_factory=list, description="the proxy's positional args")
     world_size: int | None = Field(
         None, ge=1, le=MAX_RANKS, description="default: distributed.num_nodes"
     )
@@ -265,7 +279,7 @@ class WorkloadSection(_Strict):
         1, ge=1, le=MAX_ITERATIONS, description="simulated iterations per phase"
     )
     compute_scale: float = Field(1.0, ge=0, description="multiplier of emulated compute")
-    flags: dict[str, int] = Field(
+    flags: dict[str, Int] = Field(
         default_factory=dict, description='model-specific options, e.g. {"scaling_size": 512}'
     )
 
@@ -383,7 +397,7 @@ class CollectivesSection(_Strict):
         "step's end: a library without a progress thread advances a collective only when "
         "the program tests it (as the proxies' polled progress does)",
     )
-    step_latency_us_by_op: dict[str, float] = Field(
+    step_latency_us_by_op: dict[str, Float] = Field(
         default_factory=dict,
         description="op -> cost per step (us) for that collective instead of "
         "step_latency_us (e.g. alltoall, whose library schedule takes more tests per step)",

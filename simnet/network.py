@@ -465,7 +465,7 @@ class FlowNetwork:
         flow.fill_bytes_per_s = -1.0
         alpha_s = self.alpha_s
         o = self.send_overhead_s
-        if o > 0.0:
+        if o > 0.0 and src != dst:
             # LogGP's o: the sender's messages pay it one after another, then alpha.
             free = self._send_free
             s = free.get(src, 0.0)

@@ -221,6 +221,12 @@ def test_send_overhead_is_paid_one_message_after_another_per_sender():
     second = net2.transfer(0, 1, 0)
     env2.run()
     assert (first.value.end_s, second.value.end_s) == (approx(1.5), approx(2.5))
+    # A message to itself pays alpha only, and holds up none of the sender's others.
+    env3, net3 = make(line((100.0, 0.5)), alpha_s=0.25, send_overhead_s=1.0)
+    own = net3.transfer(0, 0, 8)
+    out = net3.transfer(0, 1, 0)
+    env3.run()
+    assert (own.value.end_s, out.value.end_s) == (approx(0.25), approx(1.75))
 
 
 def test_injection_bandwidth_limits_a_single_flow():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -252,6 +253,9 @@ BAD_CONFIGS = [
     ({"topology": {"num_nodes": False}}, f"topology.num_nodes: {NAN} false"),
     ({"topology": {"link_latency_us": 1e9}}, f"topology.link_latency_us: {LE}"),
     ({"training": {"num_epochs": 10**9}}, f"training.num_epochs: {LE} 1000000"),
+    ({"collectives": {"step_latency_us_by_op": {"alltoall": True}}}, f"alltoall: {NAN} true"),
+    ({"topology": {"type": "torus", "dims": [True, 4]}}, f"topology.dims.0: {NAN} true"),
+    ({"workload": {"compute_scale": math.inf}}, "compute_scale: Input should be a finite number"),
 ]
 
 
