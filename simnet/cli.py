@@ -58,12 +58,14 @@ def main(argv: Sequence[str] | None = None, subcommands: Sequence[str] = ()) -> 
     started = time.perf_counter()
     last = [0.0]
     latest = [""]  # the newest progress line, shown or not
+    widest = [0]  # of the lines shown, so the last one covers them
 
     def progress(msg: str) -> None:
         now = time.perf_counter()
         latest[0] = f"\r[{now - started:6.1f} s] {msg}"
         if now - last[0] >= 1.0:
             last[0] = now
+            widest[0] = max(widest[0], len(latest[0]))
             print(latest[0], end="", file=sys.stderr, flush=True)
 
     try:
@@ -84,7 +86,7 @@ def main(argv: Sequence[str] | None = None, subcommands: Sequence[str] = ()) -> 
         return EXIT_USAGE
     if last[0]:
         # The last line shown may be seconds old: end on the final state.
-        print(latest[0].ljust(len(latest[0]) + 8), file=sys.stderr)
+        print(latest[0].ljust(widest[0]), file=sys.stderr)
     out = ns.out or cfg.logging.log_dir
     if not ns.quiet:
         points = sum(len(v) for p in res.phases for v in p.link_series.values())

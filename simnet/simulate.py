@@ -376,9 +376,10 @@ _COUNT_DIRECTLY = 4096  # ranks of a group up to which its schedule is counted a
 
 
 def _rank0_counts(cfg: Config, workload: Workload) -> tuple[int, int]:
-    """Rank 0's operations and the messages they send in one iteration of every phase,
-    from its own programs and its part of each collective's schedule (ranks are alike
-    in every model), without building any other rank's."""
+    """Operations of a rank and the messages it sends in one iteration of every phase,
+    from its own programs and its part of each collective's schedule: the most of ranks
+    0, the middle one and the last (a pipeline's end stages do less than its middle
+    ones), without building any other rank's."""
     from workload.collectives import schedule_for
 
     policy = build_policy(cfg)
@@ -392,29 +393,34 @@ def _rank0_counts(cfg: Config, workload: Workload) -> tuple[int, int]:
             cache[key] = sum(len(s) for _, s in sched.rank_plan(me))
         return cache[key]
 
-    ops = msgs = 0
-    for ph in workload.phases:
-        for op in ph.program(0):
-            ops += 1
-            if isinstance(op, Send):
-                msgs += 1
-            elif isinstance(op, Collective):
-                members = workload.group_of(op.group, 0)
-                p = len(members)
-                if p <= 1:
-                    continue
-                alg = policy.choose(op, p)
-                if p <= _COUNT_DIRECTLY or alg in ("hierarchical", "multiring"):
-                    msgs += sends(op, alg, p, members.index(0))
-                else:
-                    # Some schedules index every rank's transfers (O(p log p) memory: 16.8
-                    # GB at 32,768 ranks): count at two smaller sizes and extrapolate as a
-                    # power of p, which overstates the log p schedules a little.
-                    a, b = _COUNT_DIRECTLY // 2, _COUNT_DIRECTLY
-                    m1, m2 = sends(op, alg, a, 0), sends(op, alg, b, 0)
-                    k = math.log2(max(m2, 1) / max(m1, 1))
-                    msgs += round(m2 * (p / b) ** k)
-    return ops, msgs
+    def counts(rank: int) -> tuple[int, int]:
+        ops = msgs = 0
+        for ph in workload.phases:
+            for op in ph.program(rank):
+                ops, msgs = ops + 1, msgs + messages(op, rank)
+        return ops, msgs
+
+    def messages(op: object, rank: int) -> int:
+        if isinstance(op, Send):
+            return 1
+        if not isinstance(op, Collective):
+            return 0
+        members = workload.group_of(op.group, rank)
+        p = len(members)
+        if p <= 1:
+            return 0
+        alg = policy.choose(op, p)
+        if p <= _COUNT_DIRECTLY or alg in ("hierarchical", "multiring"):
+            return sends(op, alg, p, members.index(rank))
+        # Some schedules index every rank's transfers (O(p log p) memory: 16.8 GB at
+        # 32,768 ranks): count at two smaller sizes and extrapolate as a power of p,
+        # which overstates the log p schedules a little.
+        a, b = _COUNT_DIRECTLY // 2, _COUNT_DIRECTLY
+        m1, m2 = sends(op, alg, a, 0), sends(op, alg, b, 0)
+        return round(m2 * (p / b) ** math.log2(max(m2, 1) / max(m1, 1)))
+
+    sampled = [counts(r) for r in sorted({0, workload.world_size // 2, workload.world_size - 1})]
+    return max(o for o, _ in sampled), max(m for _, m in sampled)
 
 
 def _progress_line(name: str, sim: PhaseSim, elapsed_s: float, width: int = 24) -> str:
