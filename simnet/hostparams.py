@@ -54,6 +54,24 @@ class HostParams:
         """``collectives.step_latency_us_by_op`` for these parameters (us)."""
         return {"alltoall": self.alltoall_step_latency_us}
 
+    def processor_updates(self) -> dict[str, dict[str, Any]]:
+        """What this host's processor does to a run, as updates of the configuration's
+        ``collectives`` and ``hosts`` sections: the library's reduction and per-step
+        costs (collectives progress only inside MPI calls, as in the proxies' library,
+        which has no progress thread) and the emulated compute's overshoot."""
+        return {
+            "collectives": {
+                "gamma_s_per_byte": self.gamma_s_per_byte,
+                "step_latency_us": self.step_latency_us,
+                "step_latency_us_by_op": self.step_latency_by_op_us(),
+                "async_progress": False,
+            },
+            "hosts": {
+                "compute_overhead_us": self.compute_overhead_us,
+                "compute_stretch": self.compute_stretch,
+            },
+        }
+
 
 @dataclass
 class HostCalibration:

@@ -71,23 +71,11 @@ def machine_result(cfg: Config, machine: ThisMachine, **kw: Any):  # -> SimResul
     from workflows import hostcal
 
     p = machine.params
+    cpu = p.processor_updates()
     mcfg = cfg.model_copy(
         update={
-            "collectives": cfg.collectives.model_copy(
-                update={
-                    "gamma_s_per_byte": p.gamma_s_per_byte,
-                    "step_latency_us": p.step_latency_us,
-                    "step_latency_us_by_op": p.step_latency_by_op_us(),
-                    # The proxies' MPI library has no progress thread.
-                    "async_progress": False,
-                }
-            ),
-            "hosts": cfg.hosts.model_copy(
-                update={
-                    "compute_overhead_us": p.compute_overhead_us,
-                    "compute_stretch": p.compute_stretch,
-                }
-            ),
+            "collectives": cfg.collectives.model_copy(update=cpu["collectives"]),
+            "hosts": cfg.hosts.model_copy(update=cpu["hosts"]),
             "network": cfg.network.model_copy(
                 update={
                     "alpha_us": 0.0,

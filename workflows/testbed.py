@@ -121,21 +121,10 @@ def predict(
 
     extra: dict[str, Any] = {}
     if cpu is not None:
+        up = cpu.processor_updates()
         extra = {
-            "hosts": cfg.hosts.model_copy(
-                update={
-                    "compute_overhead_us": cpu.compute_overhead_us,
-                    "compute_stretch": cpu.compute_stretch,
-                }
-            ),
-            "collectives": cfg.collectives.model_copy(
-                update={
-                    "gamma_s_per_byte": cpu.gamma_s_per_byte,
-                    "step_latency_us": cpu.step_latency_us,
-                    "step_latency_us_by_op": cpu.step_latency_by_op_us(),
-                    "async_progress": False,
-                }
-            ),
+            "hosts": cfg.hosts.model_copy(update=up["hosts"]),
+            "collectives": cfg.collectives.model_copy(update=up["collectives"]),
         }
     new = cfg.model_copy(
         update={
