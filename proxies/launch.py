@@ -41,6 +41,9 @@ def poll_pause_s(ranks_on_host: int, cores: int) -> float:
 
 _SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "SLURM_NTASKS", "MPI_LOCALNRANKS")
 _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+# Ranks that share this machine's cores when the launcher's per-host count says fewer:
+# emulated hosts (python -m simnet testbed) are namespaces on one machine.
+SHARING_CORES_VAR = "COMMSIM_RANKS_SHARING_CORES"
 _LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")
 
 
@@ -74,6 +77,7 @@ def launch_info() -> LaunchInfo:
     world = _first_int(_SIZE_VARS, 1)
     # Without a per-host count (e.g. a multi-node srun), never assume all ranks share a host.
     local = _first_int(_LOCAL_SIZE_VARS, 0) or _slurm_tasks_on_first_node() or world
+    local = max(local, _first_int((SHARING_CORES_VAR,), 0))
     return LaunchInfo(world, _first_int(_RANK_VARS, 0), local, os.cpu_count() or 1)
 
 

@@ -285,6 +285,7 @@ def simulate(
     topology_notes: Sequence[str] = (),
     force: bool = False,
     available_bytes: int | None = None,
+    workload: Workload | None = None,
 ) -> SimResult:
     """Predict a workload on a topology, as a configuration describes them.
 
@@ -295,7 +296,8 @@ def simulate(
     calibrated host a real run ran on. Before building anything, a case whose
     estimated memory (:mod:`simnet.sizecheck`) exceeds what is available
     (``available_bytes``, default: this machine's) is refused with a ConfigError naming
-    the size that fits, unless ``force``.
+    the size that fits, unless ``force``. ``workload`` runs those rank programs instead
+    of the configured workload (e.g. the micro-benchmarks' cases, one phase each).
     """
     cfg = load_config(config)
     base = Path(config).parent if isinstance(config, (str, Path)) else Path(".")
@@ -304,7 +306,8 @@ def simulate(
         cfg, host_notes = apply_host_params(cfg)
     except HostCalibrationError as e:
         raise ConfigError(str(e)) from None
-    workload = build_workload(cfg)
+    if workload is None:
+        workload = build_workload(cfg)
     big = cfg.num_rank_endpoints > 2000
     if topology is None and not force:
         import psutil

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from workflows.netns import Cluster, TestbedError, namespaces
+import topologies
+from workflows.netns import TCP_FRAME_HEADER_BYTES, Cluster, TestbedError, namespaces, switch_graph
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
@@ -41,9 +42,9 @@ s.close()
 @needs_root
 def test_tcp_between_hosts_runs_at_the_link_rate_less_headers():
     rate = 100e6  # bit/s
-    with Cluster(2, rate) as c:
+    with Cluster(switch_graph(2, rate)) as c:
         assert sorted(n for n in namespaces() if n.startswith(c.tag)) == sorted(
-            [c.switch, c.ns(0), c.ns(1)]
+            [c.ns_of("sw"), c.ns(0), c.ns(1), c.control]
         )
         recv = subprocess.Popen(
             [*c.exec_prefix(1), sys.executable, "-c", RECEIVER], stdout=subprocess.PIPE, text=True
@@ -65,7 +66,7 @@ def test_tcp_between_hosts_runs_at_the_link_rate_less_headers():
 
 @needs_root
 def test_everything_is_removed_when_the_block_fails():
-    with pytest.raises(RuntimeError, match="boom"), Cluster(2, 1e8) as c:
+    with pytest.raises(RuntimeError, match="boom"), Cluster(switch_graph(2, 1e8)) as c:
         tag = c.tag
         raise RuntimeError("boom")
     assert not [n for n in namespaces() if n.startswith(tag)]
@@ -74,7 +75,7 @@ def test_everything_is_removed_when_the_block_fails():
 @needs_root
 def test_ctrl_c_in_the_block_leaves_nothing(tmp_path):
     # Ctrl-C in the block: the with statement still removes everything.
-    with pytest.raises(KeyboardInterrupt), Cluster(3, 1e8) as c:
+    with pytest.raises(KeyboardInterrupt), Cluster(switch_graph(3, 1e8)) as c:
         tag = c.tag
         time.sleep(0.01)
         raise KeyboardInterrupt
@@ -83,53 +84,128 @@ def test_ctrl_c_in_the_block_leaves_nothing(tmp_path):
 
 def test_bad_clusters_are_refused_in_one_line():
     with pytest.raises(TestbedError, match="at least 2 hosts"):
-        Cluster(1, 1e8)
-    with pytest.raises(TestbedError, match="rate must be > 0"):
-        Cluster(2, 0)
+        Cluster(switch_graph(1, 1e8))
+    with pytest.raises(TestbedError, match=r"the link 0 -> 1 has no way back"):
+        Cluster(topologies.ring(3, 1e7, bidirectional=False))
+    with pytest.raises(TestbedError, match="at most 32 hosts"):
+        Cluster(topologies.fat_tree(6, 1e7))
+
+
+@needs_root
+def test_routes_follow_the_model_and_every_pair_is_counted():
+    # On a 4-host ring the model routes 0 -> 2 through host 1 (node order breaks the tie).
+    g = topologies.ring(4, bandwidth_bytes_per_s=100e6 / 8)
+    with Cluster(g) as c:
+        assert [tuple(e) for e in c.routes[(0, 2)]] == [(0, 1), (1, 2)]
+        before = c.pair_counters()
+        fwd = c.ports[(1, 2)].dev  # host 1's link to host 2 forwards the flow
+
+        def tx(host: int, dev: str) -> int:
+            path = f"/sys/class/net/{dev}/statistics/tx_bytes"
+            return int(subprocess.run([*c.exec_prefix(host), "cat", path], capture_output=True,
+                                      text=True, check=True).stdout)  # fmt: skip
+
+        fwd_before = tx(1, fwd)
+        recv = subprocess.Popen(
+            [*c.exec_prefix(2), sys.executable, "-c", RECEIVER], stdout=subprocess.PIPE, text=True
+        )
+        assert recv.stdout is not None and recv.stdout.readline().strip() == "ready"
+        subprocess.run(
+            [*c.exec_prefix(0), sys.executable, "-c", SENDER, c.address(2)],
+            check=True,
+            timeout=30,
+        )
+        out, _ = recv.communicate(timeout=30)
+        assert int(out.split()[0]) == 4 << 20
+        after = c.pair_counters()
+        wire, packets = (a - b for a, b in zip(after[(0, 2)], before[(0, 2)], strict=True))
+        # TCP payload: the frames less their headers; only the handshake's options remain.
+        assert 0 <= wire - TCP_FRAME_HEADER_BYTES * packets - (4 << 20) < 100
+        assert after[(0, 1)] == before[(0, 1)] and after[(0, 3)] == before[(0, 3)]
+        assert tx(1, fwd) - fwd_before >= 4 << 20
+    assert not [n for n in namespaces() if n.startswith(c.tag)]
+
+
+def _testbed(tmp_path, config: dict, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps(config))
+    out = tmp_path / "tb"
+    r = subprocess.run(
+        [sys.executable, "-m", "simnet", "testbed", "--config", str(cfg), "--out", str(out),
+         "--iters", "2", "--warmup", "1", *extra],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r, json.loads((out / "testbed.json").read_text())
 
 
 @needs_root
 def test_testbed_runs_a_proxy_and_compares_it(tmp_path):
-    cfg = tmp_path / "c.json"
-    cfg.write_text(
-        json.dumps(
-            {
-                "distributed": {"num_nodes": 2, "bandwidth_limit_gb_per_s": 0.025},
-                "topology": {"type": "switch", "num_nodes": 2},
-                "workload": {"name": "dlrm", "scale": 0.02},
-            }
-        )
+    _, doc = _testbed(
+        tmp_path,
+        {
+            "distributed": {"num_nodes": 2, "bandwidth_limit_gb_per_s": 0.025},
+            "topology": {"type": "switch", "num_nodes": 2},
+            "workload": {"name": "dlrm", "scale": 0.02},
+        },
     )
+    c = doc["cluster"]
+    assert (c["hosts"], c["ranks_per_host"], c["switches"]) == (2, 1, 1)
+    assert {x["rate_bit_per_s"] for x in c["links"]} == {2e8}
+    (case,) = doc["cases"]
+    assert case["name"] == "dlrm iteration"
+    assert case["error_pct"] == pytest.approx(
+        (case["predicted_s"] - case["measured_s"]) / case["measured_s"] * 100
+    )
+    assert doc["geomean_abs_error_pct"] == pytest.approx(abs(case["error_pct"]))
+    t = doc["traffic"]
+    assert {(p["src"], p["dst"]) for p in t["pairs"]} == {(0, 1), (1, 0)}
+    for p in t["pairs"]:  # the program's bytes and the library's own few
+        assert p["wire_bytes"] > p["payload_bytes"] >= p["predicted_bytes"] > 0
+        assert p["payload_bytes"] == p["wire_bytes"] - 66 * p["packets"]
+    assert t["max_pair_error_pct"] < 5
+    assert 0 < t["control_network_bytes"] < 100_000
+    assert doc["parameters"]["network.alpha_us"]["from"] == "testbed pingpong (intercept)"
+    (pair,) = doc["calibration"]["pairs"]
+    assert pair["hosts"] == [0, 1] and pair["hops"] == 2
     out = tmp_path / "tb"
-    r = subprocess.run(
-        [sys.executable, "-m", "simnet", "testbed", "--config", str(cfg), "--out", str(out),
-         "--iters", "2", "--warmup", "1"],
-        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stdout + r.stderr
-    doc = json.loads((out / "testbed.json").read_text())
-    assert doc["cluster"] == {"hosts": 2, "ranks_per_host": 1, "link_rate_bit_per_s": 2e8}
-    (ph,) = doc["phases"]
-    assert ph["error_pct"] == pytest.approx(
-        (ph["predicted_s"] - ph["measured_s"]) / ph["measured_s"] * 100
-    )
-    for h in doc["hosts"]:  # the wire carries the payload and its headers, never less
-        assert h["wire_tx_bytes"] >= h["predicted_payload_tx_bytes"] > 0
-    assert doc["parameters"]["network.alpha_us"]["from"] == "testbed pingpong"
-    for name in ("testbed.txt", "testbed_phases.csv", "testbed_hosts.csv", "testbed_phases.png"):
+    for name in ("testbed.txt", "testbed_cases.csv", "testbed_pairs.csv", "testbed_cases.png",
+                 "testbed_pairs.png"):  # fmt: skip
         assert (out / name).stat().st_size > 0
     assert not [n for n in namespaces() if n.startswith("cs")]
 
 
-def test_testbed_refuses_other_topologies_in_one_line(tmp_path):
+@needs_root
+def test_ranks_of_one_host_share_memory_and_only_other_hosts_use_the_links(tmp_path):
+    # Two ranks per host: an allreduce's intra-host messages must not appear on the links.
+    _, doc = _testbed(
+        tmp_path,
+        {
+            "distributed": {"num_nodes": 4, "bandwidth_limit_gb_per_s": 0.025},
+            "topology": {"type": "switch", "num_nodes": 2},
+            "hosts": {"ranks_per_host": 2},
+        },
+        "--microbench", "allreduce", "--algorithm", "ring", "--sizes", "1M,1M,2",
+    )  # fmt: skip
+    (case,) = doc["cases"]
+    assert case["name"] == "allreduce ring 1048576 B"
+    # A ring over ranks 0-1-2-3: one message of 1 MiB / 4 each way per step crosses
+    # between the hosts (1 -> 2 and 3 -> 0), 6 steps, 3 iterations.
+    for p in doc["traffic"]["pairs"]:
+        assert p["predicted_bytes"] == 3 * 6 * (1 << 20) // 4
+        assert p["payload_bytes"] == pytest.approx(p["predicted_bytes"], rel=0.01)
+    assert not [n for n in namespaces() if n.startswith("cs")]
+
+
+def test_testbed_refuses_what_it_cannot_emulate_in_one_line(tmp_path):
     cfg = tmp_path / "c.json"
-    cfg.write_text(json.dumps({"topology": {"type": "ring", "num_nodes": 10}}))
+    cfg.write_text(json.dumps({"topology": {"type": "switch", "num_nodes": 10, "ecmp": True}}))
     r = subprocess.run(
         [sys.executable, "-m", "simnet", "testbed", "--config", str(cfg)],
         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
     )  # fmt: skip
-    if os.geteuid() == 0:
-        assert r.returncode == 2
-        assert r.stderr.strip() == (
-            "error: testbed: topology.type 'ring' is not supported yet; use switch"
-        )
+    assert r.returncode == 2
+    assert r.stderr.strip() == (
+        "error: testbed: topology.ecmp spreads flows over routes per message, which static "
+        "routes cannot follow; set it to false"
+    )

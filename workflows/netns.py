@@ -1,31 +1,66 @@
 """Emulated hosts on this machine: Linux network namespaces joined by shaped veth links.
 
-A :class:`Cluster` makes, under one unique name prefix, a namespace per host and one
-switch namespace holding a Linux bridge; every host is linked to the switch by a veth
-pair whose two ends are shaped with ``tc`` (a token bucket for the rate, netem for the
-delay), so traffic between hosts crosses two shaped hops, as on a switched network.
-Nothing is created in the root namespace except the namespaces' names: the veth pairs
-are moved into their namespaces at once, and all traffic stays inside.
+A :class:`Cluster` turns a topology graph of the builders' data model
+(:mod:`topologies.builders`, endpoints = hosts) into namespaces, under one unique
+name prefix:
+
+- one namespace per node, host or switch, every one an IP router;
+- one veth pair per link, each direction shaped with ``tc`` to its edge's bandwidth
+  (an HTB class at the link rate; netem under it for a delay, where the kernel has it);
+- one address per node (``10.77.x.y/32`` on its first link interface ``e0``) and, in
+  every namespace on a route, a static route per host pair that follows the model's own
+  route (:class:`topologies.routing.Router`): the first hop in the source's main table,
+  the later hops in a table per source, chosen by a ``from`` rule;
+- a control network apart from the shaped one (a bridge in its own namespace, an
+  interface ``c0`` in every host) for the MPI launcher, so only the program's traffic
+  crosses the links;
+- on every host interface, one HTB class per destination host, counting the bytes and
+  packets that host sends to it (:meth:`Cluster.pair_counters`).
+
+Nothing is created in the root namespace except the namespaces' names: every veth end
+is made inside its namespace, and all traffic stays inside.
 
 Safety: it refuses with one line when not root or when ``ip``/``tc`` are missing; it
-touches only what it created (names with its prefix); it removes everything it made
-when the ``with`` block ends, on success, error, Ctrl-C, SIGTERM and SIGHUP
-(:func:`workflows.launcher.stop_on_signals`), and checks that nothing is left.
+touches only what it created (names with its prefix); it kills the processes left in
+its namespaces and removes everything it made when the ``with`` block ends, on success,
+error, Ctrl-C, SIGTERM and SIGHUP (:func:`workflows.launcher.stop_on_signals`), and
+checks that nothing is left.
 
-Units: rates in bits per second as ``tc`` takes them (``rate_bit_per_s``), delays in
-microseconds per direction of each hop.
+Units: edge bandwidths in bytes/s as the graph holds them, rates in bits per second as
+``tc`` takes them, delays in microseconds per direction of each hop.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import secrets
 import shutil
+import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
+import networkx as nx
+
 PREFIX = "cs"  # every name this module makes starts with it, then a random tag
+MAX_HOSTS = 32  # each host is a few processes on this machine's cores
+MAX_NODES = 96
+# Ethernet (14) + IPv4 (20) + TCP with timestamps (32): what every TCP segment carries
+# besides its payload, as the HTB counters see it (they count each GSO segment).
+TCP_FRAME_HEADER_BYTES = 66
+ETHERNET_MTU_FRAME_BYTES = 1514
+SYSCTLS = (
+    "net.ipv4.ip_forward=1",
+    "net.ipv4.conf.all.rp_filter=0",
+    "net.ipv4.conf.default.rp_filter=0",
+    "net.ipv4.conf.all.send_redirects=0",
+    "net.ipv4.conf.default.send_redirects=0",
+    "net.ipv4.tcp_slow_start_after_idle=0",
+)
+# `tc -s class show`: this tc has no JSON for classes.
+_CLASS_STATS = re.compile(r"class htb (\S+) .*?\n\s*Sent (\d+) bytes (\d+) pkt", re.S)
 
 
 class TestbedError(RuntimeError):
@@ -43,10 +78,11 @@ def check_available() -> None:
             raise TestbedError(f"the testbed needs `{tool}` (iproute2); install it")
 
 
-def _run(cmd: Sequence[str], timeout_s: float = 20.0) -> str:
-    r = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout_s)
+def _run(cmd: Sequence[str], timeout_s: float = 20.0, stdin: str | None = None) -> str:
+    r = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout_s, input=stdin)
     if r.returncode != 0:
-        raise TestbedError(f"`{' '.join(cmd)}` failed: {r.stderr.strip() or r.stdout.strip()}")
+        what = " ".join(cmd) if stdin is None else f"{' '.join(cmd)} <<{stdin.splitlines()[0]}..."
+        raise TestbedError(f"`{what}` failed: {r.stderr.strip() or r.stdout.strip()}")
     return r.stdout
 
 
@@ -56,33 +92,120 @@ def namespaces() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
+COUNTING = 3  # handle of the counting HTB of every link
+
+
+def _class_id(dst_host: int) -> str:
+    return f"{COUNTING}:{0x10 + dst_host:x}"
+
+
+def _address(index: int, net: int = 77) -> str:
+    return f"10.{net}.{index // 200}.{index % 200 + 1}"
+
+
+@dataclass(frozen=True)
+class Port:
+    """One end of a link: the interface ``dev`` of node ``node`` in namespace ``ns``."""
+
+    node: Hashable
+    ns: str
+    dev: str
+
+
 @dataclass
 class Cluster:
-    """``hosts`` namespaces on one switch; each host-switch hop shaped to
-    ``rate_bit_per_s`` and ``delay_us`` in each direction."""
+    """The namespaces, links, routes and counters of one emulated topology.
 
-    hosts: int
-    rate_bit_per_s: float
+    Args:
+        graph: a topology (directed edges with ``bandwidth`` in bytes/s); every link must
+            exist in both directions. Its endpoints ``0..H-1`` are the hosts.
+        routes: the route of every ordered host pair as a list of directed edges
+            (default: :class:`topologies.routing.Router` on ``graph``).
+        delay_us: added delay of every hop and direction (netem), microseconds.
+        gso_max_segs: the most TCP segments the kernel may hand a link at once (None:
+            the kernel's default); 1 makes every hop forward frame by frame.
+    """
+
+    graph: nx.DiGraph
+    routes: dict[tuple[int, int], Sequence[tuple[Hashable, Hashable]]] | None = None
     delay_us: float = 0.0
+    gso_max_segs: int | None = None
     tag: str = field(default_factory=lambda: PREFIX + secrets.token_hex(3))
     made: list[str] = field(default_factory=list)
+    delay_emulated: bool = True
 
     def __post_init__(self) -> None:
-        if self.hosts < 2:
-            raise TestbedError(f"a testbed needs at least 2 hosts (got {self.hosts})")
-        if not self.rate_bit_per_s > 0:
-            raise TestbedError(f"the link rate must be > 0 bit/s (got {self.rate_bit_per_s})")
+        from topologies.routing import Router, endpoints
+
+        hosts = endpoints(self.graph)
+        if len(hosts) < 2:
+            raise TestbedError(f"a testbed needs at least 2 hosts (got {len(hosts)})")
+        if len(hosts) > MAX_HOSTS or self.graph.number_of_nodes() > MAX_NODES:
+            raise TestbedError(
+                f"the topology has {len(hosts)} hosts and {self.graph.number_of_nodes()} "
+                f"nodes; this machine emulates at most {MAX_HOSTS} hosts and {MAX_NODES} "
+                "nodes; use fewer (topology.num_nodes)"
+            )
+        for u, v, d in self.graph.edges(data=True):
+            if not self.graph.has_edge(v, u):
+                raise TestbedError(
+                    f"the link {u} -> {v} has no way back; a veth link carries both "
+                    "directions (topology.bidirectional = true)"
+                )
+            if not d["bandwidth"] > 0:
+                raise TestbedError(f"the link {u} -> {v} needs a bandwidth > 0 (got {d})")
+        self.hosts = len(hosts)
+        switches = sorted((n for n in self.graph.nodes if n not in set(hosts)), key=str)
+        self.nodes: list[Hashable] = [*hosts, *switches]
+        self.index = {n: i for i, n in enumerate(self.nodes)}
+        if self.routes is None:
+            router = Router(self.graph)
+            self.routes = {(s, d): router.path(s, d) for s in hosts for d in hosts if s != d}
+        # Interface j of a node leads to its j-th neighbour, in node order.
+        self.ports: dict[tuple[Hashable, Hashable], Port] = {}
+        for n in self.nodes:
+            peers = sorted(set(self.graph.successors(n)), key=self.index.__getitem__)
+            for j, p in enumerate(peers):
+                self.ports[(n, p)] = Port(n, self.ns_of(n), f"e{j}")
+
+    # -- names and addresses -------------------------------------------------------------
+
+    def ns_of(self, node: Hashable) -> str:
+        i = self.index[node]
+        return f"{self.tag}h{i}" if i < self.hosts else f"{self.tag}s{i - self.hosts}"
 
     def ns(self, host: int) -> str:
-        return f"{self.tag}h{host}"
+        """The namespace of host ``host``."""
+        return self.ns_of(self.nodes[host])
 
     @property
-    def switch(self) -> str:
-        return f"{self.tag}sw"
+    def control(self) -> str:
+        """The namespace of the control network (the launcher runs there)."""
+        return f"{self.tag}c"
 
     def address(self, host: int) -> str:
-        """The host's IPv4 address (one /24 per cluster, inside its namespaces only)."""
-        return f"10.77.0.{host + 1}"
+        """The host's IPv4 address on the shaped network (inside its namespaces only)."""
+        return _address(host)
+
+    def node_address(self, node: Hashable) -> str:
+        return _address(self.index[node])
+
+    def control_address(self, host: int | None = None) -> str:
+        """A host's address on the control network; None: the control namespace's."""
+        return "10.78.255.254" if host is None else _address(host, 78)
+
+    def exec_prefix(self, host: int) -> list[str]:
+        """The command prefix that runs a program inside the host's namespace."""
+        return ["ip", "netns", "exec", self.ns(host)]
+
+    def control_prefix(self) -> list[str]:
+        return ["ip", "netns", "exec", self.control]
+
+    def hops(self, src: int, dst: int) -> int:
+        assert self.routes is not None
+        return len(self.routes[(src, dst)])
+
+    # -- making and removing -------------------------------------------------------------
 
     def __enter__(self) -> Cluster:
         check_available()
@@ -99,54 +222,173 @@ class Cluster:
     def _add_ns(self, name: str) -> None:
         _run(["ip", "netns", "add", name])
         self.made.append(name)
-        _run(["ip", "-n", name, "link", "set", "lo", "up"])
+        # Every node routes; the model's routes may come back asymmetric, so no reverse
+        # path filter; and no redirects, which would steer hosts off the model's routes.
+        _run(["ip", "netns", "exec", name, "sysctl", "-q", "-w", *SYSCTLS])
 
-    def _shape(self, ns: str, dev: str) -> None:
-        # A token bucket one MTU deep carries the rate, so bursts do not exceed it; a
-        # delay needs netem above it, which some kernels lack (this VM's does).
-        rate = ["tbf", "rate", f"{self.rate_bit_per_s:.0f}bit", "burst", "3028", "latency", "1s"]
-        tc = ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev]
-        if not self.delay_us:
-            _run([*tc, "root", *rate])
-            return
-        try:
-            _run([*tc, "root", "handle", "1:", "netem", "delay", f"{self.delay_us:.0f}us"])
-        except TestbedError:
-            raise TestbedError(
-                "this kernel has no netem qdisc, so link delays cannot be emulated; use "
-                "delay 0 (links shaped in rate only)"
-            ) from None
-        _run([*tc, "parent", "1:1", "handle", "10:", *rate])
+    def _batch(self, tool: str, ns: str, lines: list[str]) -> None:
+        if lines:
+            _run([tool, "-n", ns, "-batch", "-"], timeout_s=60, stdin="\n".join(lines) + "\n")
+
+    def _counted(self) -> dict[tuple[Hashable, Hashable], list[int]]:
+        """Per host port: the destination hosts whose traffic leaves through it."""
+        assert self.routes is not None
+        out: dict[tuple[Hashable, Hashable], list[int]] = {}
+        for (_s, d), path in sorted(self.routes.items()):
+            out.setdefault(tuple(path[0]), []).append(d)
+        return out
+
+    def _shaping(self, port: Port, bw_bytes_per_s: float, dests: list[int]) -> list[str]:
+        """`tc` lines of one link direction: netem (a delay, when asked), then a token
+        bucket at the link's rate, then an HTB that only counts: a class per destination
+        host of the traffic this host sends there, and one for the rest."""
+        dev = port.dev
+        lines = []
+        parent = "root"
+        if self.delay_us > 0:
+            lines.append(f"qdisc add dev {dev} root handle 1: netem delay {self.delay_us:.0f}us")
+            parent = "parent 1:1"
+        # A bucket two frames deep: the link sends no faster than its rate, and the token
+        # bucket cuts a larger GSO chunk into frames, each paying for itself.
+        lines.append(
+            f"qdisc add dev {dev} {parent} handle 2: tbf rate {bw_bytes_per_s * 8:.0f}bit "
+            "burst 3028 latency 1s"
+        )
+        fast = "htb rate 100gbit ceil 100gbit quantum 3028"
+        lines += [
+            f"qdisc add dev {dev} parent 2:1 handle {COUNTING}: htb default 2",
+            f"class add dev {dev} parent {COUNTING}: classid {COUNTING}:2 {fast}",
+        ]
+        src = self.address(self.index[port.node]) if self.index[port.node] < self.hosts else None
+        for d in dests:
+            cid = _class_id(d)
+            lines.append(f"class add dev {dev} parent {COUNTING}: classid {cid} {fast}")
+            lines.append(
+                f"filter add dev {dev} parent {COUNTING}: protocol ip prio 1 u32 match ip src "
+                f"{src}/32 match ip dst {self.address(d)}/32 flowid {cid}"
+            )
+        return lines
 
     def _make(self) -> None:
-        self._add_ns(self.switch)
-        sw = self.switch
-        _run(["ip", "-n", sw, "link", "add", "br0", "type", "bridge"])
-        _run(["ip", "-n", sw, "link", "set", "br0", "up"])
+        for n in self.nodes:
+            self._add_ns(self.ns_of(n))
+        self._add_ns(self.control)
+        ip: dict[str, list[str]] = {self.ns_of(n): [] for n in self.nodes}
+        ip[self.control] = []
+        # Links: each made once, from its lower-indexed end, peer moved at once.
+        for (u, v), port in self.ports.items():
+            if self.index[u] < self.index[v]:
+                peer = self.ports[(v, u)]
+                ip[port.ns].append(
+                    f"link add {port.dev} type veth peer name {peer.dev} netns {peer.ns}"
+                )
+        for ns, lines in ip.items():
+            self._batch("ip", ns, lines)
+            lines.clear()
+        c = self.control
+        ip[c] += ["link add br0 type bridge", "link set br0 up",
+                  f"addr add {self.control_address()}/16 dev br0"]  # fmt: skip
         for h in range(self.hosts):
-            ns = self.ns(h)
-            self._add_ns(ns)
-            # Created inside the host's namespace, the peer moved to the switch: neither
-            # end ever appears in the root namespace.
-            _run(["ip", "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name",
-                  f"p{h}", "netns", sw])  # fmt: skip
-            _run(["ip", "-n", ns, "addr", "add", f"{self.address(h)}/24", "dev", "eth0"])
-            _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
-            _run(["ip", "-n", sw, "link", "set", f"p{h}", "master", "br0"])
-            _run(["ip", "-n", sw, "link", "set", f"p{h}", "up"])
-            self._shape(ns, "eth0")
-            self._shape(sw, f"p{h}")
+            ip[c].append(f"link add h{h} type veth peer name c0 netns {self.ns(h)}")
+        self._batch("ip", c, ip[c])
+        ip[c] = [f"link set h{h} master br0\nlink set h{h} up" for h in range(self.hosts)]
+        for h in range(self.hosts):
+            ip[self.ns(h)] += [f"addr add {self.control_address(h)}/16 dev c0", "link set c0 up"]
+        for n in self.nodes:
+            ns = self.ns_of(n)
+            ip[ns] += ["link set lo up", f"addr add {self.node_address(n)}/32 dev e0"]
+            for (a, _b), port in self.ports.items():
+                if a == n:
+                    ip[ns].append(f"link set {port.dev} up")
+                    if self.gso_max_segs:
+                        ip[ns].append(f"link set {port.dev} gso_max_segs {self.gso_max_segs}")
+        ip_rules = self._route_lines()
+        for ns in ip:
+            self._batch("ip", ns, ip[ns] + ip_rules.get(ns, []))
+        counted = self._counted()
+        for (u, v), port in self.ports.items():
+            bw = self.graph.edges[u, v]["bandwidth"]
+            lines = self._shaping(port, bw, counted.get((u, v), []))
+            try:
+                self._batch("tc", port.ns, lines)
+            except TestbedError as e:
+                if self.delay_us > 0 and "netem" in str(e):
+                    raise TestbedError(
+                        "this kernel has no netem qdisc, so link delays cannot be emulated; "
+                        "use a delay of 0 (links shaped in rate only)"
+                    ) from None
+                raise
 
-    def exec_prefix(self, host: int) -> list[str]:
-        """The command prefix that runs a program inside the host's namespace."""
-        return ["ip", "netns", "exec", self.ns(host)]
+    def _route_lines(self) -> dict[str, list[str]]:
+        """`ip` lines per namespace: the model's route of every host pair, hop by hop."""
+        assert self.routes is not None
+        out: dict[str, list[str]] = {}
+        rules: set[tuple[str, int]] = set()
+        for (s, d), path in sorted(self.routes.items()):
+            dst = self.address(d)
+            for hop, (u, v) in enumerate(path):
+                port = self.ports[(u, v)]
+                via = f"via {self.node_address(v)} dev {port.dev} onlink"
+                if hop == 0:
+                    line = f"route add {dst}/32 {via} src {self.address(s)}"
+                else:
+                    table = 100 + s
+                    line = f"route add {dst}/32 {via} table {table}"
+                    if (port.ns, s) not in rules:
+                        rules.add((port.ns, s))
+                        out.setdefault(port.ns, []).append(
+                            f"rule add from {self.address(s)}/32 lookup {table} pref {1000 + s}"
+                        )
+                out.setdefault(port.ns, []).append(line)
+        return out
+
+    def _pids(self, name: str) -> list[int]:
+        r = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True,
+                           timeout=20)  # fmt: skip
+        return [int(p) for p in r.stdout.split() if p.isdigit()]
 
     def remove(self) -> None:
-        """Delete every namespace this cluster made (their links go with them), then
-        check that none is left; raises TestbedError naming any that is."""
+        """Kill what still runs in the namespaces this cluster made, delete them (their
+        links go with them), then check that none is left; raises TestbedError naming
+        any that is."""
+        for name in self.made:
+            for pid in self._pids(name):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         for name in reversed(self.made):
             subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)
         left = [n for n in namespaces() if n.startswith(self.tag)]
         self.made = left
         if left:
             raise TestbedError(f"could not remove namespaces {', '.join(left)}")
+
+    # -- counters -------------------------------------------------------------------------
+
+    def pair_counters(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """(bytes, packets) every host has sent to every other host, as its first link's
+        HTB classes counted them: whole frames (Ethernet, IP and TCP headers included),
+        one packet per TCP segment."""
+        out: dict[tuple[int, int], tuple[int, int]] = {}
+        for (u, _v), dests in self._counted().items():
+            port = self.ports[(u, _v)]
+            text = _run(["tc", "-n", port.ns, "-s", "class", "show", "dev", port.dev])
+            stats = {m[1]: (int(m[2]), int(m[3])) for m in _CLASS_STATS.finditer(text)}
+            for d in dests:
+                out[(int(u), d)] = stats[_class_id(d)]  # type: ignore[call-overload]
+        return out
+
+    def control_bytes(self) -> int:
+        """Bytes every host sent on the control network (the launcher's, not the
+        program's)."""
+        total = 0
+        for h in range(self.hosts):
+            r = _run([*self.exec_prefix(h), "cat", "/sys/class/net/c0/statistics/tx_bytes"])
+            total += int(r.strip())
+        return total
+
+
+def switch_graph(hosts: int, rate_bit_per_s: float) -> nx.DiGraph:
+    """``hosts`` hosts on one switch, every link at ``rate_bit_per_s``."""
+    import topologies
+
+    return topologies.switch(hosts, bandwidth_bytes_per_s=rate_bit_per_s / 8)

@@ -1,40 +1,48 @@
-"""``python -m simnet testbed --config CFG``: a proxy on emulated hosts, against its prediction.
+"""``python -m simnet testbed --config CFG``: a workload on emulated hosts, against its prediction.
 
-From the configuration's ``switch`` topology (``topology.num_nodes`` hosts, one rank
-each, or ``hosts.ranks_per_host``), makes a :class:`workflows.netns.Cluster`: a
-network namespace per host on a bridge, every host-switch hop shaped to
-``distributed.bandwidth_limit_gb_per_s``. Then:
+From the configuration's topology (switch, ring, hierarchical, torus or a small fat-tree;
+``topology.num_nodes`` hosts of ``hosts.ranks_per_host`` ranks, default 1), makes a
+:class:`workflows.netns.Cluster`: a network namespace per host and per switch, every
+link a veth pair shaped to the model's link bandwidth, routes that follow the model's
+routes, and a control network for the MPI launcher apart from them. Then:
 
-1. calibrates what the emulated network adds beyond its nominal rate: a pingpong
-   between two hosts (MPI over TCP) gives the per-message cost of the TCP path and
-   the payload rate (the rate less the TCP/IP and Ethernet headers);
-2. runs the configured proxy across the hosts (MPICH over TCP: ``MPIR_CVAR_CH4_NETMOD=
-   ofi FI_PROVIDER=tcp MPIR_CVAR_NOLOCAL=1``, one ``ip netns exec`` per host), counting
-   the bytes every host's interface sends and receives;
+1. calibrates what the emulated network adds beyond its nominal rates: MPI pingpongs
+   between hosts (MPI over TCP) give the per-message cost of the TCP path and the payload
+   share of the link rate; a second pair at another hop count, where the topology has
+   one, gives the cost per hop;
+2. runs the workload across the hosts: the configured proxy, or with ``--microbench`` the
+   micro-benchmarks (``proxies.microbench``), under MPICH over TCP (``MPIR_CVAR_CH4_NETMOD=
+   ofi FI_PROVIDER=tcp``; one MPI launcher proxy per host, so ranks of one host share
+   memory and only ranks of different hosts use the links), counting on every host's
+   links the bytes and packets it sends to every other host;
 3. predicts the same workload on the same topology with those calibrated link
-   parameters (and, with several ranks per host, this host's calibration inside
-   hosts), and compares per phase (seconds and %) and per host (bytes on the wire
-   against the predicted payload, with the header overhead).
+   parameters and this machine's processor (its host calibration: every emulated host
+   runs on this machine's cores), and compares per case (seconds and %) and per host
+   pair (TCP payload counted on the links against the predicted traffic).
 
-Writes ``testbed.json`` (per phase measured/predicted/error; per host bytes; the
-calibration and where each parameter came from), ``testbed_phases.csv``,
-``testbed_hosts.csv``, ``testbed.txt`` (also printed) and ``testbed_phases.png``.
-Needs root and iproute2; refuses in one line otherwise. Every namespace it makes is
-removed at the end, on error and on Ctrl-C/SIGTERM/SIGHUP.
+Writes ``testbed.json`` (``cases``, ``geomean_abs_error_pct``, ``traffic`` per pair, the
+calibration and where each parameter came from), ``testbed_cases.csv``,
+``testbed_pairs.csv``, ``testbed.txt`` (also printed), ``testbed_cases.png`` and
+``testbed_pairs.png``. Needs root and iproute2; refuses in one line otherwise. Every
+namespace it makes is removed at the end, on error and on Ctrl-C/SIGTERM/SIGHUP.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import networkx as nx
 import numpy as np
 
+from proxies.launch import SHARING_CORES_VAR
 from simnet.config import Config, ConfigError, load_config
 from workload.brief_argparse import BriefParser
 from workload.results import (
@@ -47,268 +55,547 @@ from workload.results import (
 from workload.run_result import ProxyRun
 
 from .launcher import mpiexec, run_command, stop_on_signals
-from .netns import Cluster, TestbedError
+from .netns import ETHERNET_MTU_FRAME_BYTES, TCP_FRAME_HEADER_BYTES, Cluster, TestbedError
 
 EXIT_USAGE = 2
-MPI_OVER_TCP = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "MPIR_CVAR_NOLOCAL": "1"}
-# Pingpong sizes (first, last, factor): from 16 KiB up, past the shaper's burst of two
+MAX_RANKS_PER_HOST = 8
+# MPI over TCP on the shaped interfaces only: e0 holds each host's address.
+MPI_OVER_TCP = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "e0"}
+# Pingpong sizes (first, last, factor): from 64 KiB up, far past the shaper's burst of two
 # frames that lets a small message through at once when the link was idle.
-CALIBRATION_SIZES = ("16K", "4M", "4")
+CALIBRATION_SIZES = ("64K", "4M", "4")
+DEFAULT_MICROBENCH_SIZES = ("64K", "4M", "4")
 
 
-def mpmd_command(cluster: Cluster, ranks_per_host: int, program: Sequence[str]) -> list[str]:
-    """``mpiexec -n k ip netns exec H0 PROGRAM : -n k ip netns exec H1 PROGRAM ...``."""
-    cmd = [mpiexec()]
-    for h in range(cluster.hosts):
-        if h:
-            cmd.append(":")
-        cmd += ["-n", str(ranks_per_host), *cluster.exec_prefix(h), *program]
-    return cmd
+@dataclass
+class Emulated:
+    """What the testbed emulates: the hosts' network graph and ranks per host."""
+
+    graph: nx.DiGraph  # endpoints = hosts; bandwidth bytes/s
+    ranks_per_host: int
+
+    @property
+    def hosts(self) -> int:
+        return int(self.graph.graph["num_endpoints"])
 
 
-def interface_bytes(cluster: Cluster) -> list[tuple[int, int]]:
-    """(tx, rx) bytes of every host's interface, from the kernel's counters."""
-    out = []
-    for h in range(cluster.hosts):
-        stats = []
-        for what in ("tx_bytes", "rx_bytes"):
-            r = run_command(
-                [*cluster.exec_prefix(h), "cat", f"/sys/class/net/eth0/statistics/{what}"], 10
-            )
-            stats.append(int(r.output.strip()))
-        out.append((stats[0], stats[1]))
-    return out
+def emulated(cfg: Config) -> Emulated:
+    """The network the configuration describes, checked for what the testbed can do."""
+    from simnet.simulate import build_topology
 
-
-def fit_link(doc: dict[str, Any]) -> tuple[float, float, dict[str, Any]]:
-    """Per-message cost (s) and payload rate (bytes/s) of the TCP path from a
-    micro-benchmark document: pingpong one-way time = alpha + size x 2 hops / rate
-    (the message crosses host -> switch -> host, each hop at the link rate)."""
-    from workflows.calibrate import least_squares
-
-    rows = sorted(
-        (int(r["size_bytes"]), float(r["time_s"]["min"]))
-        for r in doc["results"]
-        if r["op"] == "pingpong"
-    )
-    if len(rows) < 2:
-        raise TestbedError("the testbed's pingpong gave fewer than 2 sizes")
-    s = np.array([r[0] for r in rows], float)
-    t = np.array([r[1] for r in rows], float)
-    alpha, beta, _ = least_squares(np.ones_like(t), s, t)
-    # A store-and-forward switch would pay the bytes twice; the bridge forwards frame by
-    # frame, so a long message pays them about once: the fitted beta is per message.
-    rate = 1.0 / beta if beta > 0 else float("inf")
-    model = alpha + s * beta
-    fit = {
-        "points": [{"size_bytes": int(a), "time_s": float(b)} for a, b in rows],
-        "alpha_us": alpha * 1e6,
-        "payload_rate_bytes_per_s": rate,
-        "max_rel_error": float(np.max(np.abs(model - t) / t)),
-    }
-    return alpha, rate, fit
-
-
-def predict(
-    cfg: Config, alpha_s: float, rate_bytes_per_s: float, iters: int, cpu: Any = None
-) -> Any:
-    """The configured workload on the same switch, links at the calibrated payload rate
-    and per-message cost (its latency folded into it). ``cpu``: this machine's host
-    parameters (``simnet.hostparams.HostParams``) at the world size, whose processor
-    effects apply since every emulated host runs on this machine's cores: the emulated
-    compute's overshoot and the library collectives' reduction and per-step costs."""
-    from simnet.simulate import simulate
-
-    extra: dict[str, Any] = {}
-    if cpu is not None:
-        up = cpu.processor_updates()
-        extra = {
-            "hosts": cfg.hosts.model_copy(update=up["hosts"]),
-            "collectives": cfg.collectives.model_copy(update=up["collectives"]),
-        }
-    new = cfg.model_copy(
-        update={
-            **extra,
-            "distributed": cfg.distributed.model_copy(
-                update={"bandwidth_limit_gb_per_s": rate_bytes_per_s / 1e9}
-            ),
-            "topology": cfg.topology.model_copy(update={"link_latency_us": 0.0}),
-            "network": cfg.network.model_copy(update={"alpha_us": alpha_s * 1e6}),
-            "workload": cfg.workload.model_copy(update={"iterations": iters}),
-        }
-    )
-    return simulate(new, record_series=False)
-
-
-def host_bytes(res: Any, hosts: int, ranks_per_host: int) -> list[tuple[int, int]]:
-    """Predicted payload bytes every host sends to and receives from other hosts."""
-    m = np.asarray(res.traffic_bytes, dtype=np.int64)
-    host = np.arange(len(m)) // ranks_per_host
-    out = []
-    for h in range(hosts):
-        mine = host == h
-        out.append((int(m[mine][:, ~mine].sum()), int(m[~mine][:, mine].sum())))
-    return out
-
-
-def machine_cpu(world_size: int) -> tuple[Any, str]:
-    """This machine's host parameters at ``world_size`` ranks from its cached calibration
-    (``python -m simnet calibrate-host``), or (None, why not)."""
-    from workflows import hostcal
-
-    cal, line = hostcal.load_cached([world_size] if world_size > 1 else [2])
-    if cal is None:
-        return None, f"not used: {line}"
-    params, note = cal.at(world_size)
-    return params, f"{hostcal.cache_path(cal.key)}" + (f" ({note})" if note else "")
-
-
-def run(cfg: Config, out: Path, iters: int, warmup: int, timeout_s: float) -> dict[str, Any]:
-    """Make the cluster, calibrate, run, predict, compare; returns the document."""
-    if cfg.topology.type != "switch":
+    if cfg.topology.ecmp:
         raise TestbedError(
-            f"testbed: topology.type {cfg.topology.type!r} is not supported yet; use switch"
+            "testbed: topology.ecmp spreads flows over routes per message, which static "
+            "routes cannot follow; set it to false"
         )
-    hosts = cfg.num_endpoints
     k = cfg.hosts.ranks_per_host or 1
+    if k > MAX_RANKS_PER_HOST:
+        raise TestbedError(
+            f"testbed: at most {MAX_RANKS_PER_HOST} ranks per host on this machine "
+            f"(hosts.ranks_per_host = {k})"
+        )
+    if cfg.topology.placement is not None:
+        raise TestbedError("testbed: ranks are placed host-major; leave topology.placement unset")
+    net = cfg.model_copy(update={"hosts": cfg.hosts.model_copy(update={"ranks_per_host": None})})
+    graph, _ = build_topology(net)
+    hosts = int(graph.graph["num_endpoints"])
     if cfg.world_size != hosts * k:
         raise TestbedError(
             f"testbed: the world size ({cfg.world_size}) must be hosts ({hosts}) x ranks "
             f"per host ({k})"
         )
-    if k > 1:
-        raise TestbedError("testbed: one rank per host for now (hosts.ranks_per_host = 1)")
-    rate_bit = cfg.distributed.bandwidth_limit_gb_per_s * 8e9
-    py = sys.executable
-    env = dict(os.environ, **MPI_OVER_TCP)
-    out.mkdir(parents=True, exist_ok=True)
-    with (
-        stop_on_signals(),
-        Cluster(hosts, rate_bit) as cluster,
-        tempfile.TemporaryDirectory() as tmp,
-    ):
-        # 1. what the emulated network adds: pingpong between hosts 0 and 1
-        first, last, factor = CALIBRATION_SIZES
-        cal_json = Path(tmp) / "pingpong.json"
-        prog = [py, "-m", "proxies.microbench", "--ops", "pingpong", "-b", first, "-e", last,
-                "-f", factor, "-n", "5", "-w", "1", "--json", str(cal_json)]  # fmt: skip
-        r = run_command(mpmd_command(cluster, 1, prog), timeout_s, env=env)
-        if r.returncode != 0 or not cal_json.exists():
-            raise TestbedError(f"the testbed's pingpong failed: {r.output.strip()[-300:]}")
-        alpha_s, rate, link_fit = fit_link(json.loads(cal_json.read_text()))
-        # 2. the workload, with the interfaces' counters around it
-        meas_json = out / "measured.json"
-        meas_json.unlink(missing_ok=True)
-        from workload.spec import RunSpec
+    return Emulated(graph, k)
 
-        spec = RunSpec(
-            model=cfg.workload.name,
-            args=tuple(cfg.workload.args),
-            flags=dict(cfg.workload.flags),
-            world_size=cfg.world_size,
-            scale=cfg.workload.scale,
-            iters=iters,
-            warmup=warmup,
-        )
-        prog = [py, *spec.proxy_argv(), "--json", str(meas_json)]
-        before = interface_bytes(cluster)
-        r = run_command(mpmd_command(cluster, k, prog), timeout_s, env=env)
-        after = interface_bytes(cluster)
-        write_text(out / "proxy_output.txt", r.output)
-        if r.returncode != 0 or not meas_json.exists():
-            raise TestbedError(f"the proxy run failed: {r.output.strip()[-300:]}")
-    measured = ProxyRun.load(meas_json)
-    cpu, cpu_source = machine_cpu(cfg.world_size)
-    res = predict(cfg, alpha_s, rate, int(measured.iterations["timed"]), cpu)
-    phases = []
-    for ph_m, ph_p in zip(measured.phases, res.phases, strict=True):
-        m = ProxyRun.slowest_s(ph_m)
-        p = ph_p.iteration_time_s
-        phases.append(
-            {"phase": ph_p.name, "measured_s": m, "predicted_s": p, "error_pct": (p - m) / m * 100}
-        )
-    # The counters saw the warm-up iterations too; the prediction holds the timed ones.
-    its = measured.iterations
-    ran = int(its["timed"]) + int(its.get("warmup", 0))
-    pred_bytes = [
-        (tx * ran // int(its["timed"]), rx * ran // int(its["timed"]))
-        for tx, rx in host_bytes(res, hosts, k)
-    ]
-    per_host = []
-    for h in range(hosts):
-        tx = after[h][0] - before[h][0]
-        rx = after[h][1] - before[h][1]
-        ptx, prx = pred_bytes[h]
-        per_host.append(
+
+# -- launching ------------------------------------------------------------------------------
+
+
+def launcher_script(cluster: Cluster, path: Path) -> Path:
+    """The program MPI's launcher calls as ``ssh``: ``SCRIPT [-x ...] HOST COMMAND``
+    runs COMMAND in the namespace of the host whose control address is HOST."""
+    cases = "\n".join(
+        f"  {cluster.control_address(h)}) ns={cluster.ns(h)} ;;" for h in range(cluster.hosts)
+    )
+    path.write_text(
+        "#!/bin/sh\n"
+        'while [ "${1#-}" != "$1" ]; do shift; done\n'
+        'host=$1; shift\ncase "$host" in\n'
+        f"{cases}\n"
+        '  *) echo "testbed launcher: unknown host $host" >&2; exit 1 ;;\nesac\n'
+        'exec ip netns exec "$ns" sh -c "$*"\n'
+    )
+    path.chmod(0o755)
+    return path
+
+
+def mpi_command(
+    cluster: Cluster,
+    script: Path,
+    ranks_per_host: int,
+    program: Sequence[str],
+    hosts: Sequence[int] | None = None,
+) -> list[str]:
+    """``mpiexec`` in the control namespace, one launcher proxy per host (so MPI sees
+    each namespace as a node: shared memory inside, TCP between), ranks host-major."""
+    hosts = list(range(cluster.hosts)) if hosts is None else list(hosts)
+    return [
+        *cluster.control_prefix(),
+        mpiexec(),
+        "-launcher", "ssh", "-launcher-exec", str(script),
+        "-localhost", cluster.control_address(),
+        "-hosts", ",".join(f"{cluster.control_address(h)}:{ranks_per_host}" for h in hosts),
+        "-n", str(ranks_per_host * len(hosts)),
+        *program,
+    ]  # fmt: skip
+
+
+# -- calibration ----------------------------------------------------------------------------
+
+
+def fit_op(doc: dict[str, Any], op: str) -> tuple[float, float, dict[str, Any]]:
+    """Per-message cost (s) and payload rate (bytes/s) of one TCP path from a
+    micro-benchmark document's ``op`` rows (pingpong: the one-way time; exchange: the time
+    of a message while the two hosts also send each other theirs): time = alpha +
+    size / rate."""
+    from workflows.calibrate import least_squares
+
+    rows = sorted(
+        (int(r["size_bytes"]), float(r["time_s"]["min"])) for r in doc["results"] if r["op"] == op
+    )
+    if len(rows) < 2:
+        raise TestbedError(f"the testbed's {op} gave fewer than 2 sizes")
+    s = np.array([r[0] for r in rows], float)
+    t = np.array([r[1] for r in rows], float)
+    alpha, beta, _ = least_squares(np.ones_like(t), s, t)
+    rate = 1.0 / beta if beta > 0 else float("inf")
+    model = alpha + s * beta
+    return (
+        alpha,
+        rate,
+        {
+            "op": op,
+            "points": [{"size_bytes": int(a), "time_s": float(b)} for a, b in rows],
+            "alpha_us": alpha * 1e6,
+            "payload_rate_bytes_per_s": rate,
+            "max_rel_error": float(np.max(np.abs(model - t) / t)),
+        },
+    )
+
+
+def frame_time_s(bandwidth_bytes_per_s: float) -> float:
+    """Seconds a full Ethernet frame takes on a link: what a hop adds when it stores and
+    forwards frame by frame."""
+    return ETHERNET_MTU_FRAME_BYTES / bandwidth_bytes_per_s
+
+
+@dataclass
+class LinkCalibration:
+    """What the emulated network adds beyond its nominal rates (model units)."""
+
+    alpha_s: float  # per message, the software of both ends (MPI, TCP)
+    efficiency: float  # payload share of a link's rate
+    hop_scale: float  # a hop's latency in frame times
+    fits: list[dict[str, Any]]
+
+    def model_graph(self, graph: nx.DiGraph) -> nx.DiGraph:
+        """``graph`` as the model sees the testbed: every link at its payload rate, every
+        hop's latency ``hop_scale`` frame times."""
+        out = graph.copy()
+        for _u, _v, d in out.edges(data=True):
+            d["latency"] = self.hop_scale * frame_time_s(d["bandwidth"])
+            d["bandwidth"] = d["bandwidth"] * self.efficiency
+        return out
+
+
+def calibrate_links(run_pair: Callable[[int], dict[str, Any]], cluster: Cluster) -> LinkCalibration:
+    """Micro-benchmarks between host 0 and host 1 and, where the topology has a host at
+    another hop count, the farthest such host (``run_pair(peer)`` returns the document of
+    a pingpong and an exchange between hosts 0 and ``peer``):
+
+    - the per-message cost, from the pingpong (one message at a time);
+    - the payload share of the link rate, from the exchange: both directions of the path
+      busy at once, as in collectives, where each direction also carries the other's
+      acknowledgements;
+    - with two hop counts, the cost of a hop in frame times (the pingpongs' difference);
+      with one hop count it stays in the per-message cost."""
+    assert cluster.routes is not None
+    g = cluster.graph
+    near = 1
+    far = max(range(1, cluster.hosts), key=lambda h: (cluster.hops(0, h), -h))
+    pairs = [near] if cluster.hops(0, far) == cluster.hops(0, near) else [near, far]
+    fits = []
+    alphas = []
+    for peer in pairs:
+        doc = run_pair(peer)
+        alpha, _, ping = fit_op(doc, "pingpong")
+        _, rate, exchange = fit_op(doc, "exchange")
+        path = cluster.routes[(0, peer)]
+        bottleneck = min(g.edges[e]["bandwidth"] for e in path)
+        frames = sum(frame_time_s(g.edges[e]["bandwidth"]) for e in path)
+        alphas.append(alpha)
+        fits.append(
             {
-                "host": h,
-                "wire_tx_bytes": tx,
-                "wire_rx_bytes": rx,
-                "predicted_payload_tx_bytes": ptx,
-                "predicted_payload_rx_bytes": prx,
-                "tx_overhead_pct": (tx - ptx) / ptx * 100 if ptx else None,
+                "hosts": [0, peer],
+                "hops": len(path),
+                "nominal_rate_bytes_per_s": bottleneck,
+                "efficiency": rate / bottleneck,
+                "one_way_efficiency": ping["payload_rate_bytes_per_s"] / bottleneck,
+                "frame_times_s": frames,
+                "pingpong": ping,
+                "exchange": exchange,
             }
         )
-    errs = [abs(p["error_pct"]) for p in phases]
+    efficiency = float(np.mean([f["efficiency"] for f in fits]))
+    if len(fits) == 2:
+        a, b = fits
+        scale = max(0.0, (alphas[1] - alphas[0]) / (b["frame_times_s"] - a["frame_times_s"]))
+    else:  # one hop count: the hops' share of the per-message cost cannot be told apart
+        scale = 0.0
+    alpha = max(0.0, alphas[0] - scale * fits[0]["frame_times_s"])
+    return LinkCalibration(alpha, efficiency, scale, fits)
+
+
+# -- prediction -----------------------------------------------------------------------------
+
+
+def predict(
+    cfg: Config,
+    em: Emulated,
+    links: LinkCalibration,
+    iterations: int,
+    cpu: Any,
+    workload: Any = None,
+) -> Any:
+    """The workload on the model of the testbed: its graph at the calibrated payload rates
+    and hop latencies, the calibrated per-message cost, and ``cpu``, this machine's host
+    parameters at the world size (``simnet.hostparams.HostParams``), whose processor
+    effects apply since every emulated host runs on this machine's cores: the emulated
+    compute's overshoot, the library collectives' reduction and per-step costs, and the
+    memory copies of ranks sharing a host."""
+    from simnet.simulate import simulate
+    from topologies.hosts import with_hosts
+
+    graph = links.model_graph(em.graph)
+    notes = [
+        f"links at {links.efficiency:.4f} of their rate (TCP/IP and Ethernet headers), "
+        f"{links.hop_scale:.2f} frame times per hop, {links.alpha_s * 1e6:.1f} us per "
+        "message: calibrated on the testbed"
+    ]
+    if em.ranks_per_host > 1:
+        graph = with_hosts(
+            graph,
+            em.ranks_per_host,
+            cpu.copy_bandwidth_bytes_per_s,
+            rank_copy_bandwidth_bytes_per_s=cpu.rank_copy_bandwidth_bytes_per_s,
+            copy_latency_s=cpu.copy_latency_s,
+        )
+        notes.append("copies inside a host from this machine's host calibration")
+    up = cpu.processor_updates()
+    new = cfg.model_copy(
+        update={
+            "hosts": cfg.hosts.model_copy(update=up["hosts"]),
+            "collectives": cfg.collectives.model_copy(update=up["collectives"]),
+            "network": cfg.network.model_copy(
+                update={"alpha_us": links.alpha_s * 1e6, "link_params_file": None}
+            ),
+            "workload": cfg.workload.model_copy(update={"iterations": iterations}),
+        }
+    )
+    return simulate(
+        new, record_series=False, topology=graph, topology_notes=notes, workload=workload
+    )
+
+
+def host_pair_bytes(traffic: np.ndarray, ranks_per_host: int) -> np.ndarray:
+    """[src host, dst host] bytes from a [src rank, dst rank] matrix (host-major ranks);
+    the diagonal (inside a host) is zero."""
+    n = len(traffic) // ranks_per_host
+    m = np.asarray(traffic, dtype=np.int64).reshape(n, ranks_per_host, n, ranks_per_host)
+    out = m.sum(axis=(1, 3))
+    np.fill_diagonal(out, 0)
+    return out
+
+
+def _error_pct(predicted: float, measured: float) -> float:
+    return (predicted - measured) / measured * 100 if measured else float("nan")
+
+
+def traffic_document(
+    counted: dict[tuple[int, int], tuple[int, int]], predicted: np.ndarray, control_bytes: int
+) -> dict[str, Any]:
+    """Per host pair: the frames counted on the links, the TCP payload they carried (the
+    bytes less 66 header bytes per segment), against the predicted bytes."""
+    pairs = []
+    for (s, d), (wire, packets) in sorted(counted.items()):
+        payload = wire - TCP_FRAME_HEADER_BYTES * packets
+        pred = int(predicted[s, d])
+        pairs.append(
+            {
+                "src": s,
+                "dst": d,
+                "wire_bytes": wire,
+                "packets": packets,
+                "payload_bytes": payload,
+                "predicted_bytes": pred,
+                "error_pct": _error_pct(pred, payload) if pred or payload else 0.0,
+            }
+        )
+    busy = [p for p in pairs if p["predicted_bytes"] or p["payload_bytes"] > 1 << 16]
+    wire = sum(p["wire_bytes"] for p in pairs)
+    payload = sum(p["payload_bytes"] for p in pairs)
+    pred = sum(p["predicted_bytes"] for p in pairs)
+    return {
+        "pairs": pairs,
+        "max_pair_error_pct": max((abs(p["error_pct"]) for p in busy), default=0.0),
+        "total_wire_bytes": wire,
+        "total_payload_bytes": payload,
+        "total_predicted_bytes": pred,
+        "header_overhead_pct": (wire - payload) / payload * 100 if payload else None,
+        "payload_over_predicted_pct": _error_pct(payload, pred) if pred else None,
+        "control_network_bytes": control_bytes,
+        "note": "payload = bytes counted on the source host's link less 66 bytes (Ethernet, "
+        "IPv4, TCP with timestamps) per segment; it holds the MPI library's own headers and "
+        "messages besides the program's bytes",
+    }
+
+
+# -- the run --------------------------------------------------------------------------------
+
+
+@dataclass
+class Workload:
+    """What runs on the testbed: the argv after ``python``, how to read its measured
+    cases, and how to predict them."""
+
+    argv: list[str]
+    result_json: Path
+    measured: Callable[[dict[str, Any]], list[tuple[str, float]]]
+    model: Any  # a workload.program.Workload, or None for the configured one
+    names: list[str]
+    divisors: list[int]  # a case's figure is its iteration over this (pingpong: 2)
+    repeats: int  # iterations run per phase (warm-up included), for the byte counts
+    timed: int
+
+
+def proxy_workload(cfg: Config, iters: int, warmup: int, out: Path) -> Workload:
+    from workload.spec import RunSpec
+
+    spec = RunSpec(
+        model=cfg.workload.name,
+        args=tuple(cfg.workload.args),
+        flags=dict(cfg.workload.flags),
+        world_size=cfg.world_size,
+        scale=cfg.workload.scale,
+        iters=iters,
+        warmup=warmup,
+    )
+    path = out / "measured.json"
+
+    def measured(doc: dict[str, Any]) -> list[tuple[str, float]]:
+        run = ProxyRun.load(path)
+        return [(str(ph["phase"]), ProxyRun.slowest_s(ph)) for ph in run.phases]
+
+    argv = [*spec.proxy_argv(), "--json", str(path)]
+    return Workload(argv, path, measured, None, [], [], iters + warmup, iters)
+
+
+def microbench_workload(
+    ops: Sequence[str],
+    algorithm: str,
+    sizes: Sequence[str],
+    world: int,
+    iters: int,
+    warmup: int,
+    out: Path,
+) -> Workload:
+    from proxies import microbench as mb
+
+    try:
+        op_list = mb.parse_ops(",".join(ops))
+        first, last, factor = (mb.parse_size(sizes[0]), mb.parse_size(sizes[1]), int(sizes[2]))
+    except (ValueError, mb.UsageError) as e:
+        raise ConfigError(f"--microbench: {e}") from None
+    cases, notes = mb.plan_cases(op_list, mb.message_sizes(first, last, factor, 1), world,
+                                 algorithm, mb.DEFAULT_WINDOW)  # fmt: skip
+    if not cases:
+        why = "; ".join(n for ns in notes.values() for n in ns)
+        raise ConfigError(f"--microbench: nothing to run ({why})")
+    path = out / "measured_microbench.json"
+    argv = ["-m", "proxies.microbench", "--ops", ",".join(op_list), "--algorithm", algorithm,
+            "-b", str(first), "-e", str(last), "-f", str(factor), "-n", str(iters),
+            "-w", str(warmup), "--json", str(path)]  # fmt: skip
+
+    def measured(doc: dict[str, Any]) -> list[tuple[str, float]]:
+        rows = doc["results"]
+        if len(rows) != len(cases):
+            raise TestbedError(f"the micro-benchmark ran {len(rows)} of {len(cases)} cases")
+        return [(c.phase, float(r["time_s"]["avg"])) for c, r in zip(cases, rows, strict=True)]
+
+    wl = mb.build_workload(cases, world)
+    names = [f"{c.spec.name} {c.algorithm} {c.size_bytes} B" for c in cases]
+    # As the micro-benchmark reports them: pingpong half a round trip, stream and
+    # exchange a message of the window.
+    divisors = [2 if c.spec.name == "pingpong" else c.window for c in cases]
+    return Workload(argv, path, measured, wl, names, divisors, iters + warmup, iters)
+
+
+def run(
+    cfg: Config,
+    out: Path,
+    work: Workload,
+    timeout_s: float,
+    say: Callable[[str], None] = print,
+    gso_max_segs: int | None = None,
+) -> dict[str, Any]:
+    """Make the cluster, calibrate, run, predict, compare; returns the document."""
+    from workflows.machine import ThisMachine
+
+    em = emulated(cfg)
+    k = em.ranks_per_host
+    py = sys.executable
+    # Every emulated host runs on this machine's cores: the ranks decide on MPICH's
+    # progress throttle and on polling as the ranks of one machine would.
+    env = dict(os.environ, **MPI_OVER_TCP, **{SHARING_CORES_VAR: str(cfg.world_size)})
+    out.mkdir(parents=True, exist_ok=True)
+    machine = ThisMachine.calibrate(cfg.world_size, say)
+    with (
+        stop_on_signals(),
+        Cluster(em.graph, gso_max_segs=gso_max_segs) as cluster,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        say(
+            f"testbed: {cluster.hosts} hosts x {k} rank(s), {len(cluster.nodes) - cluster.hosts}"
+            f" switch(es), {len(cluster.ports) // 2} links ({cluster.tag}*)"
+        )
+        script = launcher_script(cluster, Path(tmp) / "launch.sh")
+
+        def pair(peer: int) -> dict[str, Any]:
+            first, last, factor = CALIBRATION_SIZES
+            path = Path(tmp) / f"pair{peer}.json"
+            prog = [py, "-m", "proxies.microbench", "--ops", "pingpong,exchange", "-b", first, "-e",
+                    last, "-f", factor, "-n", "5", "-w", "1", "--json", str(path)]  # fmt: skip
+            say(
+                f"calibrating: pingpong and exchange, host 0 <-> host {peer} "
+                f"({cluster.hops(0, peer)} hops)"
+            )
+            r = run_command(mpi_command(cluster, script, 1, prog, [0, peer]), timeout_s, env=env)
+            if r.returncode != 0 or not path.exists():
+                raise TestbedError(f"the testbed's calibration failed: {r.output.strip()[-300:]}")
+            return json.loads(path.read_text())
+
+        links = calibrate_links(pair, cluster)
+        work.result_json.unlink(missing_ok=True)
+        say(f"running: {shlex.join(['python', *work.argv])}")
+        before = cluster.pair_counters()
+        ctl_before = cluster.control_bytes()
+        r = run_command(mpi_command(cluster, script, k, [py, *work.argv]), timeout_s, env=env)
+        after = cluster.pair_counters()
+        control = cluster.control_bytes() - ctl_before
+        write_text(out / "workload_output.txt", r.output)
+        if r.returncode != 0 or not work.result_json.exists():
+            raise TestbedError(f"the workload failed: {r.output.strip()[-300:]}")
+        routes = {f"{s}->{d}": [list(map(str, e)) for e in p] for (s, d), p in
+                  sorted((cluster.routes or {}).items())}  # fmt: skip
+    measured = work.measured(json.loads(work.result_json.read_text()))
+    say("predicting the same on the model of the testbed")
+    res = predict(cfg, em, links, work.timed, machine.params, work.model)
+    cases = []
+    for i, ((name, m), ph) in enumerate(zip(measured, res.phases, strict=True)):
+        label = work.names[i] if work.names else f"{cfg.workload.name} {name}"
+        p = ph.iteration_time_s / (work.divisors[i] if work.divisors else 1)
+        cases.append(
+            {"name": label, "measured_s": m, "predicted_s": p, "error_pct": _error_pct(p, m)}
+        )
+    counted = {
+        pair: (after[pair][0] - before[pair][0], after[pair][1] - before[pair][1]) for pair in after
+    }
+    # The counters saw every iteration run, warm-up included; the prediction the timed ones.
+    pred = host_pair_bytes(res.traffic_bytes, k) * work.repeats // work.timed
+    traffic = traffic_document(counted, pred, control)
+    errs = [abs(c["error_pct"]) for c in cases]
+    cpu = machine.params
     return {
         "kind": "testbed",
         "config": cfg.model_dump(),
         "versions": versions(),
-        "cluster": {"hosts": hosts, "ranks_per_host": k, "link_rate_bit_per_s": rate_bit},
-        "calibration": link_fit
-        | {
-            "source": "pingpong between hosts 0 and 1 on the testbed (MPI over TCP)",
-            "header_overhead_pct": (rate_bit / 8 / rate - 1) * 100,
+        "cluster": {
+            "topology": cfg.topology.type,
+            "hosts": em.hosts,
+            "ranks_per_host": k,
+            "switches": len(em.graph) - em.hosts,
+            "links": [
+                {"from": str(u), "to": str(v), "rate_bit_per_s": d["bandwidth"] * 8}
+                for u, v, d in em.graph.edges(data=True)
+            ],
+            "routes": routes,
+            "delays_emulated": False,
+        },
+        "calibration": {
+            "alpha_us": links.alpha_s * 1e6,
+            "efficiency": links.efficiency,
+            "hop_frame_times": links.hop_scale,
+            "header_overhead_pct": (1 / links.efficiency - 1) * 100,
+            "pairs": links.fits,
+            "source": "pingpong and exchange micro-benchmarks on the testbed (MPI over TCP)",
         },
         "parameters": {
-            "network.alpha_us": {"value": alpha_s * 1e6, "from": "testbed pingpong"},
-            "distributed.bandwidth_limit_gb_per_s": {
-                "value": rate / 1e9,
-                "from": "testbed pingpong (payload rate)",
+            "network.alpha_us": {
+                "value": links.alpha_s * 1e6,
+                "from": "testbed pingpong (intercept)",
             },
-            "topology": {"value": "switch", "from": "the configuration"},
-            "processor effects (compute overshoot, library step and reduction costs)": {
-                "value": None
-                if cpu is None
-                else {
-                    "compute_overhead_us": cpu.compute_overhead_us,
-                    "compute_stretch": cpu.compute_stretch,
-                    "step_latency_us": cpu.step_latency_us,
-                    "alltoall_step_latency_us": cpu.alltoall_step_latency_us,
-                    "gamma_s_per_byte": cpu.gamma_s_per_byte,
-                },
-                "from": cpu_source,
+            "link bandwidths": {
+                "value": f"the configuration's x {links.efficiency:.4f}",
+                "from": "the configuration; the factor from the testbed exchange (slope)",
+            },
+            "link latencies": {
+                "value": f"{links.hop_scale:.2f} frame times (1514 B at the link's rate)",
+                "from": "testbed pingpongs at two hop counts"
+                if len(links.fits) == 2
+                else "none: in the per-message cost (one hop count on this topology)",
+            },
+            "topology and routes": {"value": cfg.topology.type, "from": "the configuration"},
+            "processor and copies inside a host": {
+                "value": machine.describe(),
+                "from": machine.source,
             },
         },
-        "phases": phases,
-        "hosts": per_host,
+        "cases": cases,
         "geomean_abs_error_pct": float(np.exp(np.mean(np.log(np.maximum(errs, 0.01))))),
-        "iterations": measured.iterations,
+        "max_abs_error_pct": max(errs),
+        "traffic": traffic,
+        "workload_argv": ["python", *work.argv],
+        "cpu_note": f"processor effects at {cpu.ranks_per_host} ranks on this machine",
     }
 
 
 def summary_text(doc: dict[str, Any]) -> str:
-    c, cal = doc["cluster"], doc["calibration"]
+    c, cal, t = doc["cluster"], doc["calibration"], doc["traffic"]
     lines = [
-        f"testbed: {c['hosts']} hosts x {c['ranks_per_host']} rank(s) on a switch, links of "
-        f"{c['link_rate_bit_per_s'] / 1e6:g} Mbit/s (MPI over TCP)",
+        f"testbed: {c['topology']}, {c['hosts']} hosts x {c['ranks_per_host']} rank(s), "
+        f"{c['switches']} switch(es), links of "
+        + ", ".join(f"{r / 1e6:g}" for r in sorted({x["rate_bit_per_s"] for x in c["links"]}))
+        + " Mbit/s (MPI over TCP)",
         f"calibrated on the testbed: {cal['alpha_us']:.1f} us per message, payload "
-        f"{cal['payload_rate_bytes_per_s'] * 8 / 1e6:.1f} Mbit/s (headers "
-        f"{cal['header_overhead_pct']:.1f}%)",
-        "per phase, time per iteration (slowest rank):",
+        f"{cal['efficiency'] * 100:.2f}% of the link rate, {cal['hop_frame_times']:.2f} frame "
+        "times per hop",
+        "per case, time per iteration (slowest rank):",
     ]
-    for p in doc["phases"]:
+    width = max(len(x["name"]) for x in doc["cases"])
+    for x in doc["cases"]:
         lines.append(
-            f"  {p['phase']:<12} measured {1e3 * p['measured_s']:10.3f} ms, predicted "
-            f"{1e3 * p['predicted_s']:10.3f} ms, error {p['error_pct']:+.1f}%"
+            f"  {x['name']:<{width}}  measured {1e3 * x['measured_s']:10.3f} ms, predicted "
+            f"{1e3 * x['predicted_s']:10.3f} ms, error {x['error_pct']:+.1f}%"
         )
-    lines.append("per host, bytes sent on the wire against the predicted payload:")
-    for h in doc["hosts"]:
-        ov = "-" if h["tx_overhead_pct"] is None else f"{h['tx_overhead_pct']:+.1f}%"
-        lines.append(
-            f"  host {h['host']}: wire {h['wire_tx_bytes']:,} B, payload predicted "
-            f"{h['predicted_payload_tx_bytes']:,} B ({ov})"
-        )
+    lines.append(
+        f"geometric mean |error| {doc['geomean_abs_error_pct']:.1f}%, worst "
+        f"{doc['max_abs_error_pct']:.1f}%"
+    )
+    lines.append(
+        f"traffic: TCP payload on the links {t['total_payload_bytes']:,} B against "
+        f"{t['total_predicted_bytes']:,} B predicted; worst pair {t['max_pair_error_pct']:.2f}%;"
+        f" headers add {t['header_overhead_pct'] or 0:.1f}% on the wire; launcher traffic "
+        f"{t['control_network_bytes']:,} B on the control network"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -317,46 +604,95 @@ def write_outputs(doc: dict[str, Any], out: Path) -> None:
 
     write_json(out / "testbed.json", doc)
     write_csv(
-        out / "testbed_phases.csv",
-        ["phase", "measured_s", "predicted_s", "error_pct"],
-        [[p["phase"], p["measured_s"], p["predicted_s"], p["error_pct"]] for p in doc["phases"]],
+        out / "testbed_cases.csv",
+        ["case", "measured_s", "predicted_s", "error_pct"],
+        [[x["name"], x["measured_s"], x["predicted_s"], x["error_pct"]] for x in doc["cases"]],
     )
+    pairs = doc["traffic"]["pairs"]
     write_csv(
-        out / "testbed_hosts.csv",
-        ["host", "wire_tx_bytes", "wire_rx_bytes", "predicted_payload_tx_bytes",
-         "predicted_payload_rx_bytes"],
-        [[h["host"], h["wire_tx_bytes"], h["wire_rx_bytes"], h["predicted_payload_tx_bytes"],
-          h["predicted_payload_rx_bytes"]] for h in doc["hosts"]],
+        out / "testbed_pairs.csv",
+        ["src", "dst", "wire_bytes", "packets", "payload_bytes", "predicted_bytes", "error_pct"],
+        [[p["src"], p["dst"], p["wire_bytes"], p["packets"], p["payload_bytes"],
+          p["predicted_bytes"], p["error_pct"]] for p in pairs],
     )  # fmt: skip
     write_text(out / "testbed.txt", summary_text(doc))
     plots.measured_vs_predicted(
-        list(range(len(doc["phases"]))),
-        [p["measured_s"] for p in doc["phases"]],
-        [p["predicted_s"] for p in doc["phases"]],
-        out / "testbed_phases.png",
-        title="testbed: time per iteration, measured vs predicted",
-        xlabel="phase",
+        list(range(len(doc["cases"]))),
+        [x["measured_s"] for x in doc["cases"]],
+        [x["predicted_s"] for x in doc["cases"]],
+        out / "testbed_cases.png",
+        title="testbed: time per iteration of each case, measured vs predicted",
+        xlabel="case (testbed_cases.csv order)",
         ylabel="time (s)",
+        integer_x=True,
+    )
+    plots.measured_vs_predicted(
+        list(range(len(pairs))),
+        [p["payload_bytes"] for p in pairs],
+        [p["predicted_bytes"] for p in pairs],
+        out / "testbed_pairs.png",
+        title="testbed: bytes per host pair, TCP payload counted vs predicted",
+        xlabel="host pair (testbed_pairs.csv order)",
+        ylabel="bytes",
+        integer_x=True,
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = BriefParser(prog="python -m simnet testbed", description=__doc__.splitlines()[0])
-    p.add_argument("--config", required=True, help="configuration (a switch topology)")
+    p.add_argument("--config", required=True, help="configuration: topology, hosts, workload")
     p.add_argument(
         "--out", default=None, help="results directory (default: logging.log_dir/testbed)"
     )
-    p.add_argument("--iters", type=int, default=5, help="timed iterations of the proxy")
-    p.add_argument("--warmup", type=int, default=1, help="warm-up iterations of the proxy")
+    p.add_argument("--iters", type=int, default=5, help="timed iterations (default 5)")
+    p.add_argument("--warmup", type=int, default=1, help="warm-up iterations (default 1)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per MPI run")
+    p.add_argument(
+        "--microbench",
+        default=None,
+        metavar="OPS",
+        help="run these micro-benchmarks (e.g. allreduce,alltoall) instead of the "
+        "configured workload, on every rank of the testbed",
+    )
+    p.add_argument(
+        "--algorithm",
+        default="mpi",
+        help="--microbench: mpi (the library's choice) or a schedule (ring, rabenseifner, ...)",
+    )
+    p.add_argument(
+        "--sizes",
+        default=",".join(DEFAULT_MICROBENCH_SIZES),
+        metavar="FIRST,LAST,FACTOR",
+        help="--microbench sizes in nccl-tests' terms (default %(default)s)",
+    )
+    p.add_argument(
+        "--gso-max-segs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="TCP segments a link takes at once (default: the kernel's)",
+    )
     ns = p.parse_args(argv)
     try:
+        for name in ("iters", "warmup"):
+            if getattr(ns, name) < (1 if name == "iters" else 0):
+                raise ConfigError(f"--{name} must be >= {1 if name == 'iters' else 0}")
         cfg = load_config(ns.config)
         out = Path(ns.out or Path(cfg.logging.log_dir) / "testbed")
         problem = output_dir_problem(out)
         if problem:
             raise ConfigError(problem)
-        doc = run(cfg, out, ns.iters, ns.warmup, ns.timeout)
+        emulated(cfg)  # refuse a topology it cannot make before any work
+        out.mkdir(parents=True, exist_ok=True)
+        if ns.microbench:
+            sizes = ns.sizes.split(",")
+            if len(sizes) != 3:
+                raise ConfigError(f"--sizes: FIRST,LAST,FACTOR (got {ns.sizes!r})")
+            work = microbench_workload(ns.microbench.split(","), ns.algorithm, sizes,
+                                       cfg.world_size, ns.iters, ns.warmup, out)  # fmt: skip
+        else:
+            work = proxy_workload(cfg, ns.iters, ns.warmup, out)
+        doc = run(cfg, out, work, ns.timeout, gso_max_segs=ns.gso_max_segs)
     except (ConfigError, TestbedError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -320,17 +320,24 @@ class _Builder:
         steps[step].append(Transfer(src, dst, count, first, num, reduce))
 
 
-def _halving(b: _Builder, step0: int, pof2: int, real: Callable[[int], int], width: int) -> int:
+def _halving(
+    b: _Builder,
+    step0: int,
+    pof2: int,
+    real: Callable[[int], int],
+    width: int,
+    masks: Sequence[int] | None = None,
+) -> tuple[int, list[int]]:
     """Recursive-halving reduce-scatter over ``pof2`` blocks of ``width`` chunks.
 
-    Distances pof2/2, ..., 1; the lower rank of a pair keeps the lower half,
-    so new rank i ends with block i. Returns the next free step index.
+    ``masks``: the partner distances in step order; default pof2/2, ..., 1 (MPICH's
+    reduce-scatter). The lower rank of a pair keeps the lower half. Returns the next free
+    step index and the first block every new rank ends with.
     """
     lo = [0] * pof2
     size = pof2
     step = step0
-    mask = pof2 >> 1
-    while mask:
+    for mask in masks or _masks(pof2)[::-1]:
         half = size // 2
         for nr in range(pof2):
             if nr & mask:
@@ -339,22 +346,35 @@ def _halving(b: _Builder, step0: int, pof2: int, real: Callable[[int], int], wid
                 send_lo = lo[nr] + half
             b.add(step, real(nr), real(nr ^ mask), send_lo * width, half * width, True)
         size = half
-        mask >>= 1
         step += 1
-    return step
+    return step, lo
+
+
+def _masks(pof2: int) -> list[int]:
+    """1, 2, 4, ..., pof2 / 2."""
+    return [1 << i for i in range(pof2.bit_length() - 1)]
 
 
 def _doubling_allgather(
-    b: _Builder, step0: int, pof2: int, real: Callable[[int], int], width: int
+    b: _Builder,
+    step0: int,
+    pof2: int,
+    real: Callable[[int], int],
+    width: int,
+    lo: Sequence[int] | None = None,
+    masks: Sequence[int] | None = None,
 ) -> int:
-    """Recursive-doubling allgather over ``pof2`` blocks; new rank i starts with block i."""
+    """Recursive-doubling allgather over ``pof2`` blocks: new rank i starts with block
+    ``lo[i]`` (default i); at each distance of ``masks`` (default 1, 2, ..., pof2/2) a
+    rank sends all it holds to its partner, and the two hold the union."""
+    held = list(range(pof2)) if lo is None else list(lo)
+    size = 1
     step = step0
-    mask = 1
-    while mask < pof2:
+    for mask in masks or _masks(pof2):
         for nr in range(pof2):
-            lo = nr & ~(mask - 1)
-            b.add(step, real(nr), real(nr ^ mask), lo * width, mask * width, False)
-        mask <<= 1
+            b.add(step, real(nr), real(nr ^ mask), held[nr] * width, size * width, False)
+        held = [min(held[nr], held[nr ^ mask]) for nr in range(pof2)]
+        size *= 2
         step += 1
     return step
 
@@ -400,8 +420,12 @@ def _allreduce_rabenseifner(p: int, count: int, **_: object) -> Built:
         for r in range(rem):
             b.add(0, 2 * r + 1, 2 * r, 0, pof2, True)
         step = 1
-    step = _halving(b, step, pof2, real, 1)
-    step = _doubling_allgather(b, step, pof2, real, 1)
+    # MPICH's order: the reduce-scatter starts with partners at distance 1 (exchanging
+    # half the vector), the allgather ends with them, so the largest messages go to
+    # the nearest ranks.
+    up = _masks(pof2)
+    step, lo = _halving(b, step, pof2, real, 1, up)
+    step = _doubling_allgather(b, step, pof2, real, 1, lo, up[::-1])
     for r in range(rem):
         b.add(step, 2 * r, 2 * r + 1, 0, pof2, False)
     return b
