@@ -252,7 +252,7 @@ class Cluster:
         # bucket cuts a larger GSO chunk into frames, each paying for itself.
         lines.append(
             f"qdisc add dev {dev} {parent} handle 2: tbf rate {bw_bytes_per_s * 8:.0f}bit "
-            "burst 3028 latency 1s"
+            "burst 3028 latency 50ms"
         )
         fast = "htb rate 100gbit ceil 100gbit quantum 3028"
         lines += [

@@ -30,6 +30,7 @@ namespace it makes is removed at the end, on error and on Ctrl-C/SIGTERM/SIGHUP.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import sys
@@ -61,9 +62,11 @@ EXIT_USAGE = 2
 MAX_RANKS_PER_HOST = 8
 # MPI over TCP on the shaped interfaces only: e0 holds each host's address.
 MPI_OVER_TCP = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "e0"}
-# Pingpong sizes (first, last, factor): from 64 KiB up, far past the shaper's burst of two
-# frames that lets a small message through at once when the link was idle.
-CALIBRATION_SIZES = ("64K", "4M", "4")
+# Calibration sizes (first, last, factor): small ones give the per-message cost, large
+# ones (far past the shaper's burst of two frames) the rate.
+CALIBRATION_SIZES = ("8", "2M", "4")
+SMALL_BYTES = 512  # up to here a pingpong's time is the per-message cost
+LARGE_BYTES = 1 << 16  # from here an exchange's time grows with the rate
 DEFAULT_MICROBENCH_SIZES = ("64K", "4M", "4")
 
 
@@ -152,34 +155,43 @@ def mpi_command(
 # -- calibration ----------------------------------------------------------------------------
 
 
-def fit_op(doc: dict[str, Any], op: str) -> tuple[float, float, dict[str, Any]]:
-    """Per-message cost (s) and payload rate (bytes/s) of one TCP path from a
-    micro-benchmark document's ``op`` rows (pingpong: the one-way time; exchange: the time
-    of a message while the two hosts also send each other theirs): time = alpha +
-    size / rate."""
-    from workflows.calibrate import least_squares
-
+def _rows(doc: dict[str, Any], op: str) -> tuple[np.ndarray, np.ndarray]:
     rows = sorted(
         (int(r["size_bytes"]), float(r["time_s"]["min"])) for r in doc["results"] if r["op"] == op
     )
-    if len(rows) < 2:
-        raise TestbedError(f"the testbed's {op} gave fewer than 2 sizes")
-    s = np.array([r[0] for r in rows], float)
-    t = np.array([r[1] for r in rows], float)
-    alpha, beta, _ = least_squares(np.ones_like(t), s, t)
+    return np.array([r[0] for r in rows], float), np.array([r[1] for r in rows], float)
+
+
+def fit_rate(doc: dict[str, Any], op: str) -> tuple[float, dict[str, Any]]:
+    """Payload rate (bytes/s) of one TCP path from a micro-benchmark document's ``op``
+    rows of at least ``LARGE_BYTES`` (pingpong: the one-way time; exchange: the time of a
+    message while the two hosts also send each other theirs): the slope of time = a +
+    size / rate. Smaller messages pass the shaper's bucket at once, so they would bend
+    the line."""
+    from workflows.calibrate import least_squares
+
+    s, t = _rows(doc, op)
+    large = s >= LARGE_BYTES
+    if large.sum() < 2:
+        raise TestbedError(f"the testbed's {op} gave fewer than 2 sizes of {LARGE_BYTES} B or more")
+    a, beta, _ = least_squares(np.ones(large.sum()), s[large], t[large])
     rate = 1.0 / beta if beta > 0 else float("inf")
-    model = alpha + s * beta
-    return (
-        alpha,
-        rate,
-        {
-            "op": op,
-            "points": [{"size_bytes": int(a), "time_s": float(b)} for a, b in rows],
-            "alpha_us": alpha * 1e6,
-            "payload_rate_bytes_per_s": rate,
-            "max_rel_error": float(np.max(np.abs(model - t) / t)),
-        },
-    )
+    return rate, {
+        "op": op,
+        "points": [{"size_bytes": int(x), "time_s": float(y)} for x, y in zip(s, t, strict=True)],
+        "payload_rate_bytes_per_s": rate,
+        "max_rel_error_large": float(np.max(np.abs(a + s[large] * beta - t[large]) / t[large])),
+    }
+
+
+def fit_alpha(doc: dict[str, Any]) -> float:
+    """Per-message cost (s) of one TCP path: the pingpong's one-way time of its messages
+    up to ``SMALL_BYTES``, which the shaper's bucket lets through at once (their mean)."""
+    s, t = _rows(doc, "pingpong")
+    small = s <= SMALL_BYTES
+    if not small.any():
+        raise TestbedError(f"the testbed's pingpong gave no size of {SMALL_BYTES} B or less")
+    return float(np.mean(t[small]))
 
 
 def frame_time_s(bandwidth_bytes_per_s: float) -> float:
@@ -193,9 +205,15 @@ class LinkCalibration:
     """What the emulated network adds beyond its nominal rates (model units)."""
 
     alpha_s: float  # per message, the software of both ends (MPI, TCP)
-    efficiency: float  # payload share of a link's rate
+    efficiency_by_rate: dict[float, float]  # nominal bytes/s -> payload share of it
     hop_scale: float  # a hop's latency in frame times
     fits: list[dict[str, Any]]
+
+    def efficiency(self, bandwidth_bytes_per_s: float) -> float:
+        """The payload share of a link of this rate: as measured at that rate, or at the
+        nearest measured one (by ratio)."""
+        near = min(self.efficiency_by_rate, key=lambda r: abs(math.log(r / bandwidth_bytes_per_s)))
+        return self.efficiency_by_rate[near]
 
     def model_graph(self, graph: nx.DiGraph) -> nx.DiGraph:
         """``graph`` as the model sees the testbed: every link at its payload rate, every
@@ -203,32 +221,59 @@ class LinkCalibration:
         out = graph.copy()
         for _u, _v, d in out.edges(data=True):
             d["latency"] = self.hop_scale * frame_time_s(d["bandwidth"])
-            d["bandwidth"] = d["bandwidth"] * self.efficiency
+            d["bandwidth"] = d["bandwidth"] * self.efficiency(d["bandwidth"])
         return out
+
+    def describe_efficiency(self) -> str:
+        return ", ".join(
+            f"{100 * e:.2f}% at {r * 8 / 1e6:g} Mbit/s"
+            for r, e in sorted(self.efficiency_by_rate.items())
+        )
+
+
+MAX_CALIBRATION_PAIRS = 3
+
+
+def calibration_peers(cluster: Cluster) -> list[int]:
+    """The hosts host 0 calibrates with: the nearest host of every distinct path
+    bottleneck rate, and for the first rate also its host of the most hops, when that
+    differs (at most ``MAX_CALIBRATION_PAIRS``)."""
+    assert cluster.routes is not None
+    g = cluster.graph
+
+    def key(h: int) -> tuple[float, int]:
+        path = cluster.routes[(0, h)]  # type: ignore[index]
+        return min(g.edges[e]["bandwidth"] for e in path), len(path)
+
+    peers: dict[float, list[int]] = {}
+    for h in sorted(range(1, cluster.hosts), key=lambda h: (key(h)[1], h)):
+        peers.setdefault(key(h)[0], []).append(h)
+    chosen = [hs[0] for hs in peers.values()]
+    first = next(iter(peers.values()))
+    if key(first[-1])[1] > key(first[0])[1]:
+        chosen.append(first[-1])
+    return chosen[:MAX_CALIBRATION_PAIRS]
 
 
 def calibrate_links(run_pair: Callable[[int], dict[str, Any]], cluster: Cluster) -> LinkCalibration:
-    """Micro-benchmarks between host 0 and host 1 and, where the topology has a host at
-    another hop count, the farthest such host (``run_pair(peer)`` returns the document of
-    a pingpong and an exchange between hosts 0 and ``peer``):
+    """Micro-benchmarks between host 0 and the :func:`calibration_peers` (``run_pair(peer)``
+    returns the document of a pingpong and an exchange between hosts 0 and ``peer``):
 
-    - the per-message cost, from the pingpong (one message at a time);
-    - the payload share of the link rate, from the exchange: both directions of the path
-      busy at once, as in collectives, where each direction also carries the other's
-      acknowledgements;
-    - with two hop counts, the cost of a hop in frame times (the pingpongs' difference);
-      with one hop count it stays in the per-message cost."""
+    - the per-message cost, from the pingpong's small messages (one message at a time);
+    - the payload share of each link rate, from the exchange's large messages: both
+      directions of the path busy at once, as in collectives, where each direction also
+      carries the other's acknowledgements;
+    - with two hop counts at one rate, the cost of a hop in frame times (the pingpongs'
+      difference); with one hop count it stays in the per-message cost."""
     assert cluster.routes is not None
     g = cluster.graph
-    near = 1
-    far = max(range(1, cluster.hosts), key=lambda h: (cluster.hops(0, h), -h))
-    pairs = [near] if cluster.hops(0, far) == cluster.hops(0, near) else [near, far]
     fits = []
     alphas = []
-    for peer in pairs:
+    for peer in calibration_peers(cluster):
         doc = run_pair(peer)
-        alpha, _, ping = fit_op(doc, "pingpong")
-        _, rate, exchange = fit_op(doc, "exchange")
+        alpha = fit_alpha(doc)
+        ping_rate, ping = fit_rate(doc, "pingpong")
+        rate, exchange = fit_rate(doc, "exchange")
         path = cluster.routes[(0, peer)]
         bottleneck = min(g.edges[e]["bandwidth"] for e in path)
         frames = sum(frame_time_s(g.edges[e]["bandwidth"]) for e in path)
@@ -239,19 +284,30 @@ def calibrate_links(run_pair: Callable[[int], dict[str, Any]], cluster: Cluster)
                 "hops": len(path),
                 "nominal_rate_bytes_per_s": bottleneck,
                 "efficiency": rate / bottleneck,
-                "one_way_efficiency": ping["payload_rate_bytes_per_s"] / bottleneck,
+                "one_way_efficiency": ping_rate / bottleneck,
+                "alpha_us": alpha * 1e6,
                 "frame_times_s": frames,
                 "pingpong": ping,
                 "exchange": exchange,
             }
         )
-    efficiency = float(np.mean([f["efficiency"] for f in fits]))
-    if len(fits) == 2:
-        a, b = fits
-        scale = max(0.0, (alphas[1] - alphas[0]) / (b["frame_times_s"] - a["frame_times_s"]))
+    by_rate: dict[float, list[float]] = {}
+    for f in fits:
+        by_rate.setdefault(f["nominal_rate_bytes_per_s"], []).append(f["efficiency"])
+    efficiency = {r: float(np.mean(e)) for r, e in by_rate.items()}
+    first = fits[0]
+    twin = [
+        (f, a)
+        for f, a in zip(fits[1:], alphas[1:], strict=True)
+        if f["nominal_rate_bytes_per_s"] == first["nominal_rate_bytes_per_s"]
+        and f["frame_times_s"] > first["frame_times_s"]
+    ]
+    if twin:
+        f, a = twin[0]
+        scale = max(0.0, (a - alphas[0]) / (f["frame_times_s"] - first["frame_times_s"]))
     else:  # one hop count: the hops' share of the per-message cost cannot be told apart
         scale = 0.0
-    alpha = max(0.0, alphas[0] - scale * fits[0]["frame_times_s"])
+    alpha = max(0.0, alphas[0] - scale * first["frame_times_s"])
     return LinkCalibration(alpha, efficiency, scale, fits)
 
 
@@ -277,7 +333,7 @@ def predict(
 
     graph = links.model_graph(em.graph)
     notes = [
-        f"links at {links.efficiency:.4f} of their rate (TCP/IP and Ethernet headers), "
+        f"links at {links.describe_efficiency()} of their rate (TCP/IP and Ethernet headers), "
         f"{links.hop_scale:.2f} frame times per hop, {links.alpha_s * 1e6:.1f} us per "
         "message: calibrated on the testbed"
     ]
@@ -529,12 +585,18 @@ def run(
             ],
             "routes": routes,
             "delays_emulated": False,
+            "delays_note": "links are shaped in rate only (this kernel has no netem): the "
+            "configuration's link latencies are not emulated, and the model takes the "
+            "testbed's calibrated per-message and per-hop costs instead",
         },
         "calibration": {
             "alpha_us": links.alpha_s * 1e6,
-            "efficiency": links.efficiency,
+            "efficiency_by_rate": [
+                {"rate_bit_per_s": r * 8, "efficiency": e}
+                for r, e in sorted(links.efficiency_by_rate.items())
+            ],
+            "efficiency_text": links.describe_efficiency(),
             "hop_frame_times": links.hop_scale,
-            "header_overhead_pct": (1 / links.efficiency - 1) * 100,
             "pairs": links.fits,
             "source": "pingpong and exchange micro-benchmarks on the testbed (MPI over TCP)",
         },
@@ -544,13 +606,13 @@ def run(
                 "from": "testbed pingpong (intercept)",
             },
             "link bandwidths": {
-                "value": f"the configuration's x {links.efficiency:.4f}",
+                "value": f"the configuration's x the payload share: {links.describe_efficiency()}",
                 "from": "the configuration; the factor from the testbed exchange (slope)",
             },
             "link latencies": {
                 "value": f"{links.hop_scale:.2f} frame times (1514 B at the link's rate)",
                 "from": "testbed pingpongs at two hop counts"
-                if len(links.fits) == 2
+                if len({f["hops"] for f in links.fits}) > 1
                 else "none: in the per-message cost (one hop count on this topology)",
             },
             "topology and routes": {"value": cfg.topology.type, "from": "the configuration"},
@@ -576,7 +638,7 @@ def summary_text(doc: dict[str, Any]) -> str:
         + ", ".join(f"{r / 1e6:g}" for r in sorted({x["rate_bit_per_s"] for x in c["links"]}))
         + " Mbit/s (MPI over TCP)",
         f"calibrated on the testbed: {cal['alpha_us']:.1f} us per message, payload "
-        f"{cal['efficiency'] * 100:.2f}% of the link rate, {cal['hop_frame_times']:.2f} frame "
+        f"{cal['efficiency_text']} of the link rate, {cal['hop_frame_times']:.2f} frame "
         "times per hop",
         "per case, time per iteration (slowest rank):",
     ]
