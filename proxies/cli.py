@@ -105,7 +105,8 @@ def build_parser(model: Model) -> argparse.ArgumentParser:
         "--trace",
         default=None,
         metavar="PATH",
-        help="write a Chrome/Perfetto trace of every rank's operations",
+        help="write a Chrome/Perfetto trace of every rank's operations; a PATH with "
+        "{rank} (e.g. trace.{rank}.json): one file per rank, written by that rank",
     )
     g.add_argument("--quiet", action="store_true", help="only the reference summary line")
     return p

@@ -190,6 +190,7 @@ def save_json(path: str, doc: dict[str, Any]) -> None:
 
 
 def save_trace(path: str, per_rank_events: list[list[dict[str, Any]]]) -> None:
+    """A Chrome trace of these ranks' events (each event's pid is its rank)."""
     events = [e for evs in per_rank_events for e in evs]
-    names = {r: f"rank {r}" for r in range(len(per_rank_events))}
+    names = {e["pid"]: f"rank {e['pid']}" for e in events}
     write_json(path, chrome_trace(events, names))

@@ -166,6 +166,17 @@ def test_trace_has_every_operation(tmp_path):
     assert all(e["dur"] >= 910 for e in compute)  # microseconds, sleep-based
 
 
+def test_a_trace_path_with_rank_gives_each_rank_its_own_file(tmp_path):
+    pattern = str(tmp_path / "t.{rank}.json")
+    r = mpirun(2, "proxies.dlrm", "--iters", "2", "--warmup", "0", "--trace", pattern, timeout=120)
+    assert r.returncode == 0, r.stderr
+    for rank in (0, 1):
+        events = json.loads((tmp_path / f"t.{rank}.json").read_text())["traceEvents"]
+        ops = [e for e in events if e["ph"] == "X"]
+        assert len(ops) == 2 * 13 and {e["pid"] for e in ops} == {rank}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.0.json", "t.1.json"]
+
+
 @pytest.mark.parametrize(
     ("n", "args", "message"),
     [

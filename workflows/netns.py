@@ -249,10 +249,13 @@ class Cluster:
             lines.append(f"qdisc add dev {dev} root handle 1: netem delay {self.delay_us:.0f}us")
             parent = "parent 1:1"
         # A bucket two frames deep: the link sends no faster than its rate, and the token
-        # bucket cuts a larger GSO chunk into frames, each paying for itself.
+        # bucket cuts a larger GSO chunk into frames, each paying for itself. Its queue
+        # holds a second of traffic: a shorter one (50 ms) dropped segments under incast
+        # (DLRM's alltoall), and their retransmissions put bytes on the links the program
+        # did not send.
         lines.append(
             f"qdisc add dev {dev} {parent} handle 2: tbf rate {bw_bytes_per_s * 8:.0f}bit "
-            "burst 3028 latency 50ms"
+            "burst 3028 latency 1s"
         )
         fast = "htb rate 100gbit ceil 100gbit quantum 3028"
         lines += [
@@ -376,6 +379,15 @@ class Cluster:
             for d in dests:
                 out[(int(u), d)] = stats[_class_id(d)]  # type: ignore[call-overload]
         return out
+
+    def retransmitted_segments(self) -> int:
+        """TCP segments the hosts have sent again (``RetransSegs``), summed."""
+        total = 0
+        for h in range(self.hosts):
+            text = _run([*self.exec_prefix(h), "cat", "/proc/net/snmp"])
+            head, values = [ln.split() for ln in text.splitlines() if ln.startswith("Tcp:")][:2]
+            total += int(values[head.index("RetransSegs")])
+        return total
 
     def control_bytes(self) -> int:
         """Bytes every host sent on the control network (the launcher's, not the

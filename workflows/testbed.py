@@ -60,6 +60,7 @@ from .netns import ETHERNET_MTU_FRAME_BYTES, TCP_FRAME_HEADER_BYTES, Cluster, Te
 
 EXIT_USAGE = 2
 MAX_RANKS_PER_HOST = 8
+OPS_SHOWN = 8  # operations in the summary, longest first
 # MPI over TCP on the shaped interfaces only: e0 holds each host's address.
 MPI_OVER_TCP = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "e0"}
 # Calibration sizes (first, last, factor): small ones give the per-message cost, large
@@ -372,6 +373,43 @@ def host_pair_bytes(traffic: np.ndarray, ranks_per_host: int) -> np.ndarray:
     return out
 
 
+def measured_ops(trace_pattern: Path, world_size: int) -> dict[tuple[str, str], float]:
+    """Mean seconds of every (phase, operation label) over ranks and timed iterations,
+    from a proxy's Chrome traces, one per rank (microseconds there)."""
+    acc: dict[tuple[str, str], list[float]] = {}
+    for rank in range(world_size):
+        doc = json.loads(Path(str(trace_pattern).format(rank=rank)).read_text())
+        for e in doc["traceEvents"]:
+            if e.get("ph") == "X":
+                acc.setdefault((e["args"]["phase"], e["name"]), []).append(e["dur"] / 1e6)
+    return {k: float(np.mean(v)) for k, v in acc.items()}
+
+
+def predicted_ops(res: Any) -> dict[tuple[str, str], float]:
+    """The same from a simulation's timelines (seconds)."""
+    acc: dict[tuple[str, str], list[float]] = {}
+    for ph in res.phases:
+        sim = ph.timeline
+        for r, tl in sim.timelines.items():
+            ops = sim.programs[r]
+            for s, e in zip(tl.starts, tl.ends, strict=True):
+                for op, t0, t1 in zip(ops, s, e, strict=True):
+                    acc.setdefault((ph.name, op.label), []).append(t1 - t0)
+    return {k: float(np.mean(v)) for k, v in acc.items()}
+
+
+def op_rows(measured: dict, predicted: dict) -> list[dict[str, Any]]:
+    """Per (phase, operation): mean measured and predicted seconds and the error, in the
+    order of the measured time, longest first."""
+    rows = [
+        {"phase": ph, "op": op, "measured_s": m, "predicted_s": predicted[(ph, op)],
+         "error_pct": _error_pct(predicted[(ph, op)], m)}
+        for (ph, op), m in measured.items()
+        if (ph, op) in predicted
+    ]  # fmt: skip
+    return sorted(rows, key=lambda r: -r["measured_s"])
+
+
 def _error_pct(predicted: float, measured: float) -> float:
     return (predicted - measured) / measured * 100 if measured else float("nan")
 
@@ -431,11 +469,42 @@ class Workload:
     divisors: list[int]  # a case's figure is its iteration over this (pingpong: 2)
     repeats: int  # iterations run per phase (warm-up included), for the byte counts
     timed: int
+    trace: Path | None = None  # every timed operation of every rank (a Chrome trace)
+
+
+def trainer_workload(cfg: Config, out: Path) -> Workload:
+    """The ring trainer as the configuration trains it (``training`` epochs and steps,
+    after its warm-up step), without its own pacing: the testbed's links are the limit."""
+    from dataclasses import replace
+
+    from workflows.endtoend import trainer_settings
+    from workload.models import MODELS
+    from workload.run_result import TrainerRun
+
+    # Its pairwise bandwidth probe shrinks to one element per pair: the links carry
+    # only the training's bytes and the model's figures are the ones compared.
+    settings = replace(trainer_settings(cfg, out), bandwidth_limit=0.0, bandwidth_bytes=4)
+    path = out / "measured.json"
+    steps = cfg.training.num_epochs * cfg.training.steps_per_epoch
+
+    def measured(doc: dict[str, Any]) -> list[tuple[str, float]]:
+        return [("step", TrainerRun.load(path).total_time_s / steps)]
+
+    argv = ["-m", str(MODELS[cfg.workload.name].trainer_module), *settings.options()]
+    return Workload(argv, path, measured, None, [], [], steps + settings.warmup, 1)
 
 
 def proxy_workload(cfg: Config, iters: int, warmup: int, out: Path) -> Workload:
+    """The configured proxy (or the ring trainer) with ``iters`` timed iterations."""
+    from workload.models import MODELS
     from workload.spec import RunSpec
 
+    if cfg.workload.name not in MODELS:
+        raise ConfigError(
+            f"workload.name: unknown model {cfg.workload.name!r}; known: {', '.join(MODELS)}"
+        )
+    if MODELS[cfg.workload.name].trainer_module is not None:
+        return trainer_workload(cfg, out)
     spec = RunSpec(
         model=cfg.workload.name,
         args=tuple(cfg.workload.args),
@@ -451,8 +520,11 @@ def proxy_workload(cfg: Config, iters: int, warmup: int, out: Path) -> Workload:
         run = ProxyRun.load(path)
         return [(str(ph["phase"]), ProxyRun.slowest_s(ph)) for ph in run.phases]
 
-    argv = [*spec.proxy_argv(), "--json", str(path)]
-    return Workload(argv, path, measured, None, [], [], iters + warmup, iters)
+    # One trace file per rank, written where the rank runs: a trace gathered to rank 0
+    # would cross the links and count as the program's traffic.
+    trace = out / "measured_trace.{rank}.json"
+    argv = [*spec.proxy_argv(), "--json", str(path), "--trace", str(trace)]
+    return Workload(argv, path, measured, None, [], [], iters + warmup, iters, trace)
 
 
 def microbench_workload(
@@ -541,12 +613,17 @@ def run(
 
         links = calibrate_links(pair, cluster)
         work.result_json.unlink(missing_ok=True)
+        if work.trace is not None:
+            for rank in range(cfg.world_size):
+                Path(str(work.trace).format(rank=rank)).unlink(missing_ok=True)
         say(f"running: {shlex.join(['python', *work.argv])}")
         before = cluster.pair_counters()
         ctl_before = cluster.control_bytes()
+        retrans_before = cluster.retransmitted_segments()
         r = run_command(mpi_command(cluster, script, k, [py, *work.argv]), timeout_s, env=env)
         after = cluster.pair_counters()
         control = cluster.control_bytes() - ctl_before
+        retransmitted = cluster.retransmitted_segments() - retrans_before
         write_text(out / "workload_output.txt", r.output)
         if r.returncode != 0 or not work.result_json.exists():
             raise TestbedError(f"the workload failed: {r.output.strip()[-300:]}")
@@ -568,6 +645,10 @@ def run(
     # The counters saw every iteration run, warm-up included; the prediction the timed ones.
     pred = host_pair_bytes(res.traffic_bytes, k) * work.repeats // work.timed
     traffic = traffic_document(counted, pred, control)
+    traffic["retransmitted_segments"] = retransmitted
+    ops = []
+    if work.trace is not None:
+        ops = op_rows(measured_ops(work.trace, cfg.world_size), predicted_ops(res))
     errs = [abs(c["error_pct"]) for c in cases]
     cpu = machine.params
     return {
@@ -622,6 +703,7 @@ def run(
             },
         },
         "cases": cases,
+        "ops": ops,
         "geomean_abs_error_pct": float(np.exp(np.mean(np.log(np.maximum(errs, 0.01))))),
         "max_abs_error_pct": max(errs),
         "traffic": traffic,
@@ -652,11 +734,22 @@ def summary_text(doc: dict[str, Any]) -> str:
         f"geometric mean |error| {doc['geomean_abs_error_pct']:.1f}%, worst "
         f"{doc['max_abs_error_pct']:.1f}%"
     )
+    if doc["ops"]:
+        lines.append(
+            f"the longest operations, mean per call (all {len(doc['ops'])} in testbed_ops.csv):"
+        )
+        for r in doc["ops"][:OPS_SHOWN]:
+            lines.append(
+                f"  {r['phase'][:12]:<12} {r['op'][:28]:<28} measured "
+                f"{1e3 * r['measured_s']:9.3f} ms, predicted {1e3 * r['predicted_s']:9.3f} ms, "
+                f"error {r['error_pct']:+.1f}%"
+            )
     lines.append(
         f"traffic: TCP payload on the links {t['total_payload_bytes']:,} B against "
         f"{t['total_predicted_bytes']:,} B predicted; worst pair {t['max_pair_error_pct']:.2f}%;"
         f" headers add {t['header_overhead_pct'] or 0:.1f}% on the wire; launcher traffic "
-        f"{t['control_network_bytes']:,} B on the control network"
+        f"{t['control_network_bytes']:,} B on the control network; "
+        f"{t['retransmitted_segments']} TCP segments sent again"
     )
     return "\n".join(lines) + "\n"
 
@@ -670,6 +763,12 @@ def write_outputs(doc: dict[str, Any], out: Path) -> None:
         ["case", "measured_s", "predicted_s", "error_pct"],
         [[x["name"], x["measured_s"], x["predicted_s"], x["error_pct"]] for x in doc["cases"]],
     )
+    write_csv(
+        out / "testbed_ops.csv",
+        ["phase", "op", "measured_s", "predicted_s", "error_pct"],
+        [[r["phase"], r["op"], r["measured_s"], r["predicted_s"], r["error_pct"]]
+         for r in doc["ops"]],
+    )  # fmt: skip
     pairs = doc["traffic"]["pairs"]
     write_csv(
         out / "testbed_pairs.csv",
