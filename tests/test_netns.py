@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -39,6 +40,21 @@ s.close()
 """
 
 
+def _send_4_mib(c: Cluster, src: int, dst: int) -> str:
+    """4 MiB over TCP from host src to host dst; the receiver's line: bytes, bytes/s."""
+    recv = subprocess.Popen(
+        [*c.exec_prefix(dst), sys.executable, "-c", RECEIVER], stdout=subprocess.PIPE, text=True
+    )
+    assert recv.stdout is not None and recv.stdout.readline().strip() == "ready"
+    subprocess.run(
+        [*c.exec_prefix(src), sys.executable, "-c", SENDER, c.address(dst)],
+        check=True,
+        timeout=30,
+    )
+    out, _ = recv.communicate(timeout=30)
+    return out
+
+
 @needs_root
 def test_tcp_between_hosts_runs_at_the_link_rate_less_headers():
     rate = 100e6  # bit/s
@@ -46,17 +62,7 @@ def test_tcp_between_hosts_runs_at_the_link_rate_less_headers():
         assert sorted(n for n in namespaces() if n.startswith(c.tag)) == sorted(
             [c.ns_of("sw"), c.ns(0), c.ns(1), c.control]
         )
-        recv = subprocess.Popen(
-            [*c.exec_prefix(1), sys.executable, "-c", RECEIVER], stdout=subprocess.PIPE, text=True
-        )
-        assert recv.stdout is not None and recv.stdout.readline().strip() == "ready"
-        subprocess.run(
-            [*c.exec_prefix(0), sys.executable, "-c", SENDER, c.address(1)],
-            check=True,
-            timeout=30,
-        )
-        out, _ = recv.communicate(timeout=30)
-        n, bytes_per_s = out.split()
+        n, bytes_per_s = _send_4_mib(c, 0, 1).split()
         assert int(n) == 4 << 20
         # A 1514-byte Ethernet frame carries 1448 bytes of TCP payload (timestamps on).
         expect = rate / 8 * 1448 / 1514
@@ -106,17 +112,7 @@ def test_routes_follow_the_model_and_every_pair_is_counted():
                                       text=True, check=True).stdout)  # fmt: skip
 
         fwd_before = tx(1, fwd)
-        recv = subprocess.Popen(
-            [*c.exec_prefix(2), sys.executable, "-c", RECEIVER], stdout=subprocess.PIPE, text=True
-        )
-        assert recv.stdout is not None and recv.stdout.readline().strip() == "ready"
-        subprocess.run(
-            [*c.exec_prefix(0), sys.executable, "-c", SENDER, c.address(2)],
-            check=True,
-            timeout=30,
-        )
-        out, _ = recv.communicate(timeout=30)
-        assert int(out.split()[0]) == 4 << 20
+        assert int(_send_4_mib(c, 0, 2).split()[0]) == 4 << 20
         after = c.pair_counters()
         wire, packets = (a - b for a, b in zip(after[(0, 2)], before[(0, 2)], strict=True))
         # TCP payload: the frames less their headers; only the handshake's options remain.
@@ -209,3 +205,43 @@ def test_testbed_refuses_what_it_cannot_emulate_in_one_line(tmp_path):
         "error: testbed: topology.ecmp spreads flows over routes per message, which static "
         "routes cannot follow; set it to false"
     )
+
+
+@needs_root
+def test_ctrl_c_during_a_testbed_run_stops_it_and_leaves_nothing(tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(
+        json.dumps(
+            {
+                "distributed": {"num_nodes": 2, "bandwidth_limit_gb_per_s": 0.001},
+                "topology": {"type": "switch", "num_nodes": 2},
+            }
+        )
+    )
+    before = set(namespaces())
+    p = subprocess.Popen(
+        [sys.executable, "-m", "simnet", "testbed", "--config", str(cfg), "--out",
+         str(tmp_path / "tb"), "--microbench", "stream", "--sizes", "4M,4M,2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        # Wait for MPI to run on the testbed (its launcher in the control namespace).
+        while time.monotonic() < deadline and p.poll() is None:
+            made = [n for n in set(namespaces()) - before if n.startswith("cs")]
+            pids = [
+                subprocess.run(["ip", "netns", "pids", n], capture_output=True, text=True).stdout
+                for n in made
+            ]
+            if any(x.strip() for x in pids):
+                break
+            time.sleep(0.2)
+        assert p.poll() is None, p.communicate()
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, err
+    assert "every namespace removed" in err
+    assert not [n for n in set(namespaces()) - before if n.startswith("cs")]
