@@ -588,3 +588,30 @@ def test_alltoall_steps_by_hand():
     assert direct.rank_steps(1) == [
         ((T(1, 2, 1, 5, 1), T(1, 0, 1, 3, 1)), (T(0, 1, 1, 1, 1), T(2, 1, 1, 7, 1))),
     ]
+
+
+def test_pairwise_alltoall_pairs_ranks_as_mpich():
+    # A power of two: step d pairs rank r with r ^ d, both ways at once.
+    s = build_schedule("alltoall", "pairwise", 4, 3)
+    assert [sorted((t.src, t.dst) for t in st) for st in s.steps] == [
+        [(0, 1), (1, 0), (2, 3), (3, 2)],
+        [(0, 2), (1, 3), (2, 0), (3, 1)],
+        [(0, 3), (1, 2), (2, 1), (3, 0)],
+    ]
+    # Otherwise step d sends to r + d and receives from r - d.
+    s = build_schedule("alltoall", "pairwise", 3, 3)
+    assert [sorted((t.src, t.dst) for t in st) for st in s.steps] == [
+        [(0, 1), (1, 2), (2, 0)],
+        [(0, 2), (1, 0), (2, 1)],
+    ]
+    for p in (3, 4, 6, 8):  # every block once, from its own sender to its own receiver
+        s = build_schedule("alltoall", "pairwise", p, 2)
+        blocks = sorted(t.first_chunk for st in s.steps for t in st)
+        assert blocks == sorted(i * p + j for i in range(p) for j in range(p) if i != j)
+        for st in s.steps:
+            for t in st:
+                assert t.first_chunk == t.src * p + t.dst
+        for r in range(p):  # the per-rank view agrees with the whole steps
+            assert [x[0][0].dst for x in s.rank_steps(r)] == [
+                t.dst for st in s.steps for t in st if t.src == r
+            ]

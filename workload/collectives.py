@@ -722,10 +722,11 @@ class _RingRanks:
 class _AlltoallRanks:
     """An all-to-all's schedule, generated per rank.
 
-    Rank i sends rank j the block (chunk) ``i * p + j``: "pairwise" in step
-    ``(j - i) % p - 1`` (one peer per step, by distance), "direct" all in one
-    step, by distance. The whole steps are the ranks' sends put together in rank
-    order.
+    Rank i sends rank j the block (chunk) ``i * p + j``: "pairwise" one peer per
+    step, as MPICH: with p a power of two the peer of step d (1 .. p-1) is ``i ^ d``
+    (both send each other at once), otherwise rank i sends to ``i + d`` and receives
+    from ``i - d``; "direct" all in one step, by distance. The whole steps are the
+    ranks' sends put together in rank order.
     """
 
     __slots__ = ("count", "direct", "p")
@@ -738,12 +739,20 @@ class _AlltoallRanks:
     def _block(self, i: int, j: int) -> Transfer:
         return Transfer(i, j, self.count, i * self.p + j, 1, False)
 
+    def _to(self, r: int, d: int) -> int:
+        """Whom rank r sends to in pairwise step d (1 .. p-1)."""
+        p = self.p
+        return r ^ d if p & (p - 1) == 0 else (r + d) % p
+
+    def _from(self, r: int, d: int) -> int:
+        p = self.p
+        return r ^ d if p & (p - 1) == 0 else (r - d) % p
+
     def _sends(self, r: int) -> list[tuple[Transfer, ...]]:
         """Rank r's sends, per step."""
-        peers = [(r + d) % self.p for d in range(1, self.p)]
         if self.direct:
-            return [tuple(self._block(r, j) for j in peers)]
-        return [(self._block(r, j),) for j in peers]
+            return [tuple(self._block(r, (r + d) % self.p) for d in range(1, self.p))]
+        return [(self._block(r, self._to(r, d)),) for d in range(1, self.p)]
 
     def build_steps(self) -> tuple[tuple[Transfer, ...], ...]:
         per_rank = [self._sends(r) for r in range(self.p)]
@@ -758,7 +767,7 @@ class _AlltoallRanks:
         if self.direct:
             recvs = [tuple(self._block(i, r) for i in range(p) if i != r)]
         else:
-            recvs = [(self._block((r - d) % p, r),) for d in range(1, p)]
+            recvs = [(self._block(self._from(r, d), r),) for d in range(1, p)]
         return tuple(enumerate(zip(sends, recvs, strict=True)))
 
     def rank_plan(self, r: int) -> tuple[PlanStep, ...]:
@@ -771,7 +780,9 @@ class _AlltoallRanks:
                     tuple(((r + d) % p, size, False) for d in range(1, p)),
                 ),
             )
-        return tuple((((r - d) % p,), (((r + d) % p, size, False),)) for d in range(1, p))
+        return tuple(
+            ((self._from(r, d),), ((self._to(r, d), size, False),)) for d in range(1, p)
+        )
 
 
 # ---------------------------------------------------------------- validation
