@@ -8,7 +8,7 @@ topologies; ring and Rabenseifner allreduce, alltoall, a pipeline-parallel proxy
 DLRM) and prints, per case, the measured and predicted time per iteration and the error,
 per setup the worst host pair's byte error (TCP payload counted on the links against the
 predicted traffic), then the geometric mean and the worst |error| over all cases. Writes
-``summary.json`` in DIR. About 6 minutes here. The processor effects of this machine come
+``summary.json`` in DIR. About 7 minutes here. The processor effects of this machine come
 from its host calibration (``python -m simnet calibrate-host``, measured if missing).
 """
 
