@@ -780,9 +780,7 @@ class _AlltoallRanks:
                     tuple(((r + d) % p, size, False) for d in range(1, p)),
                 ),
             )
-        return tuple(
-            ((self._from(r, d),), ((self._to(r, d), size, False),)) for d in range(1, p)
-        )
+        return tuple(((self._from(r, d),), ((self._to(r, d), size, False),)) for d in range(1, p))
 
 
 # ---------------------------------------------------------------- validation
