@@ -245,3 +245,27 @@ def test_ctrl_c_during_a_testbed_run_stops_it_and_leaves_nothing(tmp_path):
     assert p.returncode == 130, err
     assert "every namespace removed" in err
     assert not [n for n in set(namespaces()) - before if n.startswith("cs")]
+
+
+@needs_root
+def test_a_run_over_its_time_limit_is_stopped_and_leaves_nothing(tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(
+        json.dumps(
+            {
+                "distributed": {"num_nodes": 2, "bandwidth_limit_gb_per_s": 0.001},
+                "topology": {"type": "switch", "num_nodes": 2},
+            }
+        )
+    )
+    before = set(namespaces())
+    r = subprocess.run(
+        [sys.executable, "-m", "simnet", "testbed", "--config", str(cfg), "--out",
+         str(tmp_path / "tb"), "--timeout", "3"],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.strip() == (
+        "error: the testbed's calibration failed: it ran over 3 s and was stopped (raise --timeout)"
+    )
+    assert not [n for n in set(namespaces()) - before if n.startswith("cs")]

@@ -572,6 +572,14 @@ def microbench_workload(
     return Workload(argv, path, measured, wl, names, divisors, iters + warmup, iters)
 
 
+def _why(r: Any, timeout_s: float) -> str:
+    """Why an MPI run on the testbed failed, in one line."""
+    if r.returncode is None:
+        return f"it ran over {timeout_s:g} s and was stopped (raise --timeout)"
+    tail = r.output.strip()[-300:].replace("\n", " | ")
+    return f"exit code {r.returncode}: {tail}"
+
+
 def run(
     cfg: Config,
     out: Path,
@@ -613,7 +621,7 @@ def run(
             )
             r = run_command(mpi_command(cluster, script, 1, prog, [0, peer]), timeout_s, env=env)
             if r.returncode != 0 or not path.exists():
-                raise TestbedError(f"the testbed's calibration failed: {r.output.strip()[-300:]}")
+                raise TestbedError(f"the testbed's calibration failed: {_why(r, timeout_s)}")
             return json.loads(path.read_text())
 
         links = calibrate_links(pair, cluster)
@@ -631,7 +639,7 @@ def run(
         retransmitted = cluster.retransmitted_segments() - retrans_before
         write_text(out / "workload_output.txt", r.output)
         if r.returncode != 0 or not work.result_json.exists():
-            raise TestbedError(f"the workload failed: {r.output.strip()[-300:]}")
+            raise TestbedError(f"the workload failed: {_why(r, timeout_s)}")
         routes = {f"{s}->{d}": [list(map(str, e)) for e in p] for (s, d), p in
                   sorted((cluster.routes or {}).items())}  # fmt: skip
     measured = work.measured(json.loads(work.result_json.read_text()))
