@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -207,8 +208,8 @@ def test_testbed_refuses_what_it_cannot_emulate_in_one_line(tmp_path):
     )
 
 
-@needs_root
-def test_ctrl_c_during_a_testbed_run_stops_it_and_leaves_nothing(tmp_path):
+def _slow_two_hosts(tmp_path) -> Path:
+    """A configuration of 2 hosts on 8 Mbit/s links: its runs take long."""
     cfg = tmp_path / "c.json"
     cfg.write_text(
         json.dumps(
@@ -218,6 +219,12 @@ def test_ctrl_c_during_a_testbed_run_stops_it_and_leaves_nothing(tmp_path):
             }
         )
     )
+    return cfg
+
+
+@needs_root
+def test_ctrl_c_during_a_testbed_run_stops_it_and_leaves_nothing(tmp_path):
+    cfg = _slow_two_hosts(tmp_path)
     before = set(namespaces())
     p = subprocess.Popen(
         [sys.executable, "-m", "simnet", "testbed", "--config", str(cfg), "--out",
@@ -249,15 +256,7 @@ def test_ctrl_c_during_a_testbed_run_stops_it_and_leaves_nothing(tmp_path):
 
 @needs_root
 def test_a_run_over_its_time_limit_is_stopped_and_leaves_nothing(tmp_path):
-    cfg = tmp_path / "c.json"
-    cfg.write_text(
-        json.dumps(
-            {
-                "distributed": {"num_nodes": 2, "bandwidth_limit_gb_per_s": 0.001},
-                "topology": {"type": "switch", "num_nodes": 2},
-            }
-        )
-    )
+    cfg = _slow_two_hosts(tmp_path)
     before = set(namespaces())
     r = subprocess.run(
         [sys.executable, "-m", "simnet", "testbed", "--config", str(cfg), "--out",
