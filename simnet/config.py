@@ -250,10 +250,21 @@ class TopologySection(_Strict):
     k: int | None = Field(None, ge=2, description="fat_tree: switch radix (even)")
     oversubscription: float = Field(1.0, ge=1.0)
     dims: list[Int] | None = Field(None, description="torus dimensions, e.g. [4, 4]")
-    ecmp: bool = False
+    ecmp: bool | None = Field(
+        None,
+        description="spread flows over equal-cost routes (hashed per pair); default: on "
+        "for fat_tree, off otherwise; never on hierarchical",
+    )
     placement: list[Int] | None = Field(
         None, description="endpoint of each rank (default: identity)"
     )
+
+    @property
+    def effective_ecmp(self) -> bool:
+        """``ecmp``, or the topology's default when unset."""
+        from topologies.routing import default_ecmp
+
+        return default_ecmp(self.type) if self.ecmp is None else self.ecmp
 
     @property
     def effective_group_size(self) -> int | None:

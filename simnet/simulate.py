@@ -256,7 +256,7 @@ def network_factory(
     """Makes the configured network on a simpy environment (one per phase); routes
     come from ``router`` (a new one on ``graph`` if None)."""
     if router is None:
-        router = topologies.Router(graph, ecmp=cfg.topology.ecmp)
+        router = topologies.Router(graph, ecmp=cfg.topology.effective_ecmp)
     inj = cfg.network.injection_bandwidth_gb_per_s
     alpha = us_to_s(cfg.network.alpha_us)
     overhead = us_to_s(cfg.network.send_overhead_us)
@@ -336,7 +336,12 @@ def simulate(
         raise ConfigError(f"topology.placement: {e}") from None
     if cfg.network.alpha_us == 0:
         assumed.append("no per-message overhead (network.alpha_us = 0)")
-    router = topologies.Router(graph, ecmp=cfg.topology.ecmp)
+    if cfg.topology.ecmp is None and cfg.topology.effective_ecmp:
+        assumed.append(
+            f"flows spread over equal-cost routes, hashed per pair (the {cfg.topology.type} "
+            "default; topology.ecmp = false for one route per pair)"
+        )
+    router = topologies.Router(graph, ecmp=cfg.topology.effective_ecmp)
     ex = SimExecutor(
         workload,
         network_factory(cfg, graph, record_series, router),
@@ -366,7 +371,7 @@ def simulate(
         phases.append(_phase_result(sim, n_end, cfg.workload.iterations, time.perf_counter() - t0))
     if progress is not None and big:
         progress(f"routes of every endpoint pair ({n_end:,} x {n_end:,})")
-    bw, lat = route_matrices(graph, cfg.topology.ecmp, router)
+    bw, lat = route_matrices(graph, cfg.topology.effective_ecmp, router)
     assumed.extend(ex.policy.fallbacks)
     inj = cfg.network.injection_bandwidth_gb_per_s
     if inj:  # every message also crosses its endpoints' injection ports
@@ -488,7 +493,7 @@ def _phase_result(sim: PhaseSim, n_end: int, iterations: int, wall_s: float) -> 
 
 
 def route_matrices(
-    graph: nx.DiGraph, ecmp: bool = False, router: topologies.Router | None = None
+    graph: nx.DiGraph, ecmp: bool | None = None, router: topologies.Router | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Achievable point-to-point bandwidth (bytes/s, the route's bottleneck) and
     route latency (s) between every pair of endpoints; the diagonal is inf / 0.

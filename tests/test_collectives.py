@@ -247,7 +247,9 @@ def expected_sent_bytes(op, alg, p, count, r, kw) -> float | None:
         rem = p - pof2
         core = lg(pof2) * n if alg == "recursive_doubling" else 2 * (pof2 - 1) / pof2 * n
         if r < 2 * rem:
-            return n if r % 2 else core + n  # odd ranks fold in; even ones send back
+            # MPICH: even ranks hand their vector to the next (odd) rank and sit out; the
+            # odd ones take part and send the result back
+            return core + n if r % 2 else n
         return core
     if op in ("allgather", "reduce_scatter"):
         total = p * n  # gathered / reduced vector

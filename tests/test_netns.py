@@ -204,7 +204,7 @@ def test_testbed_refuses_what_it_cannot_emulate_in_one_line(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip() == (
         "error: testbed: topology.ecmp spreads flows over routes per message, which static "
-        "routes cannot follow; set it to false"
+        "routes cannot follow; set it to false (a fat_tree has it on unless told)"
     )
 
 

@@ -327,7 +327,7 @@ def test_fat_tree_ecmp_spreads_and_is_deterministic():
     assert router.path(0, 15, np.int64(7)) == routes[7]
     assert router.path(0, 15, ("tag", 3)) in set(routes)
     # without ECMP the flow key is ignored
-    plain = Router(graph)
+    plain = Router(graph, ecmp=False)
     assert {plain.path(0, 15, key) for key in range(32)} == {plain.path(0, 15)}
 
 
@@ -557,3 +557,52 @@ def test_package_does_not_import_proxies_or_simnet():
                 imported.add(node.module.split(".")[0])
     assert "topologies" in imported  # the walk sees the package's own imports
     assert not imported & {"proxies", "simnet"}
+
+
+def test_torus_routes_go_dimension_by_dimension_the_short_way():
+    g = topologies.torus((4, 4), 1e9)
+    r = Router(g)
+    # (0,0) -> (1,1): dimension 0 first; (0,3) -> (1,0): then the short way round, +.
+    assert r.path(0, 5) == ((0, 4), (4, 5))
+    assert r.path(3, 4) == ((3, 7), (7, 4))
+    # half way round: the + way
+    assert r.path(0, 2) == ((0, 1), (1, 2)) and r.path(0, 8) == ((0, 4), (4, 8))
+    g3 = topologies.torus((2, 3, 4), 1e9)
+    r3 = Router(g3)
+    for src in range(24):
+        for dst in range(24):
+            dims_moved = []
+            for u, v in r3.path(src, dst):
+                cu, cv = g3.nodes[u]["coord"], g3.nodes[v]["coord"]
+                dims_moved.append(next(i for i in range(3) if cu[i] != cv[i]))
+            assert dims_moved == sorted(dims_moved)
+
+
+def test_a_rank_order_ring_on_a_torus_costs_its_closed_form():
+    from simnet.simulate import collective_time
+
+    bw, n = 10e9, 16 << 20
+    p = 16
+    t = collective_time(topologies.torus((4, 4), bw), "allreduce", "ring", n)
+    assert t == pytest.approx(2 * (p - 1) / p * n / bw, rel=1e-9)
+
+
+def test_fat_tree_spreads_over_its_cores_by_default():
+    from simnet.simulate import collective_time
+
+    bw, m = 10e9, 16 << 20
+    ft = topologies.fat_tree(4, bw, 1e-6)
+    assert Router(ft).ecmp and not Router(ft, ecmp=False).ecmp
+    # Direct alltoall, m bytes per peer: each host sends 15 m through its own link; one core
+    # switch for all inter-pod traffic would make it 48 m / B.
+    spread = collective_time(ft, "alltoall", "direct", m) / (m / bw)
+    assert 15 <= spread < 16.1
+
+
+def test_hierarchical_traffic_inside_a_group_never_leaves_it():
+    g = topologies.hierarchical(2, 4, 100e9, 25e9, 1e-6, 1e-6)  # equal latencies
+    for ecmp in (False, True):
+        r = Router(g, ecmp=ecmp)
+        assert not r.ecmp
+        for key in range(8):
+            assert r.path(0, 3, key) == ((0, "g0"), ("g0", 3))

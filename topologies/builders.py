@@ -354,7 +354,10 @@ def torus(
     The endpoint at coordinates ``(c0, c1[, c2])`` has index ``ravel_multi_index`` row-major
     over ``dims`` (the last coordinate varies fastest). Each endpoint is linked to its +-1
     neighbour in every dimension, with wraparound; a dimension of size 2 gives one link (not
-    two parallel ones). Route hop count = wraparound Manhattan distance.
+    two parallel ones). Route hop count = wraparound Manhattan distance. Routes are
+    dimension-ordered (:class:`topologies.routing.Router` without ECMP): first along
+    dimension 0, then 1, then 2, each the short way round, the + way when both are as short,
+    as torus networks route (e.g. Blue Gene, TPU interconnects). Nodes carry ``coord``.
 
     Args:
         dims: 2 or 3 sizes (any iterable of ints), each >= 2, e.g. ``(4, 4)`` or ``(2, 3, 4)``.
@@ -378,6 +381,10 @@ def torus(
     lat = _latency_param(topo, "latency_s", latency_s)
     n = math.prod(shape)
     graph = _new_graph(topo, n, {"dims": shape, "bandwidth_bytes_per_s": bw, "latency_s": lat})
+    # Coordinates on the nodes: the router's dimension-order routes read them (and they
+    # survive topologies.hosts.with_hosts, which copies node attributes).
+    for index in range(n):
+        graph.nodes[index]["coord"] = tuple(int(c) for c in divmod_all(index, shape))
     # stride[d]: index step for +1 along dimension d (row-major).
     strides = [math.prod(shape[d + 1 :]) for d in range(len(shape))]
     for index in range(n):
@@ -388,6 +395,15 @@ def torus(
             # with size 2 the + and - neighbours coincide and add_edge does not duplicate.
             _link(graph, index, neighbour, bw, lat)
     return graph
+
+
+def divmod_all(index: int, shape: Sequence[int]) -> tuple[int, ...]:
+    """Row-major coordinates of ``index`` in ``shape`` (the last varies fastest)."""
+    out = []
+    for size in reversed(shape):
+        index, c = divmod(index, size)
+        out.append(c)
+    return tuple(reversed(out))
 
 
 BUILDERS: dict[str, Callable[..., nx.DiGraph]] = {

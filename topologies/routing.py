@@ -238,6 +238,16 @@ class _Search:
         return self.preds
 
 
+ECMP_BY_DEFAULT = ("fat_tree",)
+
+
+def default_ecmp(topology_name: str | None) -> bool:
+    """Whether a topology's routes spread over equal-cost paths unless told otherwise: a
+    fat-tree's switches hash flows over their up-links (a single path would send all
+    inter-pod traffic through one core switch)."""
+    return topology_name in ECMP_BY_DEFAULT
+
+
 class Router:
     """Deterministic shortest-path routing between endpoints, cached.
 
@@ -260,13 +270,28 @@ class Router:
         graph: a topology following the data model (see :func:`validate`); every edge must
             have a valid ``bandwidth`` and ``latency`` (checked here). Connectivity is not
             checked here: ``path()`` raises for an unreachable pair.
-        ecmp: spread flows over equal-cost routes by ``flow_key``.
+        ecmp: spread flows over equal-cost routes by ``flow_key``; None: the topology's
+            default (:func:`default_ecmp`: on for fat-trees). Never on a hierarchical
+            graph, whose only tie would take a group's own traffic out of it. Without
+            ECMP a torus routes in dimension order (its nodes' ``coord``).
     """
 
-    def __init__(self, graph: nx.DiGraph, ecmp: bool = False) -> None:
+    def __init__(self, graph: nx.DiGraph, ecmp: bool | None = None) -> None:
         _check_digraph(graph, "Router")
         self.graph = graph
-        self.ecmp = bool(ecmp)
+        name = graph.graph.get("name")
+        if ecmp is None:  # the fabric's own default: fat-trees spread over their cores
+            ecmp = default_ecmp(name)
+        # A hierarchical graph has one route per pair that stays inside a group; the
+        # way through "top" ties with it only when the latencies are equal, and no fabric
+        # would send a group's own traffic out of it: no ECMP there.
+        self.ecmp = bool(ecmp) and name != "hierarchical"
+        # Tori route dimension by dimension, read from the nodes' coordinates.
+        self._coord: dict[Hashable, tuple[int, ...]] = {}
+        self._dims: tuple[int, ...] = ()
+        if name == "torus" and "dims" in graph.graph.get("params", {}):
+            self._dims = tuple(graph.graph["params"]["dims"])
+            self._coord = {n: d["coord"] for n, d in graph.nodes(data=True) if "coord" in d}
         self._edges: dict[Edge, Edge] = {}
         self._succ: dict[Hashable, list[tuple[Hashable, float]]] = {}
         for u in graph.nodes:
@@ -350,6 +375,8 @@ class Router:
         search = self._search(src)
         self._check_reachable(search, src, dst)
         if not self.ecmp:
+            if self._coord:
+                return self._dimension_order(search, src, dst)
             return self._unrank(search, src, dst, 0)
         digest = zlib.crc32(repr((int(src), int(dst), canonical_key)).encode())
         index = digest % search.counts[dst]
@@ -358,6 +385,31 @@ class Router:
         if route is None:
             route = self._ecmp_paths[memo] = self._unrank(search, src, dst, index)
         return route
+
+    def _dimension_order(self, search: _Search, src: Hashable, dst: Hashable) -> Path:
+        """The shortest route that moves along dimension 0 first, then 1, then 2; along a
+        dimension the + way when both ways are as short. Walking back from ``dst`` it
+        takes the tight predecessor across the highest dimension; nodes without
+        coordinates (a host's rank ports) keep the default order."""
+        preds, coord, dims = search.preds, self._coord, self._dims
+
+        def rank(u: Hashable, v: Hashable) -> tuple[int, int]:
+            cu, cv = coord.get(u), coord.get(v)
+            if cu is None or cv is None:
+                return (-1, 0)
+            d = next(i for i in range(len(dims)) if cu[i] != cv[i])
+            plus = (cu[d] + 1) % dims[d] == cv[d]
+            return (d, 1 if plus else 0)
+
+        edges = []
+        v = dst
+        while v != src:
+            ps = preds[v]
+            u = ps[0] if len(ps) == 1 else max(ps, key=lambda u, v=v: rank(u, v))
+            edges.append(self._edges[(u, v)])
+            v = u
+        edges.reverse()
+        return tuple(edges)
 
     def _unrank(self, search: _Search, src: Hashable, dst: Hashable, index: int) -> Path:
         """The ``index``-th shortest route (0 <= index < counts[dst]), walking back from dst;

@@ -90,10 +90,10 @@ def emulated(cfg: Config) -> Emulated:
     """The network the configuration describes, checked for what the testbed can do."""
     from simnet.simulate import build_topology
 
-    if cfg.topology.ecmp:
+    if cfg.topology.effective_ecmp and cfg.topology.type != "hierarchical":
         raise TestbedError(
             "testbed: topology.ecmp spreads flows over routes per message, which static "
-            "routes cannot follow; set it to false"
+            "routes cannot follow; set it to false (a fat_tree has it on unless told)"
         )
     k = cfg.hosts.ranks_per_host or 1
     if k > MAX_RANKS_PER_HOST:

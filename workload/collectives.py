@@ -380,12 +380,15 @@ def _doubling_allgather(
 
 
 def _fold(p: int) -> tuple[int, int, Callable[[int], int]]:
-    """MPICH non-power-of-two folding: (pof2, rem, new rank -> group index)."""
+    """MPICH non-power-of-two folding: (pof2, rem, new rank -> group index). Of the first
+    2 rem ranks the even ones hand their data to the next (odd) rank and sit out; the odd
+    ones and the ranks from 2 rem on go on as new ranks 0 .. pof2-1 (the testbed's byte
+    counts per host pair show MPICH's odd survivors)."""
     pof2 = 1 << (p.bit_length() - 1)
     rem = p - pof2
 
     def real(nr: int) -> int:
-        return 2 * nr if nr < rem else nr + rem
+        return 2 * nr + 1 if nr < rem else nr + rem
 
     return pof2, rem, real
 
@@ -399,7 +402,7 @@ def _allreduce_recursive_doubling(p: int, count: int, **_: object) -> Built:
     step = 0
     if rem:
         for r in range(rem):
-            b.add(0, 2 * r + 1, 2 * r, 0, 1, True)
+            b.add(0, 2 * r, 2 * r + 1, 0, 1, True)
         step = 1
     mask = 1
     while mask < pof2:
@@ -408,7 +411,7 @@ def _allreduce_recursive_doubling(p: int, count: int, **_: object) -> Built:
         mask <<= 1
         step += 1
     for r in range(rem):
-        b.add(step, 2 * r, 2 * r + 1, 0, 1, False)
+        b.add(step, 2 * r + 1, 2 * r, 0, 1, False)
     return b
 
 
@@ -418,7 +421,7 @@ def _allreduce_rabenseifner(p: int, count: int, **_: object) -> Built:
     step = 0
     if rem:
         for r in range(rem):
-            b.add(0, 2 * r + 1, 2 * r, 0, pof2, True)
+            b.add(0, 2 * r, 2 * r + 1, 0, pof2, True)
         step = 1
     # MPICH's order: the reduce-scatter starts with partners at distance 1 (exchanging
     # half the vector), the allgather ends with them, so the largest messages go to
@@ -427,7 +430,7 @@ def _allreduce_rabenseifner(p: int, count: int, **_: object) -> Built:
     step, lo = _halving(b, step, pof2, real, 1, up)
     step = _doubling_allgather(b, step, pof2, real, 1, lo, up[::-1])
     for r in range(rem):
-        b.add(step, 2 * r, 2 * r + 1, 0, pof2, False)
+        b.add(step, 2 * r + 1, 2 * r, 0, pof2, False)
     return b
 
 
