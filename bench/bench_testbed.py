@@ -3,12 +3,12 @@
     python bench/bench_testbed.py [--out DIR] [--iters 5] [--only NAME,...]
 
 Runs ``python -m simnet testbed`` (root and iproute2 needed) for network-bound setups
-(links of 50-400 Mbit/s, 2-8 hosts, 1-2 ranks per host; switch, ring and hierarchical
-topologies; ring and Rabenseifner allreduce, alltoall, a pipeline-parallel proxy and
+(links of 50-400 Mbit/s, 2-8 hosts, 1-2 ranks per host; switch, ring, torus and
+hierarchical topologies; ring and Rabenseifner allreduce, alltoall, a pipeline-parallel proxy and
 DLRM) and prints, per case, the measured and predicted time per iteration and the error,
 per setup the worst host pair's byte error (TCP payload counted on the links against the
 predicted traffic), then the geometric mean and the worst |error| over all cases. Writes
-``summary.json`` in DIR. About 7 minutes here. The processor effects of this machine come
+``summary.json`` in DIR. About 8 minutes here. The processor effects of this machine come
 from its host calibration (``python -m simnet calibrate-host``, measured if missing).
 """
 
@@ -60,6 +60,14 @@ SETUPS: tuple[tuple[str, dict[str, Any], list[str]], ...] = (
         "allreduce_mpi_ring_8h_50M",
         _net({"type": "ring"}, 8, 50),
         ["--microbench", "allreduce", "--sizes", "1M,1M,2"],
+    ),
+    (
+        "allreduce_alltoall_torus_2x3_100M",
+        {
+            "distributed": {"num_nodes": 6, "bandwidth_limit_gb_per_s": 0.0125},
+            "topology": {"type": "torus", "dims": [2, 3]},
+        },
+        ["--microbench", "allreduce,alltoall", "--sizes", "1M,1M,2"],
     ),
     (
         "gpt2_pipeline_hier_4h",
