@@ -83,3 +83,10 @@ def test_the_payload_is_the_frames_less_their_headers():
     assert b["payload_bytes"] == 200 - 66 and doc["max_pair_error_pct"] == pytest.approx(0.0)
     assert doc["control_network_bytes"] == 1234
     assert doc["total_payload_bytes"] == 144800 + 134
+
+
+def test_a_fitted_payload_share_above_a_full_frame_is_noise_and_capped():
+    g = topologies.switch(2, 100e6 / 8)
+    c = Cluster(g)
+    cal = calibrate_links(lambda peer: _doc(10e-6, 0.0, 2, 12.5e6, 12.6e6), c)
+    assert cal.efficiency_by_rate == pytest.approx({100e6 / 8: 1448 / 1514})

@@ -69,6 +69,10 @@ CALIBRATION_SIZES = ("8", "2M", "4")
 # The mean, as the cases are compared by their mean iteration (the best of each size made
 # every prediction 2-5% fast).
 CALIBRATION_STAT = "avg"
+CALIBRATION_ITERS = 10  # timed iterations per size
+# TCP payload of a full Ethernet frame (1448 of 1514 bytes, timestamps on): the most of a
+# link's rate a transfer can have.
+MAX_PAYLOAD_SHARE = 1448 / ETHERNET_MTU_FRAME_BYTES
 SMALL_BYTES = 512  # up to here a pingpong's time is the per-message cost
 LARGE_BYTES = 1 << 16  # from here an exchange's time grows with the rate
 DEFAULT_MICROBENCH_SIZES = ("64K", "4M", "4")
@@ -300,7 +304,8 @@ def calibrate_links(run_pair: Callable[[int], dict[str, Any]], cluster: Cluster)
     by_rate: dict[float, list[float]] = {}
     for f in fits:
         by_rate.setdefault(f["nominal_rate_bytes_per_s"], []).append(f["efficiency"])
-    efficiency = {r: float(np.mean(e)) for r, e in by_rate.items()}
+    # No link carries more TCP payload than a full frame holds: a fit above that is noise.
+    efficiency = {r: min(float(np.mean(e)), MAX_PAYLOAD_SHARE) for r, e in by_rate.items()}
     first = fits[0]
     twin = [
         (f, a)
@@ -614,7 +619,8 @@ def run(
             first, last, factor = CALIBRATION_SIZES
             path = Path(tmp) / f"pair{peer}.json"
             prog = [py, "-m", "proxies.microbench", "--ops", "pingpong,exchange", "-b", first, "-e",
-                    last, "-f", factor, "-n", "5", "-w", "1", "--json", str(path)]  # fmt: skip
+                    last, "-f", factor, "-n", str(CALIBRATION_ITERS), "-w", "1", "--json",
+                    str(path)]  # fmt: skip
             say(
                 f"calibrating: pingpong and exchange, host 0 <-> host {peer} "
                 f"({cluster.hops(0, peer)} hops)"
