@@ -294,7 +294,9 @@ class Cluster:
         for h in range(self.hosts):
             ip[c].append(f"link add h{h} type veth peer name c0 netns {self.ns(h)}")
         self._batch("ip", c, ip[c])
-        ip[c] = [f"link set h{h} master br0\nlink set h{h} up" for h in range(self.hosts)]
+        ip[c] = [
+            f"link set h{h} {what}" for h in range(self.hosts) for what in ("master br0", "up")
+        ]
         for h in range(self.hosts):
             ip[self.ns(h)] += [f"addr add {self.control_address(h)}/16 dev c0", "link set c0 up"]
         for n in self.nodes:

@@ -468,13 +468,15 @@ def traffic_document(
 
 
 @dataclass
-class Workload:
+class TestbedWorkload:
     """What runs on the testbed: the argv after ``python``, how to read its measured
     cases, and how to predict them."""
 
+    __test__ = False  # not a test class, whatever pytest makes of its name
+
     argv: list[str]
     result_json: Path
-    measured: Callable[[dict[str, Any]], list[tuple[str, float]]]
+    measured: Callable[[Path], list[tuple[str, float]]]  # (case, seconds) from result_json
     model: Any  # a workload.program.Workload, or None for the configured one
     names: list[str]
     divisors: list[int]  # a case's figure is its iteration over this (pingpong: 2)
@@ -483,7 +485,7 @@ class Workload:
     trace: Path | None = None  # every timed operation of every rank (a Chrome trace)
 
 
-def trainer_workload(cfg: Config, out: Path) -> Workload:
+def trainer_workload(cfg: Config, out: Path) -> TestbedWorkload:
     """The ring trainer as the configuration trains it (``training`` epochs and steps,
     after its warm-up step), without its own pacing: the testbed's links are the limit."""
     from dataclasses import replace
@@ -498,14 +500,14 @@ def trainer_workload(cfg: Config, out: Path) -> Workload:
     path = out / "measured.json"
     steps = cfg.training.num_epochs * cfg.training.steps_per_epoch
 
-    def measured(doc: dict[str, Any]) -> list[tuple[str, float]]:
-        return [("step", TrainerRun.load(path).total_time_s / steps)]
+    def measured(result: Path) -> list[tuple[str, float]]:
+        return [("step", TrainerRun.load(result).total_time_s / steps)]
 
     argv = ["-m", str(MODELS[cfg.workload.name].trainer_module), *settings.options()]
-    return Workload(argv, path, measured, None, [], [], steps + settings.warmup, 1)
+    return TestbedWorkload(argv, path, measured, None, [], [], steps + settings.warmup, 1)
 
 
-def proxy_workload(cfg: Config, iters: int, warmup: int, out: Path) -> Workload:
+def proxy_workload(cfg: Config, iters: int, warmup: int, out: Path) -> TestbedWorkload:
     """The configured proxy (or the ring trainer) with ``iters`` timed iterations."""
     from workload.models import MODELS
     from workload.spec import RunSpec
@@ -527,15 +529,15 @@ def proxy_workload(cfg: Config, iters: int, warmup: int, out: Path) -> Workload:
     )
     path = out / "measured.json"
 
-    def measured(doc: dict[str, Any]) -> list[tuple[str, float]]:
-        run = ProxyRun.load(path)
+    def measured(result: Path) -> list[tuple[str, float]]:
+        run = ProxyRun.load(result)
         return [(str(ph["phase"]), ProxyRun.slowest_s(ph)) for ph in run.phases]
 
     # One trace file per rank, written where the rank runs: a trace gathered to rank 0
     # would cross the links and count as the program's traffic.
     trace = out / "measured_trace.{rank}.json"
     argv = [*spec.proxy_argv(), "--json", str(path), "--trace", str(trace)]
-    return Workload(argv, path, measured, None, [], [], iters + warmup, iters, trace)
+    return TestbedWorkload(argv, path, measured, None, [], [], iters + warmup, iters, trace)
 
 
 def microbench_workload(
@@ -546,7 +548,7 @@ def microbench_workload(
     iters: int,
     warmup: int,
     out: Path,
-) -> Workload:
+) -> TestbedWorkload:
     from proxies import microbench as mb
 
     try:
@@ -564,8 +566,8 @@ def microbench_workload(
             "-b", str(first), "-e", str(last), "-f", str(factor), "-n", str(iters),
             "-w", str(warmup), "--json", str(path)]  # fmt: skip
 
-    def measured(doc: dict[str, Any]) -> list[tuple[str, float]]:
-        rows = doc["results"]
+    def measured(result: Path) -> list[tuple[str, float]]:
+        rows = json.loads(result.read_text())["results"]
         if len(rows) != len(cases):
             raise TestbedError(f"the micro-benchmark ran {len(rows)} of {len(cases)} cases")
         return [(c.phase, float(r["time_s"]["avg"])) for c, r in zip(cases, rows, strict=True)]
@@ -575,7 +577,7 @@ def microbench_workload(
     # As the micro-benchmark reports them: pingpong half a round trip, stream and
     # exchange a message of the window.
     divisors = [2 if c.spec.name == "pingpong" else c.window for c in cases]
-    return Workload(argv, path, measured, wl, names, divisors, iters + warmup, iters)
+    return TestbedWorkload(argv, path, measured, wl, names, divisors, iters + warmup, iters)
 
 
 def _why(r: Any, timeout_s: float) -> str:
@@ -589,7 +591,7 @@ def _why(r: Any, timeout_s: float) -> str:
 def run(
     cfg: Config,
     out: Path,
-    work: Workload,
+    work: TestbedWorkload,
     timeout_s: float,
     say: Callable[[str], None] = print,
     gso_max_segs: int | None = None,
@@ -649,7 +651,7 @@ def run(
             raise TestbedError(f"the workload failed: {_why(r, timeout_s)}")
         routes = {f"{s}->{d}": [list(map(str, e)) for e in p] for (s, d), p in
                   sorted((cluster.routes or {}).items())}  # fmt: skip
-    measured = work.measured(json.loads(work.result_json.read_text()))
+    measured = work.measured(work.result_json)
     say("predicting the same on the model of the testbed")
     res = predict(cfg, em, links, work.timed, machine.params, work.model)
     cases = []
