@@ -20,6 +20,7 @@ for m in ($extras \"networkx\", \"pydantic\", \"psutil\", \"matplotlib\", \"seab
     assert u.find_spec(m), m
 here = os.path.realpath(os.path.dirname(os.path.dirname(proxies.__file__)))
 assert here == os.path.realpath(os.environ[\"COMMSIM_CHECKOUT\"]), here  # from this one
+assert \"stale\" not in c.summary(), c.summary()  # sources touched since the build
 print(\"commsim up to date; simulator core:\", c.summary())"
 # Checked from / so that the installed package is imported, not this folder's.
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] \

@@ -313,7 +313,17 @@ class NetworkSection(_Strict):
         le=MAX_GB_PER_S,
         description="per-endpoint injection limit, GB/s; formerly injection_bandwidth",
     )
-    eager_threshold_bytes: int = Field(65536, ge=0)
+    eager_threshold_bytes: int = Field(
+        65536,
+        ge=0,
+        description="largest message sent eagerly (bytes); larger ones use rendezvous",
+    )
+    rendezvous_handshake: bool = Field(
+        True,
+        description="a rendezvous message's data waits for its request-to-send to reach "
+        "the receiver (a zero-byte message: alpha_us + the route's latency) after the send "
+        "is posted; false: the data leaves as soon as both sides have posted",
+    )
     link_params_file: str | None = Field(
         None, description="calibrated parameters (JSON) overriding alpha and bandwidths"
     )

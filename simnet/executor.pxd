@@ -29,7 +29,8 @@ cdef class _Coll(_Waiter):
     cdef public list steps
 
     @cython.locals(steps=list, i=Py_ssize_t, nsteps=Py_ssize_t, pending=cython.longlong,
-                   pending_sends=dict, pending_recvs=dict, pl=list, recvs=tuple, sends=tuple)
+                   pending_sends=dict, pending_recvs=dict, pl=list, recvs=tuple, sends=tuple,
+                   t_now=cython.double)
     cpdef bint advance(self)
 
 

@@ -338,7 +338,14 @@ class PhaseSim:
         self._sends: dict[object, deque] = {}
         self._recvs: dict[object, deque] = {}
         # What _Coll.advance needs, in one tuple.
-        self._hot = (self._sends, self._recvs, net.start_transfer, ex.placement, ex.eager)
+        self._hot = (
+            self._sends,
+            self._recvs,
+            net.start_transfer,
+            ex.placement,
+            ex.eager,
+            net.start_rendezvous,
+        )
         self._world = ex._world  # the plans' channel pairs use the same multiplier
         self._world2 = self._world * self._world
         # Collective instance k of group id g is number g + k * ngroups; a group's id
@@ -407,7 +414,7 @@ class PhaseSim:
     # A channel holds its pending sends (or receives) in self._sends (self._recvs):
     # the one item itself, or a _Fifo of several. A pending send is the list
     # [None, receive waiter] of eager data already started, or the tuple
-    # (send waiter, src, dst, size_bytes, None) of a rendezvous send; a pending
+    # (send waiter, src, dst, size_bytes, posted at s) of a rendezvous send; a pending
     # receive is its waiter. A waiter is ticked once per completed operation.
 
     def _post_send(
@@ -426,8 +433,12 @@ class PhaseSim:
         eager = size_bytes <= self.ex.eager
         rw = _pop(self._recvs, key)
         if rw is not None:
-            tag = (None, rw) if eager else (waiter, rw)
-            self.net.start_transfer(pl[src], pl[dst], size_bytes, _delivered, tag)
+            if eager:
+                self.net.start_transfer(pl[src], pl[dst], size_bytes, _delivered, (None, rw))
+            else:
+                self.net.start_rendezvous(
+                    pl[src], pl[dst], size_bytes, _delivered, (waiter, rw), self.env.now
+                )
             return eager
         if eager:
             # The data leaves now and the send completes at once.
@@ -435,7 +446,7 @@ class PhaseSim:
             self.net.start_transfer(pl[src], pl[dst], size_bytes, _delivered, msg)
             _push(self._sends, key, msg)
             return True
-        _push(self._sends, key, (waiter, src, dst, size_bytes, None))
+        _push(self._sends, key, (waiter, src, dst, size_bytes, self.env.now))
         return False
 
     def _post_recv(self, key: object, waiter: _Waiter) -> bool:
@@ -449,9 +460,9 @@ class PhaseSim:
                 return True
             item[1] = waiter
             return False
-        sw, src, dst, size_bytes, _ = item
+        sw, src, dst, size_bytes, posted_s = item
         pl = self.ex.placement
-        self.net.start_transfer(pl[src], pl[dst], size_bytes, _delivered, (sw, waiter))
+        self.net.start_rendezvous(pl[src], pl[dst], size_bytes, _delivered, (sw, waiter), posted_s)
         return False
 
     # -- collectives -----------------------------------------------------------------
@@ -703,7 +714,8 @@ class _Coll(_Waiter):
         nsteps = len(steps)
         if i == nsteps:
             return True
-        pending_sends, pending_recvs, start, pl, eager = self.sim._hot
+        pending_sends, pending_recvs, start, pl, eager, rendezvous = self.sim._hot
+        t_now = self.sim.env.now
         base = self.base
         rank = self.rank
         here = pl[rank]
@@ -730,8 +742,8 @@ class _Coll(_Waiter):
                         item[1] = self
                         pending += 1
                     continue
-                sw, src, dst, size_bytes, _ = item
-                start(pl[src], pl[dst], size_bytes, _delivered, (sw, self))
+                sw, src, dst, size_bytes, posted_s = item
+                rendezvous(pl[src], pl[dst], size_bytes, _delivered, (sw, self), posted_s)
                 pending += 1
             for pair, dst, size_bytes in sends:
                 key = base + pair
@@ -744,14 +756,14 @@ class _Coll(_Waiter):
                     if size_bytes <= eager:
                         start(here, pl[dst], size_bytes, _delivered, (None, rw))
                     else:
-                        start(here, pl[dst], size_bytes, _delivered, (self, rw))
+                        rendezvous(here, pl[dst], size_bytes, _delivered, (self, rw), t_now)
                         pending += 1
                 elif size_bytes <= eager:
                     msg = [None, None]
                     start(here, pl[dst], size_bytes, _delivered, msg)
                     _push(pending_sends, key, msg)
                 else:
-                    item = (self, rank, dst, size_bytes, None)
+                    item = (self, rank, dst, size_bytes, t_now)
                     if key in pending_sends:
                         _push(pending_sends, key, item)
                     else:

@@ -70,6 +70,7 @@ cdef class FlowNetwork:
     cdef public object route
     cdef public double alpha_s
     cdef public double send_overhead_s
+    cdef public bint rendezvous_handshake
     cdef public dict _send_free
     cdef public object injection_bandwidth_bytes_per_s
     cdef public bint record_link_series

@@ -279,6 +279,11 @@ class FlowNetwork:
     record_link_series:
         Keep per link a piecewise-constant series of
         ``(time_s, total_rate_bytes_per_s)`` change points (see ``link_series``).
+    send_overhead_s:
+        LogGP's o (s): paid by each message at its sender, one after another.
+    rendezvous_handshake:
+        ``start_rendezvous`` makes its data wait for a request-to-send: a zero-byte
+        message's time (``alpha_s`` + route latency) after the send was posted.
 
     Statistics (bytes are exact integers, times in s, rates in bytes/s). Links
     appear once some route has used them, in order of first use.
@@ -309,6 +314,7 @@ class FlowNetwork:
         injection_bandwidth_bytes_per_s: float | None = None,
         record_link_series: bool = False,
         send_overhead_s: float = 0.0,
+        rendezvous_handshake: bool = False,
     ) -> None:
         if not graph.is_directed():
             raise TypeError(
@@ -337,6 +343,7 @@ class FlowNetwork:
         self.graph = graph
         self.route = route
         self.alpha_s = alpha_s
+        self.rendezvous_handshake = bool(rendezvous_handshake)
         self.send_overhead_s = send_overhead_s
         # Per source endpoint: when its last message's send overhead ends (seconds).
         self._send_free: dict[int, float] = {}
@@ -486,6 +493,41 @@ class FlowNetwork:
             bucket = self._new_bucket(t)
         bucket.append(flow)
         flow.timer = bucket
+
+    def start_rendezvous(
+        self,
+        src: int,
+        dst: int,
+        size_bytes: int,
+        on_delivery: Callable[[object], None],
+        tag: object,
+        send_posted_s: float,
+    ) -> None:
+        """``start_transfer`` of a rendezvous message whose receive is posted now and
+        whose send was posted at ``send_posted_s`` (s, <= now).
+
+        With ``rendezvous_handshake``, the sender's request-to-send crosses the route
+        first, as a zero-byte message (``alpha_s`` + route latency, s); the receiver
+        then pulls the data (the get protocol of MPICH's and UCX's rendezvous), so the
+        data's transfer starts at ``max(now, send_posted_s + alpha_s + latency)``: one
+        extra message latency when both sides post together, none when the receive
+        comes later than the request. Without it, the data starts now.
+        """
+        if self.rendezvous_handshake and src != dst:
+            to = self._static_paths.get(src) if self._static_paths is not None else None
+            path = to.get(dst) if to is not None else None
+            if path is None:
+                path = self._path(src, dst)
+            delay = send_posted_s + self.alpha_s + path.latency_s - self.env.now
+            if delay > 0.0:
+                self.call_later(
+                    delay, self._start_handshaken, (src, dst, size_bytes, on_delivery, tag)
+                )
+                return
+        self.start_transfer(src, dst, size_bytes, on_delivery, tag)
+
+    def _start_handshaken(self, args: tuple) -> None:
+        self.start_transfer(*args)
 
     def call_later(
         self, delay_s: float, callback: Callable[[object], None], arg: object = None

@@ -270,6 +270,7 @@ def network_factory(
             send_overhead_s=overhead,
             injection_bandwidth_bytes_per_s=gb_per_s_to_bytes_per_s(inj) if inj else None,
             record_link_series=record_series,
+            rendezvous_handshake=cfg.network.rendezvous_handshake,
         )
 
     return make
@@ -617,18 +618,27 @@ def program_time(
     step_latency_s: float = 0.0,
     send_overhead_s: float = 0.0,
     eager_threshold_bytes: int = 0,
+    rendezvous_handshake: bool = False,
     policy: AlgorithmPolicy | None = None,
     library_algorithm: bool = False,
 ) -> float:
     """Simulated seconds of one iteration of ``program(rank)`` (rank programs of
-    ``workload.ops``) on every endpoint of ``topology``, one group ``"world"``."""
+    ``workload.ops``) on every endpoint of ``topology``, one group ``"world"``.
+
+    Messages above ``eager_threshold_bytes`` (bytes; default 0: all but zero-byte ones)
+    use rendezvous, with its request-to-send if ``rendezvous_handshake``."""
     p = topology.graph["num_endpoints"]
     wl = Workload("program", p, {}, {"world": [tuple(range(p))]}, [Phase(name, program)])
     router = topologies.Router(topology)
     ex = SimExecutor(
         wl,
         lambda env: FlowNetwork(
-            env, topology, router.path, alpha_s=alpha_s, send_overhead_s=send_overhead_s
+            env,
+            topology,
+            router.path,
+            alpha_s=alpha_s,
+            send_overhead_s=send_overhead_s,
+            rendezvous_handshake=rendezvous_handshake,
         ),
         list(range(p)),
         policy=policy or AlgorithmPolicy(),

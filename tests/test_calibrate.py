@@ -204,11 +204,14 @@ def test_link_params_change_the_prediction(tmp_path):
     calibrated = simnet.simulate(cfg_path)
     lp = json.loads((tmp_path / "link_params.json").read_text())
     a, bw = lp["alpha_us"] * 1e-6, lp["bandwidth_limit_gb_per_s"] * 1e9
-    assert calibrated.iteration_time_s == pytest.approx(2 * (a + msg / bw), rel=1e-9)
+    # Each message is above the eager threshold: its request-to-send (a, as the calibrated
+    # route has no latency of its own) goes first.
+    assert calibrated.iteration_time_s == pytest.approx(2 * (a + a + msg / bw), rel=1e-9)
     assert any("calibrated: network.alpha_us" in s for s in calibrated.assumed)
     default = simnet.simulate(pipeline_config())
-    # 10 GB/s, 5 us per link and two links per route, no alpha.
-    assert default.iteration_time_s == pytest.approx(2 * (10e-6 + msg / 10e9), rel=1e-9)
+    # 10 GB/s, 5 us per link and two links per route, no alpha; the request-to-send
+    # crosses the route first.
+    assert default.iteration_time_s == pytest.approx(2 * (10e-6 + 10e-6 + msg / 10e9), rel=1e-9)
     assert calibrated.iteration_time_s != pytest.approx(default.iteration_time_s, rel=0.01)
 
 

@@ -209,7 +209,8 @@ def test_semantics_and_structure(case, count):
     for step in s.steps:
         for t in step:
             assert 0 <= t.src < p and 0 <= t.dst < p and t.src != t.dst
-            assert t.count_elems > 0 or op == "barrier"
+            # Empty chunks of a non-empty collective still go (zero-byte messages).
+            assert t.count_elems > 0 or op == "barrier" or count > 0
             assert t.size_bytes == ELEM_BYTES * t.count_elems
     if p == 1:
         assert s.steps == ()
@@ -290,8 +291,26 @@ def test_ragged_split_follows_array_split():
     assert s.chunk_elems == (3, 3, 2, 2)
     s = build_schedule("allreduce", "ring", 4, 2)
     assert s.chunk_elems == (1, 1, 0, 0)
-    assert all(t.count_elems == 1 for st in s.steps for t in st)
+    # MPICH posts the empty blocks' sends too: every step has all 4 messages.
+    assert [sorted(t.count_elems for t in st) for st in s.steps] == [[0, 0, 1, 1]] * 6
+    assert s.total_bytes == 2 * 3 * 2 * ELEM_BYTES
     assert build_schedule("allreduce", "ring", 4, 0).steps == ()
+
+
+@pytest.mark.parametrize(
+    ("alg", "kw", "steps"),
+    [("ring", {}, 2 * 15), ("hierarchical", {"local_size": 8}, 2 * 7 + 2 * 1)],
+)
+def test_fewer_elements_than_ranks_still_take_every_step(alg, kw, steps):
+    # 2 elements over 16 ranks: most blocks are empty, yet every rank sends and receives
+    # in every step (zero-byte messages), so the collective pays every step's latency.
+    s = build_schedule("allreduce", alg, 16, 2, **kw)
+    assert s.num_steps == steps
+    for r in range(16):
+        plan = s.rank_plan(r)
+        assert len(plan) == steps
+        assert all(len(srcs) == 1 and len(sends) == 1 for srcs, sends in plan)
+    assert sum(1 for st in s.steps for t in st if t.count_elems == 0) > 0
 
 
 def test_ring_allreduce_total_volume_exact_when_ragged():

@@ -520,3 +520,100 @@ def test_the_size_check_of_a_very_large_group_is_quick_and_refuses():
            "workload": {"name": "dlrm"}}  # fmt: skip
     with pytest.raises(ConfigError, match="endpoints fit"):
         simnet.simulate(doc, available_bytes=16 * 2**30)
+
+
+# ---------------------------------------------------------------- protocol costs
+
+
+def _p2p_time(count: int, *, handshake: bool, recv_after_us: float = 0.0) -> float:
+    """One message of ``count`` elements from endpoint 0 to 1 on a two-endpoint switch
+    (two hops of LAT), the receive posted after ``recv_after_us`` of compute (s)."""
+    from simnet.simulate import program_time
+    from workload.program import ProgramBuilder
+
+    def program(rank: int) -> list:
+        b = ProgramBuilder()
+        if rank == 0:
+            b.send(1, count, tag=1, group="world")
+        else:
+            if recv_after_us:
+                b.compute(recv_after_us)
+            b.recv(0, count, tag=1, group="world")
+        return b.ops
+
+    g = topologies.switch(2, bandwidth_bytes_per_s=BW, latency_s=LAT)
+    return program_time(
+        g,
+        program,
+        alpha_s=ALPHA,
+        eager_threshold_bytes=65536,
+        rendezvous_handshake=handshake,
+    )
+
+
+def test_rendezvous_handshake_costs_one_zero_byte_message():
+    n = 4 * 2**20  # bytes, above the 64 KiB eager threshold
+    plain = ALPHA + 2 * LAT + n / BW
+    assert _p2p_time(n // 4, handshake=False) == pytest.approx(plain, rel=1e-12)
+    assert _p2p_time(n // 4, handshake=True) == pytest.approx(ALPHA + 2 * LAT + plain, rel=1e-12)
+    # An eager message sends no request first.
+    small = 4096
+    assert _p2p_time(small // 4, handshake=True) == pytest.approx(
+        ALPHA + 2 * LAT + small / BW, rel=1e-12
+    )
+
+
+def test_rendezvous_request_waits_at_a_late_receiver():
+    # The request is in long before the receive is posted (at 100 us): the data leaves
+    # then, at no extra cost.
+    n = 4 * 2**20
+    got = _p2p_time(n // 4, handshake=True, recv_after_us=100.0)
+    assert got == pytest.approx(100e-6 + ALPHA + 2 * LAT + n / BW, rel=1e-12)
+
+
+def test_config_turns_the_handshake_on_by_default():
+    import simpy
+
+    from simnet.simulate import network_factory
+
+    def handshake(network: dict) -> bool:
+        cfg = load_config({"distributed": {"num_nodes": 2}, "network": network})
+        assert cfg.network.rendezvous_handshake is network.get("rendezvous_handshake", True)
+        net = network_factory(cfg, topologies.ring(2, BW))(simpy.Environment())
+        return net.rendezvous_handshake
+
+    assert handshake({}) is True
+    assert handshake({"rendezvous_handshake": False}) is False
+
+
+def test_small_ring_allreduce_sends_every_step_on_hierarchical():
+    # 2 elements over 16 ranks: 14 of 16 blocks are empty. Every rank still sends a
+    # (zero-byte) message in each of the 30 steps, as MPICH's ring does, and with eager
+    # messages 8 bytes cost what 64 bytes (one element per block) cost.
+    from simnet.executor import SimExecutor
+    from simnet.network import FlowNetwork
+    from workload.program import BuildOptions, Phase, ProgramBuilder, Workload
+
+    g = topologies.hierarchical(2, 8, 100e9, 10e9, 1e-6, 10e-6)
+    router = topologies.Router(g)
+
+    def run(count: int) -> tuple[float, int]:
+        def program(rank: int) -> list:
+            b = ProgramBuilder(BuildOptions(algorithm="ring"))
+            b.collective("allreduce", "world", count)
+            return b.ops
+
+        wl = Workload("t", 16, {}, {"world": [tuple(range(16))]}, [Phase("x", program)])
+        ex = SimExecutor(
+            wl,
+            lambda env: FlowNetwork(env, g, router.path),
+            list(range(16)),
+            eager_threshold_bytes=1 << 20,
+        )
+        sim = ex.run_phase()
+        return sim.makespan_s, sim.net.transfers_started
+
+    t2, m2 = run(2)
+    t16, m16 = run(16)
+    assert m2 == m16 == 16 * 30
+    assert t2 == pytest.approx(t16, rel=1e-3)

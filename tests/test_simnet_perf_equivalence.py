@@ -136,6 +136,27 @@ class Reference:
         pl = self.ex.placement
         return self.net.transfer(pl[src], pl[dst], size)
 
+    def rendezvous(self, src: int, dst: int, size: int, posted_s: float) -> simpy.Event:
+        """A rendezvous message's data, leaving once its request-to-send (a zero-byte
+        message: alpha plus the route's latency, sent when the send was posted) is in."""
+        net, pl = self.net, self.ex.placement
+        a, b = pl[src], pl[dst]
+        if not net.rendezvous_handshake or a == b:
+            return self.transfer(src, dst, size)
+        route_latency = sum(net.graph.edges[e]["latency"] for e in net.route(a, b))
+        wait = posted_s + net.alpha_s + route_latency - self.env.now
+        if wait <= 0:
+            return self.transfer(src, dst, size)
+        data = self.env.event()
+
+        def later():
+            yield self.env.timeout(wait)
+            record = yield self.transfer(src, dst, size)
+            data.succeed(record)
+
+        self.env.process(later())
+        return data
+
     def chain(self, source: simpy.Event, target: simpy.Event) -> None:
         if source.callbacks is None:
             target.succeed()
@@ -146,14 +167,17 @@ class Reference:
         sends, recvs = self.channels[key]
         eager = size <= self.ex.eager
         if recvs:
-            data = self.transfer(src, dst, size)
+            if eager:
+                self.chain(self.transfer(src, dst, size), recvs.popleft())
+                return None
+            data = self.rendezvous(src, dst, size, self.env.now)
             self.chain(data, recvs.popleft())
-            return None if eager else data
+            return data
         if eager:
             sends.append(self.transfer(src, dst, size))
             return None
         ready = self.env.event()
-        sends.append((src, dst, size, ready))
+        sends.append((src, dst, size, ready, self.env.now))
         return ready
 
     def recv(self, key: tuple) -> simpy.Event:
@@ -162,8 +186,8 @@ class Reference:
             item = sends.popleft()
             if isinstance(item, simpy.Event):
                 return item
-            src, dst, size, ready = item
-            data = self.transfer(src, dst, size)
+            src, dst, size, ready, posted_s = item
+            data = self.rendezvous(src, dst, size, posted_s)
             self.chain(data, ready)
             return data
         done = self.env.event()

@@ -36,8 +36,12 @@ part directly, in ``O(steps)``, identical to what the built steps give.
     ============== ==========================================================
 
 Splitting ``c`` elements into ``k`` chunks gives the first ``c % k`` chunks
-one extra element (``numpy.array_split``). Zero-element transfers are
-omitted, except the barrier's.
+one extra element (``numpy.array_split``). A collective of zero elements
+sends nothing (MPI returns at once); otherwise every step of the algorithm is
+sent even where its chunk is empty, as MPICH's ring and recursive algorithms
+post their zero-count sends and receives: a ring allreduce of fewer elements
+than ranks still pays the latency of its 2 (p - 1) steps. The barrier sends
+zero-element messages by design.
 
 Chunk annotations (what a transfer carries)
     ``Schedule.chunk_elems`` partitions the op's buffer into chunks, in buffer
@@ -285,7 +289,7 @@ def _ceil_lg(p: int) -> int:
 class _Builder:
     """Collects transfers into numbered steps, sizing them from the chunk layout."""
 
-    __slots__ = ("_n", "_prefix", "chunks", "steps")
+    __slots__ = ("_empty_ok", "_n", "_prefix", "chunks", "steps")
 
     def __init__(self, chunk_elems: Sequence[int]) -> None:
         self.chunks = tuple(chunk_elems)
@@ -294,6 +298,9 @@ class _Builder:
             prefix.append(prefix[-1] + c)
         self._prefix = prefix
         self._n = len(chunk_elems)
+        # An empty chunk of a non-empty collective is still sent (a zero-byte message);
+        # a collective of no elements sends nothing.
+        self._empty_ok = prefix[-1] > 0
         self.steps: list[list[Transfer]] = []
 
     def add(
@@ -312,7 +319,7 @@ class _Builder:
             count = prefix[last] - prefix[first]
         else:
             count = prefix[n] - prefix[first] + prefix[last - n]
-        if count == 0 and not keep_empty:
+        if count == 0 and not (keep_empty or self._empty_ok):
             return
         steps = self.steps
         while len(steps) <= step:
@@ -600,13 +607,11 @@ assert set(_BUILDERS) | set(_RING_ALGORITHMS) | {
 _Ring = tuple[list[int], dict[int, int], list[tuple[int, int]], list[int]]
 
 
-def _ring_send(ring: _Ring, shift: int, q: int, s: int) -> Transfer | None:
-    """What position ``q`` sends in step ``s`` of a run (None: an empty block)."""
+def _ring_send(ring: _Ring, shift: int, q: int, s: int) -> Transfer:
+    """What position ``q`` sends in step ``s`` of a run (possibly zero elements)."""
     order, _, blocks, counts = ring
     m = len(order)
     b = (q - s - shift) % m
-    if not counts[b]:
-        return None
     first, num = blocks[b]
     return Transfer(order[q], order[(q + 1) % m], counts[b], first, num, shift == 1)
 
@@ -614,8 +619,9 @@ def _ring_send(ring: _Ring, shift: int, q: int, s: int) -> Transfer | None:
 class _RingRanks:
     """A ring algorithm's schedule, generated per rank (see the section comment).
 
-    Every step of a run moves every block once, so with ``count_elems > 0`` no
-    step is empty and step indices need no renumbering.
+    Every step of a run moves every block once, empty blocks as zero-element
+    messages, so no step is empty and step indices need no renumbering (a
+    collective of zero elements has no schedule at all: ``build_schedule``).
     """
 
     __slots__ = ("by_rank", "runs")
@@ -645,9 +651,7 @@ class _RingRanks:
                 step = []
                 for ring, shift in used:
                     for q in range(len(ring[0])):
-                        t = _ring_send(ring, shift, q, s)
-                        if t is not None:
-                            step.append(t)
+                        step.append(_ring_send(ring, shift, q, s))
                 if step:
                     steps.append(tuple(step))
         return tuple(steps)
@@ -662,12 +666,8 @@ class _RingRanks:
                 recvs: list[Transfer] = []
                 for ring, shift in mine[r]:
                     q = ring[1][r]
-                    t = _ring_send(ring, shift, q, s)
-                    if t is not None:
-                        sends.append(t)
-                    t = _ring_send(ring, shift, q - 1, s)  # from the previous position
-                    if t is not None:
-                        recvs.append(t)
+                    sends.append(_ring_send(ring, shift, q, s))
+                    recvs.append(_ring_send(ring, shift, q - 1, s))  # from the previous one
                 if sends or recvs:
                     out.append((step0 + s, (tuple(sends), tuple(recvs))))
             step0 += nsteps
@@ -695,16 +695,10 @@ class _RingRanks:
                 for _ in range(nsteps):
                     sent = counts[b]
                     b -= 1  # negative indices wrap around, as (b - 1) % m would
-                    got = counts[b]
-                    key = sent if got else ~sent
-                    st = memo.get(key)
+                    st = memo.get(sent)
                     if st is None:
-                        st = memo[key] = (
-                            src if got else (),
-                            ((dst, ELEM_BYTES * sent, reduce),) if sent else (),
-                        )
-                    if sent or got:
-                        append(st)
+                        st = memo[sent] = (src, ((dst, ELEM_BYTES * sent, reduce),))
+                    append(st)
                 continue
             for s in range(nsteps):
                 srcs = []
@@ -713,12 +707,9 @@ class _RingRanks:
                     m = len(order)
                     q = pos[r]
                     b = (q - s - shift) % m
-                    if counts[b]:
-                        sends.append((order[(q + 1) % m], ELEM_BYTES * counts[b], shift == 1))
-                    if counts[b - 1]:
-                        srcs.append(order[(q - 1) % m])
-                if srcs or sends:
-                    append((tuple(srcs), tuple(sends)))
+                    sends.append((order[(q + 1) % m], ELEM_BYTES * counts[b], shift == 1))
+                    srcs.append(order[(q - 1) % m])
+                append((tuple(srcs), tuple(sends)))
         return tuple(out)
 
 
