@@ -440,6 +440,69 @@ class CollectivesSection(_Strict):
         return self
 
 
+NodeName = Int | str
+"""A topology node as the configuration names it: an endpoint's number or a switch's name
+(e.g. 3, "top", "g0", "core1", "edge0.1")."""
+
+
+class LinkChange(_Strict):
+    """A link whose bandwidth is scaled (a degraded cable, a port at a lower speed)."""
+
+    link: list[NodeName] = Field(min_length=2, max_length=2, description="[node, node]")
+    bandwidth_factor: float = Field(
+        gt=0, le=1000, description="multiplier of the link's bandwidth, e.g. 0.5"
+    )
+    one_way: bool = Field(False, description="only the direction link[0] -> link[1]")
+
+
+class WhatIfSection(_Strict):
+    """What-if scenarios: slow ranks and degraded or failed links."""
+
+    stragglers: dict[str, Float] = Field(
+        default_factory=dict,
+        description='rank -> compute slowdown factor, e.g. {"3": 1.5}: rank 3 computes '
+        "1.5x as long",
+    )
+    compute_noise: float = Field(
+        0.0,
+        ge=0,
+        le=100,
+        description="random slowdown of every compute operation: it takes d (1 + X), X "
+        "exponential with this mean (OS noise, thermal throttling); 0: none",
+    )
+    seed: int = Field(0, ge=0, description="seed of compute_noise (same seed, same run)")
+    degraded_links: list[LinkChange] = Field(default_factory=list)
+    failed_links: list[list[NodeName]] = Field(
+        default_factory=list,
+        description='links removed (both directions), e.g. [[3, "top"]]; traffic takes '
+        "the next shortest route",
+    )
+
+    @field_validator("stragglers")
+    @classmethod
+    def _ranks(cls, value: dict[str, float]) -> dict[str, float]:
+        for k, f in value.items():
+            if not k.isdigit():
+                raise ValueError(f"stragglers: {k!r} is not a rank number")
+            if not 0 < f <= 1000:
+                raise ValueError(f"stragglers.{k}: the slowdown factor must be in (0, 1000]")
+        return value
+
+    @field_validator("failed_links")
+    @classmethod
+    def _pairs(cls, value: list[list[Any]]) -> list[list[Any]]:
+        for link in value:
+            if len(link) != 2:
+                raise ValueError(f"failed_links: {link!r} is not a pair [node, node]")
+        return value
+
+    @property
+    def active(self) -> bool:
+        return bool(
+            self.stragglers or self.compute_noise or self.degraded_links or self.failed_links
+        )
+
+
 class LoggingSection(_Strict):
     log_dir: str = "results"
     enable_metrics: bool = True
@@ -455,6 +518,7 @@ class Config(_Strict):
     network: NetworkSection = Field(default_factory=NetworkSection)
     collectives: CollectivesSection = Field(default_factory=CollectivesSection)
     hosts: HostsSection = Field(default_factory=HostsSection)
+    whatif: WhatIfSection = Field(default_factory=WhatIfSection)
 
     _deprecation_notes: list[str] = PrivateAttr(default_factory=list)
 
@@ -493,6 +557,11 @@ class Config(_Strict):
             raise ValueError("topology.k: a fat_tree needs an even switch radix k (e.g. 4)")
         if t.type == "torus" and not t.dims:
             raise ValueError("topology.dims: a torus needs its dimensions, e.g. [4, 4]")
+        for k in self.whatif.stragglers:
+            if int(k) >= self.world_size:
+                raise ValueError(
+                    f"whatif.stragglers: rank {k} does not exist (ranks 0..{self.world_size - 1})"
+                )
         return self
 
     @property

@@ -49,6 +49,7 @@ cdef class _Rank:
     cdef public bint in_mpi
     cdef public Py_ssize_t it
     cdef public Py_ssize_t iterations
+    cdef public object noise
     cdef public list ops
     cdef public object rank
     cdef public dict reqs
@@ -60,5 +61,5 @@ cdef class _Rank:
     cdef public object tl
 
     @cython.locals(ops=list, starts=list, ends=list, reqs=dict, pending=list,
-                   i=Py_ssize_t, n_ops=Py_ssize_t)
+                   i=Py_ssize_t, n_ops=Py_ssize_t, d=cython.double)
     cpdef run(self)

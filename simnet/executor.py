@@ -148,6 +148,8 @@ class SimExecutor:
         compute_overhead_s: float = 0.0,
         compute_stretch: float = 0.0,
         async_progress: bool = True,
+        rank_compute_factors: Sequence[float] | None = None,
+        compute_noise: Callable[[int], Callable[[], float]] | None = None,
     ) -> None:
         """``gamma_s_per_byte``: the reduction cost (seconds per byte received in a
         reducing step) of the collectives the MPI library runs, i.e. those whose
@@ -163,7 +165,10 @@ class SimExecutor:
         ``async_progress`` False: a non-blocking collective moves on to its next step
         only while its rank is inside an MPI call (waiting, testing, or blocked in
         another operation), as in an MPI library without a progress thread; True: in
-        the background, as with one (or a network that offloads collectives)."""
+        the background, as with one (or a network that offloads collectives).
+        ``rank_compute_factors``: per rank, a multiplier of its compute (stragglers);
+        ``compute_noise(rank)`` returns that rank's source of random factors, one drawn
+        per compute operation (a what-if's noise)."""
         if not gamma_s_per_byte >= 0:
             raise ValueError(f"gamma_s_per_byte must be >= 0 (got {gamma_s_per_byte!r})")
         if not step_latency_s >= 0:
@@ -190,6 +195,10 @@ class SimExecutor:
         self.compute_overhead = float(compute_overhead_s)
         self.async_progress = async_progress
         self.compute_stretch = float(compute_stretch)
+        self.rank_compute_factors = (
+            None if rank_compute_factors is None else [float(f) for f in rank_compute_factors]
+        )
+        self.compute_noise = compute_noise
         self._schedules: dict[tuple, tuple[Schedule, str]] = {}
         self._members: dict[tuple[str, int], tuple[tuple[int, ...], int]] = {}
         # Rank plans with global ranks: (schedule id, kind, first member, member) -> steps.
@@ -811,6 +820,7 @@ class _Rank:
         "in_mpi",
         "it",
         "iterations",
+        "noise",
         "ops",
         "overhead",
         "rank",
@@ -839,7 +849,11 @@ class _Rank:
         self.tl = sim.timelines[rank] = RankTimeline()
         self.starts = [0.0] * len(ops)
         self.ends = [0.0] * len(ops)
-        self.scale = sim.ex.compute_scale * (1.0 + sim.ex.compute_stretch)
+        ex = sim.ex
+        self.scale = ex.compute_scale * (1.0 + ex.compute_stretch)
+        if ex.rank_compute_factors is not None:
+            self.scale *= ex.rank_compute_factors[rank]
+        self.noise = None if ex.compute_noise is None else ex.compute_noise(rank)
         self.overhead = sim.ex.compute_overhead
         self.resume = self._resume  # one bound method, reused as the continuation
         self.in_mpi = False  # blocked in an MPI call, which moves collectives on
@@ -900,9 +914,10 @@ class _Rank:
             elif t is Compute:
                 if op.duration_us > 0:
                     self.i = i
-                    sim.net.call_later(
-                        op.duration_us * S_PER_US * self.scale + self.overhead, self.resume
-                    )
+                    d = op.duration_us * S_PER_US * self.scale
+                    if self.noise is not None:
+                        d *= self.noise()
+                    sim.net.call_later(d + self.overhead, self.resume)
                     return
             elif t is Send or t is Recv:
                 if op.req is None:

@@ -95,6 +95,7 @@ def document(res: SimResult) -> dict[str, Any]:
         "config": cfg.model_dump(),
         "versions": {**versions(), "simnet_core": _compiled.summary()},
         "assumed": res.assumed,
+        "whatif": res.scenario,
         "config_notes": res.config.deprecation_notes,
         "workload": {
             "model": res.workload.model,
@@ -149,6 +150,8 @@ def summary_text(res: SimResult, files: list[Path] | None = None) -> str:
     ]
     for a in res.assumed:
         lines.append(f"  assumed: {a}")
+    for a in res.scenario:
+        lines.append(f"  what-if: {a}")
     for p in res.phases:
         s = phase_summary(p)
         lines.append(

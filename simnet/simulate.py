@@ -27,6 +27,7 @@ from workload.spec import CONFIG_NAMES, RunSpec, SpecError
 from workload.timeline import breakdown
 from workload.units import ELEM_BYTES, GB, MS_PER_S, gb_per_s_to_bytes_per_s, us_to_s
 
+from . import whatif
 from .config import Config, ConfigError, apply_link_params, load_config, ring_orders
 from .executor import AlgorithmPolicy, PhaseSim, SimExecutor
 from .hostparams import HostCalibrationError, apply_host_params
@@ -76,6 +77,7 @@ class SimResult:
     # capped by network.injection_bandwidth_gb_per_s when set
     latency_s: np.ndarray  # route latency per pair
     assumed: list[str]
+    scenario: list[str] = field(default_factory=list)  # the what-ifs simulated
 
     @property
     def iteration_time_s(self) -> float:
@@ -152,8 +154,12 @@ def build_topology(cfg: Config) -> tuple[nx.DiGraph, list[str]]:
             g = topologies.torus(tuple(t.dims or ()), bandwidth_bytes_per_s=bw, latency_s=lat)
     except topologies.TopologyError as e:
         raise ConfigError(f"topology: {e}") from None
+    # What-if link changes apply to the network as configured (its node names), before
+    # hosts are added; the graph keeps their notes.
+    g, link_notes = whatif.apply_links(g, cfg.whatif)
     if cfg.hosts.ranks_per_host:
         g = add_hosts(cfg, g, assumed)
+    g.graph["whatif"] = link_notes
     return g, assumed
 
 
@@ -358,7 +364,12 @@ def simulate(
         compute_overhead_s=us_to_s(cfg.hosts.compute_overhead_us),
         compute_stretch=cfg.hosts.compute_stretch,
         async_progress=cfg.collectives.async_progress,
+        rank_compute_factors=whatif.compute_factors(cfg.whatif, world)
+        if cfg.whatif.stragglers
+        else None,
+        compute_noise=_noise(cfg.whatif),
     )
+    scenario = [*graph.graph.get("whatif", []), *whatif.compute_notes(cfg.whatif)]
     phases = []
     for i, ph in enumerate(workload.phases):
         t0 = time.perf_counter()
@@ -378,7 +389,14 @@ def simulate(
     if inj:  # every message also crosses its endpoints' injection ports
         off_diagonal = ~np.eye(len(bw), dtype=bool)
         bw[off_diagonal] = np.minimum(bw[off_diagonal], gb_per_s_to_bytes_per_s(inj))
-    return SimResult(cfg, workload, graph, placement, phases, bw, lat, assumed)
+    return SimResult(cfg, workload, graph, placement, phases, bw, lat, assumed, scenario)
+
+
+def _noise(w: Any) -> Callable[[int], Callable[[], float]] | None:
+    """Each rank's source of random compute factors, or None without noise."""
+    if not w.compute_noise:
+        return None
+    return lambda rank: whatif.ComputeNoise(w.compute_noise, w.seed, rank).factor
 
 
 _COUNT_DIRECTLY = 4096  # ranks of a group up to which its schedule is counted as is

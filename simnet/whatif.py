@@ -1,0 +1,166 @@
+"""What-if scenarios on a configured network: degraded and failed links, slow ranks.
+
+The link changes rewrite the topology graph before anything routes on it, so every
+route, the max-min sharing and the route matrices see the changed network: a failed
+link's traffic takes the next shortest route, and a change that leaves two endpoints
+without any route is refused, naming them. The compute changes (per-rank slowdown
+factors, random noise with a seed) are applied by the executor; this module only
+describes them. Every change is stated in a note for the summary and the results.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+
+import networkx as nx
+import numpy as np
+
+import topologies
+from workload.units import bytes_per_s_to_gb_per_s
+
+from .config import ConfigError, WhatIfSection
+
+_REROUTE_CHECK_MAX_ENDPOINTS = 512  # counting changed routes costs n^2 routes
+
+
+def gb_per_s(bytes_per_s: float) -> str:
+    return f"{bytes_per_s_to_gb_per_s(bytes_per_s):.4g} GB/s"
+
+
+def _node(graph: nx.DiGraph, name: int | str, where: str) -> Hashable:
+    """The graph node a configuration names (an endpoint's number, a switch's name)."""
+    if name in graph:
+        return name
+    if isinstance(name, str) and name.isdigit() and int(name) in graph:
+        return int(name)
+    switches = sorted(str(n) for n, k in graph.nodes(data="kind") if k == "switch")
+    some = ", ".join(switches[:8]) + (", ..." if len(switches) > 8 else "")
+    n = graph.graph.get("num_endpoints", 0)
+    raise ConfigError(
+        f"{where}: no node {name!r} in the {graph.graph.get('name')} topology; its nodes are "
+        f"the endpoints 0..{n - 1}" + (f" and the switches {some}" if switches else "")
+    )
+
+
+def _edge(graph: nx.DiGraph, link: list, where: str) -> tuple[Hashable, Hashable]:
+    u, v = (_node(graph, x, where) for x in link)
+    if not graph.has_edge(u, v):
+        nbrs = ", ".join(repr(w) for w in list(graph.successors(u))[:8])
+        raise ConfigError(f"{where}: there is no link {u!r} -> {v!r} (from {u!r}: {nbrs})")
+    return u, v
+
+
+def apply_links(graph: nx.DiGraph, whatif: WhatIfSection) -> tuple[nx.DiGraph, list[str]]:
+    """``graph`` with the degraded links' bandwidths scaled and the failed links removed
+    (a copy; ``graph`` is unchanged when there is nothing to apply), and one note per
+    change. Raises ConfigError naming an unknown node or link, or the endpoints a
+    failure separates."""
+    if not whatif.degraded_links and not whatif.failed_links:
+        return graph, []
+    g = graph.copy()
+    notes = []
+    for i, change in enumerate(whatif.degraded_links):
+        where = f"whatif.degraded_links[{i}]"
+        u, v = _edge(g, change.link, where)
+        dirs = [(u, v)] if change.one_way else [(u, v), (v, u)]
+        for a, b in dirs:
+            if not g.has_edge(a, b):
+                raise ConfigError(f"{where}: the link {a!r} -> {b!r} is one-way; set one_way")
+            old = g.edges[a, b]["bandwidth"]
+            g.edges[a, b]["bandwidth"] = old * change.bandwidth_factor
+        arrow = "->" if change.one_way else "<->"
+        notes.append(
+            f"link {u!r} {arrow} {v!r} at {change.bandwidth_factor:g}x bandwidth "
+            f"({gb_per_s(old)} -> {gb_per_s(old * change.bandwidth_factor)})"
+        )
+    removed = []
+    for i, link in enumerate(whatif.failed_links):
+        where = f"whatif.failed_links[{i}]"
+        u, v = _edge(g, link, where)
+        g.remove_edge(u, v)
+        if g.has_edge(v, u):
+            g.remove_edge(v, u)
+        removed.append((u, v))
+    if removed:
+        _check_connected(g, removed)
+        what = ", ".join(f"{u!r} <-> {v!r}" for u, v in removed)
+        notes.append(f"failed: {what}; {_rerouted(graph, g)}")
+    return g, notes
+
+
+def _check_connected(graph: nx.DiGraph, removed: list[tuple[Hashable, Hashable]]) -> None:
+    n = graph.graph["num_endpoints"]
+    reach = nx.descendants(graph, 0) | {0}
+    back = nx.ancestors(graph, 0) | {0}
+    cut = [e for e in range(n) if e not in reach or e not in back]
+    if cut:
+        what = ", ".join(f"{u!r} <-> {v!r}" for u, v in removed)
+        more = "..." if len(cut) > 8 else ""
+        raise ConfigError(
+            f"whatif.failed_links: without {what} the network splits: endpoint 0 and "
+            f"endpoint(s) {cut[:8]}{more} have no route between them; fail fewer links"
+        )
+
+
+def _rerouted(before: nx.DiGraph, after: nx.DiGraph) -> str:
+    """How many endpoint pairs' routes the failures lengthened (counted on small graphs)."""
+    n = before.graph["num_endpoints"]
+    if n > _REROUTE_CHECK_MAX_ENDPOINTS:
+        return "traffic rerouted on the remaining shortest routes"
+    r0, r1 = topologies.Router(before), topologies.Router(after)
+    changed = longer = 0
+    for s in range(n):
+        for d in range(n):
+            if s != d:
+                a, b = r0.path(s, d), r1.path(s, d)
+                changed += a != b
+                longer += len(b) > len(a)
+    return f"{changed} of {n * (n - 1)} endpoint pairs rerouted ({longer} on longer routes)"
+
+
+def compute_factors(whatif: WhatIfSection, world_size: int) -> list[float]:
+    """Each rank's compute slowdown factor (1.0 for ranks not named)."""
+    out = [1.0] * world_size
+    for k, f in whatif.stragglers.items():
+        out[int(k)] = float(f)
+    return out
+
+
+def compute_notes(whatif: WhatIfSection) -> list[str]:
+    notes = [
+        f"rank {k} computes {f:g}x as long"
+        for k, f in sorted(whatif.stragglers.items(), key=lambda kv: int(kv[0]))
+    ]
+    if whatif.compute_noise:
+        notes.append(
+            f"every compute takes d (1 + X), X exponential with mean {whatif.compute_noise:g} "
+            f"(seed {whatif.seed})"
+        )
+    return notes
+
+
+class ComputeNoise:
+    """Random extra compute of one rank: ``factor()`` returns 1 + X, X exponential with
+    mean ``mean``. Each rank draws from its own stream, seeded by ``(seed, rank)``, so a
+    rank's draws do not depend on the order in which ranks happen to compute."""
+
+    __slots__ = ("_draws", "_i", "_mean", "_rng")
+
+    _BATCH = 4096
+
+    def __init__(self, mean: float, seed: int, rank: int) -> None:
+        if not (math.isfinite(mean) and mean >= 0):
+            raise ValueError(f"compute noise mean must be >= 0 (got {mean!r})")
+        self._mean = float(mean)
+        self._rng = np.random.default_rng((int(seed), int(rank)))
+        self._draws = np.empty(0)
+        self._i = 0
+
+    def factor(self) -> float:
+        if self._i == len(self._draws):
+            self._draws = 1.0 + self._rng.exponential(self._mean, self._BATCH)
+            self._i = 0
+        x = float(self._draws[self._i])
+        self._i += 1
+        return x

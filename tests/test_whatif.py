@@ -1,0 +1,144 @@
+"""What-if scenarios: degraded and failed links, stragglers and compute noise."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import simnet
+import topologies
+from simnet.config import ConfigError
+from simnet.executor import SimExecutor
+from simnet.network import FlowNetwork
+from simnet.whatif import ComputeNoise
+from workload.program import Phase, ProgramBuilder, Workload
+
+MSG = 808960 * 4  # bytes of one GPT-2 activation message (see test_calibrate)
+BW = 10e9  # bytes/s: 10 GB/s
+LAT = 5e-6  # s per link
+
+
+def pingpong(topology: dict, whatif: dict) -> dict:
+    """GPT-2 with 2 stages and 1 micro-batch on ranks 0 and 1, no compute: one message
+    forward, one back. Rendezvous without its handshake, so each message costs its
+    route's latency plus its bytes over the bottleneck."""
+    return {
+        "distributed": {"num_nodes": 2, "bandwidth_limit_gb_per_s": 10.0},
+        "topology": {"link_latency_us": 5.0, **topology},
+        "workload": {"name": "gpt2", "args": [8, 2, 1], "compute_scale": 0, "world_size": 2},
+        "network": {"rendezvous_handshake": False},
+        "whatif": whatif,
+        "logging": {"log_dir": "unused"},
+    }
+
+
+def test_a_degraded_link_slows_the_direction_it_names():
+    one_way = {"link": [0, "sw"], "bandwidth_factor": 0.5, "one_way": True}
+    res = simnet.simulate(pingpong({"type": "switch"}, {"degraded_links": [one_way]}))
+    # Forward 0 -> 1 at 5 GB/s (0's uplink), back 1 -> 0 at 10 GB/s (sw -> 0 untouched).
+    want = 2 * 2 * LAT + MSG / (BW / 2) + MSG / BW
+    assert res.iteration_time_s == pytest.approx(want, rel=1e-12)
+    assert res.scenario == ["link 0 -> 'sw' at 0.5x bandwidth (10 GB/s -> 5 GB/s)"]
+    both = {"link": ["sw", 0], "bandwidth_factor": 0.25}
+    res = simnet.simulate(pingpong({"type": "switch"}, {"degraded_links": [both]}))
+    assert res.iteration_time_s == pytest.approx(2 * (2 * LAT + MSG / (BW / 4)), rel=1e-12)
+    # Bytes do not change with the bandwidth.
+    assert res.traffic_bytes[0, 1] == res.traffic_bytes[1, 0] == MSG
+
+
+def test_a_failed_link_reroutes_the_long_way_round():
+    topo = {"type": "ring", "num_nodes": 4}
+    base = simnet.simulate(pingpong(topo, {}))
+    assert base.iteration_time_s == pytest.approx(2 * (LAT + MSG / BW), rel=1e-12)
+    res = simnet.simulate(pingpong(topo, {"failed_links": [[0, 1]]}))
+    # 0 -> 3 -> 2 -> 1 and back: three hops each way, same bottleneck.
+    assert res.iteration_time_s == pytest.approx(2 * (3 * LAT + MSG / BW), rel=1e-12)
+    # Pairs whose shortest route used 0 <-> 1: (0,1), (1,0) and, of the ties at distance
+    # 2, the routes the router had taken through it.
+    note = res.scenario[0]
+    assert note.startswith("failed: 0 <-> 1; ") and "of 12 endpoint pairs rerouted" in note
+    assert np.array_equal(res.traffic_bytes, base.traffic_bytes)
+
+
+@pytest.mark.parametrize(
+    ("whatif", "needle"),
+    [
+        (
+            {"failed_links": [[1, "sw"]]},
+            "whatif.failed_links: without 1 <-> 'sw' the network splits: endpoint 0 and "
+            "endpoint(s) [1] have no route between them",
+        ),
+        ({"failed_links": [[1, "spine"]]}, "no node 'spine' in the switch topology"),
+        ({"failed_links": [[0, 1]]}, "there is no link 0 -> 1"),
+        (
+            {"degraded_links": [{"link": [0, "sw"], "bandwidth_factor": 0}]},
+            "bandwidth_factor",
+        ),
+        ({"stragglers": {"5": 2.0}}, "whatif.stragglers: rank 5 does not exist (ranks 0..1)"),
+        ({"stragglers": {"x": 2.0}}, "'x' is not a rank number"),
+    ],
+)
+def test_impossible_what_ifs_are_refused_naming_the_fix(whatif, needle):
+    with pytest.raises(ConfigError, match=None) as e:
+        simnet.simulate(pingpong({"type": "switch"}, whatif))
+    assert needle in str(e.value)
+
+
+def _compute_then_allreduce(p: int) -> Workload:
+    def program(rank: int) -> list:
+        b = ProgramBuilder()
+        b.compute(100.0)  # us
+        b.collective("allreduce", "world", 256)  # 1 KiB: one exchange on 2 ranks
+        return b.ops
+
+    return Workload("t", p, {}, {"world": [tuple(range(p))]}, [Phase("x", program)])
+
+
+def _run(p: int, **kw) -> float:
+    g = topologies.switch(p, BW, LAT)
+    router = topologies.Router(g)
+    ex = SimExecutor(
+        _compute_then_allreduce(p),
+        lambda env: FlowNetwork(env, g, router.path),
+        list(range(p)),
+        **kw,
+    )
+    return ex.run_phase().makespan_s
+
+
+def test_a_straggler_holds_up_the_collective():
+    base = _run(2)
+    slow = _run(2, rank_compute_factors=[1.0, 2.5])
+    # One exchange: rank 0's data waits at rank 1, rank 1's leaves at 250 us, not 100 us.
+    assert slow - base == pytest.approx(150e-6, rel=1e-9)
+
+
+def test_compute_noise_is_seeded_and_per_rank():
+    def noise(seed: int):
+        return lambda rank: ComputeNoise(0.2, seed, rank).factor
+
+    a = _run(4, compute_noise=noise(1))
+    assert a == _run(4, compute_noise=noise(1))
+    assert a != _run(4, compute_noise=noise(2))
+    assert a > _run(4)
+    # The draws: 1 + exponential of mean 0.2, a stream per (seed, rank).
+    draws = np.array([ComputeNoise(0.2, 1, 0).factor() for _ in range(1)])
+    f = ComputeNoise(0.2, 1, 3)
+    many = np.array([f.factor() for _ in range(20000)])
+    assert many.min() >= 1.0
+    assert many.mean() == pytest.approx(1.2, abs=0.01)
+    assert draws[0] != ComputeNoise(0.2, 1, 1).factor()
+
+
+def test_the_summary_and_results_say_what_was_changed(tmp_path):
+    cfg = pingpong({"type": "switch"}, {"stragglers": {"1": 1.5}, "compute_noise": 0.1})
+    cfg["logging"]["log_dir"] = str(tmp_path)
+    res = simnet.simulate(cfg)
+    assert res.scenario == [
+        "rank 1 computes 1.5x as long",
+        "every compute takes d (1 + X), X exponential with mean 0.1 (seed 0)",
+    ]
+    from simnet.output import document, summary_text
+
+    assert document(res)["whatif"] == res.scenario
+    assert "  what-if: rank 1 computes 1.5x as long" in summary_text(res)
