@@ -204,7 +204,11 @@ class DistributedSection(_Strict):
     )
 
 
-TopologyType = Literal["ring", "hierarchical", "switch", "fat_tree", "torus"]
+TopologyType = Literal[
+    "ring", "hierarchical", "switch", "fat_tree", "torus", "rail_optimised", "dragonfly"
+]
+GROUPED_TOPOLOGIES = ("hierarchical", "rail_optimised")
+"""Topologies whose endpoints come in groups of ``topology.group_size`` (nodes of GPUs)."""
 
 
 class TopologySection(_Strict):
@@ -229,27 +233,42 @@ class TopologySection(_Strict):
     group_size: int | None = Field(
         None,
         ge=1,
-        description=f"hierarchical: endpoints per group (default {DEFAULT_GROUP_SIZE})",
+        description=f"hierarchical: endpoints per group; rail_optimised: GPUs per node "
+        f"(default {DEFAULT_GROUP_SIZE})",
     )
     intra_bandwidth_gb_per_s: float | None = Field(
         None,
         ge=MIN_GB_PER_S,
         le=MAX_GB_PER_S,
-        description="hierarchical intra-group GB/s (default: "
-        "distributed.bandwidth_limit_gb_per_s); formerly intra_bandwidth",
+        description="hierarchical intra-group GB/s; rail_optimised: each GPU's NVLink "
+        "(default: distributed.bandwidth_limit_gb_per_s); formerly intra_bandwidth",
     )
     inter_bandwidth_gb_per_s: float | None = Field(
         None,
         ge=MIN_GB_PER_S,
         le=MAX_GB_PER_S,
-        description="hierarchical inter-group GB/s (default: "
-        "distributed.bandwidth_limit_gb_per_s / 4); formerly inter_bandwidth",
+        description="hierarchical inter-group GB/s; rail_optimised: each GPU's NIC "
+        "(default: distributed.bandwidth_limit_gb_per_s / 4); formerly inter_bandwidth",
     )
     intra_latency_us: float | None = Field(None, ge=0, le=MAX_LATENCY_US)
     inter_latency_us: float | None = Field(None, ge=0, le=MAX_LATENCY_US)
     k: int | None = Field(None, ge=2, description="fat_tree: switch radix (even)")
     oversubscription: float = Field(1.0, ge=1.0)
     dims: list[Int] | None = Field(None, description="torus dimensions, e.g. [4, 4]")
+    routers_per_group: int | None = Field(None, ge=1, description="dragonfly: routers per group")
+    endpoints_per_router: int | None = Field(
+        None, ge=1, description="dragonfly: endpoints per router"
+    )
+    global_bandwidth_gb_per_s: float | None = Field(
+        None,
+        ge=MIN_GB_PER_S,
+        le=MAX_GB_PER_S,
+        description="dragonfly: each global link between groups, GB/s (default: "
+        "distributed.bandwidth_limit_gb_per_s, as the local and endpoint links)",
+    )
+    global_latency_us: float | None = Field(
+        None, ge=0, le=MAX_LATENCY_US, description="dragonfly: global link latency (us)"
+    )
     ecmp: bool | None = Field(
         None,
         description="spread flows over equal-cost routes (hashed per pair); default: on "
@@ -272,7 +291,7 @@ class TopologySection(_Strict):
         topology, else None (the hierarchical algorithm then has no group size)."""
         if self.group_size is not None:
             return self.group_size
-        return DEFAULT_GROUP_SIZE if self.type == "hierarchical" else None
+        return DEFAULT_GROUP_SIZE if self.type in GROUPED_TOPOLOGIES else None
 
 
 class WorkloadSection(_Strict):
@@ -396,6 +415,19 @@ class CollectivesSection(_Strict):
         "(e.g. ring, multiring, hierarchical); default: MPICH-like",
     )
     by_op: dict[str, str] = Field(default_factory=dict, description="op -> algorithm")
+    channels: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="nccl_ring: rings, nccl_tree: tree pairs, each with an equal share "
+        "(default: GPUs per node rings, half as many tree pairs)",
+    )
+    pipeline_chunks: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="nccl_tree: chunks each tree's share is pipelined in (default 64)",
+    )
     gamma_s_per_byte: float = Field(
         0.0,
         ge=0,
@@ -549,10 +581,22 @@ class Config(_Strict):
                     f"topology.permutations: rings order the ranks, so the world "
                     f"size ({self.world_size}) must equal topology.num_nodes ({n})"
                 )
-        if t.type == "hierarchical":
+        if t.type in GROUPED_TOPOLOGIES:
             g = t.effective_group_size
             if n % g:
                 raise ValueError(f"topology.group_size={g} must divide topology.num_nodes={n}")
+        if t.type == "dragonfly":
+            if t.routers_per_group is None or t.endpoints_per_router is None:
+                raise ValueError(
+                    "topology.routers_per_group, topology.endpoints_per_router: a dragonfly "
+                    "needs both (e.g. 4 and 2); its groups are num_nodes / (their product)"
+                )
+            per_group = t.routers_per_group * t.endpoints_per_router
+            if n % per_group:
+                raise ValueError(
+                    f"topology.num_nodes={n} must be a multiple of routers_per_group * "
+                    f"endpoints_per_router = {per_group} (the endpoints of one dragonfly group)"
+                )
         if t.type == "fat_tree" and (t.k is None or t.k % 2):
             raise ValueError("topology.k: a fat_tree needs an even switch radix k (e.g. 4)")
         if t.type == "torus" and not t.dims:

@@ -33,7 +33,7 @@ from typing import Any
 
 import simpy
 
-from workload.collectives import Schedule, default_algorithm, schedule_for
+from workload.collectives import NCCL_ALGORITHMS, Schedule, default_algorithm, schedule_for
 from workload.ops import Collective, Compute, Op, Recv, Send, Testany, Wait
 from workload.program import Workload
 from workload.units import S_PER_US
@@ -55,8 +55,11 @@ class AlgorithmPolicy:
 
     by_op: op -> algorithm name, overriding the default policy.
     fixed: one algorithm for every op that supports it (e.g. "ring").
-    local_size: group size of the hierarchical algorithm.
+    local_size: group size of the hierarchical algorithm; GPUs per node of the
+      NCCL algorithms (used by a group it divides; a group it does not divide is
+      laid out as one node).
     rings: ring orders of the multiring algorithm (group indices).
+    channels, pipeline_chunks: of the NCCL algorithms (None: their defaults).
     Otherwise the MPICH-like ``default_algorithm`` picks by size.
     """
 
@@ -64,6 +67,8 @@ class AlgorithmPolicy:
     fixed: str | None = None
     local_size: int | None = None
     rings: list[list[int]] | None = None
+    channels: int | None = None
+    pipeline_chunks: int | None = None
     # Why an asked-for algorithm was not used, one line per distinct case (in order).
     fallbacks: dict[str, None] = field(default_factory=dict)
 
@@ -96,7 +101,23 @@ class AlgorithmPolicy:
             )
             alt = "ring" if "ring" in ALGORITHMS[op.op] else default
             return self._fallback(op.op, name, alt, why)
+        if name in NCCL_ALGORITHMS and self.local_size and p % self.local_size:
+            self.fallbacks[
+                f"{op.op}: {name!r} over {p} ranks, not a multiple of {self.local_size} GPUs "
+                "per node: laid out as one node"
+            ] = None
         return name
+
+    def params(self, p: int) -> dict[str, Any]:
+        """The schedule parameters for a group of ``p`` ranks (``schedule_for``'s params)."""
+        local = self.local_size
+        return {
+            "rings": self.rings,
+            "local_size": local,
+            "nccl_local_size": local if local and p % local == 0 else None,
+            "channels": self.channels,
+            "pipeline_chunks": self.pipeline_chunks,
+        }
 
     def _fallback(self, op: str, asked: str, used: str, why: str) -> str:
         self.fallbacks[f"{op}: {asked!r} asked for, {used!r} used: {why}"] = None
@@ -219,7 +240,7 @@ class SimExecutor:
         hit = self._schedules.get(key)
         if hit is None:
             alg = self.policy.choose(op, p)
-            params = {"rings": self.policy.rings, "local_size": self.policy.local_size}
+            params = self.policy.params(p)
             sched = schedule_for(op.op, alg, p, op.count_elems, root=op.root, params=params)
             hit = self._schedules[key] = (sched, alg)
         return hit

@@ -28,7 +28,14 @@ from workload.timeline import breakdown
 from workload.units import ELEM_BYTES, GB, MS_PER_S, gb_per_s_to_bytes_per_s, us_to_s
 
 from . import whatif
-from .config import Config, ConfigError, apply_link_params, load_config, ring_orders
+from .config import (
+    GROUPED_TOPOLOGIES,
+    Config,
+    ConfigError,
+    apply_link_params,
+    load_config,
+    ring_orders,
+)
 from .executor import AlgorithmPolicy, PhaseSim, SimExecutor
 from .hostparams import HostCalibrationError, apply_host_params
 from .network import FlowNetwork
@@ -144,6 +151,42 @@ def build_topology(cfg: Config) -> tuple[nx.DiGraph, list[str]]:
                     t.inter_latency_us if t.inter_latency_us is not None else t.link_latency_us
                 ),
             )
+        elif t.type == "rail_optimised":
+            size = t.effective_group_size
+            nvlink = t.intra_bandwidth_gb_per_s or d.bandwidth_limit_gb_per_s
+            nic = t.inter_bandwidth_gb_per_s or d.bandwidth_limit_gb_per_s / 4
+            if t.inter_bandwidth_gb_per_s is None:
+                assumed.append(f"NIC bandwidth {nic:g} GB/s per GPU (bandwidth_limit / 4)")
+            if t.group_size is None:
+                assumed.append(f"{size} GPUs per node")
+            g = topologies.rail_optimised(
+                n // size,
+                size,
+                nvlink_bandwidth_bytes_per_s=gb_per_s_to_bytes_per_s(nvlink),
+                nic_bandwidth_bytes_per_s=gb_per_s_to_bytes_per_s(nic),
+                nvlink_latency_s=us_to_s(
+                    t.intra_latency_us if t.intra_latency_us is not None else t.link_latency_us / 10
+                ),
+                nic_latency_s=us_to_s(
+                    t.inter_latency_us if t.inter_latency_us is not None else t.link_latency_us
+                ),
+            )
+        elif t.type == "dragonfly":
+            a, e = t.routers_per_group or 1, t.endpoints_per_router or 1
+            glob = t.global_bandwidth_gb_per_s or d.bandwidth_limit_gb_per_s
+            g = topologies.dragonfly(
+                n // (a * e),
+                a,
+                e,
+                endpoint_bandwidth_bytes_per_s=bw,
+                local_bandwidth_bytes_per_s=bw,
+                global_bandwidth_bytes_per_s=gb_per_s_to_bytes_per_s(glob),
+                endpoint_latency_s=lat,
+                local_latency_s=lat,
+                global_latency_s=us_to_s(
+                    t.global_latency_us if t.global_latency_us is not None else t.link_latency_us
+                ),
+            )
         elif t.type == "switch":
             g = topologies.switch(n, bandwidth_bytes_per_s=bw, latency_s=lat)
         elif t.type == "fat_tree":
@@ -211,7 +254,7 @@ def run_spec(cfg: Config) -> RunSpec:
         args = [getattr(cfg.model, a.name) for a in model.args]
     if model.compute_flag and cfg.training.compute_us_per_step is not None:
         flags.setdefault(model.compute_flag, round(cfg.training.compute_us_per_step))
-    if model.group_size_flag and cfg.topology.type == "hierarchical":
+    if model.group_size_flag and cfg.topology.type in GROUPED_TOPOLOGIES:
         flags.setdefault(model.group_size_flag, cfg.topology.effective_group_size)
     elif model.uses_ring_orders and cfg.topology.type == "ring":
         orders = ring_orders(cfg.topology.permutations, cfg.world_size)
@@ -250,6 +293,8 @@ def build_policy(cfg: Config) -> AlgorithmPolicy:
         fixed=cfg.collectives.algorithm,
         local_size=t.effective_group_size,
         rings=rings,
+        channels=cfg.collectives.channels,
+        pipeline_chunks=cfg.collectives.pipeline_chunks,
     )
 
 
@@ -602,7 +647,10 @@ def collective_time(
         return b.ops
 
     policy = AlgorithmPolicy(
-        local_size=schedule_kw.get("local_size"), rings=schedule_kw.get("rings")
+        local_size=schedule_kw.get("local_size"),
+        rings=schedule_kw.get("rings"),
+        channels=schedule_kw.get("channels"),
+        pipeline_chunks=schedule_kw.get("pipeline_chunks"),
     )
     # An explicit algorithm is a question about that algorithm: never answer another's.
     policy.choose(program(0)[0], p)

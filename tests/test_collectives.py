@@ -23,6 +23,8 @@ from workload.collectives import (
     alpha_beta_time_s,
     build_schedule,
     default_algorithm,
+    nccl_ring_orders,
+    nccl_tree_parents,
 )
 
 PS = [1, 2, 3, 4, 5, 6, 8, 16]
@@ -78,6 +80,16 @@ def cases(p: int) -> list[tuple[str, str, dict]]:
                 out += [(op, alg, {"local_size": g}) for g in divisors(p)]
             elif alg == "multiring":
                 out += [(op, alg, {"rings": rings_for(p, n)}) for n in (1, 2, 3)]
+            elif alg == "nccl_ring":
+                out.append((op, alg, {}))
+                out += [(op, alg, {"local_size": g, "channels": 2}) for g in divisors(p)]
+            elif alg == "nccl_tree":
+                out.append((op, alg, {"pipeline_chunks": 3}))
+                out += [
+                    (op, alg, {"local_size": g, "channels": c, "pipeline_chunks": 2})
+                    for g in divisors(p)
+                    for c in (1, 2)
+                ]
             elif op in ("bcast", "reduce"):
                 out += [(op, alg, {"root": r}) for r in sorted({0, p // 2, p - 1})]
             else:
@@ -238,8 +250,10 @@ def expected_sent_bytes(op, alg, p, count, r, kw) -> float | None:
     """Bytes rank r sends, from the closed forms (None: checked elsewhere)."""
     n = ELEM_BYTES * count  # whole vector (allreduce) or per-rank block
     if op == "allreduce":
-        if alg in ("ring", "multiring"):
+        if alg in ("ring", "multiring", "nccl_ring"):
             return 2 * (p - 1) / p * n
+        if alg == "nccl_tree":
+            return None  # per rank it depends on the trees: test_nccl_tree_volumes
         if alg == "hierarchical":
             g = kw["local_size"]
             k = p // g
@@ -272,7 +286,10 @@ def test_bytes_sent_match_closed_form(case):
             if want is None:
                 continue
             got = s.bytes_sent(r)
-            if count == EXACT_COUNT:
+            # NCCL's rings split the vector in p blocks per channel
+            nch = kw.get("channels") or kw.get("local_size") or p
+            ragged = alg == "nccl_ring" and count % (p * nch)
+            if count == EXACT_COUNT and not ragged:
                 assert got == pytest.approx(want, abs=1e-6), (r, got, want)
             else:
                 msgs = sum(len(snd) for snd, _ in s.rank_steps(r))
@@ -284,6 +301,43 @@ def test_bytes_sent_match_closed_form(case):
             for r in range(p):
                 assert moved(r) == (0 if r == root else n)
             assert s.total_bytes == (p - 1) * n
+
+
+@pytest.mark.parametrize("p,g,c", [(8, 4, 1), (8, 4, 2), (16, 2, 1), (12, 4, 2), (6, 6, 3)])
+def test_nccl_tree_volumes(p, g, c):
+    # Every rank but a tree's root sends its share of that tree up once and receives
+    # it back once: in all, every tree edge carries its share both ways.
+    k = 4
+    count = 2 * c * k * 10
+    s = build_schedule(
+        "allreduce", "nccl_tree", p, count, local_size=g, channels=c, pipeline_chunks=k
+    )
+    share = ELEM_BYTES * count // (2 * c)
+    assert s.total_bytes == 2 * c * 2 * (p - 1) * share
+    for r in range(p):
+        assert s.bytes_received(r) - s.bytes_sent(r) in (
+            # a root of some trees: it sends down twice (or once) what it got up
+            *(share * j for j in range(-2 * c, 2 * c + 1)),
+        )
+
+
+def test_nccl_ring_channels_enter_nodes_at_their_gpu():
+    assert nccl_ring_orders(8, 4, 2) == [[0, 1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 0, 5, 6, 7, 4]]
+    # More channels than GPUs per node wrap around.
+    assert nccl_ring_orders(4, 2, 3)[2] == [0, 1, 2, 3]
+    assert nccl_ring_orders(3) == [[0, 1, 2], [1, 2, 0], [2, 0, 1]]
+
+
+def test_nccl_double_binary_tree_by_hand():
+    # 4 nodes of 2 GPUs. Node tree 0 (in order): node 3 the root, 1 under it, 0 and 2
+    # under 1; tree 1 mirrored: node 0 the root, 2 under it, 3 and 1 under 2. Chain
+    # heads: GPU 0 (tree 0), GPU 1 (tree 1).
+    assert nccl_tree_parents(8, 2, 0, mirrored=False) == [2, 0, 6, 2, 2, 4, -1, 6]
+    assert nccl_tree_parents(8, 2, 1, mirrored=True) == [1, -1, 3, 5, 5, 1, 7, 5]
+    # An odd number of nodes shifts tree 1 by one node: node tree 0 over 3 nodes has
+    # node 1 at the root; shifted, node 2.
+    assert nccl_tree_parents(3, 1, 0, mirrored=False) == [1, -1, 1]
+    assert nccl_tree_parents(3, 1, 0, mirrored=True) == [2, 2, -1]
 
 
 def test_ragged_split_follows_array_split():
@@ -373,6 +427,15 @@ def expected_steps(op, alg, p, kw) -> int:
     if alg == "hierarchical":
         g = kw["local_size"]
         return 2 * (g - 1) + 2 * (p // g - 1)
+    if alg == "nccl_tree":
+        # Pipelined over k chunks: the last chunk leaves the deepest leaf in step k - 1,
+        # reaches the root H steps later, and is back at the deepest leaf after H more.
+        # H = the node tree's height, floor(lg(nodes)), plus the chain below a head.
+        g = kw.get("local_size") or p
+        height = math.floor(lg(p // g)) + g - 1
+        return kw["pipeline_chunks"] + 2 * height - 1
+    if alg == "nccl_ring":
+        return (2 if op == "allreduce" else 1) * (p - 1)
     return {
         ("allreduce", "ring"): 2 * (p - 1),
         ("allreduce", "multiring"): 2 * (p - 1),

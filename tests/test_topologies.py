@@ -19,11 +19,13 @@ from topologies import (
     TopologyError,
     apply_placement,
     build,
+    dragonfly,
     endpoints,
     fat_tree,
     hierarchical,
     path_bandwidth_bytes_per_s,
     path_latency_s,
+    rail_optimised,
     ring,
     switch,
     torus,
@@ -47,6 +49,10 @@ GRAPHS = {
     "fat-tree-4": lambda: fat_tree(4, BW, LAT, oversubscription=2.0),
     "torus-4x4": lambda: torus((4, 4), BW, LAT),
     "torus-2x3x4": lambda: torus([2, 3, 4], BW, LAT),
+    "rail-2x4": lambda: rail_optimised(2, 4, 300e9, BW, 0.1e-6, LAT),
+    "rail-3x1": lambda: rail_optimised(3, 1, 300e9, BW),
+    "dragonfly-5x2x2": lambda: dragonfly(5, 2, 2, BW, BW, BW / 2, LAT, LAT, 3 * LAT),
+    "dragonfly-1x3x1": lambda: dragonfly(1, 3, 1, BW, BW, BW),
 }
 
 
@@ -499,7 +505,10 @@ def test_validate_rejects_non_digraph():
         (lambda: torus((4,), BW), "torus: dims must be a sequence of 2 or 3 sizes"),
         (lambda: torus(16, BW), "torus: dims must be a sequence of 2 or 3 sizes"),
         (lambda: torus((4, 1), BW), "torus: dims[1] must be >= 2 (got 1)"),
-        (lambda: build("mesh"), "unknown topology 'mesh'; choose one of fat_tree, hierarchical"),
+        (
+            lambda: build("mesh"),
+            "unknown topology 'mesh'; choose one of dragonfly, fat_tree, hierarchical, rail_",
+        ),
         (lambda: build("ring", size=4), "ring: bad parameters"),
     ],
 )

@@ -32,8 +32,11 @@ __all__ = [
     "BUILDERS",
     "DEFAULT_GROUP_SIZE",
     "build",
+    "dragonfly",
+    "dragonfly_gateway",
     "fat_tree",
     "hierarchical",
+    "rail_optimised",
     "ring",
     "switch",
     "torus",
@@ -397,6 +400,171 @@ def torus(
     return graph
 
 
+def rail_optimised(
+    num_nodes: int,
+    gpus_per_node: int,
+    nvlink_bandwidth_bytes_per_s: float,
+    nic_bandwidth_bytes_per_s: float,
+    nvlink_latency_s: float = 0.0,
+    nic_latency_s: float = 0.0,
+) -> nx.DiGraph:
+    """GPU nodes on a rail-optimised network (DGX SuperPOD style): every GPU has its own
+    NIC, and NIC ``i`` of every node is on rail ``i``.
+
+    Endpoints are GPUs, numbered node-major: GPU ``g`` of node ``m`` is endpoint
+    ``m * gpus_per_node + g``. Structure:
+
+    - inside a node, every GPU is linked to the node's NVSwitch ``f"nvl{m}"`` by its
+      NVLink (``nvlink_bandwidth_bytes_per_s`` per direction: the GPU's whole NVLink
+      bandwidth, e.g. 300e9 on an A100, 450e9 on an H100);
+    - every GPU is linked by its NIC to its rail's switch ``f"leaf{g}"`` (a non-blocking
+      switch per rail, ``nic_bandwidth_bytes_per_s`` per direction: 200 Gb/s HDR is 25e9).
+
+    Routes (shortest hops, then latency, then node order):
+
+    - same node: GPU -> ``nvl{m}`` -> GPU;
+    - same rail, other node: GPU -> ``leaf{g}`` -> GPU, NVLink untouched;
+    - other rail, other node: GPU -> ``nvl{m}`` -> GPU ``g'`` of the sending node ->
+      ``leaf{g'}`` -> GPU ``g'``: the data crosses NVLink first and leaves through the NIC
+      on the *receiver's* rail, as NCCL's PXN (PCI x NVLink) sends do. The other way (own
+      rail, then NVLink at the receiver) is as short; rail switches are named ``leaf*``
+      so that they sort before the ``nvl*`` switches and win the tie.
+
+    Args:
+        num_nodes: nodes, >= 1.
+        gpus_per_node: GPUs (and NICs, and rails) per node, >= 1; at least 2 GPUs in all.
+        nvlink_bandwidth_bytes_per_s: per GPU and direction, bytes/s.
+        nic_bandwidth_bytes_per_s: per NIC and direction, bytes/s.
+        nvlink_latency_s: latency of one GPU<->NVSwitch edge, seconds (a route inside a
+            node crosses two).
+        nic_latency_s: latency of one GPU<->rail switch edge, seconds (two per route).
+
+    Edges: ``4 n`` (``n = num_nodes * gpus_per_node``).
+    """
+    topo = "rail_optimised"
+    nodes = _int_param(topo, "num_nodes", num_nodes, 1)
+    per = _int_param(topo, "gpus_per_node", gpus_per_node, 1)
+    n = nodes * per
+    if n < 2:
+        raise TopologyError(
+            f"{topo}: num_nodes * gpus_per_node must be >= 2 GPUs (got {nodes} * {per})"
+        )
+    nvl_bw = _bandwidth_param(topo, "nvlink_bandwidth_bytes_per_s", nvlink_bandwidth_bytes_per_s)
+    nic_bw = _bandwidth_param(topo, "nic_bandwidth_bytes_per_s", nic_bandwidth_bytes_per_s)
+    nvl_lat = _latency_param(topo, "nvlink_latency_s", nvlink_latency_s)
+    nic_lat = _latency_param(topo, "nic_latency_s", nic_latency_s)
+    graph = _new_graph(
+        topo,
+        n,
+        {
+            "num_nodes": nodes,
+            "gpus_per_node": per,
+            "nvlink_bandwidth_bytes_per_s": nvl_bw,
+            "nic_bandwidth_bytes_per_s": nic_bw,
+            "nvlink_latency_s": nvl_lat,
+            "nic_latency_s": nic_lat,
+        },
+    )
+    for m in range(nodes):
+        _star(graph, f"nvl{m}", range(m * per, (m + 1) * per), nvl_bw, nvl_lat)
+    for g in range(per):
+        _star(graph, f"leaf{g}", range(g, n, per), nic_bw, nic_lat)
+    return graph
+
+
+def dragonfly_gateway(num_groups: int, routers_per_group: int, src: int, dst: int) -> int:
+    """The router (index within group ``src``) holding group ``src``'s global link to
+    group ``dst``: port ``(dst - src - 1) mod num_groups`` of the group, ports dealt to
+    its routers round-robin (the "consecutive" arrangement)."""
+    return ((dst - src - 1) % num_groups) % routers_per_group
+
+
+def dragonfly(
+    num_groups: int,
+    routers_per_group: int,
+    endpoints_per_router: int,
+    endpoint_bandwidth_bytes_per_s: float,
+    local_bandwidth_bytes_per_s: float,
+    global_bandwidth_bytes_per_s: float,
+    endpoint_latency_s: float = 0.0,
+    local_latency_s: float = 0.0,
+    global_latency_s: float = 0.0,
+) -> nx.DiGraph:
+    """Dragonfly (Kim et al. 2008): groups of all-to-all connected routers, one global
+    link between every pair of groups, minimal routing.
+
+    Router ``r`` of group ``i`` is ``f"r{i}.{r}"``; its endpoints are numbered
+    group-major, router-major: ``(i * routers_per_group + r) * endpoints_per_router + e``.
+    Within a group every pair of routers has a local link. Groups ``i`` and ``j`` share
+    one global link, from router :func:`dragonfly_gateway` ``(i, j)`` of group ``i`` to
+    router ``dragonfly_gateway(j, i)`` of group ``j``, so each router carries about
+    ``(num_groups - 1) / routers_per_group`` global links.
+
+    A global link is drawn as a chain of three edges through two port nodes,
+    ``f"gw{i}.{j}"`` (group i's port towards j) and ``f"gw{j}.{i}"``: all three carry the
+    link's bandwidth, the middle one its latency (the outer ones 0). Because a global link
+    counts three hops, the shortest route between groups is the minimal one, through
+    exactly one global link: source router -> (local) gateway -> global -> (local) router
+    -> endpoint, unique; a route through a third group would take two global links
+    (Valiant routing, not modelled).
+
+    Args:
+        num_groups: groups, >= 1.
+        routers_per_group: routers per group, >= 1.
+        endpoints_per_router: endpoints (NICs) per router, >= 1; at least 2 in all.
+        endpoint_bandwidth_bytes_per_s: endpoint<->router links, per direction, bytes/s.
+        local_bandwidth_bytes_per_s: router<->router links inside a group, bytes/s.
+        global_bandwidth_bytes_per_s: links between groups, bytes/s.
+        endpoint_latency_s, local_latency_s, global_latency_s: per hop, seconds.
+
+    Edges: ``2 n + g a (a - 1) + 3 g (g - 1)`` (``n`` endpoints, ``g`` groups, ``a``
+    routers per group).
+    """
+    topo = "dragonfly"
+    g = _int_param(topo, "num_groups", num_groups, 1)
+    a = _int_param(topo, "routers_per_group", routers_per_group, 1)
+    e = _int_param(topo, "endpoints_per_router", endpoints_per_router, 1)
+    n = g * a * e
+    if n < 2:
+        raise TopologyError(f"{topo}: the network must have >= 2 endpoints (got {g} * {a} * {e})")
+    ep_bw = _bandwidth_param(topo, "endpoint_bandwidth_bytes_per_s", endpoint_bandwidth_bytes_per_s)
+    loc_bw = _bandwidth_param(topo, "local_bandwidth_bytes_per_s", local_bandwidth_bytes_per_s)
+    glob_bw = _bandwidth_param(topo, "global_bandwidth_bytes_per_s", global_bandwidth_bytes_per_s)
+    ep_lat = _latency_param(topo, "endpoint_latency_s", endpoint_latency_s)
+    loc_lat = _latency_param(topo, "local_latency_s", local_latency_s)
+    glob_lat = _latency_param(topo, "global_latency_s", global_latency_s)
+    graph = _new_graph(
+        topo,
+        n,
+        {
+            "num_groups": g,
+            "routers_per_group": a,
+            "endpoints_per_router": e,
+            "endpoint_bandwidth_bytes_per_s": ep_bw,
+            "local_bandwidth_bytes_per_s": loc_bw,
+            "global_bandwidth_bytes_per_s": glob_bw,
+            "endpoint_latency_s": ep_lat,
+            "local_latency_s": loc_lat,
+            "global_latency_s": glob_lat,
+        },
+    )
+    for i in range(g):
+        for r in range(a):
+            first = (i * a + r) * e
+            _star(graph, f"r{i}.{r}", range(first, first + e), ep_bw, ep_lat)
+        for r in range(a):
+            for r2 in range(r + 1, a):
+                _link(graph, f"r{i}.{r}", f"r{i}.{r2}", loc_bw, loc_lat)
+    for i in range(g):
+        for j in range(i + 1, g):
+            out, back = f"gw{i}.{j}", f"gw{j}.{i}"
+            graph.add_nodes_from((out, back), kind="switch")
+            _link(graph, f"r{i}.{dragonfly_gateway(g, a, i, j)}", out, glob_bw, 0.0)
+            _link(graph, out, back, glob_bw, glob_lat)
+            _link(graph, back, f"r{j}.{dragonfly_gateway(g, a, j, i)}", glob_bw, 0.0)
+    return graph
+
+
 def divmod_all(index: int, shape: Sequence[int]) -> tuple[int, ...]:
     """Row-major coordinates of ``index`` in ``shape`` (the last varies fastest)."""
     out = []
@@ -412,6 +580,8 @@ BUILDERS: dict[str, Callable[..., nx.DiGraph]] = {
     "hierarchical": hierarchical,
     "fat_tree": fat_tree,
     "torus": torus,
+    "rail_optimised": rail_optimised,
+    "dragonfly": dragonfly,
 }
 """Builders by ``G.graph["name"]``."""
 

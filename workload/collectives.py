@@ -67,18 +67,30 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import pairwise
 
 from .units import ELEM_BYTES
 
 ALGORITHMS: dict[str, tuple[str, ...]] = {
-    "allreduce": ("ring", "recursive_doubling", "rabenseifner", "hierarchical", "multiring"),
-    "allgather": ("ring", "recursive_doubling", "bruck", "multiring"),
-    "reduce_scatter": ("ring", "recursive_halving", "multiring"),
+    "allreduce": (
+        "ring",
+        "recursive_doubling",
+        "rabenseifner",
+        "hierarchical",
+        "multiring",
+        "nccl_ring",
+        "nccl_tree",
+    ),
+    "allgather": ("ring", "recursive_doubling", "bruck", "multiring", "nccl_ring"),
+    "reduce_scatter": ("ring", "recursive_halving", "multiring", "nccl_ring"),
     "alltoall": ("pairwise", "direct"),
     "bcast": ("binomial",),
     "reduce": ("binomial",),
     "barrier": ("dissemination",),
 }
+
+NCCL_ALGORITHMS = ("nccl_ring", "nccl_tree")
+"""The algorithms laid out as NCCL lays them out on GPU nodes (see the NCCL section)."""
 
 # MPICH's historical thresholds (bytes, or processes for _PROCS), see
 # shared/reference/collective-costs.md; used by MPICH_RULES.
@@ -587,6 +599,162 @@ def _one_ring(multiring: Callable[..., _RingAlgorithm]) -> Callable[..., _RingAl
     return define
 
 
+# ---------------------------------------------------------------- NCCL-style algorithms
+#
+# How NCCL lays its collectives out on GPU nodes, as far as a fluid network model can
+# tell them apart (ranks are GPUs numbered node-major, ``local_size`` per node; one
+# node of the whole group when it is not given):
+#
+# - "nccl_ring": NCCL's rings run through every node's GPUs one node after another, one
+#   ring per channel, each channel carrying an equal share of the data. Channel c enters
+#   every node at its GPU c mod local_size and visits the node's GPUs from there, so the
+#   hop between nodes goes from GPU c - 1 of one node to GPU c of the next: on a
+#   rail-optimised network (PXN routes) channel c's inter-node traffic is on rail c, and
+#   ``local_size`` channels use every NIC once. NCCL pipelines each ring step in
+#   chunks; in a fluid model a ring already keeps every link busy at the pace of its
+#   slowest, so chunking would only move latency terms and is not modelled for rings.
+# - "nccl_tree" (allreduce): NCCL's double binary tree. The nodes form two binary
+#   trees in which a node that is a leaf of one is (for an even number of nodes) inside
+#   the other: tree 0 is the in-order tree over node numbers (node m's depth from the
+#   leaves is the number of trailing zeros of m + 1), tree 1 the same tree mirrored
+#   (node m plays node M - 1 - m) for an even number M of nodes, shifted by one for an
+#   odd one. Inside a node the GPUs form a chain whose head joins the inter-node tree.
+#   Every channel c has both trees, with chain heads GPU 2c and 2c + 1 (mod
+#   local_size), so the channels' inter-node traffic spreads over the NICs. The data is
+#   split over the 2 * channels trees and each tree's share into ``pipeline_chunks``
+#   chunks that are pipelined: a rank at height h above its tree's leaves sends chunk k
+#   to its parent (reduced) in step k + h, and the root's result comes down again, a
+#   rank at depth d sending chunk k to its children in step k + H + d (H the root's
+#   height), so the reduction and the broadcast overlap as in NCCL.
+
+DEFAULT_NCCL_TREE_CHUNKS = 64
+"""Chunks per tree of "nccl_tree" when ``pipeline_chunks`` is not given (a deep enough
+pipeline that a tree's fill and drain, 2 H steps, is a small part of it)."""
+
+
+def nccl_ring_orders(
+    p: int, local_size: int | None = None, channels: int | None = None
+) -> list[list[int]]:
+    """The ring orders of "nccl_ring": channel c visits every node in turn, entering it
+    at GPU ``c mod local_size`` (ranks are GPUs, node-major; ``local_size`` GPUs per
+    node, default ``p``: one node). ``channels`` defaults to ``local_size``."""
+    g = p if local_size is None else local_size
+    c = g if channels is None else channels
+    return [[m * g + (ch + i) % g for m in range(p // g) for i in range(g)] for ch in range(c)]
+
+
+def _btree_parents(m: int) -> list[int]:
+    """Parent of each node 0..m-1 in the in-order binary tree (root's parent -1): the root
+    of a range is the node whose number plus one has the most trailing zeros."""
+    parents = [-1] * m
+
+    def build(lo: int, hi: int, parent: int) -> None:
+        if lo > hi:
+            return
+        root = max(range(lo, hi + 1), key=lambda v: ((v + 1) & -(v + 1), -v))
+        parents[root] = parent
+        build(lo, root - 1, root)
+        build(root + 1, hi, root)
+
+    build(0, m - 1, -1)
+    return parents
+
+
+def nccl_tree_parents(p: int, local_size: int, head: int, mirrored: bool) -> list[int]:
+    """Parent of every rank (-1 for the root) in one tree of "nccl_tree": the node tree
+    (tree 0, or tree 1 if ``mirrored``) joined through chain heads GPU ``head``; a node's
+    chain runs head, head + 1, ... (mod ``local_size``), each GPU's parent the one
+    before it."""
+    g = local_size
+    nodes = p // g
+    base = _btree_parents(nodes)
+    if mirrored and nodes > 1:
+        if nodes % 2 == 0:
+            flip = [nodes - 1 - v for v in range(nodes)]
+        else:
+            flip = [(v + 1) % nodes for v in range(nodes)]
+        node_parent = [-1] * nodes
+        for v in range(nodes):
+            par = base[v]
+            node_parent[flip[v]] = -1 if par < 0 else flip[par]
+    else:
+        node_parent = base
+    parents = [-1] * p
+    for m in range(nodes):
+        chain = [m * g + (head + i) % g for i in range(g)]
+        for prev, gpu in pairwise(chain):
+            parents[gpu] = prev
+        if node_parent[m] >= 0:
+            parents[chain[0]] = node_parent[m] * g + head % g
+    return parents
+
+
+def _allreduce_nccl_tree(
+    p: int,
+    count: int,
+    *,
+    local_size: int | None = None,
+    channels: int | None = None,
+    pipeline_chunks: int | None = None,
+    **_: object,
+) -> Built:
+    g = p if local_size is None else local_size
+    c = max(1, g // 2) if channels is None else channels
+    k = DEFAULT_NCCL_TREE_CHUNKS if pipeline_chunks is None else pipeline_chunks
+    trees = [
+        nccl_tree_parents(p, g, (2 * ch + t) % g, mirrored=t == 1)
+        for ch in range(c)
+        for t in range(2)
+    ]
+    b = _Builder([x for part in _split(count, len(trees)) for x in _split(part, k)])
+    for ti, parent in enumerate(trees):
+        children: list[list[int]] = [[] for _ in range(p)]
+        root = -1
+        for r, par in enumerate(parent):
+            if par < 0:
+                root = r
+            else:
+                children[par].append(r)
+        height = [0] * p
+        depth = [0] * p
+        order = [root]  # top-down
+        for r in order:
+            for ch in children[r]:
+                depth[ch] = depth[r] + 1
+                order.append(ch)
+        for r in reversed(order):
+            if children[r]:
+                height[r] = 1 + max(height[ch] for ch in children[r])
+        top = height[root]
+        for chunk in range(k):
+            first = ti * k + chunk
+            for r in order:
+                if parent[r] >= 0:
+                    b.add(chunk + height[r], r, parent[r], first, 1, True)
+                for ch in children[r]:
+                    b.add(chunk + top + depth[r], r, ch, first, 1, False)
+    return b
+
+
+_BUILDERS[("allreduce", "nccl_tree")] = _allreduce_nccl_tree
+
+
+def _nccl(multiring: Callable[..., _RingAlgorithm]) -> Callable[..., _RingAlgorithm]:
+    """A multiring algorithm on NCCL's channel rings (:func:`nccl_ring_orders`)."""
+
+    def define(
+        p: int,
+        count: int,
+        *,
+        local_size: int | None = None,
+        channels: int | None = None,
+        **_: object,
+    ) -> _RingAlgorithm:
+        return multiring(p, count, rings=nccl_ring_orders(p, local_size, channels))
+
+    return define
+
+
 _RING_ALGORITHMS: dict[tuple[str, str], Callable[..., _RingAlgorithm]] = {
     ("allreduce", "ring"): _one_ring(_multiring_allreduce_def),
     ("allreduce", "hierarchical"): _hierarchical_allreduce_def,
@@ -595,6 +763,9 @@ _RING_ALGORITHMS: dict[tuple[str, str], Callable[..., _RingAlgorithm]] = {
     ("allgather", "multiring"): _multiring_blocks_def(0),
     ("reduce_scatter", "ring"): _one_ring(_multiring_blocks_def(1)),
     ("reduce_scatter", "multiring"): _multiring_blocks_def(1),
+    ("allreduce", "nccl_ring"): _nccl(_multiring_allreduce_def),
+    ("allgather", "nccl_ring"): _nccl(_multiring_blocks_def(0)),
+    ("reduce_scatter", "nccl_ring"): _nccl(_multiring_blocks_def(1)),
 }
 
 assert set(_BUILDERS) | set(_RING_ALGORITHMS) | {
@@ -820,13 +991,19 @@ def build_schedule(
     root: int = 0,
     local_size: int | None = None,
     rings: Sequence[Sequence[int]] | None = None,
+    channels: int | None = None,
+    pipeline_chunks: int | None = None,
 ) -> Schedule:
     """Expand collective ``op`` with ``algorithm`` over ``group_size`` ranks.
 
     ``count_elems`` follows MPI argument semantics (see the module docstring).
     ``root`` is used by bcast and reduce; ``local_size`` (ranks per group,
-    dividing ``group_size``) only by allreduce "hierarchical"; ``rings`` (rank
-    orders, each a permutation of ``range(group_size)``) only by "multiring".
+    dividing ``group_size``) by allreduce "hierarchical" and, as GPUs per node
+    (default: all ranks on one node), by "nccl_ring" and "nccl_tree"; ``rings``
+    (rank orders, each a permutation of ``range(group_size)``) only by
+    "multiring"; ``channels`` by the NCCL algorithms (default: ``local_size``
+    rings, ``local_size // 2`` tree pairs) and ``pipeline_chunks`` (chunks per
+    tree, default :data:`DEFAULT_NCCL_TREE_CHUNKS`) by "nccl_tree".
     Raises ValueError on invalid input.
     """
     _check_op(op)
@@ -844,17 +1021,31 @@ def build_schedule(
             f"group_size must be a power of two for {op} {algorithm!r} (got {p}); "
             f"use one of {', '.join(a for a in ALGORITHMS[op] if (op, a) not in _POW2_ONLY)}"
         )
-    if algorithm == "hierarchical":
+    nccl = algorithm in NCCL_ALGORITHMS
+    if algorithm == "hierarchical" or (nccl and local_size is not None):
         if not _is_int(local_size) or local_size < 1 or p % local_size:
             raise ValueError(
                 f"local_size must be an integer >= 1 dividing group_size={p} for "
-                f"algorithm 'hierarchical' (got {local_size!r})"
+                f"algorithm {algorithm!r} (got {local_size!r})"
             )
-    elif local_size is not None:
+    elif local_size is not None and not nccl:
         raise ValueError(
-            f"local_size is only used by algorithm 'hierarchical' (got {local_size!r} "
-            f"with {algorithm!r}); pass None"
+            f"local_size is only used by algorithms 'hierarchical', 'nccl_ring' and "
+            f"'nccl_tree' (got {local_size!r} with {algorithm!r}); pass None"
         )
+    for name, value, users in (
+        ("channels", channels, NCCL_ALGORITHMS),
+        ("pipeline_chunks", pipeline_chunks, ("nccl_tree",)),
+    ):
+        if value is None:
+            continue
+        if algorithm not in users:
+            raise ValueError(
+                f"{name} is only used by algorithm(s) {', '.join(users)} (got {value!r} "
+                f"with {algorithm!r}); pass None"
+            )
+        if not _is_int(value) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1 (got {value!r})")
     if algorithm == "multiring":
         ring_list = _check_rings(rings, p)
     elif rings is not None:
@@ -865,7 +1056,7 @@ def build_schedule(
     lazy: _RingRanks | _AlltoallRanks
     define = _RING_ALGORITHMS.get((op, algorithm))
     if define is not None:
-        ring_alg = define(p, count_elems, local_size=local_size, rings=ring_list)
+        ring_alg = define(p, count_elems, local_size=local_size, rings=ring_list, channels=channels)
         chunks = ring_alg[0]
         lazy = _RingRanks(p, chunks, ring_alg)
     elif op == "alltoall":
@@ -873,7 +1064,13 @@ def build_schedule(
         lazy = _AlltoallRanks(p, count_elems, direct=algorithm == "direct")
     else:
         b = _BUILDERS[(op, algorithm)](
-            p, count_elems, root=root, local_size=local_size, rings=ring_list
+            p,
+            count_elems,
+            root=root,
+            local_size=local_size,
+            rings=ring_list,
+            channels=channels,
+            pipeline_chunks=pipeline_chunks,
         )
         steps = tuple(tuple(step) for step in b.steps if step) if p > 1 else ()
         return Schedule(op, algorithm, p, steps, count_elems, root, b.chunks)
@@ -1034,8 +1231,11 @@ def schedule_for(
 ) -> Schedule:
     """``build_schedule`` with a workload's collective parameters.
 
-    ``params`` may hold "rings" (used by multiring) and "local_size" (used by
-    hierarchical); each is passed only to the algorithm that takes it.
+    ``params`` may hold "rings" (used by multiring), "local_size" (used by
+    hierarchical, and by the NCCL algorithms unless "nccl_local_size" is given:
+    GPUs per node for a group it divides, None otherwise), "channels" (NCCL) and
+    "pipeline_chunks" (nccl_tree); each is passed only to the algorithms that
+    take it.
     """
     params = params or {}
     kw: dict[str, object] = {"root": root}
@@ -1043,4 +1243,9 @@ def schedule_for(
         kw["rings"] = params.get("rings")
     if algorithm == "hierarchical":
         kw["local_size"] = params.get("local_size")
+    if algorithm in NCCL_ALGORITHMS:
+        kw["local_size"] = params.get("nccl_local_size", params.get("local_size"))
+        kw["channels"] = params.get("channels")
+    if algorithm == "nccl_tree":
+        kw["pipeline_chunks"] = params.get("pipeline_chunks")
     return build_schedule(op, algorithm, group_size, count_elems, **kw)  # type: ignore[arg-type]

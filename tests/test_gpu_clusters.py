@@ -1,0 +1,243 @@
+"""GPU-cluster building blocks: rail-optimised nodes, dragonfly, NCCL-style collectives.
+
+Each uncontended case is checked against its closed form; the routes against the
+fabric's rule (PXN on rails, minimal routing on a dragonfly).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+import simnet
+import topologies
+from simnet.config import load_config
+from simnet.simulate import build_policy, build_topology, program_time
+from workload.collectives import nccl_ring_orders
+
+NVLINK = 300e9  # bytes/s per GPU and direction (A100)
+NIC = 25e9  # 200 Gb/s HDR, bytes/s
+GIB = 1 << 30
+
+
+# ---------------------------------------------------------------- rail-optimised
+
+
+def test_rail_optimised_structure():
+    g = topologies.rail_optimised(3, 4, NVLINK, NIC, 0.2e-6, 1e-6)
+    assert g.graph["num_endpoints"] == 12
+    assert g.number_of_edges() == 4 * 12
+    # GPU 6 is GPU 2 of node 1: its NVLink to nvl1, its NIC to rail 2.
+    assert set(g.successors(6)) == {"nvl1", "leaf2"}
+    assert g.edges[6, "nvl1"]["bandwidth"] == NVLINK
+    assert g.edges["leaf2", 6]["bandwidth"] == NIC
+    assert sorted(n for n in g.predecessors("leaf2")) == [2, 6, 10]
+
+
+def test_rail_optimised_routes_cross_nvlink_first_as_pxn():
+    g = topologies.rail_optimised(2, 4, NVLINK, NIC, 0.2e-6, 1e-6)
+    r = topologies.Router(g)
+    assert r.path(0, 3) == ((0, "nvl0"), ("nvl0", 3))  # same node: NVLink
+    assert r.path(1, 5) == ((1, "leaf1"), ("leaf1", 5))  # same rail: the NIC only
+    # GPU 0 of node 0 to GPU 3 of node 1: over NVLink to GPU 3 of node 0, then rail 3.
+    assert r.path(0, 7) == ((0, "nvl0"), ("nvl0", 3), (3, "leaf3"), ("leaf3", 7))
+    assert topologies.path_latency_s(g, r.path(0, 7)) == pytest.approx(2.4e-6)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "gpus", "channels"), [(2, 8, 8), (4, 8, 8), (4, 4, 2), (3, 2, 2)]
+)
+def test_nccl_ring_allreduce_on_rails_is_nic_bound(nodes, gpus, channels):
+    # Every channel's inter-node hop is on its own rail, so each NIC carries one ring:
+    # 2 (p - 1) steps of S / (channels p) bytes at the NIC rate, plus each step's
+    # latency (the slowest route of a step: two NIC hops, and two NVLink hops on the
+    # PXN way for the channels that leave a node from another GPU than their rail's).
+    lat_nvl, lat_nic = 0.2e-6, 1e-6
+    g = topologies.rail_optimised(nodes, gpus, NVLINK, NIC, lat_nvl, lat_nic)
+    p = nodes * gpus
+    size = GIB - GIB % (4 * channels * p)  # whole float32 blocks
+    t = simnet.collective_time(
+        g, "allreduce", "nccl_ring", size, local_size=gpus, channels=channels
+    )
+    step_latency = 2 * lat_nic + (2 * lat_nvl if gpus > 1 else 0)
+    want = 2 * (p - 1) * (step_latency + size / (channels * p) / NIC)
+    assert t == pytest.approx(want, rel=1e-9)
+    busbw = 2 * (p - 1) / p * size / t
+    assert busbw == pytest.approx(channels * NIC, rel=0.02)
+
+
+def test_plain_ring_on_rails_uses_one_nic_per_node():
+    # A rank-order ring leaves every node through one GPU: 1 NIC's worth, 8x slower.
+    g = topologies.rail_optimised(2, 8, NVLINK, NIC)
+    p = 16
+    t = simnet.collective_time(g, "allreduce", "ring", GIB)
+    assert t == pytest.approx(2 * (p - 1) / p * GIB / NIC, rel=1e-9)
+    t8 = simnet.collective_time(g, "allreduce", "nccl_ring", GIB, local_size=8)
+    assert t / t8 == pytest.approx(8, rel=1e-9)
+
+
+def test_nccl_ring_orders_use_every_rail_once():
+    g = topologies.rail_optimised(4, 8, NVLINK, NIC)
+    r = topologies.Router(g)
+    rails_used = []
+    for order in nccl_ring_orders(32, 8, 8):
+        hops = zip(order, order[1:] + order[:1], strict=True)
+        rails = {
+            v for a, b in hops if a // 8 != b // 8 for _, v in r.path(a, b) if "leaf" in str(v)
+        }
+        rails_used.append(rails)
+    assert rails_used == [{f"leaf{c}"} for c in range(8)]
+
+
+# ---------------------------------------------------------------- NCCL tree
+
+
+def test_nccl_tree_two_ranks_moves_the_vector_once_each_way():
+    # Two ranks, one channel: tree 0 has rank 0 at its root, tree 1 rank 1; each
+    # carries half the vector in k chunks. Per direction: one chunk in the first and
+    # last steps, two (one reduced up, one broadcast down) in the k - 1 between: 2 k
+    # chunks of S / 2k, so S / B, the ring's time for p = 2.
+    bw = 10e9
+    g = topologies.switch(2, bw)
+    for k in (1, 4, 16):
+        t = simnet.collective_time(
+            g, "allreduce", "nccl_tree", 1 << 24, channels=1, pipeline_chunks=k
+        )
+        assert t == pytest.approx((1 << 24) / bw, rel=1e-9)
+
+
+def test_nccl_tree_pipeline_fill_costs_steps():
+    # Deeper pipelines amortise the fill and drain: on a chain of 4 ranks more chunks
+    # bring the time down towards its bandwidth bound.
+    g = topologies.switch(4, 10e9)
+    times = [
+        simnet.collective_time(g, "allreduce", "nccl_tree", 1 << 24, channels=1, pipeline_chunks=k)
+        for k in (1, 4, 64)
+    ]
+    assert times[0] > times[1] > times[2]
+
+
+# ---------------------------------------------------------------- dragonfly
+
+
+def test_dragonfly_structure_and_gateways():
+    g = topologies.dragonfly(5, 2, 2, 10e9, 20e9, 5e9, 0.1e-6, 0.2e-6, 1e-6)
+    assert g.graph["num_endpoints"] == 20
+    n, groups, a = 20, 5, 2
+    assert g.number_of_edges() == 2 * n + groups * a * (a - 1) + 3 * groups * (groups - 1)
+    # Group 0's port to group j is (j - 1) mod 5, dealt round-robin to 2 routers.
+    assert [topologies.dragonfly_gateway(5, 2, 0, j) for j in range(1, 5)] == [0, 1, 0, 1]
+    assert g.has_edge("r0.1", "gw0.2") and g.has_edge("gw0.2", "gw2.0")
+    assert g.edges["gw0.2", "gw2.0"]["latency"] == 1e-6
+    assert g.edges["gw0.2", "gw2.0"]["bandwidth"] == 5e9
+
+
+def test_dragonfly_routes_are_minimal_and_unique():
+    g = topologies.dragonfly(5, 2, 2, 10e9, 10e9, 10e9)  # equal latencies: hops decide
+    r = topologies.Router(g)
+    for s, d in itertools.permutations(range(20), 2):
+        route = r.path(s, d)
+        globals_ = [e for e in route if str(e[0]).startswith("gw") and str(e[1]).startswith("gw")]
+        same_group = s // 4 == d // 4
+        assert len(globals_) == (0 if same_group else 1), (s, d, route)
+        assert r.num_paths(s, d) == 1
+    # Endpoint 2 (router 1 of group 0) to 13 (router 0 of group 3): local hop to the
+    # gateway r0.0 (port 2), the global link, then r3.0 holds group 3's port to group 0.
+    assert [v for _, v in r.path(2, 13)] == ["r0.1", "r0.0", "gw0.3", "gw3.0", "r3.1", "r3.0", 13]
+
+
+def test_dragonfly_global_link_is_shared_and_ring_is_uncontended():
+    bw = 10e9
+    g = topologies.dragonfly(2, 2, 2, bw, bw, bw)
+    size = 1 << 24
+    # Two senders of group 0 to two receivers of group 1 share the one global link.
+    assert simnet.message_time(g, 0, 4, size) == pytest.approx(size / bw)
+
+    def two_flows(rank: int) -> list:
+        from workload.program import ProgramBuilder
+
+        b = ProgramBuilder()
+        pairs = {0: 4, 2: 6}
+        if rank in pairs:
+            b.send(pairs[rank], size // 4, tag=1, group="world")
+        elif rank in pairs.values():
+            b.recv(rank - 4, size // 4, tag=1, group="world")
+        return b.ops
+
+    assert program_time(g, two_flows) == pytest.approx(2 * size / bw)
+    # A rank-order ring crosses each link once per direction: no contention.
+    p = 8
+    t = simnet.collective_time(g, "allreduce", "ring", size)
+    assert t == pytest.approx(2 * (p - 1) / p * size / bw, rel=1e-9)
+
+
+# ---------------------------------------------------------------- configuration
+
+
+def test_config_builds_gpu_topologies_and_policy():
+    cfg = load_config(
+        {
+            "distributed": {"num_nodes": 16, "bandwidth_limit_gb_per_s": 300},
+            "topology": {
+                "type": "rail_optimised",
+                "group_size": 8,
+                "inter_bandwidth_gb_per_s": 25,
+            },
+            "collectives": {"algorithm": "nccl_ring", "channels": 4},
+        }
+    )
+    g, assumed = build_topology(cfg)
+    assert g.graph["name"] == "rail_optimised"
+    assert g.graph["params"]["num_nodes"] == 2
+    assert g.graph["params"]["nic_bandwidth_bytes_per_s"] == 25e9
+    assert assumed == []
+    policy = build_policy(cfg)
+    assert (policy.local_size, policy.channels, policy.fixed) == (8, 4, "nccl_ring")
+
+    cfg = load_config(
+        {
+            "distributed": {"num_nodes": 24, "bandwidth_limit_gb_per_s": 25},
+            "topology": {
+                "type": "dragonfly",
+                "routers_per_group": 3,
+                "endpoints_per_router": 2,
+                "global_bandwidth_gb_per_s": 12.5,
+                "global_latency_us": 2,
+            },
+        }
+    )
+    g, _ = build_topology(cfg)
+    assert g.graph["params"]["num_groups"] == 4
+    assert g.edges["gw0.1", "gw1.0"]["bandwidth"] == 12.5e9
+    assert g.edges["gw0.1", "gw1.0"]["latency"] == pytest.approx(2e-6)
+
+
+@pytest.mark.parametrize(
+    ("topology", "message"),
+    [
+        ({"type": "dragonfly"}, "a dragonfly needs both"),
+        (
+            {"type": "dragonfly", "routers_per_group": 3, "endpoints_per_router": 3},
+            r"must be a multiple of routers_per_group \* endpoints_per_router = 9",
+        ),
+        ({"type": "rail_optimised", "group_size": 5}, "group_size=5 must divide"),
+    ],
+)
+def test_config_errors_name_the_field(topology, message):
+    with pytest.raises(Exception, match=message):
+        load_config({"distributed": {"num_nodes": 16}, "topology": topology})
+
+
+def test_nccl_algorithm_on_groups_not_whole_nodes_says_so():
+    from simnet.executor import AlgorithmPolicy
+    from workload.ops import Collective
+
+    policy = AlgorithmPolicy(fixed="nccl_ring", local_size=8)
+    op = Collective("allreduce", "dp", 1024)
+    assert policy.choose(op, 12) == "nccl_ring"
+    assert policy.params(12)["nccl_local_size"] is None
+    assert list(policy.fallbacks) == [
+        "allreduce: 'nccl_ring' over 12 ranks, not a multiple of 8 GPUs per node: laid out "
+        "as one node"
+    ]
