@@ -535,6 +535,19 @@ class WhatIfSection(_Strict):
         )
 
 
+class JobSection(_Strict):
+    """One job sharing the network with others: what it runs, where, and when."""
+
+    name: str = Field(..., min_length=1, max_length=40, pattern=r"^[A-Za-z0-9_.-]+$")
+    workload: WorkloadSection = Field(default_factory=WorkloadSection)
+    placement: list[Int] | None = Field(
+        None,
+        description="endpoint of each of the job's ranks (default: the next free endpoints "
+        "in job order)",
+    )
+    start_us: float = Field(0.0, ge=0, le=1e12, description="when the job starts (us)")
+
+
 class LoggingSection(_Strict):
     log_dir: str = "results"
     enable_metrics: bool = True
@@ -551,6 +564,11 @@ class Config(_Strict):
     collectives: CollectivesSection = Field(default_factory=CollectivesSection)
     hosts: HostsSection = Field(default_factory=HostsSection)
     whatif: WhatIfSection = Field(default_factory=WhatIfSection)
+    jobs: list[JobSection] = Field(
+        default_factory=list,
+        description="several jobs on one network (each its own workload, placement and "
+        "start); the top-level workload section is then not used",
+    )
 
     _deprecation_notes: list[str] = PrivateAttr(default_factory=list)
 
@@ -601,12 +619,71 @@ class Config(_Strict):
             raise ValueError("topology.k: a fat_tree needs an even switch radix k (e.g. 4)")
         if t.type == "torus" and not t.dims:
             raise ValueError("topology.dims: a torus needs its dimensions, e.g. [4, 4]")
+        if self.jobs:
+            self._check_jobs()
+            if t.placement is not None:
+                raise ValueError(
+                    "topology.placement: with jobs, each job places its ranks (jobs[i].placement)"
+                )
         for k in self.whatif.stragglers:
             if int(k) >= self.world_size:
                 raise ValueError(
                     f"whatif.stragglers: rank {k} does not exist (ranks 0..{self.world_size - 1})"
                 )
         return self
+
+    def _check_jobs(self) -> None:
+        names = [j.name for j in self.jobs]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"jobs: names must be unique ({', '.join(dup)} repeated)")
+        limit = self.num_rank_endpoints
+        taken: dict[int, str] = {}
+        for i, (job, eps) in enumerate(zip(self.jobs, self.job_placements(), strict=True)):
+            ranks = job.workload.world_size or self.distributed.num_nodes
+            if job.placement is not None and len(job.placement) != ranks:
+                raise ValueError(
+                    f"jobs[{i}].placement: {len(job.placement)} endpoints for {ranks} ranks "
+                    f"(jobs[{i}].workload.world_size)"
+                )
+            for e in eps:
+                if not 0 <= e < limit:
+                    raise ValueError(
+                        f"jobs[{i}] ({job.name}): endpoint {e} does not exist (0..{limit - 1}); "
+                        f"the jobs need {sum(len(p) for p in self.job_placements())} endpoints"
+                    )
+                if e in taken:
+                    raise ValueError(
+                        f"jobs[{i}] ({job.name}): endpoint {e} is also used by job "
+                        f"{taken[e]!r}; jobs take distinct endpoints"
+                    )
+                taken[e] = job.name
+
+    def job_placements(self) -> list[list[int]]:
+        """Each job's endpoints: its placement, or the next endpoints no earlier job
+        took, in order."""
+        out: list[list[int]] = []
+        used: set[int] = set()
+        for job in self.jobs:
+            if job.placement is not None:
+                out.append(list(job.placement))
+                used.update(job.placement)
+        nxt = 0
+        result = []
+        given = iter(out)
+        for job in self.jobs:
+            if job.placement is not None:
+                result.append(next(given))
+                continue
+            ranks = job.workload.world_size or self.distributed.num_nodes
+            eps = []
+            while len(eps) < ranks:
+                if nxt not in used:
+                    eps.append(nxt)
+                    used.add(nxt)
+                nxt += 1
+            result.append(eps)
+        return result
 
     @property
     def num_endpoints(self) -> int:
@@ -622,6 +699,9 @@ class Config(_Strict):
 
     @property
     def world_size(self) -> int:
+        """Ranks: the workload's, or with ``jobs`` all the jobs' together."""
+        if self.jobs:
+            return sum(j.workload.world_size or self.distributed.num_nodes for j in self.jobs)
         return self.workload.world_size or self.distributed.num_nodes
 
     @property

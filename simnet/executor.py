@@ -317,8 +317,13 @@ class SimExecutor:
             sim.programs = programs
             if progress is not None:
                 sim.expected_messages = sim.count_messages() * iterations
+            starts = self.workload.rank_start_s
             for rank, ops in enumerate(programs):
-                _Rank(sim, rank, ops, iterations).run()
+                walker = _Rank(sim, rank, ops, iterations)
+                if starts and starts[rank] > 0:
+                    net.call_later(starts[rank], _start, walker)
+                else:
+                    walker.run()
             if progress is None:
                 env.run()
             else:
@@ -341,6 +346,11 @@ class SimExecutor:
                 gc.enable()
         sim.finish()
         return sim
+
+
+def _start(walker: _Rank) -> None:
+    """A rank that starts late (``Workload.rank_start_s``) begins its program."""
+    walker.run()
 
 
 class PhaseSim:

@@ -116,7 +116,61 @@ def document(res: SimResult) -> dict[str, Any]:
             [_finite(float(v)) for v in row] for row in res.bandwidth_bytes_per_s
         ],
         "phases": [phase_summary(p) for p in res.phases],
+        **({"jobs": jobs_document(res.jobs)} if res.jobs is not None else {}),
     }
+
+
+def jobs_document(report: Any) -> dict[str, Any]:
+    """A shared-network run's jobs: each alone and shared, and the links they share."""
+    return {
+        "jobs": [
+            {
+                "name": j.name,
+                "model": j.model,
+                "ranks": list(j.ranks),
+                "endpoints": j.endpoints,
+                "start_s": j.start_s,
+                "alone_s": j.alone_s,
+                "shared_s": j.shared_s,
+                "slowdown": j.slowdown,
+                "traffic_bytes": int(j.traffic_bytes.sum()),
+            }
+            for j in report.jobs
+        ],
+        "contended_links": [
+            {
+                "link": link_name(c.link),
+                "bytes_by_job": c.bytes_by_job,
+                "capacity_bytes_per_s": c.capacity_bytes_per_s,
+                "busy_s": c.busy_s,
+            }
+            for c in report.contended
+        ],
+    }
+
+
+def jobs_lines(report: Any, top: int = 5) -> list[str]:
+    """The summary's lines on jobs sharing the network."""
+    lines = [f"jobs sharing the network: {len(report.jobs)}"]
+    for j in report.jobs:
+        lines.append(
+            f"  {j.name} ({j.model}, {j.ranks[1] - j.ranks[0]} ranks, start "
+            f"{j.start_s * 1e3:.3f} ms): alone {j.alone_s * 1e3:.3f} ms, shared "
+            f"{j.shared_s * 1e3:.3f} ms, slowdown x{j.slowdown:.3f}"
+        )
+    if report.contended:
+        lines.append(
+            f"  contended links: {len(report.contended)}; busiest: "
+            + "; ".join(
+                f"{link_name(c.link)} ("
+                + ", ".join(f"{k} {_fmt_bytes(b)}" for k, b in c.bytes_by_job.items())
+                + ")"
+                for c in report.contended[:top]
+            )
+        )
+    else:
+        lines.append("  contended links: none (the jobs share no link)")
+    return lines
 
 
 def trace(res: SimResult) -> dict[str, Any]:
@@ -152,6 +206,8 @@ def summary_text(res: SimResult, files: list[Path] | None = None) -> str:
         lines.append(f"  assumed: {a}")
     for a in res.scenario:
         lines.append(f"  what-if: {a}")
+    if res.jobs is not None:
+        lines += jobs_lines(res.jobs)
     for p in res.phases:
         s = phase_summary(p)
         lines.append(
@@ -295,12 +351,60 @@ def write_all(
                 title=f"per-rank time ({p.name}): {title}",
             )
         )
+    if res.jobs is not None:
+        files += _write_jobs(res, out, prefix, title)
     files.append(write_json(out / f"{prefix}timeline.trace.json", trace(res), indent=None))
     files.append(write_json(out / f"{prefix}results.json", document(res)))
     text = summary_text(res, [*files, out / f"{prefix}summary.txt"])
     files.append(write_text(out / f"{prefix}summary.txt", text + "\n"))
     if say:
         say(text)
+    return files
+
+
+def _write_jobs(res: SimResult, out: Path, prefix: str, title: str) -> list[Path]:
+    """The jobs table, the contended links and one traffic heatmap per job."""
+    from . import plots
+
+    report = res.jobs
+    names = [j.name for j in report.jobs]
+    files = [
+        write_csv(
+            out / f"{prefix}jobs.csv",
+            ["job", "model", "ranks", "first_rank", "start_s", "alone_s", "shared_s", "slowdown"],
+            [
+                [
+                    j.name,
+                    j.model,
+                    j.ranks[1] - j.ranks[0],
+                    j.ranks[0],
+                    j.start_s,
+                    j.alone_s,
+                    j.shared_s,
+                    j.slowdown,
+                ]
+                for j in report.jobs
+            ],
+        ),
+        write_csv(
+            out / f"{prefix}contended_links.csv",
+            ["link", "capacity_bytes_per_s", "busy_s", *(f"bytes_{n}" for n in names)],
+            [
+                [link_name(c.link), c.capacity_bytes_per_s, c.busy_s]
+                + [c.bytes_by_job.get(n, 0) for n in names]
+                for c in report.contended
+            ],
+        ),
+    ]
+    for j in report.jobs:
+        files.append(
+            plots.traffic_heatmap(
+                j.traffic_bytes,
+                out / f"{prefix}traffic_heatmap_{j.name}.png",
+                title=f"predicted traffic of job {j.name} ({j.model}) sharing: {title}",
+                axis_name="endpoint",
+            )
+        )
     return files
 
 

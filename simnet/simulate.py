@@ -6,6 +6,7 @@ machine could run (e.g. the GPT-3 proxy at 384 ranks).
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -85,6 +86,7 @@ class SimResult:
     latency_s: np.ndarray  # route latency per pair
     assumed: list[str]
     scenario: list[str] = field(default_factory=list)  # the what-ifs simulated
+    jobs: Any = None  # a simnet.jobs.JobsReport when several jobs shared the network
 
     @property
     def iteration_time_s(self) -> float:
@@ -352,6 +354,13 @@ def simulate(
     of the configured workload (e.g. the micro-benchmarks' cases, one phase each).
     """
     cfg = load_config(config)
+    if cfg.jobs and workload is None and topology is None:
+        from .jobs import simulate_jobs
+
+        run = functools.partial(
+            simulate, record_series=record_series, force=force, available_bytes=available_bytes
+        )
+        return simulate_jobs(cfg, run, build_workload, progress)
     base = Path(config).parent if isinstance(config, (str, Path)) else Path(".")
     cfg, calibrated = apply_link_params(cfg, base)
     try:
@@ -455,12 +464,12 @@ def _rank0_counts(cfg: Config, workload: Workload) -> tuple[int, int]:
     from workload.collectives import schedule_for
 
     policy = build_policy(cfg)
-    params = {"rings": policy.rings, "local_size": policy.local_size}
     cache: dict[tuple, int] = {}
 
     def sends(op: Collective, alg: str, p: int, me: int) -> int:
         key = (op.op, alg, p, op.count_elems, op.root, me)
         if key not in cache:
+            params = policy.params(p)
             sched = schedule_for(op.op, alg, p, op.count_elems, root=op.root, params=params)
             cache[key] = sum(len(s) for _, s in sched.rank_plan(me))
         return cache[key]
@@ -482,7 +491,7 @@ def _rank0_counts(cfg: Config, workload: Workload) -> tuple[int, int]:
         if p <= 1:
             return 0
         alg = policy.choose(op, p)
-        if p <= _COUNT_DIRECTLY or alg in ("hierarchical", "multiring"):
+        if p <= _COUNT_DIRECTLY or alg in ("hierarchical", "multiring", "nccl_ring"):
             return sends(op, alg, p, members.index(rank))
         # Some schedules index every rank's transfers (O(p log p) memory: 16.8 GB at
         # 32,768 ranks): count at two smaller sizes and extrapolate as a power of p,

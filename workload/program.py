@@ -154,6 +154,9 @@ class Workload:
     # Parameters of the project's collective schedules: "rings" (multiring
     # orders, group indices), "local_size" (hierarchical group size).
     collective_params: dict[str, Any] = field(default_factory=dict)
+    # Seconds after the start at which each rank begins (None: all at 0), e.g. the
+    # ranks of jobs submitted later onto a shared network.
+    rank_start_s: list[float] | None = None
 
     def group_of(self, kind: str, rank: int) -> tuple[int, ...]:
         """The group of kind ``kind`` that contains global ``rank``."""

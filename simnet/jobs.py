@@ -1,0 +1,256 @@
+"""Several jobs on one network: each simulated alone, then all of them together.
+
+A configuration's ``jobs`` list gives every job its workload, its endpoints and its
+start time. :func:`simulate_jobs` runs each job alone on the network (its time alone),
+then all of them in one simulation whose ranks are the jobs' ranks side by side (job
+``j``'s rank ``r`` is combined rank ``offset_j + r``, on the job's endpoint ``r``), each
+job's ranks starting at its start time. A job's shared time is from its start to the
+end of its last rank; its slowdown is shared over alone. The links two or more jobs
+send bytes over are where they contend.
+
+A job with several phases runs them one after another (each for the workload's
+iterations) in the shared simulation, as one program; alone, each phase is timed on
+its own network as usual, so its time alone is the sum of its phases.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from workload.ops import Collective, Compute, Op, Recv, Send, Testany, Wait
+from workload.program import Phase, Workload
+
+from .config import Config, load_config
+
+# Request ids of a job's phase k become k * _REQ_STRIDE + id in the combined program,
+# so that phases run back to back never share an id.
+_REQ_STRIDE = 1 << 24
+
+
+@dataclass
+class JobReport:
+    """One job of a shared-network simulation. Times in seconds, bytes in bytes."""
+
+    name: str
+    model: str
+    ranks: tuple[int, int]  # its combined ranks: first, last + 1
+    endpoints: list[int]
+    start_s: float
+    alone_s: float  # the job by itself on the network (sum of its phases)
+    shared_s: float  # from its start to its last rank's end, with the other jobs
+    traffic_bytes: np.ndarray  # [src endpoint, dst endpoint] of the shared run
+    link_bytes: dict[tuple, int]  # bytes the job sent over each link
+
+    @property
+    def slowdown(self) -> float:
+        """Shared time over time alone (1.0: the other jobs cost it nothing)."""
+        return self.shared_s / self.alone_s if self.alone_s > 0 else 1.0
+
+
+@dataclass
+class ContendedLink:
+    """A link that two or more jobs send over."""
+
+    link: tuple
+    bytes_by_job: dict[str, int]
+    capacity_bytes_per_s: float
+    busy_s: float  # in the shared run
+
+
+@dataclass
+class JobsReport:
+    jobs: list[JobReport]
+    contended: list[ContendedLink] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _remap(op: Op, offset: int, req_base: int, compute_scale: float) -> Op:
+    """``op`` of a job's rank as a combined rank runs it: peers and request ids moved,
+    compute scaled by the job's ``workload.compute_scale``."""
+    t = type(op)
+    if t is Compute:
+        return (
+            op
+            if compute_scale == 1.0
+            else dataclasses.replace(op, duration_us=op.duration_us * compute_scale)
+        )
+    if t is Send or t is Recv:
+        req = None if op.req is None else op.req + req_base
+        return dataclasses.replace(op, peer=op.peer + offset, req=req)
+    if t is Collective and op.req is not None:
+        return dataclasses.replace(op, req=op.req + req_base)
+    if t is Wait or t is Testany:
+        return dataclasses.replace(op, reqs=tuple(r + req_base for r in op.reqs))
+    return op
+
+
+def combine(
+    workloads: list[Workload],
+    iterations: list[int],
+    starts_s: list[float],
+    compute_scales: list[float] | None = None,
+) -> Workload:
+    """One workload running ``workloads`` side by side: job j's ranks follow job j - 1's,
+    its phases run back to back ``iterations[j]`` times each, from ``starts_s[j]``
+    (seconds), its compute times ``compute_scales[j]`` (default 1).
+
+    Every group kind of any job partitions the combined world: a job without that kind
+    contributes its ranks as groups of one (which it never uses).
+    """
+    offsets = []
+    total = 0
+    for w in workloads:
+        offsets.append(total)
+        total += w.world_size
+    kinds = sorted({k for w in workloads for k in w.groups})
+    groups: dict[str, list[tuple[int, ...]]] = {}
+    for kind in kinds:
+        out: list[tuple[int, ...]] = []
+        for w, off in zip(workloads, offsets, strict=True):
+            if kind in w.groups:
+                out += [tuple(r + off for r in g) for g in w.groups[kind]]
+            else:
+                out += [(off + r,) for r in range(w.world_size)]
+        groups[kind] = out
+    owner = [j for j, w in enumerate(workloads) for _ in range(w.world_size)]
+    scales = compute_scales or [1.0] * len(workloads)
+
+    def program(rank: int) -> list[Op]:
+        j = owner[rank]
+        w, off = workloads[j], offsets[j]
+        ops: list[Op] = []
+        for k, phase in enumerate(w.phases):
+            base = k * _REQ_STRIDE
+            one = [_remap(op, off, base, scales[j]) for op in phase.program(rank - off)]
+            ops += one * iterations[j]
+        return ops
+
+    start = [starts_s[owner[r]] for r in range(total)]
+    return Workload(
+        model="+".join(w.model for w in workloads),
+        world_size=total,
+        params={},
+        groups=groups,
+        phases=[Phase("jobs", program)],
+        rank_start_s=start if any(start) else None,
+    )
+
+
+def _job_config(cfg: Config, index: int, endpoints: list[int]) -> Config:
+    job = cfg.jobs[index]
+    data = cfg.model_dump()
+    data["workload"] = job.workload.model_dump()
+    data["topology"]["placement"] = endpoints
+    data["jobs"] = []
+    # Stragglers name combined ranks: a job alone keeps those of its own ranks.
+    first = sum(len(p) for p in cfg.job_placements()[:index])
+    data["whatif"]["stragglers"] = {
+        str(int(r) - first): f
+        for r, f in cfg.whatif.stragglers.items()
+        if first <= int(r) < first + len(endpoints)
+    }
+    return load_config(data)
+
+
+def simulate_jobs(
+    cfg: Config,
+    run: Callable[..., Any],
+    build: Callable[[Config], Workload],
+    progress: Callable[[str], None] | None = None,
+) -> Any:
+    """Simulate ``cfg.jobs`` alone and together; ``run`` is :func:`simnet.simulate`
+    (with the caller's options bound), called once per job and once for all, and
+    ``build`` makes a configuration's workload (``simnet.simulate.build_workload``).
+
+    Returns the shared run's ``SimResult`` (its configuration: the jobs' ranks as one
+    workload, ``jobs`` emptied) with ``jobs`` set to a :class:`JobsReport`. With
+    ``whatif.compute_noise`` every run draws from its own ranks' streams, so a job alone
+    and the same job shared see different draws.
+    """
+    placements = cfg.job_placements()
+    alone = []
+    workloads = []
+    for i, job in enumerate(cfg.jobs):
+        sub = _job_config(cfg, i, placements[i])
+        if progress is not None:
+            progress(f"job {job.name}: alone on {len(placements[i])} endpoints")
+        res = run(sub, progress=progress)
+        alone.append(res)
+        workloads.append(build(sub))
+    notes = []
+    for job, w in zip(cfg.jobs, workloads, strict=True):
+        if w.collective_params:
+            names = ", ".join(sorted(w.collective_params))
+            notes.append(
+                f"job {job.name}: its collective parameters ({names}) apply alone only; "
+                "together the network's policy lays its collectives out"
+            )
+    combined = combine(
+        workloads,
+        [j.workload.iterations for j in cfg.jobs],
+        [j.start_us * 1e-6 for j in cfg.jobs],
+        [j.workload.compute_scale for j in cfg.jobs],
+    )
+    data = cfg.model_dump()
+    data["workload"]["world_size"] = combined.world_size
+    data["workload"]["iterations"] = 1
+    data["workload"]["compute_scale"] = 1.0  # each job's is in its programs
+    data["topology"]["placement"] = [e for p in placements for e in p]
+    data["jobs"] = []
+    shared_cfg = load_config(data)
+    if progress is not None:
+        progress(f"all {len(cfg.jobs)} jobs together ({combined.world_size} ranks)")
+    shared = run(shared_cfg, progress=progress, workload=combined)
+    phase = shared.phases[0]
+    ends = phase.timeline.iteration_ends if phase.timeline is not None else {}
+    reports = []
+    first = 0
+    for job, eps, res in zip(cfg.jobs, placements, alone, strict=True):
+        last = first + len(eps)
+        start = job.start_us * 1e-6
+        end = max((ends[r][-1] for r in range(first, last) if ends.get(r)), default=start)
+        mask = np.zeros(phase.traffic_bytes.shape[0], dtype=bool)
+        mask[eps] = True
+        traffic = np.where(np.outer(mask, mask), shared.traffic_bytes, 0)
+        link_bytes: dict[tuple, int] = {}
+        for p in res.phases:
+            for k, b in p.link_bytes.items():
+                if b:
+                    link_bytes[k] = link_bytes.get(k, 0) + b
+        reports.append(
+            JobReport(
+                name=job.name,
+                model=res.workload.model,
+                ranks=(first, last),
+                endpoints=list(eps),
+                start_s=start,
+                alone_s=sum(p.makespan_s for p in res.phases),
+                shared_s=end - start,
+                traffic_bytes=traffic,
+                link_bytes=link_bytes,
+            )
+        )
+        first = last
+    contended = []
+    for k in sorted({k for r in reports for k in r.link_bytes}, key=repr):
+        by_job = {r.name: r.link_bytes[k] for r in reports if r.link_bytes.get(k)}
+        if len(by_job) > 1:
+            contended.append(
+                ContendedLink(
+                    link=k,
+                    bytes_by_job=by_job,
+                    capacity_bytes_per_s=phase.link_capacity_bytes_per_s.get(k, 0.0),
+                    busy_s=phase.link_busy_s.get(k, 0.0),
+                )
+            )
+    # First the links where the jobs meet most evenly (the least a sharer sends), then
+    # the busiest.
+    contended.sort(key=lambda c: (-min(c.bytes_by_job.values()), -c.busy_s, repr(c.link)))
+    shared.jobs = JobsReport(reports, contended, notes)
+    shared.assumed.extend(notes)
+    return shared

@@ -1,0 +1,177 @@
+"""Several jobs on one network: alone and shared times, contended links, bytes per job."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from simnet.config import ConfigError, load_config
+from simnet.jobs import combine
+from simnet.output import write_all
+from simnet.simulate import build_workload, simulate
+
+BW_GB = 10.0
+
+
+def _two_jobs(start_b_us: float = 0.0, **extra) -> dict:
+    # A one-way ring of 4 endpoints; job a on endpoints 0 and 2, job b on 1 and 3.
+    # a's messages 0 -> 2 (through 1) and 2 -> 0 (through 3), b's 1 -> 3 and 3 -> 1:
+    # every link carries one flow of each job, and nothing else.
+    job = {"name": "resnet50", "world_size": 2, "scale": 0.01, "compute_scale": 0}
+    return {
+        "distributed": {"num_nodes": 4, "bandwidth_limit_gb_per_s": BW_GB},
+        "topology": {"type": "ring", "bidirectional": False, "link_latency_us": 0},
+        "jobs": [
+            {"name": "a", "workload": job, "placement": [0, 2]},
+            {"name": "b", "workload": job, "placement": [1, 3], "start_us": start_b_us},
+        ],
+        **extra,
+    }
+
+
+def test_jobs_sharing_every_link_take_twice_as_long():
+    res = simulate(_two_jobs())
+    a, b = res.jobs.jobs
+    # Alone, a job's bytes cross each link at the full rate; together, max-min fair
+    # sharing gives each flow half of every link it crosses, all the time.
+    per_link = 2_044_728  # bytes each job sends over each of the 4 links
+    assert per_link / (BW_GB * 1e9) <= a.alone_s <= per_link / (BW_GB * 1e9) * (1 + 1e-5)
+    assert a.shared_s == pytest.approx(2 * a.alone_s, rel=1e-9)
+    assert b.shared_s == pytest.approx(2 * b.alone_s, rel=1e-9)
+    assert a.slowdown == pytest.approx(2.0) and b.slowdown == pytest.approx(2.0)
+    assert sorted(c.link for c in res.jobs.contended) == [(0, 1), (1, 2), (2, 3), (3, 0)]
+    for c in res.jobs.contended:
+        assert c.bytes_by_job == {"a": per_link, "b": per_link}
+        assert c.busy_s == pytest.approx(a.shared_s, rel=1e-4)  # busy all along
+
+
+def test_a_job_that_starts_after_the_other_ends_is_not_slowed():
+    alone = simulate(_two_jobs()).jobs.jobs[0].alone_s
+    res = simulate(_two_jobs(start_b_us=alone * 1e6 + 1))
+    a, b = res.jobs.jobs
+    assert a.slowdown == pytest.approx(1.0) and b.slowdown == pytest.approx(1.0)
+    assert b.start_s == pytest.approx(alone + 1e-6)
+    assert res.iteration_time_s == pytest.approx(b.start_s + b.alone_s)
+
+
+def test_bytes_are_conserved_per_job():
+    cfg = {
+        "distributed": {"num_nodes": 16, "bandwidth_limit_gb_per_s": 25},
+        "topology": {"type": "fat_tree", "k": 4, "oversubscription": 4},
+        "jobs": [
+            {
+                "name": "train",
+                "workload": {"name": "resnet50", "world_size": 8, "scale": 0.02},
+                "placement": [0, 2, 4, 6, 8, 10, 12, 14],
+            },
+            {
+                "name": "tune",
+                "workload": {"name": "dlrm", "world_size": 8, "scale": 0.02},
+                "start_us": 50,
+            },
+        ],
+    }
+    res = simulate(cfg)
+    train, tune = res.jobs.jobs
+    assert tune.endpoints == [1, 3, 5, 7, 9, 11, 13, 15]  # the endpoints train left
+    for job in (train, tune):
+        sub = load_config(cfg).model_dump()
+        sub["workload"] = next(j for j in cfg["jobs"] if j["name"] == job.name)["workload"]
+        sub["topology"]["placement"] = job.endpoints
+        sub["jobs"] = []
+        alone = simulate(sub)
+        np.testing.assert_array_equal(job.traffic_bytes, alone.traffic_bytes)
+    # Nothing flows between the jobs' endpoints, and the jobs' bytes are all there is.
+    np.testing.assert_array_equal(train.traffic_bytes + tune.traffic_bytes, res.traffic_bytes)
+    assert train.slowdown >= 1 - 1e-9 and tune.slowdown >= 1 - 1e-9
+
+
+def test_each_job_keeps_its_compute_scale():
+    cfg = _two_jobs()
+    for j, scale in zip(cfg["jobs"], (0.0, 1.0), strict=True):
+        j["workload"] = {"name": "dlrm", "world_size": 2, "scale": 0.01, "compute_scale": scale}
+    cfg["jobs"][1]["start_us"] = 1e6  # far apart: each runs as if alone
+    a, b = simulate(cfg).jobs.jobs
+    assert a.shared_s == pytest.approx(a.alone_s, rel=1e-9)
+    assert b.shared_s == pytest.approx(b.alone_s, rel=1e-9)
+    assert b.alone_s > 2 * a.alone_s  # b computes, a does not
+
+
+def test_combined_programs_move_peers_and_requests():
+    cfg = load_config({"distributed": {"num_nodes": 4}, "workload": {"name": "dlrm"}})
+    w = build_workload(cfg)
+    both = combine([w, w], [2, 1], [0.0, 1e-3])
+    assert both.world_size == 8
+    assert both.rank_start_s == [0.0] * 4 + [1e-3] * 4
+    assert all(sorted(r for g in gs for r in g) == list(range(8)) for gs in both.groups.values())
+    first = w.phases[0].program(1)
+    ops = both.phases[0].program(5)  # rank 1 of the second job, one iteration
+    assert len(ops) == len(first)
+    assert len(both.phases[0].program(1)) == 2 * len(first)  # two iterations
+    peers = [op.peer for op in ops if hasattr(op, "peer")]
+    assert peers == [op.peer + 4 for op in first if hasattr(op, "peer")]
+
+
+@pytest.mark.parametrize(
+    ("jobs", "topology", "message"),
+    [
+        (
+            [{"name": "a", "placement": [0, 1]}, {"name": "a", "placement": [2, 3]}],
+            {},
+            "names must be unique",
+        ),
+        (
+            [{"name": "a", "placement": [0, 1]}, {"name": "b", "placement": [1, 2]}],
+            {},
+            "endpoint 1 is also used by job 'a'",
+        ),
+        ([{"name": "a", "placement": [0, 9]}], {}, "endpoint 9 does not exist"),
+        ([{"name": "a", "placement": [0]}], {}, "1 endpoints for 2 ranks"),
+        ([{"name": "a"}], {"placement": [0, 1]}, "each job places its ranks"),
+        ([{"name": "a b"}], {}, "jobs.0.name"),
+    ],
+)
+def test_job_configuration_errors(jobs, topology, message):
+    for j in jobs:
+        j.setdefault("workload", {"name": "dlrm", "world_size": 2})
+    with pytest.raises(ConfigError, match=message):
+        load_config(
+            {
+                "distributed": {"num_nodes": 4},
+                "topology": {"type": "switch", **topology},
+                "jobs": jobs,
+            }
+        )
+
+
+def test_jobs_outputs(tmp_path):
+    res = simulate(_two_jobs())
+    files = write_all(res, tmp_path)
+    names = {f.name for f in files}
+    assert {"sim_jobs.csv", "sim_contended_links.csv"} <= names
+    assert {"sim_traffic_heatmap_a.png", "sim_traffic_heatmap_b.png"} <= names
+    with open(tmp_path / "sim_jobs.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["job"] for r in rows] == ["a", "b"]
+    assert float(rows[0]["slowdown"]) == pytest.approx(2.0)
+    doc = json.loads((tmp_path / "sim_results.json").read_text())
+    assert [j["name"] for j in doc["jobs"]["jobs"]] == ["a", "b"]
+    assert len(doc["jobs"]["contended_links"]) == 4
+    summary = (tmp_path / "sim_summary.txt").read_text()
+    assert "a (resnet50, 2 ranks, start 0.000 ms)" in summary
+    assert "slowdown x2.000" in summary
+
+
+def test_jobs_with_noise_are_deterministic_per_seed():
+    whatif = {"whatif": {"compute_noise": 0.2, "seed": 7}}
+    cfg = _two_jobs(**whatif)
+    for j in cfg["jobs"]:
+        j["workload"] = {"name": "dlrm", "world_size": 2, "scale": 0.01}
+    one, two = simulate(cfg), simulate(cfg)
+    assert [j.shared_s for j in one.jobs.jobs] == [j.shared_s for j in two.jobs.jobs]
+    cfg["whatif"]["seed"] = 8
+    other = simulate(cfg)
+    assert [j.shared_s for j in other.jobs.jobs] != [j.shared_s for j in one.jobs.jobs]
