@@ -202,6 +202,37 @@ def test_cached_calibration_is_reused_until_stale(fitted, tmp_path, monkeypatch)
     assert got is None and "no measurement at [16]" in line
 
 
+def test_a_calibration_at_new_counts_keeps_the_cached_ones(fitted, tmp_path, monkeypatch):
+    # The main job calibrates at its counts, the testbed at others: a second calibration
+    # measures only what the cache lacks (and 2) and keeps the rest.
+    monkeypatch.setenv("COMMSIM_CACHE_DIR", str(tmp_path))
+    key = hostcal.host_key()
+    cached = HostCalibration(key, fitted.created, fitted.by_ranks, [{"op": "x", "ranks": 8}])
+    hostcal.cache_path(key).write_text(json.dumps(cached.to_json()))
+    measured = []
+
+    def fake_measure(wanted, iters, timeout_s, say):
+        measured.append(list(wanted))
+        return {}
+
+    new_params = [HostParams(n, 1.0, 2.0, 3.0, 0.0) for n in (2, 16)]
+    monkeypatch.setattr(hostcal, "measure", fake_measure)
+    monkeypatch.setattr(hostcal, "measure_sleep", lambda: (0.0, 0.0, {"op": "sleep"}))
+    monkeypatch.setattr(
+        hostcal,
+        "fit_host",
+        lambda docs, stat, k, sleep: HostCalibration(k, "2099-01-01T00:00:00+00:00", new_params),
+    )
+    cal, path = hostcal.calibrate_host([2, 8, 16], repeats=1, say=lambda _: None)
+    assert measured == [[2, 16]]
+    assert cal.ranks() == sorted({2, 16} | set(fitted.ranks()))
+    assert cal.at(2)[0].copy_bandwidth_gb_per_s == 1.0  # measured again: the new value
+    assert cal.at(8)[0] == next(p for p in fitted.by_ranks if p.ranks_per_host == 8)
+    assert cal.created == fitted.created  # as old as its oldest part
+    assert {"op": "x", "ranks": 8} in cal.fits
+    assert json.loads(path.read_text())["created"] == fitted.created
+
+
 def test_a_config_takes_the_host_model_from_the_file(fitted, tmp_path):
     (tmp_path / "host.json").write_text(json.dumps(fitted.to_json()))
     cfg = {

@@ -544,13 +544,20 @@ def calibrate_host(
     """A fresh calibration of this host at ``ranks`` (cached), measuring only when needed:
     ``repeats`` independent measurements, each parameter their median (one measurement
     on a shared machine varies by 10-30%)."""
+    key = host_key()
+    kept: HostCalibration | None = None
     if not force:
         cal, line = load_cached(ranks, max_age_days)
         say(line)
         if cal is not None:
             return cal, cache_path(cal.key)
-    key = host_key()
+        kept = _fresh_cached(key, max_age_days)
     wanted = sorted(set(ranks) | {2})
+    if kept is not None:
+        # Keep what the cache holds for other rank counts (the main job's and the
+        # testbed's differ): measure only the counts it lacks.
+        wanted = sorted((set(ranks) - set(kept.ranks())) | {2})
+        say(f"keeping the cached measurements at {kept.ranks()} ranks per host")
     say(
         f"calibrating the host model at {wanted} ranks per host, {repeats} times "
         f"(about {6 * len(wanted) * repeats} s) ..."
@@ -564,8 +571,39 @@ def calibrate_host(
         run.fits.append(sleep_fit)
         runs.append(run)
     cal = median_calibration(runs)
+    if kept is not None:
+        cal = merge_calibrations(kept, cal)
     path = write_json(cache_path(key), cal.to_json())
     return cal, path
+
+
+def _fresh_cached(key: dict[str, Any], max_age_days: float) -> HostCalibration | None:
+    """This host's cached calibration if it is fresh, whatever rank counts it holds."""
+    path = cache_path(key)
+    try:
+        cal = HostCalibration.from_json(json.loads(path.read_text()), str(path))
+    except (OSError, json.JSONDecodeError, HostCalibrationError):
+        return None
+    return cal if stale_reason(cal, key, [], max_age_days) is None else None
+
+
+def merge_calibrations(old: HostCalibration, new: HostCalibration) -> HostCalibration:
+    """``new``'s rank counts, and ``old``'s for the counts ``new`` did not measure; dated
+    as the older of the two (a merged file goes stale with its oldest part)."""
+    measured = set(new.ranks())
+    by_ranks = sorted(
+        [*new.by_ranks, *(p for p in old.by_ranks if p.ranks_per_host not in measured)],
+        key=lambda p: p.ranks_per_host,
+    )
+    kept = [f for f in old.fits if f.get("ranks") not in measured]
+    points = [p for p in old.points if p.get("ranks") not in measured]
+    return HostCalibration(
+        new.key,
+        min(old.created, new.created),
+        by_ranks,
+        new.fits + kept,
+        new.points + points,
+    )
 
 
 def median_calibration(runs: Sequence[HostCalibration]) -> HostCalibration:
