@@ -26,7 +26,7 @@ from workload.ops import Collective, Send
 from workload.program import BuildOptions, Phase, ProgramBuilder, Workload
 from workload.spec import CONFIG_NAMES, RunSpec, SpecError
 from workload.timeline import breakdown
-from workload.units import ELEM_BYTES, GB, MS_PER_S, gb_per_s_to_bytes_per_s, us_to_s
+from workload.units import ELEM_BYTES, MS_PER_S, gb_per_s_to_bytes_per_s, us_to_s
 
 from . import whatif
 from .config import (
@@ -129,50 +129,26 @@ def build_topology(cfg: Config) -> tuple[nx.DiGraph, list[str]]:
             g = topologies.ring(
                 n, bandwidth_bytes_per_s=bw, latency_s=lat, bidirectional=t.bidirectional
             )
-        elif t.type == "hierarchical":
-            size = t.effective_group_size
-            intra = gb_per_s_to_bytes_per_s(
-                t.intra_bandwidth_gb_per_s or d.bandwidth_limit_gb_per_s
-            )
-            inter = gb_per_s_to_bytes_per_s(
-                t.inter_bandwidth_gb_per_s or d.bandwidth_limit_gb_per_s / 4
-            )
-            if t.inter_bandwidth_gb_per_s is None:
-                assumed.append(f"inter-group bandwidth {inter / GB:g} GB/s (bandwidth_limit / 4)")
-            if t.group_size is None:
-                assumed.append(f"group size {size}")
-            g = topologies.hierarchical(
-                n // size,
-                size,
-                intra_bandwidth_bytes_per_s=intra,
-                inter_bandwidth_bytes_per_s=inter,
-                intra_latency_s=us_to_s(
-                    t.intra_latency_us if t.intra_latency_us is not None else t.link_latency_us / 10
-                ),
-                inter_latency_s=us_to_s(
-                    t.inter_latency_us if t.inter_latency_us is not None else t.link_latency_us
-                ),
-            )
-        elif t.type == "rail_optimised":
-            size = t.effective_group_size
-            nvlink = t.intra_bandwidth_gb_per_s or d.bandwidth_limit_gb_per_s
-            nic = t.inter_bandwidth_gb_per_s or d.bandwidth_limit_gb_per_s / 4
-            if t.inter_bandwidth_gb_per_s is None:
-                assumed.append(f"NIC bandwidth {nic:g} GB/s per GPU (bandwidth_limit / 4)")
-            if t.group_size is None:
-                assumed.append(f"{size} GPUs per node")
-            g = topologies.rail_optimised(
-                n // size,
-                size,
-                nvlink_bandwidth_bytes_per_s=gb_per_s_to_bytes_per_s(nvlink),
-                nic_bandwidth_bytes_per_s=gb_per_s_to_bytes_per_s(nic),
-                nvlink_latency_s=us_to_s(
-                    t.intra_latency_us if t.intra_latency_us is not None else t.link_latency_us / 10
-                ),
-                nic_latency_s=us_to_s(
-                    t.inter_latency_us if t.inter_latency_us is not None else t.link_latency_us
-                ),
-            )
+        elif t.type in ("hierarchical", "rail_optimised"):
+            size, intra, inter, intra_lat, inter_lat = _two_levels(cfg, assumed)
+            if t.type == "hierarchical":
+                g = topologies.hierarchical(
+                    n // size,
+                    size,
+                    intra_bandwidth_bytes_per_s=intra,
+                    inter_bandwidth_bytes_per_s=inter,
+                    intra_latency_s=intra_lat,
+                    inter_latency_s=inter_lat,
+                )
+            else:
+                g = topologies.rail_optimised(
+                    n // size,
+                    size,
+                    nvlink_bandwidth_bytes_per_s=intra,
+                    nic_bandwidth_bytes_per_s=inter,
+                    nvlink_latency_s=intra_lat,
+                    nic_latency_s=inter_lat,
+                )
         elif t.type == "dragonfly":
             a, e = t.routers_per_group or 1, t.endpoints_per_router or 1
             glob = t.global_bandwidth_gb_per_s or d.bandwidth_limit_gb_per_s
@@ -206,6 +182,30 @@ def build_topology(cfg: Config) -> tuple[nx.DiGraph, list[str]]:
         g = add_hosts(cfg, g, assumed)
     g.graph["whatif"] = link_notes
     return g, assumed
+
+
+def _two_levels(cfg: Config, assumed: list[str]) -> tuple[int, float, float, float, float]:
+    """A grouped topology's (group size, intra and inter bandwidth in bytes/s, intra and
+    inter latency in seconds), its defaults stated in ``assumed``: groups of endpoints
+    (hierarchical) or nodes of GPUs (rail_optimised: NVLink inside, a NIC per GPU)."""
+    t, d = cfg.topology, cfg.distributed
+    size = t.effective_group_size
+    inter = t.inter_bandwidth_gb_per_s or d.bandwidth_limit_gb_per_s / 4
+    if t.inter_bandwidth_gb_per_s is None:
+        what = "inter-group bandwidth" if t.type == "hierarchical" else "NIC bandwidth per GPU"
+        assumed.append(f"{what} {inter:g} GB/s (bandwidth_limit / 4)")
+    if t.group_size is None:
+        hier = t.type == "hierarchical"
+        assumed.append(f"group size {size}" if hier else f"{size} GPUs per node")
+    intra_lat = t.intra_latency_us if t.intra_latency_us is not None else t.link_latency_us / 10
+    inter_lat = t.inter_latency_us if t.inter_latency_us is not None else t.link_latency_us
+    return (
+        size,
+        gb_per_s_to_bytes_per_s(t.intra_bandwidth_gb_per_s or d.bandwidth_limit_gb_per_s),
+        gb_per_s_to_bytes_per_s(inter),
+        us_to_s(intra_lat),
+        us_to_s(inter_lat),
+    )
 
 
 def add_hosts(cfg: Config, graph: nx.DiGraph, assumed: list[str]) -> nx.DiGraph:
