@@ -5,8 +5,10 @@
 Every case is a multi-node ``all_reduce_perf`` result someone published (the source
 is named with each case), modelled with nothing but the hardware's stated rates: a
 rail-optimised cluster (``topologies.rail_optimised``: each GPU's NVLink to its node's
-NVSwitch, each GPU's NIC to its rail) and NCCL's ring layout (``nccl_ring``, one
-channel per rail). Nothing is fitted to the measurement. Latencies are typical
+NVSwitch, each GPU's NIC to its rail) and the algorithm NCCL ran, laid out as NCCL lays
+it out (``nccl_ring``: one ring per rail; ``nccl_tree``: the double binary tree, one
+pair per two rails, pipelined in 64 chunks). Nothing is fitted to the measurement;
+each case says how its algorithm is known. Latencies are typical
 figures (1 us per NIC hop, 0.5 us per NVLink hop); at 1 GiB and above they change the
 prediction by well under 1%. Where a node has fewer NICs than GPUs, each GPU is given
 its share of the node's NIC bandwidth (what a rail of that node carries when every
@@ -47,13 +49,75 @@ class Case:
     node_nic_gbit_per_s: float  # all of a node's NICs together, Gb/s
     size_bytes: int
     measured_busbw_gb_per_s: float
+    algorithm: str  # "nccl_ring" or "nccl_tree": what NCCL ran (see ``why``)
+    why: str  # how the algorithm is known
 
     @property
     def nic_per_gpu_bytes_per_s(self) -> float:
         return self.node_nic_gbit_per_s * 1e9 / 8 / self.gpus_per_node
 
 
-CASES: list[Case] = []
+AZURE_A100 = (
+    "https://github.com/Azure/azureml-examples/blob/main/cli/jobs/single-step/gpu_perf/"
+    "README.md (Standard_ND96amsr_A100_v4 (A100), 2 nodes; out-of-place busbw)"
+)
+A3_MEGA = (
+    "https://github.com/lessizzmore/create-a3mega-ztan-fork/blob/main/ztan-NCCL-test-result "
+    "(GCP A3 Mega, 2 VMs x 8 H100, mpirun -np 16 -npernode 8; out-of-place busbw)"
+)
+RING_BELOW_TREE = (
+    "busbw stays under the ring's bound (the NICs' rate); a tree on 2 nodes could exceed it"
+)
+TWO_NODE_TREE = (
+    "above the ring's bound, which only a tree reaches: on 2 nodes NCCL uses the tree "
+    "(nccl-tests issue 196, maintainer's answer)"
+)
+
+
+def _azure(size_gib: int, busbw: float, row: str) -> Case:
+    # ND A100 v4: 8 A100 SXM (NVLink 3: 300 GB/s per direction), 8 x HDR 200 Gb/s IB.
+    return Case(
+        f"Azure ND A100 v4, {size_gib} GiB",
+        AZURE_A100,
+        row,
+        2,
+        8,
+        300.0,
+        8 * 200.0,
+        size_gib << 30,
+        busbw,
+        "nccl_ring",
+        RING_BELOW_TREE,
+    )
+
+
+def _a3mega(size_gib: int, busbw: float, row: str) -> Case:
+    # A3 Mega: 8 H100 SXM (NVLink 4: 450 GB/s per direction), 8 x 200 Gb/s NICs for GPUs.
+    return Case(
+        f"GCP A3 Mega, {size_gib} GiB",
+        A3_MEGA,
+        row,
+        2,
+        8,
+        450.0,
+        8 * 200.0,
+        size_gib << 30,
+        busbw,
+        "nccl_tree",
+        TWO_NODE_TREE,
+    )
+
+
+CASES: list[Case] = [
+    _azure(1, 182.36, "1073741824 268435456 float sum 11040 97.26 182.36"),
+    _azure(2, 185.27, "2147483648 536870912 float sum 21733 98.81 185.27"),
+    _azure(4, 187.97, "4294967296 1073741824 float sum 42843 100.25 187.97"),
+    _azure(8, 187.91, "8589934592 2147483648 float sum 85710 100.22 187.91"),
+    _a3mega(1, 297.86, "1073741824 268435456 float sum -1 6759.0 158.86 297.86"),
+    _a3mega(2, 318.40, "2147483648 536870912 float sum -1 12646 169.81 318.40"),
+    _a3mega(4, 330.58, "4294967296 1073741824 float sum -1 24361 176.31 330.58"),
+    _a3mega(8, 338.82, "8589934592 2147483648 float sum -1 47535 180.71 338.82"),
+]
 
 
 def predict(case: Case) -> dict[str, float]:
@@ -67,13 +131,9 @@ def predict(case: Case) -> dict[str, float]:
         NIC_LATENCY_S,
     )
     p = case.nodes * case.gpus_per_node
+    # One ring per rail; one tree pair per two rails (NCCL's defaults here).
     t = simnet.collective_time(
-        g,
-        "allreduce",
-        "nccl_ring",
-        case.size_bytes,
-        local_size=case.gpus_per_node,
-        channels=case.gpus_per_node,
+        g, "allreduce", case.algorithm, case.size_bytes, local_size=case.gpus_per_node
     )
     busbw = case.size_bytes / t * 2 * (p - 1) / p / 1e9
     return {"time_s": t, "busbw_gb_per_s": busbw}
@@ -86,7 +146,7 @@ def main() -> int:
     out = (ROOT / ns.out).resolve()
     rows = []
     print(
-        f"{'case':<34} {'nodes x GPUs':>12} {'NIC/node':>9} {'size':>8} "
+        f"{'case':<28} {'algorithm':<10} {'nodes x GPUs':>12} {'NICs/node':>10} "
         f"{'measured':>9} {'predicted':>9} {'error':>7}"
     )
     for case in CASES:
@@ -94,14 +154,16 @@ def main() -> int:
         err = 100 * (pred["busbw_gb_per_s"] / case.measured_busbw_gb_per_s - 1)
         rows.append({**asdict(case), **pred, "error_pct": err})
         print(
-            f"{case.name:<34} {case.nodes:>5} x {case.gpus_per_node:<4} "
-            f"{case.node_nic_gbit_per_s:>5.0f} Gb/s {case.size_bytes / 2**30:>5.0f} GiB "
+            f"{case.name:<28} {case.algorithm:<10} {case.nodes:>5} x {case.gpus_per_node:<4} "
+            f"{case.node_nic_gbit_per_s:>5.0f} Gb/s "
             f"{case.measured_busbw_gb_per_s:>9.1f} {pred['busbw_gb_per_s']:>9.1f} {err:>+6.1f}%"
         )
     errs = [abs(r["error_pct"]) for r in rows]
     gm = math.exp(sum(math.log(max(e, 1e-3)) for e in errs) / len(errs)) if errs else 0.0
     worst = max(errs, default=0.0)
     print(f"\nbus bandwidth in GB/s; geometric mean |error| {gm:.1f}%, worst {worst:.1f}%")
+    for src in sorted({c.source for c in CASES}):
+        print(f"source: {src}")
     write_json(
         out / "nccl_tests.json",
         {"cases": rows, "geomean_abs_error_pct": gm, "max_abs_error_pct": worst},
