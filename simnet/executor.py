@@ -72,7 +72,7 @@ class AlgorithmPolicy:
     # Why an asked-for algorithm was not used, one line per distinct case (in order).
     fallbacks: dict[str, None] = field(default_factory=dict)
 
-    def choose(self, op: Collective, p: int) -> str:
+    def choose(self, op: Collective, p: int, per_node: int | None = None) -> str:
         from workload.collectives import ALGORITHMS
 
         name = op.algorithm or self.by_op.get(op.op) or self.fixed
@@ -101,20 +101,28 @@ class AlgorithmPolicy:
             )
             alt = "ring" if "ring" in ALGORITHMS[op.op] else default
             return self._fallback(op.op, name, alt, why)
-        if name in NCCL_ALGORITHMS and self.local_size and p % self.local_size:
+        if name in NCCL_ALGORITHMS and self.local_size and self._nccl_local(p, per_node) is None:
             self.fallbacks[
-                f"{op.op}: {name!r} over {p} ranks, not a multiple of {self.local_size} GPUs "
-                "per node: laid out as one node"
+                f"{op.op}: {name!r} over {p} ranks that are not the same number of "
+                f"consecutive ranks on each node of {self.local_size} GPUs: laid out as one node"
             ] = None
         return name
 
-    def params(self, p: int) -> dict[str, Any]:
-        """The schedule parameters for a group of ``p`` ranks (``schedule_for``'s params)."""
+    def _nccl_local(self, p: int, per_node: int | None) -> int | None:
+        """GPUs per node of a group of ``p`` for the NCCL algorithms: as the group sits on
+        the nodes (``per_node``), else the node size if it divides ``p``, else None."""
+        if per_node is not None:
+            return per_node
         local = self.local_size
+        return local if local and p % local == 0 else None
+
+    def params(self, p: int, per_node: int | None = None) -> dict[str, Any]:
+        """The schedule parameters for a group of ``p`` ranks (``schedule_for``'s params);
+        ``per_node``: how many of them each node holds, if known."""
         return {
             "rings": self.rings,
-            "local_size": local,
-            "nccl_local_size": local if local and p % local == 0 else None,
+            "local_size": self.local_size,
+            "nccl_local_size": self._nccl_local(p, per_node),
             "channels": self.channels,
             "pipeline_chunks": self.pipeline_chunks,
         }
@@ -235,15 +243,39 @@ class SimExecutor:
             hit = self._members[key] = (g, g.index(rank))
         return hit
 
-    def schedule(self, op: Collective, p: int) -> tuple[Schedule, str]:
-        key = (op.op, op.algorithm, p, op.count_elems, op.root)
+    def schedule(
+        self, op: Collective, p: int, members: Sequence[int] | None = None
+    ) -> tuple[Schedule, str]:
+        """The schedule of ``op`` over a group of ``p`` ranks and the algorithm's name;
+        ``members`` (global ranks, in group order) let the NCCL algorithms see how the
+        group sits on the nodes."""
+        per_node = self._gpus_per_node(members) if members is not None else None
+        key = (op.op, op.algorithm, p, op.count_elems, op.root, per_node)
         hit = self._schedules.get(key)
         if hit is None:
-            alg = self.policy.choose(op, p)
-            params = self.policy.params(p)
+            alg = self.policy.choose(op, p, per_node)
+            params = self.policy.params(p, per_node)
             sched = schedule_for(op.op, alg, p, op.count_elems, root=op.root, params=params)
             hit = self._schedules[key] = (sched, alg)
         return hit
+
+    def _gpus_per_node(self, members: Sequence[int]) -> int | None:
+        """How many of ``members`` each node holds, when the group is node-major (its
+        members on each node consecutive, as many on every node); None otherwise or
+        without a node size. Nodes are blocks of ``policy.local_size`` endpoints."""
+        g = self.policy.local_size
+        if not g:
+            return None
+        nodes = [self.placement[m] // g for m in members]
+        k = 1
+        while k < len(nodes) and nodes[k] == nodes[0]:
+            k += 1
+        if len(nodes) % k:
+            return None
+        blocks = [nodes[i : i + k] for i in range(0, len(nodes), k)]
+        if any(len(set(b)) != 1 for b in blocks) or len({b[0] for b in blocks}) != len(blocks):
+            return None
+        return k
 
     def _plan(
         self,
@@ -539,7 +571,7 @@ class PhaseSim:
         seq_key = (op.group, rank)
         if p == 1:
             return seq_key, None, 0, (), 0, None
-        sched, alg = ex.schedule(op, p)
+        sched, alg = ex.schedule(op, p, members)
         self.algorithms[op.op].add(alg)
         library = op.algorithm is None or ex.gamma_named
         step_s = ex.step_latency_by_op.get(op.op, ex.step_latency)

@@ -15,6 +15,7 @@ import topologies
 from simnet.config import load_config
 from simnet.simulate import build_policy, build_topology, program_time
 from workload.collectives import nccl_ring_orders
+from workload.ops import Collective
 
 NVLINK = 300e9  # bytes/s per GPU and direction (A100)
 NIC = 25e9  # 200 Gb/s HDR, bytes/s
@@ -238,6 +239,26 @@ def test_nccl_algorithm_on_groups_not_whole_nodes_says_so():
     assert policy.choose(op, 12) == "nccl_ring"
     assert policy.params(12)["nccl_local_size"] is None
     assert list(policy.fallbacks) == [
-        "allreduce: 'nccl_ring' over 12 ranks, not a multiple of 8 GPUs per node: laid out "
-        "as one node"
+        "allreduce: 'nccl_ring' over 12 ranks that are not the same number of consecutive "
+        "ranks on each node of 8 GPUs: laid out as one node"
     ]
+
+
+def test_nccl_groups_are_laid_out_by_where_their_ranks_sit():
+    # 4 nodes of 8 GPUs. A group of one GPU per node (a tensor group strided over the
+    # nodes) is 4 nodes of 1; a group inside one node is one node; a group of 2 GPUs on
+    # each of 2 nodes is 2 nodes of 2; ranks interleaved over nodes fit no layout.
+    from simnet.executor import AlgorithmPolicy, SimExecutor
+    from workload.program import Workload
+
+    wl = Workload("t", 32, {}, {"world": [tuple(range(32))]}, [])
+    ex = SimExecutor(wl, lambda env: None, list(range(32)), policy=AlgorithmPolicy(local_size=8))
+    assert ex._gpus_per_node([3, 11, 19, 27]) == 1
+    assert ex._gpus_per_node([0, 1, 2, 3]) == 4
+    assert ex._gpus_per_node([6, 7, 8, 9]) == 2
+    assert ex._gpus_per_node([0, 8, 1, 9]) is None
+    assert ex._gpus_per_node([0, 1, 8]) is None
+    op = Collective("allreduce", "tp", 4096, algorithm="nccl_ring")
+    sched, alg = ex.schedule(op, 4, [3, 11, 19, 27])
+    assert alg == "nccl_ring" and sched.total_bytes == 2 * 3 * 4096 * 4  # one ring of 4
+    assert not ex.policy.fallbacks
