@@ -5,6 +5,7 @@ Every file is written atomically (see ``workload.results``).
 
 from __future__ import annotations
 
+import html
 import math
 import statistics
 from collections.abc import Callable, Iterator
@@ -18,6 +19,7 @@ from workload.timeline import op_events
 from workload.units import GB, KB, MB
 
 from . import _compiled
+from .report import table
 from .simulate import PhaseResult, SimResult
 
 
@@ -355,8 +357,22 @@ def write_all(
         files += _write_jobs(res, out, prefix, title)
     files.append(write_json(out / f"{prefix}timeline.trace.json", trace(res), indent=None))
     files.append(write_json(out / f"{prefix}results.json", document(res)))
-    text = summary_text(res, [*files, out / f"{prefix}summary.txt"])
+    from .report import REPORT_NAME, write_report
+
+    text = summary_text(res, [*files, out / f"{prefix}summary.txt", out / REPORT_NAME])
     files.append(write_text(out / f"{prefix}summary.txt", text + "\n"))
+    before, after = simulation_sections(res)
+    files.append(
+        write_report(
+            out,
+            f"simnet: {title}",
+            text,
+            files,
+            config=res.config.model_dump(),
+            sections=before,
+            details=after,
+        )
+    )
     if say:
         say(text)
     return files
@@ -406,6 +422,87 @@ def _write_jobs(res: SimResult, out: Path, prefix: str, title: str) -> list[Path
             )
         )
     return files
+
+
+MAX_RANK_ROWS = 256
+"""Ranks listed per phase on the page (all of them are in ``sim_results.json``)."""
+
+
+def simulation_sections(
+    res: Any, top_links: int = 15
+) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """The sections of a simulation's page (a ``SimResult``): those before the figures
+    (the jobs, if several shared the network) and those after (per rank, links)."""
+    out = []
+    after = []
+    if res.jobs is not None:
+        doc = jobs_document(res.jobs)
+        jobs = table(
+            ["job", "model", "ranks", "start (ms)", "alone (ms)", "shared (ms)", "slowdown"],
+            [
+                (
+                    j["name"],
+                    j["model"],
+                    j["ranks"][1] - j["ranks"][0],
+                    f"{j['start_s'] * 1e3:.3f}",
+                    f"{j['alone_s'] * 1e3:.3f}",
+                    f"{j['shared_s'] * 1e3:.3f}",
+                    f"x{j['slowdown']:.3f}",
+                )
+                for j in doc["jobs"]
+            ],
+        )
+        names = [j["name"] for j in doc["jobs"]]
+        links = table(
+            ["link", "busy (ms)", *(f"bytes of {n}" for n in names)],
+            [
+                (
+                    c["link"],
+                    f"{c['busy_s'] * 1e3:.3f}",
+                    *(c["bytes_by_job"].get(n, 0) for n in names),
+                )
+                for c in doc["contended_links"][:top_links]
+            ],
+        )
+        out.append(("jobs", "Jobs sharing the network", jobs + "<h3>Contended links</h3>" + links))
+    ranks = []
+    link_parts = []
+    for p in res.phases:
+        shown = p.per_rank[:MAX_RANK_ROWS]
+        note = (
+            f"<p>ranks 0..{len(shown) - 1} of {len(p.per_rank)}; every rank is in "
+            "sim_results.json</p>"
+            if len(shown) < len(p.per_rank)
+            else ""
+        )
+        ranks.append(
+            f"<h3>phase {html.escape(p.name)}</h3>{note}"
+            + table(
+                ["rank", "compute (s)", "communication (s)", "exposed communication (s)"],
+                [(r["rank"], r["compute_s"], r["comm_s"], r["exposed_comm_s"]) for r in shown],
+            )
+        )
+        busy = sorted(p.link_bytes, key=lambda k, p=p: (-p.link_busy_s.get(k, 0.0), link_name(k)))
+        horizon = p.makespan_s or 1.0
+        link_parts.append(
+            f"<h3>phase {html.escape(p.name)}</h3>"
+            + table(
+                ["link", "bytes", "busy (s)", "busy fraction", "capacity (GB/s)"],
+                [
+                    (
+                        link_name(k),
+                        p.link_bytes[k],
+                        p.link_busy_s.get(k, 0.0),
+                        f"{p.link_busy_s.get(k, 0.0) / horizon:.1%}",
+                        p.link_capacity_bytes_per_s[k] / 1e9,
+                    )
+                    for k in busy[:top_links]
+                ],
+            )
+        )
+    after.append(("ranks", "Per-rank breakdown (per iteration)", "".join(ranks)))
+    after.append(("links", f"Busiest links (top {top_links})", "".join(link_parts)))
+    return out, after
 
 
 def _iterations_text(res: SimResult) -> str:

@@ -382,6 +382,7 @@ def _run(cfg: Config, out: Path, say: Any, machine: ThisMachine | None) -> int:
     )
     files.append(write_json(out / "training_metrics.json", doc))
     files.append(write_text(out / "training_metrics.txt", text))
+    files.append(_report(out, cfg, text, comparison, comparison["time"]["measured_step_s"]))
     say(text)
     say(
         f"traffic measured == predicted, to the byte: {comparison['equal']}; "
@@ -454,9 +455,31 @@ def run_proxy_workload(cfg: Config, out: Path, say: Any, machine: ThisMachine | 
         comparison["this_machine"] = machine.describe()
         comparison["this_machine_why"] = machine.why()
     write_json(out / "comparison.json", comparison)
-    for line in prediction_lines(comparison, "per iteration"):
+    lines = prediction_lines(comparison, "per iteration")
+    for line in lines:
         say(line)
+    _report(out, cfg, "\n".join(lines), comparison, measured_s)
     return 0
+
+
+def _report(
+    out: Path, cfg: Config, summary: str, comparison: dict[str, Any], measured_s: float
+) -> Path:
+    """The run's ``report.html``: each prediction of the step (or iteration) against the
+    measurement, with every picture of the run."""
+    from simnet.report import write_run_report
+
+    cases = [
+        {
+            "name": f"{cfg.workload.name}, predicted {name.replace('_', ' ')}",
+            "measured_s": measured_s,
+            "predicted_s": e["step_time_s"],
+            "error_pct": e["error_pct"],
+        }
+        for name, e in comparison["predictions"].items()
+    ]
+    title = f"main job: {cfg.workload.name} on {cfg.world_size} ranks, measured vs predicted"
+    return write_run_report(out, title, summary, cases, config=cfg.model_dump())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

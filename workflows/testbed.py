@@ -798,7 +798,8 @@ def write_outputs(doc: dict[str, Any], out: Path) -> None:
         [[p["src"], p["dst"], p["wire_bytes"], p["packets"], p["payload_bytes"],
           p["predicted_bytes"], p["error_pct"]] for p in pairs],
     )  # fmt: skip
-    write_text(out / "testbed.txt", summary_text(doc))
+    text = summary_text(doc)
+    write_text(out / "testbed.txt", text)
     plots.measured_vs_predicted(
         list(range(len(doc["cases"]))),
         [x["measured_s"] for x in doc["cases"]],
@@ -819,6 +820,10 @@ def write_outputs(doc: dict[str, Any], out: Path) -> None:
         ylabel="bytes",
         integer_x=True,
     )
+    from simnet.report import write_run_report
+
+    write_run_report(out, "testbed: measured on emulated hosts vs predicted", text, doc["cases"],
+                     config=doc.get("config"))  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

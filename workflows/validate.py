@@ -510,6 +510,23 @@ def analyse(
     text = summary_text(doc)
     write_json(out / "validation.json", doc)
     write_text(out / "validation.txt", text)
+    from simnet.report import write_run_report
+
+    write_run_report(
+        out,
+        f"validation: proxies.{doc['model']} on {doc['world_size']} ranks",
+        text,
+        [
+            {
+                "name": f"phase {p['phase']}, per iteration",
+                "measured_s": p["measured_s"],
+                "predicted_s": p["predicted_s"],
+                "error_pct": p["error_percent"],
+            }
+            for p in doc["phases"]
+        ],
+        config=cfg.model_dump(),
+    )
     return doc, text
 
 
