@@ -70,6 +70,7 @@ def test_dlrm_files_and_phase_figures(dlrm_run):
         "validation_labels.csv",
         "validation.txt",
         "validation_ops.png",
+        "report.html",
         "measured.json",
         "measured_trace.json",
         "proxy_output.txt",
@@ -78,6 +79,8 @@ def test_dlrm_files_and_phase_figures(dlrm_run):
     assert not list(out.glob(".*.tmp"))
     doc = json.loads((out / "validation.json").read_text())
     assert doc["kind"] == "validation" and doc["model"] == "dlrm" and doc["world_size"] == 2
+    page = (out / "report.html").read_text()
+    assert '<h2 id="comparison">' in page and "data:image/png;base64," in page
     assert doc["measured"]["iterations"] == {"warmup": 1, "timed": 2}
     assert doc["prediction"]["iterations"] == 2
     [ph] = doc["phases"]

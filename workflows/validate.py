@@ -417,6 +417,7 @@ def analyse(
         "validation_labels.csv",
         "validation.txt",
         "validation_ops.png",
+        "report.html",
     ]
     doc: dict[str, Any] = {
         "kind": "validation",
