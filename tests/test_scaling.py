@@ -235,6 +235,9 @@ def test_real_study_writes_every_output(dlrm_study):
     for png in out.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(out.rglob("*.tmp"))
+    page = (out / "report.html").read_text()
+    assert '<h2 id="comparison">' in page and "dlrm, P = 2, per iteration" in page
+    assert page.count("data:image/png;base64,") == len(list(out.glob("*.png")))
 
 
 def test_real_study_measured_points(dlrm_study):

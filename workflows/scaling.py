@@ -729,10 +729,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     bars = plot_breakdown(doc, out)
     if bars:
         files.append(bars)
+    files.append(_report(out, study, text, measured, predicted))
     print(text, end="")
     say(f"wrote {len(files)} files to {out}/")
     failed = [r for r in measured + predicted if r.get("status") == "failed"]
     return 1 if failed else 0
+
+
+def _report(
+    out: Path,
+    study: Any,
+    text: str,
+    measured: list[dict[str, Any]],
+    predicted: list[dict[str, Any]],
+) -> Path:
+    """The study's ``report.html``: the summary, measured against predicted iteration
+    time at every count both have, and every plot."""
+    from simnet.report import write_run_report
+
+    meas = {r["np"]: r for r in measured if r.get("status") == "ok"}
+    cases = [
+        {
+            "name": f"{study.model}, P = {r['np']}, per iteration",
+            "measured_s": meas[r["np"]]["iteration_time_s"],
+            "predicted_s": r["iteration_time_s"],
+            "error_pct": r["error_percent"],
+        }
+        for r in predicted
+        if "error_percent" in r and r["np"] in meas
+    ]
+    title = f"{study.mode} scaling study: {study.model}"
+    return write_run_report(out, title, text, cases)
 
 
 def _predict_base(path: str | None) -> tuple[dict[str, Any], list[str]]:
