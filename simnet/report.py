@@ -32,14 +32,16 @@ from workload.results import write_text
 REPORT_NAME = "report.html"
 
 _STYLE = """
+* { box-sizing: border-box; }
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px;
-       color: #222; line-height: 1.4; }
+       padding: 0 1em; color: #222; line-height: 1.4; }
 h1 { font-size: 1.5em; } h2 { border-bottom: 1px solid #ccc; margin-top: 2em; }
 pre { background: #f6f6f6; padding: 1em; overflow-x: auto; font-size: 0.85em; }
 table { border-collapse: collapse; font-size: 0.9em; }
 th, td { border: 1px solid #ddd; padding: 0.25em 0.6em; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
-figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figure { margin: 1em 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+pre { white-space: pre-wrap; overflow-wrap: anywhere; }
 figcaption { font-size: 0.85em; color: #555; }
 .bad { color: #b00; } .ok { color: #070; }
 """
