@@ -74,49 +74,40 @@ TWO_NODE_TREE = (
 )
 
 
-def _azure(size_gib: int, busbw: float, row: str) -> Case:
-    # ND A100 v4: 8 A100 SXM (NVLink 3: 300 GB/s per direction), 8 x HDR 200 Gb/s IB.
+# The machines: (name, source, NVLink GB/s per GPU and direction, algorithm, how known).
+# ND A100 v4: 8 A100 SXM (NVLink 3), 8 x HDR 200 Gb/s InfiniBand.
+# A3 Mega: 8 H100 SXM (NVLink 4), 8 x 200 Gb/s NICs for the GPUs.
+AZURE = ("Azure ND A100 v4", AZURE_A100, 300.0, "nccl_ring", RING_BELOW_TREE)
+A3 = ("GCP A3 Mega", A3_MEGA, 450.0, "nccl_tree", TWO_NODE_TREE)
+
+
+def _case(machine: tuple, size_gib: int, busbw: float, row: str) -> Case:
+    """A 2-node, 8-GPU, 8 x 200 Gb/s run of ``machine`` at ``size_gib`` GiB."""
+    name, source, nvlink, algorithm, why = machine
     return Case(
-        f"Azure ND A100 v4, {size_gib} GiB",
-        AZURE_A100,
+        f"{name}, {size_gib} GiB",
+        source,
         row,
         2,
         8,
-        300.0,
+        nvlink,
         8 * 200.0,
         size_gib << 30,
         busbw,
-        "nccl_ring",
-        RING_BELOW_TREE,
-    )
-
-
-def _a3mega(size_gib: int, busbw: float, row: str) -> Case:
-    # A3 Mega: 8 H100 SXM (NVLink 4: 450 GB/s per direction), 8 x 200 Gb/s NICs for GPUs.
-    return Case(
-        f"GCP A3 Mega, {size_gib} GiB",
-        A3_MEGA,
-        row,
-        2,
-        8,
-        450.0,
-        8 * 200.0,
-        size_gib << 30,
-        busbw,
-        "nccl_tree",
-        TWO_NODE_TREE,
+        algorithm,
+        why,
     )
 
 
 CASES: list[Case] = [
-    _azure(1, 182.36, "1073741824 268435456 float sum 11040 97.26 182.36"),
-    _azure(2, 185.27, "2147483648 536870912 float sum 21733 98.81 185.27"),
-    _azure(4, 187.97, "4294967296 1073741824 float sum 42843 100.25 187.97"),
-    _azure(8, 187.91, "8589934592 2147483648 float sum 85710 100.22 187.91"),
-    _a3mega(1, 297.86, "1073741824 268435456 float sum -1 6759.0 158.86 297.86"),
-    _a3mega(2, 318.40, "2147483648 536870912 float sum -1 12646 169.81 318.40"),
-    _a3mega(4, 330.58, "4294967296 1073741824 float sum -1 24361 176.31 330.58"),
-    _a3mega(8, 338.82, "8589934592 2147483648 float sum -1 47535 180.71 338.82"),
+    _case(AZURE, 1, 182.36, "1073741824 268435456 float sum 11040 97.26 182.36"),
+    _case(AZURE, 2, 185.27, "2147483648 536870912 float sum 21733 98.81 185.27"),
+    _case(AZURE, 4, 187.97, "4294967296 1073741824 float sum 42843 100.25 187.97"),
+    _case(AZURE, 8, 187.91, "8589934592 2147483648 float sum 85710 100.22 187.91"),
+    _case(A3, 1, 297.86, "1073741824 268435456 float sum -1 6759.0 158.86 297.86"),
+    _case(A3, 2, 318.40, "2147483648 536870912 float sum -1 12646 169.81 318.40"),
+    _case(A3, 4, 330.58, "4294967296 1073741824 float sum -1 24361 176.31 330.58"),
+    _case(A3, 8, 338.82, "8589934592 2147483648 float sum -1 47535 180.71 338.82"),
 ]
 
 
