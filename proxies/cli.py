@@ -39,10 +39,11 @@ def build_parser(model: Model) -> argparse.ArgumentParser:
         p.add_argument(
             "--" + a.name.replace("_", "-"),
             dest=a.name,
-            type=int,
+            type=str if a.choices else int,
+            choices=a.choices or None,
             default=None,
-            metavar="N",
-            help=a.help,
+            metavar="NAME" if a.choices else "N",
+            help=a.help + (f" ({', '.join(a.choices)}; default {a.default})" if a.choices else ""),
         )
     g = p.add_argument_group("iterations")
     g.add_argument(

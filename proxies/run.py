@@ -67,10 +67,10 @@ def memory_message(
 
 
 def scale_note(scale: float) -> str:
-    """The summary's line on a scaled run: what it measured is not the reference's."""
+    """The summary's line on a scaled run: what it measured is not the full-size job."""
     return (
-        f"note: messages at {scale:g} x the reference's sizes (--scale {scale:g}); the "
-        "times above are those of that workload, not the reference's"
+        f"note: messages at {scale:g} x their full size (--scale {scale:g}); the times "
+        "above are those of that smaller workload, not of the full-size job"
     )
 
 

@@ -17,6 +17,7 @@ def test_there_are_examples():
         "gpu_cluster.json",
         "two_jobs.json",
         "dragonfly_whatif.json",
+        "llama2_70b.json",
     }
 
 
@@ -33,3 +34,8 @@ def test_example_simulates_and_reports(path, tmp_path):
     if path.stem == "gpu_cluster":
         assert res.phases[0].algorithms == {"allreduce": ["nccl_ring"]}
         assert not [a for a in res.assumed if "laid out as one node" in a]
+    if path.stem == "llama2_70b":
+        # tp 8 inside each node of 8: every tensor-parallel byte stays in its group.
+        assert res.workload.groups["tp"][1] == tuple(range(8, 16))
+        assert res.workload.info["global_batch"] == 32
+        assert res.phases[0].wire_bytes_by_group["tp"] > 0

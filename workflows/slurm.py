@@ -247,7 +247,8 @@ def sweep_points(
             flags = dict(base_flags)
             for name in flag_names:
                 if name in point:
-                    flags[name] = int(point[name])
+                    v = point[name]
+                    flags[name] = v if isinstance(v, str) else int(v)
             study = sm.Study(
                 model=ns.model,
                 args=tuple(args),

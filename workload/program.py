@@ -145,7 +145,7 @@ class Workload:
 
     model: str
     world_size: int
-    params: dict[str, int]
+    params: dict[str, Any]
     groups: dict[str, list[tuple[int, ...]]]
     phases: list[Phase]
     info: dict[str, object] = field(default_factory=dict)

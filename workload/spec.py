@@ -109,7 +109,7 @@ class RunSpec:
 
     model: str
     args: tuple[int, ...] = ()
-    flags: Mapping[str, int] = field(default_factory=dict)
+    flags: Mapping[str, int | str] = field(default_factory=dict)
     world_size: int | None = None
     scale: float = 1.0
     compute: str = "sleep"
@@ -156,13 +156,16 @@ class RunSpec:
                 f"{{field}} must be one of {', '.join(known_algorithms())} "
                 f"(got {self.algorithm!r})",
             )
-        known = [a.name for a in m.flags]
+        known = {a.name: a for a in m.flags}
         for name in sorted(self.flags):
             if name not in known:
                 have = ", ".join(sorted(known)) or "none"
                 raise SpecError(
                     "flags", f"{{field}} {name}: {m.name} has no such option (it has: {have})"
                 )
+            problem = known[name].check(self.flags[name])
+            if problem:
+                raise SpecError("flags", f"{{field}} {name}: {problem}")
         try:
             m.params(list(self.args))
         except ValueError as e:
@@ -180,8 +183,9 @@ class RunSpec:
         """The model description (``MODELS[model]``)."""
         return MODELS[self.model]
 
-    def params(self) -> dict[str, int]:
-        """Every positional argument and named option, defaults filled in."""
+    def params(self) -> dict[str, Any]:
+        """Every positional argument and named option (integers, or words for an option
+        with choices), defaults filled in."""
         m = self.spec_model
         params = m.params(list(self.args))
         for a in m.flags:

@@ -83,20 +83,23 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def parse_flags(items: Sequence[str] | None) -> dict[str, int]:
-    """``["compute_us=2000", "scaling-size=512"]`` -> ``{"compute_us": 2000, ...}``."""
-    out: dict[str, int] = {}
+def parse_flags(items: Sequence[str] | None) -> dict[str, int | str]:
+    """``["compute_us=2000", "preset=llama-3-8b"]`` -> ``{"compute_us": 2000, "preset":
+    "llama-3-8b"}``: integers where the value is one, else the word (the model checks
+    which its option takes)."""
+    out: dict[str, int | str] = {}
     for item in items or ():
         name, sep, value = item.partition("=")
         name = name.strip().lstrip("-").replace("-", "_")
+        value = value.strip()
+        if not sep or not name or not value:
+            raise StudyError(
+                f"--flag {item!r}: give NAME=VALUE, e.g. --flag compute_us=2000"
+            ) from None
         try:
-            if not sep or not name:
-                raise ValueError
             out[name] = int(value)
         except ValueError:
-            raise StudyError(
-                f"--flag {item!r}: give NAME=INTEGER, e.g. --flag compute_us=2000"
-            ) from None
+            out[name] = value
     return out
 
 

@@ -13,11 +13,23 @@ from ..program import BuildOptions, Phase, Workload
 
 @dataclass(frozen=True)
 class Arg:
-    """A positional argument of the reference program (an integer)."""
+    """A positional argument of the reference program (an integer), or a named option:
+    an integer, or with ``choices`` one of those words (e.g. a preset's name)."""
 
     name: str
-    default: int
+    default: int | str
     help: str
+    choices: tuple[str, ...] = ()
+
+    def check(self, value: object) -> str | None:
+        """Why ``value`` cannot be this option's value (None: it can)."""
+        if self.choices:
+            if value in self.choices:
+                return None
+            return f"must be one of {', '.join(self.choices)} (got {value!r})"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"must be a number (got {value!r})"
+        return None
 
 
 @dataclass(frozen=True)
@@ -37,7 +49,7 @@ class BuildRequest(NamedTuple):
     reference quirks depend on it; None means all)."""
 
     world_size: int
-    params: dict[str, int]
+    params: dict[str, Any]
     options: BuildOptions
     given: int | None
 
@@ -120,14 +132,14 @@ class Model(ABC):
             out[a.name] = v
         return out
 
-    def flag_default(self, name: str) -> int:
+    def flag_default(self, name: str) -> int | str:
         """The default of the named option ``name``."""
         return next(a.default for a in self.flags if a.name == name)
 
     def build(
         self,
         world_size: int,
-        params: dict[str, int],
+        params: dict[str, Any],
         options: BuildOptions,
         given: int | None = None,
     ) -> Workload:
@@ -145,7 +157,7 @@ class Model(ABC):
     def workload(
         self,
         world_size: int,
-        params: dict[str, int],
+        params: dict[str, Any],
         groups: dict[str, list[tuple[int, ...]]],
         phases: list[Phase],
         info: dict[str, object],

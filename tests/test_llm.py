@@ -1,0 +1,335 @@
+"""The parametric LLM workload: presets, message sizes and compute times against a
+hand-derived table, ZeRO's volumes, pipeline schedules, layout errors, a real MPI run
+and closed-form simulations."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from proxies.cli import build_parser, spec_from_namespace
+from simnet.simulate import simulate
+from tests.mpirun import mpirun, run_json
+from workload.layout import LayoutError
+from workload.models import MODELS
+from workload.models.pipeline_schedule import stage_schedule
+from workload.models.transformer import PRESETS
+from workload.ops import Collective, Compute, Send
+from workload.spec import RunSpec, SpecError
+
+MPI_ENV = {
+    "MPIR_CVAR_CH4_PROGRESS_THROTTLE": "1",
+    "MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT": "1",
+}
+
+
+def _ops(world: int, rank: int, **flags):
+    return RunSpec("llm", flags=flags, world_size=world).workload().phases[0].program(rank)
+
+
+def _sizes(ops, label: str) -> list[int]:
+    return [o.count_elems for o in ops if getattr(o, "label", "") == label]
+
+
+# -- presets: parameter counts written out by hand from the published shapes -------------
+@pytest.mark.parametrize(
+    ("preset", "params"),
+    [
+        # GPT-3: 12 h^2 per layer (4 h^2 attention, 8 h^2 MLP), tied embedding.
+        ("gpt3-175b", 96 * 12 * 12288**2 + 50257 * 12288),
+        # Llama 2 70B: GQA attention 2 h^2 + 2 h (8 x 128), SwiGLU 3 h f, untied.
+        ("llama-2-70b", 80 * (2 * 8192**2 + 2 * 8192 * 1024 + 3 * 8192 * 28672) + 2 * 32000 * 8192),
+        ("llama-3-8b", 32 * (2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336) + 2 * 128256 * 4096),
+        # Mixtral: 8 SwiGLU experts and a 4096 x 8 router per layer.
+        (
+            "mixtral-8x7b",
+            32 * (2 * 4096**2 + 2 * 4096 * 1024 + 8 * 3 * 4096 * 14336 + 4096 * 8)
+            + 2 * 32000 * 4096,
+        ),
+    ],
+)
+def test_preset_parameter_counts(preset, params):
+    assert PRESETS[preset].total_params == params
+
+
+def test_published_sizes_of_the_presets():
+    # Within 0.5% of the sizes the models are known by (175B, 69B, 8.0B, 46.7B).
+    billions = {"gpt3-175b": 175, "llama-2-70b": 69, "llama-3-8b": 8.03, "mixtral-8x7b": 46.7}
+    for name, b in billions.items():
+        assert PRESETS[name].total_params / 1e9 == pytest.approx(b, rel=0.005)
+
+
+# -- the hand-derived table: Llama 2 70B, tp 8, pp 4, dp 2, b 1, s 4096 -------------------
+HAND = {
+    # b s h x 2 bytes = 1 x 4096 x 8192 x 2 = 67,108,864 B = 16,777,216 four-byte elements
+    "activation_elems": 16_777_216,
+    # per layer and rank: (2 h^2 + 2 h 1024 + 3 h f) / 8 = 855,638,016 / 8
+    "layer_weights": 106_954_752,
+    # V h / 8 = 32000 x 8192 / 8
+    "embedding_weights": 32_768_000,
+    # (2 b s (2 h^2 + 2 h 1024) + 4 b s^2 h) / 8 FLOPs at 989e12 x 0.5 FLOP/s, us
+    "attention_us": (2 * 4096 * 150_994_944 + 4 * 4096**2 * 8192) / 8 / 494.5e12 * 1e6,
+    # 2 b s 3 h f / 8 FLOPs
+    "mlp_us": 2 * 4096 * 3 * 8192 * 28672 / 8 / 494.5e12 * 1e6,
+    # 2 b s h V / 8 FLOPs
+    "logits_us": 2 * 4096 * 8192 * 32000 / 8 / 494.5e12 * 1e6,
+}
+L70 = {"preset": "llama-2-70b", "tp": 8, "pp": 4}
+
+
+def test_llama2_70b_tensor_and_pipeline_messages():
+    first, last = _ops(64, 0, **L70), _ops(64, 63, **L70)
+    m = 16  # default micro-batches: 4 x pp
+    # Forward: the embedding's allreduce and 2 per layer (20 layers); backward: 2 per
+    # layer, and the output layer's one on the last stage.
+    assert _sizes(first, "tp_allreduce") == [HAND["activation_elems"]] * m * (1 + 40 + 40)
+    assert _sizes(last, "tp_allreduce") == [HAND["activation_elems"]] * m * (40 + 40 + 1)
+    assert _sizes(last, "cross_entropy_allreduce") == [4096] * 3 * m  # b s fp32
+    for ops, labels in (
+        (first, ("pp_send_activation", "pp_recv_gradient")),
+        (last, ("pp_recv_activation", "pp_send_gradient")),
+    ):
+        for label in labels:
+            assert _sizes(ops, label) == [HAND["activation_elems"]] * m
+    # Rank 8 (stage 0, data-parallel rank 1) sends to rank 16 (stage 1): tp x dp apart.
+    sends = {o.peer for o in _ops(64, 8, **L70) if isinstance(o, Send)}
+    assert sends == {24}
+
+
+def test_llama2_70b_compute_times():
+    first, last = _ops(64, 0, **L70), _ops(64, 63, **L70)
+    durations = Counter()
+    for o in first:
+        if isinstance(o, Compute):
+            durations[o.label] += 1
+            assert o.duration_us == pytest.approx(
+                {
+                    "attention_forward": HAND["attention_us"],
+                    "mlp_forward": HAND["mlp_us"],
+                    "attention_backward": 2 * HAND["attention_us"],
+                    "mlp_backward": 2 * HAND["mlp_us"],
+                }[o.label],
+                rel=1e-12,
+            )
+    assert durations == {
+        k: 20 * 16
+        for k in ("attention_forward", "mlp_forward", "attention_backward", "mlp_backward")
+    }
+    logits = [o.duration_us for o in last if isinstance(o, Compute) and "logits" in o.label]
+    assert logits == pytest.approx([HAND["logits_us"], 2 * HAND["logits_us"]] * 16, rel=1e-12)
+
+
+def test_llama2_70b_gradient_buckets():
+    # Stage 0 holds 20 layers and the embedding: 2,171,863,040 weights, 2 bytes each,
+    # in 25 MiB buckets: 165 full ones and 18,350,080 bytes left.
+    weights = 20 * HAND["layer_weights"] + HAND["embedding_weights"]
+    assert weights == 2_171_863_040
+    sizes = _sizes(_ops(64, 0, **L70), "grad_allreduce")
+    assert sizes == [26_214_400 // 4] * 165 + [18_350_080 // 4]
+    # The last stage: 20 layers and the untied output layer, the same count here.
+    assert _sizes(_ops(64, 63, **L70), "grad_allreduce") == sizes
+    # Overlapped: issued during the last micro-batch's backward, waited once at the end.
+    ops = _ops(64, 0, **L70)
+    reqs = [o for o in ops if isinstance(o, Collective) and o.label == "grad_allreduce"]
+    assert all(o.req is not None for o in reqs)
+    assert [o.label for o in ops].index("grad_allreduce") > [o.label for o in ops].index(
+        "pp_recv_gradient"
+    ) + 15 * 81  # after the 15 earlier backwards' collectives
+
+
+def test_sequence_parallel_splits_over_tp():
+    ops = _ops(64, 0, **L70, sp=1)
+    block = HAND["activation_elems"] // 8  # b s h x 2 / tp bytes
+    assert "tp_allreduce" not in {getattr(o, "label", "") for o in ops}
+    # Forward: the embedding's reduce-scatter, 2 all-gathers and 2 reduce-scatters per
+    # layer; backward: the same per layer.
+    assert _sizes(ops, "sp_reduce_scatter") == [block] * 16 * (1 + 40 + 40)
+    assert _sizes(ops, "sp_allgather") == [block] * 16 * 80
+    assert _sizes(ops, "pp_send_activation") == [block] * 16
+
+
+def test_moe_alltoall_and_expert_gradients():
+    # Mixtral, dp 8 with ep 4: per peer b s k h x 2 / ep = 4096 x 2 x 4096 x 2 / 4 bytes.
+    ops = _ops(8, 0, preset="mixtral-8x7b", ep=4, layers=2, micro_batches=1)
+    a2a = [o for o in ops if isinstance(o, Collective) and o.op == "alltoall"]
+    assert [o.count_elems for o in a2a] == [16_777_216 // 4] * 4 * 2  # 4 per layer
+    assert {o.group for o in a2a} == {"ep"}
+    # Expert weights: 8 / 4 = 2 experts of 3 h f per rank, reduced over edp (dp / ep = 2);
+    # attention and router over dp: two layers each.
+    expert_bytes = 2 * (2 * 3 * 4096 * 14336) * 2
+    dense_bytes = 2 * (2 * 4096**2 + 2 * 4096 * 1024 + 4096 * 8) * 2 + 32000 * 4096 * 2 * 2
+    by_group = Counter()
+    for o in ops:
+        if isinstance(o, Collective) and o.label == "grad_allreduce":
+            by_group[o.group] += o.count_elems * 4
+    assert by_group == {"edp": expert_bytes, "dp": dense_bytes}
+    wl = RunSpec(
+        "llm", flags={"preset": "mixtral-8x7b", "ep": 4, "layers": 2}, world_size=8
+    ).workload()
+    assert wl.groups["ep"] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert wl.groups["edp"] == [(0, 4), (1, 5), (2, 6), (3, 7)]
+
+
+def _volume(ops, n: int) -> int:
+    """Bytes a rank moves in ZeRO's accounting: an allreduce of S bytes is a
+    reduce-scatter and an all-gather of S bytes each (2 S), a reduce-scatter or an
+    all-gather of S bytes in all is S."""
+    total = 0
+    for o in ops:
+        if not isinstance(o, Collective) or o.group != "dp":
+            continue
+        if o.op == "allreduce":
+            total += 2 * o.count_elems * 4
+        elif o.op in ("reduce_scatter", "allgather"):
+            total += o.count_elems * 4 * n
+    return total
+
+
+@pytest.mark.parametrize(("zero", "factor"), [(0, 2), (1, 2), (2, 2), (3, 3)])
+def test_zero_volumes_match_the_zero_analysis(zero, factor):
+    # Rajbhandari et al.: DDP, ZeRO-1 and ZeRO-2 move 2 psi per rank and iteration,
+    # ZeRO-3 3 psi (psi: the rank's bf16 weights); here one micro-batch, 4 ranks.
+    flags = {"preset": "llama-3-8b", "layers": 2, "micro_batches": 1, "zero": zero}
+    psi = (2 * (2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336) + 2 * 128256 * 4096) * 2
+    vol = _volume(_ops(4, 0, **flags), 4)
+    # Buckets are rounded up to whole elements per rank: at most 16 bytes per call.
+    assert psi * factor <= vol <= psi * factor + 16 * 200
+
+
+def test_zero2_reduces_every_micro_batch_zero1_once():
+    base = {"preset": "llama-3-8b", "layers": 2, "micro_batches": 3}
+    rs1 = _sizes(_ops(4, 0, **base, zero=1), "grad_reduce_scatter")
+    rs2 = _sizes(_ops(4, 0, **base, zero=2), "grad_reduce_scatter")
+    assert len(rs2) == 3 * len(rs1) and sum(rs2) == 3 * sum(rs1)
+    ag = _sizes(_ops(4, 0, **base, zero=3), "zero3_allgather")
+    assert len(ag) == 3 * 2 * 4  # 3 micro-batches x (forward, backward) x 4 units
+
+
+# -- pipeline schedules (hand-written orders) ------------------------------------------
+def test_1f1b_and_gpipe_orders():
+    f = [("F", i) for i in range(6)]
+    b = [("B", i) for i in range(6)]
+    assert stage_schedule("gpipe", 0, 4, 6) == f + b
+    assert stage_schedule("1f1b", 0, 4, 6) == [
+        *f[:3],
+        f[3],
+        b[0],
+        f[4],
+        b[1],
+        f[5],
+        b[2],
+        *b[3:],
+    ]
+    assert stage_schedule("1f1b", 3, 4, 3) == [f[0], b[0], f[1], b[1], f[2], b[2]]
+    # Fewer micro-batches than warm-up forwards: all forwards, then all backwards.
+    assert stage_schedule("1f1b", 0, 8, 2) == [f[0], f[1], b[0], b[1]]
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_pipeline_time_is_the_closed_form(schedule):
+    # No tensor or data parallelism, a network ~free at this scale: one iteration of m
+    # micro-batches on p equal stages takes (m + p - 1)(t_f + t_b), for both schedules.
+    p, m = 4, 6
+    flags = {"preset": "llama-3-8b", "pp": p, "micro_batches": m, "vocab": 1, "schedule": schedule}
+    cfg = {
+        "distributed": {"num_nodes": p, "bandwidth_limit_gb_per_s": 1e6},
+        "topology": {"type": "ring", "link_latency_us": 0},
+        "workload": {"name": "llm", "world_size": p, "scale": 1e-4, "flags": flags},
+    }
+    res = simulate(cfg, record_series=False)
+    shape = PRESETS["llama-3-8b"]
+    t_f = 8 * (shape.attention_flops(1) + shape.mlp_flops(1)) / 494.5e12
+    assert res.iteration_time_s == pytest.approx((m + p - 1) * 3 * t_f, rel=1e-5)
+
+
+def test_compute_only_iteration_is_the_flops_sum():
+    # Data parallel on a network ~free at this scale: each rank computes 3 x the forward
+    # FLOPs of every layer and the logits, at the sustained rate.
+    cfg = {
+        "distributed": {"num_nodes": 2, "bandwidth_limit_gb_per_s": 1e6},
+        "topology": {"type": "ring", "link_latency_us": 0},
+        "workload": {
+            "name": "llm",
+            "world_size": 2,
+            "scale": 1e-6,
+            "flags": {"preset": "mixtral-8x7b", "micro_batches": 2, "peak_tflops": 312},
+        },
+    }
+    res = simulate(cfg, record_series=False)
+    s = PRESETS["mixtral-8x7b"]
+    flops = 2 * 3 * (32 * (s.attention_flops(1) + s.mlp_flops(1)) + s.logits_flops(1))
+    assert res.iteration_time_s == pytest.approx(flops / (312e12 * 0.5), rel=1e-6)
+
+
+# -- errors ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("world", "flags", "message"),
+    [
+        (48, {"tp": 8, "pp": 4}, "the world size must be a multiple of tp x pp = 32"),
+        (64, {"tp": 8, "pp": 4, "dp": 4}, "tp x pp x dp = 8 x 4 x 4 = 128 must equal"),
+        (32, {"tp": 16}, "kv_heads (8) must be a multiple of tp (16); nearest valid tp: 4, 8"),
+        (24, {"preset": "llama-2-70b", "pp": 3}, "layers (80) must be a multiple of pp (3)"),
+        (4, {"ep": 2}, "ep = 2 needs experts"),
+        (8, {"preset": "mixtral-8x7b", "ep": 3}, "experts (8) must be a multiple of ep (3)"),
+        (4, {"zero": 4}, "zero must be 0, 1, 2 or 3 (got 4)"),
+    ],
+)
+def test_layout_errors_name_the_rule(world, flags, message):
+    with pytest.raises(LayoutError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        RunSpec("llm", flags=flags, world_size=world).workload()
+
+
+def test_unknown_preset_and_word_flags():
+    with pytest.raises(SpecError, match="preset: must be one of gpt3-175b, llama-2-70b"):
+        RunSpec("llm", flags={"preset": "llama-9"})
+    with pytest.raises(SpecError, match="tp: must be a number"):
+        RunSpec("llm", flags={"tp": "eight"})
+    ns = build_parser(MODELS["llm"]).parse_args(["--preset", "gpt3-175b", "--tp", "8"])
+    assert spec_from_namespace(MODELS["llm"], ns).flags == {"preset": "gpt3-175b", "tp": 8}
+    assert RunSpec("llm", flags={"preset": "gpt3-175b"}).proxy_options() == [
+        "--preset",
+        "gpt3-175b",
+    ]
+
+
+def test_bad_layout_over_mpi_is_one_line():
+    r = mpirun(2, "proxies.llm", "--tp", "4", timeout=60, env=MPI_ENV)
+    assert r.returncode == 2
+    assert (r.stdout + r.stderr).strip().splitlines() == [
+        "error: llm: the world size must be a multiple of tp x pp = 4 (world size 2); "
+        "nearest valid world sizes: 4"
+    ]
+
+
+# -- a real run ------------------------------------------------------------------------
+def test_runs_over_mpi_with_the_hand_counted_calls(tmp_path):
+    flags = ["--preset", "llama-3-8b", "--tp", "2", "--pp", "2", "--layers", "2"]
+    doc = run_json(
+        tmp_path,
+        4,
+        "proxies.llm",
+        *flags,
+        "--scale",
+        "0.001",
+        "--compute",
+        "none",
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+    )
+    assert doc["info"]["global_batch"] == 8 and doc["info"]["micro_batches"] == 8
+    # One layer per stage, 8 micro-batches. b s h x 2 bytes x 0.001 = 16,777.216 -> 16,777
+    # elements = 67,108 B per tensor-parallel allreduce and pipeline message; b s fp32
+    # x 0.001 -> 8 elements = 32 B per cross-entropy allreduce.
+    # Stage 0: forward 1 (embedding) + 2, backward 2 allreduces; 8 sends and 8 receives.
+    # Stage 1: forward 2 + 3 (cross-entropy), backward 1 (output layer) + 2.
+    expect = {
+        0: ({"tp": 40, "pp": 16}, {"tp": 40 * 67_108, "pp": 16 * 67_108}),
+        1: ({"tp": 64, "pp": 16}, {"tp": 40 * 67_108 + 24 * 32, "pp": 16 * 67_108}),
+    }
+    for r in doc["phases"][0]["per_rank"]:
+        calls, nbytes = expect[r["rank"] // 2]
+        assert r["program"]["calls_by_group"] == calls, r["rank"]
+        assert r["program"]["call_bytes_by_group"] == nbytes, r["rank"]
