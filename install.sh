@@ -16,7 +16,7 @@ want="$(python3 -c 'import sys; print(sys.executable)') ${1:-} $(
 extras=""
 [[ "${1:-}" == test ]] && extras='"pytest", "ruff",'
 check="import importlib.util as u, os, simnet._compiled as c, proxies, workflows, mpi4py, simpy
-for m in ($extras \"networkx\", \"pydantic\", \"psutil\", \"matplotlib\", \"seaborn\"):
+for m in ($extras \"networkx\", \"pydantic\", \"psutil\", \"matplotlib\", \"seaborn\", \"chakra\", \"google.protobuf\"):
     assert u.find_spec(m), m
 here = os.path.realpath(os.path.dirname(os.path.dirname(proxies.__file__)))
 assert here == os.path.realpath(os.environ[\"COMMSIM_CHECKOUT\"]), here  # from this one
@@ -31,6 +31,9 @@ pip=(python3 -m pip install --quiet --disable-pip-version-check)
 export PIP_ROOT_USER_ACTION=ignore
 "${pip[@]}" "setuptools>=70.1" "cython>=3.0"
 "${pip[@]}" --no-build-isolation -e ".${1:+[$1]}"
+# Chakra's schema only: its package's declared dependencies serve its PyTorch-trace
+# converters and visualisers (HolisticTraceAnalysis, a notebook stack), unused here.
+"${pip[@]}" --no-deps "mlc-chakra>=1.0"
 # Say which simulator core the install left (a failed compile is not an error).
 core="$(python3 -c "import simnet._compiled as c; print(c.summary())")"
 echo "commsim installed; simulator core: $core"

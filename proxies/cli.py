@@ -39,10 +39,10 @@ def build_parser(model: Model) -> argparse.ArgumentParser:
         p.add_argument(
             "--" + a.name.replace("_", "-"),
             dest=a.name,
-            type=str if a.choices else int,
+            type=str if a.choices or a.text else int,
             choices=a.choices or None,
             default=None,
-            metavar="NAME" if a.choices else "N",
+            metavar="PATH" if a.text else "NAME" if a.choices else "N",
             help=a.help + (f" ({', '.join(a.choices)}; default {a.default})" if a.choices else ""),
         )
     g = p.add_argument_group("iterations")

@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "slurm": "workflows.slurm",
     "aggregate": "workflows.aggregate",
     "testbed": "workflows.testbed",
+    "chakra": "workflows.chakra",
 }
 
 

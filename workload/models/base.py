@@ -14,15 +14,21 @@ from ..program import BuildOptions, Phase, Workload
 @dataclass(frozen=True)
 class Arg:
     """A positional argument of the reference program (an integer), or a named option:
-    an integer, or with ``choices`` one of those words (e.g. a preset's name)."""
+    a number, one of ``choices`` (e.g. a preset's name), or with ``text`` any word (a
+    path)."""
 
     name: str
     default: int | str
     help: str
     choices: tuple[str, ...] = ()
+    text: bool = False  # any non-empty word (e.g. a path) instead of a number
 
     def check(self, value: object) -> str | None:
         """Why ``value`` cannot be this option's value (None: it can)."""
+        if self.text:
+            if isinstance(value, str) and value:
+                return None
+            return f"must be a non-empty string (got {value!r})"
         if self.choices:
             if value in self.choices:
                 return None

@@ -1,0 +1,419 @@
+"""Chakra execution traces in and out, and the GOAL export."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from simnet.simulate import simulate
+from tests.mpirun import run_json
+from workload.chakra_et import ChakraError, export_trace_set, read_trace_set
+from workload.goal import iter_goal_ops, write_goal
+from workload.models.chakra import load
+from workload.ops import Collective, Compute, Recv, Send, Wait
+from workload.spec import RunSpec
+
+et = pytest.importorskip("chakra.schema.protobuf.et_def_pb2")
+protolib = pytest.importorskip("chakra.src.third_party.utils.protolib")
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = [
+    RunSpec(
+        "llm",
+        flags={"preset": "mixtral-8x7b", "tp": 2, "ep": 2, "layers": 2, "zero": 3},
+        world_size=8,
+    ),
+    RunSpec(
+        "llm", flags={"preset": "gpt3-175b", "pp": 2, "layers": 2, "sp": 1, "tp": 2}, world_size=4
+    ),
+    RunSpec("resnet50", world_size=4),  # two phases, non-blocking allreduces and waits
+    RunSpec("gpt3_moe", args=(2, 1), world_size=32),
+    RunSpec("alexnet_ring", world_size=4),
+]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.model)
+def test_round_trip_gives_identical_programs_and_groups(spec, tmp_path):
+    w = spec.workload()
+    files = export_trace_set(w, tmp_path, "job")
+    assert [f.name for f in files] == [f"job.{r}.et" for r in range(w.world_size)] + [
+        "comm_group.json"
+    ]
+    back = read_trace_set(tmp_path)
+    assert back.world_size == w.world_size and back.model == w.model
+    assert back.phases == [ph.name for ph in w.phases]
+    for ph in w.phases:
+        for r in range(w.world_size):
+            assert back.programs[ph.name][r] == ph.program(r), (ph.name, r)
+    assert back.groups == {k: sorted(v, key=min) for k, v in w.groups.items()}
+
+
+def _nodes(path: Path) -> list:
+    out = []
+    with open(path, "rb") as f:
+        meta = et.GlobalMetadata()
+        assert protolib.decodeMessage(f, meta)
+        while True:
+            n = et.Node()
+            if not protolib.decodeMessage(f, n):
+                return out
+            out.append(n)
+
+
+def _attr(node, name):
+    a = next(a for a in node.attr if a.name == name)
+    return getattr(a, a.WhichOneof("value"))
+
+
+def test_exported_nodes_carry_the_schema_fields_astra_sim_reads(tmp_path):
+    spec = RunSpec(
+        "llm", flags={"preset": "llama-3-8b", "tp": 2, "pp": 2, "layers": 2}, world_size=4
+    )
+    w = spec.workload()
+    export_trace_set(w, tmp_path)
+    nodes = _nodes(tmp_path / "trace.0.et")
+    ops = w.phases[0].program(0)
+    assert len(nodes) == len(ops)
+    groups = json.loads((tmp_path / "comm_group.json").read_text())
+    for node, op in zip(nodes, ops, strict=True):
+        assert _attr(node, "is_cpu_op") is False
+        if isinstance(op, Compute):
+            assert node.type == et.COMP_NODE
+            assert node.duration_micros == round(op.duration_us)
+        elif isinstance(op, Collective):
+            assert node.type == et.COMM_COLL_NODE
+            assert _attr(node, "comm_type") == et.ALL_REDUCE
+            assert _attr(node, "comm_size") == op.count_elems * 4
+            assert groups[_attr(node, "pg_name")] == [0, 1]  # rank 0's tp group
+        elif isinstance(op, Send):
+            assert node.type == et.COMM_SEND_NODE
+            assert (_attr(node, "comm_src"), _attr(node, "comm_dst")) == (0, 2)
+            assert _attr(node, "comm_size") == op.count_elems * 4
+            assert groups[_attr(node, "pg_name")] == [0, 2]  # its pp group
+        elif isinstance(op, Recv):
+            assert (_attr(node, "comm_src"), _attr(node, "comm_dst")) == (2, 0)
+    # Program order: each blocking operation depends on the one before it; a non-blocking
+    # send is waited for by the wait node that names it.
+    by_id = {n.id: n for n in nodes}
+    for i, (node, op) in enumerate(zip(nodes, ops, strict=True)):
+        before = ops[i - 1] if i else None
+        if isinstance(before, Compute | Wait) or getattr(before, "req", 0) is None:
+            assert i - 1 in node.data_deps
+        if isinstance(op, Wait) and op.reqs:
+            waited = {n for n in node.data_deps if by_id[n].type == et.COMM_SEND_NODE}
+            assert len(waited) == len(op.reqs)
+
+
+def _write(path: Path, nodes: list) -> None:
+    with open(path, "wb") as f:
+        protolib.encodeMessage(f, et.GlobalMetadata(version="0.0.4"))
+        for n in nodes:
+            protolib.encodeMessage(f, n)
+
+
+def _node(i, name, kind, deps=(), duration=0, **attrs):
+    n = et.Node(id=i, name=name, type=kind, duration_micros=duration)
+    n.data_deps.extend(deps)
+    for k, v in attrs.items():
+        a = et.AttributeProto(name=k)
+        if isinstance(v, str):
+            a.string_val = v
+        else:
+            a.int64_val = v
+        n.attr.append(a)
+    return n
+
+
+def _hand_trace(d: Path, extra: list | None = None) -> None:
+    """Rank 0 computes 100 us, sends 1 MiB to rank 1, then joins a 4 MiB allreduce;
+    rank 1 receives, computes 50 us, joins the allreduce. A metadata node on rank 1."""
+    mib = 1 << 20
+    _write(
+        d / "hand.0.et",
+        [
+            _node(0, "fwd", et.COMP_NODE, duration=100),
+            _node(
+                1,
+                "send_act",
+                et.COMM_SEND_NODE,
+                [0],
+                comm_src=0,
+                comm_dst=1,
+                comm_size=mib,
+                comm_tag=7,
+            ),
+            _node(
+                2,
+                "grad_ar",
+                et.COMM_COLL_NODE,
+                [1],
+                comm_type=et.ALL_REDUCE,
+                comm_size=4 * mib,
+                pg_name="1",
+            ),
+            *(extra or []),
+        ],
+    )
+    _write(
+        d / "hand.1.et",
+        [
+            _node(0, "pg_meta", et.METADATA_NODE),
+            _node(
+                1,
+                "recv_act",
+                et.COMM_RECV_NODE,
+                [0],
+                comm_src=0,
+                comm_dst=1,
+                comm_size=mib,
+                comm_tag=7,
+            ),
+            _node(2, "fwd", et.COMP_NODE, [1], duration=50),
+            _node(
+                3,
+                "grad_ar",
+                et.COMM_COLL_NODE,
+                [2],
+                comm_type=et.ALL_REDUCE,
+                comm_size=4 * mib,
+                pg_name="1",
+            ),
+        ],
+    )
+    (d / "comm_group.json").write_text('{"1": [0, 1]}')
+
+
+def test_a_hand_written_trace_is_imported_and_simulated(tmp_path):
+    _hand_trace(tmp_path)
+    ts = read_trace_set(tmp_path)
+    assert ts.programs["trace"][0] == [
+        Compute(100.0, "fwd"),
+        Send(1, 262144, 7, "world", 0, "send_act"),  # no pg_name: the whole world
+        Wait((0,), "dependency_wait"),
+        Collective("allreduce", "pg1", 1048576, 1, None, 0, "grad_ar"),
+        Wait((1,), "end_wait"),
+    ]
+    assert ts.programs["trace"][1][0] == Recv(0, 262144, 7, "world", 0, "recv_act")
+    cfg = {
+        "distributed": {"num_nodes": 2, "bandwidth_limit_gb_per_s": 10},
+        "topology": {"type": "ring", "link_latency_us": 0},
+        "collectives": {"algorithm": "ring"},
+        "workload": {"name": "chakra", "world_size": 2, "flags": {"trace_dir": str(tmp_path)}},
+    }
+    res = simulate(cfg, record_series=False)
+    # Rank 1 gets the 1 MiB at 100 us + 1 MiB / 10 GB/s, computes 50 us; the ring
+    # allreduce of 4 MiB on 2 ranks then moves 2 MiB each way in each of 2 steps.
+    mib_s = (1 << 20) / 10e9
+    assert res.iteration_time_s == pytest.approx(150e-6 + mib_s + 4 * mib_s, rel=1e-9)
+    # 0 -> 1: the 1 MiB message, then 2 MiB in each of the ring's 2 steps.
+    assert res.traffic_bytes[0, 1] == (1 << 20) + 2 * (2 << 20)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            [_node(3, "load", et.MEM_LOAD_NODE)],
+            "hand.0.et: node 3 'load' (MEM_LOAD_NODE): this node kind is not supported",
+        ),
+        (
+            [_node(3, "g", et.COMM_COLL_NODE, comm_type=et.GATHER, comm_size=8, pg_name="1")],
+            "node 3 'g' (COMM_COLL_NODE): collective GATHER is not supported",
+        ),
+        (
+            [_node(3, "x", et.COMP_NODE, [9])],
+            "node 3 'x' (COMP_NODE) depends on node 9, which is absent",
+        ),
+        (
+            [_node(3, "s", et.COMM_SEND_NODE, comm_dst=5, comm_size=4)],
+            "node 3 's' (COMM_SEND_NODE): comm_dst 5 is not a rank of 0..1",
+        ),
+        (
+            [_node(3, "c", et.COMM_COLL_NODE, comm_type=et.ALL_REDUCE, comm_size=8, pg_name="4")],
+            "process group '4' is not in comm_group.json",
+        ),
+    ],
+)
+def test_unsupported_or_broken_nodes_are_named(tmp_path, extra, message):
+    _hand_trace(tmp_path, extra)
+    with pytest.raises(ChakraError, match=re.escape(message)):
+        read_trace_set(tmp_path)
+
+
+def test_missing_ranks_and_bad_directories(tmp_path):
+    with pytest.raises(ChakraError, match="no Chakra traces"):
+        read_trace_set(tmp_path)
+    _hand_trace(tmp_path)
+    (tmp_path / "hand.0.et").rename(tmp_path / "hand.2.et")
+    with pytest.raises(ChakraError, match="ranks 0 of hand are missing"):
+        read_trace_set(tmp_path)
+    (tmp_path / "hand.2.et").write_bytes(b"\x05garbage")
+    (tmp_path / "hand.0.et").write_bytes(b"\xff\xff")
+    with pytest.raises(ChakraError, match=r"hand\.0\.et: not a Chakra trace"):
+        read_trace_set(tmp_path)
+
+
+def test_world_size_must_match_the_trace_set(tmp_path):
+    _hand_trace(tmp_path)
+    with pytest.raises(ValueError, match="the world size must be the trace set's rank count, 2"):
+        RunSpec("chakra", flags={"trace_dir": str(tmp_path)}, world_size=4).workload()
+
+
+def test_simulating_the_export_predicts_the_same_as_the_workload(tmp_path):
+    flags = {"preset": "llama-3-8b", "tp": 2, "pp": 2, "layers": 4, "zero": 1}
+    base = {
+        "topology": {"type": "hierarchical", "num_nodes": 8, "group_size": 4},
+        "workload": {"name": "llm", "world_size": 8, "scale": 0.001, "flags": flags},
+    }
+    direct = simulate(base, record_series=False)
+    export_trace_set(RunSpec("llm", flags=flags, world_size=8, scale=0.001).workload(), tmp_path)
+    load.__globals__["_CACHE"].clear()
+    replay = simulate(
+        {
+            **base,
+            "workload": {"name": "chakra", "world_size": 8, "flags": {"trace_dir": str(tmp_path)}},
+        },
+        record_series=False,
+    )
+    assert replay.iteration_time_s == direct.iteration_time_s
+    assert (replay.traffic_bytes == direct.traffic_bytes).all()
+
+
+def test_a_trace_set_replays_over_mpi(tmp_path):
+    (tmp_path / "t").mkdir()
+    _hand_trace(tmp_path / "t")
+    doc = run_json(
+        tmp_path,
+        2,
+        "proxies.chakra",
+        "--trace-dir",
+        str(tmp_path / "t"),
+        "--compute",
+        "none",
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+    )
+    ranks = doc["phases"][0]["per_rank"]
+    # Rank 0: the 1 MiB send and the 4 MiB allreduce; rank 1: the receive and the same.
+    assert ranks[0]["program"]["call_bytes_by_group"] == {"world": 1 << 20, "pg1": 4 << 20}
+    assert ranks[1]["program"]["calls_by_group"] == {"world": 1, "pg1": 1}
+
+
+# -- GOAL ----------------------------------------------------------------------------------
+def _goal(spec: RunSpec, tmp_path: Path) -> tuple[str, dict]:
+    path = tmp_path / "w.goal"
+    counts = write_goal(spec.workload(), path)
+    return path.read_text(), counts
+
+
+def test_goal_sends_and_receives_match(tmp_path):
+    text, counts = _goal(SPECS[0], tmp_path)
+    sends: Counter = Counter()
+    recvs: Counter = Counter()
+    for rank, op in iter_goal_ops(text):
+        w = op.split()
+        if w[0] == "send":
+            sends[(rank, int(w[3]), int(w[5]), w[1])] += 1
+        elif w[0] == "recv":
+            recvs[(int(w[3]), rank, int(w[5]), w[1])] += 1
+    assert sends == recvs
+    assert sum(sends.values()) == counts["sends"] == counts["recvs"]
+    assert text.startswith("num_ranks 8\n\nrank 0 {\n")
+
+
+def test_goal_dependencies_point_backwards_and_bytes_match_simnet(tmp_path):
+    spec = RunSpec(
+        "llm",
+        flags={"preset": "llama-3-8b", "tp": 2, "pp": 2, "layers": 2},
+        world_size=8,
+        scale=0.001,
+    )
+    text, counts = _goal(spec, tmp_path)
+    defined: set[int] = set()
+    for line in text.splitlines():
+        if line.startswith("rank "):
+            defined = set()
+        elif " requires " in line:
+            a, _, b = line.split()
+            assert int(b[1:]) in defined and int(a[1:]) in defined
+        elif line.startswith("l"):
+            defined.add(int(line.split(":")[0][1:]))
+    res = simulate(
+        {
+            "topology": {"type": "hierarchical", "num_nodes": 8, "group_size": 4},
+            "workload": {
+                "name": "llm",
+                "world_size": 8,
+                "scale": 0.001,
+                "flags": {"preset": "llama-3-8b", "tp": 2, "pp": 2, "layers": 2},
+            },
+        },
+        record_series=False,
+    )
+    assert counts["bytes"] == int(res.traffic_bytes.sum())
+
+
+def test_goal_compute_in_nanoseconds(tmp_path):
+    text, counts = _goal(RunSpec("alexnet_ring", world_size=2), tmp_path)
+    calcs = [op for _, op in iter_goal_ops(text) if op.startswith("calc")]
+    assert len(calcs) == counts["calcs"] and calcs
+    assert all(int(c.split()[1]) % 1000 == 0 for c in calcs)  # whole microseconds here
+
+
+# -- the command line ----------------------------------------------------------------------
+def _simnet(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "simnet", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_cli_export_show_and_goal(tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(
+        json.dumps(
+            {
+                "topology": {"type": "hierarchical", "num_nodes": 4, "group_size": 2},
+                "workload": {
+                    "name": "llm",
+                    "world_size": 4,
+                    "scale": 0.001,
+                    "flags": {"preset": "llama-3-8b", "tp": 2, "layers": 2},
+                },
+            }
+        )
+    )
+    out = tmp_path / "et"
+    r = _simnet("chakra", "export", "--config", str(cfg), "--out", str(out), "--goal")
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in out.iterdir()) == [
+        "comm_group.json",
+        "trace.0.et",
+        "trace.1.et",
+        "trace.2.et",
+        "trace.3.et",
+        "trace.export.json",
+        "trace.goal",
+    ]
+    doc = json.loads((out / "trace.export.json").read_text())
+    assert doc["world_size"] == 4 and doc["goal"]["sends"] > 0
+    assert "wrote 4 Chakra traces of llm" in r.stdout
+    r = _simnet("chakra", "show", str(out))
+    assert r.returncode == 0 and "4 ranks, phases iteration" in r.stdout
+    r = _simnet("chakra", "show", str(tmp_path / "nothing"))
+    assert (
+        r.returncode == 2
+        and r.stderr.strip() == f"error: {tmp_path / 'nothing'}: no such directory"
+    )

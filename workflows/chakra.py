@@ -1,0 +1,155 @@
+"""``python -m simnet chakra``: a configuration's workload as a Chakra trace set or a GOAL
+schedule, and a summary of a trace set.
+
+    python -m simnet chakra export --config CFG --out DIR [--prefix trace] [--goal]
+    python -m simnet chakra goal --config CFG --out FILE.goal
+    python -m simnet chakra show DIR
+
+A trace set is simulated with ``"workload": {"name": "chakra", "flags": {"trace_dir":
+DIR}, "world_size": P}`` and replayed over MPI with ``mpirun -n P python -m
+proxies.chakra --trace-dir DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from simnet.config import ConfigError, load_config
+from simnet.simulate import build_policy, build_workload
+from workload.brief_argparse import BriefParser
+from workload.chakra_et import ChakraError, export_trace_set, read_trace_set
+from workload.goal import write_goal
+from workload.ops import Collective, Recv, Send, call_bytes
+from workload.program import Phase, Workload
+from workload.results import write_json
+
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = BriefParser(prog="python -m simnet chakra", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="action", required=True)
+    e = sub.add_parser("export", help="write the workload as a Chakra trace set")
+    e.add_argument("--config", default="config.json", help="configuration file (JSON)")
+    e.add_argument("--out", required=True, help="directory for <prefix>.<rank>.et")
+    e.add_argument("--prefix", default="trace", help="file prefix (default trace)")
+    e.add_argument("--goal", action="store_true", help="also write <prefix>.goal")
+    g = sub.add_parser("goal", help="write the point-to-point expansion as GOAL")
+    g.add_argument("--config", default="config.json", help="configuration file (JSON)")
+    g.add_argument("--out", required=True, help="the .goal file to write")
+    s = sub.add_parser("show", help="summarise a trace set")
+    s.add_argument("dir", help="directory of the trace set")
+    return p
+
+
+def _workload(config: str) -> tuple[Workload, object]:
+    cfg = load_config(config)
+    if cfg.jobs:
+        raise ConfigError("jobs: export one job at a time (a configuration without jobs)")
+    return build_workload(cfg), cfg
+
+
+def _progress(what: str, total: int):
+    started = time.perf_counter()
+    last = [started]
+
+    def tick(rank: int) -> None:
+        now = time.perf_counter()
+        if now - last[0] >= 1.0 or rank == total - 1:
+            last[0] = now
+            end = "\n" if rank == total - 1 else ""
+            print(f"\r{what}: rank {rank + 1}/{total}", end=end, file=sys.stderr, flush=True)
+
+    return tick
+
+
+def summary(workload: Workload) -> dict:
+    """Operation counts and call bytes per kind over every rank and phase."""
+    ops: Counter[str] = Counter()
+    nbytes: Counter[str] = Counter()
+    for phase in workload.phases:
+        for rank in range(workload.world_size):
+            for op in phase.program(rank):
+                kind = op.op if isinstance(op, Collective) else type(op).__name__.lower()
+                ops[kind] += 1
+                if isinstance(op, (Send, Recv, Collective)):
+                    nbytes[kind] += call_bytes(op, len(workload.group_of(op.group, rank)))
+    return {"ops": dict(ops), "call_bytes": dict(nbytes)}
+
+
+def _print_summary(title: str, doc: dict) -> None:
+    print(title)
+    for kind, n in sorted(doc["ops"].items()):
+        b = doc["call_bytes"].get(kind)
+        print(f"  {kind:<16} {n:>10,} operations" + (f"  {b / 1e9:12.6f} GB" if b else ""))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        if ns.action == "show":
+            traces = read_trace_set(Path(ns.dir))
+            phases = [
+                Phase(name, lambda r, name=name: traces.programs[name][r]) for name in traces.phases
+            ]
+            w = Workload(traces.model, traces.world_size, {}, traces.groups, phases)
+            _print_summary(
+                f"{traces.source}: {traces.world_size} ranks, phases {', '.join(traces.phases)}, "
+                f"groups {', '.join(f'{k} ({len(v)})' for k, v in sorted(traces.groups.items()))}",
+                summary(w),
+            )
+            return 0
+        workload, cfg = _workload(ns.config)
+        if ns.action == "export":
+            out = Path(ns.out)
+            files = export_trace_set(
+                workload, out, ns.prefix, _progress("writing traces", workload.world_size)
+            )
+            doc = {
+                "kind": "chakra-export",
+                "config": str(ns.config),
+                "model": workload.model,
+                "world_size": workload.world_size,
+                "phases": [ph.name for ph in workload.phases],
+                "files": [f.name for f in files],
+                **summary(workload),
+            }
+            if ns.goal:
+                goal_path = out / f"{ns.prefix}.goal"
+                doc["goal"] = write_goal(
+                    workload,
+                    goal_path,
+                    _chooser(cfg),
+                    _progress("writing GOAL", workload.world_size),
+                )
+                files.append(goal_path)
+            write_json(out / f"{ns.prefix}.export.json", doc)
+            size = sum(f.stat().st_size for f in files)
+            _print_summary(
+                f"wrote {workload.world_size} Chakra traces of {workload.model} and "
+                f"comm_group.json to {out} ({size / 1e6:.1f} MB)",
+                doc,
+            )
+            return 0
+        counts = write_goal(
+            workload, Path(ns.out), _chooser(cfg), _progress("writing GOAL", workload.world_size)
+        )
+        print(
+            f"wrote {ns.out}: {workload.world_size} ranks, {counts['sends']:,} sends, "
+            f"{counts['recvs']:,} receives, {counts['calcs']:,} calcs, "
+            f"{counts['bytes'] / 1e9:.6f} GB sent"
+        )
+        return 0
+    except (ConfigError, ChakraError, OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _chooser(cfg):
+    policy = build_policy(cfg)
+    return lambda op, p: (policy.choose(op, p), policy.params(p))

@@ -1,0 +1,78 @@
+"""``chakra``: a Chakra execution-trace set replayed as rank programs (see
+:mod:`workload.chakra_et`): predicted by simnet, run for real by the MPI executor."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from ..chakra_et import ChakraError, TraceSet, read_trace_set
+from ..layout import LayoutError
+from ..ops import Collective, Op, Recv, Send
+from ..program import Phase, Workload, scale_count
+from .base import Arg, BuildRequest, Counts, Model
+
+_CACHE: dict[tuple[str, float], TraceSet] = {}
+
+
+def load(trace_dir: str) -> TraceSet:
+    """The trace set in ``trace_dir``, read once per modification of the directory."""
+    path = Path(trace_dir).expanduser().resolve()
+    try:
+        stamp = max(p.stat().st_mtime for p in path.iterdir()) if path.is_dir() else 0.0
+    except FileNotFoundError:
+        stamp = 0.0
+    key = (str(path), stamp)
+    if key not in _CACHE:
+        _CACHE.clear()
+        _CACHE[key] = read_trace_set(path)
+    return _CACHE[key]
+
+
+def _scaled(ops: list[Op], scale: float) -> list[Op]:
+    if scale == 1.0:
+        return ops
+    return [
+        replace(op, count_elems=scale_count(op.count_elems, scale))
+        if isinstance(op, (Send, Recv, Collective))
+        else op
+        for op in ops
+    ]
+
+
+class ChakraTrace(Model):
+    name = "chakra"
+    description = "a Chakra execution-trace set (one <prefix>.<rank>.et per rank) replayed"
+    order = 130
+    no_batch_reason = "a trace has no batch definition"
+    counts = Counts(0, 1, 1, 3)
+    flags = (Arg("trace_dir", "", "directory of the trace set", text=True),)
+
+    def _build(self, req: BuildRequest) -> Workload:
+        world_size, params, options, _ = req
+        if not params["trace_dir"]:
+            raise LayoutError("chakra: give the trace set's directory (flag trace_dir)")
+        try:
+            traces = load(params["trace_dir"])
+        except ChakraError as e:
+            raise LayoutError(f"chakra: {e}") from None
+        if world_size != traces.world_size:
+            raise LayoutError(
+                f"chakra: the world size must be the trace set's rank count, "
+                f"{traces.world_size} (world size {world_size})"
+            )
+        scale = options.scale
+
+        def program_of(name: str):
+            return lambda rank: _scaled(traces.programs[name][rank], scale)
+
+        phases = [Phase(name, program_of(name)) for name in traces.phases]
+        return self.workload(
+            world_size,
+            params,
+            traces.groups,
+            phases,
+            info={"trace": traces.source, "traced_model": traces.model},
+            summary=[("world_size", world_size), ("trace", traces.source)],
+            per="phase",
+        )
