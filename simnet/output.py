@@ -197,6 +197,21 @@ def _fmt_bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
+def throughput_line(info: dict, world_size: int, iteration_s: float) -> str | None:
+    """Tokens per second and model FLOPs utilisation, for a workload whose ``info``
+    gives ``tokens_per_iteration``, ``model_flops_per_iteration`` and
+    ``peak_flops_per_device`` (FLOP/s); None otherwise."""
+    keys = ("tokens_per_iteration", "model_flops_per_iteration", "peak_flops_per_device")
+    if iteration_s <= 0 or not all(k in info for k in keys):
+        return None
+    tokens, flops, peak = (float(info[k]) for k in keys)
+    mfu = flops / iteration_s / (world_size * peak)
+    return (
+        f"  throughput: {tokens / iteration_s:,.0f} tokens/s; model FLOPs utilisation "
+        f"{100 * mfu:.1f}% of {world_size} x {peak / 1e12:g} TFLOP/s"
+    )
+
+
 def summary_text(res: SimResult, files: list[Path] | None = None) -> str:
     w = res.workload
     lines = [
@@ -204,6 +219,9 @@ def summary_text(res: SimResult, files: list[Path] | None = None) -> str:
         f"{res.graph.graph.get('name')} ({res.graph.graph['num_endpoints']} endpoints)",
         f"predicted iteration time: {res.iteration_time_s:.6f} s",
     ]
+    line = throughput_line(w.info, w.world_size, res.iteration_time_s)
+    if line:
+        lines.append(line)
     for a in res.assumed:
         lines.append(f"  assumed: {a}")
     for a in res.scenario:

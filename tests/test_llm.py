@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 
 from proxies.cli import build_parser, spec_from_namespace
+from simnet.output import summary_text, throughput_line
 from simnet.simulate import simulate
 from tests.mpirun import mpirun, run_json
 from workload.layout import LayoutError
@@ -260,6 +261,13 @@ def test_compute_only_iteration_is_the_flops_sum():
     s = PRESETS["mixtral-8x7b"]
     flops = 2 * 3 * (32 * (s.attention_flops(1) + s.mlp_flops(1)) + s.logits_flops(1))
     assert res.iteration_time_s == pytest.approx(flops / (312e12 * 0.5), rel=1e-6)
+    # Nothing but compute: the summary's utilisation is the assumed efficiency, and its
+    # throughput 2 ranks x 2 micro-batches x 4096 tokens per iteration.
+    line = throughput_line(res.workload.info, 2, res.iteration_time_s)
+    assert line is not None and "model FLOPs utilisation 50.0% of 2 x 312 TFLOP/s" in line
+    assert f"{2 * 2 * 4096 / res.iteration_time_s:,.0f} tokens/s" in line
+    assert line in summary_text(res)
+    assert throughput_line({"tokens_per_iteration": 1}, 2, 1.0) is None
 
 
 # -- errors ------------------------------------------------------------------------------

@@ -78,8 +78,8 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         "--flag",
         action="append",
         default=[],
-        metavar="NAME=N",
-        help="a model option, e.g. --flag compute_us=2000 (repeatable)",
+        metavar="NAME=VALUE",
+        help="a model option, e.g. --flag compute_us=2000 or --flag preset=llama-3-8b (repeatable)",
     )
 
 

@@ -337,6 +337,7 @@ class LLM(Model):
             "global_batch": global_batch,
             "tokens_per_iteration": tokens,
             "model_flops_per_iteration": model_flops,
+            "peak_flops_per_device": params["peak_tflops"] * 1e12,
             "zero": lay.zero,
             "schedule": lay.schedule,
         }
