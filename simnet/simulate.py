@@ -81,12 +81,31 @@ class SimResult:
     graph: nx.DiGraph
     placement: list[int]
     phases: list[PhaseResult]
-    bandwidth_bytes_per_s: np.ndarray  # achievable point-to-point: route bottleneck,
-    # capped by network.injection_bandwidth_gb_per_s when set
-    latency_s: np.ndarray  # route latency per pair
+    # () -> (bandwidth, latency) matrices; computed on first use (a route per endpoint
+    # pair: more than the whole simulation on large fat-trees), then kept.
+    routes: Callable[[], tuple[np.ndarray, np.ndarray]] = field(repr=False)
     assumed: list[str]
     scenario: list[str] = field(default_factory=list)  # the what-ifs simulated
     jobs: Any = None  # a simnet.jobs.JobsReport when several jobs shared the network
+    _route_matrices: tuple[np.ndarray, np.ndarray] | None = field(
+        default=None, init=False, repr=False
+    )
+
+    @property
+    def bandwidth_bytes_per_s(self) -> np.ndarray:
+        """Achievable point-to-point bandwidth per endpoint pair (bytes/s): the route's
+        bottleneck, capped by network.injection_bandwidth_gb_per_s when set."""
+        return self._routes()[0]
+
+    @property
+    def latency_s(self) -> np.ndarray:
+        """Route latency per endpoint pair (s)."""
+        return self._routes()[1]
+
+    def _routes(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._route_matrices is None:
+            self._route_matrices = self.routes()
+        return self._route_matrices
 
     @property
     def iteration_time_s(self) -> float:
@@ -435,15 +454,19 @@ def simulate(
 
         sim = ex.run_phase(i, cfg.workload.iterations, report)
         phases.append(_phase_result(sim, n_end, cfg.workload.iterations, time.perf_counter() - t0))
-    if progress is not None and big:
-        progress(f"routes of every endpoint pair ({n_end:,} x {n_end:,})")
-    bw, lat = route_matrices(graph, cfg.topology.effective_ecmp, router)
     assumed.extend(ex.policy.fallbacks)
-    inj = cfg.network.injection_bandwidth_gb_per_s
-    if inj:  # every message also crosses its endpoints' injection ports
-        off_diagonal = ~np.eye(len(bw), dtype=bool)
-        bw[off_diagonal] = np.minimum(bw[off_diagonal], gb_per_s_to_bytes_per_s(inj))
-    return SimResult(cfg, workload, graph, placement, phases, bw, lat, assumed, scenario)
+
+    def routes() -> tuple[np.ndarray, np.ndarray]:
+        if progress is not None and big:
+            progress(f"routes of every endpoint pair ({n_end:,} x {n_end:,})")
+        bw, lat = route_matrices(graph, cfg.topology.effective_ecmp, router)
+        inj = cfg.network.injection_bandwidth_gb_per_s
+        if inj:  # every message also crosses its endpoints' injection ports
+            off_diagonal = ~np.eye(len(bw), dtype=bool)
+            bw[off_diagonal] = np.minimum(bw[off_diagonal], gb_per_s_to_bytes_per_s(inj))
+        return bw, lat
+
+    return SimResult(cfg, workload, graph, placement, phases, routes, assumed, scenario)
 
 
 def _noise(w: Any) -> Callable[[int], Callable[[], float]] | None:
@@ -584,22 +607,19 @@ def route_matrices(
     # per source gives every route's bottleneck (min) and latency. The latency is
     # kept exact, as non-overlapping partial sums (Shewchuk), so that math.fsum of
     # them equals topologies.path_latency_s (math.fsum of the route's edges).
-    search = None if ecmp else getattr(router, "_search", None)
+    tree = None if ecmp else getattr(router, "tree", None)
     for s in range(n):
-        if search is None or n == 1:
+        if tree is None or n == 1:
             for d in range(n):
                 if s != d:
                     path = router.path(s, d)
                     bw[s, d] = min((edge[e][0] for e in path), default=math.inf)
                     lat[s, d] = math.fsum(edge[e][1] for e in path)
             continue
-        router.num_paths(s, s)  # checks that s is an endpoint; searches from it
+        router.num_paths(s, s)  # checks that s is an endpoint
         node_bw: dict = {s: math.inf}
         node_lat: dict = {s: ()}
-        for v, preds in search(s).all_preds().items():
-            if not preds:
-                continue  # the source
-            u = preds[0]
+        for v, u in tree(s):
             b, x = edge[(u, v)]
             bu = node_bw[u]
             node_bw[v] = b if b < bu else bu

@@ -699,3 +699,19 @@ def test_pairwise_alltoall_pairs_ranks_as_mpich():
             assert [x[0][0].dst for x in s.rank_steps(r)] == [
                 t.dst for st in s.steps for t in st if t.src == r
             ]
+
+
+@pytest.mark.parametrize("alg", ["recursive_doubling", "rabenseifner"])
+def test_recursive_allreduce_rank_parts_equal_the_built_steps(alg):
+    # Each rank's part is generated on its own (no index of every transfer); it must be
+    # what indexing the whole schedule's steps gives, at every p (folds of every size)
+    # and for counts below, at and above the number of blocks.
+    for p in [*range(1, 40), 64, 96, 127, 129]:
+        for count in (1, 3, 7, 100, 1001):
+            lazy = build_schedule("allreduce", alg, p, count)
+            eager = Schedule("allreduce", alg, p, lazy.steps, count, 0, lazy.chunk_elems)
+            assert "_by_rank" not in lazy.__dict__
+            for r in range(p):
+                assert lazy.rank_steps(r) == eager.rank_steps(r), (p, count, r)
+                assert lazy.rank_step_indices(r) == eager.rank_step_indices(r), (p, count, r)
+                assert lazy.rank_plan(r) == eager.rank_plan(r), (p, count, r)

@@ -615,3 +615,60 @@ def test_hierarchical_traffic_inside_a_group_never_leaves_it():
         assert not r.ecmp
         for key in range(8):
             assert r.path(0, 3, key) == ((0, "g0"), ("g0", 3))
+
+
+# -- searches shared by leaves, and searches run over arrays ------------------------------
+def _all_routes(graph, ecmp):
+    r = topologies.Router(graph, ecmp=ecmp)
+    n = graph.graph["num_endpoints"]
+    keys = (0, 1, "x", (3, 4)) if r.ecmp else (0,)
+    routes = {(s, d, k): r.path(s, d, k) for s in range(n) for d in range(n) for k in keys}
+    counts = {(s, d): r.num_paths(s, d) for s in range(n) for d in range(n)}
+    return r, routes, counts
+
+
+@pytest.mark.parametrize(
+    ("name", "graph", "ecmp"),
+    [
+        ("fat_tree", topologies.fat_tree(4, 1e9, 1e-6), None),
+        ("fat_tree_single", topologies.fat_tree(6, 1e9, 0.7e-6, 2.0), False),
+        ("torus", topologies.torus([4, 4], 1e9, 1e-6), None),
+        ("torus_ecmp", topologies.torus([2, 3, 2], 1e9, 1e-6), True),
+        ("rail", topologies.rail_optimised(3, 4, 1e11, 1e10, 0.2e-6, 1e-6), True),
+        ("dragonfly", topologies.dragonfly(4, 3, 2, 1e10, 1e10, 5e9, 0.1e-6, 0.2e-6, 1e-6), None),
+        ("hierarchical", topologies.hierarchical(3, 4, 1e10, 1e9, 0.3e-6, 1.7e-6), None),
+        ("ring", topologies.ring(7, 1e9, 1e-6), None),
+    ],
+)
+def test_array_searches_give_the_python_searches_routes(monkeypatch, name, graph, ecmp):
+    from simnet.simulate import route_matrices
+    from topologies import routing
+
+    # Every search grown in Python to its end, then every search run over arrays at once.
+    monkeypatch.setattr(routing, "_WIDE_NODES", 10**9)
+    _, python_routes, python_counts = _all_routes(graph, ecmp)
+    python_matrices = route_matrices(graph, ecmp)
+    monkeypatch.setattr(routing, "_WIDE_NODES", -1)
+    monkeypatch.setattr(routing, "_WIDE_NODES_PER_HOP", 0)
+    r, array_routes, array_counts = _all_routes(graph, ecmp)
+    assert any(type(s) is routing._FullSearch for s in r._searches.values())
+    assert array_routes == python_routes
+    assert array_counts == python_counts
+    for python, arrays in zip(python_matrices, route_matrices(graph, ecmp), strict=True):
+        assert python.tobytes() == arrays.tobytes()
+
+
+def test_endpoints_of_a_switch_share_one_search():
+    # k = 4: 16 endpoints on 8 edge switches; routes from the 2 endpoints of a switch
+    # come from that switch's search, started at the up-link's latency.
+    g = topologies.fat_tree(4, 1e9, 1e-6)
+    r = topologies.Router(g)
+    for s in range(16):
+        for d in range(16):
+            r.path(s, d)
+    assert sorted(root for root, _ in r._searches) == sorted(
+        f"edge{p}.{i}" for p in range(4) for i in range(2)
+    )
+    assert {lat for _, lat in r._searches} == {1e-6}
+    assert r.path(0, 1) == ((0, "edge0.0"), ("edge0.0", 1))
+    assert topologies.path_latency_s(g, r.path(0, 15)) == pytest.approx(6e-6)

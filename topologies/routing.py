@@ -14,6 +14,7 @@ from collections.abc import Hashable, Iterable
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
 from topologies.errors import TopologyError
 
@@ -29,6 +30,11 @@ __all__ = [
 
 Edge = tuple[Hashable, Hashable]
 Path = tuple[Edge, ...]
+
+# A search that has expanded more than this many nodes, at least this many per hop on
+# average, is finished over arrays (_FullSearch) rather than grown on in Python.
+_WIDE_NODES = 256
+_WIDE_NODES_PER_HOP = 16
 
 # Two route latencies closer than this (relative, plus an absolute attosecond) are a tie, so
 # that summing the same latencies in a different order does not break equal-cost paths apart.
@@ -159,37 +165,69 @@ def path_bandwidth_bytes_per_s(graph: nx.DiGraph, path: Iterable[Edge]) -> float
 
 
 class _Search:
-    """Shortest-path DAG from one source, grown on demand: for every node resolved so far,
+    """Shortest-path DAG from one root, grown on demand: for every node resolved so far,
     its tight predecessors (sorted by node order) and the number of shortest routes from the
-    source.
+    root.
 
     The breadth-first search stops as soon as the requested node's layer is final (every
-    node one hop closer to the source has been expanded), so routes to near neighbours cost
+    node one hop closer to the root has been expanded), so routes to near neighbours cost
     a few nodes, not the whole graph; a later request for a farther node resumes it.
+
+    Leaves (nodes whose only neighbour, both ways, is one other node: the endpoints of a
+    switch, say) are never expanded, as no shortest route passes through one: a leaf is
+    resolved from its attachment when asked for (one tight predecessor, the attachment's
+    route count), so a search costs the switches, not the endpoints. The root may start at
+    a latency above 0: a leaf's search is its attachment's search started at the leaf's
+    up-link latency, which gives every node the very latencies (same floating-point sums)
+    and predecessors of a search from the leaf, so the leaves of one switch share it.
     """
 
-    __slots__ = ("best", "cands", "counts", "dist", "expanded", "key", "order", "preds", "succ")
+    __slots__ = (
+        "best",
+        "cands",
+        "counts",
+        "dist",
+        "expanded",
+        "key",
+        "leaves",
+        "order",
+        "preds",
+        "resolved",
+        "root",
+        "succ",
+    )
 
     def __init__(
         self,
-        src: Hashable,
+        root: Hashable,
         succ: dict[Hashable, list[tuple[Hashable, float]]],
         key: dict[Hashable, tuple],
+        leaves: dict[Hashable, tuple[Hashable, float]],
+        root_latency_s: float = 0.0,
     ) -> None:
-        self.succ = succ
+        self.root = root
+        self.succ = succ  # out-edges to nodes that are not leaves
         self.key = key
-        self.dist: dict[Hashable, int] = {src: 0}
-        self.best: dict[Hashable, float] = {src: 0.0}
-        self.cands: dict[Hashable, list[tuple[Hashable, float]]] = {src: []}
-        self.order: list[Hashable] = [src]  # discovery order, so sorted by hop count
+        self.leaves = leaves  # leaf -> (attachment, latency attachment -> leaf)
+        self.dist: dict[Hashable, int] = {root: 0}
+        self.best: dict[Hashable, float] = {root: root_latency_s}
+        self.cands: dict[Hashable, list[tuple[Hashable, float]]] = {root: []}
+        self.order: list[Hashable] = [root]  # discovery order, so sorted by hop count
         self.expanded = 0  # order[:expanded] have had their out-edges followed
-        self.preds: dict[Hashable, tuple] = {src: ()}
-        self.counts: dict[Hashable, int] = {src: 1}
+        self.resolved = 1  # order[:resolved] have their preds and counts
+        self.preds: dict[Hashable, tuple] = {root: ()}
+        self.counts: dict[Hashable, int] = {root: 1}
 
-    def reach(self, dst: Hashable) -> bool:
-        """Resolve ``dst`` (and every node as close); False if it is unreachable."""
+    def reach(self, dst: Hashable, cached_only: bool = False) -> bool:
+        """Resolve ``dst`` (and every node as close); False if it is unreachable (with
+        ``cached_only``: if it is not resolved yet, and nothing is searched)."""
         if dst in self.counts:
             return True
+        leaf = self.leaves.get(dst)
+        if leaf is not None:
+            return self.reach(leaf[0], cached_only)
+        if cached_only:
+            return False
         dist, best, cands, order = self.dist, self.best, self.cands, self.order
         succ = self.succ
         i = self.expanded
@@ -217,9 +255,12 @@ class _Search:
         self.expanded = i
         final = dist[order[i]] if i < len(order) else math.inf  # layers <= this are final
         preds, counts, key = self.preds, self.counts, self.key
-        for v in order[len(preds) :]:
+        j = self.resolved
+        while j < len(order):
+            v = order[j]
             if dist[v] > final:
                 break
+            j += 1
             found = cands.pop(v)
             if len(found) == 1:  # most nodes of most topologies: one way in
                 u = found[0][0]
@@ -230,12 +271,182 @@ class _Search:
             tight = sorted((u for u, total in found if total <= limit), key=key.__getitem__)
             preds[v] = tuple(tight)
             counts[v] = sum(counts[u] for u in tight)
+        self.resolved = j
         return dst in counts
 
-    def all_preds(self) -> dict[Hashable, tuple]:
-        """Every reachable node's tight predecessors (the search run to the end), in BFS order."""
+    def preds_of(self, v: Hashable) -> tuple:
+        """The tight predecessors of a resolved node (a leaf's: its attachment)."""
+        leaf = self.leaves.get(v)
+        return (leaf[0],) if leaf is not None and v != self.root else self.preds[v]
+
+    def count_of(self, v: Hashable) -> int:
+        """The number of shortest routes from the root to a resolved node."""
+        leaf = self.leaves.get(v)
+        return self.counts[leaf[0]] if leaf is not None and v != self.root else self.counts[v]
+
+    def tree(self) -> list[tuple[Hashable, Hashable]]:
+        """Every node the root reaches, but the root, as ``(node, its first tight
+        predecessor)``, predecessors first (the search run to the end; leaves last). The
+        first tight predecessor is the one of the default (index 0) route."""
         self.reach(object())  # a node that is in no graph: runs the search to its end
-        return self.preds
+        preds, root = self.preds, self.root
+        out = [(v, preds[v][0]) for v in self.order[1:]]
+        out.extend((leaf, u) for leaf, (u, _) in self.leaves.items() if leaf != root and u in preds)
+        return out
+
+
+class _CoreGraph:
+    """The graph without its leaves, as arrays for :class:`_FullSearch`: nodes numbered
+    0..m-1, directed edges ``(u, v, latency)`` sorted by ``v`` then by ``u``'s node order
+    (the order tight predecessors are kept in)."""
+
+    __slots__ = ("index", "lat", "nodes", "u", "v")
+
+    def __init__(
+        self,
+        succ: dict[Hashable, list[tuple[Hashable, float]]],
+        key: dict[Hashable, tuple],
+        leaves: dict[Hashable, tuple[Hashable, float]],
+    ) -> None:
+        self.nodes = sorted((n for n in succ if n not in leaves), key=key.__getitem__)
+        self.index = {n: i for i, n in enumerate(self.nodes)}  # also the node order
+        index = self.index
+        edges = sorted(
+            (index[v], index[u], lat) for u, out in succ.items() if u in index for v, lat in out
+        )
+        self.v = np.array([e[0] for e in edges], dtype=np.int64)
+        self.u = np.array([e[1] for e in edges], dtype=np.int64)
+        self.lat = np.array([e[2] for e in edges], dtype=np.float64)
+
+
+class _FullSearch:
+    """:class:`_Search` run to the end at once, layer by layer over arrays: the same
+    hop counts, latencies (the same floating-point sums), tight predecessors in node order
+    and route counts, for graphs whose searches reach thousands of switches (a fat-tree's
+    edge switch reaches every core and every pod). Made by :class:`Router` instead of a
+    :class:`_Search` when it is exact to (route counts below 2^62)."""
+
+    __slots__ = ("core", "counts_a", "dist", "leaves", "pred_len", "pred_start", "pred_u", "root")
+
+    def __init__(
+        self,
+        root: Hashable,
+        core: _CoreGraph,
+        leaves: dict[Hashable, tuple[Hashable, float]],
+        root_latency_s: float,
+    ) -> None:
+        self.root = root
+        self.core = core
+        self.leaves = leaves
+        m = len(core.nodes)
+        r = core.index[root]
+        U, V, LAT = core.u, core.v, core.lat
+        dist = np.full(m, -1, dtype=np.int64)
+        best = np.full(m, math.inf)
+        counts = np.zeros(m, dtype=np.int64)
+        fcounts = np.zeros(m)  # the counts again as floats: an int64 overflow shows here
+        dist[r], best[r], counts[r], fcounts[r] = 0, root_latency_s, 1, 1.0
+        frontier = np.zeros(m, dtype=bool)
+        frontier[r] = True
+        pred_start = np.zeros(m, dtype=np.int64)
+        pred_len = np.zeros(m, dtype=np.int64)
+        tight_u = []
+        used = 0
+        layer = 0
+        while True:
+            e = np.flatnonzero(frontier[U])
+            vs = V[e]
+            fresh = dist[vs] < 0
+            e, vs = e[fresh], vs[fresh]
+            if not len(e):
+                break
+            layer += 1
+            starts = np.flatnonzero(np.concatenate(([True], vs[1:] != vs[:-1])))
+            reached = vs[starts]
+            us = U[e]
+            cand = best[us] + LAT[e]
+            low = np.minimum.reduceat(cand, starts)
+            best[reached] = low
+            dist[reached] = layer
+            b = best[vs]
+            tight = cand <= b + _LATENCY_REL_TOL * b + _LATENCY_ABS_TOL_S
+            counts[reached] = np.add.reduceat(np.where(tight, counts[us], 0), starts)
+            fcounts[reached] = np.add.reduceat(np.where(tight, fcounts[us], 0.0), starts)
+            n_tight = np.add.reduceat(tight.astype(np.int64), starts)
+            pred_len[reached] = n_tight
+            pred_start[reached] = used + np.concatenate(([0], np.cumsum(n_tight)[:-1]))
+            tight_u.append(us[tight])
+            used += int(n_tight.sum())
+            frontier[:] = False
+            frontier[reached] = True
+        if fcounts.max(initial=0.0) >= 2.0**62:
+            raise OverflowError("route counts beyond int64")
+        self.dist = dist
+        self.counts_a = counts
+        self.pred_start = pred_start
+        self.pred_len = pred_len
+        self.pred_u = np.concatenate(tight_u) if tight_u else np.zeros(0, dtype=np.int64)
+
+    def reach(self, dst: Hashable) -> bool:
+        leaf = self.leaves.get(dst)
+        if leaf is not None and dst != self.root:
+            dst = leaf[0]
+        i = self.core.index.get(dst)
+        return i is not None and self.dist[i] >= 0
+
+    def preds_of(self, v: Hashable) -> tuple:
+        leaf = self.leaves.get(v)
+        if leaf is not None and v != self.root:
+            return (leaf[0],)
+        i = self.core.index[v]
+        start = int(self.pred_start[i])
+        nodes = self.core.nodes
+        return tuple(nodes[u] for u in self.pred_u[start : start + int(self.pred_len[i])])
+
+    def count_of(self, v: Hashable) -> int:
+        leaf = self.leaves.get(v)
+        if leaf is not None and v != self.root:
+            v = leaf[0]
+        return int(self.counts_a[self.core.index[v]])
+
+    def unrank(self, v: Hashable, index: int) -> list[Hashable]:
+        """The nodes of the ``index``-th shortest route from the root to the non-leaf ``v``
+        (0 <= index < its count), ``v`` first and the root last: at each node the
+        predecessors are taken in node order, each covering its own count of routes."""
+        nodes, counts = self.core.nodes, self.counts_a
+        start, length, pred_u = self.pred_start, self.pred_len, self.pred_u
+        i = self.core.index[v]
+        out = [v]
+        while self.dist[i]:
+            s = int(start[i])
+            n = int(length[i])
+            if n == 1:
+                i = int(pred_u[s])
+            else:
+                for u in pred_u[s : s + n].tolist():
+                    c = int(counts[u])
+                    if index < c:
+                        break
+                    index -= c
+                i = u
+            out.append(nodes[i])
+        return out
+
+    def tree(self) -> list[tuple[Hashable, Hashable]]:
+        nodes, dist = self.core.nodes, self.dist
+        reached = np.flatnonzero(dist > 0)
+        # BFS order: by hop count (any order within a layer: a node's predecessor is
+        # in the layer before).
+        reached = reached[np.argsort(dist[reached], kind="stable")]
+        first = self.pred_u[self.pred_start[reached]]
+        out = [(nodes[v], nodes[u]) for v, u in zip(reached.tolist(), first.tolist(), strict=True)]
+        index = self.core.index
+        out.extend(
+            (leaf, u)
+            for leaf, (u, _) in self.leaves.items()
+            if leaf != self.root and dist[index[u]] >= 0
+        )
+        return out
 
 
 ECMP_BY_DEFAULT = ("fat_tree",)
@@ -293,18 +504,28 @@ class Router:
             self._dims = tuple(graph.graph["params"]["dims"])
             self._coord = {n: d["coord"] for n, d in graph.nodes(data=True) if "coord" in d}
         self._edges: dict[Edge, Edge] = {}
-        self._succ: dict[Hashable, list[tuple[Hashable, float]]] = {}
-        for u in graph.nodes:
-            self._succ[u] = []
         for u, v, data in graph.edges(data=True):
             problem = _edge_attribute_problem(u, v, data)
             if problem:
                 raise TopologyError(f"Router: {problem}")
             self._edges[(u, v)] = (u, v)  # one shared tuple per edge, reused by every route
-            self._succ[u].append((v, float(data["latency"])))
+        self._leaves = _leaves(graph)
+        leaves = self._leaves
+        # Searches never expand a leaf (no shortest route passes through one).
+        self._succ: dict[Hashable, list[tuple[Hashable, float]]] = {
+            u: [(v, float(d["latency"])) for v, d in graph.succ[u].items() if v not in leaves]
+            for u in graph.nodes
+        }
         self._key = {node: _node_key(node) for node in graph.nodes}
         self._cache: dict[tuple, Path] = {}
-        self._searches: dict[Hashable, _Search] = {}
+        # (root, root latency) -> its search; a leaf's is its attachment's (see _Search).
+        self._searches: dict[tuple[Hashable, float], _Search | _FullSearch] = {}
+        self._core: _CoreGraph | None = None  # the graph as arrays, once a search is wide
+        self._wide = False  # a search has grown wide: new ones run over arrays at once
+        self._roots: dict[Hashable, tuple[Hashable, float]] = {}  # src -> its search's key
+        self._endpoints = frozenset(
+            n for n, kind in graph.nodes(data="kind") if kind == "endpoint" and type(n) is int
+        )
         self._ecmp_paths: dict[tuple[Hashable, Hashable, int], Path] = {}
 
     # -- public -------------------------------------------------------------------------------
@@ -334,13 +555,25 @@ class Router:
         """Number of equal-cost shortest routes from endpoint ``src`` to endpoint ``dst``."""
         self._check_endpoint(src, "src")
         self._check_endpoint(dst, "dst")
-        search = self._search(src)
-        self._check_reachable(search, src, dst)
-        return search.counts[dst]
+        if src == dst:
+            return 1
+        return self._searched(src, dst).count_of(dst)
+
+    def tree(self, src: Hashable) -> list[tuple[Hashable, Hashable]]:
+        """Every node ``src`` reaches as ``(node, predecessor on the default route)``,
+        predecessors first: the routes without ECMP (but a torus's dimension order), all
+        at once."""
+        search = self._searched(src, src)
+        out = search.tree()
+        if search.root != src:  # a leaf: its up-link first, and not back to itself
+            out = [(search.root, src), *(item for item in out if item[0] != src)]
+        return out
 
     # -- internals ----------------------------------------------------------------------------
 
     def _check_endpoint(self, node: Hashable, role: str) -> None:
+        if type(node) is int and node in self._endpoints:
+            return
         if isinstance(node, bool) or node not in self.graph:
             raise TopologyError(
                 f"Router.path: {role}={node!r} is not a node of the graph; endpoints are "
@@ -353,17 +586,52 @@ class Router:
                 "run between endpoints (ranks)"
             )
 
-    def _check_reachable(self, search: _Search, src: Hashable, dst: Hashable) -> None:
-        if not search.reach(dst):
+    def _searched(self, src: Hashable, dst: Hashable) -> _Search | _FullSearch:
+        """The search that gives the routes from ``src``, run as far as ``dst``; raises
+        when ``dst`` is out of reach.
+
+        A leaf's search is its attachment's, started at the up-link's latency (shared by
+        the leaves of one attachment). A search that has grown wide (many nodes per hop:
+        a fat-tree's or a torus's, not a ring's) is replaced by the same search run to
+        the end over arrays, far cheaper per node than growing it on in Python."""
+        key = self._roots.get(src)
+        if key is None:
+            leaf = self._leaves.get(src)
+            if leaf is None:
+                key = (src, 0.0)
+            else:
+                key = (leaf[0], 0.0 + float(self.graph.edges[src, leaf[0]]["latency"]))
+            self._roots[src] = key
+        search = self._searches.get(key)
+        if search is None:
+            search = self._searches[key] = _Search(
+                key[0], self._succ, self._key, self._leaves, key[1]
+            )
+        if type(search) is _Search and self._wide and not search.reach(dst, cached_only=True):
+            search = self._full(key) or search  # the graph is wide: no growing in Python
+        found = search.reach(dst)
+        if type(search) is _Search and search.expanded > _WIDE_NODES:
+            layers = search.dist[search.order[search.expanded - 1]]
+            if search.expanded >= _WIDE_NODES_PER_HOP * max(layers, 1):
+                self._wide = True
+                search = self._full(key) or search
+        if not found:
             raise TopologyError(
                 f"Router.path: no route from endpoint {src!r} to endpoint {dst!r}; the graph "
                 "is not strongly connected (check it with topologies.validate)"
             )
+        return search
 
-    def _search(self, src: Hashable) -> _Search:
-        search = self._searches.get(src)
-        if search is None:
-            search = self._searches[src] = _Search(src, self._succ, self._key)
+    def _full(self, key: tuple[Hashable, float]) -> _FullSearch | None:
+        """The search of ``key`` run to the end over arrays, now kept for it; None when
+        its route counts pass int64 (the Python search, with exact integers, goes on)."""
+        if self._core is None:
+            self._core = _CoreGraph(self._succ, self._key, self._leaves)
+        try:
+            search = _FullSearch(key[0], self._core, self._leaves, key[1])
+        except OverflowError:
+            return None
+        self._searches[key] = search
         return search
 
     def _compute(self, src: Hashable, dst: Hashable, flow_key: Any) -> Path:
@@ -372,26 +640,45 @@ class Router:
         canonical_key = _canonical_flow_key(flow_key) if self.ecmp else None
         if src == dst:
             return ()
-        search = self._search(src)
-        self._check_reachable(search, src, dst)
+        search = self._searched(src, dst)
         if not self.ecmp:
             if self._coord:
                 return self._dimension_order(search, src, dst)
             return self._unrank(search, src, dst, 0)
         digest = zlib.crc32(repr((int(src), int(dst), canonical_key)).encode())
-        index = digest % search.counts[dst]
+        index = digest % search.count_of(dst)
         memo = (src, dst, index)
         route = self._ecmp_paths.get(memo)
         if route is None:
             route = self._ecmp_paths[memo] = self._unrank(search, src, dst, index)
         return route
 
+    def _walk(self, search: _Search, src: Hashable, dst: Hashable, choose: Any) -> Path:
+        """The route from ``src`` back from ``dst``: ``choose(v, preds)`` picks the
+        predecessor of every node on the way that has several."""
+        preds_of, root, edge_of = search.preds_of, search.root, self._edges
+        edges = []
+        v = dst
+        leaf = self._leaves.get(dst)
+        if leaf is not None and dst != root:  # one way into a leaf
+            edges.append(edge_of[(leaf[0], dst)])
+            v = leaf[0]
+        while v != root:
+            ps = preds_of(v)
+            u = ps[0] if len(ps) == 1 else choose(v, ps)
+            edges.append(edge_of[(u, v)])
+            v = u
+        if root != src:  # a leaf's up-link
+            edges.append(edge_of[(src, root)])
+        edges.reverse()
+        return tuple(edges)
+
     def _dimension_order(self, search: _Search, src: Hashable, dst: Hashable) -> Path:
         """The shortest route that moves along dimension 0 first, then 1, then 2; along a
         dimension the + way when both ways are as short. Walking back from ``dst`` it
         takes the tight predecessor across the highest dimension; nodes without
         coordinates (a host's rank ports) keep the default order."""
-        preds, coord, dims = search.preds, self._coord, self._dims
+        coord, dims = self._coord, self._dims
 
         def rank(u: Hashable, v: Hashable) -> tuple[int, int]:
             cu, cv = coord.get(u), coord.get(v)
@@ -401,31 +688,50 @@ class Router:
             plus = (cu[d] + 1) % dims[d] == cv[d]
             return (d, 1 if plus else 0)
 
-        edges = []
-        v = dst
-        while v != src:
-            ps = preds[v]
-            u = ps[0] if len(ps) == 1 else max(ps, key=lambda u, v=v: rank(u, v))
-            edges.append(self._edges[(u, v)])
-            v = u
-        edges.reverse()
-        return tuple(edges)
+        return self._walk(search, src, dst, lambda v, ps: max(ps, key=lambda u: rank(u, v)))
 
     def _unrank(self, search: _Search, src: Hashable, dst: Hashable, index: int) -> Path:
-        """The ``index``-th shortest route (0 <= index < counts[dst]), walking back from dst;
+        """The ``index``-th shortest route (0 <= index < its count), walking back from dst;
         routes are ordered by their predecessors' node order, so index 0 is the default."""
-        preds, counts = search.preds, search.counts
-        edges = []
-        v = dst
-        while v != src:
-            for u in preds[v]:
-                if index < counts[u]:
+        if type(search) is _FullSearch:
+            edge_of = self._edges
+            leaf = self._leaves.get(dst)
+            last = leaf[0] if leaf is not None and dst != search.root else dst
+            nodes = search.unrank(last, index)
+            nodes.reverse()
+            if search.root != src:  # a leaf's up-link
+                nodes.insert(0, src)
+            if last != dst:
+                nodes.append(dst)
+            return tuple(edge_of[(nodes[j], nodes[j + 1])] for j in range(len(nodes) - 1))
+        count_of = search.count_of
+        left = [index]
+
+        def choose(v: Hashable, ps: tuple) -> Hashable:
+            i = left[0]
+            for u in ps:
+                n = count_of(u)
+                if i < n:
                     break
-                index -= counts[u]
-            edges.append(self._edges[(u, v)])
-            v = u
-        edges.reverse()
-        return tuple(edges)
+                i -= n
+            left[0] = i
+            return u
+
+        return self._walk(search, src, dst, choose)
+
+
+def _leaves(graph: nx.DiGraph) -> dict[Hashable, tuple[Hashable, float]]:
+    """Nodes whose one neighbour, both ways, is a node with others (an endpoint on a
+    switch): leaf -> (that attachment, latency attachment -> leaf in s)."""
+    pred, succ = graph.pred, graph.succ
+    out = {}
+    for v in graph.nodes:
+        out_v, in_v = succ[v], pred[v]
+        if len(out_v) == 1 and len(in_v) == 1:
+            (u,) = out_v
+            if u in in_v and len(succ[u]) + len(pred[u]) > 2:
+                out[v] = (u, float(in_v[u]["latency"]))
+    return out
 
 
 def _canonical_flow_key(flow_key: Any) -> int | str | tuple:

@@ -20,7 +20,10 @@ Large schedules are lazy. The ring-based algorithms (ring, multiring,
 hierarchical) and the all-to-alls have ``O(p^2)`` transfers: their
 ``Schedule.steps`` are built on first access only, and
 :meth:`Schedule.rank_steps` / :meth:`Schedule.rank_plan` generate one rank's
-part directly, in ``O(steps)``, identical to what the built steps give.
+part directly, in ``O(steps)``, identical to what the built steps give. So do
+the recursive allreduces (recursive doubling, Rabenseifner): ``O(p log p)``
+transfers, but a simulator at tens of thousands of ranks needs each rank's
+``log p`` steps, not the index of every transfer.
 
 ``count_elems`` has MPI argument semantics (elements are float32,
 ``ELEM_BYTES = 4``, ``size_bytes = 4 * count_elems``):
@@ -948,6 +951,125 @@ class _AlltoallRanks:
         return tuple(((self._from(r, d),), ((self._to(r, d), size, False),)) for d in range(1, p))
 
 
+class _RecursiveRanks:
+    """Allreduce by recursive doubling or by Rabenseifner (recursive-halving reduce-scatter,
+    then recursive-doubling allgather), generated per rank: the transfers that
+    :func:`_allreduce_recursive_doubling` and :func:`_allreduce_rabenseifner` build,
+    without building them all.
+
+    Rank r's part follows from its own new rank alone (MPICH's fold, :func:`_fold`): in
+    the halving, partners hold the same block range, so each sends the other half; in the
+    allgather of Rabenseifner, the blocks a new rank holds after t steps are its final
+    reduce-scatter block with the low t bits cleared (that block is the new rank's bits
+    reversed), and its partner's differ in bit t.
+    """
+
+    __slots__ = ("count", "halving", "p", "prefix")
+
+    def __init__(self, p: int, count: int, halving: bool) -> None:
+        self.p = p
+        self.count = count
+        self.halving = halving
+        prefix = [0]
+        for c in _split(count, _fold(p)[0]) if halving else [count]:
+            prefix.append(prefix[-1] + c)
+        self.prefix = prefix
+
+    @property
+    def chunks(self) -> list[int]:
+        return _split(self.count, _fold(self.p)[0]) if self.halving else [self.count]
+
+    def build_steps(self) -> tuple[tuple[Transfer, ...], ...]:
+        build = _allreduce_rabenseifner if self.halving else _allreduce_recursive_doubling
+        return tuple(tuple(step) for step in build(self.p, self.count).steps if step)
+
+    def _walk(self, r: int) -> list[tuple[int, tuple | None, tuple | None]]:
+        """Rank r's steps: ``(step, send, recv)``, each ``(peer, first chunk, chunks,
+        reduce)`` or None."""
+        pof2, rem, real = _fold(self.p)
+        whole = len(self.prefix) - 1  # chunks in the buffer
+        out: list[tuple[int, tuple | None, tuple | None]] = []
+        step = 0
+        folded = r < 2 * rem
+        if rem:
+            if folded:
+                if r % 2 == 0:
+                    out.append((0, (r + 1, 0, whole, True), None))
+                else:
+                    out.append((0, None, (r - 1, 0, whole, True)))
+            step = 1
+        nr = -1 if folded and r % 2 == 0 else (r // 2 if folded else r - rem)
+        if nr >= 0:
+            up = _masks(pof2)
+            if self.halving:
+                lo, size = 0, pof2
+                for mask in up:
+                    half = size // 2
+                    peer = real(nr ^ mask)
+                    if nr & mask:
+                        sent, got = lo, lo + half
+                        lo += half
+                    else:
+                        sent, got = lo + half, lo
+                    out.append((step, (peer, sent, half, True), (peer, got, half, True)))
+                    size = half
+                    step += 1
+                size = 1
+                for mask in reversed(up):
+                    peer = real(nr ^ mask)
+                    low = size - 1  # size = 1 << (steps of the allgather so far)
+                    held, theirs = lo & ~low, (lo ^ size) & ~low
+                    out.append((step, (peer, held, size, False), (peer, theirs, size, False)))
+                    lo = held if held < theirs else theirs
+                    size *= 2
+                    step += 1
+            else:
+                for mask in up:
+                    peer = real(nr ^ mask)
+                    out.append((step, (peer, 0, 1, True), (peer, 0, 1, True)))
+                    step += 1
+        if folded:
+            # The last step, after all of the new ranks' (an even rank took none).
+            step = 1 + (pof2.bit_length() - 1) * (2 if self.halving else 1)
+            if r % 2:
+                out.append((step, (r - 1, 0, whole, False), None))
+            else:
+                out.append((step, None, (r + 1, 0, whole, False)))
+        return out
+
+    def rank_steps(self, r: int) -> tuple[tuple[int, RankStep], ...]:
+        """``(step index, (sends, recvs))`` of rank r, as ``Schedule._by_rank`` has them."""
+        prefix = self.prefix
+        out = []
+        for step, send, recv in self._walk(r):
+            sends: tuple[Transfer, ...] = ()
+            recvs: tuple[Transfer, ...] = ()
+            if send is not None:
+                peer, first, num, reduce = send
+                n = prefix[first + num] - prefix[first]
+                sends = (Transfer(r, peer, n, first, num, reduce),)
+            if recv is not None:
+                peer, first, num, reduce = recv
+                n = prefix[first + num] - prefix[first]
+                recvs = (Transfer(peer, r, n, first, num, reduce),)
+            out.append((step, (sends, recvs)))
+        return tuple(out)
+
+    def rank_plan(self, r: int) -> tuple[PlanStep, ...]:
+        """``Schedule.rank_plan(r)``, generated directly."""
+        prefix = self.prefix
+        out: list[PlanStep] = []
+        for _, send, recv in self._walk(r):
+            srcs = () if recv is None else (recv[0],)
+            if send is None:
+                out.append((srcs, ()))
+            else:
+                peer, first, num, reduce = send
+                size = ELEM_BYTES * (prefix[first + num] - prefix[first])
+                out.append((srcs, ((peer, size, reduce),)))
+        return tuple(out)
+
+
 # ---------------------------------------------------------------- validation
 
 
@@ -1053,9 +1175,12 @@ def build_schedule(
     else:
         ring_list = []
 
-    lazy: _RingRanks | _AlltoallRanks
+    lazy: _RingRanks | _AlltoallRanks | _RecursiveRanks
     define = _RING_ALGORITHMS.get((op, algorithm))
-    if define is not None:
+    if op == "allreduce" and algorithm in ("recursive_doubling", "rabenseifner"):
+        lazy = _RecursiveRanks(p, count_elems, halving=algorithm == "rabenseifner")
+        chunks = lazy.chunks
+    elif define is not None:
         ring_alg = define(p, count_elems, local_size=local_size, rings=ring_list, channels=channels)
         chunks = ring_alg[0]
         lazy = _RingRanks(p, chunks, ring_alg)
