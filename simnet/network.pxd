@@ -126,7 +126,7 @@ cdef class FlowNetwork:
                    bucket=list, seed_flows=dict, comp_links=list, comp_flows=list,
                    touched=list, n=Py_ssize_t, i=Py_ssize_t, epoch=cython.longlong,
                    rate=cython.double, old=cython.double, cap=cython.double,
-                   tol=cython.double, load=cython.double, t=cython.double)
+                   tol=cython.double, load=cython.double, t=cython.double, low=cython.double)
     cpdef _flush(self, double now)
 
 

@@ -1077,14 +1077,29 @@ class FlowNetwork:
                     if f.mark != epoch:
                         f.mark = epoch
                         comp_flows.append(f)
+                        # A link that only this flow crosses is but a cap on its rate, and
+                        # of those only the first of lowest capacity can freeze it (the
+                        # others come later at the same share, or at a higher one, and
+                        # find it frozen): only that one joins the water-filling, in its
+                        # place, which leaves every rate as it was, bit for bit.
+                        low = math.inf
+                        for l2 in f.links:
+                            if l2.mark != epoch and len(l2.flows) == 1:
+                                cap = l2.capacity_bytes_per_s
+                                if cap < low:
+                                    low = cap
                         for l2 in f.links:
                             if l2.mark != epoch:
                                 l2.mark = epoch
+                                if l2.load_mark == epoch:
+                                    touched.append(l2)
+                                if len(l2.flows) == 1:
+                                    if l2.capacity_bytes_per_s != low:
+                                        continue
+                                    low = -1.0  # picked
                                 l2.rem_capacity_bytes_per_s = l2.capacity_bytes_per_s
                                 l2.n_unfrozen = len(l2.flows)
                                 comp_links.append(l2)
-                                if l2.load_mark == epoch:
-                                    touched.append(l2)
             self.recomputations += 1
             self.flows_rerated += len(comp_flows)
             _water_fill(comp_links)

@@ -50,11 +50,15 @@ class PhaseResult:
     iterations: int
     iteration_time_s: float  # makespan / iterations
     makespan_s: float
-    traffic_bytes: np.ndarray  # [src endpoint, dst endpoint], all simulated iterations
-    pair_busy_s: np.ndarray  # [src, dst] seconds with a message of the pair in flight
+    # The endpoint-pair figures as sparse dicts: (src endpoint, dst endpoint) -> value;
+    # the dense matrices below are built from them on first use (n^2 entries: 2.7 GB
+    # each at 18,522 endpoints, far more than the simulation itself holds).
+    num_endpoints: int
+    pair_bytes: dict[tuple[int, int], int]  # all simulated iterations
+    pair_busy: dict[tuple[int, int], float]  # seconds with a message of the pair in flight
     per_rank: list[dict[str, float]]  # compute_s, comm_s, exposed_comm_s (per iteration)
     wire_bytes_by_group: dict[str, int]
-    part_traffic_bytes: dict[str, np.ndarray]  # "reduce" / "copy" / "p2p" -> [src, dst]
+    part_pair_bytes: dict[str, dict[tuple[int, int], int]]  # "reduce" / "copy" / "p2p"
     algorithms: dict[str, list[str]]
     messages: int
     link_bytes: dict[tuple, int]
@@ -65,11 +69,38 @@ class PhaseResult:
     sim_wall_s: float
     timeline: PhaseSim | None = field(default=None, repr=False)
 
+    @functools.cached_property
+    def traffic_bytes(self) -> np.ndarray:
+        """[src endpoint, dst endpoint] exact bytes, all simulated iterations."""
+        return _dense(self.pair_bytes, self.num_endpoints, np.int64)
+
+    @functools.cached_property
+    def pair_busy_s(self) -> np.ndarray:
+        """[src, dst] seconds with a message of the pair in flight."""
+        return _dense(self.pair_busy, self.num_endpoints, np.float64)
+
+    @functools.cached_property
+    def part_traffic_bytes(self) -> dict[str, np.ndarray]:
+        """ "reduce" / "copy" / "p2p" -> [src, dst] exact bytes."""
+        return {
+            part: _dense(pairs, self.num_endpoints, np.int64)
+            for part, pairs in self.part_pair_bytes.items()
+        }
+
     @property
     def achieved_bytes_per_s(self) -> np.ndarray:
         """[src, dst] mean rate the pair obtained under the workload's contention: its
         bytes over the time it had messages in flight (0 where it sent nothing)."""
         return _rate(self.traffic_bytes, self.pair_busy_s)
+
+
+def _dense(pairs: dict[tuple[int, int], Any], n: int, dtype: Any) -> np.ndarray:
+    """An n x n matrix holding ``pairs`` ((row, column) -> value), zeros elsewhere."""
+    out = np.zeros((n, n), dtype=dtype)
+    if pairs:
+        idx = np.fromiter((i for key in pairs for i in key), dtype=np.int64, count=2 * len(pairs))
+        out[idx[0::2], idx[1::2]] = np.fromiter(pairs.values(), dtype=dtype, count=len(pairs))
+    return out
 
 
 @dataclass
@@ -359,6 +390,7 @@ def simulate(
     force: bool = False,
     available_bytes: int | None = None,
     workload: Workload | None = None,
+    dense_matrices: bool = True,
 ) -> SimResult:
     """Predict a workload on a topology, as a configuration describes them.
 
@@ -371,6 +403,11 @@ def simulate(
     (``available_bytes``, default: this machine's) is refused with a ConfigError naming
     the size that fits, unless ``force``. ``workload`` runs those rank programs instead
     of the configured workload (e.g. the micro-benchmarks' cases, one phase each).
+
+    The endpoint-pair matrices of the result (traffic, busy time, route bandwidth and
+    latency) are built on first use; ``dense_matrices=False`` says the caller will not
+    ask for them (it reads the sparse ``pair_bytes`` and the times), which leaves their
+    ``n^2`` entries out of the memory check.
     """
     cfg = load_config(config)
     if cfg.jobs and workload is None and topology is None:
@@ -395,7 +432,7 @@ def simulate(
         from . import sizecheck
 
         ops, msgs = _rank0_counts(cfg, workload)
-        est = sizecheck.estimate(cfg, ops, len(workload.phases), msgs)
+        est = sizecheck.estimate(cfg, ops, len(workload.phases), msgs, dense_matrices)
         avail = psutil.virtual_memory().available if available_bytes is None else available_bytes
         why = sizecheck.refusal(cfg, est, len(workload.phases), avail)
         if why:
@@ -541,18 +578,14 @@ def _progress_line(name: str, sim: PhaseSim, elapsed_s: float, width: int = 24) 
 
 def _phase_result(sim: PhaseSim, n_end: int, iterations: int, wall_s: float) -> PhaseResult:
     net = sim.net
-    traffic = np.zeros((n_end, n_end), dtype=np.int64)
-    busy = np.zeros((n_end, n_end))
-    for (s, d), b in net.pair_bytes.items():
-        traffic[s, d] += b
-    for (s, d), t in net.pair_busy_s.items():
-        busy[s, d] = t
-    part_traffic = {}
+    placement = sim.ex.placement
+    part_pairs = {}
     for part, pairs in sim.part_bytes.items():
-        m = np.zeros((n_end, n_end), dtype=np.int64)
+        by_endpoint: dict[tuple[int, int], int] = {}
         for (s, d), b in pairs.items():
-            m[sim.ex.placement[s], sim.ex.placement[d]] += b
-        part_traffic[part] = m
+            key = (placement[s], placement[d])
+            by_endpoint[key] = by_endpoint.get(key, 0) + b
+        part_pairs[part] = by_endpoint
     per_rank = []
     for r, ops in enumerate(sim.programs):
         tl = sim.timelines[r]
@@ -571,11 +604,12 @@ def _phase_result(sim: PhaseSim, n_end: int, iterations: int, wall_s: float) -> 
         iterations=iterations,
         iteration_time_s=sim.makespan_s / iterations,
         makespan_s=sim.makespan_s,
-        traffic_bytes=traffic,
-        pair_busy_s=busy,
+        num_endpoints=n_end,
+        pair_bytes=net.pair_bytes,
+        pair_busy=net.pair_busy_s,
         per_rank=per_rank,
         wire_bytes_by_group=dict(sim.wire_bytes_by_group),
-        part_traffic_bytes=part_traffic,
+        part_pair_bytes=part_pairs,
         algorithms={k: sorted(v) for k, v in sim.algorithms.items()},
         messages=sim.messages_done,
         link_bytes=links,

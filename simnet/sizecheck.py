@@ -76,16 +76,26 @@ def matrix_bytes(endpoints: int, phases: int) -> int:
     return MATRIX_ENTRY_BYTES * (6 + 5 * phases) * endpoints * endpoints
 
 
+def _no_matrices(endpoints: int, phases: int) -> int:
+    return 0
+
+
 def estimate(
-    cfg: Config, ops_per_rank: int, phases: int, messages_per_rank: int = 0
+    cfg: Config,
+    ops_per_rank: int,
+    phases: int,
+    messages_per_rank: int = 0,
+    matrices: bool = True,
 ) -> SizeEstimate:
     """The memory of simulating ``cfg`` whose ranks run about ``ops_per_rank`` operations
-    and send ``messages_per_rank`` messages per iteration in all (over ``phases`` phases)."""
+    and send ``messages_per_rank`` messages per iteration in all (over ``phases`` phases);
+    ``matrices``: with the dense endpoint-pair matrices the outputs build (a simulation
+    alone keeps its pairs sparse)."""
     n = cfg.num_rank_endpoints
     ops = ops_per_rank * cfg.world_size
     return SizeEstimate(
         n,
-        matrix_bytes(n, phases),
+        matrix_bytes(n, phases) if matrices else 0,
         GRAPH_ELEMENT_BYTES * graph_elements(cfg),
         ops * (OP_BYTES + OP_ITERATION_BYTES * cfg.workload.iterations),
         MESSAGE_BYTES * messages_per_rank * cfg.world_size,
@@ -114,6 +124,8 @@ def refusal(cfg: Config, est: SizeEstimate, phases: int, available_bytes: int) -
     if est.total_bytes <= budget:
         return None
     t = cfg.topology
+    matrices = matrix_bytes if est.matrix_bytes else _no_matrices
+
     linear = est.graph_bytes + est.program_bytes
     # Messages grow up to quadratically with the ranks (an alltoall's do).
     quadratic = est.message_bytes
@@ -121,20 +133,18 @@ def refusal(cfg: Config, est: SizeEstimate, phases: int, available_bytes: int) -
         ok = [
             k
             for k in range(2, t.k, 2)
-            if matrix_bytes(k**3 // 4 * (cfg.hosts.ranks_per_host or 1), phases)
+            if matrices(k**3 // 4 * (cfg.hosts.ranks_per_host or 1), phases)
             + GRAPH_ELEMENT_BYTES * 1.75 * k**3
             <= budget
         ]
         hint = f"topology.k = {ok[-1]} fits" if ok else "no fat-tree fits"
     elif t.type == "torus":
-        side = largest_fitting(lambda n: matrix_bytes(n, phases) <= budget, est.endpoints)
+        side = largest_fitting(lambda n: matrices(n, phases) <= budget, est.endpoints)
         hint = f"at most about {side:,} endpoints fit (fewer in topology.dims)" if side else ""
     else:
         big = max(est.endpoints, 1)
         n = largest_fitting(
-            lambda n: (
-                matrix_bytes(n, phases) + linear * n / big + quadratic * (n / big) ** 2 <= budget
-            ),
+            lambda n: matrices(n, phases) + linear * n / big + quadratic * (n / big) ** 2 <= budget,
             est.endpoints,
         )
         field = "topology.num_nodes" if t.num_nodes else "distributed.num_nodes"

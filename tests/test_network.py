@@ -479,3 +479,70 @@ def test_a_long_chain_of_network_timers_alone_lands_on_exact_times():
     env.run()
     assert len(seen) == 10_000
     assert seen[:3] == [0.25, 0.5, 0.75] and env.now == seen[-1] == 2500.0
+
+
+def _max_min_by_hand(paths: dict, cap: dict) -> dict:
+    """Max-min fair rates by the textbook definition, in exact fractions: raise every
+    unfrozen flow's rate together; when a link fills, freeze the flows crossing it."""
+    from fractions import Fraction
+
+    rate = {f: Fraction(0) for f in paths}
+    left = {e: Fraction(c) for e, c in cap.items()}
+    frozen: set = set()
+    while len(frozen) < len(paths):
+        # The smallest raise that fills some link: its capacity left over its unfrozen flows.
+        step = min(
+            left[e] / n
+            for e in cap
+            if (n := sum(1 for f, p in paths.items() if e in p and f not in frozen))
+        )
+        for f in paths:
+            if f not in frozen:
+                rate[f] += step
+        for e in cap:
+            users = [f for f, p in paths.items() if e in p and f not in frozen]
+            left[e] -= step * len(users)
+        full = {e for e in cap if left[e] == 0}
+        frozen |= {f for f, p in paths.items() if full & set(p)}
+    return rate
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_rates_are_the_max_min_fair_rates(seed):
+    # Flows over random routes where most links carry one flow (a cap on it) and a few are
+    # shared, with repeated capacities (ties), as collectives on a fat-tree give; every
+    # start and every end recomputes, and each time the rates must be max-min fair.
+    rng = random.Random(seed)
+    g = nx.DiGraph()
+    shared = [(f"s{i}", f"s{i}x") for i in range(4)]
+    for u, v in shared:
+        g.add_edge(u, v, bandwidth=rng.choice([4e3, 6e3, 8e3]), latency=0.0)
+    routes = {}
+    for f in range(10):
+        src, dst = 2 * f, 2 * f + 1
+        hops = [(src, f"p{f}a")]
+        for u, v in rng.sample(shared, rng.randint(1, 3)):
+            hops += [(hops[-1][1], u), (u, v)]
+        hops += [(hops[-1][1], dst)]
+        for u, v in hops:
+            if not g.has_edge(u, v):
+                g.add_edge(u, v, bandwidth=rng.choice([3e3, 5e3, 8e3, 1e4]), latency=0.0)
+        routes[(src, dst)] = tuple(hops)
+    env = simpy.Environment()
+    net = FlowNetwork(env, g, lambda s, d: routes[(s, d)])
+    sizes = {f: rng.randint(1, 40) * 1000 for f in range(10)}
+    for f in range(10):
+        send_at(env, net, rng.choice([0.0, 0.5, 1.0]), 2 * f, 2 * f + 1, sizes[f], [])
+    checked = 0
+    while env.peek() < float("inf"):
+        env.step()
+        active = net.active_flows()
+        if not active or env.peek() == env.now:
+            continue  # mid-instant: the recomputation runs once the instant's events are in
+        paths = {(a.src, a.dst): a.links for a in active}
+        cap = {e: g.edges[e]["bandwidth"] for a in active for e in a.links}
+        want = _max_min_by_hand(paths, cap)
+        for a in active:
+            assert a.rate_bytes_per_s == pytest.approx(float(want[(a.src, a.dst)]), rel=1e-9)
+        checked += 1
+    assert checked >= 5 and net.transfers_completed == 10
