@@ -3,15 +3,21 @@
     python bench/bench_simnet.py [--cases ring64,ring256,ring1024,gpt3_384] [--repeats 1]
                                  [--against DIR]
 
-Cases (issue targets on a 2-core machine in brackets):
+Cases (targets on a 2-core machine in brackets):
 - ringN: one 1 GiB ring allreduce over N endpoints of a bidirectional ring
   (2 (N-1) N messages) [1024 ranks in <= 10 s; >= 300,000 messages/s];
 - gpt3_384: one iteration of the GPT-3 proxy at its reference default (96
   stages, acc_scale 2: 192 micro-batches, 384 ranks) on a hierarchical cluster
   of 4 GPUs per node (NVLink-class 150 GB/s inside, 12.5 GB/s between nodes)
-  [<= 30 s].
+  [<= 30 s];
+- fatN: one iteration of ResNet-152 data parallel on N ranks of a fat-tree (k = 16,
+  26, 42 for 1,024, 4,096, 16,384 ranks; ECMP), through ``simulate(...,
+  dense_matrices=False)`` [16,384 ranks in <= 60 s and 8 GB; >= 1M messages/s; wall
+  time at most linear in messages: the fitted exponent is printed]. fat16384 is not
+  run by default (minutes); ``--cases fat1024,fat4096,fat16384`` runs it.
 Reports wall seconds and CPU seconds (process time, less sensitive to a
-shared machine), messages and messages per CPU second; writes
+shared machine), messages, messages per CPU and per wall second and the peak
+resident memory of the case's process; writes
 results/bench_simnet.json. Every run is a fresh Python process.
 
 ``--against-pure`` measures this tree's pure-Python core (COMMSIM_PURE_PYTHON=1)
@@ -20,7 +26,8 @@ side by side with the compiled one, the same way.
 ``--against DIR`` measures another checkout of the project (e.g. a ``git
 worktree`` of an older commit) side by side: each repeat runs the case on
 DIR's code, then on this tree's, so both see the same machine load, and the
-table gains DIR's figures and the CPU-time speedup.
+table gains DIR's figures and the CPU-time speedup (``--against-cases`` limits
+which cases also run there, e.g. to leave out one the older code cannot finish).
 """
 
 from __future__ import annotations
@@ -68,16 +75,45 @@ def gpt3_case() -> tuple[int, float]:
     return sum(p.messages for p in res.phases), res.iteration_time_s
 
 
+FAT_TREE_K = {1024: 16, 4096: 26, 16384: 42}  # the smallest k with k^3 / 4 >= ranks
+
+
+def fat_tree_case(ranks: int) -> tuple[int, float]:
+    """ResNet-152 data parallel (10 gradient allreduces of 21-26 MB, Rabenseifner at these
+    sizes) on the first ``ranks`` endpoints of a fat-tree, 25 GB/s links, 1 us per hop,
+    flows spread over the cores (ECMP): thousands of flows contend on the core links."""
+    import inspect
+
+    import simnet
+
+    cfg = {
+        "distributed": {"num_nodes": ranks, "bandwidth_limit_gb_per_s": 25.0},
+        "topology": {"type": "fat_tree", "k": FAT_TREE_K[ranks], "link_latency_us": 1.0},
+        "workload": {"name": "resnet152", "world_size": ranks},
+    }
+    kw: dict = {"record_series": False}
+    if "dense_matrices" in inspect.signature(simnet.simulate).parameters:
+        kw["dense_matrices"] = False  # the times and sparse pairs only, as an API user
+    res = simnet.simulate(cfg, **kw)
+    return sum(p.messages for p in res.phases), res.iteration_time_s
+
+
 CASES = {
     "ring64": lambda: ring_case(64),
     "ring256": lambda: ring_case(256),
     "ring1024": lambda: ring_case(1024),
     "gpt3_384": gpt3_case,
+    "fat1024": lambda: fat_tree_case(1024),
+    "fat4096": lambda: fat_tree_case(4096),
+    "fat16384": lambda: fat_tree_case(16384),
 }
+DEFAULT_CASES = "ring64,ring256,ring1024,gpt3_384,fat1024,fat4096"
 
 
 def run_one(name: str) -> dict:
     """Run one case in this process (imports included in neither time)."""
+    import resource
+
     import simnet  # noqa: F401  (import cost is not the simulator's)
 
     w0, c0 = time.perf_counter(), time.process_time()
@@ -87,6 +123,8 @@ def run_one(name: str) -> dict:
         "simulated_s": sim_s,
         "wall_s": time.perf_counter() - w0,
         "cpu_s": time.process_time() - c0,
+        # Peak resident memory of the whole process (Linux: ru_maxrss in KiB), in bytes.
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "code": str(Path(sys.modules["simnet"].__file__).resolve().parent.parent),
         # A checkout older than the compiled core runs Python only.
         "core": getattr(sys.modules.get("simnet._compiled"), "summary", lambda: "python")(),
@@ -122,14 +160,31 @@ def summarise(runs: list[dict]) -> dict:
         "wall_s": wall,
         "cpu_s": cpu,
         "messages_per_cpu_s": msgs / cpu,
+        "messages_per_wall_s": msgs / wall,
+        "peak_rss_bytes": max(r.get("peak_rss_bytes", 0) for r in runs),
         "code": runs[0]["code"],
         "core": runs[0]["core"],
     }
 
 
+def wall_growth(rows: list[dict]) -> float | None:
+    """The exponent b of wall = a messages^b fitted to ``rows`` (None for fewer than 2)."""
+    if len(rows) < 2:
+        return None
+    import numpy as np
+
+    x = np.log([r["messages"] for r in rows])
+    y = np.log([r["wall_s"] for r in rows])
+    return float(np.polyfit(x, y, 1)[0])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--cases", default=DEFAULT_CASES, help=f"of {', '.join(CASES)}")
+    ap.add_argument(
+        "--against-cases",
+        help="with --against: only these cases also on the other checkout (default: all)",
+    )
     ap.add_argument("--repeats", type=int, default=1)
     what = ap.add_mutually_exclusive_group()
     what.add_argument("--against", type=Path, help="another checkout, measured side by side")
@@ -151,33 +206,36 @@ def main() -> None:
         raise SystemExit(f"--against {other}: not a checkout of this project (no simnet/)")
     head = (
         f"{'case':10s} {'messages':>10s} {'simulated (s)':>14s} {'wall (s)':>9s} "
-        f"{'cpu (s)':>8s} {'msgs/cpu-s':>11s}"
+        f"{'cpu (s)':>8s} {'msgs/cpu-s':>11s} {'msgs/wall-s':>11s} {'peak GB':>8s}"
     )
     versus = other is not None or ns.against_pure
+    both = set(ns.against_cases.split(",")) if ns.against_cases else set(names)
     if versus:
-        head += f" {'vs cpu (s)':>11s} {'vs msgs/cpu-s':>14s} {'speedup':>8s}"
+        head += f" {'vs cpu (s)':>11s} {'vs msgs/cpu-s':>14s} {'vs peak GB':>10s} {'speedup':>8s}"
     print(head)
     rows = []
     for name in names:
         mine, theirs = [], []
         for _ in range(ns.repeats):
-            if other is not None:
+            if name in both and other is not None:
                 theirs.append(run_fresh(name, other))
-            elif ns.against_pure:
+            elif name in both and ns.against_pure:
                 theirs.append(run_fresh(name, ROOT, pure=True))
             mine.append(run_fresh(name, ROOT))
         row = {"case": name, **summarise(mine)}
         line = (
             f"{name:10s} {row['messages']:10d} {row['simulated_s']:14.6f} {row['wall_s']:9.2f} "
-            f"{row['cpu_s']:8.2f} {row['messages_per_cpu_s']:11.0f}"
+            f"{row['cpu_s']:8.2f} {row['messages_per_cpu_s']:11.0f} "
+            f"{row['messages_per_wall_s']:11.0f} {row['peak_rss_bytes'] / 1e9:8.2f}"
         )
-        if versus:
+        if versus and theirs:
             row["against"] = summarise(theirs)
             a = row["against"]
             row["cpu_speedup"] = a["cpu_s"] / row["cpu_s"]
             row["same_simulated_s"] = a["simulated_s"] == row["simulated_s"]
             line += (
-                f" {a['cpu_s']:11.2f} {a['messages_per_cpu_s']:14.0f} {row['cpu_speedup']:7.1f}x"
+                f" {a['cpu_s']:11.2f} {a['messages_per_cpu_s']:14.0f} "
+                f"{a['peak_rss_bytes'] / 1e9:10.2f} {row['cpu_speedup']:7.1f}x"
             )
             if not row["same_simulated_s"]:
                 line += f"  (simulated {a['simulated_s']!r} there)"
@@ -185,9 +243,16 @@ def main() -> None:
         print(line, flush=True)
 
     cores = f"core: {rows[0]['core']}" if rows else ""
-    if rows and versus:
-        cores += f"; vs: {rows[0]['against']['core']}"
+    compared = [r for r in rows if "against" in r]
+    if compared:
+        cores += f"; vs: {compared[0]['against']['core']}"
     print(cores)
+    growth = wall_growth([r for r in rows if r["case"].startswith("fat")])
+    if growth is not None:
+        print(
+            f"fat-tree cases: wall time grows as messages^{growth:.2f} "
+            "(least squares on log wall vs log messages; 1 is linear)"
+        )
     sys.path.insert(0, str(ROOT))  # run as a script, this file's directory is first
     from workload.results import versions, write_json
 
@@ -199,6 +264,7 @@ def main() -> None:
             "cpus": os.cpu_count(),
             "versions": versions(),
             "repeats": ns.repeats,
+            "fat_tree_wall_exponent": growth,
             "against": "pure-python core" if ns.against_pure else (str(other) if other else None),
             "rows": rows,
         },

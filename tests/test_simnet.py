@@ -461,6 +461,37 @@ def test_a_case_too_big_for_the_memory_is_refused_before_it_is_built(doc, hint):
     assert "16.0 GiB is available" in msg and "--force" in msg
 
 
+def test_without_dense_matrices_a_case_is_checked_for_what_it_holds():
+    # Memory between what the simulation holds and that plus the dense pair matrices
+    # (8 B x 11 x 512^2 = 22 MiB): refused by default, run without the matrices, whose
+    # entries are then the sparse pairs'.
+    from simnet import sizecheck
+    from simnet.simulate import _rank0_counts, build_workload
+
+    doc = {
+        "distributed": {"num_nodes": 512},
+        "topology": {"type": "ring"},
+        "workload": {"name": "resnet50", "scale": 1e-4},
+    }
+    cfg = simnet.load_config(doc)
+    ops, msgs = _rank0_counts(cfg, build_workload(cfg))
+    alone = sizecheck.estimate(cfg, ops, 2, msgs, matrices=False).total_bytes
+    dense = sizecheck.estimate(cfg, ops, 2, msgs).total_bytes
+    assert dense - alone == 8 * (6 + 5 * 2) * 512**2
+    avail = int((alone + dense) / 2 / sizecheck.HEADROOM)
+    with pytest.raises(simnet.ConfigError, match="this case would need"):
+        simnet.simulate(doc, available_bytes=avail)
+    res = simnet.simulate(doc, available_bytes=avail, dense_matrices=False)
+    ph = res.phases[0]
+    assert "traffic_bytes" not in ph.__dict__  # nothing dense built until asked for
+    assert len(ph.pair_bytes) == 512 * 9  # Rabenseifner: partners at distances 1, 2, .., 256
+    assert ph.traffic_bytes.shape == (512, 512)
+    assert ph.traffic_bytes.sum() == sum(ph.pair_bytes.values())
+    for (s, d), b in ph.pair_bytes.items():
+        assert ph.traffic_bytes[s, d] == b and ph.pair_busy_s[s, d] == ph.pair_busy[(s, d)]
+    assert sum(m.sum() for m in ph.part_traffic_bytes.values()) == ph.traffic_bytes.sum()
+
+
 def test_the_size_that_fits_is_named_and_does_fit():
     from simnet import sizecheck
     from simnet.config import load_config
