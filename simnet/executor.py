@@ -373,10 +373,10 @@ class SimExecutor:
                     if time.perf_counter() - t0 < 0.5:
                         slice_s *= 2
                     end_s += slice_s
+            sim.finish()
         finally:
             if gc_was_enabled:
                 gc.enable()
-        sim.finish()
         return sim
 
 

@@ -6,11 +6,13 @@ machine could run (e.g. the GPT-3 proxy at 384 ranks).
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,6 +94,18 @@ class PhaseResult:
         """[src, dst] mean rate the pair obtained under the workload's contention: its
         bytes over the time it had messages in flight (0 where it sent nothing)."""
         return _rate(self.traffic_bytes, self.pair_busy_s)
+
+
+@contextlib.contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """The cyclic garbage collector off for a while (reference counting still frees)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _dense(pairs: dict[tuple[int, int], Any], n: int, dtype: Any) -> np.ndarray:
@@ -490,7 +504,12 @@ def simulate(
                 progress(_progress_line(name, sim, time.perf_counter() - t0))
 
         sim = ex.run_phase(i, cfg.workload.iterations, report)
-        phases.append(_phase_result(sim, n_end, cfg.workload.iterations, time.perf_counter() - t0))
+        # Summing up allocates while the phase's millions of objects are alive: the
+        # cyclic collector would scan them all, again and again, for nothing to free.
+        with _no_cyclic_gc():
+            phases.append(
+                _phase_result(sim, n_end, cfg.workload.iterations, time.perf_counter() - t0)
+            )
     assumed.extend(ex.policy.fallbacks)
 
     def routes() -> tuple[np.ndarray, np.ndarray]:
