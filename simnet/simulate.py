@@ -663,11 +663,11 @@ def route_matrices(
     tree = None if ecmp else getattr(router, "tree", None)
     for s in range(n):
         if tree is None or n == 1:
-            for d in range(n):
+            # Each pair's own (ECMP-hashed) route.
+            for d, (b, x) in enumerate(router.route_metrics(s, n)):
                 if s != d:
-                    path = router.path(s, d)
-                    bw[s, d] = min((edge[e][0] for e in path), default=math.inf)
-                    lat[s, d] = math.fsum(edge[e][1] for e in path)
+                    bw[s, d] = b
+                    lat[s, d] = x
             continue
         router.num_paths(s, s)  # checks that s is an endpoint
         node_bw: dict = {s: math.inf}

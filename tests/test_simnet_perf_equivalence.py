@@ -557,6 +557,16 @@ def _route_matrices_pair_by_pair(g, ecmp: bool) -> tuple[np.ndarray, np.ndarray]
     return bw, lat
 
 
+def _uneven_fat_tree():
+    """A k=4 fat-tree whose equal-cost routes differ: two core links at half bandwidth,
+    one with a latency a hair above the others (still a tie for routing, not for the sum)."""
+    g = topologies.fat_tree(4, bandwidth_bytes_per_s=1e9, latency_s=1e-6)
+    for u, v in (("agg0.0", "core0"), ("core3", "agg2.1")):
+        g.edges[u, v]["bandwidth"] = g.edges[v, u]["bandwidth"] = 0.5e9
+    g.edges["core1", "agg3.0"]["latency"] = 1e-6 * (1 + 1e-12)
+    return g
+
+
 TOPOLOGIES = {
     "ring": lambda: topologies.ring(9, bandwidth_bytes_per_s=1e9, latency_s=1.1e-6),
     "ring_one_way": lambda: topologies.ring(
@@ -575,6 +585,10 @@ TOPOLOGIES = {
         4, bandwidth_bytes_per_s=1e9, latency_s=1e-6, oversubscription=2.0
     ),
     "torus": lambda: topologies.torus((3, 4, 2), bandwidth_bytes_per_s=1e9, latency_s=0.1e-6),
+    "fat_tree_uneven": lambda: _uneven_fat_tree(),
+    "fat_tree_k6": lambda: topologies.fat_tree(6, bandwidth_bytes_per_s=1e9, latency_s=0.3e-6),
+    "rail_optimised": lambda: topologies.rail_optimised(3, 4, 450e9, 50e9, 0.2e-6, 1.1e-6),
+    "dragonfly": lambda: topologies.dragonfly(4, 3, 2, 25e9, 25e9, 12.5e9, 0.1e-6, 0.3e-6, 1e-6),
 }
 
 

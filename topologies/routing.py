@@ -523,6 +523,9 @@ class Router:
         self._core: _CoreGraph | None = None  # the graph as arrays, once a search is wide
         self._wide = False  # a search has grown wide: new ones run over arrays at once
         self._roots: dict[Hashable, tuple[Hashable, float]] = {}  # src -> its search's key
+        self._edge_attrs: dict[Edge, tuple[float, float]] | None = None
+        # id(search) -> (search, {(node, route index there): (bottleneck, latencies)})
+        self._metric_memos: dict[int, tuple[Any, dict]] = {}
         self._endpoints = frozenset(
             n for n, kind in graph.nodes(data="kind") if kind == "endpoint" and type(n) is int
         )
@@ -558,6 +561,83 @@ class Router:
         if src == dst:
             return 1
         return self._searched(src, dst).count_of(dst)
+
+    def route_metrics(self, src: int, n: int) -> list[tuple[float, float]]:
+        """``(bottleneck bandwidth in bytes/s, latency in s)`` of ``path(src, d)`` for every
+        endpoint ``d`` in ``0..n-1`` (``(inf, 0.0)`` for ``d == src``): the minimum and the
+        exact sum (``math.fsum``) over the route's edges, as ``path_bandwidth_bytes_per_s``
+        and ``path_latency_s`` give them.
+
+        With ECMP every pair has its own route: a route's part up to a node, for a given
+        route index there, is shared by many destinations and worked out once."""
+        out: list[tuple[float, float]] = []
+        attrs = self._edge_metrics()
+        if not self.ecmp:
+            for d in range(n):
+                route = self.path(src, d)
+                out.append(
+                    (
+                        min((attrs[e][0] for e in route), default=math.inf),
+                        math.fsum(attrs[e][1] for e in route),
+                    )
+                )
+            return out
+        self._check_endpoint(src, "src")
+        memos = self._metric_memos
+        for d in range(n):
+            if d == src:
+                out.append((math.inf, 0.0))
+                continue
+            self._check_endpoint(d, "dst")
+            search = self._searched(src, d)
+            root = search.root
+            memo = memos.get(id(search))
+            if memo is None or memo[0] is not search:
+                memo = memos[id(search)] = (search, {})
+            known = memo[1]
+            index = zlib.crc32(repr((src, d, 0)).encode()) % search.count_of(d)
+            bw, lats = math.inf, []
+            v = d
+            leaf = self._leaves.get(d)
+            if leaf is not None and d != root:  # one way into a leaf, the same route index
+                b, x = attrs[(leaf[0], d)]
+                bw, lats = b, [x]
+                v = leaf[0]
+            # Walk back to the root or to a part already known, then fill in forward.
+            chain = []
+            while v != root and (v, index) not in known:
+                ps = search.preds_of(v)
+                u = ps[0]
+                j = index
+                if len(ps) > 1:
+                    for u in ps:
+                        c = search.count_of(u)
+                        if j < c:
+                            break
+                        j -= c
+                chain.append((v, index, u))
+                v, index = u, j
+            part = known[(v, index)] if v != root else (math.inf, ())
+            for node, i, u in reversed(chain):
+                b, x = attrs[(u, node)]
+                part = (b if b < part[0] else part[0], (*part[1], x))
+                known[(node, i)] = part
+            bw = part[0] if part[0] < bw else bw
+            lats.extend(part[1])
+            if root != src:  # a leaf's up-link
+                b, x = attrs[(src, root)]
+                bw = b if b < bw else bw
+                lats.append(x)
+            out.append((bw, math.fsum(lats)))
+        return out
+
+    def _edge_metrics(self) -> dict[Edge, tuple[float, float]]:
+        """(bandwidth, latency) of every directed edge, read once."""
+        if self._edge_attrs is None:
+            self._edge_attrs = {
+                (u, v): (d["bandwidth"], d["latency"]) for u, v, d in self.graph.edges(data=True)
+            }
+        return self._edge_attrs
 
     def tree(self, src: Hashable) -> list[tuple[Hashable, Hashable]]:
         """Every node ``src`` reaches as ``(node, predecessor on the default route)``,
