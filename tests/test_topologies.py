@@ -672,3 +672,19 @@ def test_endpoints_of_a_switch_share_one_search():
     assert {lat for _, lat in r._searches} == {1e-6}
     assert r.path(0, 1) == ((0, "edge0.0"), ("edge0.0", 1))
     assert topologies.path_latency_s(g, r.path(0, 15)) == pytest.approx(6e-6)
+
+
+def test_route_counts_past_int64_stay_with_python_integers(monkeypatch):
+    # Counts at or above the array limit (here 2, so any fork) fall back to the Python
+    # search for good; the routes are the same.
+    from topologies import routing
+
+    g = topologies.torus([4, 4], 1e9, 1e-6)
+    monkeypatch.setattr(routing, "_WIDE_NODES", 10**9)
+    _, want, want_counts = _all_routes(g, True)
+    monkeypatch.setattr(routing, "_WIDE_NODES", -1)
+    monkeypatch.setattr(routing, "_WIDE_NODES_PER_HOP", 0)
+    monkeypatch.setattr(routing, "_MAX_ARRAY_COUNT", 2.0)
+    r, got, got_counts = _all_routes(g, True)
+    assert r._no_arrays and not any(type(s) is routing._FullSearch for s in r._searches.values())
+    assert got == want and got_counts == want_counts

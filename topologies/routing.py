@@ -36,6 +36,10 @@ Path = tuple[Edge, ...]
 _WIDE_NODES = 256
 _WIDE_NODES_PER_HOP = 16
 
+# Route counts at or above this stay with the Python search's exact integers (int64 ends
+# at 2^63; the float copy of the counts that detects it is exact to within 2^10 there).
+_MAX_ARRAY_COUNT = 2.0**62
+
 # Two route latencies closer than this (relative, plus an absolute attosecond) are a tie, so
 # that summing the same latencies in a different order does not break equal-cost paths apart.
 _LATENCY_REL_TOL = 1e-9
@@ -379,7 +383,7 @@ class _FullSearch:
             used += int(n_tight.sum())
             frontier[:] = False
             frontier[reached] = True
-        if fcounts.max(initial=0.0) >= 2.0**62:
+        if fcounts.max(initial=0.0) >= _MAX_ARRAY_COUNT:
             raise OverflowError("route counts beyond int64")
         self.dist = dist
         self.counts_a = counts
@@ -522,6 +526,7 @@ class Router:
         self._searches: dict[tuple[Hashable, float], _Search | _FullSearch] = {}
         self._core: _CoreGraph | None = None  # the graph as arrays, once a search is wide
         self._wide = False  # a search has grown wide: new ones run over arrays at once
+        self._no_arrays = False  # route counts passed int64: searches stay in Python
         self._roots: dict[Hashable, tuple[Hashable, float]] = {}  # src -> its search's key
         self._edge_attrs: dict[Edge, tuple[float, float]] | None = None
         # id(search) -> (search, {(node, route index there): (bottleneck, latencies)})
@@ -690,7 +695,7 @@ class Router:
         if type(search) is _Search and self._wide and not search.reach(dst, cached_only=True):
             search = self._full(key) or search  # the graph is wide: no growing in Python
         found = search.reach(dst)
-        if type(search) is _Search and search.expanded > _WIDE_NODES:
+        if type(search) is _Search and search.expanded > _WIDE_NODES and not self._no_arrays:
             layers = search.dist[search.order[search.expanded - 1]]
             if search.expanded >= _WIDE_NODES_PER_HOP * max(layers, 1):
                 self._wide = True
@@ -710,6 +715,8 @@ class Router:
         try:
             search = _FullSearch(key[0], self._core, self._leaves, key[1])
         except OverflowError:
+            self._wide = False  # counts this large: every search goes on in Python
+            self._no_arrays = True
             return None
         self._searches[key] = search
         return search
