@@ -114,3 +114,18 @@ def import_graph() -> nx.DiGraph:
 def test_no_import_cycles():
     cycles = list(nx.simple_cycles(import_graph()))
     assert not cycles, cycles
+
+
+def test_a_proxy_rank_imports_nothing_it_does_not_use():
+    # Every MPI rank pays for what it imports (numpy and mpi4py alone are 42 MB here):
+    # no simulator, plotting, configuration or trace-format package, and no package
+    # metadata reader (only the rank that writes results needs it, and loads it then).
+    import subprocess
+    import sys
+
+    unused = ("importlib.metadata", "simnet", "matplotlib", "networkx", "pydantic", "simpy")
+    code = f"import sys, proxies.run; print([m for m in {unused!r} if m in sys.modules])"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "[]"
