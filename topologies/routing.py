@@ -168,6 +168,15 @@ def path_bandwidth_bytes_per_s(graph: nx.DiGraph, path: Iterable[Edge]) -> float
         ) from exc
 
 
+def _attachment(
+    leaves: dict[Hashable, tuple[Hashable, float]], root: Hashable, v: Hashable
+) -> Hashable:
+    """The node a search looks ``v`` up by: a leaf's attachment (a leaf has one way in),
+    any other node (or the root) itself."""
+    leaf = leaves.get(v)
+    return leaf[0] if leaf is not None and v != root else v
+
+
 class _Search:
     """Shortest-path DAG from one root, grown on demand: for every node resolved so far,
     its tight predecessors (sorted by node order) and the number of shortest routes from the
@@ -280,13 +289,12 @@ class _Search:
 
     def preds_of(self, v: Hashable) -> tuple:
         """The tight predecessors of a resolved node (a leaf's: its attachment)."""
-        leaf = self.leaves.get(v)
-        return (leaf[0],) if leaf is not None and v != self.root else self.preds[v]
+        u = _attachment(self.leaves, self.root, v)
+        return (u,) if u is not v else self.preds[v]
 
     def count_of(self, v: Hashable) -> int:
         """The number of shortest routes from the root to a resolved node."""
-        leaf = self.leaves.get(v)
-        return self.counts[leaf[0]] if leaf is not None and v != self.root else self.counts[v]
+        return self.counts[_attachment(self.leaves, self.root, v)]
 
     def tree(self) -> list[tuple[Hashable, Hashable]]:
         """Every node the root reaches, but the root, as ``(node, its first tight
@@ -392,26 +400,20 @@ class _FullSearch:
         self.pred_u = np.concatenate(tight_u) if tight_u else np.zeros(0, dtype=np.int64)
 
     def reach(self, dst: Hashable) -> bool:
-        leaf = self.leaves.get(dst)
-        if leaf is not None and dst != self.root:
-            dst = leaf[0]
-        i = self.core.index.get(dst)
+        i = self.core.index.get(_attachment(self.leaves, self.root, dst))
         return i is not None and self.dist[i] >= 0
 
     def preds_of(self, v: Hashable) -> tuple:
-        leaf = self.leaves.get(v)
-        if leaf is not None and v != self.root:
-            return (leaf[0],)
+        u = _attachment(self.leaves, self.root, v)
+        if u is not v:
+            return (u,)
         i = self.core.index[v]
         start = int(self.pred_start[i])
         nodes = self.core.nodes
         return tuple(nodes[u] for u in self.pred_u[start : start + int(self.pred_len[i])])
 
     def count_of(self, v: Hashable) -> int:
-        leaf = self.leaves.get(v)
-        if leaf is not None and v != self.root:
-            v = leaf[0]
-        return int(self.counts_a[self.core.index[v]])
+        return int(self.counts_a[self.core.index[_attachment(self.leaves, self.root, v)]])
 
     def unrank(self, v: Hashable, index: int) -> list[Hashable]:
         """The nodes of the ``index``-th shortest route from the root to the non-leaf ``v``
@@ -600,7 +602,7 @@ class Router:
             if memo is None or memo[0] is not search:
                 memo = memos[id(search)] = (search, {})
             known = memo[1]
-            index = zlib.crc32(repr((src, d, 0)).encode()) % search.count_of(d)
+            index = _ecmp_index(src, d, 0, search.count_of(d))
             bw, lats = math.inf, []
             v = d
             leaf = self._leaves.get(d)
@@ -612,14 +614,7 @@ class Router:
             chain = []
             while v != root and (v, index) not in known:
                 ps = search.preds_of(v)
-                u = ps[0]
-                j = index
-                if len(ps) > 1:
-                    for u in ps:
-                        c = search.count_of(u)
-                        if j < c:
-                            break
-                        j -= c
+                u, j = _pick(search.count_of, ps, index) if len(ps) > 1 else (ps[0], index)
                 chain.append((v, index, u))
                 v, index = u, j
             part = known[(v, index)] if v != root else (math.inf, ())
@@ -732,8 +727,7 @@ class Router:
             if self._coord:
                 return self._dimension_order(search, src, dst)
             return self._unrank(search, src, dst, 0)
-        digest = zlib.crc32(repr((int(src), int(dst), canonical_key)).encode())
-        index = digest % search.count_of(dst)
+        index = _ecmp_index(src, dst, canonical_key, search.count_of(dst))
         memo = (src, dst, index)
         route = self._ecmp_paths.get(memo)
         if route is None:
@@ -791,20 +785,30 @@ class Router:
             if last != dst:
                 nodes.append(dst)
             return tuple(edge_of[(nodes[j], nodes[j + 1])] for j in range(len(nodes) - 1))
-        count_of = search.count_of
         left = [index]
 
         def choose(v: Hashable, ps: tuple) -> Hashable:
-            i = left[0]
-            for u in ps:
-                n = count_of(u)
-                if i < n:
-                    break
-                i -= n
-            left[0] = i
+            u, left[0] = _pick(search.count_of, ps, left[0])
             return u
 
         return self._walk(search, src, dst, choose)
+
+
+def _ecmp_index(src: Hashable, dst: Hashable, canonical_key: Any, count: int) -> int:
+    """Which of the ``count`` equal-cost routes a flow of ``(src, dst, key)`` takes: its
+    crc32, the same in every process."""
+    return zlib.crc32(repr((int(src), int(dst), canonical_key)).encode()) % count
+
+
+def _pick(count_of: Any, preds: tuple, index: int) -> tuple[Hashable, int]:
+    """The predecessor that route ``index`` passes through, taking ``preds`` in order,
+    each covering ``count_of(pred)`` routes, and the route's index from there on."""
+    for u in preds:
+        n = count_of(u)
+        if index < n:
+            break
+        index -= n
+    return u, index
 
 
 def _leaves(graph: nx.DiGraph) -> dict[Hashable, tuple[Hashable, float]]:

@@ -964,20 +964,17 @@ class _RecursiveRanks:
     reversed), and its partner's differ in bit t.
     """
 
-    __slots__ = ("count", "halving", "p", "prefix")
+    __slots__ = ("chunks", "count", "halving", "p", "prefix")
 
     def __init__(self, p: int, count: int, halving: bool) -> None:
         self.p = p
         self.count = count
         self.halving = halving
+        self.chunks = _split(count, _fold(p)[0]) if halving else [count]
         prefix = [0]
-        for c in _split(count, _fold(p)[0]) if halving else [count]:
+        for c in self.chunks:
             prefix.append(prefix[-1] + c)
         self.prefix = prefix
-
-    @property
-    def chunks(self) -> list[int]:
-        return _split(self.count, _fold(self.p)[0]) if self.halving else [self.count]
 
     def build_steps(self) -> tuple[tuple[Transfer, ...], ...]:
         build = _allreduce_rabenseifner if self.halving else _allreduce_recursive_doubling
