@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from workload.brief_argparse import BriefParser
 
 from .config import ConfigError, load_config, schema
+from .sizecheck import DENSE_MAX_ENDPOINTS, MATRICES
 
 EXIT_USAGE = 2
 
@@ -29,10 +30,24 @@ def build_parser(subcommands: Sequence[str] = ()) -> argparse.ArgumentParser:
     )
     p.add_argument("--out", default=None, help="results directory (default: logging.log_dir)")
     p.add_argument("--prefix", default="sim_", help="prefix of every file written")
-    p.add_argument(
+    series = p.add_mutually_exclusive_group()
+    series.add_argument(
         "--no-series",
         action="store_true",
         help="do not record per-link rate series (faster on huge runs)",
+    )
+    series.add_argument(
+        "--series",
+        action="store_true",
+        help=f"record them above {DENSE_MAX_ENDPOINTS:,} endpoints too (not by default there)",
+    )
+    p.add_argument(
+        "--matrices",
+        choices=MATRICES,
+        default="auto",
+        help="n x n endpoint matrices (traffic, route bandwidth, achieved rate) as CSV, "
+        f"JSON and full heatmaps: dense; or only the pairs that communicated and heatmaps "
+        f"in blocks: sparse; auto: dense up to {DENSE_MAX_ENDPOINTS:,} endpoints",
     )
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument(
@@ -75,14 +90,27 @@ def main(argv: Sequence[str] | None = None, subcommands: Sequence[str] = ()) -> 
         problem = output_dir_problem(ns.out or cfg.logging.log_dir)
         if problem:
             raise ConfigError(problem)
+        n = cfg.num_rank_endpoints
+        large = n > DENSE_MAX_ENDPOINTS
+        record_series = ns.series or not (ns.no_series or large)
+        if large and not (ns.series or ns.no_series or ns.quiet):
+            print(
+                f"note: {n:,} endpoints: link rate series not recorded (--series records "
+                "them; millions of change points)",
+                file=sys.stderr,
+            )
         res = simulate(
             cfg,
             progress=None if ns.quiet else progress,
-            record_series=not ns.no_series,
+            record_series=record_series,
             force=ns.force,
+            dense_matrices=ns.matrices == "dense" or (ns.matrices == "auto" and not large),
         )
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
+        hint = ""
+        if ns.matrices == "dense" and "endpoint-pair matrices" in str(e):
+            hint = "; --matrices sparse leaves the n x n matrices out"
+        print(f"error: {e}{hint}", file=sys.stderr)
         return EXIT_USAGE
     if last[0]:
         # The last line shown may be seconds old: end on the final state.
@@ -97,5 +125,5 @@ def main(argv: Sequence[str] | None = None, subcommands: Sequence[str] = ()) -> 
             file=sys.stderr,
             flush=True,
         )
-    write_all(res, out, ns.prefix, say=print)
+    write_all(res, out, ns.prefix, say=print, matrices=ns.matrices)
     return 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 import math
 import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from workload.units import GB, KB, MB
 from . import _compiled
 from .report import table
 from .simulate import PhaseResult, SimResult
+from .sizecheck import DENSE_MAX_ENDPOINTS, MATRICES
 
 
 def link_name(key: tuple) -> str:
@@ -53,7 +54,104 @@ def write_matrix_csv(path: Path, m: np.ndarray, corner: str) -> Path:
     return write_csv(path, [corner, *map(str, range(n))], matrix_rows(m))
 
 
-def phase_summary(p: PhaseResult) -> dict[str, Any]:
+HEATMAP_MAX_SIDE = 512
+"""Cells per side of a heatmap drawn from the sparse pairs: larger runs are drawn in
+blocks of consecutive endpoints."""
+
+PAIR_HEADER = [
+    "phase",
+    "src",
+    "dst",
+    "bytes",
+    "busy_s",
+    "achieved_bytes_per_s",
+    "route_bandwidth_bytes_per_s",
+    "route_latency_s",
+]
+
+
+def dense_outputs(res: SimResult, matrices: str = "auto") -> bool:
+    """Whether ``write_all`` writes the n x n matrices: ``"dense"`` always, ``"sparse"``
+    never, ``"auto"`` up to :data:`DENSE_MAX_ENDPOINTS` endpoints."""
+    if matrices not in MATRICES:
+        raise ValueError(f"matrices must be one of {', '.join(MATRICES)} (got {matrices!r})")
+    n = res.graph.graph["num_endpoints"]
+    return matrices == "dense" or (matrices == "auto" and n <= DENSE_MAX_ENDPOINTS)
+
+
+def _pair_routes(res: SimResult, pairs: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Route bandwidth (bytes/s) and latency (s) of ``pairs``, without n^2 routes if the
+    result can route pairs one by one."""
+    if res.pair_routes is not None:
+        return res.pair_routes(pairs)
+    src = np.array([s for s, _ in pairs], dtype=np.int64)
+    dst = np.array([d for _, d in pairs], dtype=np.int64)
+    return res.bandwidth_bytes_per_s[src, dst], res.latency_s[src, dst]
+
+
+def pair_rows(res: SimResult) -> list[list[object]]:
+    """Rows of ``PAIR_HEADER``: every (src, dst) endpoint pair that sent messages in a
+    phase, in (phase, src, dst) order; bytes over all simulated iterations, busy seconds
+    with a message of the pair in flight, their ratio (0 when never busy) and the pair's
+    route (bottleneck bandwidth, latency)."""
+    pairs = sorted({k for p in res.phases for k in p.pair_bytes})
+    if not pairs:
+        return []
+    bw, lat = _pair_routes(res, pairs)
+    route = {k: (_finite(float(b)), float(x)) for k, b, x in zip(pairs, bw, lat, strict=True)}
+    rows: list[list[object]] = []
+    for p in res.phases:
+        for k in sorted(p.pair_bytes):
+            b = p.pair_bytes[k]
+            busy = p.pair_busy.get(k, 0.0)
+            rows.append([p.name, k[0], k[1], b, busy, b / busy if busy > 0 else 0.0, *route[k]])
+    return rows
+
+
+def block_size(n: int, max_side: int = HEATMAP_MAX_SIDE) -> int:
+    """Endpoints per heatmap block so that n endpoints fit in ``max_side`` cells."""
+    return max(1, -(-n // max_side))
+
+
+def _block_sums(pairs: dict[tuple[int, int], float], n: int, b: int) -> np.ndarray:
+    """An m x m matrix (m = ceil(n / b)): the sum of ``pairs``' values per block pair."""
+    m = -(-n // b)
+    out = np.zeros((m, m))
+    if pairs:
+        idx = np.fromiter((i for k in pairs for i in k), dtype=np.int64, count=2 * len(pairs))
+        vals = np.fromiter(pairs.values(), dtype=np.float64, count=len(pairs))
+        np.add.at(out, (idx[0::2] // b, idx[1::2] // b), vals)
+    return out
+
+
+def block_matrices(res: SimResult, b: int) -> dict[str, np.ndarray]:
+    """The heatmaps' matrices in blocks of ``b`` endpoints, from the sparse pairs:
+    ``traffic_bytes`` (bytes per block pair, all phases), ``achieved_bytes_per_s`` (their
+    bytes over their pairs' summed busy seconds) and ``bandwidth_bytes_per_s`` (the route
+    from each block's first endpoint to each other block's first: sampled, not a mean)."""
+    n = res.graph.graph["num_endpoints"]
+    traffic: dict[tuple[int, int], float] = {}
+    busy: dict[tuple[int, int], float] = {}
+    for p in res.phases:
+        for k, v in p.pair_bytes.items():
+            traffic[k] = traffic.get(k, 0) + v
+        for k, v in p.pair_busy.items():
+            busy[k] = busy.get(k, 0.0) + v
+    t = _block_sums(traffic, n, b)
+    busy_blocks = _block_sums(busy, n, b)
+    ach = np.zeros_like(t)
+    np.divide(t, busy_blocks, out=ach, where=busy_blocks > 0)
+    firsts = range(0, n, b)
+    grid = [(i, j) for i in firsts for j in firsts]
+    bw, _ = _pair_routes(res, grid)
+    return {
+        "traffic_bytes": t,
+        "achieved_bytes_per_s": ach,
+        "bandwidth_bytes_per_s": bw.reshape(len(firsts), len(firsts)),
+    }
+
+
+def phase_summary(p: PhaseResult, dense: bool = True) -> dict[str, Any]:
     horizon = p.makespan_s or 1.0
     links = sorted(p.link_bytes, key=lambda k: (-p.link_busy_s.get(k, 0.0), link_name(k)))
     return {
@@ -81,7 +179,7 @@ def phase_summary(p: PhaseResult) -> dict[str, Any]:
             }
             for k in links
         ],
-        "traffic_bytes": p.traffic_bytes,
+        **({"traffic_bytes": p.traffic_bytes} if dense else {}),
     }
 
 
@@ -90,8 +188,27 @@ def _stat(p: PhaseResult, key: str) -> dict[str, float]:
     return {"mean": statistics.fmean(vals), "max": max(vals)}
 
 
-def document(res: SimResult) -> dict[str, Any]:
+def document(res: SimResult, dense: bool = True, prefix: str = "sim_") -> dict[str, Any]:
+    """The results document; without ``dense`` its n x n matrices are left out and
+    ``matrices`` names the pair file that holds the pairs that communicated."""
     cfg = res.config
+    if dense:
+        matrices: dict[str, Any] = {
+            "traffic_bytes": res.traffic_bytes,
+            "bandwidth_bytes_per_s": [
+                [_finite(float(v)) for v in row] for row in res.bandwidth_bytes_per_s
+            ],
+        }
+    else:
+        matrices = {
+            "matrices": {
+                "written": "sparse",
+                "pairs_csv": f"{prefix}pairs.csv",
+                "columns": PAIR_HEADER,
+                "why": f"more than {DENSE_MAX_ENDPOINTS} endpoints, or asked for "
+                "(python -m simnet --matrices dense writes the n x n matrices)",
+            }
+        }
     return {
         "kind": "simnet-prediction",
         "config": cfg.model_dump(),
@@ -113,11 +230,8 @@ def document(res: SimResult) -> dict[str, Any]:
         "placement": res.placement,
         "units": {"time": "seconds", "traffic": "bytes", "bandwidth": "bytes/s"},
         "iteration_time_s": res.iteration_time_s,
-        "traffic_bytes": res.traffic_bytes,
-        "bandwidth_bytes_per_s": [
-            [_finite(float(v)) for v in row] for row in res.bandwidth_bytes_per_s
-        ],
-        "phases": [phase_summary(p) for p in res.phases],
+        **matrices,
+        "phases": [phase_summary(p, dense) for p in res.phases],
         **({"jobs": jobs_document(res.jobs)} if res.jobs is not None else {}),
     }
 
@@ -212,7 +326,7 @@ def throughput_line(info: dict, world_size: int, iteration_s: float) -> str | No
     )
 
 
-def summary_text(res: SimResult, files: list[Path] | None = None) -> str:
+def summary_text(res: SimResult, files: list[Path] | None = None, notes: Sequence[str] = ()) -> str:
     w = res.workload
     lines = [
         f"simnet: {w.model} on {w.world_size} ranks, topology "
@@ -229,7 +343,7 @@ def summary_text(res: SimResult, files: list[Path] | None = None) -> str:
     if res.jobs is not None:
         lines += jobs_lines(res.jobs)
     for p in res.phases:
-        s = phase_summary(p)
+        s = phase_summary(p, dense=False)
         lines.append(
             f"phase {p.name}: {p.iteration_time_s:.6f} s per iteration, "
             f"{p.messages} messages simulated in {p.sim_wall_s:.2f} s wall "
@@ -255,6 +369,7 @@ def summary_text(res: SimResult, files: list[Path] | None = None) -> str:
                 "  busiest links: "
                 + ", ".join(f"{t['link']} {100 * t['busy_fraction']:.0f}%" for t in top)
             )
+    lines += notes
     if files:
         lines.append("wrote: " + ", ".join(str(f) for f in files))
     return "\n".join(lines)
@@ -265,33 +380,45 @@ def write_all(
     out_dir: str | Path,
     prefix: str = "sim_",
     say: Callable[[str], None] | None = None,
+    matrices: str = "auto",
 ) -> list[Path]:
-    """Write every result file into ``out_dir``; returns the paths written."""
+    """Write every result file into ``out_dir``; returns the paths written.
+
+    ``matrices`` (see :func:`dense_outputs`): with the n x n matrices, the traffic,
+    route-bandwidth and achieved-rate CSVs, full heatmaps and the matrices in the JSON;
+    without them, the pairs that communicated (``pairs.csv``, written in both cases) and
+    heatmaps in blocks of endpoints (:func:`block_matrices`)."""
     from . import plots
 
+    dense = dense_outputs(res, matrices)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     files: list[Path] = []
-    files.append(
-        write_matrix_csv(out / f"{prefix}traffic_bytes.csv", res.traffic_bytes, "src\\dst")
-    )
-    if len(res.phases) > 1:
-        for p in res.phases:
-            files.append(
-                write_matrix_csv(
-                    out / f"{prefix}traffic_bytes_{p.name}.csv", p.traffic_bytes, "src\\dst"
+    rows = pair_rows(res)
+    files.append(write_csv(out / f"{prefix}pairs.csv", PAIR_HEADER, rows))
+    n = res.graph.graph["num_endpoints"]
+    notes: list[str] = []
+    if dense:
+        files.append(
+            write_matrix_csv(out / f"{prefix}traffic_bytes.csv", res.traffic_bytes, "src\\dst")
+        )
+        if len(res.phases) > 1:
+            for p in res.phases:
+                files.append(
+                    write_matrix_csv(
+                        out / f"{prefix}traffic_bytes_{p.name}.csv", p.traffic_bytes, "src\\dst"
+                    )
                 )
+        files.append(
+            write_matrix_csv(
+                out / f"{prefix}bandwidth_bytes_per_s.csv", res.bandwidth_bytes_per_s, "src\\dst"
             )
-    files.append(
-        write_matrix_csv(
-            out / f"{prefix}bandwidth_bytes_per_s.csv", res.bandwidth_bytes_per_s, "src\\dst"
         )
-    )
-    files.append(
-        write_matrix_csv(
-            out / f"{prefix}achieved_bytes_per_s.csv", res.achieved_bytes_per_s, "src\\dst"
+        files.append(
+            write_matrix_csv(
+                out / f"{prefix}achieved_bytes_per_s.csv", res.achieved_bytes_per_s, "src\\dst"
+            )
         )
-    )
     files.append(
         write_csv(
             out / f"{prefix}links.csv",
@@ -320,25 +447,58 @@ def write_all(
             )
         )
     title = f"{res.workload.model}, {res.workload.world_size} ranks, {res.graph.graph['name']}"
+    if dense:
+        traffic = res.traffic_bytes
+        bw = res.bandwidth_bytes_per_s.astype(float)  # astype copies
+        np.fill_diagonal(bw, np.nan)  # an endpoint to itself
+        ach = res.achieved_bytes_per_s.astype(float)
+        labels = None
+        axis = "endpoint"
+        bw_what = f"achievable point-to-point bandwidth: {res.graph.graph['name']}"
+    else:
+        b = block_size(n)
+        blocks = block_matrices(res, b)
+        traffic, bw, ach = (
+            blocks["traffic_bytes"],
+            blocks["bandwidth_bytes_per_s"],
+            blocks["achieved_bytes_per_s"],
+        )
+        if b == 1:
+            np.fill_diagonal(bw, np.nan)
+        labels = [str(i) for i in range(0, n, b)]
+        axis = f"endpoint (blocks of {b}, by first)" if b > 1 else "endpoint"
+        bw_what = (
+            f"achievable bandwidth between blocks' first endpoints: {res.graph.graph['name']}"
+            if b > 1
+            else f"achievable point-to-point bandwidth: {res.graph.graph['name']}"
+        )
+        notes.append(
+            f"  n x n matrices not written ({n:,} endpoints; --matrices dense writes them): "
+            f"{prefix}pairs.csv holds the {len({(r[1], r[2]) for r in rows}):,} endpoint "
+            f"pairs that communicated"
+            + (f"; heatmaps drawn in blocks of {b} endpoints" if b > 1 else "")
+        )
     files.append(
         plots.traffic_heatmap(
-            res.traffic_bytes,
+            traffic,
             out / f"{prefix}traffic_heatmap.png",
             title=f"predicted traffic: {title}\n{_iterations_text(res)}",
-            axis_name="endpoint",
+            labels=labels,
+            axis_name=axis,
         )
     )
-    bw = res.bandwidth_bytes_per_s.astype(float)  # astype copies
-    np.fill_diagonal(bw, np.nan)  # an endpoint to itself
-    ach = res.achieved_bytes_per_s.astype(float)
     ach[ach == 0] = np.nan
     for matrix, name, what in (
-        (bw, "bandwidth", f"achievable point-to-point bandwidth: {res.graph.graph['name']}"),
+        (bw, "bandwidth", bw_what),
         (ach, "achieved_bandwidth", f"achieved rate under contention: {title}"),
     ):
         files.append(
             plots.bandwidth_heatmap(
-                matrix, out / f"{prefix}{name}_heatmap.png", title=what, axis_name="endpoint"
+                matrix,
+                out / f"{prefix}{name}_heatmap.png",
+                title=what,
+                labels=labels,
+                axis_name=axis,
             )
         )
     for p in res.phases:
@@ -374,10 +534,10 @@ def write_all(
     if res.jobs is not None:
         files += _write_jobs(res, out, prefix, title)
     files.append(write_json(out / f"{prefix}timeline.trace.json", trace(res), indent=None))
-    files.append(write_json(out / f"{prefix}results.json", document(res)))
+    files.append(write_json(out / f"{prefix}results.json", document(res, dense, prefix)))
     from .report import REPORT_NAME, write_report
 
-    text = summary_text(res, [*files, out / f"{prefix}summary.txt", out / REPORT_NAME])
+    text = summary_text(res, [*files, out / f"{prefix}summary.txt", out / REPORT_NAME], notes)
     files.append(write_text(out / f"{prefix}summary.txt", text + "\n"))
     before, after = simulation_sections(res)
     files.append(

@@ -132,6 +132,11 @@ class SimResult:
     assumed: list[str]
     scenario: list[str] = field(default_factory=list)  # the what-ifs simulated
     jobs: Any = None  # a simnet.jobs.JobsReport when several jobs shared the network
+    # (src, dst) endpoint pairs -> their (bandwidth, latency) arrays, route by route:
+    # what ``bandwidth_bytes_per_s`` / ``latency_s`` hold for those pairs, without n^2.
+    pair_routes: Callable[[Sequence[tuple[int, int]]], tuple[np.ndarray, np.ndarray]] | None = (
+        field(default=None, repr=False)
+    )
     _route_matrices: tuple[np.ndarray, np.ndarray] | None = field(
         default=None, init=False, repr=False
     )
@@ -522,7 +527,15 @@ def simulate(
             bw[off_diagonal] = np.minimum(bw[off_diagonal], gb_per_s_to_bytes_per_s(inj))
         return bw, lat
 
-    return SimResult(cfg, workload, graph, placement, phases, routes, assumed, scenario)
+    def pair_routes(pairs: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        inj = cfg.network.injection_bandwidth_gb_per_s
+        return pair_route_metrics(
+            graph, router, pairs, gb_per_s_to_bytes_per_s(inj) if inj else None
+        )
+
+    return SimResult(
+        cfg, workload, graph, placement, phases, routes, assumed, scenario, pair_routes=pair_routes
+    )
 
 
 def _noise(w: Any) -> Callable[[int], Callable[[], float]] | None:
@@ -660,10 +673,11 @@ def route_matrices(
     # per source gives every route's bottleneck (min) and latency. The latency is
     # kept exact, as non-overlapping partial sums (Shewchuk), so that math.fsum of
     # them equals topologies.path_latency_s (math.fsum of the route's edges).
-    tree = None if ecmp else getattr(router, "tree", None)
+    # (A torus routes dimension by dimension: its routes are no search tree.)
+    tree = router.tree if router.routes_are_trees else None
     for s in range(n):
         if tree is None or n == 1:
-            # Each pair's own (ECMP-hashed) route.
+            # Each pair's own (ECMP-hashed or dimension-ordered) route.
             for d, (b, x) in enumerate(router.route_metrics(s, n)):
                 if s != d:
                     bw[s, d] = b
@@ -694,6 +708,38 @@ def route_matrices(
                     router.path(s, d)  # raises: no route
                 row_bw[d] = node_bw[d]
                 row_lat[d] = math.fsum(node_lat[d])
+    return bw, lat
+
+
+def pair_route_metrics(
+    graph: nx.DiGraph,
+    router: topologies.Router,
+    pairs: Sequence[tuple[int, int]],
+    injection_bytes_per_s: float | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Bottleneck bandwidth (bytes/s) and latency (s) of the route of each ``(src, dst)``
+    endpoint pair, as ``route_matrices`` gives them (inf / 0 for ``src == dst``;
+    ``injection_bytes_per_s`` caps the others' bandwidth): one route per pair asked,
+    so the pairs a workload used cost what it routed, not n^2 routes."""
+    edge: dict[tuple, tuple[float, float]] = {}
+    edges = graph.edges
+    bw = np.full(len(pairs), np.inf)
+    lat = np.zeros(len(pairs))
+    for i, (s, d) in enumerate(pairs):
+        if s == d:
+            continue
+        low = math.inf
+        lats = []
+        for e in router.path(s, d):
+            m = edge.get(e)
+            if m is None:
+                data = edges[e]
+                m = edge[e] = (data["bandwidth"], data["latency"])
+            if m[0] < low:
+                low = m[0]
+            lats.append(m[1])
+        bw[i] = low if injection_bytes_per_s is None else min(low, injection_bytes_per_s)
+        lat[i] = math.fsum(lats)
     return bw, lat
 
 

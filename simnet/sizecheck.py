@@ -36,6 +36,12 @@ OP_ITERATION_BYTES = 64
 MESSAGE_BYTES = 900
 HEADROOM = 0.8  # of the available memory a simulation may plan to use
 
+DENSE_MAX_ENDPOINTS = 2048
+"""Above this many endpoints the command line writes no n x n file by default: at
+16,384 endpoints one such matrix is 268 million cells (2 GB in memory, several GB of
+CSV), and the route of every pair costs more than the simulation itself."""
+MATRICES = ("auto", "dense", "sparse")  # what --matrices accepts (simnet.output)
+
 
 @dataclass(frozen=True)
 class SizeEstimate:

@@ -639,6 +639,12 @@ class Router:
             }
         return self._edge_attrs
 
+    @property
+    def routes_are_trees(self) -> bool:
+        """Whether one source's routes form a tree, so that :meth:`tree` gives them all:
+        true without ECMP, but on a torus (its routes go dimension by dimension)."""
+        return not self.ecmp and not self._dims
+
     def tree(self, src: Hashable) -> list[tuple[Hashable, Hashable]]:
         """Every node ``src`` reaches as ``(node, predecessor on the default route)``,
         predecessors first: the routes without ECMP (but a torus's dimension order), all

@@ -1,0 +1,162 @@
+"""Outputs of large runs: the pairs that communicated, routed one by one, and heatmaps in
+blocks, against the dense n x n matrices they stand for."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+import simnet
+import topologies
+from simnet import cli, output
+from simnet.simulate import pair_route_metrics, route_matrices
+
+
+def fat_tree_config(ranks: int = 16, **network):
+    return {
+        "distributed": {"num_nodes": ranks, "bandwidth_limit_gb_per_s": 25.0},
+        "topology": {"type": "fat_tree", "k": 4, "link_latency_us": 1.0},
+        "workload": {"name": "resnet50", "world_size": ranks, "scale": 0.01},
+        "network": network,
+        "logging": {"log_dir": "unused"},
+    }
+
+
+@pytest.mark.parametrize("ecmp", [False, True])
+@pytest.mark.parametrize("kind", ["fat_tree", "torus", "dragonfly"])
+def test_pair_routes_equal_the_route_matrices_bit_for_bit(kind, ecmp):
+    graph = {
+        # Equal-cost routes that differ in bandwidth and latency, so that a wrong route
+        # index shows.
+        "fat_tree": lambda: topologies.fat_tree(4, 10e9, 1e-6),
+        "torus": lambda: topologies.torus((3, 4), 10e9, 1e-6),
+        "dragonfly": lambda: topologies.dragonfly(3, 2, 2, 10e9, 8e9, 5e9, 1e-6, 2e-6, 3e-6),
+    }[kind]()
+    for i, (u, v) in enumerate(sorted(graph.edges, key=str)):
+        graph.edges[u, v]["bandwidth"] *= 1 + (i % 5) / 7
+        graph.edges[u, v]["latency"] *= 1 + (i % 3) / 11
+    n = graph.graph["num_endpoints"]
+    router = topologies.Router(graph, ecmp=ecmp)
+    bw, lat = route_matrices(graph, ecmp, router)
+    pairs = [(s, d) for s in range(n) for d in range(n)]
+    pbw, plat = pair_route_metrics(graph, topologies.Router(graph, ecmp=ecmp), pairs)
+    assert pbw.tolist() == bw.ravel().tolist()
+    assert plat.tolist() == lat.ravel().tolist()
+    capped, _ = pair_route_metrics(graph, router, pairs, injection_bytes_per_s=9e9)
+    assert capped.tolist() == [
+        b if s == d else min(b, 9e9) for (s, d), b in zip(pairs, pbw, strict=True)
+    ]
+
+
+def test_pair_rows_hold_every_pair_as_the_dense_matrices_do():
+    res = simnet.simulate(fat_tree_config(injection_bandwidth_gb_per_s=20.0))
+    rows = output.pair_rows(res)
+    assert len(res.phases) == 2  # ResNet-50: its allreduce phase, then its ring phase
+    for p in res.phases:
+        t, busy, ach = p.traffic_bytes, p.pair_busy_s, p.achieved_bytes_per_s
+        mine = [r for r in rows if r[0] == p.name]
+        assert len(mine) == np.count_nonzero(t) > 0
+        for _, s, d, b, busy_s, rate, route_bw, route_lat in mine:
+            assert b == t[s, d] and busy_s == busy[s, d] and rate == ach[s, d]
+            assert route_bw == res.bandwidth_bytes_per_s[s, d] <= 20e9
+            assert route_lat == res.latency_s[s, d]
+        assert [(r[1], r[2]) for r in mine] == sorted((r[1], r[2]) for r in mine)
+    assert [r[0] for r in rows] == sorted(
+        (r[0] for r in rows), key=[p.name for p in res.phases].index
+    )
+
+
+def test_block_matrices_sum_the_dense_ones():
+    res = simnet.simulate(fat_tree_config())
+    n = res.graph.graph["num_endpoints"]
+    b = 4
+    m = n // b
+    blocks = output.block_matrices(res, b)
+    t = res.traffic_bytes
+    tb = t.reshape(m, b, m, b).sum(axis=(1, 3))
+    assert blocks["traffic_bytes"].tolist() == tb.astype(float).tolist()
+    busy = sum(p.pair_busy_s for p in res.phases).reshape(m, b, m, b).sum(axis=(1, 3))
+    expected = np.divide(tb, busy, out=np.zeros((m, m)), where=busy > 0)
+    assert np.allclose(blocks["achieved_bytes_per_s"], expected, rtol=1e-12)
+    assert blocks["bandwidth_bytes_per_s"].tolist() == res.bandwidth_bytes_per_s[::b, ::b].tolist()
+    assert output.block_size(16384) == 32 and output.block_size(512) == 1
+    assert output.block_size(513) == 2
+
+
+def test_dense_outputs_choice(monkeypatch):
+    res = simnet.simulate(fat_tree_config())
+    assert output.dense_outputs(res) and output.dense_outputs(res, "dense")
+    assert not output.dense_outputs(res, "sparse")
+    monkeypatch.setattr(output, "DENSE_MAX_ENDPOINTS", 15)
+    assert not output.dense_outputs(res) and output.dense_outputs(res, "dense")
+    with pytest.raises(ValueError, match="matrices must be one of auto, dense, sparse"):
+        output.dense_outputs(res, "full")
+
+
+def test_sparse_command_line_writes_pairs_and_no_matrix(tmp_path, capsys):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps(fat_tree_config()))
+    out = tmp_path / "out"
+    assert cli.main(["--config", str(cfg), "--out", str(out), "--matrices", "sparse"]) == 0
+    said = capsys.readouterr().out
+    names = {f.name for f in out.iterdir()}
+    assert "sim_pairs.csv" in names and "sim_traffic_heatmap.png" in names
+    assert not {"sim_traffic_bytes.csv", "sim_bandwidth_bytes_per_s.csv"} & names
+    assert not [x for x in names if x.endswith(".tmp")]
+    doc = json.loads((out / "sim_results.json").read_text())
+    assert "traffic_bytes" not in doc and "bandwidth_bytes_per_s" not in doc
+    assert "traffic_bytes" not in doc["phases"][0]
+    assert doc["matrices"]["written"] == "sparse"
+    assert doc["matrices"]["pairs_csv"] == "sim_pairs.csv"
+    with (out / "sim_pairs.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == output.PAIR_HEADER == doc["matrices"]["columns"]
+    dense = simnet.simulate(fat_tree_config())
+    assert sum(int(r["bytes"]) for r in rows) == int(dense.traffic_bytes.sum())
+    pairs = len({(r["src"], r["dst"]) for r in rows})
+    assert f"sim_pairs.csv holds the {pairs} endpoint pairs that communicated" in said
+    assert "n x n matrices not written (16 endpoints; --matrices dense writes them)" in said
+
+
+def test_large_runs_record_no_series_unless_asked(tmp_path, capsys, monkeypatch):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps(fat_tree_config()))
+    monkeypatch.setattr(cli, "DENSE_MAX_ENDPOINTS", 15)
+    monkeypatch.setattr(output, "DENSE_MAX_ENDPOINTS", 15)
+    assert cli.main(["--config", str(cfg), "--out", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    assert "note: 16 endpoints: link rate series not recorded (--series records them" in err
+    names = {f.name for f in (tmp_path / "a").iterdir()}
+    assert "sim_link_series.csv" not in names and "sim_pairs.csv" in names
+    assert "sim_traffic_bytes.csv" not in names
+    assert cli.main(["--config", str(cfg), "--out", str(tmp_path / "b"), "--series"]) == 0
+    names = {f.name for f in (tmp_path / "b").iterdir()}
+    assert "sim_link_series.csv" in names
+    with pytest.raises(SystemExit):
+        cli.main(["--config", str(cfg), "--series", "--no-series"])
+
+
+def test_dense_matrices_that_cannot_fit_are_refused_with_the_way_out(tmp_path, capsys, monkeypatch):
+    import types
+
+    import psutil
+
+    # As on a machine with 16 GiB free, whatever this one has.
+    free = types.SimpleNamespace(available=16 << 30)
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: free)
+    cfg = tmp_path / "c.json"
+    big = {
+        "distributed": {"num_nodes": 16384},
+        "topology": {"type": "fat_tree", "k": 42},
+        "workload": {"name": "resnet152", "world_size": 16384},
+    }
+    cfg.write_text(json.dumps(big))
+    out = tmp_path / "out"
+    assert cli.main(["--config", str(cfg), "--out", str(out), "--matrices", "dense"]) == 2
+    err = capsys.readouterr().err
+    assert "18,522 x 18,522 endpoint-pair matrices" in err
+    assert err.rstrip().endswith("; --matrices sparse leaves the n x n matrices out")
+    assert not out.exists()
