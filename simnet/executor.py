@@ -370,13 +370,10 @@ class SimExecutor:
                     while peek() <= end_s:
                         step()
                     progress(sim)
+                    # Aim at a report a second: busier simulated times come later (a
+                    # 16,384-rank run's doubling slices had grown to a minute of wall).
                     took = time.perf_counter() - t0
-                    if took < 0.5:
-                        slice_s *= 2
-                    elif took > 2.0:
-                        # Busier simulated times come later (a 16,384-rank run's slices
-                        # had grown to a minute): report about every second still.
-                        slice_s /= 2
+                    slice_s *= min(2.0, max(0.05, 1.0 / took)) if took > 0 else 2.0
                     end_s += slice_s
             sim.finish()
         finally:

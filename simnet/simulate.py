@@ -529,9 +529,7 @@ def simulate(
 
     def pair_routes(pairs: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
         inj = cfg.network.injection_bandwidth_gb_per_s
-        return pair_route_metrics(
-            graph, router, pairs, gb_per_s_to_bytes_per_s(inj) if inj else None
-        )
+        return pair_route_metrics(router, pairs, gb_per_s_to_bytes_per_s(inj) if inj else None)
 
     return SimResult(
         cfg, workload, graph, placement, phases, routes, assumed, scenario, pair_routes=pair_routes
@@ -712,34 +710,26 @@ def route_matrices(
 
 
 def pair_route_metrics(
-    graph: nx.DiGraph,
     router: topologies.Router,
     pairs: Sequence[tuple[int, int]],
     injection_bytes_per_s: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Bottleneck bandwidth (bytes/s) and latency (s) of the route of each ``(src, dst)``
     endpoint pair, as ``route_matrices`` gives them (inf / 0 for ``src == dst``;
-    ``injection_bytes_per_s`` caps the others' bandwidth): one route per pair asked,
-    so the pairs a workload used cost what it routed, not n^2 routes."""
-    edge: dict[tuple, tuple[float, float]] = {}
-    edges = graph.edges
+    ``injection_bytes_per_s`` caps the others' bandwidth): the routes of the pairs asked
+    only, so a workload's pairs cost what it routed, not n^2 routes."""
+    by_src: dict[int, list[int]] = {}
+    for i, (s, _) in enumerate(pairs):
+        by_src.setdefault(s, []).append(i)
     bw = np.full(len(pairs), np.inf)
     lat = np.zeros(len(pairs))
-    for i, (s, d) in enumerate(pairs):
-        if s == d:
-            continue
-        low = math.inf
-        lats = []
-        for e in router.path(s, d):
-            m = edge.get(e)
-            if m is None:
-                data = edges[e]
-                m = edge[e] = (data["bandwidth"], data["latency"])
-            if m[0] < low:
-                low = m[0]
-            lats.append(m[1])
-        bw[i] = low if injection_bytes_per_s is None else min(low, injection_bytes_per_s)
-        lat[i] = math.fsum(lats)
+    for s, rows in by_src.items():
+        # One source's routes share their searches' parts (Router.route_metrics).
+        metrics = router.route_metrics(s, [pairs[i][1] for i in rows])
+        for i, (b, x) in zip(rows, metrics, strict=True):
+            if pairs[i][1] != s:
+                bw[i] = b if injection_bytes_per_s is None else min(b, injection_bytes_per_s)
+                lat[i] = x
     return bw, lat
 
 

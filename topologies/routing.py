@@ -569,18 +569,19 @@ class Router:
             return 1
         return self._searched(src, dst).count_of(dst)
 
-    def route_metrics(self, src: int, n: int) -> list[tuple[float, float]]:
+    def route_metrics(self, src: int, dsts: int | Iterable[int]) -> list[tuple[float, float]]:
         """``(bottleneck bandwidth in bytes/s, latency in s)`` of ``path(src, d)`` for every
-        endpoint ``d`` in ``0..n-1`` (``(inf, 0.0)`` for ``d == src``): the minimum and the
-        exact sum (``math.fsum``) over the route's edges, as ``path_bandwidth_bytes_per_s``
-        and ``path_latency_s`` give them.
+        endpoint ``d`` of ``dsts`` (an int n: ``0..n-1``; ``(inf, 0.0)`` for ``d == src``):
+        the minimum and the exact sum (``math.fsum``) over the route's edges, as
+        ``path_bandwidth_bytes_per_s`` and ``path_latency_s`` give them.
 
         With ECMP every pair has its own route: a route's part up to a node, for a given
         route index there, is shared by many destinations and worked out once."""
         out: list[tuple[float, float]] = []
         attrs = self._edge_metrics()
+        targets = range(dsts) if isinstance(dsts, int) else dsts
         if not self.ecmp:
-            for d in range(n):
+            for d in targets:
                 route = self.path(src, d)
                 out.append(
                     (
@@ -591,7 +592,7 @@ class Router:
             return out
         self._check_endpoint(src, "src")
         memos = self._metric_memos
-        for d in range(n):
+        for d in targets:
             if d == src:
                 out.append((math.inf, 0.0))
                 continue
