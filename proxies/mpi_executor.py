@@ -340,21 +340,30 @@ class MPIExecutor:
 
         def post(k: int) -> list[MPI.Request]:
             recvs, sends = steps[k]
-            pending = [comm.Irecv(rb[:c], src, tag) for src, chunks in recvs for c in chunks]
+            # A transfer's chunks come from (and land in) their own places of the
+            # buffer, as a gradient's pieces would: chunks that all reused its first
+            # megabyte stayed in the cache, and a paced run's copies ran 1.5x faster
+            # than the same transfers sent whole (10 ranks on 2 cores: 323 against 482
+            # ms per step of the seed job).
+            pending = [
+                comm.Irecv(rb[o : o + c], src, tag)
+                for src, chunks in recvs
+                for o, c in _placed(chunks)
+            ]
             paced = []
             for dst, dst_global, chunks, key, size in sends:
                 counts[key] = counts.get(key, 0) + size
                 if buffer and size > buffer:
                     self.overrun(op.label, dst_global, size)
-                for c in chunks:
+                for o, c in _placed(chunks):
                     if pacer is None:
-                        pending.append(comm.Isend(sb[:c], dst, tag))
+                        pending.append(comm.Isend(sb[o : o + c], dst, tag))
                     else:
-                        paced.append((pacer.reserve(dst_global, c * ELEM_BYTES), dst, c))
+                        paced.append((pacer.reserve(dst_global, c * ELEM_BYTES), dst, o, c))
             # Destinations are paced side by side: chunks leave in release order.
-            for release, dst, c in sorted(paced):
+            for release, dst, o, c in sorted(paced):
                 pacer.sleep_until(release)
-                pending.append(comm.Isend(sb[:c], dst, tag))
+                pending.append(comm.Isend(sb[o : o + c], dst, tag))
             return pending
 
         complete = self._poll if self.progress == "poll" else MPI.Request.Waitall
@@ -569,6 +578,16 @@ def any_true(comm: MPI.Intracomm, flag: bool) -> bool:
     return bool(comm.allreduce(int(flag), op=MPI.MAX))
 
 
+def _placed(chunks: list[int]) -> list[tuple[int, int]]:
+    """(offset, count) in elements of each chunk of a transfer laid out end to end."""
+    out = []
+    o = 0
+    for c in chunks:
+        out.append((o, c))
+        o += c
+    return out
+
+
 def pairwise_bandwidth(
     comm: MPI.Intracomm,
     size_bytes: int,
@@ -602,17 +621,19 @@ def pairwise_bandwidth(
                 for _ in range(reps):
                     t0 = time.perf_counter()
                     reqs = []
-                    for c in pieces:
+                    for o, c in _placed(pieces):
                         if pacer is not None:
                             pacer.wait(j, c * ELEM_BYTES)
-                        reqs.append(comm.Isend(buf[:c], j, MEASURE_TAG))
+                        reqs.append(comm.Isend(buf[o : o + c], j, MEASURE_TAG))
                     reqs.append(comm.Irecv(ack, j, MEASURE_TAG + 1))
                     _poll_all(reqs)
                     best = min(best, time.perf_counter() - t0)
                 row[j] = count * ELEM_BYTES / best
             elif rank == j:
                 for _ in range(reps):
-                    _poll_all([comm.Irecv(buf[:c], i, MEASURE_TAG) for c in pieces])
+                    _poll_all(
+                        [comm.Irecv(buf[o : o + c], i, MEASURE_TAG) for o, c in _placed(pieces)]
+                    )
                     _poll_all([comm.Isend(ack, i, MEASURE_TAG + 1)])
     rows = comm.gather(row, root=0)
     return rows
