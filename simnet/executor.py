@@ -26,7 +26,7 @@ from __future__ import annotations
 import gc
 import operator
 import time
-from collections import Counter, defaultdict, deque
+from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -295,27 +295,32 @@ class SimExecutor:
             return plan
         w = self._world
         rank = members[me]
-        # Equal steps are one shared tuple (in the member-space plan, and here):
-        # convert each distinct one once; the loops over all steps run in C.
+        row = rank * w
+        # Equal steps are one shared tuple (in the member-space plan, and here): convert
+        # each distinct one once. One pass: steps, messages and the bytes per channel
+        # pair (dicts in order of first use), no counting of repeats first.
         member_steps = sched.rank_plan(me)
-        ids = list(map(id, member_steps))
-        distinct = dict(zip(ids, member_steps, strict=True))
         converted: dict[int, _GlobalStep] = {}
-        for i, (srcs, sends) in distinct.items():
-            converted[i] = (
-                tuple(members[s] * w + rank for s in srcs),
-                tuple((rank * w + members[d], members[d], size) for d, size, _ in sends),
-            )
-        steps: list[_GlobalStep] = list(map(converted.__getitem__, ids))
+        steps: list[_GlobalStep] = []
         totals: tuple[dict[int, int], dict[int, int]] = ({}, {})  # copy, reduce
         messages = 0
-        for i, n in Counter(ids).items():
-            messages += n * len(converted[i][1])
-            for (pair, _, size), (_, _, reduce) in zip(
-                converted[i][1], distinct[i][1], strict=True
-            ):
+        for st in member_steps:
+            srcs, sends = st
+            g = converted.get(id(st))
+            if g is None:
+                recv_pairs = []
+                for x in srcs:
+                    recv_pairs.append(members[x] * w + rank)
+                send_items = []
+                for d, size, _ in sends:
+                    dst = members[d]
+                    send_items.append((row + dst, dst, size))
+                g = converted[id(st)] = (tuple(recv_pairs), tuple(send_items))
+            steps.append(g)
+            messages += len(sends)
+            for (pair, _, size), (_, _, reduce) in zip(g[1], sends, strict=True):
                 tot = totals[reduce]
-                tot[pair] = tot.get(pair, 0) + n * size
+                tot[pair] = tot.get(pair, 0) + size
         delays = None
         gamma, step_s = costs
         if step_s > 0 or (gamma > 0 and totals[1]):

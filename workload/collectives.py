@@ -964,13 +964,16 @@ class _RecursiveRanks:
     reversed), and its partner's differ in bit t.
     """
 
-    __slots__ = ("chunks", "count", "halving", "p", "prefix")
+    __slots__ = ("chunks", "count", "fold", "halving", "masks", "p", "prefix")
 
     def __init__(self, p: int, count: int, halving: bool) -> None:
         self.p = p
         self.count = count
         self.halving = halving
-        self.chunks = _split(count, _fold(p)[0]) if halving else [count]
+        # What every rank's walk needs, worked out once for the p ranks' walks.
+        self.fold = _fold(p)
+        self.masks = _masks(self.fold[0])
+        self.chunks = _split(count, self.fold[0]) if halving else [count]
         prefix = [0]
         for c in self.chunks:
             prefix.append(prefix[-1] + c)
@@ -983,7 +986,7 @@ class _RecursiveRanks:
     def _walk(self, r: int) -> list[tuple[int, tuple | None, tuple | None]]:
         """Rank r's steps: ``(step, send, recv)``, each ``(peer, first chunk, chunks,
         reduce)`` or None."""
-        pof2, rem, real = _fold(self.p)
+        pof2, rem, real = self.fold
         whole = len(self.prefix) - 1  # chunks in the buffer
         out: list[tuple[int, tuple | None, tuple | None]] = []
         step = 0
@@ -997,7 +1000,7 @@ class _RecursiveRanks:
             step = 1
         nr = -1 if folded and r % 2 == 0 else (r // 2 if folded else r - rem)
         if nr >= 0:
-            up = _masks(pof2)
+            up = self.masks
             if self.halving:
                 lo, size = 0, pof2
                 for mask in up:
