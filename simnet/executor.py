@@ -297,17 +297,17 @@ class SimExecutor:
         rank = members[me]
         row = rank * w
         # Equal steps are one shared tuple (in the member-space plan, and here): convert
-        # each distinct one once. One pass: steps, messages and the bytes per channel
-        # pair (dicts in order of first use), no counting of repeats first.
+        # each distinct one once, and count its bytes once per distinct step (a ring's
+        # thousands of steps are a few distinct ones), in order of first use.
         member_steps = sched.rank_plan(me)
         converted: dict[int, _GlobalStep] = {}
+        repeats: dict[int, int] = {}
+        distinct = []
         steps: list[_GlobalStep] = []
-        totals: tuple[dict[int, int], dict[int, int]] = ({}, {})  # copy, reduce
-        messages = 0
         for st in member_steps:
-            srcs, sends = st
             g = converted.get(id(st))
             if g is None:
+                srcs, sends = st
                 recv_pairs = []
                 for x in srcs:
                     recv_pairs.append(members[x] * w + rank)
@@ -316,11 +316,20 @@ class SimExecutor:
                     dst = members[d]
                     send_items.append((row + dst, dst, size))
                 g = converted[id(st)] = (tuple(recv_pairs), tuple(send_items))
+                repeats[id(st)] = 1
+                distinct.append(st)
+            else:
+                repeats[id(st)] += 1
             steps.append(g)
-            messages += len(sends)
-            for (pair, _, size), (_, _, reduce) in zip(g[1], sends, strict=True):
+        totals: tuple[dict[int, int], dict[int, int]] = ({}, {})  # copy, reduce
+        messages = 0
+        for st in distinct:
+            n = repeats[id(st)]
+            g_sends = converted[id(st)][1]
+            messages += n * len(g_sends)
+            for (pair, _, size), (_, _, reduce) in zip(g_sends, st[1], strict=True):
                 tot = totals[reduce]
-                tot[pair] = tot.get(pair, 0) + size
+                tot[pair] = tot.get(pair, 0) + n * size
         delays = None
         gamma, step_s = costs
         if step_s > 0 or (gamma > 0 and totals[1]):
