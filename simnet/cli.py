@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from workload.brief_argparse import BriefParser
 
 from .config import ConfigError, load_config, schema
-from .sizecheck import DENSE_MAX_ENDPOINTS, MATRICES
+from .sizecheck import DENSE_MAX_ENDPOINTS, MATRICES, dense_matrices
 
 EXIT_USAGE = 2
 
@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None, subcommands: Sequence[str] = ()) -> 
             progress=None if ns.quiet else progress,
             record_series=record_series,
             force=ns.force,
-            dense_matrices=ns.matrices == "dense" or (ns.matrices == "auto" and not large),
+            dense_matrices=dense_matrices(n, ns.matrices),
         )
     except ConfigError as e:
         hint = ""

@@ -18,10 +18,10 @@ from workload.results import chrome_trace, versions, write_csv, write_json, writ
 from workload.timeline import op_events
 from workload.units import GB, KB, MB
 
-from . import _compiled
+from . import _compiled, sizecheck
 from .report import table
 from .simulate import PhaseResult, SimResult
-from .sizecheck import DENSE_MAX_ENDPOINTS, MATRICES
+from .sizecheck import DENSE_MAX_ENDPOINTS
 
 
 def link_name(key: tuple) -> str:
@@ -71,22 +71,9 @@ PAIR_HEADER = [
 
 
 def dense_outputs(res: SimResult, matrices: str = "auto") -> bool:
-    """Whether ``write_all`` writes the n x n matrices: ``"dense"`` always, ``"sparse"``
-    never, ``"auto"`` up to :data:`DENSE_MAX_ENDPOINTS` endpoints."""
-    if matrices not in MATRICES:
-        raise ValueError(f"matrices must be one of {', '.join(MATRICES)} (got {matrices!r})")
-    n = res.graph.graph["num_endpoints"]
-    return matrices == "dense" or (matrices == "auto" and n <= DENSE_MAX_ENDPOINTS)
-
-
-def _pair_routes(res: SimResult, pairs: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
-    """Route bandwidth (bytes/s) and latency (s) of ``pairs``, without n^2 routes if the
-    result can route pairs one by one."""
-    if res.pair_routes is not None:
-        return res.pair_routes(pairs)
-    src = np.array([s for s, _ in pairs], dtype=np.int64)
-    dst = np.array([d for _, d in pairs], dtype=np.int64)
-    return res.bandwidth_bytes_per_s[src, dst], res.latency_s[src, dst]
+    """Whether ``write_all`` writes the n x n matrices (:func:`sizecheck.dense_matrices`
+    for the result's endpoints)."""
+    return sizecheck.dense_matrices(res.graph.graph["num_endpoints"], matrices)
 
 
 def pair_rows(res: SimResult) -> list[list[object]]:
@@ -97,7 +84,7 @@ def pair_rows(res: SimResult) -> list[list[object]]:
     pairs = sorted({k for p in res.phases for k in p.pair_bytes})
     if not pairs:
         return []
-    bw, lat = _pair_routes(res, pairs)
+    bw, lat = res.pair_routes(pairs)
     route = {k: (_finite(float(b)), float(x)) for k, b, x in zip(pairs, bw, lat, strict=True)}
     rows: list[list[object]] = []
     for p in res.phases:
@@ -153,7 +140,7 @@ def sampled_bandwidth(res: SimResult, b: int) -> np.ndarray:
     first of each block (inf on the diagonal): a sample of ``bandwidth_bytes_per_s``."""
     n = res.graph.graph["num_endpoints"]
     firsts = range(0, n, b)
-    bw, _ = _pair_routes(res, [(i, j) for i in firsts for j in firsts])
+    bw, _ = res.pair_routes([(i, j) for i in firsts for j in firsts])
     return bw.reshape(len(firsts), len(firsts))
 
 

@@ -129,14 +129,14 @@ class SimResult:
     # () -> (bandwidth, latency) matrices; computed on first use (a route per endpoint
     # pair: more than the whole simulation on large fat-trees), then kept.
     routes: Callable[[], tuple[np.ndarray, np.ndarray]] = field(repr=False)
+    # (src, dst) endpoint pairs -> their (bandwidth, latency) arrays, route by route:
+    # what ``bandwidth_bytes_per_s`` / ``latency_s`` hold for those pairs, without n^2.
+    pair_routes: Callable[[Sequence[tuple[int, int]]], tuple[np.ndarray, np.ndarray]] = field(
+        repr=False
+    )
     assumed: list[str]
     scenario: list[str] = field(default_factory=list)  # the what-ifs simulated
     jobs: Any = None  # a simnet.jobs.JobsReport when several jobs shared the network
-    # (src, dst) endpoint pairs -> their (bandwidth, latency) arrays, route by route:
-    # what ``bandwidth_bytes_per_s`` / ``latency_s`` hold for those pairs, without n^2.
-    pair_routes: Callable[[Sequence[tuple[int, int]]], tuple[np.ndarray, np.ndarray]] | None = (
-        field(default=None, repr=False)
-    )
     _route_matrices: tuple[np.ndarray, np.ndarray] | None = field(
         default=None, init=False, repr=False
     )
@@ -532,7 +532,7 @@ def simulate(
         return pair_route_metrics(router, pairs, gb_per_s_to_bytes_per_s(inj) if inj else None)
 
     return SimResult(
-        cfg, workload, graph, placement, phases, routes, assumed, scenario, pair_routes=pair_routes
+        cfg, workload, graph, placement, phases, routes, pair_routes, assumed, scenario
     )
 
 
@@ -658,14 +658,12 @@ def route_matrices(
     """Achievable point-to-point bandwidth (bytes/s, the route's bottleneck) and
     route latency (s) between every pair of endpoints; the diagonal is inf / 0.
     ``router`` (one on ``graph`` with the same ``ecmp``) reuses its searches."""
-    import math
-
     n = graph.graph["num_endpoints"]
     if router is None:
         router = topologies.Router(graph, ecmp=ecmp)
     bw = np.full((n, n), np.inf)
     lat = np.zeros((n, n))
-    edge = {(u, v): (d["bandwidth"], d["latency"]) for u, v, d in graph.edges(data=True)}
+    edge = router.edge_metrics()
     # Without ECMP a route is the route to its last hop's source plus that edge (a
     # node is reached from its first, smallest-named, tight predecessor): one search
     # per source gives every route's bottleneck (min) and latency. The latency is

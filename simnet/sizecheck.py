@@ -43,6 +43,14 @@ CSV), and the route of every pair costs more than the simulation itself."""
 MATRICES = ("auto", "dense", "sparse")  # what --matrices accepts (simnet.output)
 
 
+def dense_matrices(num_endpoints: int, matrices: str = "auto") -> bool:
+    """Whether n x n endpoint matrices are written: ``"dense"`` always, ``"sparse"``
+    never, ``"auto"`` up to :data:`DENSE_MAX_ENDPOINTS` endpoints."""
+    if matrices not in MATRICES:
+        raise ValueError(f"matrices must be one of {', '.join(MATRICES)} (got {matrices!r})")
+    return matrices == "dense" or (matrices == "auto" and num_endpoints <= DENSE_MAX_ENDPOINTS)
+
+
 @dataclass(frozen=True)
 class SizeEstimate:
     """The estimate of one case, in bytes."""

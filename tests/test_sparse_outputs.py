@@ -11,7 +11,7 @@ import pytest
 
 import simnet
 import topologies
-from simnet import cli, output
+from simnet import cli, output, sizecheck
 from simnet.simulate import pair_route_metrics, route_matrices
 
 
@@ -91,7 +91,7 @@ def test_dense_outputs_choice(monkeypatch):
     res = simnet.simulate(fat_tree_config())
     assert output.dense_outputs(res) and output.dense_outputs(res, "dense")
     assert not output.dense_outputs(res, "sparse")
-    monkeypatch.setattr(output, "DENSE_MAX_ENDPOINTS", 15)
+    monkeypatch.setattr(sizecheck, "DENSE_MAX_ENDPOINTS", 15)
     assert not output.dense_outputs(res) and output.dense_outputs(res, "dense")
     with pytest.raises(ValueError, match="matrices must be one of auto, dense, sparse"):
         output.dense_outputs(res, "full")
@@ -126,7 +126,7 @@ def test_large_runs_record_no_series_unless_asked(tmp_path, capsys, monkeypatch)
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps(fat_tree_config()))
     monkeypatch.setattr(cli, "DENSE_MAX_ENDPOINTS", 15)
-    monkeypatch.setattr(output, "DENSE_MAX_ENDPOINTS", 15)
+    monkeypatch.setattr(sizecheck, "DENSE_MAX_ENDPOINTS", 15)
     assert cli.main(["--config", str(cfg), "--out", str(tmp_path / "a")]) == 0
     err = capsys.readouterr().err
     assert "note: 16 endpoints: link rate series not recorded (--series records them" in err

@@ -578,7 +578,7 @@ class Router:
         With ECMP every pair has its own route: a route's part up to a node, for a given
         route index there, is shared by many destinations and worked out once."""
         out: list[tuple[float, float]] = []
-        attrs = self._edge_metrics()
+        attrs = self.edge_metrics()
         targets = range(dsts) if isinstance(dsts, int) else dsts
         if not self.ecmp:
             for d in targets:
@@ -605,12 +605,10 @@ class Router:
             known = memo[1]
             index = _ecmp_index(src, d, 0, search.count_of(d))
             bw, lats = math.inf, []
-            v = d
-            leaf = self._leaves.get(d)
-            if leaf is not None and d != root:  # one way into a leaf, the same route index
-                b, x = attrs[(leaf[0], d)]
+            v = _attachment(self._leaves, root, d)
+            if v is not d:  # one way into a leaf, the same route index
+                b, x = attrs[(v, d)]
                 bw, lats = b, [x]
-                v = leaf[0]
             # Walk back to the root or to a part already known, then fill in forward.
             chain = []
             while v != root and (v, index) not in known:
@@ -632,8 +630,9 @@ class Router:
             out.append((bw, math.fsum(lats)))
         return out
 
-    def _edge_metrics(self) -> dict[Edge, tuple[float, float]]:
-        """(bandwidth, latency) of every directed edge, read once."""
+    def edge_metrics(self) -> dict[Edge, tuple[float, float]]:
+        """(bandwidth in bytes/s, latency in s) of every directed edge, read once (shared:
+        do not modify)."""
         if self._edge_attrs is None:
             self._edge_attrs = {
                 (u, v): (d["bandwidth"], d["latency"]) for u, v, d in self.graph.edges(data=True)
