@@ -22,15 +22,17 @@ cdef class _Coll(_Waiter):
     cdef public Py_ssize_t delayed
     cdef public object delays
     cdef public object done
+    cdef public tuple endpoints
     cdef public Py_ssize_t i
+    cdef public Py_ssize_t me
     cdef public object owner
     cdef public object rank
     cdef public object sim
-    cdef public list steps
+    cdef public tuple steps
 
-    @cython.locals(steps=list, i=Py_ssize_t, nsteps=Py_ssize_t, pending=cython.longlong,
-                   pending_sends=dict, pending_recvs=dict, pl=list, recvs=tuple, sends=tuple,
-                   t_now=cython.double)
+    @cython.locals(steps=tuple, i=Py_ssize_t, nsteps=Py_ssize_t, pending=cython.longlong,
+                   pending_sends=dict, pending_recvs=dict, endpoints=tuple, recvs=tuple,
+                   sends=tuple, t_now=cython.double, me=Py_ssize_t, p=Py_ssize_t)
     cpdef bint advance(self)
 
 
@@ -38,7 +40,7 @@ cdef class _Coll(_Waiter):
 cpdef _delivered(tag)
 
 
-@cython.locals(n=cython.longlong)
+@cython.locals(n=cython.longlong, c=_Coll)
 cdef _tick(_Waiter w)
 
 

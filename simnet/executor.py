@@ -42,9 +42,9 @@ from .network import FlowNetwork
 
 DEFAULT_EAGER_THRESHOLD_BYTES = 65536
 
-# A step of a rank plan with global ranks: the channel pairs (src * world + dst) of
-# its receives, and its sends as (channel pair, dst, size_bytes).
-_GlobalStep = tuple[tuple[int, ...], tuple[tuple[int, int, int], ...]]
+# A step of a member's plan (``Schedule.rank_plan``): the members it receives from, and
+# its sends as (member, size_bytes, reduce).
+_PlanStep = tuple[tuple[int, ...], tuple[tuple[int, int, bool], ...]]
 # Rank plans up to this many steps per group (all members) are kept for reuse.
 _PLAN_CACHE_STEPS = 1 << 22
 
@@ -134,16 +134,18 @@ class AlgorithmPolicy:
 
 @dataclass(frozen=True, slots=True)
 class _Plan:
-    """One member's part of a collective with global ranks, for the executor.
+    """One member's part of a collective, for the executor, in member indices (the
+    same for every group of that size: a group's own members and their endpoints are
+    applied as it runs).
 
-    ``steps``: per step the channel pairs ``src * world + dst`` of its receives
-    and its sends ``(channel pair, dst, size_bytes)``; ``reduce_bytes`` /
-    ``copy_bytes``: bytes it sends per channel pair, over all steps;
-    ``messages``: how many messages it sends, over all steps; ``delays``: per
-    step, the seconds it then spends reducing what it received (None: none).
+    ``steps``: the schedule's ``rank_plan`` (per step, the members it receives from and
+    its sends ``(member, size_bytes, reduce)``); ``reduce_bytes`` / ``copy_bytes``:
+    bytes it sends per destination member, over all steps; ``messages``: how many
+    messages it sends, over all steps; ``delays``: per step, the seconds it then spends
+    reducing what it received (None: none).
     """
 
-    steps: Sequence[_GlobalStep]
+    steps: Sequence[_PlanStep]
     reduce_bytes: dict[int, int]
     copy_bytes: dict[int, int]
     messages: int
@@ -280,56 +282,38 @@ class SimExecutor:
     def _plan(
         self,
         sched: Schedule,
-        kind: str,
-        members: tuple[int, ...],
         me: int,
+        group_size: int,
         costs: tuple[float, float] = (0.0, 0.0),
     ) -> _Plan:
-        """``sched.rank_plan(me)`` resolved to global ranks (see :class:`_Plan`), with
-        ``costs``: the reduction cost (s/B) and the cost per step (s) it pays; kept for
-        reuse unless it is very large."""
+        """Member ``me``'s part of ``sched`` (see :class:`_Plan`), with ``costs``: the
+        reduction cost (s/B) and the cost per step (s) it pays; kept for reuse unless
+        it is very large."""
         # The schedule is kept in self._schedules, so its id is stable.
-        key = (id(sched), kind, members[0], me, costs)
+        key = (id(sched), me, costs)
         plan = self._plans.get(key)
         if plan is not None:
             return plan
-        w = self._world
-        rank = members[me]
-        row = rank * w
-        # Equal steps are one shared tuple (in the member-space plan, and here): convert
-        # each distinct one once, and count its bytes once per distinct step (a ring's
-        # thousands of steps are a few distinct ones), in order of first use.
-        member_steps = sched.rank_plan(me)
-        converted: dict[int, _GlobalStep] = {}
-        repeats: dict[int, int] = {}
-        distinct = []
-        steps: list[_GlobalStep] = []
-        for st in member_steps:
-            g = converted.get(id(st))
-            if g is None:
-                srcs, sends = st
-                recv_pairs = []
-                for x in srcs:
-                    recv_pairs.append(members[x] * w + rank)
-                send_items = []
-                for d, size, _ in sends:
-                    dst = members[d]
-                    send_items.append((row + dst, dst, size))
-                g = converted[id(st)] = (tuple(recv_pairs), tuple(send_items))
-                repeats[id(st)] = 1
-                distinct.append(st)
+        steps = sched.rank_plan(me)
+        if type(steps) is not tuple:
+            steps = tuple(steps)
+        # Equal steps are one shared tuple: count each distinct one's bytes once, times
+        # its uses (a ring's thousands of steps are a few distinct ones).
+        uses: dict[int, list] = {}
+        for st in steps:
+            u = uses.get(id(st))
+            if u is None:
+                uses[id(st)] = [st, 1]
             else:
-                repeats[id(st)] += 1
-            steps.append(g)
+                u[1] += 1
         totals: tuple[dict[int, int], dict[int, int]] = ({}, {})  # copy, reduce
         messages = 0
-        for st in distinct:
-            n = repeats[id(st)]
-            g_sends = converted[id(st)][1]
-            messages += n * len(g_sends)
-            for (pair, _, size), (_, _, reduce) in zip(g_sends, st[1], strict=True):
+        for st, n in uses.values():
+            sends = st[1]
+            messages += n * len(sends)
+            for peer, size, reduce in sends:
                 tot = totals[reduce]
-                tot[pair] = tot.get(pair, 0) + n * size
+                tot[peer] = tot.get(peer, 0) + n * size
         delays = None
         gamma, step_s = costs
         if step_s > 0 or (gamma > 0 and totals[1]):
@@ -338,7 +322,7 @@ class SimExecutor:
                 for _, recvs in sched.rank_steps(me)
             ]
         plan = _Plan(steps, totals[1], totals[0], messages, delays)
-        if len(steps) * len(members) <= _PLAN_CACHE_STEPS:
+        if len(steps) * group_size <= _PLAN_CACHE_STEPS:
             self._plans[key] = plan
         return plan
 
@@ -442,7 +426,6 @@ class PhaseSim:
             self._sends,
             self._recvs,
             net.start_transfer,
-            ex.placement,
             ex.eager,
             net.start_rendezvous,
         )
@@ -454,6 +437,7 @@ class PhaseSim:
         self._gids: dict[tuple[str, int], int] = {}
         self._gid_names: list[tuple[str, int]] = []
         self._coll_cache: dict[tuple, tuple] = {}  # see _prepare
+        self._group_endpoints: dict[tuple[str, int], tuple[int, ...]] = {}  # see _prepare
         # Bytes per (group kind, part) and int pair key src * world + dst; parts
         # are "reduce" / "copy" (data of a collective) and "p2p".
         self._bytes: dict[tuple[str, str], dict[int, int]] = {}
@@ -507,7 +491,9 @@ class PhaseSim:
             inst, pair = divmod(key, w * w)
             seq, gid = divmod(inst, self._ngroups)
             kind, first = self._gid_names[gid]
-            return ("c", kind, first, seq, *divmod(pair, w))
+            members = self.ex._group(kind, first)[0]
+            src, dst = divmod(pair, len(members))
+            return ("c", kind, first, seq, members[src], members[dst])
         return key
 
     # -- messages ------------------------------------------------------------------
@@ -573,7 +559,7 @@ class PhaseSim:
         c = self._coll_cache.get(ckey)
         if c is None:
             c = self._coll_cache[ckey] = self._prepare(rank, op)
-        seq_key, steps, gid, adds, _, delays = c
+        seq_key, steps, gid, adds, _, delays, me, endpoints = c
         coll_seq = self.coll_seq
         seq = coll_seq[seq_key]
         coll_seq[seq_key] = seq + 1
@@ -584,7 +570,7 @@ class PhaseSim:
             acct[pair] = acct.get(pair, 0) + b
         # The instance: every member's k-th collective on its group is the same one.
         base = (gid + seq * self._ngroups) * self._world2
-        coll = _Coll(self, rank, steps, base, done, delays)
+        coll = _Coll(self, rank, steps, base, me, endpoints, done, delays)
         if op.req is not None and not self.ex.async_progress:
             coll.owner = self.ranks[rank]
         return coll.advance()
@@ -592,19 +578,20 @@ class PhaseSim:
     def _prepare(self, rank: int, op: Collective) -> tuple:
         """What every call of ``op`` on ``rank`` shares: (coll_seq key, plan steps or
         None for a group of one, group id, bytes to account as (dict, pair, bytes),
-        messages the rank sends, reduction delay per step or None)."""
+        messages the rank sends, reduction delay per step or None, the rank's index in
+        its group, the group's endpoints in member order)."""
         ex = self.ex
         members, me = ex._group(op.group, rank)
         p = len(members)
         seq_key = (op.group, rank)
         if p == 1:
-            return seq_key, None, 0, (), 0, None
+            return seq_key, None, 0, (), 0, None, 0, ()
         sched, alg = ex.schedule(op, p, members)
         self.algorithms[op.op].add(alg)
         library = op.algorithm is None or ex.gamma_named
         step_s = ex.step_latency_by_op.get(op.op, ex.step_latency)
         costs = (ex.gamma, step_s) if library else (0.0, 0.0)
-        plan = ex._plan(sched, op.group, members, me, costs)
+        plan = ex._plan(sched, me, p, costs)
         gkey = (op.group, members[0])
         gid = self._gids.get(gkey)
         if gid is None:
@@ -612,12 +599,24 @@ class PhaseSim:
             self._gid_names.append(gkey)
             if gid >= self._ngroups:
                 raise RuntimeError(f"group {gkey} is not one of the workload's groups")
+            pl = ex.placement
+            self._group_endpoints[gkey] = tuple(pl[m] for m in members)
         adds = []
+        row = rank * self._world
         for tot, part in ((plan.reduce_bytes, "reduce"), (plan.copy_bytes, "copy")):
             if tot:
                 acct = self._account(op.group, part)
-                adds += [(acct, pair, b) for pair, b in tot.items()]
-        return seq_key, plan.steps, gid, tuple(adds), plan.messages, plan.delays
+                adds += [(acct, row + members[peer], b) for peer, b in tot.items()]
+        return (
+            seq_key,
+            plan.steps,
+            gid,
+            tuple(adds),
+            plan.messages,
+            plan.delays,
+            me,
+            self._group_endpoints[gkey],
+        )
 
     def count_messages(self) -> int:
         """Messages one iteration of every rank's program sends (each one network
@@ -719,11 +718,13 @@ def _tick(w: _Waiter) -> None:
     n = w.n - 1
     w.n = n
     if not n:
-        if type(w) is _Coll and w.delays is None and w.owner is None:
-            if w.advance() and w.done is not None:
-                w.done()
-        else:
-            w.fire()
+        if type(w) is _Coll:
+            c = w  # typed in the compiled build: its fields and advance() are C accesses
+            if c.delays is None and c.owner is None:
+                if c.advance() and c.done is not None:
+                    c.done()
+                return
+        w.fire()
 
 
 class _Waiter:
@@ -778,26 +779,44 @@ class _Coll(_Waiter):
 
     A step posts all its receives, then all its sends; ``n`` counts those not
     complete, and the last to complete (``fire``) starts the next step. The
-    matching is that of ``PhaseSim._post_send`` / ``_post_recv``, inlined.
+    matching is that of ``PhaseSim._post_send`` / ``_post_recv``, inlined; the
+    channels of one instance are numbered by member indices (``base`` + src * group
+    size + dst), and a pending rendezvous send holds endpoints, not ranks.
     With ``delays``, a step's end is followed by its reduction time before the
     next step starts (Thakur, Rabenseifner & Gropp's gamma term).
     """
 
-    __slots__ = ("base", "delayed", "delays", "done", "i", "owner", "rank", "sim", "steps")
+    __slots__ = (
+        "base",
+        "delayed",
+        "delays",
+        "done",
+        "endpoints",
+        "i",
+        "me",
+        "owner",
+        "rank",
+        "sim",
+        "steps",
+    )
 
     def __init__(
         self,
         sim: PhaseSim,
         rank: int,
-        steps: Sequence[_GlobalStep],
+        steps: Sequence[_PlanStep],
         base: int,
+        me: int,
+        endpoints: tuple[int, ...],
         done: Callable[[], None] | None,
         delays: list[float] | None = None,
     ) -> None:
         self.sim = sim
         self.rank = rank
         self.steps = steps
-        self.base = base  # + src * world + dst: a channel of this instance
+        self.base = base  # + src * group size + dst (member indices): a channel of this instance
+        self.me = me  # the rank's index in its group
+        self.endpoints = endpoints  # of the group's members, in member order
         self.i = 0
         self.n = 0
         self.done = done
@@ -814,17 +833,20 @@ class _Coll(_Waiter):
         nsteps = len(steps)
         if i == nsteps:
             return True
-        pending_sends, pending_recvs, start, pl, eager, rendezvous = self.sim._hot
+        pending_sends, pending_recvs, start, eager, rendezvous = self.sim._hot
         t_now = self.sim.env.now
         base = self.base
-        rank = self.rank
-        here = pl[rank]
+        me = self.me
+        endpoints = self.endpoints
+        p = len(endpoints)
+        row = base + me * p
+        here = endpoints[me]
         while i < nsteps:
             recvs, sends = steps[i]
             i += 1
             pending = 0
-            for pair in recvs:
-                key = base + pair
+            for src in recvs:
+                key = base + src * p + me
                 item = pending_sends.get(key)
                 if item is None:
                     if key in pending_recvs:
@@ -842,11 +864,12 @@ class _Coll(_Waiter):
                         item[1] = self
                         pending += 1
                     continue
-                sw, src, dst, size_bytes, posted_s = item
-                rendezvous(pl[src], pl[dst], size_bytes, _delivered, (sw, self), posted_s)
+                sw, src_ep, dst_ep, size_bytes, posted_s = item
+                rendezvous(src_ep, dst_ep, size_bytes, _delivered, (sw, self), posted_s)
                 pending += 1
-            for pair, dst, size_bytes in sends:
-                key = base + pair
+            for dst, size_bytes, _ in sends:
+                key = row + dst
+                dst_ep = endpoints[dst]
                 rw = pending_recvs.get(key)
                 if rw is not None:
                     if type(rw) is _Fifo:
@@ -854,16 +877,16 @@ class _Coll(_Waiter):
                     else:
                         del pending_recvs[key]
                     if size_bytes <= eager:
-                        start(here, pl[dst], size_bytes, _delivered, (None, rw))
+                        start(here, dst_ep, size_bytes, _delivered, (None, rw))
                     else:
-                        rendezvous(here, pl[dst], size_bytes, _delivered, (self, rw), t_now)
+                        rendezvous(here, dst_ep, size_bytes, _delivered, (self, rw), t_now)
                         pending += 1
                 elif size_bytes <= eager:
                     msg = [None, None]
-                    start(here, pl[dst], size_bytes, _delivered, msg)
+                    start(here, dst_ep, size_bytes, _delivered, msg)
                     _push(pending_sends, key, msg)
                 else:
-                    item = (self, rank, dst, size_bytes, t_now)
+                    item = (self, here, dst_ep, size_bytes, t_now)
                     if key in pending_sends:
                         _push(pending_sends, key, item)
                     else:

@@ -130,6 +130,10 @@ cdef class FlowNetwork:
     cpdef _flush(self, double now)
 
 
+@cython.locals(series=list)
+cdef _set_load(_Link link, double load, double now)
+
+
 @cython.locals(link=_Link, l2=_Link, f=_Flow, buckets=dict, b=list, shares=list,
                n=cython.longlong, share=cython.double, cur=cython.double, level=cython.double)
 cpdef _water_fill(list links)

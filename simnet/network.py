@@ -867,7 +867,7 @@ class FlowNetwork:
                                             if link.series is None:
                                                 link.load_bytes_per_s = 0.0
                                             else:
-                                                self._set_load(link, 0.0, now)
+                                                _set_load(link, 0.0, now)
                                 flow.rate_bytes_per_s = 0.0
                                 flow.remaining_bytes = 0.0
                                 flow.phase = _LATENCY
@@ -967,21 +967,6 @@ class FlowNetwork:
 
     # ------------------------------------------------------------- max-min
 
-    @staticmethod
-    def _set_load(link: _Link, load: float, now: float) -> None:
-        """Record a new total rate of a link (callers check that it changed)."""
-        link.load_bytes_per_s = load
-        if load > link.peak_load_bytes_per_s:
-            link.peak_load_bytes_per_s = load
-        series = link.series
-        if series is not None:
-            if series and series[-1][0] == now:
-                series.pop()
-                if series and series[-1][1] == load:
-                    return
-            if series or load != 0.0:
-                series.append((now, load))
-
     def _apply_rate(self, f: _Flow, rate: float, now: float) -> None:
         """Bring the flow's remaining bytes up to now, switch rate, reschedule its end."""
         old = f.rate_bytes_per_s
@@ -1005,8 +990,6 @@ class FlowNetwork:
         seeds = self._dirty
         self._dirty = []
         epoch = self._epoch = self._epoch + 1
-        set_load = self._set_load
-        apply_rate = self._apply_rate
         buckets = self._buckets
         # A link's load changes only if its set of flows changed (the seeds:
         # links of started or ended flows) or the rate of one of its flows did.
@@ -1023,7 +1006,7 @@ class FlowNetwork:
                     if seed.series is None:
                         seed.load_bytes_per_s = 0.0
                     else:
-                        set_load(seed, 0.0, now)
+                        _set_load(seed, 0.0, now)
                 continue
             if n == 1:
                 # Fast path: a flow alone on all its links gets its bottleneck.
@@ -1041,7 +1024,7 @@ class FlowNetwork:
                     self.flows_rerated += 1
                     old = f.rate_bytes_per_s
                     if old == 0.0:
-                        # apply_rate(f, rate, now) of a flow that just began, inlined
+                        # self._apply_rate(f, rate, now) of a flow that just began, inlined
                         f.last_update_s = now
                         f.rate_bytes_per_s = rate
                         t = now + f.remaining_bytes / rate
@@ -1051,7 +1034,7 @@ class FlowNetwork:
                         bucket.append(f)
                         f.timer = bucket
                     elif abs(rate - old) > old * _RATE_RTOL:
-                        apply_rate(f, rate, now)
+                        self._apply_rate(f, rate, now)
                     else:
                         rate = old
                     for link in f.links:
@@ -1060,7 +1043,7 @@ class FlowNetwork:
                             if link.series is None and rate <= link.peak_load_bytes_per_s:
                                 link.load_bytes_per_s = rate
                             else:
-                                set_load(link, rate, now)
+                                _set_load(link, rate, now)
                     continue
             # Breadth-first search links -> flows -> links, preparing each
             # link for the water-filling as it is found.
@@ -1109,7 +1092,7 @@ class FlowNetwork:
                 old = f.rate_bytes_per_s
                 tol = old * _RATE_RTOL
                 if rate - old > tol or old - rate > tol:
-                    apply_rate(f, rate, now)
+                    self._apply_rate(f, rate, now)
                     for link in f.links:
                         if link.load_mark != epoch:
                             link.load_mark = epoch
@@ -1119,7 +1102,22 @@ class FlowNetwork:
                 for f in link.flows:
                     load += f.rate_bytes_per_s
                 if load != link.load_bytes_per_s:
-                    set_load(link, load, now)
+                    _set_load(link, load, now)
+
+
+def _set_load(link: _Link, load: float, now: float) -> None:
+    """Record a new total rate of a link (callers check that it changed)."""
+    link.load_bytes_per_s = load
+    if load > link.peak_load_bytes_per_s:
+        link.peak_load_bytes_per_s = load
+    series = link.series
+    if series is not None:
+        if series and series[-1][0] == now:
+            series.pop()
+            if series and series[-1][1] == load:
+                return
+        if series or load != 0.0:
+            series.append((now, load))
 
 
 def _water_fill(links: list[_Link]) -> None:

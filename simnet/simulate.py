@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import networkx as nx
 import numpy as np
@@ -398,7 +398,25 @@ def network_factory(
     return make
 
 
+T = TypeVar("T")
+
+
+def _without_cyclic_gc(fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn`` run with the cyclic garbage collector off: building a large case allocates
+    millions of objects (routes, plans, flows) that live to the end or that reference
+    counting frees, and the collector would only rescan them, again and again (a tenth
+    of a 16,384-rank run)."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> T:
+        with _no_cyclic_gc():
+            return fn(*args, **kwargs)
+
+    return run
+
+
 # -- the API --------------------------------------------------------------------------
+@_without_cyclic_gc
 def simulate(
     config: str | dict[str, Any] | Config,
     *,
@@ -509,12 +527,7 @@ def simulate(
                 progress(_progress_line(name, sim, time.perf_counter() - t0))
 
         sim = ex.run_phase(i, cfg.workload.iterations, report)
-        # Summing up allocates while the phase's millions of objects are alive: the
-        # cyclic collector would scan them all, again and again, for nothing to free.
-        with _no_cyclic_gc():
-            phases.append(
-                _phase_result(sim, n_end, cfg.workload.iterations, time.perf_counter() - t0)
-            )
+        phases.append(_phase_result(sim, n_end, cfg.workload.iterations, time.perf_counter() - t0))
     assumed.extend(ex.policy.fallbacks)
 
     def routes() -> tuple[np.ndarray, np.ndarray]:
