@@ -95,10 +95,17 @@ cdef class FlowNetwork:
     cdef public long long _epoch
     cdef object __weakref__
 
-    @cython.locals(flow=_Flow, link=_Link, path=_Path, pair=_Pair, links=tuple, fl=dict,
-                   bucket=list, n=cython.longlong, now=cython.double, t=cython.double,
-                   alpha_s=cython.double, o=cython.double, s=cython.double, free=dict)
+    @cython.locals(flow=_Flow, path=_Path)
     cpdef start_transfer(self, src, dst, size_bytes, on_delivery, tag=*)
+
+    @cython.locals(path=_Path, pair=_Pair, links=tuple, bucket=list, n=cython.longlong,
+                   size=cython.longlong, t=cython.double, alpha_s=cython.double,
+                   o=cython.double, s=cython.double, free=dict)
+    cpdef _launch(self, _Flow flow, double now)
+
+    @cython.locals(flow=_Flow, path=_Path, bucket=list, now=cython.double,
+                   delay=cython.double, t=cython.double)
+    cpdef start_rendezvous(self, src, dst, size_bytes, on_delivery, tag, send_posted_s)
 
     @cython.locals(bucket=list, pending=list)
     cpdef list _new_bucket(self, double time_s)

@@ -87,6 +87,7 @@ _DRAINING = 1  # bytes draining at the max-min rate
 _LATENCY = 2  # last byte left, route latency passing
 _DONE = 3  # delivered
 _TIMER = 4  # not a message: a call_later timer
+_HANDSHAKE = 5  # a rendezvous message whose request-to-send is on its way
 
 # Wake-ups handled in one simpy step at most (see _on_wake), so a progress-reporting
 # run still gets control back every so often.
@@ -446,8 +447,19 @@ class FlowNetwork:
         path = to.get(dst) if to is not None else None
         if path is None:
             path = self._path(src, dst)
-        env = self.env
-        now = env.now + 0.0  # a float in both cores (simpy starts an int 0)
+        flow = _Flow.__new__(_Flow)
+        flow.notify = on_delivery
+        flow.path = path
+        flow.size_bytes = size
+        flow.tag = tag
+        self._launch(flow, self.env.now + 0.0)  # a float in both cores (simpy starts an int 0)
+
+    def _launch(self, flow: _Flow, now: float) -> None:
+        """Start a message whose path, size, tag and delivery callback are set, at ``now``
+        (s): what ``start_transfer`` does once it has made the flow."""
+        path = flow.path
+        src = path.src
+        size = flow.size_bytes
         seq = self.transfers_started
         self.transfers_started = seq + 1
         pair = path.pair
@@ -455,13 +467,8 @@ class FlowNetwork:
         if not n:
             pair.busy_since_s = now
         pair.in_flight = n + 1
-        flow = _Flow.__new__(_Flow)
-        flow.notify = on_delivery
         flow.seq = seq
-        flow.path = path
         flow.links = links = path.links if size else ()
-        flow.size_bytes = size
-        flow.tag = tag
         flow.start_s = now
         flow.remaining_bytes = size + 0.0
         flow.rate_bytes_per_s = 0.0
@@ -472,7 +479,7 @@ class FlowNetwork:
         flow.fill_bytes_per_s = -1.0
         alpha_s = self.alpha_s
         o = self.send_overhead_s
-        if o > 0.0 and src != dst:
+        if o > 0.0 and src != path.dst:
             # LogGP's o: the sender's messages pay it one after another, then alpha.
             free = self._send_free
             s = free.get(src, 0.0)
@@ -518,16 +525,28 @@ class FlowNetwork:
             path = to.get(dst) if to is not None else None
             if path is None:
                 path = self._path(src, dst)
-            delay = send_posted_s + self.alpha_s + path.latency_s - self.env.now
+            now = self.env.now
+            delay = send_posted_s + self.alpha_s + path.latency_s - now
             if delay > 0.0:
-                self.call_later(
-                    delay, self._start_handshaken, (src, dst, size_bytes, on_delivery, tag)
-                )
+                size = size_bytes if type(size_bytes) is int else operator.index(size_bytes)
+                if size < 0:
+                    raise ValueError(f"size_bytes must be >= 0, got {size} (src={src}, dst={dst})")
+                # The message waits as a timer of its own, launched when it fires (as
+                # start_transfer would be then, without a second object).
+                flow = _Flow.__new__(_Flow)
+                flow.notify = on_delivery
+                flow.path = path
+                flow.size_bytes = size
+                flow.tag = tag
+                flow.phase = _HANDSHAKE
+                t = now + delay
+                bucket = self._buckets.get(t)
+                if bucket is None:
+                    bucket = self._new_bucket(t)
+                bucket.append(flow)
+                flow.timer = bucket
                 return
         self.start_transfer(src, dst, size_bytes, on_delivery, tag)
-
-    def _start_handshaken(self, args: tuple) -> None:
-        self.start_transfer(*args)
 
     def call_later(
         self, delay_s: float, callback: Callable[[object], None], arg: object = None
@@ -881,6 +900,8 @@ class FlowNetwork:
                                 self._deliver(flow, now)  # a C call when compiled
                             elif phase == _TIMER:
                                 flow.notify(flow.tag)
+                            elif phase == _HANDSHAKE:
+                                self._launch(flow, now)
                             else:
                                 self._begin(flow, now)
                     if self._dirty:
