@@ -12,9 +12,9 @@ model's rank program in blocking progress mode:
 * the same kind of communicator: one split from COMM_WORLD (the executor
   splits one per group kind), with the barrier before the timed loop on
   COMM_WORLD;
-* the same scratch buffers: one zero-filled send buffer that is never
-  written and one receive buffer for receives and in-place collectives
-  (views of it overlap, as in the executor);
+* the same scratch buffers (``proxies.buffers``): one zero-filled send buffer
+  that is never written and one receive buffer for receives and in-place
+  collectives (views of it overlap, as in the executor);
 * the same sizes, scaled the same way: ``max(1, round(count * scale))``
   float32 elements;
 * the same emulated compute: one ``time.sleep`` per compute operation.
@@ -22,7 +22,7 @@ model's rank program in blocking progress mode:
 What is left out is the executor itself: compiled call lists, per-operation
 timestamps, the watchdog, request bookkeeping. Timing as the reference's:
 MPI.Wtime over the timed loop after a barrier, divided by the iterations.
-Rank 0 prints one JSON line on stdout.
+Rank 0 prints one JSON line on stdout, with every rank's peak resident memory.
 
 Message sizes come from the model modules (pure data, no MPI); the call
 sequences are written out here and must be kept in step with the models.
@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import time
 import traceback
 from collections.abc import Callable
 
-import numpy as np
-
+from proxies.buffers import zeros
 from workload.models.dlrm import ALLTOALL_TOTAL_ELEMS, BOTTOM_MLP_GRADIENTS, TOP_MLP_GRADIENTS
 from workload.models.pipeline_dp import GPT2
 from workload.models.resnet import RESNET50_MESSAGES
@@ -66,7 +66,7 @@ def resnet50_phases(comm, rank: int, size: int, scale: float) -> list[Phase]:
 
     counts = [scaled(m, scale) for m in RESNET50_MESSAGES]
     big = max(counts)
-    sbuf, rbuf = np.zeros(big, np.float32), np.zeros(big, np.float32)
+    sbuf, rbuf = zeros(big), zeros(big)
     views = [rbuf[:n] for n in counts]
     pairs = [(rbuf[:n], sbuf[:n]) for n in counts]
     left, right = (rank - 1) % size, (rank + 1) % size
@@ -98,7 +98,7 @@ def dlrm_phases(comm, rank: int, size: int, scale: float) -> list[Phase]:
     per_peer = scaled(ALLTOALL_TOTAL_ELEMS // size, scale)
     top, bottom = scaled(TOP_MLP_GRADIENTS, scale), scaled(BOTTOM_MLP_GRADIENTS, scale)
     recv_elems = max(per_peer * size, top, bottom)
-    sbuf, rbuf = np.zeros(per_peer * size, np.float32), np.zeros(recv_elems, np.float32)
+    sbuf, rbuf = zeros(per_peer * size), zeros(recv_elems)
     a2a_send, a2a_recv = sbuf[: per_peer * size], rbuf[: per_peer * size]
     top_v, bottom_v = rbuf[:top], rbuf[:bottom]
     in_place, op_sum = MPI.IN_PLACE, MPI.SUM
@@ -131,7 +131,7 @@ def gpt2_phases(comm, rank: int, size: int, scale: float) -> list[Phase]:
     if size != 2:
         raise SystemExit("bare_loops: gpt2 is mirrored for 2 ranks (2 stages) only")
     n_elems = scaled(GPT2.spec.pipeline_elems, scale)
-    sbuf, rbuf = np.zeros(n_elems, np.float32), np.zeros(n_elems, np.float32)
+    sbuf, rbuf = zeros(n_elems), zeros(n_elems)
     peer = 1 - rank
     send, recv = comm.Send, comm.Recv
     tags = range(GPT2_MICROBATCHES)
@@ -201,6 +201,8 @@ def main() -> None:
         traceback.print_exc()
         sys.stderr.flush()
         world.Abort(1)
+    # Linux's ru_maxrss is in KiB.
+    peaks = world.gather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, root=0)
     if rank == 0:
         levels = {
             MPI.THREAD_SINGLE: "single",
@@ -217,6 +219,7 @@ def main() -> None:
             "thread_level": levels.get(MPI.Query_thread(), str(MPI.Query_thread())),
             "library": MPI.Get_library_version().strip().splitlines()[0],
             "phases": results,
+            "peak_rss_bytes_per_rank": peaks,
         }
         print(json.dumps(doc), flush=True)
     comm.Free()

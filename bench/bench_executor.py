@@ -19,6 +19,10 @@ overhead: raise --repeats, or run on a quiet machine. "overhead" is median
 proxy - median bare per iteration, and per operation of rank 0's program (MPI
 calls, waits and compute sleeps: the executor's unit of work).
 
+A second table gives each side's peak resident memory (the whole process: interpreter,
+imports, MPI library, buffers), of the largest rank and summed over the ranks, median
+over the runs: what a proxy rank costs beyond the calls it makes.
+
 Cases: ResNet-50 (allreduce and ring phases), DLRM, and GPT-2 with 2 stages
 (2 ranks only). Each run checks that both sides made the same number of calls
 with the same call bytes (summed over ranks, per iteration) and ran at thread
@@ -133,6 +137,7 @@ def run_bare(cmd: list[str], env: dict[str, str], timeout_s: float) -> dict[str,
     return {
         "thread_level": doc["thread_level"],
         "progress": "blocking",
+        "peak_rss_bytes_per_rank": doc.get("peak_rss_bytes_per_rank", []),
         "phases": {
             p["phase"]: {
                 "s_per_iter": p["runtime_per_iteration_s"],
@@ -163,6 +168,7 @@ def run_proxy(cmd: list[str], env: dict[str, str], timeout_s: float) -> dict[str
     return {
         "thread_level": doc["mpi"]["thread_level"],
         "progress": doc["mpi"]["progress"],
+        "peak_rss_bytes_per_rank": doc.get("peak_rss_bytes_per_rank", []),
         "phases": phases,
     }
 
@@ -249,6 +255,43 @@ def table(summary: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def memory_summary(runs: dict[tuple[str, float], dict[str, list]]) -> list[dict[str, Any]]:
+    """Per case: the peak resident memory of the largest rank and of all ranks summed,
+    median over the runs, bare and proxy (bytes)."""
+    out = []
+    for (model, scale), sides in runs.items():
+        row: dict[str, Any] = {"model": model, "scale": scale, "runs": sides}
+        for side in ("bare", "proxy"):
+            per_run = [r for r in sides[side] if r]
+            if per_run:
+                row[f"{side}_max_rank_bytes"] = statistics.median(max(r) for r in per_run)
+                row[f"{side}_sum_ranks_bytes"] = statistics.median(sum(r) for r in per_run)
+        if "bare_max_rank_bytes" in row and "proxy_max_rank_bytes" in row:
+            row["ratio_max_rank"] = row["proxy_max_rank_bytes"] / row["bare_max_rank_bytes"]
+            row["ratio_sum_ranks"] = row["proxy_sum_ranks_bytes"] / row["bare_sum_ranks_bytes"]
+        out.append(row)
+    return out
+
+
+def memory_table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        f"{'model':10s} {'scale':>5s} {'bare (MB/rank)':>14s} {'proxy (MB/rank)':>15s} "
+        f"{'proxy/bare':>10s} {'bare (MB, all)':>14s} {'proxy (MB, all)':>15s} {'proxy/bare':>10s}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        if "ratio_max_rank" not in r:
+            lines.append(f"{r['model']:10s} {r['scale']:>5g}  no figures")
+            continue
+        lines.append(
+            f"{r['model']:10s} {r['scale']:>5g} {r['bare_max_rank_bytes'] / 1e6:14.1f} "
+            f"{r['proxy_max_rank_bytes'] / 1e6:15.1f} {r['ratio_max_rank']:10.3f} "
+            f"{r['bare_sum_ranks_bytes'] / 1e6:14.1f} {r['proxy_sum_ranks_bytes'] / 1e6:15.1f} "
+            f"{r['ratio_sum_ranks']:10.3f}"
+        )
+    return "\n".join(lines)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -330,6 +373,10 @@ def main(argv: list[str] | None = None) -> int:
                 }
 
     commands: dict[str, dict[str, str]] = {}
+    # (model, scale) -> side -> per run, every rank's peak resident memory (bytes)
+    memory: dict[tuple[str, float], dict[str, list]] = {
+        (case.model, scale): {"bare": [], "proxy": []} for case, scale, _, _ in plan
+    }
     failed = False
     # Rounds outermost: every case gets one bare and one proxy run per round, back to back.
     load: list[dict[str, Any]] = []  # the machine's load average, per round
@@ -354,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
             problems = check_same(case, bare, proxy)
             if problems:
                 failed = True
+            for side, doc in (("bare", bare), ("proxy", proxy)):
+                memory[(case.model, scale)][side].append(doc["peak_rss_bytes_per_rank"])
             for ph in case.phases:
                 row = rows[(case.model, ph, scale)]
                 row["problems"] += [f"round {rep + 1}: {p}" for p in problems]
@@ -391,6 +440,13 @@ def main(argv: list[str] | None = None) -> int:
         "fastest bare run; overhead = median difference (per op: per operation of rank 0's "
         "program: MPI calls, waits, sleeps)"
     )
+    mem_rows = memory_summary(memory)
+    mem_text = memory_table(mem_rows)
+    print(
+        "\nPeak resident memory (the whole process: interpreter, MPI library, buffers), "
+        "median over the runs: of the largest rank, and summed over the ranks"
+    )
+    print(mem_text)
     for m, why in skipped.items():
         print(f"skipped {m}: {why}")
     for s in summary:
@@ -419,6 +475,8 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": time.perf_counter() - started,
         "rows": summary,
         "table": text,
+        "memory": mem_rows,
+        "memory_table": mem_text,
     }
     path = write_json(ns.out, doc)
     print(f"wrote {path}")

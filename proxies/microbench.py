@@ -548,9 +548,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
     """Everything after MPI initialisation (importing the executor initialises MPI)."""
-    import psutil
-
     from . import mpi_executor as mx
+    from .buffers import fill
     from .run import MEMORY_HEADROOM
 
     comm = mx.MPI.COMM_WORLD
@@ -578,7 +577,7 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
         # Memory: refuse the sizes whose buffers this host cannot hold.
         full = build_workload(cases, p)
         _, ranks_on_host, avail = mx.node_memory_check(
-            comm, BASE_RANK_BYTES, psutil.virtual_memory().available
+            comm, BASE_RANK_BYTES, mx.available_memory_bytes()
         )
         needs = [
             host_need_bytes(full, ph, c, rank, ranks_on_host)
@@ -632,8 +631,8 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
         # buffer maps every page to the kernel's one zero page, which is always
         # in cache, and inflates the bandwidth of large messages. Zeros in the
         # receive buffer keep repeated in-place sums at zero.
-        ex.sbuf.fill(1.0)
-        ex.rbuf.fill(0.0)
+        fill(ex.sbuf, 1.0)
+        fill(ex.rbuf, 0.0)
         library = mx.library_version()
         thread_level = mx.thread_level_name(mx.MPI.Query_thread())
         if library.startswith("MPICH"):

@@ -20,13 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
-import numpy as np
 from mpi4py import MPI
 
 from workload.accounting import buffer_needs
 from workload.ops import ELEM_BYTES, Collective, Compute, Op, Recv, Send, Testany, Wait, describe
 from workload.program import Workload
 from workload.units import us_to_s
+
+from .buffers import NO_ELEMENTS, zeros
 
 # Tags of the project's own schedules: collective k (in program order) on a group
 # uses SCHEDULE_TAG + k % SCHEDULE_TAGS, so concurrent non-blocking schedules on one
@@ -159,8 +160,8 @@ class MPIExecutor:
         self.needs = buffer_needs(workload, self.rank, list(self.programs.values()))
         self.comms: dict[str, MPI.Intracomm] = {}
         self.index: dict[str, dict[int, int]] = {}
-        self.sbuf = np.zeros(0, np.float32)
-        self.rbuf = np.zeros(0, np.float32)
+        self.sbuf = NO_ELEMENTS
+        self.rbuf = NO_ELEMENTS
         self._leftover: list[MPI.Request] = []
         self.pacer: Pacer | None = None
         self.buffer_bytes: int | None = None
@@ -188,10 +189,8 @@ class MPIExecutor:
                 self.index[kind] = {r: i for i, r in enumerate(group)}
 
     def allocate(self) -> None:
-        # np.zeros commits no page until written: the send buffer, never
-        # written, stays on the shared zero page.
-        self.sbuf = np.zeros(max(1, self.needs.send_elems), np.float32)
-        self.rbuf = np.zeros(max(1, self.needs.recv_elems), np.float32)
+        self.sbuf = zeros(self.needs.send_elems)
+        self.rbuf = zeros(self.needs.recv_elems)
 
     # -- compiling operations into calls ---------------------------------------
     def _compute(self, duration_us: float) -> Callable[[], None]:
@@ -526,7 +525,7 @@ def _post(
     reqs: list[MPI.Request],
     req: int,
     post: Callable[..., MPI.Request],
-    buf: np.ndarray,
+    buf: memoryview,
     peer: int,
     tag: int,
 ) -> None:
@@ -550,6 +549,29 @@ def thread_level_name(level: int) -> str:
         MPI.THREAD_MULTIPLE: "multiple",
     }
     return names.get(level, str(level))
+
+
+def available_memory_bytes() -> int:
+    """Memory this host can still give (bytes): Linux's MemAvailable, read from
+    /proc/meminfo; psutil's figure elsewhere (imported only there: 1.8 MB a rank)."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except OSError:
+        pass
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory so far, in bytes."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # Linux: KiB
 
 
 def node_memory_check(
@@ -602,8 +624,8 @@ def pairwise_bandwidth(
     """
     rank, n = comm.Get_rank(), comm.Get_size()
     count = max(1, size_bytes // ELEM_BYTES)
-    buf = np.zeros(count, np.float32)
-    ack = np.zeros(1, np.float32)
+    buf = zeros(count)
+    ack = zeros(1)
     chunk = pacer.chunk_elems if pacer else count
     pieces = [min(chunk, count - o) for o in range(0, count, chunk)]
     row = [0.0] * n

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import statistics
+import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from workload.models import Model
@@ -15,6 +15,12 @@ from workload.run_result import ProxyRun
 from workload.timeline import Breakdown, op_events
 
 from .mpi_executor import PhaseRun
+
+
+def _mean(values: Iterable[float]) -> float:
+    """The mean (statistics.fmean's, without loading statistics into every rank)."""
+    vals = list(values)
+    return math.fsum(vals) / len(vals)
 
 
 def rank_figures(run: PhaseRun, breakdown: Callable[..., Breakdown]) -> dict[str, Any]:
@@ -28,9 +34,9 @@ def rank_figures(run: PhaseRun, breakdown: Callable[..., Breakdown]) -> dict[str
         "total_s": run.total_s,
         "runtime_per_iteration_s": run.total_s / max(1, len(iters)),
         "iteration_s": iters,
-        "compute_s": statistics.fmean(p.compute_s for p in parts),
-        "comm_s": statistics.fmean(p.comm_s for p in parts),
-        "exposed_comm_s": statistics.fmean(p.exposed_comm_s for p in parts),
+        "compute_s": _mean(p.compute_s for p in parts),
+        "comm_s": _mean(p.comm_s for p in parts),
+        "exposed_comm_s": _mean(p.exposed_comm_s for p in parts),
     }
 
 
@@ -58,14 +64,14 @@ def _phase_summary(name: str, per_rank: list[dict[str, Any]]) -> dict[str, Any]:
             "slowest_rank": slowest["rank"],
         },
         "iteration_s": {
-            "mean": statistics.fmean(per_iter),
+            "mean": _mean(per_iter),
             "min": min(per_iter),
             "max": max(per_iter),
         },
     }
     for key in ("compute_s", "comm_s", "exposed_comm_s"):
         vals = [r[key] for r in per_rank]
-        out[key] = {"mean": statistics.fmean(vals), "max": max(vals)}
+        out[key] = {"mean": _mean(vals), "max": max(vals)}
     return out
 
 
@@ -127,6 +133,7 @@ def document(
         },
         versions=versions(),
         wall_s=wall_s,
+        peak_rss_bytes_per_rank=[r["peak_rss_bytes"] for r in everyone],
         phases=phases,
     ).to_json()
 

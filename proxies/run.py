@@ -10,8 +10,6 @@ import math
 import sys
 import time
 
-import psutil
-
 from workload.accounting import BASE_RANK_BYTES, program_stats
 from workload.layout import LayoutError
 from workload.models import Model
@@ -27,9 +25,11 @@ from .mpi_executor import (
     MPIExecutor,
     abort_job,
     any_true,
+    available_memory_bytes,
     gather,
     library_version,
     node_memory_check,
+    peak_rss_bytes,
     thread_level_name,
 )
 from .usage import EXIT_USAGE
@@ -105,7 +105,7 @@ def run(
             **settings.executor_options(),
         )
         need, ranks, avail = node_memory_check(
-            comm, ex.needs.resident_bytes, psutil.virtual_memory().available
+            comm, ex.needs.resident_bytes, available_memory_bytes()
         )
         buffers = need - ranks * BASE_RANK_BYTES
         too_big = need > avail * MEMORY_HEADROOM and not ns.force
@@ -139,6 +139,7 @@ def run(
                 "phases": local,
                 "program": stats,
                 "resident_estimate_bytes": ex.needs.resident_bytes,
+                "peak_rss_bytes": peak_rss_bytes(),
             },
         )
         trace = None

@@ -7,6 +7,8 @@ tests/reference_counts.py.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -105,6 +107,24 @@ def test_cosmoflow(tmp_path):
 def test_dlrm(tmp_path):
     doc = run_json(tmp_path, 4, "proxies.dlrm", *FAST)
     check_ranks(doc, lambda r: ref.dlrm(4, 1.0))
+    # Every rank's peak resident memory: at least an interpreter with MPI loaded, and
+    # well below what a rank would hold with its buffers touched (DLRM's are ~40 MB).
+    peaks = doc["peak_rss_bytes_per_rank"]
+    assert len(peaks) == 4
+    assert all(15e6 < b < 200e6 for b in peaks), peaks
+
+
+def test_a_proxy_rank_loads_no_array_library_or_statistics():
+    """What a rank imports is memory every rank pays: only what the proxies use."""
+    code = (
+        "import sys, proxies.run, proxies.microbench, proxies.gpt3;"
+        "print(sorted(m for m in ('numpy', 'psutil', 'statistics', 'importlib.metadata')"
+        " if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "[]"
 
 
 def test_gpt3(tmp_path):

@@ -45,11 +45,13 @@ class ProxyRun:
     units: dict[str, str] = field(default_factory=dict)
     versions: dict[str, Any] = field(default_factory=dict)
     wall_s: float | None = None
+    # Each rank's peak resident memory (bytes) when the figures were gathered.
+    peak_rss_bytes_per_rank: list[int] = field(default_factory=list)
     kind: str = "proxy-run"
 
     _ORDER = (
         "kind", "model", "description", "world_size", "params", "info", "groups", "options",
-        "iterations", "mpi", "units", "versions", "wall_s", "phases",
+        "iterations", "mpi", "units", "versions", "wall_s", "peak_rss_bytes_per_rank", "phases",
     )  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
