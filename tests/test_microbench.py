@@ -235,3 +235,19 @@ def test_memory_refusal():
     assert r.returncode == 2, r.stdout + r.stderr
     assert "refused" in r.stdout and "GiB is available" in r.stdout
     assert r.stderr.startswith("error: microbench: nothing to run")
+
+
+def test_exchange_time_is_the_slowest_ranks_own_iterations():
+    """Neighbours do not wait for the whole ring: each rank's iterations follow one
+    another, so the row gives the slowest rank's mean (its throughput), not the mean of
+    each iteration's slowest rank, which adds up every rank's stalls."""
+    from proxies.microbench import SPECS, Case, row
+
+    case = Case(SPECS["exchange"], "library", 1024, 256, 1024, window=2)
+    per_rank = [[10e-6, 90e-6, 10e-6], [90e-6, 10e-6, 10e-6], [20e-6, 20e-6, 20e-6]]
+    r = row(case, 3, per_rank, 3)
+    # Rank 0 and 1 both average 110/3 us; rank 0 (the first such) is taken, per message.
+    assert r["time_s"]["avg"] == pytest.approx(110e-6 / 3 / 2)
+    assert (r["time_s"]["min"], r["time_s"]["max"]) == (5e-6, 45e-6)
+    # The mean of the slowest rank per iteration would be (90 + 90 + 20) / 3 / 2 us.
+    assert r["time_s"]["avg"] < 200e-6 / 3 / 2
