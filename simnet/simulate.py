@@ -528,6 +528,7 @@ def simulate(
 
         sim = ex.run_phase(i, cfg.workload.iterations, report)
         phases.append(_phase_result(sim, n_end, cfg.workload.iterations, time.perf_counter() - t0))
+        sim.release()
     assumed.extend(ex.policy.fallbacks)
 
     def routes() -> tuple[np.ndarray, np.ndarray]:
@@ -842,7 +843,9 @@ def program_time(
         gamma_for_named_algorithms=library_algorithm,
         step_latency_s=step_latency_s,
     )
-    return ex.run_phase().makespan_s
+    sim = ex.run_phase()
+    sim.release()
+    return sim.makespan_s
 
 
 def exchange_time(

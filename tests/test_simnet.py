@@ -648,3 +648,23 @@ def test_small_ring_allreduce_sends_every_step_on_hierarchical():
     t16, m16 = run(16)
     assert m2 == m16 == 16 * 30
     assert t2 == pytest.approx(t16, rel=1e-3)
+
+
+def test_a_finished_simulation_leaves_no_cyclic_garbage_growing_with_its_ranks():
+    """The run's state is freed by reference counting when simulate returns (the ranks'
+    cycles are broken), not left for the cyclic collector to trace: what a collection
+    then finds is the network graph's own, the same at 16 and at 64 ranks."""
+    import gc
+
+    def garbage_after(ranks: int) -> int:
+        cfg = {
+            "distributed": {"num_nodes": ranks, "bandwidth_limit_gb_per_s": 25.0},
+            "topology": {"type": "fat_tree", "k": 8},
+            "workload": {"name": "resnet50", "world_size": ranks, "scale": 0.01},
+        }
+        gc.collect()
+        simnet.simulate(cfg, record_series=False)
+        return gc.collect()
+
+    small, large = garbage_after(16), garbage_after(64)
+    assert abs(large - small) < 50, (small, large)
