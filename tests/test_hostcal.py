@@ -340,3 +340,16 @@ def test_the_joint_fit_separates_the_senders_overhead_from_the_per_message_cost(
     assert v["step_latency_s"] == pytest.approx(150e-6, rel=0.01)
     assert v["alltoall_step_latency_s"] == pytest.approx(400e-6, rel=0.01)
     assert all(f["max_rel_error"] < 1e-6 for f in fits)
+
+
+def test_exchange_capacity_follows_the_largest_exchanges():
+    """Small exchanges copy within the caches, faster than the large ones a gradient
+    makes: the capacity is the large ones' (absolute residuals), not a compromise."""
+    ranks, window = 10, 8
+    rows = []
+    for size in (1 << 17, 1 << 19, 1 << 21, 1 << 23, 1 << 25):
+        capacity = 20e9 if size <= 1 << 21 else 15e9  # bytes/s, all ranks together
+        rows.append((size, 200e-6 / window + ranks * size / capacity))  # s per message
+    _, cap, fit = hostcal.fit_exchange(rows, ranks, window)
+    assert 14.5e9 < cap < 15.5e9, cap
+    assert fit["op"] == "exchange" and fit["ranks"] == ranks
