@@ -258,19 +258,20 @@ def table(summary: list[dict[str, Any]]) -> str:
 def memory_summary(runs: dict[tuple[str, float], dict[str, list]]) -> list[dict[str, Any]]:
     """Per case: the peak resident memory of the largest rank and of all ranks summed,
     median over the runs, bare and proxy (bytes)."""
-    out = []
-    for (model, scale), sides in runs.items():
-        row: dict[str, Any] = {"model": model, "scale": scale, "runs": sides}
-        for side in ("bare", "proxy"):
-            per_run = [r for r in sides[side] if r]
-            if per_run:
-                row[f"{side}_max_rank_bytes"] = statistics.median(max(r) for r in per_run)
-                row[f"{side}_sum_ranks_bytes"] = statistics.median(sum(r) for r in per_run)
-        if "bare_max_rank_bytes" in row and "proxy_max_rank_bytes" in row:
-            row["ratio_max_rank"] = row["proxy_max_rank_bytes"] / row["bare_max_rank_bytes"]
-            row["ratio_sum_ranks"] = row["proxy_sum_ranks_bytes"] / row["bare_sum_ranks_bytes"]
-        out.append(row)
-    return out
+    return [_memory_row(model, scale, sides) for (model, scale), sides in runs.items()]
+
+
+def _memory_row(model: str, scale: float, sides: dict[str, list]) -> dict[str, Any]:
+    row: dict[str, Any] = {"model": model, "scale": scale, "runs": sides}
+    for side in ("bare", "proxy"):
+        per_run = [r for r in sides[side] if r]
+        if per_run:
+            row[f"{side}_max_rank_bytes"] = statistics.median(max(r) for r in per_run)
+            row[f"{side}_sum_ranks_bytes"] = statistics.median(sum(r) for r in per_run)
+    if "bare_max_rank_bytes" in row and "proxy_max_rank_bytes" in row:
+        row["ratio_max_rank"] = row["proxy_max_rank_bytes"] / row["bare_max_rank_bytes"]
+        row["ratio_sum_ranks"] = row["proxy_sum_ranks_bytes"] / row["bare_sum_ranks_bytes"]
+    return row
 
 
 def memory_table(rows: list[dict[str, Any]]) -> str:
@@ -278,18 +279,19 @@ def memory_table(rows: list[dict[str, Any]]) -> str:
         f"{'model':10s} {'scale':>5s} {'bare (MB/rank)':>14s} {'proxy (MB/rank)':>15s} "
         f"{'proxy/bare':>10s} {'bare (MB, all)':>14s} {'proxy (MB, all)':>15s} {'proxy/bare':>10s}"
     )
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        if "ratio_max_rank" not in r:
-            lines.append(f"{r['model']:10s} {r['scale']:>5g}  no figures")
-            continue
-        lines.append(
-            f"{r['model']:10s} {r['scale']:>5g} {r['bare_max_rank_bytes'] / 1e6:14.1f} "
-            f"{r['proxy_max_rank_bytes'] / 1e6:15.1f} {r['ratio_max_rank']:10.3f} "
-            f"{r['bare_sum_ranks_bytes'] / 1e6:14.1f} {r['proxy_sum_ranks_bytes'] / 1e6:15.1f} "
-            f"{r['ratio_sum_ranks']:10.3f}"
-        )
-    return "\n".join(lines)
+    return "\n".join([head, "-" * len(head), *map(_memory_line, rows)])
+
+
+def _memory_line(r: dict[str, Any]) -> str:
+    if "ratio_max_rank" not in r:
+        return f"{r['model']:10s} {r['scale']:>5g}  no figures"
+    mb = {k: r[k] / 1e6 for k in r if k.endswith("_bytes")}
+    return (
+        f"{r['model']:10s} {r['scale']:>5g} {mb['bare_max_rank_bytes']:14.1f} "
+        f"{mb['proxy_max_rank_bytes']:15.1f} {r['ratio_max_rank']:10.3f} "
+        f"{mb['bare_sum_ranks_bytes']:14.1f} {mb['proxy_sum_ranks_bytes']:15.1f} "
+        f"{r['ratio_sum_ranks']:10.3f}"
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
