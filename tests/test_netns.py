@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import topologies
+from simnet.hostparams import HostCalibration, HostParams
 from workflows.netns import TCP_FRAME_HEADER_BYTES, Cluster, TestbedError, namespaces, switch_graph
 
 needs_root = pytest.mark.skipif(
@@ -123,13 +124,26 @@ def test_routes_follow_the_model_and_every_pair_is_counted():
     assert not [n for n in namespaces() if n.startswith(c.tag)]
 
 
+def _host_params(tmp_path) -> str:
+    """A host model of known parameters, for --host-params: no calibration is measured,
+    and this host's cached one is neither read nor written."""
+    host = tmp_path / "host.json"
+    cal = HostCalibration(
+        {"hostname": "test", "cores": 2},
+        "2026-01-01T00:00:00+00:00",
+        [HostParams(n, 10.0, 100.0, 5.0, 1e-10, 200.0) for n in (2, 4)],
+    )
+    host.write_text(json.dumps(cal.to_json()))
+    return str(host)
+
+
 def _testbed(tmp_path, config: dict, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps(config))
     out = tmp_path / "tb"
     r = subprocess.run(
         [sys.executable, "-m", "simnet", "testbed", "--config", str(cfg), "--out", str(out),
-         "--iters", "2", "--warmup", "1", *extra],
+         "--iters", "2", "--warmup", "1", "--host-params", _host_params(tmp_path), *extra],
         capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
@@ -228,7 +242,8 @@ def test_ctrl_c_during_a_testbed_run_stops_it_and_leaves_nothing(tmp_path):
     before = set(namespaces())
     p = subprocess.Popen(
         [sys.executable, "-m", "simnet", "testbed", "--config", str(cfg), "--out",
-         str(tmp_path / "tb"), "--microbench", "stream", "--sizes", "4M,4M,2"],
+         str(tmp_path / "tb"), "--microbench", "stream", "--sizes", "4M,4M,2",
+         "--host-params", _host_params(tmp_path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     try:
@@ -260,7 +275,7 @@ def test_a_run_over_its_time_limit_is_stopped_and_leaves_nothing(tmp_path):
     before = set(namespaces())
     r = subprocess.run(
         [sys.executable, "-m", "simnet", "testbed", "--config", str(cfg), "--out",
-         str(tmp_path / "tb"), "--timeout", "3"],
+         str(tmp_path / "tb"), "--timeout", "3", "--host-params", _host_params(tmp_path)],
         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert r.returncode == 2, r.stdout + r.stderr

@@ -595,8 +595,11 @@ def run(
     timeout_s: float,
     say: Callable[[str], None] = print,
     gso_max_segs: int | None = None,
+    host_params: str | None = None,
 ) -> dict[str, Any]:
-    """Make the cluster, calibrate, run, predict, compare; returns the document."""
+    """Make the cluster, calibrate, run, predict, compare; returns the document.
+    ``host_params``: the host calibration file to use (None: this host's cached one,
+    measured first if missing or stale)."""
     from workflows.machine import ThisMachine
 
     em = emulated(cfg)
@@ -606,7 +609,7 @@ def run(
     # progress throttle and on polling as the ranks of one machine would.
     env = dict(os.environ, **MPI_OVER_TCP, **{SHARING_CORES_VAR: str(cfg.world_size)})
     out.mkdir(parents=True, exist_ok=True)
-    machine = ThisMachine.calibrate(cfg.world_size, say)
+    machine = ThisMachine.calibrate(cfg.world_size, say, params_file=host_params)
     with (
         stop_on_signals(),
         Cluster(em.graph, gso_max_segs=gso_max_segs) as cluster,
@@ -854,6 +857,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="--microbench sizes in nccl-tests' terms (default %(default)s)",
     )
     p.add_argument(
+        "--host-params",
+        default=None,
+        metavar="FILE",
+        help="the host model from this calibration (python -m simnet calibrate-host) "
+        "instead of this host's cached one, which is measured when missing or stale",
+    )
+    p.add_argument(
         "--gso-max-segs",
         type=int,
         default=None,
@@ -880,7 +890,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                                        cfg.world_size, ns.iters, ns.warmup, out)  # fmt: skip
         else:
             work = proxy_workload(cfg, ns.iters, ns.warmup, out)
-        doc = run(cfg, out, work, ns.timeout, gso_max_segs=ns.gso_max_segs)
+        doc = run(
+            cfg,
+            out,
+            work,
+            ns.timeout,
+            gso_max_segs=ns.gso_max_segs,
+            host_params=ns.host_params,
+        )
     except (ConfigError, TestbedError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
