@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 import time
 import traceback
 from collections.abc import Callable
 
 from proxies.buffers import zeros
+from workload.hostmem import peak_rss_bytes
 from workload.models.dlrm import ALLTOALL_TOTAL_ELEMS, BOTTOM_MLP_GRADIENTS, TOP_MLP_GRADIENTS
 from workload.models.pipeline_dp import GPT2
 from workload.models.resnet import RESNET50_MESSAGES
@@ -201,8 +201,7 @@ def main() -> None:
         traceback.print_exc()
         sys.stderr.flush()
         world.Abort(1)
-    # Linux's ru_maxrss is in KiB.
-    peaks = world.gather(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, root=0)
+    peaks = world.gather(peak_rss_bytes(), root=0)
     if rank == 0:
         levels = {
             MPI.THREAD_SINGLE: "single",

@@ -555,6 +555,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
     """Everything after MPI initialisation (importing the executor initialises MPI)."""
+    from workload.hostmem import available_memory_bytes
+
     from . import mpi_executor as mx
     from .buffers import fill
     from .run import MEMORY_HEADROOM
@@ -584,7 +586,7 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
         # Memory: refuse the sizes whose buffers this host cannot hold.
         full = build_workload(cases, p)
         _, ranks_on_host, avail = mx.node_memory_check(
-            comm, BASE_RANK_BYTES, mx.available_memory_bytes()
+            comm, BASE_RANK_BYTES, available_memory_bytes()
         )
         needs = [
             host_need_bytes(full, ph, c, rank, ranks_on_host)

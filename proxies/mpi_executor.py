@@ -551,29 +551,6 @@ def thread_level_name(level: int) -> str:
     return names.get(level, str(level))
 
 
-def available_memory_bytes() -> int:
-    """Memory this host can still give (bytes): Linux's MemAvailable, read from
-    /proc/meminfo; psutil's figure elsewhere (imported only there: 1.8 MB a rank)."""
-    try:
-        with open("/proc/meminfo", "rb") as f:
-            for line in f:
-                if line.startswith(b"MemAvailable:"):
-                    return int(line.split()[1]) * 1024  # kB
-    except OSError:
-        pass
-    import psutil
-
-    return int(psutil.virtual_memory().available)
-
-
-def peak_rss_bytes() -> int:
-    """This process's peak resident memory so far, in bytes."""
-    import resource
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024  # Linux: KiB
-
-
 def node_memory_check(
     comm: MPI.Intracomm, resident_bytes: int, available_bytes: int
 ) -> tuple[int, int, int]:

@@ -11,6 +11,7 @@ import sys
 import time
 
 from workload.accounting import BASE_RANK_BYTES, program_stats
+from workload.hostmem import available_memory_bytes, peak_rss_bytes
 from workload.layout import LayoutError
 from workload.models import Model
 from workload.program import Workload
@@ -25,11 +26,9 @@ from .mpi_executor import (
     MPIExecutor,
     abort_job,
     any_true,
-    available_memory_bytes,
     gather,
     library_version,
     node_memory_check,
-    peak_rss_bytes,
     thread_level_name,
 )
 from .usage import EXIT_USAGE

@@ -26,7 +26,6 @@ cdef class _Coll(_Waiter):
     cdef public Py_ssize_t i
     cdef public Py_ssize_t me
     cdef public object owner
-    cdef public object rank
     cdef public object sim
     cdef public tuple steps
 

@@ -570,7 +570,7 @@ class PhaseSim:
             acct[pair] = acct.get(pair, 0) + b
         # The instance: every member's k-th collective on its group is the same one.
         base = (gid + seq * self._ngroups) * self._world2
-        coll = _Coll(self, rank, steps, base, me, endpoints, done, delays)
+        coll = _Coll(self, steps, base, me, endpoints, done, delays)
         if op.req is not None and not self.ex.async_progress:
             coll.owner = self.ranks[rank]
         return coll.advance()
@@ -808,7 +808,6 @@ class _Coll(_Waiter):
         "i",
         "me",
         "owner",
-        "rank",
         "sim",
         "steps",
     )
@@ -816,7 +815,6 @@ class _Coll(_Waiter):
     def __init__(
         self,
         sim: PhaseSim,
-        rank: int,
         steps: Sequence[_PlanStep],
         base: int,
         me: int,
@@ -825,7 +823,6 @@ class _Coll(_Waiter):
         delays: list[float] | None = None,
     ) -> None:
         self.sim = sim
-        self.rank = rank
         self.steps = steps
         self.base = base  # + src * group size + dst (member indices): a channel of this instance
         self.me = me  # the rank's index in its group

@@ -98,13 +98,18 @@ cdef class FlowNetwork:
     @cython.locals(flow=_Flow, path=_Path)
     cpdef start_transfer(self, src, dst, size_bytes, on_delivery, tag=*)
 
+    @cython.locals(flow=_Flow)
+    cpdef _Flow _message(self, _Path path, size_bytes, on_delivery, tag)
+
+    @cython.locals(bucket=list)
+    cpdef _set_timer(self, _Flow flow, double time_s)
+
     @cython.locals(path=_Path, pair=_Pair, links=tuple, bucket=list, n=cython.longlong,
                    size=cython.longlong, t=cython.double, alpha_s=cython.double,
                    o=cython.double, s=cython.double, free=dict)
     cpdef _launch(self, _Flow flow, double now)
 
-    @cython.locals(flow=_Flow, path=_Path, bucket=list, now=cython.double,
-                   delay=cython.double, t=cython.double)
+    @cython.locals(flow=_Flow, path=_Path, now=cython.double, delay=cython.double)
     cpdef start_rendezvous(self, src, dst, size_bytes, on_delivery, tag, send_posted_s)
 
     @cython.locals(bucket=list, pending=list)

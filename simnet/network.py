@@ -440,19 +440,28 @@ class FlowNetwork:
         ``on_delivery`` may start new transfers. ``size_bytes`` must be an
         integer >= 0.
         """
-        size = size_bytes if type(size_bytes) is int else operator.index(size_bytes)
-        if size < 0:
-            raise ValueError(f"size_bytes must be >= 0, got {size} (src={src}, dst={dst})")
         to = self._static_paths.get(src) if self._static_paths is not None else None
         path = to.get(dst) if to is not None else None
         if path is None:
             path = self._path(src, dst)
+        flow = self._message(path, size_bytes, on_delivery, tag)
+        self._launch(flow, self.env.now + 0.0)  # a float in both cores (simpy starts an int 0)
+
+    def _message(
+        self, path: _Path, size_bytes: SupportsIndex, on_delivery: Callable, tag: object
+    ) -> _Flow:
+        """A message on ``path``, not started yet (``size_bytes`` checked: an integer >= 0)."""
+        size = size_bytes if type(size_bytes) is int else operator.index(size_bytes)
+        if size < 0:
+            raise ValueError(
+                f"size_bytes must be >= 0, got {size} (src={path.src}, dst={path.dst})"
+            )
         flow = _Flow.__new__(_Flow)
         flow.notify = on_delivery
         flow.path = path
         flow.size_bytes = size
         flow.tag = tag
-        self._launch(flow, self.env.now + 0.0)  # a float in both cores (simpy starts an int 0)
+        return flow
 
     def _launch(self, flow: _Flow, now: float) -> None:
         """Start a message whose path, size, tag and delivery callback are set, at ``now``
@@ -528,23 +537,11 @@ class FlowNetwork:
             now = self.env.now
             delay = send_posted_s + self.alpha_s + path.latency_s - now
             if delay > 0.0:
-                size = size_bytes if type(size_bytes) is int else operator.index(size_bytes)
-                if size < 0:
-                    raise ValueError(f"size_bytes must be >= 0, got {size} (src={src}, dst={dst})")
                 # The message waits as a timer of its own, launched when it fires (as
                 # start_transfer would be then, without a second object).
-                flow = _Flow.__new__(_Flow)
-                flow.notify = on_delivery
-                flow.path = path
-                flow.size_bytes = size
-                flow.tag = tag
+                flow = self._message(path, size_bytes, on_delivery, tag)
                 flow.phase = _HANDSHAKE
-                t = now + delay
-                bucket = self._buckets.get(t)
-                if bucket is None:
-                    bucket = self._new_bucket(t)
-                bucket.append(flow)
-                flow.timer = bucket
+                self._set_timer(flow, now + delay)
                 return
         self.start_transfer(src, dst, size_bytes, on_delivery, tag)
 

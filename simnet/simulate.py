@@ -6,13 +6,12 @@ machine could run (e.g. the GPT-3 proxy at 384 ranks).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gc
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -94,18 +93,6 @@ class PhaseResult:
         """[src, dst] mean rate the pair obtained under the workload's contention: its
         bytes over the time it had messages in flight (0 where it sent nothing)."""
         return _rate(self.traffic_bytes, self.pair_busy_s)
-
-
-@contextlib.contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
-    """The cyclic garbage collector off for a while (reference counting still frees)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _dense(pairs: dict[tuple[int, int], Any], n: int, dtype: Any) -> np.ndarray:
@@ -409,8 +396,13 @@ def _without_cyclic_gc(fn: Callable[..., T]) -> Callable[..., T]:
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> T:
-        with _no_cyclic_gc():
+        was = gc.isenabled()
+        gc.disable()
+        try:
             return fn(*args, **kwargs)
+        finally:
+            if was:
+                gc.enable()
 
     return run
 
