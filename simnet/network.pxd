@@ -16,7 +16,8 @@ cdef class _Link:
     cdef public object key
     cdef public double capacity_bytes_per_s
     cdef public double latency_s
-    cdef public dict flows
+    cdef public list flows
+    cdef public long long n_flows
     cdef public long long bytes_total
     cdef public double busy_s
     cdef public double busy_since_s
@@ -119,13 +120,13 @@ cdef class FlowNetwork:
     cpdef call_later(self, double delay_s, callback, arg=*)
 
     @cython.locals(flow=_Flow, link=_Link, path=_Path, pair=_Pair, n=cython.longlong,
-                   bucket=list, b=list, fl=dict,
+                   bucket=list, b=list, fl=list,
                    dirty=list, times=list, buckets=dict, pending=list, size=cython.longlong,
                    phase=cython.int, now=cython.double, t=cython.double, limit=cython.double,
                    target=cython.double, nt=cython.double, hops=Py_ssize_t, queue=list)
     cpdef _on_wake(self, ev)
 
-    @cython.locals(link=_Link, links=tuple, fl=dict, latency_s=cython.double)
+    @cython.locals(link=_Link, links=tuple, n=cython.longlong, latency_s=cython.double)
     cpdef _begin(self, _Flow flow, double now)
 
     @cython.locals(path=_Path, pair=_Pair, n=cython.longlong)
@@ -135,7 +136,7 @@ cdef class FlowNetwork:
     cpdef _apply_rate(self, _Flow f, double rate, double now)
 
     @cython.locals(seed=_Link, link=_Link, l2=_Link, f=_Flow, seeds=list, buckets=dict,
-                   bucket=list, seed_flows=dict, comp_links=list, comp_flows=list,
+                   bucket=list, comp_links=list, comp_flows=list,
                    touched=list, n=Py_ssize_t, i=Py_ssize_t, epoch=cython.longlong,
                    rate=cython.double, old=cython.double, cap=cython.double,
                    tol=cython.double, load=cython.double, t=cython.double, low=cython.double)

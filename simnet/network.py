@@ -153,6 +153,7 @@ class _Link:
         "load_bytes_per_s",
         "load_mark",
         "mark",
+        "n_flows",
         "n_unfrozen",
         "peak_load_bytes_per_s",
         "rem_capacity_bytes_per_s",
@@ -163,9 +164,13 @@ class _Link:
         self.key = key
         self.capacity_bytes_per_s = capacity_bytes_per_s
         self.latency_s = latency_s
-        # Flows draining through this link; a dict (not a set) so iteration
-        # order is insertion order and results are deterministic.
-        self.flows: dict[_Flow, None] = {}
+        # Flows draining through this link, in the order they began (so results are
+        # deterministic), and n_flows of them still draining. A flow that stops draining
+        # stays listed until the list is compacted (see _on_wake): its phase tells it
+        # apart, as a flow drains on all its links at once or on none. Appending and
+        # counting down cost less than a dict's hashing, and keep the same order.
+        self.flows: list[_Flow] = []
+        self.n_flows = 0
         self.bytes_total = 0
         self.busy_s = 0.0
         self.busy_since_s = 0.0
@@ -599,7 +604,7 @@ class FlowNetwork:
         now = self.env.now + 0.0
         flows: dict[_Flow, None] = {}
         for link in self._links.values():
-            flows.update(link.flows)
+            flows.update((f, None) for f in link.flows if f.phase == _DRAINING)
         out = []
         for f in sorted(flows, key=operator.attrgetter("seq")):
             rem = f.remaining_bytes
@@ -810,7 +815,7 @@ class FlowNetwork:
 
     @staticmethod
     def _busy_s(link: _Link, now: float) -> float:
-        if link.flows:
+        if link.n_flows:
             return link.busy_s + (now - link.busy_since_s)
         return link.busy_s
 
@@ -870,13 +875,20 @@ class FlowNetwork:
                                 # self._end_drain(flow, now), inlined
                                 size = flow.size_bytes
                                 dirty = self._dirty
+                                flow.phase = _LATENCY  # off its links' lists from now on
                                 for link in flow.links:
-                                    fl = link.flows
-                                    del fl[flow]
+                                    n = link.n_flows - 1
+                                    link.n_flows = n
                                     link.bytes_total += size
-                                    if fl:
+                                    if n:
+                                        fl = link.flows
+                                        if len(fl) > 2 * n + 16:
+                                            # Compact: the ended flows cost at most as many
+                                            # skips again, amortised.
+                                            link.flows = [f for f in fl if f.phase == _DRAINING]
                                         dirty.append(link)
                                     else:
+                                        link.flows.clear()
                                         # What _flush does for an empty seed, done now.
                                         link.busy_s += now - link.busy_since_s
                                         if link.load_bytes_per_s != 0.0:
@@ -886,7 +898,6 @@ class FlowNetwork:
                                                 _set_load(link, 0.0, now)
                                 flow.rate_bytes_per_s = 0.0
                                 flow.remaining_bytes = 0.0
-                                flow.phase = _LATENCY
                                 t = now + flow.path.latency_s
                                 b = buckets.get(t)
                                 if b is None:
@@ -957,10 +968,11 @@ class FlowNetwork:
             return
         flow.phase = _DRAINING
         for link in links:
-            fl = link.flows
-            if not fl:
+            n = link.n_flows
+            if not n:
                 link.busy_since_s = now
-            fl[flow] = None
+            link.n_flows = n + 1
+            link.flows.append(flow)
         # Any one link reaches the flow's whole component.
         self._dirty.append(links[0])
         if not self._waking and not self._flush_scheduled:
@@ -1017,8 +1029,7 @@ class FlowNetwork:
             if seed.mark == epoch:
                 continue
             seed.mark = epoch
-            seed_flows = seed.flows
-            n = len(seed_flows)
+            n = seed.n_flows
             if n == 0:
                 if seed.load_bytes_per_s != 0.0:
                     if seed.series is None:
@@ -1028,10 +1039,12 @@ class FlowNetwork:
                 continue
             if n == 1:
                 # Fast path: a flow alone on all its links gets its bottleneck.
-                (f,) = seed_flows
+                for f in seed.flows:
+                    if f.phase == _DRAINING:
+                        break
                 rate = math.inf
                 for link in f.links:
-                    if len(link.flows) != 1:
+                    if link.n_flows != 1:
                         break
                     cap = link.capacity_bytes_per_s
                     if cap < rate:
@@ -1075,7 +1088,7 @@ class FlowNetwork:
                 link = comp_links[i]
                 i += 1
                 for f in link.flows:
-                    if f.mark != epoch:
+                    if f.mark != epoch and f.phase == _DRAINING:
                         f.mark = epoch
                         comp_flows.append(f)
                         # A link that only this flow crosses is but a cap on its rate, and
@@ -1085,7 +1098,7 @@ class FlowNetwork:
                         # place, which leaves every rate as it was, bit for bit.
                         low = math.inf
                         for l2 in f.links:
-                            if l2.mark != epoch and len(l2.flows) == 1:
+                            if l2.mark != epoch and l2.n_flows == 1:
                                 cap = l2.capacity_bytes_per_s
                                 if cap < low:
                                     low = cap
@@ -1094,12 +1107,12 @@ class FlowNetwork:
                                 l2.mark = epoch
                                 if l2.load_mark == epoch:
                                     touched.append(l2)
-                                if len(l2.flows) == 1:
+                                if l2.n_flows == 1:
                                     if l2.capacity_bytes_per_s != low:
                                         continue
                                     low = -1.0  # picked
                                 l2.rem_capacity_bytes_per_s = l2.capacity_bytes_per_s
-                                l2.n_unfrozen = len(l2.flows)
+                                l2.n_unfrozen = l2.n_flows
                                 comp_links.append(l2)
             self.recomputations += 1
             self.flows_rerated += len(comp_flows)
@@ -1118,6 +1131,7 @@ class FlowNetwork:
             for link in touched:
                 load = 0.0
                 for f in link.flows:
+                    # An ended flow's rate is 0.0, and adding it leaves the sum as it is.
                     load += f.rate_bytes_per_s
                 if load != link.load_bytes_per_s:
                     _set_load(link, load, now)
@@ -1181,7 +1195,7 @@ def _water_fill(links: list[_Link]) -> None:
                 cur = level
             level = cur
             for f in link.flows:
-                if f.fill_bytes_per_s < 0.0:
+                if f.fill_bytes_per_s < 0.0 and f.phase == _DRAINING:
                     f.fill_bytes_per_s = cur
                     for l2 in f.links:
                         l2.rem_capacity_bytes_per_s -= cur
