@@ -16,6 +16,7 @@ its own network as usual, so its time alone is the sum of its phases.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,8 +44,24 @@ class JobReport:
     start_s: float
     alone_s: float  # the job by itself on the network (sum of its phases)
     shared_s: float  # from its start to its last rank's end, with the other jobs
-    traffic_bytes: np.ndarray  # [src endpoint, dst endpoint] of the shared run
+    # (src endpoint, dst endpoint) -> bytes of the shared run, between the job's endpoints
+    pair_bytes: dict[tuple[int, int], int]
+    num_endpoints: int  # of the network
     link_bytes: dict[tuple, int]  # bytes the job sent over each link
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes the job's ranks sent one another in the shared run."""
+        return sum(self.pair_bytes.values())
+
+    @functools.cached_property
+    def traffic_bytes(self) -> np.ndarray:
+        """[src endpoint, dst endpoint] bytes of the shared run, over the whole network
+        (n x n, built on first use: zero outside the job's endpoints)."""
+        out = np.zeros((self.num_endpoints, self.num_endpoints), dtype=np.int64)
+        for (i, j), b in self.pair_bytes.items():
+            out[i, j] = b
+        return out
 
     @property
     def slowdown(self) -> float:
@@ -208,15 +225,15 @@ def simulate_jobs(
     shared = run(shared_cfg, progress=progress, workload=combined)
     phase = shared.phases[0]
     ends = phase.timeline.iteration_ends if phase.timeline is not None else {}
+    pairs = phase.pair_bytes
     reports = []
     first = 0
     for job, eps, res in zip(cfg.jobs, placements, alone, strict=True):
         last = first + len(eps)
         start = job.start_us * 1e-6
         end = max((ends[r][-1] for r in range(first, last) if ends.get(r)), default=start)
-        mask = np.zeros(phase.traffic_bytes.shape[0], dtype=bool)
-        mask[eps] = True
-        traffic = np.where(np.outer(mask, mask), shared.traffic_bytes, 0)
+        mine = set(eps)
+        traffic = {k: b for k, b in pairs.items() if k[0] in mine and k[1] in mine}
         link_bytes: dict[tuple, int] = {}
         for p in res.phases:
             for k, b in p.link_bytes.items():
@@ -231,7 +248,8 @@ def simulate_jobs(
                 start_s=start,
                 alone_s=sum(p.makespan_s for p in res.phases),
                 shared_s=end - start,
-                traffic_bytes=traffic,
+                pair_bytes=traffic,
+                num_endpoints=phase.num_endpoints,
                 link_bytes=link_bytes,
             )
         )

@@ -242,7 +242,7 @@ def jobs_document(report: Any) -> dict[str, Any]:
                 "alone_s": j.alone_s,
                 "shared_s": j.shared_s,
                 "slowdown": j.slowdown,
-                "traffic_bytes": int(j.traffic_bytes.sum()),
+                "traffic_bytes": j.total_bytes,
             }
             for j in report.jobs
         ],
@@ -526,7 +526,7 @@ def write_all(
             )
         )
     if res.jobs is not None:
-        files += _write_jobs(res, out, prefix, title)
+        files += _write_jobs(res, out, prefix, title, dense)
     files.append(write_json(out / f"{prefix}timeline.trace.json", trace(res), indent=None))
     files.append(write_json(out / f"{prefix}results.json", document(res, dense, prefix)))
     from .report import REPORT_NAME, write_report
@@ -550,8 +550,11 @@ def write_all(
     return files
 
 
-def _write_jobs(res: SimResult, out: Path, prefix: str, title: str) -> list[Path]:
-    """The jobs table, the contended links and one traffic heatmap per job."""
+def _write_jobs(
+    res: SimResult, out: Path, prefix: str, title: str, dense: bool = True
+) -> list[Path]:
+    """The jobs table, the contended links and one traffic heatmap per job (without
+    ``dense``, in blocks of endpoints as the run's own heatmap)."""
     from . import plots
 
     report = res.jobs
@@ -584,13 +587,16 @@ def _write_jobs(res: SimResult, out: Path, prefix: str, title: str) -> list[Path
             ],
         ),
     ]
+    n = res.graph.graph["num_endpoints"]
+    b = 1 if dense else block_size(n)
     for j in report.jobs:
         files.append(
             plots.traffic_heatmap(
-                j.traffic_bytes,
+                j.traffic_bytes if dense else _block_sums(j.pair_bytes, n, b),
                 out / f"{prefix}traffic_heatmap_{j.name}.png",
                 title=f"predicted traffic of job {j.name} ({j.model}) sharing: {title}",
-                axis_name="endpoint",
+                labels=None if b == 1 else [str(i) for i in range(0, n, b)],
+                axis_name="endpoint" if b == 1 else f"endpoint (blocks of {b})",
             )
         )
     return files

@@ -443,7 +443,11 @@ def simulate(
         from .jobs import simulate_jobs
 
         run = functools.partial(
-            simulate, record_series=record_series, force=force, available_bytes=available_bytes
+            simulate,
+            record_series=record_series,
+            force=force,
+            available_bytes=available_bytes,
+            dense_matrices=dense_matrices,
         )
         return simulate_jobs(cfg, run, build_workload, progress)
     base = Path(config).parent if isinstance(config, (str, Path)) else Path(".")

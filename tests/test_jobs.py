@@ -165,6 +165,23 @@ def test_jobs_outputs(tmp_path):
     assert "slowdown x2.000" in summary
 
 
+def test_jobs_without_dense_matrices_build_no_n_by_n_matrix(tmp_path):
+    res = simulate(_two_jobs(), dense_matrices=False)
+    files = write_all(res, tmp_path, matrices="sparse")
+    assert {"sim_traffic_heatmap_a.png", "sim_traffic_heatmap_b.png"} <= {f.name for f in files}
+    a, b = res.jobs.jobs
+    # Neither the run's nor a job's endpoint-pair matrix was made (cached on first use).
+    assert "traffic_bytes" not in vars(res.phases[0])
+    assert "traffic_bytes" not in vars(a) and "traffic_bytes" not in vars(b)
+    assert set(a.pair_bytes) == {(0, 2), (2, 0)} and set(b.pair_bytes) == {(1, 3), (3, 1)}
+    doc = json.loads((tmp_path / "sim_results.json").read_text())
+    assert [j["traffic_bytes"] for j in doc["jobs"]["jobs"]] == [a.total_bytes, b.total_bytes]
+    assert a.total_bytes + b.total_bytes == sum(res.phases[0].pair_bytes.values())
+    # Built on demand, a job's matrix holds its pairs and zeros elsewhere.
+    m = a.traffic_bytes
+    assert m.shape == (4, 4) and m.sum() == a.total_bytes and m[0, 2] == a.pair_bytes[(0, 2)]
+
+
 def test_jobs_with_noise_are_deterministic_per_seed():
     whatif = {"whatif": {"compute_noise": 0.2, "seed": 7}}
     cfg = _two_jobs(**whatif)
