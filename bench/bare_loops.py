@@ -67,17 +67,16 @@ def resnet50_phases(comm, rank: int, size: int, scale: float) -> list[Phase]:
     counts = [scaled(m, scale) for m in RESNET50_MESSAGES]
     big = max(counts)
     sbuf, rbuf = zeros(big), zeros(big)
-    views = [rbuf[:n] for n in counts]
     pairs = [(rbuf[:n], sbuf[:n]) for n in counts]
     left, right = (rank - 1) % size, (rank + 1) % size
-    in_place, op_sum = MPI.IN_PLACE, MPI.SUM
+    op_sum = MPI.SUM
     allreduce, irecv, send = comm.Allreduce, comm.Irecv, comm.Send
     nbytes = sum(counts) * ELEM_BYTES
 
     def allreduce_loop(n: int) -> None:
         for _ in range(n):
-            for v in views:
-                allreduce(in_place, v, op_sum)
+            for rv, sv in pairs:
+                allreduce(sv, rv, op_sum)
 
     def ring_loop(n: int) -> None:
         for _ in range(n):
@@ -98,10 +97,11 @@ def dlrm_phases(comm, rank: int, size: int, scale: float) -> list[Phase]:
     per_peer = scaled(ALLTOALL_TOTAL_ELEMS // size, scale)
     top, bottom = scaled(TOP_MLP_GRADIENTS, scale), scaled(BOTTOM_MLP_GRADIENTS, scale)
     recv_elems = max(per_peer * size, top, bottom)
-    sbuf, rbuf = zeros(per_peer * size), zeros(recv_elems)
+    sbuf, rbuf = zeros(recv_elems), zeros(recv_elems)
     a2a_send, a2a_recv = sbuf[: per_peer * size], rbuf[: per_peer * size]
     top_v, bottom_v = rbuf[:top], rbuf[:bottom]
-    in_place, op_sum = MPI.IN_PLACE, MPI.SUM
+    top_s, bottom_s = sbuf[:top], sbuf[:bottom]
+    op_sum = MPI.SUM
     alltoall, iallreduce, waitall = comm.Alltoall, comm.Iallreduce, MPI.Request.Waitall
     sleep = time.sleep
     embedding_fwd, embedding_bwd = us_to_s(95.0), us_to_s(190.0)
@@ -114,10 +114,10 @@ def dlrm_phases(comm, rank: int, size: int, scale: float) -> list[Phase]:
             alltoall(a2a_send, a2a_recv)
             for d in fwd:
                 sleep(d)
-            r_top = iallreduce(in_place, top_v, op_sum)
+            r_top = iallreduce(top_s, top_v, op_sum)
             for d in mid:
                 sleep(d)
-            r_bottom = iallreduce(in_place, bottom_v, op_sum)
+            r_bottom = iallreduce(bottom_s, bottom_v, op_sum)
             alltoall(a2a_send, a2a_recv)
             sleep(embedding_bwd)
             waitall([r_top, r_bottom])

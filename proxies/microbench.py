@@ -638,8 +638,7 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
         ex.allocate()
         # Initialise the buffers, as nccl-tests and OSU do: a never-written send
         # buffer maps every page to the kernel's one zero page, which is always
-        # in cache, and inflates the bandwidth of large messages. Zeros in the
-        # receive buffer keep repeated in-place sums at zero.
+        # in cache, and inflates the bandwidth of large messages.
         fill(ex.sbuf, 1.0)
         fill(ex.rbuf, 0.0)
         library = mx.library_version()

@@ -9,6 +9,7 @@ import pytest
 from workload.accounting import program_stats
 from workload.layout import LayoutError
 from workload.models import MODELS
+from workload.models.resnet import RESNET50_MESSAGES
 from workload.ops import Collective, Compute, Recv, Send, Testany, Wait
 from workload.program import BuildOptions
 
@@ -332,6 +333,19 @@ def test_schedule_collectives_get_a_send_buffer_of_the_whole_transfer():
     # reduce_scatter and allgather on 4 ranks: the whole 4-block vector.
     assert needs.send_elems == 4 * block
     assert needs.recv_elems == 4 * block
+
+
+def test_library_collectives_send_from_the_send_buffer_except_over_one_rank():
+    # As the reference calls them (separate send and receive buffers, never in place);
+    # over a group of one they run in place, so a copy-only call commits nothing.
+    from workload.accounting import buffer_needs
+
+    w = build("resnet50", 4, [])
+    needs = buffer_needs(w, 0, [w.phases[0].program(0)])
+    assert needs.send_elems == needs.recv_elems == max(RESNET50_MESSAGES)
+    one = build("resnet50", 1, [])
+    needs = buffer_needs(one, 0, [one.phases[0].program(0)])
+    assert needs.send_elems == 0 and needs.touched_recv_elems == 0
 
 
 def test_gpt3_total_params_integer_arithmetic_as_the_reference():

@@ -61,8 +61,9 @@ def program_stats(workload: Workload, rank: int, ops: Sequence[Op]) -> ProgramSt
 class BufferNeeds:
     """Scratch buffers one rank allocates, in float32 elements.
 
-    send_elems: the send-only buffer (never written, so it stays on the zero page).
-    recv_elems: the receive/in-place buffer, as allocated.
+    send_elems: the send-only buffer (never written, so it stays on the zero page);
+      collectives over two or more ranks send from it too.
+    recv_elems: the receive buffer (in place for a group of one rank), as allocated.
     mpi_temp_bytes: the largest temporary MPI itself allocates for a reduction
       (MPICH's reduce-scatter/allreduce algorithms copy the vector once).
     touched_recv_elems: the part of the receive buffer MPI writes, so resident (None:
@@ -102,8 +103,12 @@ def buffer_needs(workload: Workload, rank: int, programs: Sequence[Sequence[Op]]
                 if p > 1 or (op.algorithm is None and op.op in ("alltoall", "reduce")):
                     touched = max(touched, got)
                 whole = n * p if op.op in ("allgather", "reduce_scatter", "alltoall") else n
-                if op.op in ("alltoall", "reduce"):
-                    send = max(send, whole)
+                # Sent from the send buffer: alltoall and reduce always, the others
+                # over two or more ranks (over one they run in place).
+                sent = {"alltoall": whole, "reduce": whole}
+                if p > 1:
+                    sent |= {"allreduce": n, "reduce_scatter": whole, "allgather": n}
+                send = max(send, sent.get(op.op, 0))
                 if op.algorithm is not None:
                     # The project's schedules send slices of the send buffer.
                     send = max(send, whole)
