@@ -268,7 +268,7 @@ def test_ctrl_c_on_a_proxy_is_one_line_and_exit_130(tmp_path, module, args):
     import signal
     import subprocess
     import sys
-    import time
+    import threading
 
     from .mpirun import MPIEXEC
 
@@ -285,13 +285,33 @@ def test_ctrl_c_on_a_proxy_is_one_line_and_exit_130(tmp_path, module, args):
         cwd=tmp_path,
         stdin=subprocess.DEVNULL,
     )
-    time.sleep(6)  # running by then
-    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    # Interrupt once the job reports its loop running (its first progress line after
+    # the header), not after a fixed time: start-up on a loaded machine can take long.
+    lines: dict[str, list[str]] = {"out": [], "err": []}
+    running = threading.Event()
+
+    def drain(name: str, stream) -> None:
+        for line in stream:
+            lines[name].append(line)
+            if name == "out" and len(lines["out"]) >= 2:
+                running.set()
+
+    readers = [
+        threading.Thread(target=drain, args=(k, f), daemon=True)
+        for k, f in (("out", proc.stdout), ("err", proc.stderr))
+    ]
+    for t in readers:
+        t.start()
     try:
-        out, err = proc.communicate(timeout=60)
+        assert running.wait(timeout=120), "the job never reported progress"
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+    for t in readers:
+        t.join(timeout=10)
+    out, err = "".join(lines["out"]), "".join(lines["err"])
     assert proc.returncode == 130, out + err
     assert (out + err).count("interrupted (Ctrl-C)") == 1
     assert "Traceback" not in out + err and "unhandled error" not in out + err
