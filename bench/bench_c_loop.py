@@ -21,9 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -31,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
 
 from bench.bench_executor import MPIEXEC, RunError, run_job
+from bench.mpi_build import mpi_compile
 from proxies.launch import THROTTLE_VARS
 from workload.results import versions, write_json
 
@@ -40,25 +39,7 @@ VARIANTS = ("c_separate", "c_in_place", "proxy_blocking", "proxy_default")
 
 def build(out_dir: Path) -> Path:
     """The C loop compiled with the mpicc beside mpiexec; SystemExit saying what is missing."""
-    mpicc = Path(MPIEXEC).with_name("mpicc")
-    if not mpicc.is_file():
-        mpicc = Path(shutil.which("mpicc") or "mpicc")
-    exe = out_dir / "resnet50_allreduce"
-    try:
-        subprocess.run(
-            [str(mpicc), "-O2", "-o", str(exe), str(SOURCE)],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        detail = getattr(exc, "stderr", "") or str(exc)
-        raise SystemExit(
-            f"bench_c_loop: cannot build {SOURCE.name} with {mpicc} ({detail.strip()[:300]}); "
-            "it needs mpicc (the mpich wheel's, beside mpiexec) and a C compiler"
-        ) from None
-    return exe
+    return mpi_compile(SOURCE, out_dir / "resnet50_allreduce", "mpicc", "bench_c_loop")
 
 
 def run(variant: str, exe: Path, ns: argparse.Namespace, env: dict[str, str]) -> float:

@@ -196,11 +196,39 @@ def spread(xs: list[float]) -> float:
     return (max(xs) - min(xs)) / statistics.median(xs) if xs else float("nan")
 
 
+def compared(a: str, a_s: list[float], b: str, b_s: list[float]) -> dict[str, Any]:
+    """Two sides' per-run seconds side by side: medians, spreads, ``ratio_<b>_over_<a>``
+    of the medians and ``paired_ratios`` (b / a of the runs made back to back)."""
+    ma, mb = statistics.median(a_s), statistics.median(b_s)
+    return {
+        f"{a}_median_s": ma,
+        f"{b}_median_s": mb,
+        f"{a}_spread": spread(a_s),
+        f"{b}_spread": spread(b_s),
+        f"ratio_{b}_over_{a}": mb / ma,
+        "paired_ratios": [y / x for x, y in zip(a_s, b_s, strict=False)],
+    }
+
+
+def memory_compared(sides: dict[str, list], a: str, b: str) -> dict[str, Any]:
+    """Per side, every run's per-rank peak memory (bytes) -> the medians over the runs of
+    the largest rank and of the ranks' sum, and b / a of both."""
+    row: dict[str, Any] = {}
+    for side in (a, b):
+        per_run = [r for r in sides[side] if r]
+        if per_run:
+            row[f"{side}_max_rank_bytes"] = statistics.median(max(r) for r in per_run)
+            row[f"{side}_sum_ranks_bytes"] = statistics.median(sum(r) for r in per_run)
+    if f"{a}_max_rank_bytes" in row and f"{b}_max_rank_bytes" in row:
+        row["ratio_max_rank"] = row[f"{b}_max_rank_bytes"] / row[f"{a}_max_rank_bytes"]
+        row["ratio_sum_ranks"] = row[f"{b}_sum_ranks_bytes"] / row[f"{a}_sum_ranks_bytes"]
+    return row
+
+
 def summarise(rows: dict[tuple[str, str, float], dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for (model, phase, scale), r in rows.items():
         bare, proxy = r["bare_s_per_iter"], r["proxy_s_per_iter"]
-        pairs = [p / b for b, p in zip(bare, proxy, strict=False)]
         row: dict[str, Any] = {
             "case": r["case"],
             "model": model,
@@ -214,14 +242,9 @@ def summarise(rows: dict[tuple[str, str, float], dict[str, Any]]) -> list[dict[s
             "problems": r["problems"],
         }
         if bare and proxy:
-            mb, mp = statistics.median(bare), statistics.median(proxy)
+            row |= compared("bare", bare, "proxy", proxy)
+            mb, mp = row["bare_median_s"], row["proxy_median_s"]
             row |= {
-                "bare_median_s": mb,
-                "proxy_median_s": mp,
-                "bare_spread": spread(bare),
-                "proxy_spread": spread(proxy),
-                "ratio_proxy_over_bare": mp / mb,
-                "paired_ratios": pairs,
                 "bare_best_s": min(bare),
                 "proxy_best_s": min(proxy),
                 "ratio_best_proxy_over_best_bare": min(proxy) / min(bare),
@@ -262,16 +285,7 @@ def memory_summary(runs: dict[tuple[str, float], dict[str, list]]) -> list[dict[
 
 
 def _memory_row(model: str, scale: float, sides: dict[str, list]) -> dict[str, Any]:
-    row: dict[str, Any] = {"model": model, "scale": scale, "runs": sides}
-    for side in ("bare", "proxy"):
-        per_run = [r for r in sides[side] if r]
-        if per_run:
-            row[f"{side}_max_rank_bytes"] = statistics.median(max(r) for r in per_run)
-            row[f"{side}_sum_ranks_bytes"] = statistics.median(sum(r) for r in per_run)
-    if "bare_max_rank_bytes" in row and "proxy_max_rank_bytes" in row:
-        row["ratio_max_rank"] = row["proxy_max_rank_bytes"] / row["bare_max_rank_bytes"]
-        row["ratio_sum_ranks"] = row["proxy_sum_ranks_bytes"] / row["bare_sum_ranks_bytes"]
-    return row
+    return {"model": model, "scale": scale, "runs": sides} | memory_compared(sides, "bare", "proxy")
 
 
 def memory_table(rows: list[dict[str, Any]]) -> str:

@@ -30,9 +30,6 @@ import argparse
 import os
 import re
 import shlex
-import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,7 +39,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
 
-from bench.bench_executor import MPIEXEC, RunError, run_job, spread
+from bench.bench_executor import MPIEXEC, RunError, compared, memory_compared, run_job
+from bench.mpi_build import mpi_compile
 from proxies.launch import THROTTLE_VARS
 from workload.results import versions, write_json
 
@@ -131,30 +129,12 @@ def patched_source(text: str, iters: int, warmup: int) -> str:
 
 def build(ref: Path, case: RefCase, iters: int, warmup: int, out_dir: Path) -> Path:
     """The case's reference program with our iteration counts, compiled; its path."""
-    mpicxx = Path(MPIEXEC).with_name("mpicxx")
-    if not mpicxx.is_file():
-        mpicxx = Path(shutil.which("mpicxx") or "mpicxx")
     src = ref / case.source
     if not src.is_file():
         raise SystemExit(f"bench_reference: {src} is missing from the reference checkout")
     copy = out_dir / f"{case.name}.cpp"
     copy.write_text(patched_source(src.read_text(), iters, warmup))
-    exe = out_dir / case.name
-    try:
-        subprocess.run(
-            [str(mpicxx), "-O2", "-o", str(exe), str(copy)],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        detail = getattr(exc, "stderr", "") or str(exc)
-        raise SystemExit(
-            f"bench_reference: cannot build {case.source} with {mpicxx} "
-            f"({detail.strip()[:300]}); it needs the mpich wheel's mpicxx and a C++ compiler"
-        ) from None
-    return exe
+    return mpi_compile(copy, out_dir / case.name, "mpicxx", "bench_reference")
 
 
 def with_memory(cmd: list[str], rss_dir: Path) -> list[str]:
@@ -231,25 +211,10 @@ def summarise(case: RefCase, runs: dict[str, list]) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"case": case.label(phase), "ranks": case.ranks}
         row |= {"reference_s_per_iter": ref, "proxy_s_per_iter": prx}
         if ref and prx:
-            mr, mp = statistics.median(ref), statistics.median(prx)
-            row |= {
-                "reference_median_s": mr,
-                "proxy_median_s": mp,
-                "reference_spread": spread(ref),
-                "proxy_spread": spread(prx),
-                "ratio_proxy_over_reference": mp / mr,
-                "paired_ratios": [p / r for r, p in zip(ref, prx, strict=False)],
-            }
+            row |= compared("reference", ref, "proxy", prx)
         rows.append(row)
-    mem: dict[str, Any] = {"case": case.name, "ranks": case.ranks}
-    for side in ("reference", "proxy"):
-        per_run = [r[1] for r in runs[side]]
-        if per_run:
-            mem[f"{side}_max_rank_bytes"] = statistics.median(max(r) for r in per_run)
-            mem[f"{side}_sum_ranks_bytes"] = statistics.median(sum(r) for r in per_run)
-    if "reference_sum_ranks_bytes" in mem and "proxy_sum_ranks_bytes" in mem:
-        mem["ratio_sum_ranks"] = mem["proxy_sum_ranks_bytes"] / mem["reference_sum_ranks_bytes"]
-        mem["ratio_max_rank"] = mem["proxy_max_rank_bytes"] / mem["reference_max_rank_bytes"]
+    sides = {side: [r[1] for r in runs[side]] for side in ("reference", "proxy")}
+    mem = {"case": case.name, "ranks": case.ranks} | memory_compared(sides, "reference", "proxy")
     rows[0]["memory"] = mem
     return rows
 
