@@ -191,6 +191,12 @@ def test_stale_caches_say_why(fitted):
     assert "days old" in hostcal.stale_reason(old, key, [2], 7.0)
 
 
+def test_a_calibration_by_an_older_method_is_stale(fitted):
+    key = hostcal.host_key()
+    older = HostCalibration(key | {"method": hostcal.METHOD - 1}, fitted.created, fitted.by_ranks)
+    assert "(method changed)" in hostcal.stale_reason(older, key, [2], 7.0)
+
+
 def test_cached_calibration_is_reused_until_stale(fitted, tmp_path, monkeypatch):
     monkeypatch.setenv("COMMSIM_CACHE_DIR", str(tmp_path))
     key = hostcal.host_key()

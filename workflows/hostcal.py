@@ -85,9 +85,18 @@ def _dist_version(name: str) -> str | None:
         return None
 
 
+# What the measurements mean: a change to how ranks measure (their buffers, their calls)
+# makes earlier calibrations stale. 2: the proxies' buffers became private mappings
+# (shared ones had cost MPICH's single-copy transfers a third of their speed) and
+# collectives send from a separate buffer.
+METHOD = 2
+
+
 def host_key() -> dict[str, Any]:
-    """What a calibration is valid for: this host, its cores, the MPI library and version."""
+    """What a calibration is valid for: this host, its cores, the MPI library and version,
+    and the measuring method (:data:`METHOD`)."""
     return {
+        "method": METHOD,
         "hostname": platform.node(),
         "cores": os.cpu_count(),
         "machine": platform.machine(),
