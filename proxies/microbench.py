@@ -222,6 +222,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="exchange: messages each rank has in flight to its neighbour at once (default 1)",
     )
+    g.add_argument(
+        "--send-buffer",
+        choices=("filled", "zero"),
+        default="filled",
+        help="filled (default, as nccl-tests and OSU: every page of the send buffer written, "
+        "so copies read real memory) or zero: never written, as the proxies' buffers (every "
+        "page the kernel's one zero page, always in cache); the host calibration uses zero",
+    )
     g = p.add_argument_group("sizes (nccl-tests: S is the whole array, suffixes K M G = 1024)")
     g.add_argument(
         "-b",
@@ -638,8 +646,10 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
         ex.allocate()
         # Initialise the buffers, as nccl-tests and OSU do: a never-written send
         # buffer maps every page to the kernel's one zero page, which is always
-        # in cache, and inflates the bandwidth of large messages.
-        fill(ex.sbuf, 1.0)
+        # in cache, and inflates the bandwidth of large messages. The proxies send
+        # from such a buffer, as the reference does: --send-buffer zero measures that.
+        if ns.send_buffer == "filled":
+            fill(ex.sbuf, 1.0)
         fill(ex.rbuf, 0.0)
         library = mx.library_version()
         thread_level = mx.thread_level_name(mx.MPI.Query_thread())
@@ -658,6 +668,7 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
             "rank per iteration, then avg/min/max over iterations; pingpong: one-way "
             f"(round trip / 2); stream: per message (window {ns.window}); exchange: per "
             f"message (window {ns.exchange_window}), the slowest rank's iterations; "
+            f"send buffer {ns.send_buffer}; "
             "algbw = size / avg time; busbw = algbw x bus factor; GB = 1e9 bytes"
         )
         out(column_header())

@@ -251,3 +251,21 @@ def test_exchange_time_is_the_slowest_ranks_own_iterations():
     assert (r["time_s"]["min"], r["time_s"]["max"]) == (5e-6, 45e-6)
     # The mean of the slowest rank per iteration would be (90 + 90 + 20) / 3 / 2 us.
     assert r["time_s"]["avg"] < 200e-6 / 3 / 2
+
+
+def test_send_buffer_left_on_the_zero_page_as_the_proxies_have_it(tmp_path):
+    # The host calibration measures what the proxies send from: a never-written buffer.
+    from workflows.hostcal import microbench_command
+
+    cmd = microbench_command(2, ["exchange"], (1 << 17, 1 << 20, 4), 3, tmp_path / "x.json")
+    assert cmd[cmd.index("--send-buffer") + 1] == "zero"
+    out = tmp_path / "zero.json"
+    r = mpirun(
+        2, "proxies.microbench", "-b", "1K", "-e", "4K", "-f", "4", "--ops", "exchange",
+        "--send-buffer", "zero", *FAST, "--json", str(out), timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "send buffer zero" in r.stdout
+    doc = json.loads(out.read_text())
+    assert doc["options"]["send_buffer"] == "zero"
+    assert [g["size_bytes"] for g in rows_of(doc, "exchange")] == [1024, 4096]

@@ -88,7 +88,8 @@ def _dist_version(name: str) -> str | None:
 # What the measurements mean: a change to how ranks measure (their buffers, their calls)
 # makes earlier calibrations stale. 2: the proxies' buffers became private mappings
 # (shared ones had cost MPICH's single-copy transfers a third of their speed) and
-# collectives send from a separate buffer.
+# collectives send from a separate buffer, and the calibration measures with a
+# never-written send buffer as they have.
 METHOD = 2
 
 
@@ -515,6 +516,9 @@ def microbench_command(
         progress,
         "--exchange-window",
         str(window),
+        # What the proxies and the trainer send from: a never-written buffer.
+        "--send-buffer",
+        "zero",
         "--json",
         str(json_path),
     ]
