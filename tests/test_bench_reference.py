@@ -61,7 +61,10 @@ def test_rank_zeros_figure_of_each_phase_is_read():
 )
 def test_every_ranks_peak_memory_is_read(tmp_path):
     # Rank 1 holds 64 MiB more than rank 0.
-    prog = "import os; b = bytearray((64 << 20) * int(os.environ['PMI_RANK']))"
+    prog = (
+        "import os; e = os.environ; "
+        "b = bytearray((64 << 20) * int(e.get('PMI_RANK') or e['OMPI_COMM_WORLD_RANK']))"
+    )
     cmd = with_memory([MPIEXEC, "-n", "2", sys.executable, "-c", prog], tmp_path)
     subprocess.run(cmd, check=True, timeout=60, capture_output=True)
     rss = read_rss(tmp_path, 2)
