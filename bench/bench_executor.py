@@ -44,6 +44,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,9 +120,25 @@ def bare_cmd(case: Case, ranks: int, scale: float, iters: int, warmup: int) -> l
 def proxy_cmd(
     case: Case, ranks: int, scale: float, iters: int, warmup: int, throttle: bool, timeout_s: float
 ) -> list[str]:
+    return proxy_command(
+        case.model, case.proxy_args, ranks, scale, iters, warmup, throttle, timeout_s
+    )
+
+
+def proxy_command(
+    module: str,
+    args: Sequence[str],
+    ranks: int,
+    scale: float,
+    iters: int,
+    warmup: int,
+    throttle: bool,
+    timeout_s: float,
+) -> list[str]:
+    """``mpiexec`` of ``python -m proxies.<module> args`` as the benchmarks run a proxy:
+    thread level single, blocking calls, quiet."""
     return [
-        MPIEXEC, "-n", str(ranks), sys.executable, "-m", f"proxies.{case.model}",
-        *case.proxy_args,
+        MPIEXEC, "-n", str(ranks), sys.executable, "-m", f"proxies.{module}", *args,
         "--scale", repr(scale), "--iters", str(iters), "--warmup", str(warmup),
         "--progress", "blocking", "--thread-level", "single",
         "--throttle", "on" if throttle else "off", "--timeout", f"{timeout_s:g}", "--quiet",

@@ -27,6 +27,7 @@ results/bench_reference.json (atomically) and prints a table.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -39,7 +40,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
 
-from bench.bench_executor import MPIEXEC, RunError, compared, memory_compared, run_job
+from bench.bench_executor import (
+    MPIEXEC,
+    RunError,
+    compared,
+    memory_compared,
+    proxy_command,
+    run_job,
+)
 from bench.mpi_build import mpi_compile
 from proxies.launch import THROTTLE_VARS
 from workload.results import versions, write_json
@@ -171,35 +179,37 @@ def reference_figures(case: RefCase, output: str) -> dict[str, float]:
     return figures
 
 
+def proxy_figures(case: RefCase, doc: dict[str, Any]) -> dict[str, float]:
+    """Rank 0's seconds per iteration of each phase, from the proxy's JSON."""
+    if doc["mpi"]["thread_level"] != "single":
+        raise RunError(f"{case.name}: proxy ran at {doc['mpi']['thread_level']}")
+    got = {p["phase"]: p["runtime_per_iteration_s"]["rank0"] for p in doc["phases"]}
+    missing = [ph for ph, _ in case.phases if ph not in got]
+    if missing:
+        raise RunError(f"{case.name}: proxy JSON lacks phase(s) {missing}")
+    return {ph: got[ph] for ph, _ in case.phases}
+
+
 def run_side(
     side: str, case: RefCase, exe: Path, iters: int, warmup: int, env: dict, timeout_s: float
 ) -> tuple[dict[str, float], list[int], str]:
     """One run of one side: per-phase seconds per iteration, per-rank peak memory, command."""
     with tempfile.TemporaryDirectory(prefix="bench_reference.") as tmp:
         tmpd = Path(tmp)
+        doc = tmpd / "proxy.json"
         if side == "reference":
             cmd = [MPIEXEC, "-n", str(case.ranks), str(exe), *case.args]
         else:
-            cmd = [
-                MPIEXEC, "-n", str(case.ranks), sys.executable, "-m", f"proxies.{case.module}",
-                *case.args, "--iters", str(iters), "--warmup", str(warmup),
-                "--progress", "blocking", "--thread-level", "single", "--throttle", "on",
-                "--timeout", f"{timeout_s:g}", "--quiet", "--json", str(tmpd / "proxy.json"),
-            ]  # fmt: skip
+            cmd = proxy_command(
+                case.module, case.args, case.ranks, 1.0, iters, warmup, True, timeout_s
+            )
+            cmd += ["--json", str(doc)]
         out = run_job(with_memory(cmd, tmpd), env, timeout_s + 30)
-        if side == "reference":
-            figures = reference_figures(case, out)
-        else:
-            import json
-
-            doc = json.loads((tmpd / "proxy.json").read_text())
-            got = {p["phase"]: p["runtime_per_iteration_s"]["rank0"] for p in doc["phases"]}
-            missing = [ph for ph, _ in case.phases if ph not in got]
-            if missing:
-                raise RunError(f"{case.name}: proxy JSON lacks phase(s) {missing}")
-            figures = {ph: got[ph] for ph, _ in case.phases}
-            if doc["mpi"]["thread_level"] != "single":
-                raise RunError(f"{case.name}: proxy ran at {doc['mpi']['thread_level']}")
+        figures = (
+            reference_figures(case, out)
+            if side == "reference"
+            else proxy_figures(case, json.loads(doc.read_text()))
+        )
         return figures, read_rss(tmpd, case.ranks), shlex.join(cmd)
 
 

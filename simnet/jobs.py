@@ -27,6 +27,7 @@ from workload.ops import Collective, Compute, Op, Recv, Send, Testany, Wait
 from workload.program import Phase, Workload
 
 from .config import Config, load_config
+from .pairs import dense_matrix
 
 # Request ids of a job's phase k become k * _REQ_STRIDE + id in the combined program,
 # so that phases run back to back never share an id.
@@ -58,10 +59,7 @@ class JobReport:
     def traffic_bytes(self) -> np.ndarray:
         """[src endpoint, dst endpoint] bytes of the shared run, over the whole network
         (n x n, built on first use: zero outside the job's endpoints)."""
-        out = np.zeros((self.num_endpoints, self.num_endpoints), dtype=np.int64)
-        for (i, j), b in self.pair_bytes.items():
-            out[i, j] = b
-        return out
+        return dense_matrix(self.pair_bytes, self.num_endpoints, np.int64)
 
     @property
     def slowdown(self) -> float:

@@ -41,6 +41,7 @@ from .config import (
 from .executor import AlgorithmPolicy, PhaseSim, SimExecutor
 from .hostparams import HostCalibrationError, apply_host_params
 from .network import FlowNetwork
+from .pairs import dense_matrix
 
 
 @dataclass
@@ -73,18 +74,18 @@ class PhaseResult:
     @functools.cached_property
     def traffic_bytes(self) -> np.ndarray:
         """[src endpoint, dst endpoint] exact bytes, all simulated iterations."""
-        return _dense(self.pair_bytes, self.num_endpoints, np.int64)
+        return dense_matrix(self.pair_bytes, self.num_endpoints, np.int64)
 
     @functools.cached_property
     def pair_busy_s(self) -> np.ndarray:
         """[src, dst] seconds with a message of the pair in flight."""
-        return _dense(self.pair_busy, self.num_endpoints, np.float64)
+        return dense_matrix(self.pair_busy, self.num_endpoints, np.float64)
 
     @functools.cached_property
     def part_traffic_bytes(self) -> dict[str, np.ndarray]:
         """ "reduce" / "copy" / "p2p" -> [src, dst] exact bytes."""
         return {
-            part: _dense(pairs, self.num_endpoints, np.int64)
+            part: dense_matrix(pairs, self.num_endpoints, np.int64)
             for part, pairs in self.part_pair_bytes.items()
         }
 
@@ -93,15 +94,6 @@ class PhaseResult:
         """[src, dst] mean rate the pair obtained under the workload's contention: its
         bytes over the time it had messages in flight (0 where it sent nothing)."""
         return _rate(self.traffic_bytes, self.pair_busy_s)
-
-
-def _dense(pairs: dict[tuple[int, int], Any], n: int, dtype: Any) -> np.ndarray:
-    """An n x n matrix holding ``pairs`` ((row, column) -> value), zeros elsewhere."""
-    out = np.zeros((n, n), dtype=dtype)
-    if pairs:
-        idx = np.fromiter((i for key in pairs for i in key), dtype=np.int64, count=2 * len(pairs))
-        out[idx[0::2], idx[1::2]] = np.fromiter(pairs.values(), dtype=dtype, count=len(pairs))
-    return out
 
 
 @dataclass
