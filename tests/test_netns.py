@@ -237,6 +237,18 @@ def _slow_two_hosts(tmp_path) -> Path:
 
 
 @needs_root
+def _remove_left(before: set[str]) -> list[str]:
+    """Namespaces a failed run left (its processes killed, the namespaces deleted), so
+    that one failure does not leave them to the next runs; returns their names."""
+    left = [n for n in set(namespaces()) - before if n.startswith("cs")]
+    for n in left:
+        pids = subprocess.run(["ip", "netns", "pids", n], capture_output=True, text=True)
+        for pid in pids.stdout.split():
+            os.kill(int(pid), signal.SIGKILL)
+        subprocess.run(["ip", "netns", "del", n], capture_output=True, timeout=20)
+    return left
+
+
 def test_ctrl_c_during_a_testbed_run_stops_it_and_leaves_nothing(tmp_path):
     cfg = _slow_two_hosts(tmp_path)
     before = set(namespaces())
@@ -264,9 +276,11 @@ def test_ctrl_c_during_a_testbed_run_stops_it_and_leaves_nothing(tmp_path):
     finally:
         if p.poll() is None:
             p.kill()
+            p.wait(timeout=10)
+            _remove_left(before)
     assert p.returncode == 130, err
     assert "every namespace removed" in err
-    assert not [n for n in set(namespaces()) - before if n.startswith("cs")]
+    assert not _remove_left(before)
 
 
 @needs_root

@@ -189,6 +189,30 @@ def test_run_command_times_out_and_stops_the_group(tmp_path):
     assert (tmp_path / "log.txt").read_text().startswith("$ bash -c")
 
 
+def test_ctrl_c_dropped_while_forking_still_stops_the_run(monkeypatch):
+    # A SIGINT that lands in Popen's at-fork handlers is printed and dropped by Python:
+    # the launcher must still stop the new group and raise the interruption.
+    import contextlib
+    import signal
+    import subprocess
+
+    real, started = subprocess.Popen, []
+
+    def forking(*args, **kwargs):
+        started.append(real(*args, **kwargs))
+        # What an at-fork handler does with an exception: print it and go on.
+        with contextlib.suppress(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        return started[-1]
+
+    monkeypatch.setattr(subprocess, "Popen", forking)
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        run_command(["sleep", "30"], 20)
+    assert time.perf_counter() - t0 < 10
+    assert started[0].poll() is not None  # the child was stopped
+
+
 def test_text_table_aligns_numbers_right():
     text = text_table(["a", "value (s)"], [["x", 1.5], ["long", None]])
     lines = text.splitlines()

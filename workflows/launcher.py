@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from simnet.config import Config
 
@@ -95,6 +96,43 @@ def _die_with_parent() -> None:
         pass
 
 
+def start_group(cmd: Sequence[str], **popen_kw: Any) -> subprocess.Popen:
+    """``subprocess.Popen(cmd)`` in a session of its own that gets SIGTERM if this
+    process dies, with stdin from /dev/null.
+
+    A Ctrl-C that lands while Popen forks is raised inside the parent's at-fork handlers
+    (logging's lock release), where Python prints "Exception ignored" and drops it: the
+    run would go on as if no one had asked it to stop. So SIGINT is noted here as well as
+    raised, and a noted one stops the new group and is raised again once Popen returns.
+    """
+    noted: list[int] = []
+
+    def note(signum: int, _frame: object) -> None:
+        noted.append(signum)
+        raise KeyboardInterrupt
+
+    ours = (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
+    old = signal.signal(signal.SIGINT, note) if ours else None
+    try:
+        proc = subprocess.Popen(
+            list(cmd),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+            **popen_kw,
+        )
+    finally:
+        if ours:
+            signal.signal(signal.SIGINT, old)
+    if noted:
+        stop_group(proc)
+        raise KeyboardInterrupt
+    return proc
+
+
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[None]:
     """SIGTERM and SIGHUP (``kill``, a closed terminal or ssh session) raise
@@ -123,16 +161,7 @@ def run_proxy(cmd: list[str], timeout_s: float, echo: bool = True) -> tuple[int,
     SIGHUP stop the group and raise KeyboardInterrupt; if this process dies
     outright, the group gets SIGTERM.
     """
-    proc = subprocess.Popen(
-        cmd,
-        start_new_session=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        bufsize=1,
-        preexec_fn=_die_with_parent,
-    )
+    proc = start_group(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     lines: list[str] = []
 
     def pump() -> None:
@@ -184,16 +213,8 @@ def run_command(
     as KeyboardInterrupt.
     """
     started = time.perf_counter()
-    proc = subprocess.Popen(
-        list(cmd),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        preexec_fn=_die_with_parent,
-        env=env,
-        cwd=cwd,
+    proc = start_group(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd
     )
     try:
         with stop_on_signals():
