@@ -88,9 +88,12 @@ cdef class FlowNetwork:
     cdef public dict _pairs
     cdef public dict _buckets
     cdef public list _times
+    cdef public double _last_time_s
+    cdef public list _last_bucket
     cdef public list _wake_pending
     cdef public bint _waking
     cdef public list _dirty
+    cdef public double _keep_below
     cdef public list _env_queue
     cdef public bint _flush_scheduled
     cdef public long long _epoch
@@ -113,6 +116,9 @@ cdef class FlowNetwork:
     @cython.locals(flow=_Flow, path=_Path, now=cython.double, delay=cython.double)
     cpdef start_rendezvous(self, src, dst, size_bytes, on_delivery, tag, send_posted_s)
 
+    @cython.locals(bucket=list)
+    cdef list _bucket(self, double time_s)
+
     @cython.locals(bucket=list, pending=list)
     cpdef list _new_bucket(self, double time_s)
 
@@ -123,10 +129,12 @@ cdef class FlowNetwork:
                    bucket=list, b=list, fl=list,
                    dirty=list, times=list, buckets=dict, pending=list, size=cython.longlong,
                    phase=cython.int, now=cython.double, t=cython.double, limit=cython.double,
+                   rate=cython.double,
                    target=cython.double, nt=cython.double, hops=Py_ssize_t, queue=list)
     cpdef _on_wake(self, ev)
 
-    @cython.locals(link=_Link, links=tuple, n=cython.longlong, latency_s=cython.double)
+    @cython.locals(link=_Link, links=tuple, n=cython.longlong, latency_s=cython.double,
+                   low=cython.double, share=cython.double)
     cpdef _begin(self, _Flow flow, double now)
 
     @cython.locals(path=_Path, pair=_Pair, n=cython.longlong)
@@ -135,11 +143,12 @@ cdef class FlowNetwork:
     @cython.locals(old=cython.double, rem=cython.double, t=cython.double, bucket=list)
     cpdef _apply_rate(self, _Flow f, double rate, double now)
 
-    @cython.locals(seed=_Link, link=_Link, l2=_Link, f=_Flow, seeds=list, buckets=dict,
+    @cython.locals(seed=_Link, link=_Link, l2=_Link, f=_Flow, seeds=list,
                    bucket=list, comp_links=list, comp_flows=list,
                    touched=list, n=Py_ssize_t, i=Py_ssize_t, epoch=cython.longlong,
                    rate=cython.double, old=cython.double, cap=cython.double,
-                   tol=cython.double, load=cython.double, t=cython.double, low=cython.double)
+                   tol=cython.double, load=cython.double, t=cython.double, low=cython.double,
+                   keep=cython.double)
     cpdef _flush(self, double now)
 
 
@@ -149,4 +158,4 @@ cdef _set_load(_Link link, double load, double now)
 
 @cython.locals(link=_Link, l2=_Link, f=_Flow, buckets=dict, b=list, shares=list,
                n=cython.longlong, share=cython.double, cur=cython.double, level=cython.double)
-cpdef _water_fill(list links)
+cpdef _water_fill(list links, long long epoch)

@@ -94,6 +94,9 @@ _HANDSHAKE = 5  # a rendezvous message whose request-to-send is on its way
 _FAST_FORWARD_HOPS = 4096
 
 _RATE_RTOL = 1e-12  # a new rate this close to the current one is no change
+# A flow whose rate is below the lowest rate of the flows that ended since the last
+# recomputation by more than this (relative) keeps its rate (see _flush).
+_KEEP_RTOL = 1e-9
 
 
 class TransferRecord(NamedTuple):
@@ -378,9 +381,14 @@ class FlowNetwork:
         # order and a heap orders the distinct times.
         self._buckets: dict[float, list[_Flow]] = {}
         self._times: list[float] = []
+        self._last_time_s = 0.0  # the time of the bucket _bucket last gave, kept at hand
+        self._last_bucket: list[_Flow] | None = None
         self._wake_pending: list[float] = []  # target times of scheduled simpy wake-ups
         self._waking = False
         self._dirty: list[_Link] = []  # seed links of components to recompute
+        # The lowest rate (bytes/s) of the flows that stopped draining since the last
+        # recomputation; 0.0 once a flow began (see _flush).
+        self._keep_below = math.inf
         # simpy's event queue, a heap of (time, priority, id, event), when this simpy
         # version keeps it where _on_wake can look (else every wake-up is a timeout).
         # Only a plain Environment: a RealtimeEnvironment must wait out every instant.
@@ -509,9 +517,7 @@ class FlowNetwork:
             # Nothing to drain: deliver after the route latency, or now, but by a timer.
             flow.phase = _LATENCY
             t = now + path.latency_s
-        bucket = self._buckets.get(t)
-        if bucket is None:
-            bucket = self._new_bucket(t)
+        bucket = self._bucket(t)
         bucket.append(flow)
         flow.timer = bucket
 
@@ -568,9 +574,7 @@ class FlowNetwork:
         timer.phase = _TIMER
         timer.notify = callback
         timer.tag = arg
-        bucket = self._buckets.get(t)
-        if bucket is None:
-            bucket = self._new_bucket(t)
+        bucket = self._bucket(t)
         bucket.append(timer)
         timer.timer = bucket
 
@@ -823,11 +827,26 @@ class FlowNetwork:
 
     def _set_timer(self, flow: _Flow, time_s: float) -> None:
         """(Re)schedule the end of the flow's current phase at time_s."""
+        bucket = self._bucket(time_s)
+        bucket.append(flow)
+        flow.timer = bucket
+
+    def _bucket(self, time_s: float) -> list[_Flow]:
+        """The timer bucket of time_s (s), made if there is none.
+
+        The bucket last asked for is kept at hand: the flows of a bulk-synchronous step
+        that start, end or arrive together ask for the same time one after another, and
+        a float-keyed lookup in a dict of thousands of pending times is among the
+        costliest steps of a message. It is forgotten when its bucket is taken out."""
+        bucket = self._last_bucket
+        if bucket is not None and time_s == self._last_time_s:
+            return bucket
         bucket = self._buckets.get(time_s)
         if bucket is None:
             bucket = self._new_bucket(time_s)
-        bucket.append(flow)
-        flow.timer = bucket
+        self._last_time_s = time_s
+        self._last_bucket = bucket
+        return bucket
 
     def _new_bucket(self, time_s: float) -> list[_Flow]:
         """An empty timer bucket for time_s, with a wake-up at or before it."""
@@ -866,6 +885,8 @@ class FlowNetwork:
                     while times and times[0] <= limit:
                         # Handlers may add entries at `now`: they go to a new bucket.
                         bucket = buckets.pop(heappop(times))
+                        if bucket is self._last_bucket:
+                            self._last_bucket = None
                         for flow in bucket:
                             if flow.timer is not bucket:
                                 continue  # superseded by a later reschedule
@@ -896,12 +917,13 @@ class FlowNetwork:
                                                 link.load_bytes_per_s = 0.0
                                             else:
                                                 _set_load(link, 0.0, now)
+                                rate = flow.rate_bytes_per_s
+                                if rate < self._keep_below:
+                                    self._keep_below = rate
                                 flow.rate_bytes_per_s = 0.0
                                 flow.remaining_bytes = 0.0
                                 t = now + flow.path.latency_s
-                                b = buckets.get(t)
-                                if b is None:
-                                    b = self._new_bucket(t)
+                                b = self._bucket(t)
                                 b.append(flow)
                                 flow.timer = b
                             elif phase == _LATENCY:
@@ -924,6 +946,8 @@ class FlowNetwork:
                         if flow.timer is bucket:
                             break
                     else:
+                        if bucket is self._last_bucket:
+                            self._last_bucket = None
                         del buckets[heappop(times)]
                         continue
                     break
@@ -967,12 +991,20 @@ class FlowNetwork:
                 self._deliver(flow, now)
             return
         flow.phase = _DRAINING
+        # Max-min fairness gives the flow at least its fairest link's equal share (it is
+        # frozen at a share of a link whose other flows were frozen at lower shares).
+        low = self._keep_below
         for link in links:
             n = link.n_flows
             if not n:
                 link.busy_since_s = now
-            link.n_flows = n + 1
+            n += 1
+            link.n_flows = n
             link.flows.append(flow)
+            share = link.capacity_bytes_per_s / n
+            if share < low:
+                low = share
+        self._keep_below = low
         # Any one link reaches the flow's whole component.
         self._dirty.append(links[0])
         if not self._waking and not self._flush_scheduled:
@@ -1009,9 +1041,7 @@ class FlowNetwork:
         f.last_update_s = now
         f.rate_bytes_per_s = rate
         t = now + rem / rate
-        bucket = self._buckets.get(t)
-        if bucket is None:
-            bucket = self._new_bucket(t)
+        bucket = self._bucket(t)
         bucket.append(f)
         f.timer = bucket
 
@@ -1020,7 +1050,20 @@ class FlowNetwork:
         seeds = self._dirty
         self._dirty = []
         epoch = self._epoch = self._epoch + 1
-        buckets = self._buckets
+        # Only what changed is filled again. Let r be the lowest rate of the flows that
+        # ended or began since the last recomputation (for one that began, a lower bound:
+        # its fairest link's equal share). The flows whose rates are below r keep them:
+        # the water-filling below r is the same with and without the changed flows, as
+        # none of their links can be the fullest below r in either (it would freeze a
+        # changed flow below its rate), and every other link is as it was. So only the
+        # flows at r or above are filled again, over what the others leave of each link,
+        # and only those reached from the changed flows' links through such flows: the
+        # rest of each component is as it was. In exact arithmetic the rates are those of
+        # filling the whole components again; in floating point they may differ in the
+        # last digits (the kept rates are subtracted first, not in filling order).
+        keep = self._keep_below
+        self._keep_below = math.inf
+        keep = keep * (1.0 - _KEEP_RTOL) if keep != math.inf else 0.0
         # A link's load changes only if its set of flows changed (the seeds:
         # links of started or ended flows) or the rate of one of its flows did.
         for seed in seeds:
@@ -1042,6 +1085,11 @@ class FlowNetwork:
                 for f in seed.flows:
                     if f.phase == _DRAINING:
                         break
+                rate = f.rate_bytes_per_s
+                if rate < keep and rate > 0.0:  # it keeps its rate (see above)
+                    if seed.load_bytes_per_s != rate:
+                        _set_load(seed, rate, now)
+                    continue
                 rate = math.inf
                 for link in f.links:
                     if link.n_flows != 1:
@@ -1059,9 +1107,7 @@ class FlowNetwork:
                         f.last_update_s = now
                         f.rate_bytes_per_s = rate
                         t = now + f.remaining_bytes / rate
-                        bucket = buckets.get(t)
-                        if bucket is None:
-                            bucket = self._new_bucket(t)
+                        bucket = self._bucket(t)
                         bucket.append(f)
                         f.timer = bucket
                     elif abs(rate - old) > old * _RATE_RTOL:
@@ -1089,6 +1135,12 @@ class FlowNetwork:
                 i += 1
                 for f in link.flows:
                     if f.mark != epoch and f.phase == _DRAINING:
+                        rate = f.rate_bytes_per_s
+                        if rate < keep and rate > 0.0:  # (0.0: it began, and needs one)
+                            # Keeps its rate: it leaves the rest of the link to the others.
+                            link.rem_capacity_bytes_per_s -= rate
+                            link.n_unfrozen -= 1
+                            continue
                         f.mark = epoch
                         comp_flows.append(f)
                         # A link that only this flow crosses is but a cap on its rate, and
@@ -1114,9 +1166,17 @@ class FlowNetwork:
                                 l2.rem_capacity_bytes_per_s = l2.capacity_bytes_per_s
                                 l2.n_unfrozen = l2.n_flows
                                 comp_links.append(l2)
+            if not comp_flows:  # every flow of the seed keeps its rate
+                link = seed
+                load = 0.0
+                for f in link.flows:
+                    load += f.rate_bytes_per_s
+                if load != link.load_bytes_per_s:
+                    _set_load(link, load, now)
+                continue
             self.recomputations += 1
             self.flows_rerated += len(comp_flows)
-            _water_fill(comp_links)
+            _water_fill(comp_links, epoch)
             for f in comp_flows:
                 rate = f.fill_bytes_per_s
                 f.fill_bytes_per_s = -1.0
@@ -1152,10 +1212,11 @@ def _set_load(link: _Link, load: float, now: float) -> None:
             series.append((now, load))
 
 
-def _water_fill(links: list[_Link]) -> None:
+def _water_fill(links: list[_Link], epoch: int) -> None:
     """Progressive filling over a component; leaves each flow's rate in ``fill_bytes_per_s``.
 
-    Each link's ``rem_capacity_bytes_per_s`` and ``n_unfrozen`` must be set.
+    Each link's ``rem_capacity_bytes_per_s`` and ``n_unfrozen`` must be set; the flows
+    filled are those marked ``epoch`` (the others on the links keep their rates).
     Repeatedly take the link with the smallest fair share (remaining capacity
     / unfrozen flows), freeze its unfrozen flows at that share and subtract it
     from their other links. Shares only grow from round to round, so a link
@@ -1195,7 +1256,7 @@ def _water_fill(links: list[_Link]) -> None:
                 cur = level
             level = cur
             for f in link.flows:
-                if f.fill_bytes_per_s < 0.0 and f.phase == _DRAINING:
+                if f.fill_bytes_per_s < 0.0 and f.mark == epoch:
                     f.fill_bytes_per_s = cur
                     for l2 in f.links:
                         l2.rem_capacity_bytes_per_s -= cur

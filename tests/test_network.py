@@ -310,6 +310,34 @@ def test_disjoint_components_do_not_recompute_each_other():
     assert (net2.recomputations, net2.flows_rerated) == (2, 3)
 
 
+def test_flows_slower_than_a_change_keep_their_rates_without_being_rerated():
+    # 3 -> 1 (2 B/s) caps s; 0 -> 1 and 1 -> 2 (10 B/s) are shared with the others.
+    g = nx.DiGraph()
+    for u, v, bw in ((0, 1, 10.0), (1, 2, 10.0), (3, 1, 2.0)):
+        g.add_edge(u, v, bandwidth=bw, latency=0.0)
+    env, net = make(g)
+    out: list[TransferRecord] = []
+    send_at(env, net, 0.0, 3, 2, 40, out, "s")  # 2 B/s throughout: ends at 40 / 2 = 20
+    send_at(env, net, 0.0, 0, 2, 16, out, "f")  # the 8 B/s s leaves on 1 -> 2: ends at 2
+    send_at(env, net, 4.0, 0, 2, 12, out, "h")  # 1 -> 2 shared 3 ways: at least 10 / 3 B/s
+    env.run(until=1.0)
+    assert (net.recomputations, net.flows_rerated) == (1, 2)
+    env.run(until=3.0)
+    # f (8 B/s) ended: s, slower, keeps its 2 B/s and is not rated again.
+    assert (net.recomputations, net.flows_rerated) == (1, 2)
+    env.run(until=4.5)
+    # h began, with at least min(10 / 1, 10 / 2) = 5 B/s: s (2 B/s) keeps its rate, h
+    # alone is rated: 10 - 2 = 8 B/s on 1 -> 2, 12 B in 1.5 s.
+    assert (net.recomputations, net.flows_rerated) == (2, 3)
+    assert {f.tag: f.rate_bytes_per_s for f in net.active_flows()} == {
+        "s": approx(2.0),
+        "h": approx(8.0),
+    }
+    env.run()
+    assert (net.recomputations, net.flows_rerated) == (2, 3)
+    assert {r.tag: r.end_s for r in out} == {"f": approx(2.0), "h": approx(5.5), "s": approx(20.0)}
+
+
 def test_simultaneous_starts_are_batched_into_one_recomputation():
     g = nx.DiGraph()
     for i in range(1, 9):
@@ -546,3 +574,44 @@ def test_rates_are_the_max_min_fair_rates(seed):
             assert a.rate_bytes_per_s == pytest.approx(float(want[(a.src, a.dst)]), rel=1e-9)
         checked += 1
     assert checked >= 5 and net.transfers_completed == 10
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_rates_stay_max_min_fair_as_flows_come_and_go_at_many_times(seed):
+    # Kept rates (flows slower than what changed are not filled again) under churn: 40
+    # flows of many rates over 6 shared links start at 20 different times; after every
+    # instant the rates must be those of filling everything again by hand.
+    rng = random.Random(seed)
+    g = nx.DiGraph()
+    shared = [(f"s{i}", f"s{i}x") for i in range(6)]
+    for u, v in shared:
+        g.add_edge(u, v, bandwidth=rng.choice([2e3, 4e3, 6e3, 9e3]), latency=0.0)
+    routes = {}
+    for f in range(40):
+        src, dst = 2 * f, 2 * f + 1
+        hops = [(src, f"p{f}a")]
+        for u, v in rng.sample(shared, rng.randint(1, 3)):
+            hops += [(hops[-1][1], u), (u, v)]
+        hops += [(hops[-1][1], dst)]
+        for u, v in hops:
+            if not g.has_edge(u, v):
+                g.add_edge(u, v, bandwidth=rng.choice([5e2, 1e3, 3e3, 8e3]), latency=0.0)
+        routes[(src, dst)] = tuple(hops)
+    env = simpy.Environment()
+    net = FlowNetwork(env, g, lambda s, d: routes[(s, d)])
+    for f in range(40):
+        start = rng.randrange(20) * 0.25
+        send_at(env, net, start, 2 * f, 2 * f + 1, rng.randint(1, 20) * 500, [])
+    checked = 0
+    while env.peek() < float("inf"):
+        env.step()
+        active = net.active_flows()
+        if not active or env.peek() == env.now:
+            continue
+        paths = {(a.src, a.dst): a.links for a in active}
+        cap = {e: g.edges[e]["bandwidth"] for a in active for e in a.links}
+        want = _max_min_by_hand(paths, cap)
+        for a in active:
+            assert a.rate_bytes_per_s == pytest.approx(float(want[(a.src, a.dst)]), rel=1e-9)
+        checked += 1
+    assert checked >= 20 and net.transfers_completed == 40
