@@ -566,8 +566,10 @@ class PhaseSim:
         if steps is None:  # a group of one
             return True
         # Bytes count when the collective starts (all its data will go).
-        for acct, pair, b in adds:
-            acct[pair] = acct.get(pair, 0) + b
+        for acct, row, members, tot in adds:
+            for peer, b in tot.items():
+                pair = row + members[peer]
+                acct[pair] = acct.get(pair, 0) + b
         # The instance: every member's k-th collective on its group is the same one.
         base = (gid + seq * self._ngroups) * self._world2
         coll = _Coll(self, steps, base, me, endpoints, done, delays)
@@ -577,7 +579,8 @@ class PhaseSim:
 
     def _prepare(self, rank: int, op: Collective) -> tuple:
         """What every call of ``op`` on ``rank`` shares: (coll_seq key, plan steps or
-        None for a group of one, group id, bytes to account as (dict, pair, bytes),
+        None for a group of one, group id, bytes to account as (dict, row key, members,
+        bytes per member),
         messages the rank sends, reduction delay per step or None, the rank's index in
         its group, the group's endpoints in member order)."""
         ex = self.ex
@@ -601,17 +604,19 @@ class PhaseSim:
                 raise RuntimeError(f"group {gkey} is not one of the workload's groups")
             pl = ex.placement
             self._group_endpoints[gkey] = tuple(pl[m] for m in members)
-        adds = []
+        # The plan's byte totals per peer, not pairs made from them: kept for every rank
+        # and collective, those would be the largest part of a big run's memory.
         row = rank * self._world
-        for tot, part in ((plan.reduce_bytes, "reduce"), (plan.copy_bytes, "copy")):
-            if tot:
-                acct = self._account(op.group, part)
-                adds += [(acct, row + members[peer], b) for peer, b in tot.items()]
+        adds = tuple(
+            (self._account(op.group, part), row, members, tot)
+            for tot, part in ((plan.reduce_bytes, "reduce"), (plan.copy_bytes, "copy"))
+            if tot
+        )
         return (
             seq_key,
             plan.steps,
             gid,
-            tuple(adds),
+            adds,
             plan.messages,
             plan.delays,
             me,

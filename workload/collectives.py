@@ -964,12 +964,17 @@ class _RecursiveRanks:
     reversed), and its partner's differ in bit t.
     """
 
-    __slots__ = ("chunks", "count", "fold", "halving", "masks", "p", "prefix")
+    __slots__ = ("chunks", "count", "fold", "halving", "masks", "p", "peers", "prefix", "sizes")
 
     def __init__(self, p: int, count: int, halving: bool) -> None:
         self.p = p
         self.count = count
         self.halving = halving
+        # The plans of all p ranks are kept by executors: their peers (as 1-tuples, whose
+        # int is also the one in a send) and sizes are made once and shared, which makes
+        # a big group's plans a third smaller.
+        self.peers: dict[int, tuple[int]] = {}
+        self.sizes: dict[int, int] = {}
         # What every rank's walk needs, worked out once for the p ranks' walks.
         self.fold = _fold(p)
         self.masks = _masks(self.fold[0])
@@ -1057,16 +1062,20 @@ class _RecursiveRanks:
 
     def rank_plan(self, r: int) -> tuple[PlanStep, ...]:
         """``Schedule.rank_plan(r)``, generated directly."""
-        prefix = self.prefix
+        prefix, peers, sizes = self.prefix, self.peers, self.sizes
         out: list[PlanStep] = []
         for _, send, recv in self._walk(r):
-            srcs = () if recv is None else (recv[0],)
+            srcs: tuple[int, ...] = ()
+            if recv is not None:
+                srcs = peers.get(recv[0]) or peers.setdefault(recv[0], (recv[0],))
             if send is None:
                 out.append((srcs, ()))
             else:
                 peer, first, num, reduce = send
+                one = peers.get(peer) or peers.setdefault(peer, (peer,))
                 size = ELEM_BYTES * (prefix[first + num] - prefix[first])
-                out.append((srcs, ((peer, size, reduce),)))
+                size = sizes.setdefault(size, size)
+                out.append((srcs, ((one[0], size, reduce),)))
         return tuple(out)
 
 
