@@ -18,8 +18,9 @@ Cases (targets on a 2-core machine in brackets):
 Reports wall seconds and CPU seconds (process time, less sensitive to a
 shared machine; both include collecting what the run leaves to the cyclic
 collector), messages, messages per CPU and per wall second and the peak
-resident memory of the case's process; writes
-results/bench_simnet.json. Every run is a fresh Python process.
+resident memory of the case's process, and for the fat-tree cases the max-min work:
+flow rates computed per message; writes results/bench_simnet.json. Every run is a
+fresh Python process.
 
 ``--against-pure`` measures this tree's pure-Python core (COMMSIM_PURE_PYTHON=1)
 side by side with the compiled one, the same way.
@@ -79,7 +80,7 @@ def gpt3_case() -> tuple[int, float]:
 FAT_TREE_K = {1024: 16, 4096: 26, 16384: 42}  # the smallest k with k^3 / 4 >= ranks
 
 
-def fat_tree_case(ranks: int) -> tuple[int, float]:
+def fat_tree_case(ranks: int) -> tuple[int, float, int]:
     """ResNet-152 data parallel (10 gradient allreduces of 21-26 MB, Rabenseifner at these
     sizes) on the first ``ranks`` endpoints of a fat-tree, 25 GB/s links, 1 us per hop,
     flows spread over the cores (ECMP): thousands of flows contend on the core links."""
@@ -96,7 +97,9 @@ def fat_tree_case(ranks: int) -> tuple[int, float]:
     if "dense_matrices" in inspect.signature(simnet.simulate).parameters:
         kw["dense_matrices"] = False  # the times and sparse pairs only, as an API user
     res = simnet.simulate(cfg, **kw)
-    return sum(p.messages for p in res.phases), res.iteration_time_s
+    # Max-min work: flow rates computed (the network's counter), summed over the phases.
+    rated = sum(p.timeline.net.flows_rerated for p in res.phases)
+    return sum(p.messages for p in res.phases), res.iteration_time_s, rated
 
 
 CASES = {
@@ -119,7 +122,7 @@ def run_one(name: str) -> dict:
     import simnet  # noqa: F401  (import cost is not the simulator's)
 
     w0, c0 = time.perf_counter(), time.process_time()
-    msgs, sim_s = CASES[name]()
+    msgs, sim_s, *rated = CASES[name]()
     # What the run leaves to the cyclic collector is its cost too (a sweep of runs in one
     # process pays it): collected inside the timing.
     gc.collect()
@@ -130,6 +133,7 @@ def run_one(name: str) -> dict:
         "cpu_s": time.process_time() - c0,
         # Peak resident memory of the whole process (Linux: ru_maxrss in KiB), in bytes.
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "flow_rates_computed": rated[0] if rated else None,
         "code": str(Path(sys.modules["simnet"].__file__).resolve().parent.parent),
         # A checkout older than the compiled core runs Python only.
         "core": getattr(sys.modules.get("simnet._compiled"), "summary", lambda: "python")(),
@@ -167,6 +171,7 @@ def summarise(runs: list[dict]) -> dict:
         "messages_per_cpu_s": msgs / cpu,
         "messages_per_wall_s": msgs / wall,
         "peak_rss_bytes": max(r.get("peak_rss_bytes", 0) for r in runs),
+        "flow_rates_computed": runs[0].get("flow_rates_computed"),
         "code": runs[0]["code"],
         "core": runs[0]["core"],
     }
@@ -240,7 +245,7 @@ def main() -> None:
             row["same_simulated_s"] = a["simulated_s"] == row["simulated_s"]
             line += (
                 f" {a['cpu_s']:11.2f} {a['messages_per_cpu_s']:14.0f} "
-                f"{a['peak_rss_bytes'] / 1e9:10.2f} {row['cpu_speedup']:7.1f}x"
+                f"{a['peak_rss_bytes'] / 1e9:10.2f} {row['cpu_speedup']:7.2f}x"
             )
             if not row["same_simulated_s"]:
                 line += f"  (simulated {a['simulated_s']!r} there)"
@@ -252,6 +257,12 @@ def main() -> None:
     if compared:
         cores += f"; vs: {compared[0]['against']['core']}"
     print(cores)
+    for r in rows:
+        if r.get("flow_rates_computed"):
+            per = r["flow_rates_computed"] / r["messages"]
+            there = (r.get("against") or {}).get("flow_rates_computed")
+            vs = f" (vs {there / r['messages']:.2f})" if there else ""
+            print(f"{r['case']}: {per:.2f} flow rates computed per message{vs}")
     growth = wall_growth([r for r in rows if r["case"].startswith("fat")])
     if growth is not None:
         print(
