@@ -5,7 +5,9 @@ bandwidth among the flows crossing them by max-min fairness (progressive
 filling); a flow's rate changes whenever a flow that shares a link with it
 (directly or through a chain of shared links) starts or ends. Rates are
 recomputed only for that connected component of flows, never globally, so
-thousands of concurrent flows in disjoint parts of a network stay cheap.
+thousands of concurrent flows in disjoint parts of a network stay cheap; and in
+it only for the flows at or above the rate of what changed (slower flows keep
+theirs, exactly so in exact arithmetic: see ``_flush``).
 
 Units, everywhere in this module: time in seconds (``_s``), sizes in bytes
 (``_bytes``), bandwidths and rates in bytes per second (``_bytes_per_s``).
