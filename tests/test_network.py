@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import types
 
 import networkx as nx
 import pytest
@@ -615,3 +616,70 @@ def test_rates_stay_max_min_fair_as_flows_come_and_go_at_many_times(seed):
             assert a.rate_bytes_per_s == pytest.approx(float(want[(a.src, a.dst)]), rel=1e-9)
         checked += 1
     assert checked >= 20 and net.transfers_completed == 40
+
+
+@pytest.mark.skipif(
+    not isinstance(FlowNetwork.__dict__["_flush"], types.FunctionType),
+    reason="compiled core: its recomputation is not patchable (run_tests.sh reruns this "
+    "file on the Python core)",
+)
+@pytest.mark.parametrize("case", ["fat_tree", "hierarchical"])
+def test_kept_rates_give_the_times_of_filling_everything_again(monkeypatch, case):
+    # The same simulation with every recomputation refilling whole components (nothing
+    # kept): every time and byte is the same, the link load series equal to the last digit.
+    import simnet
+
+    cfg = {
+        "fat_tree": {
+            "distributed": {"num_nodes": 64, "bandwidth_limit_gb_per_s": 25.0},
+            "topology": {"type": "fat_tree", "k": 8, "link_latency_us": 1.0},
+            "workload": {"name": "resnet152", "world_size": 64},
+        },
+        "hierarchical": {
+            "distributed": {"num_nodes": 8, "bandwidth_limit_gb_per_s": 10.0},
+            "topology": {
+                "type": "hierarchical",
+                "num_nodes": 8,
+                "group_size": 4,
+                "intra_bandwidth_gb_per_s": 50.0,
+                "inter_bandwidth_gb_per_s": 5.0,
+                "intra_latency_us": 0.5,
+                "inter_latency_us": 3.0,
+            },
+            "network": {"alpha_us": 1.5, "injection_bandwidth_gb_per_s": 20.0},
+            "workload": {"name": "dlrm", "args": [], "scale": 0.01, "iterations": 2},
+        },
+    }[case]
+
+    def run() -> tuple:
+        res = simnet.simulate(cfg)
+        p = res.phases[0]
+        return p, net_counts[-1]
+
+    net_counts: list[int] = []
+    flush = FlowNetwork._flush
+
+    def counted(self, now):
+        flush(self, now)
+        net_counts.append(self.flows_rerated)
+
+    monkeypatch.setattr(FlowNetwork, "_flush", counted)
+    kept, kept_rated = run()
+
+    def refill_all(self, now):
+        self._keep_below = 0.0  # as if a flow had begun with no share: nothing is kept
+        counted(self, now)
+
+    monkeypatch.setattr(FlowNetwork, "_flush", refill_all)
+    full, full_rated = run()
+    assert kept_rated < full_rated  # the case keeps rates
+    assert kept.iteration_time_s == full.iteration_time_s
+    assert kept.per_rank == full.per_rank
+    assert kept.pair_bytes == full.pair_bytes and kept.pair_busy == full.pair_busy
+    assert kept.link_bytes == full.link_bytes and kept.link_busy_s == full.link_busy_s
+    assert kept.link_series.keys() == full.link_series.keys()
+    for link, series in kept.link_series.items():
+        other = dict(full.link_series[link])
+        for t, load in series:
+            if t in other:  # a change point of rounding size may be in one only
+                assert load == pytest.approx(other[t], rel=1e-13, abs=1e-3)
