@@ -16,6 +16,8 @@ import simpy
 
 from simnet.network import EGRESS, INGRESS, FlowNetwork, TransferRecord
 
+from .test_compiled_core import CONFIG as CONTENDED
+
 REL = 1e-12
 
 
@@ -536,18 +538,19 @@ def _max_min_by_hand(paths: dict, cap: dict) -> dict:
     return rate
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_rates_are_the_max_min_fair_rates(seed):
-    # Flows over random routes where most links carry one flow (a cap on it) and a few are
-    # shared, with repeated capacities (ties), as collectives on a fat-tree give; every
-    # start and every end recomputes, and each time the rates must be max-min fair.
-    rng = random.Random(seed)
+def _random_routes(
+    rng: random.Random, n_flows: int, n_shared: int, shared_caps: list, own_caps: list
+) -> tuple[nx.DiGraph, dict[tuple[int, int], tuple]]:
+    """Flow f from 2 f to 2 f + 1 over one to three of ``n_shared`` shared links
+    (capacities in B/s drawn from ``shared_caps``), joined by links of its own (from
+    ``own_caps``): most links carry one flow (a cap on it), a few are shared, with
+    repeated capacities (ties), as collectives on a fat-tree give."""
     g = nx.DiGraph()
-    shared = [(f"s{i}", f"s{i}x") for i in range(4)]
+    shared = [(f"s{i}", f"s{i}x") for i in range(n_shared)]
     for u, v in shared:
-        g.add_edge(u, v, bandwidth=rng.choice([4e3, 6e3, 8e3]), latency=0.0)
+        g.add_edge(u, v, bandwidth=rng.choice(shared_caps), latency=0.0)
     routes = {}
-    for f in range(10):
+    for f in range(n_flows):
         src, dst = 2 * f, 2 * f + 1
         hops = [(src, f"p{f}a")]
         for u, v in rng.sample(shared, rng.randint(1, 3)):
@@ -555,13 +558,14 @@ def test_rates_are_the_max_min_fair_rates(seed):
         hops += [(hops[-1][1], dst)]
         for u, v in hops:
             if not g.has_edge(u, v):
-                g.add_edge(u, v, bandwidth=rng.choice([3e3, 5e3, 8e3, 1e4]), latency=0.0)
+                g.add_edge(u, v, bandwidth=rng.choice(own_caps), latency=0.0)
         routes[(src, dst)] = tuple(hops)
-    env = simpy.Environment()
-    net = FlowNetwork(env, g, lambda s, d: routes[(s, d)])
-    sizes = {f: rng.randint(1, 40) * 1000 for f in range(10)}
-    for f in range(10):
-        send_at(env, net, rng.choice([0.0, 0.5, 1.0]), 2 * f, 2 * f + 1, sizes[f], [])
+    return g, routes
+
+
+def _check_max_min_at_every_instant(env: simpy.Environment, net: FlowNetwork) -> int:
+    """Run to the end; after every instant, the rates must be those of filling everything
+    again by hand. Returns how many instants were checked."""
     checked = 0
     while env.peek() < float("inf"):
         env.step()
@@ -569,53 +573,41 @@ def test_rates_are_the_max_min_fair_rates(seed):
         if not active or env.peek() == env.now:
             continue  # mid-instant: the recomputation runs once the instant's events are in
         paths = {(a.src, a.dst): a.links for a in active}
-        cap = {e: g.edges[e]["bandwidth"] for a in active for e in a.links}
+        cap = {e: net.link_capacity_bytes_per_s(e) for a in active for e in a.links}
         want = _max_min_by_hand(paths, cap)
         for a in active:
             assert a.rate_bytes_per_s == pytest.approx(float(want[(a.src, a.dst)]), rel=1e-9)
         checked += 1
-    assert checked >= 5 and net.transfers_completed == 10
+    return checked
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_rates_are_the_max_min_fair_rates(seed):
+    # Every start and every end recomputes, and each time the rates must be max-min fair.
+    rng = random.Random(seed)
+    g, routes = _random_routes(rng, 10, 4, [4e3, 6e3, 8e3], [3e3, 5e3, 8e3, 1e4])
+    env = simpy.Environment()
+    net = FlowNetwork(env, g, lambda s, d: routes[(s, d)])
+    sizes = {f: rng.randint(1, 40) * 1000 for f in range(10)}
+    for f in range(10):
+        send_at(env, net, rng.choice([0.0, 0.5, 1.0]), 2 * f, 2 * f + 1, sizes[f], [])
+    assert _check_max_min_at_every_instant(env, net) >= 5
+    assert net.transfers_completed == 10
 
 
 @pytest.mark.parametrize("seed", range(8))
 def test_rates_stay_max_min_fair_as_flows_come_and_go_at_many_times(seed):
     # Kept rates (flows slower than what changed are not filled again) under churn: 40
-    # flows of many rates over 6 shared links start at 20 different times; after every
-    # instant the rates must be those of filling everything again by hand.
+    # flows of many rates over 6 shared links start at 20 different times.
     rng = random.Random(seed)
-    g = nx.DiGraph()
-    shared = [(f"s{i}", f"s{i}x") for i in range(6)]
-    for u, v in shared:
-        g.add_edge(u, v, bandwidth=rng.choice([2e3, 4e3, 6e3, 9e3]), latency=0.0)
-    routes = {}
-    for f in range(40):
-        src, dst = 2 * f, 2 * f + 1
-        hops = [(src, f"p{f}a")]
-        for u, v in rng.sample(shared, rng.randint(1, 3)):
-            hops += [(hops[-1][1], u), (u, v)]
-        hops += [(hops[-1][1], dst)]
-        for u, v in hops:
-            if not g.has_edge(u, v):
-                g.add_edge(u, v, bandwidth=rng.choice([5e2, 1e3, 3e3, 8e3]), latency=0.0)
-        routes[(src, dst)] = tuple(hops)
+    g, routes = _random_routes(rng, 40, 6, [2e3, 4e3, 6e3, 9e3], [5e2, 1e3, 3e3, 8e3])
     env = simpy.Environment()
     net = FlowNetwork(env, g, lambda s, d: routes[(s, d)])
     for f in range(40):
         start = rng.randrange(20) * 0.25
         send_at(env, net, start, 2 * f, 2 * f + 1, rng.randint(1, 20) * 500, [])
-    checked = 0
-    while env.peek() < float("inf"):
-        env.step()
-        active = net.active_flows()
-        if not active or env.peek() == env.now:
-            continue
-        paths = {(a.src, a.dst): a.links for a in active}
-        cap = {e: g.edges[e]["bandwidth"] for a in active for e in a.links}
-        want = _max_min_by_hand(paths, cap)
-        for a in active:
-            assert a.rate_bytes_per_s == pytest.approx(float(want[(a.src, a.dst)]), rel=1e-9)
-        checked += 1
-    assert checked >= 20 and net.transfers_completed == 40
+    assert _check_max_min_at_every_instant(env, net) >= 20
+    assert net.transfers_completed == 40
 
 
 @pytest.mark.skipif(
@@ -635,20 +627,8 @@ def test_kept_rates_give_the_times_of_filling_everything_again(monkeypatch, case
             "topology": {"type": "fat_tree", "k": 8, "link_latency_us": 1.0},
             "workload": {"name": "resnet152", "world_size": 64},
         },
-        "hierarchical": {
-            "distributed": {"num_nodes": 8, "bandwidth_limit_gb_per_s": 10.0},
-            "topology": {
-                "type": "hierarchical",
-                "num_nodes": 8,
-                "group_size": 4,
-                "intra_bandwidth_gb_per_s": 50.0,
-                "inter_bandwidth_gb_per_s": 5.0,
-                "intra_latency_us": 0.5,
-                "inter_latency_us": 3.0,
-            },
-            "network": {"alpha_us": 1.5, "injection_bandwidth_gb_per_s": 20.0},
-            "workload": {"name": "dlrm", "args": [], "scale": 0.01, "iterations": 2},
-        },
+        # Contended on purpose: alltoall and allreduce through shared uplinks.
+        "hierarchical": CONTENDED,
     }[case]
 
     def run() -> tuple:
