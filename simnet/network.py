@@ -96,8 +96,8 @@ _HANDSHAKE = 5  # a rendezvous message whose request-to-send is on its way
 _FAST_FORWARD_HOPS = 4096
 
 _RATE_RTOL = 1e-12  # a new rate this close to the current one is no change
-# A flow whose rate is below the lowest rate of the flows that ended since the last
-# recomputation by more than this (relative) keeps its rate (see _flush).
+# A flow whose rate is below the rate of what changed since the last recomputation by
+# more than this (relative) keeps its rate (see _flush): a margin for rounding.
 _KEEP_RTOL = 1e-9
 
 
@@ -389,7 +389,7 @@ class FlowNetwork:
         self._waking = False
         self._dirty: list[_Link] = []  # seed links of components to recompute
         # The lowest rate (bytes/s) of the flows that stopped draining since the last
-        # recomputation; 0.0 once a flow began (see _flush).
+        # recomputation, or of a lower bound of the rates of those that began (see _flush).
         self._keep_below = math.inf
         # simpy's event queue, a heap of (time, priority, id, event), when this simpy
         # version keeps it where _on_wake can look (else every wake-up is a timeout).
