@@ -147,9 +147,13 @@ cdef class FlowNetwork:
                    bucket=list, comp_links=list, comp_flows=list,
                    touched=list, n=Py_ssize_t, i=Py_ssize_t, epoch=cython.longlong,
                    rate=cython.double, old=cython.double, cap=cython.double,
-                   tol=cython.double, load=cython.double, t=cython.double, low=cython.double,
+                   tol=cython.double, t=cython.double, low=cython.double,
                    keep=cython.double)
     cpdef _flush(self, double now)
+
+
+@cython.locals(f=_Flow, load=cython.double)
+cdef _sum_load(_Link link, double now)
 
 
 @cython.locals(series=list)

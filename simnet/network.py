@@ -1169,12 +1169,7 @@ class FlowNetwork:
                                 l2.n_unfrozen = l2.n_flows
                                 comp_links.append(l2)
             if not comp_flows:  # every flow of the seed keeps its rate
-                link = seed
-                load = 0.0
-                for f in link.flows:
-                    load += f.rate_bytes_per_s
-                if load != link.load_bytes_per_s:
-                    _set_load(link, load, now)
+                _sum_load(seed, now)
                 continue
             self.recomputations += 1
             self.flows_rerated += len(comp_flows)
@@ -1191,12 +1186,17 @@ class FlowNetwork:
                             link.load_mark = epoch
                             touched.append(link)
             for link in touched:
-                load = 0.0
-                for f in link.flows:
-                    # An ended flow's rate is 0.0, and adding it leaves the sum as it is.
-                    load += f.rate_bytes_per_s
-                if load != link.load_bytes_per_s:
-                    _set_load(link, load, now)
+                _sum_load(link, now)
+
+
+def _sum_load(link: _Link, now: float) -> None:
+    """Sum the rates of the link's flows into its load (recorded if it changed)."""
+    load = 0.0
+    for f in link.flows:
+        # An ended flow's rate is 0.0, and adding it leaves the sum as it is.
+        load += f.rate_bytes_per_s
+    if load != link.load_bytes_per_s:
+        _set_load(link, load, now)
 
 
 def _set_load(link: _Link, load: float, now: float) -> None:
