@@ -326,6 +326,13 @@ class SimExecutor:
             self._plans[key] = plan
         return plan
 
+    def release_plans(self) -> None:
+        """Forget the members' plans once no phase will run again. They are the bulk of
+        what a big run keeps (a million small tuples per thousand ranks of a data-parallel
+        step): freed now by reference counting, they are not traced by the cyclic
+        collector's first pass after the run, which saw every one of them as new."""
+        self._plans.clear()
+
     # -- running -------------------------------------------------------------------
     def run_phase(
         self,
@@ -646,12 +653,13 @@ class PhaseSim:
         the ranks, and everything they reach (programs, plans, routes), would wait for
         the cyclic collector, which traces them all (a third of a second of a two-second
         run at 1,024 ranks, growing with the run); reference counting frees them at
-        once."""
+        once. The phase's collective calls (see _prepare) go too: the run is over."""
         for r in self.ranks.values():
             r.resume = None
             r.reqs = {}
             r.deferred = []
         self.ranks = {}
+        self._coll_cache = {}
 
     # -- running -----------------------------------------------------------------------
     def finish(self) -> None:

@@ -517,6 +517,7 @@ def simulate(
         sim = ex.run_phase(i, cfg.workload.iterations, report)
         phases.append(_phase_result(sim, n_end, cfg.workload.iterations, time.perf_counter() - t0))
         sim.release()
+    ex.release_plans()
     assumed.extend(ex.policy.fallbacks)
 
     def routes() -> tuple[np.ndarray, np.ndarray]:
@@ -833,6 +834,7 @@ def program_time(
     )
     sim = ex.run_phase()
     sim.release()
+    ex.release_plans()
     return sim.makespan_s
 
 

@@ -668,3 +668,20 @@ def test_a_finished_simulation_leaves_no_cyclic_garbage_growing_with_its_ranks()
 
     small, large = garbage_after(16), garbage_after(64)
     assert abs(large - small) < 50, (small, large)
+
+
+def test_a_finished_simulation_keeps_no_collective_plans():
+    """Every rank's plan of every collective is the bulk of a big run's memory (a million
+    small tuples per thousand ranks of a data-parallel step): once the last phase has
+    run, the result keeps none of them, so they are freed at once, not traced by the
+    cyclic collector's first pass after the run."""
+    cfg = {
+        "distributed": {"num_nodes": 16, "bandwidth_limit_gb_per_s": 25.0},
+        "topology": {"type": "fat_tree", "k": 4},
+        "workload": {"name": "resnet50", "world_size": 16, "scale": 0.01},
+    }
+    res = simnet.simulate(cfg, record_series=False)
+    sim = res.phases[0].timeline
+    assert sim.messages_done > 0
+    assert sim.ex._plans == {}
+    assert sim._coll_cache == {}
