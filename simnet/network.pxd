@@ -10,24 +10,58 @@
 # pure-Python module has no such bound.
 
 import cython
+from cpython.ref cimport PyObject
+
+
+cdef struct _Timer:
+    double time_s
+    long long seq
+    PyObject* item
+
+
+ctypedef _Timer* _TimerPtr
+
+
+@cython.final
+cdef class _TimerQueue:
+    cdef public Py_ssize_t n
+    cdef public long long last_seq
+    cdef public long long popped_seq
+    cdef Py_ssize_t cap
+    cdef _TimerPtr entries
+    cdef list heap
+
+    @cython.locals(seq=cython.longlong, i=Py_ssize_t, parent=Py_ssize_t, cap=Py_ssize_t,
+                   entries=_TimerPtr)
+    cpdef long long push(self, double time_s, object item)
+
+    cpdef double first_time_s(self)
+
+    cpdef long long first_seq(self)
+
+    cpdef object first_item(self)
+
+    @cython.locals(entries=_TimerPtr, n=Py_ssize_t, i=Py_ssize_t,
+                   child=Py_ssize_t, last=_Timer)
+    cpdef object pop(self)
 
 
 cdef class _Link:
-    cdef public object key
-    cdef public double capacity_bytes_per_s
-    cdef public double latency_s
     cdef public list flows
     cdef public long long n_flows
-    cdef public long long bytes_total
-    cdef public double busy_s
-    cdef public double busy_since_s
-    cdef public double load_bytes_per_s
-    cdef public double peak_load_bytes_per_s
-    cdef public list series
+    cdef public double capacity_bytes_per_s
     cdef public long long mark
-    cdef public long long load_mark
     cdef public double rem_capacity_bytes_per_s
     cdef public long long n_unfrozen
+    cdef public double load_bytes_per_s
+    cdef public long long load_mark
+    cdef public long long bytes_total
+    cdef public double busy_since_s
+    cdef public double busy_s
+    cdef public double peak_load_bytes_per_s
+    cdef public list series
+    cdef public object key
+    cdef public double latency_s
 
 
 cdef class _Pair:
@@ -62,7 +96,7 @@ cdef class _Flow:
     cdef public long long size_bytes
     cdef public double start_s
     cdef public object tag
-    cdef public list timer
+    cdef public long long timer
 
 
 cdef class FlowNetwork:
@@ -86,10 +120,7 @@ cdef class FlowNetwork:
     cdef public dict _static_paths
     cdef public dict _self_paths
     cdef public dict _pairs
-    cdef public dict _buckets
-    cdef public list _times
-    cdef public double _last_time_s
-    cdef public list _last_bucket
+    cdef public _TimerQueue _timers
     cdef public list _wake_pending
     cdef public bint _waking
     cdef public list _dirty
@@ -105,10 +136,12 @@ cdef class FlowNetwork:
     @cython.locals(flow=_Flow)
     cpdef _Flow _message(self, _Path path, size_bytes, on_delivery, tag)
 
-    @cython.locals(bucket=list)
     cpdef _set_timer(self, _Flow flow, double time_s)
 
-    @cython.locals(path=_Path, pair=_Pair, links=tuple, bucket=list, n=cython.longlong,
+    @cython.locals(pending=list)
+    cdef long long _add_timer(self, double time_s, _Flow flow)
+
+    @cython.locals(path=_Path, pair=_Pair, links=tuple, n=cython.longlong,
                    size=cython.longlong, t=cython.double, alpha_s=cython.double,
                    o=cython.double, s=cython.double, free=dict)
     cpdef _launch(self, _Flow flow, double now)
@@ -116,18 +149,12 @@ cdef class FlowNetwork:
     @cython.locals(flow=_Flow, path=_Path, now=cython.double, delay=cython.double)
     cpdef start_rendezvous(self, src, dst, size_bytes, on_delivery, tag, send_posted_s)
 
-    @cython.locals(bucket=list)
-    cdef list _bucket(self, double time_s)
-
-    @cython.locals(bucket=list, pending=list)
-    cpdef list _new_bucket(self, double time_s)
-
-    @cython.locals(timer=_Flow, bucket=list, t=cython.double)
+    @cython.locals(timer=_Flow, t=cython.double)
     cpdef call_later(self, double delay_s, callback, arg=*)
 
     @cython.locals(flow=_Flow, link=_Link, path=_Path, pair=_Pair, n=cython.longlong,
-                   bucket=list, b=list, fl=list,
-                   dirty=list, times=list, buckets=dict, pending=list, size=cython.longlong,
+                   fl=list, timers=_TimerQueue,
+                   dirty=list, pending=list, size=cython.longlong,
                    phase=cython.int, now=cython.double, t=cython.double, limit=cython.double,
                    rate=cython.double,
                    target=cython.double, nt=cython.double, hops=Py_ssize_t, queue=list)
@@ -140,11 +167,11 @@ cdef class FlowNetwork:
     @cython.locals(path=_Path, pair=_Pair, n=cython.longlong)
     cpdef _deliver(self, _Flow flow, double now)
 
-    @cython.locals(old=cython.double, rem=cython.double, t=cython.double, bucket=list)
+    @cython.locals(old=cython.double, rem=cython.double)
     cpdef _apply_rate(self, _Flow f, double rate, double now)
 
     @cython.locals(seed=_Link, link=_Link, l2=_Link, f=_Flow, seeds=list,
-                   bucket=list, comp_links=list, comp_flows=list,
+                   comp_links=list, comp_flows=list,
                    touched=list, n=Py_ssize_t, i=Py_ssize_t, epoch=cython.longlong,
                    rate=cython.double, old=cython.double, cap=cython.double,
                    tol=cython.double, t=cython.double, low=cython.double,

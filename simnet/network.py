@@ -18,15 +18,14 @@ read once, the first time an edge appears on a route, and cached: mutate the
 graph before building the network, not after.
 
 Scheduling. The model keeps its own timers (alpha over, last byte left,
-latency over), grouped in buckets by exact time: a bucket is a list in
-insertion order, a heap orders the distinct times, so ties are broken by
-insertion order and runs are deterministic. Only the earliest bucket is
-mirrored as a simpy timeout, so the flows of a bulk-synchronous step that
-start or end at the same instant share one simpy event. simpy cannot cancel a
-timeout: a flow whose rate changes is appended to the bucket of its new
-completion time and remembers that bucket; its entry in the old bucket is
-skipped when popped (and buckets holding only such entries are dropped without
-a wake-up). Rates are
+latency over) in one queue, due by time and then in the order they were set
+(``_TimerQueue``), so ties are broken by insertion order and runs are
+deterministic. Only the earliest timer is mirrored as a simpy timeout, so the
+flows of a bulk-synchronous step that start or end at the same instant share
+one simpy event. simpy cannot cancel a timeout: a flow whose rate changes sets
+a new timer and keeps its number; the old one is skipped when it comes out
+(and superseded timers at the head of the queue are dropped without a
+wake-up). Rates are
 recomputed once per simulated instant for all flows started or ended at that
 instant (a zero-delay simpy event batches the starts), so an all-to-all burst
 costs one water-filling, not one per message. ``transfer`` returns a simpy
@@ -46,8 +45,9 @@ churning timers; capacities can therefore be exceeded by at most that much.
 Compiled build. ``setup.py`` compiles this module with Cython when it can;
 ``network.pxd`` declares C fields for the hot classes and C types for the
 local variables of the hot methods (Python never reads it; annotations here are
-documentation only, also to Cython). The code is the same either way, and
-``simnet._compiled`` chooses which runs.
+documentation only, also to Cython). The code is the same either way but for
+the timer queue's storage (``if cython.compiled``: a C array of structs, else a
+heap of tuples), and ``simnet._compiled`` chooses which runs.
 """
 
 from __future__ import annotations
@@ -60,6 +60,15 @@ from typing import NamedTuple, SupportsIndex
 
 import networkx as nx
 import simpy
+
+try:
+    import cython
+except ImportError:  # no Cython here: this module runs as the Python it is
+    from . import _nocython as cython
+
+if cython.compiled:
+    from cython.cimports.cpython.mem import PyMem_Free, PyMem_Realloc
+    from cython.cimports.cpython.ref import Py_DECREF, Py_INCREF, PyObject
 
 __all__ = [
     "EGRESS",
@@ -142,6 +151,120 @@ class FlowState(NamedTuple):
     rate_bytes_per_s: float
     remaining_bytes: float
     links: tuple[LinkKey, ...]
+
+
+class _TimerQueue:
+    """Timers in the order they are due: by time (s), then in the order they were set.
+
+    ``push`` numbers each timer; a flow keeps its live timer's number, so a timer it
+    has superseded (its rate changed) is told apart when it comes out. A binary heap:
+    compiled, of C structs in one array, so that ordering two timers compares two
+    doubles in place, not two float objects spread over memory (the heap of a
+    16,384-rank run was a few percent of it); in Python, of tuples.
+    """
+
+    def __init__(self) -> None:
+        self.n = 0  # timers queued
+        self.last_seq = 0  # the number of the last timer pushed (the first is 1)
+        self.popped_seq = 0  # the number of the timer pop() last returned
+        if cython.compiled:
+            self.cap = 0
+            self.entries = cython.NULL
+        else:
+            self.heap: list[tuple[float, int, object]] = []
+
+    def __dealloc__(self) -> None:  # compiled only: the references the array holds
+        if cython.compiled:
+            for i in range(self.n):
+                Py_DECREF(cython.cast(object, self.entries[i].item))
+            PyMem_Free(self.entries)
+
+    def push(self, time_s: float, item: object) -> int:
+        """Queue ``item`` at ``time_s`` (s); returns the timer's number."""
+        seq = self.last_seq + 1
+        self.last_seq = seq
+        if not cython.compiled:
+            heappush(self.heap, (time_s, seq, item))
+            self.n += 1
+            return seq
+        i = self.n
+        if i == self.cap:
+            cap = 2 * self.cap if self.cap else 256
+            # _Timer and _TimerPtr: C types declared in network.pxd.
+            grown = PyMem_Realloc(self.entries, cap * cython.sizeof(_Timer))  # noqa: F821
+            if grown == cython.NULL:
+                raise MemoryError()
+            self.entries = cython.cast(_TimerPtr, grown)  # noqa: F821
+            self.cap = cap
+        entries = self.entries
+        Py_INCREF(item)
+        # Sift up: move the parents that are due later down into the hole.
+        while i > 0:
+            parent = (i - 1) >> 1
+            if entries[parent].time_s <= time_s:
+                break  # equal times: the parent was set first
+            entries[i] = entries[parent]
+            i = parent
+        entries[i].time_s = time_s
+        entries[i].seq = seq
+        entries[i].item = cython.cast(cython.pointer(PyObject), item)
+        self.n += 1
+        return seq
+
+    def first_time_s(self) -> float:
+        """When the first timer is due (s); the queue must not be empty."""
+        if cython.compiled:
+            return self.entries[0].time_s
+        return self.heap[0][0]
+
+    def first_seq(self) -> int:
+        """The first timer's number; the queue must not be empty."""
+        if cython.compiled:
+            return self.entries[0].seq
+        return self.heap[0][1]
+
+    def first_item(self) -> object:
+        """The first timer's item; the queue must not be empty."""
+        if cython.compiled:
+            return cython.cast(object, self.entries[0].item)
+        return self.heap[0][2]
+
+    def pop(self) -> object:
+        """Take the first timer out and return its item (its number: ``popped_seq``)."""
+        if not cython.compiled:
+            _, self.popped_seq, item = heappop(self.heap)
+            self.n -= 1
+            return item
+        entries = self.entries
+        item = cython.cast(object, entries[0].item)  # a new reference ...
+        Py_DECREF(item)  # ... that takes over the array's
+        self.popped_seq = entries[0].seq
+        n = self.n - 1
+        self.n = n
+        if n:
+            # Sift the last timer down from the root.
+            last = entries[n]
+            i = 0
+            while True:
+                child = 2 * i + 1
+                if child >= n:
+                    break
+                if child + 1 < n and (
+                    entries[child + 1].time_s < entries[child].time_s
+                    or (
+                        entries[child + 1].time_s == entries[child].time_s
+                        and entries[child + 1].seq < entries[child].seq
+                    )
+                ):
+                    child += 1
+                if last.time_s < entries[child].time_s or (
+                    last.time_s == entries[child].time_s and last.seq < entries[child].seq
+                ):
+                    break
+                entries[i] = entries[child]
+                i = child
+            entries[i] = last
+        return item
 
 
 class _Link:
@@ -379,12 +502,8 @@ class FlowNetwork:
         self._self_paths: dict[int, _Path] = {}  # src == dst
         self._pairs: dict[tuple[int, int], _Pair] = {}
 
-        # Timers grouped by exact time: bucket lists of flows keep insertion
-        # order and a heap orders the distinct times.
-        self._buckets: dict[float, list[_Flow]] = {}
-        self._times: list[float] = []
-        self._last_time_s = 0.0  # the time of the bucket _bucket last gave, kept at hand
-        self._last_bucket: list[_Flow] | None = None
+        # The flows' and call_later's timers, due by time, then in the order they were set.
+        self._timers = _TimerQueue()
         self._wake_pending: list[float] = []  # target times of scheduled simpy wake-ups
         self._waking = False
         self._dirty: list[_Link] = []  # seed links of components to recompute
@@ -498,7 +617,7 @@ class FlowNetwork:
         flow.rate_bytes_per_s = 0.0
         flow.last_update_s = now
         flow.phase = _ALPHA
-        flow.timer = None
+        flow.timer = 0
         flow.mark = 0
         flow.fill_bytes_per_s = -1.0
         alpha_s = self.alpha_s
@@ -519,9 +638,7 @@ class FlowNetwork:
             # Nothing to drain: deliver after the route latency, or now, but by a timer.
             flow.phase = _LATENCY
             t = now + path.latency_s
-        bucket = self._bucket(t)
-        bucket.append(flow)
-        flow.timer = bucket
+        flow.timer = self._add_timer(t, flow)
 
     def start_rendezvous(
         self,
@@ -576,9 +693,7 @@ class FlowNetwork:
         timer.phase = _TIMER
         timer.notify = callback
         timer.tag = arg
-        bucket = self._bucket(t)
-        bucket.append(timer)
-        timer.timer = bucket
+        timer.timer = self._add_timer(t, timer)
 
     def _path(self, src: int, dst: int) -> _Path:
         """The path of a transfer from src to dst: route() called, the result cached."""
@@ -829,38 +944,19 @@ class FlowNetwork:
 
     def _set_timer(self, flow: _Flow, time_s: float) -> None:
         """(Re)schedule the end of the flow's current phase at time_s."""
-        bucket = self._bucket(time_s)
-        bucket.append(flow)
-        flow.timer = bucket
+        flow.timer = self._add_timer(time_s, flow)
 
-    def _bucket(self, time_s: float) -> list[_Flow]:
-        """The timer bucket of time_s (s), made if there is none.
-
-        The bucket last asked for is kept at hand: the flows of a bulk-synchronous step
-        that start, end or arrive together ask for the same time one after another, and
-        a float-keyed lookup in a dict of thousands of pending times is among the
-        costliest steps of a message. It is forgotten when its bucket is taken out."""
-        bucket = self._last_bucket
-        if bucket is not None and time_s == self._last_time_s:
-            return bucket
-        bucket = self._buckets.get(time_s)
-        if bucket is None:
-            bucket = self._new_bucket(time_s)
-        self._last_time_s = time_s
-        self._last_bucket = bucket
-        return bucket
-
-    def _new_bucket(self, time_s: float) -> list[_Flow]:
-        """An empty timer bucket for time_s, with a wake-up at or before it."""
-        bucket: list[_Flow] = []
-        self._buckets[time_s] = bucket
-        heappush(self._times, time_s)
+    def _add_timer(self, time_s: float, flow: _Flow) -> int:
+        """Queue the flow's timer at time_s (s), with a wake-up at or before it; returns
+        the timer's number (for ``flow.timer``: a timer whose number the flow no longer
+        holds is superseded)."""
+        seq = self._timers.push(time_s, flow)
         if not self._waking:
             pending = self._wake_pending
             if not pending or time_s < pending[0]:
                 self._schedule_wake(time_s)
-        # Else the end of the wake-up schedules one for the earliest bucket.
-        return bucket
+        # Else the end of the wake-up schedules one for the earliest timer.
+        return seq
 
     def _schedule_wake(self, time_s: float) -> None:
         env = self.env
@@ -876,86 +972,73 @@ class FlowNetwork:
         target = ev.value
         # now + (target - now) may round one ulp below target: the timer is due.
         limit = target if target > now else now
-        times = self._times
-        buckets = self._buckets
+        timers = self._timers
         self._waking = True
         env = self.env
         hops = 0
         try:
             while True:
                 while True:
-                    while times and times[0] <= limit:
-                        # Handlers may add entries at `now`: they go to a new bucket.
-                        bucket = buckets.pop(heappop(times))
-                        if bucket is self._last_bucket:
-                            self._last_bucket = None
-                        for flow in bucket:
-                            if flow.timer is not bucket:
-                                continue  # superseded by a later reschedule
-                            flow.timer = None
-                            phase = flow.phase
-                            if phase == _DRAINING:
-                                # self._end_drain(flow, now), inlined
-                                size = flow.size_bytes
-                                dirty = self._dirty
-                                flow.phase = _LATENCY  # off its links' lists from now on
-                                for link in flow.links:
-                                    n = link.n_flows - 1
-                                    link.n_flows = n
-                                    link.bytes_total += size
-                                    if n:
-                                        fl = link.flows
-                                        if len(fl) > 2 * n + 16:
-                                            # Compact: the ended flows cost at most as many
-                                            # skips again, amortised.
-                                            link.flows = [f for f in fl if f.phase == _DRAINING]
-                                        dirty.append(link)
-                                    else:
-                                        link.flows.clear()
-                                        # What _flush does for an empty seed, done now.
-                                        link.busy_s += now - link.busy_since_s
-                                        if link.load_bytes_per_s != 0.0:
-                                            if link.series is None:
-                                                link.load_bytes_per_s = 0.0
-                                            else:
-                                                _set_load(link, 0.0, now)
-                                rate = flow.rate_bytes_per_s
-                                if rate < self._keep_below:
-                                    self._keep_below = rate
-                                flow.rate_bytes_per_s = 0.0
-                                flow.remaining_bytes = 0.0
-                                t = now + flow.path.latency_s
-                                b = self._bucket(t)
-                                b.append(flow)
-                                flow.timer = b
-                            elif phase == _LATENCY:
-                                self._deliver(flow, now)  # a C call when compiled
-                            elif phase == _TIMER:
-                                flow.notify(flow.tag)
-                            elif phase == _HANDSHAKE:
-                                self._launch(flow, now)
-                            else:
-                                self._begin(flow, now)
+                    # Handlers may set timers at `now`: they come after those due now.
+                    while timers.n and timers.first_time_s() <= limit:
+                        flow = timers.pop()
+                        if flow.timer != timers.popped_seq:
+                            continue  # superseded by a later reschedule
+                        flow.timer = 0
+                        phase = flow.phase
+                        if phase == _DRAINING:
+                            # self._end_drain(flow, now), inlined
+                            size = flow.size_bytes
+                            dirty = self._dirty
+                            flow.phase = _LATENCY  # off its links' lists from now on
+                            for link in flow.links:
+                                n = link.n_flows - 1
+                                link.n_flows = n
+                                link.bytes_total += size
+                                if n:
+                                    fl = link.flows
+                                    if len(fl) > 2 * n + 16:
+                                        # Compact: the ended flows cost at most as many
+                                        # skips again, amortised.
+                                        link.flows = [f for f in fl if f.phase == _DRAINING]
+                                    dirty.append(link)
+                                else:
+                                    link.flows.clear()
+                                    # What _flush does for an empty seed, done now.
+                                    link.busy_s += now - link.busy_since_s
+                                    if link.load_bytes_per_s != 0.0:
+                                        if link.series is None:
+                                            link.load_bytes_per_s = 0.0
+                                        else:
+                                            _set_load(link, 0.0, now)
+                            rate = flow.rate_bytes_per_s
+                            if rate < self._keep_below:
+                                self._keep_below = rate
+                            flow.rate_bytes_per_s = 0.0
+                            flow.remaining_bytes = 0.0
+                            flow.timer = self._add_timer(now + flow.path.latency_s, flow)
+                        elif phase == _LATENCY:
+                            self._deliver(flow, now)  # a C call when compiled
+                        elif phase == _TIMER:
+                            flow.notify(flow.tag)
+                        elif phase == _HANDSHAKE:
+                            self._launch(flow, now)
+                        else:
+                            self._begin(flow, now)
                     if self._dirty:
                         self._flush(now)
-                    if not (times and times[0] <= limit):
+                    if not (timers.n and timers.first_time_s() <= limit):
                         break
-                # Drop leading buckets that hold only superseded completion timers, so
-                # rescheduled flows do not cost a simpy wake-up each.
-                while times:
-                    bucket = buckets[times[0]]
-                    for flow in bucket:
-                        if flow.timer is bucket:
-                            break
-                    else:
-                        if bucket is self._last_bucket:
-                            self._last_bucket = None
-                        del buckets[heappop(times)]
-                        continue
-                    break
-                if not times or (pending and pending[0] <= times[0]):
+                # Drop the leading superseded completion timers, so rescheduled flows
+                # do not cost a simpy wake-up each.
+                while timers.n:
+                    flow = timers.first_item()
+                    if flow.timer == timers.first_seq():
+                        break
+                    timers.pop()
+                if not timers.n or (pending and pending[0] <= timers.first_time_s()):
                     return  # nothing left, or a wake-up is already due first
-                nt = times[0]
+                nt = timers.first_time_s()
                 queue = self._env_queue
                 if (
                     queue is not None
@@ -1042,10 +1125,7 @@ class FlowNetwork:
             f.remaining_bytes = rem
         f.last_update_s = now
         f.rate_bytes_per_s = rate
-        t = now + rem / rate
-        bucket = self._bucket(t)
-        bucket.append(f)
-        f.timer = bucket
+        f.timer = self._add_timer(now + rem / rate, f)
 
     def _flush(self, now: float) -> None:
         """Recompute max-min rates of the components reached from the dirty links."""
@@ -1108,10 +1188,7 @@ class FlowNetwork:
                         # self._apply_rate(f, rate, now) of a flow that just began, inlined
                         f.last_update_s = now
                         f.rate_bytes_per_s = rate
-                        t = now + f.remaining_bytes / rate
-                        bucket = self._bucket(t)
-                        bucket.append(f)
-                        f.timer = bucket
+                        f.timer = self._add_timer(now + f.remaining_bytes / rate, f)
                     elif abs(rate - old) > old * _RATE_RTOL:
                         self._apply_rate(f, rate, now)
                     else:

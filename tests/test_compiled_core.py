@@ -187,3 +187,32 @@ def test_compiled_module_that_does_not_load_falls_back(tmp_path):
     assert file == str(copy / "network.py")
     assert "'network': 'python (compiled module does not load: " in status
     assert "does not load" in stderr and "using the Python source" in stderr
+
+
+def test_the_python_core_runs_without_cython_installed():
+    """Cython is a build tool: an install without it (or without a C compiler) runs the
+    Python source, which must not need Cython to import (its timer queue asks
+    ``cython.compiled``)."""
+    code = (
+        "import sys; sys.modules['cython'] = None\n"  # as if not installed
+        "import simnet, topologies\n"
+        "from simnet import _compiled\n"
+        "g = topologies.ring(4, bandwidth_bytes_per_s=1e9, latency_s=1e-6)\n"
+        "t = simnet.collective_time(g, 'allreduce', 'ring', 1 << 20)\n"
+        "print(_compiled.status()['network'], repr(t))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(pure=True),
+        cwd=ROOT,
+    )
+    assert r.returncode == 0, r.stderr
+    how, t = r.stdout.rsplit(maxsplit=1)
+    assert how.startswith("python")
+    # Ring allreduce on a 4-ring: 2 (p - 1) steps of S / p bytes, each a hop's latency
+    # and S / (p B) seconds.
+    steps = 2 * 3
+    assert float(t) == pytest.approx(steps * (1e-6 + (1 << 20) / 4 / 1e9), rel=1e-9)
