@@ -13,36 +13,36 @@ import cython
 from cpython.ref cimport PyObject
 
 
-cdef struct _Timer:
-    double time_s
+cdef struct _Entry:
+    double key
     long long seq
     PyObject* item
 
 
-ctypedef _Timer* _TimerPtr
+ctypedef _Entry* _EntryPtr
 
 
 @cython.final
-cdef class _TimerQueue:
+cdef class _KeyQueue:
     cdef public Py_ssize_t n
     cdef public long long last_seq
     cdef public long long popped_seq
     cdef Py_ssize_t cap
-    cdef _TimerPtr entries
+    cdef _EntryPtr entries
     cdef list heap
 
     @cython.locals(seq=cython.longlong, i=Py_ssize_t, parent=Py_ssize_t, cap=Py_ssize_t,
-                   entries=_TimerPtr)
-    cpdef long long push(self, double time_s, object item)
+                   entries=_EntryPtr)
+    cpdef long long push(self, double key, object item)
 
-    cpdef double first_time_s(self)
+    cpdef double first_key(self)
 
     cpdef long long first_seq(self)
 
     cpdef object first_item(self)
 
-    @cython.locals(entries=_TimerPtr, n=Py_ssize_t, i=Py_ssize_t,
-                   child=Py_ssize_t, last=_Timer)
+    @cython.locals(entries=_EntryPtr, n=Py_ssize_t, i=Py_ssize_t,
+                   child=Py_ssize_t, last=_Entry)
     cpdef object pop(self)
 
 
@@ -120,7 +120,7 @@ cdef class FlowNetwork:
     cdef public dict _static_paths
     cdef public dict _self_paths
     cdef public dict _pairs
-    cdef public _TimerQueue _timers
+    cdef public _KeyQueue _timers
     cdef public list _wake_pending
     cdef public bint _waking
     cdef public list _dirty
@@ -153,7 +153,7 @@ cdef class FlowNetwork:
     cpdef call_later(self, double delay_s, callback, arg=*)
 
     @cython.locals(flow=_Flow, link=_Link, path=_Path, pair=_Pair, n=cython.longlong,
-                   fl=list, timers=_TimerQueue,
+                   fl=list, timers=_KeyQueue,
                    dirty=list, pending=list, size=cython.longlong,
                    phase=cython.int, now=cython.double, t=cython.double, limit=cython.double,
                    rate=cython.double,
@@ -187,6 +187,6 @@ cdef _sum_load(_Link link, double now)
 cdef _set_load(_Link link, double load, double now)
 
 
-@cython.locals(link=_Link, l2=_Link, f=_Flow, buckets=dict, b=list, shares=list,
+@cython.locals(link=_Link, l2=_Link, f=_Flow, queue=_KeyQueue,
                n=cython.longlong, share=cython.double, cur=cython.double, level=cython.double)
 cpdef _water_fill(list links, long long epoch)

@@ -19,7 +19,7 @@ graph before building the network, not after.
 
 Scheduling. The model keeps its own timers (alpha over, last byte left,
 latency over) in one queue, due by time and then in the order they were set
-(``_TimerQueue``), so ties are broken by insertion order and runs are
+(``_KeyQueue``), so ties are broken by insertion order and runs are
 deterministic. Only the earliest timer is mirrored as a simpy timeout, so the
 flows of a bulk-synchronous step that start or end at the same instant share
 one simpy event. simpy cannot cancel a timeout: a flow whose rate changes sets
@@ -55,7 +55,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable, Hashable, Sequence
-from heapq import heapify, heappop, heappush
+from heapq import heappop, heappush
 from typing import NamedTuple, SupportsIndex
 
 import networkx as nx
@@ -153,20 +153,22 @@ class FlowState(NamedTuple):
     links: tuple[LinkKey, ...]
 
 
-class _TimerQueue:
-    """Timers in the order they are due: by time (s), then in the order they were set.
+class _KeyQueue:
+    """Items by a float key, least first, ties in the order they were pushed: the
+    network's timers (key: the time due, s) and the water-filling's links (key: the
+    fair share they were filed under, bytes/s).
 
-    ``push`` numbers each timer; a flow keeps its live timer's number, so a timer it
+    ``push`` numbers each entry; a flow keeps its live timer's number, so a timer it
     has superseded (its rate changed) is told apart when it comes out. A binary heap:
-    compiled, of C structs in one array, so that ordering two timers compares two
-    doubles in place, not two float objects spread over memory (the heap of a
+    compiled, of C structs in one array, so that ordering two entries compares two
+    doubles in place, not two float objects spread over memory (the timers' heap of a
     16,384-rank run was a few percent of it); in Python, of tuples.
     """
 
     def __init__(self) -> None:
-        self.n = 0  # timers queued
-        self.last_seq = 0  # the number of the last timer pushed (the first is 1)
-        self.popped_seq = 0  # the number of the timer pop() last returned
+        self.n = 0  # entries queued
+        self.last_seq = 0  # the number of the last entry pushed (the first is 1)
+        self.popped_seq = 0  # the number of the entry pop() last returned
         if cython.compiled:
             self.cap = 0
             self.entries = cython.NULL
@@ -179,58 +181,58 @@ class _TimerQueue:
                 Py_DECREF(cython.cast(object, self.entries[i].item))
             PyMem_Free(self.entries)
 
-    def push(self, time_s: float, item: object) -> int:
-        """Queue ``item`` at ``time_s`` (s); returns the timer's number."""
+    def push(self, key: float, item: object) -> int:
+        """Queue ``item`` under ``key``; returns the entry's number."""
         seq = self.last_seq + 1
         self.last_seq = seq
         if not cython.compiled:
-            heappush(self.heap, (time_s, seq, item))
+            heappush(self.heap, (key, seq, item))
             self.n += 1
             return seq
         i = self.n
         if i == self.cap:
             cap = 2 * self.cap if self.cap else 256
-            # _Timer and _TimerPtr: C types declared in network.pxd.
-            grown = PyMem_Realloc(self.entries, cap * cython.sizeof(_Timer))  # noqa: F821
+            # _Timer and _EntryPtr: C types declared in network.pxd.
+            grown = PyMem_Realloc(self.entries, cap * cython.sizeof(_Entry))  # noqa: F821
             if grown == cython.NULL:
                 raise MemoryError()
-            self.entries = cython.cast(_TimerPtr, grown)  # noqa: F821
+            self.entries = cython.cast(_EntryPtr, grown)  # noqa: F821
             self.cap = cap
         entries = self.entries
         Py_INCREF(item)
-        # Sift up: move the parents that are due later down into the hole.
+        # Sift up: move the parents with greater keys down into the hole.
         while i > 0:
             parent = (i - 1) >> 1
-            if entries[parent].time_s <= time_s:
-                break  # equal times: the parent was set first
+            if entries[parent].key <= key:
+                break  # equal keys: the parent was pushed first
             entries[i] = entries[parent]
             i = parent
-        entries[i].time_s = time_s
+        entries[i].key = key
         entries[i].seq = seq
         entries[i].item = cython.cast(cython.pointer(PyObject), item)
         self.n += 1
         return seq
 
-    def first_time_s(self) -> float:
-        """When the first timer is due (s); the queue must not be empty."""
+    def first_key(self) -> float:
+        """The least key; the queue must not be empty."""
         if cython.compiled:
-            return self.entries[0].time_s
+            return self.entries[0].key
         return self.heap[0][0]
 
     def first_seq(self) -> int:
-        """The first timer's number; the queue must not be empty."""
+        """The first entry's number; the queue must not be empty."""
         if cython.compiled:
             return self.entries[0].seq
         return self.heap[0][1]
 
     def first_item(self) -> object:
-        """The first timer's item; the queue must not be empty."""
+        """The first entry's item; the queue must not be empty."""
         if cython.compiled:
             return cython.cast(object, self.entries[0].item)
         return self.heap[0][2]
 
     def pop(self) -> object:
-        """Take the first timer out and return its item (its number: ``popped_seq``)."""
+        """Take the first entry out and return its item (its number: ``popped_seq``)."""
         if not cython.compiled:
             _, self.popped_seq, item = heappop(self.heap)
             self.n -= 1
@@ -242,7 +244,7 @@ class _TimerQueue:
         n = self.n - 1
         self.n = n
         if n:
-            # Sift the last timer down from the root.
+            # Sift the last entry down from the root.
             last = entries[n]
             i = 0
             while True:
@@ -250,15 +252,15 @@ class _TimerQueue:
                 if child >= n:
                     break
                 if child + 1 < n and (
-                    entries[child + 1].time_s < entries[child].time_s
+                    entries[child + 1].key < entries[child].key
                     or (
-                        entries[child + 1].time_s == entries[child].time_s
+                        entries[child + 1].key == entries[child].key
                         and entries[child + 1].seq < entries[child].seq
                     )
                 ):
                     child += 1
-                if last.time_s < entries[child].time_s or (
-                    last.time_s == entries[child].time_s and last.seq < entries[child].seq
+                if last.key < entries[child].key or (
+                    last.key == entries[child].key and last.seq < entries[child].seq
                 ):
                     break
                 entries[i] = entries[child]
@@ -503,7 +505,7 @@ class FlowNetwork:
         self._pairs: dict[tuple[int, int], _Pair] = {}
 
         # The flows' and call_later's timers, due by time, then in the order they were set.
-        self._timers = _TimerQueue()
+        self._timers = _KeyQueue()
         self._wake_pending: list[float] = []  # target times of scheduled simpy wake-ups
         self._waking = False
         self._dirty: list[_Link] = []  # seed links of components to recompute
@@ -980,7 +982,7 @@ class FlowNetwork:
             while True:
                 while True:
                     # Handlers may set timers at `now`: they come after those due now.
-                    while timers.n and timers.first_time_s() <= limit:
+                    while timers.n and timers.first_key() <= limit:
                         flow = timers.pop()
                         if flow.timer != timers.popped_seq:
                             continue  # superseded by a later reschedule
@@ -1027,7 +1029,7 @@ class FlowNetwork:
                             self._begin(flow, now)
                     if self._dirty:
                         self._flush(now)
-                    if not (timers.n and timers.first_time_s() <= limit):
+                    if not (timers.n and timers.first_key() <= limit):
                         break
                 # Drop the leading superseded completion timers, so rescheduled flows
                 # do not cost a simpy wake-up each.
@@ -1036,9 +1038,9 @@ class FlowNetwork:
                     if flow.timer == timers.first_seq():
                         break
                     timers.pop()
-                if not timers.n or (pending and pending[0] <= timers.first_time_s()):
+                if not timers.n or (pending and pending[0] <= timers.first_key()):
                     return  # nothing left, or a wake-up is already due first
-                nt = timers.first_time_s()
+                nt = timers.first_key()
                 queue = self._env_queue
                 if (
                     queue is not None
@@ -1300,43 +1302,30 @@ def _water_fill(links: list[_Link], epoch: int) -> None:
     / unfrozen flows), freeze its unfrozen flows at that share and subtract it
     from their other links. Shares only grow from round to round, so a link
     filed under an old share is a lower bound, refiled lazily when reached.
-    Links are filed in buckets by exact share (a heap orders the distinct
-    shares): links of equal capacity and load share one bucket, and ties go
-    to the link filed first, for determinism.
+    Links come out by the share they were filed under, ties in filing order (the
+    component's order, then refiling order), for determinism.
     """
-    buckets: dict[float, list[_Link]] = {}
+    queue = _KeyQueue()
     for link in links:
-        share = link.rem_capacity_bytes_per_s / link.n_unfrozen
-        b = buckets.get(share)
-        if b is None:
-            buckets[share] = [link]
-        else:
-            b.append(link)
-    shares = list(buckets)
-    heapify(shares)
+        queue.push(link.rem_capacity_bytes_per_s / link.n_unfrozen, link)
     level = 0.0
-    while shares:
-        share = heappop(shares)
-        for link in buckets.pop(share):
-            n = link.n_unfrozen
-            if n == 0:
-                continue
-            cur = link.rem_capacity_bytes_per_s / n
-            if cur > share:
-                b = buckets.get(cur)
-                if b is None:
-                    buckets[cur] = [link]
-                    heappush(shares, cur)
-                else:
-                    b.append(link)
-                continue
-            # Shares never decrease in exact arithmetic; do not let rounding do it.
-            if cur < level:
-                cur = level
-            level = cur
-            for f in link.flows:
-                if f.fill_bytes_per_s < 0.0 and f.mark == epoch:
-                    f.fill_bytes_per_s = cur
-                    for l2 in f.links:
-                        l2.rem_capacity_bytes_per_s -= cur
-                        l2.n_unfrozen -= 1
+    while queue.n:
+        share = queue.first_key()
+        link = queue.pop()
+        n = link.n_unfrozen
+        if n == 0:
+            continue
+        cur = link.rem_capacity_bytes_per_s / n
+        if cur > share:
+            queue.push(cur, link)
+            continue
+        # Shares never decrease in exact arithmetic; do not let rounding do it.
+        if cur < level:
+            cur = level
+        level = cur
+        for f in link.flows:
+            if f.fill_bytes_per_s < 0.0 and f.mark == epoch:
+                f.fill_bytes_per_s = cur
+                for l2 in f.links:
+                    l2.rem_capacity_bytes_per_s -= cur
+                    l2.n_unfrozen -= 1

@@ -673,13 +673,14 @@ class _Item:
 
 
 def test_timers_come_out_by_time_then_in_the_order_they_were_set():
-    """The timer queue's order is what makes runs deterministic: by time, ties in the
-    order the timers were set, each numbered 1, 2, ... (2,000 timers over 7 times, so
-    ties abound and the compiled array grows past its first 256 entries)."""
+    """The queue's order (of timers and of the water-filling's links) is what makes
+    runs deterministic: by key, ties in the order pushed, each numbered 1, 2, ...
+    (2,000 timers over 7 times, so ties abound and the compiled array grows past its
+    first 256 entries)."""
     import simnet.network as network
 
     rng = random.Random(5)
-    q = network._TimerQueue()
+    q = network._KeyQueue()
     set_order = []
     for i in range(2000):
         t = rng.choice([0.0, 1e-6, 2.5e-6, 3e-6, 0.125, 1.0, 7.0])
@@ -689,7 +690,7 @@ def test_timers_come_out_by_time_then_in_the_order_they_were_set():
     assert q.n == 2000
     out = []
     while q.n:
-        first = (q.first_time_s(), q.first_seq(), q.first_item())
+        first = (q.first_key(), q.first_seq(), q.first_item())
         item = q.pop()
         assert (first[1], first[2]) == (q.popped_seq, item)
         out.append((first[0], q.popped_seq, item))
@@ -697,7 +698,7 @@ def test_timers_come_out_by_time_then_in_the_order_they_were_set():
     assert [e[2].name for e in out[:3]] == [e[2].name for e in set_order if e[0] == 0.0][:3]
 
 
-def test_the_timer_queue_releases_what_it_holds():
+def test_the_key_queue_releases_what_it_holds():
     """Items leave the queue's hands when popped and when the queue goes (the compiled
     queue counts its references itself)."""
     import gc
@@ -705,7 +706,7 @@ def test_the_timer_queue_releases_what_it_holds():
 
     import simnet.network as network
 
-    q = network._TimerQueue()
+    q = network._KeyQueue()
     items = [_Item(i) for i in range(300)]
     refs = [weakref.ref(x) for x in items]
     seqs = [q.push(float(i % 3), x) for i, x in enumerate(items)]
