@@ -17,7 +17,6 @@ cdef struct _Entry:
     double key
     long long seq
     PyObject* item
-    Py_ssize_t front
 
 
 ctypedef _Entry* _EntryPtr
@@ -28,32 +27,22 @@ cdef class _KeyQueue:
     cdef public Py_ssize_t n
     cdef public long long last_seq
     cdef public long long popped_seq
-    cdef Py_ssize_t size
     cdef Py_ssize_t cap
     cdef _EntryPtr entries
     cdef list heap
-    cdef list run
-    cdef double run_key
-    cdef long long run_seq
 
-    @cython.locals(seq=cython.longlong, run=list)
+    @cython.locals(seq=cython.longlong, i=Py_ssize_t, parent=Py_ssize_t, cap=Py_ssize_t,
+                   entries=_EntryPtr)
     cpdef long long push(self, double key, object item)
-
-    @cython.locals(run=list)
-    cdef _close_run(self)
-
-    @cython.locals(i=Py_ssize_t, parent=Py_ssize_t, cap=Py_ssize_t, entries=_EntryPtr)
-    cdef _insert(self, double key, long long seq, object obj, Py_ssize_t front)
 
     cpdef double first_key(self)
 
     cpdef long long first_seq(self)
 
-    @cython.locals(root=_Entry)
     cpdef object first_item(self)
 
-    @cython.locals(entries=_EntryPtr, n=Py_ssize_t, i=Py_ssize_t, front=Py_ssize_t,
-                   child=Py_ssize_t, last=_Entry, run=list)
+    @cython.locals(entries=_EntryPtr, n=Py_ssize_t, i=Py_ssize_t,
+                   child=Py_ssize_t, last=_Entry)
     cpdef object pop(self)
 
 

@@ -158,78 +158,48 @@ class _KeyQueue:
     network's timers (key: the time due, s) and the water-filling's links (key: the
     fair share they were filed under, bytes/s).
 
-    ``push`` numbers each item; a flow keeps its live timer's number, so a timer it
+    ``push`` numbers each entry; a flow keeps its live timer's number, so a timer it
     has superseded (its rate changed) is told apart when it comes out. A binary heap:
     compiled, of C structs in one array, so that ordering two entries compares two
     doubles in place, not two float objects spread over memory (the timers' heap of a
-    16,384-rank run was a few percent of it), and consecutive pushes of one key (the
-    flows of a step that end, arrive or start together) are one entry, a run, whose
-    items then come out without heap work; in Python, a heap of tuples.
+    16,384-rank run was a few percent of it); in Python, of tuples.
     """
 
     def __init__(self) -> None:
-        self.n = 0  # items queued
-        self.last_seq = 0  # the number of the last item pushed (the first is 1)
-        self.popped_seq = 0  # the number of the item pop() last returned
+        self.n = 0  # entries queued
+        self.last_seq = 0  # the number of the last entry pushed (the first is 1)
+        self.popped_seq = 0  # the number of the entry pop() last returned
         if cython.compiled:
-            self.size = 0  # heap entries
             self.cap = 0
             self.entries = cython.NULL
-            self.run = []  # the open run: the last items pushed, all of one key
-            self.run_key = 0.0
-            self.run_seq = 0  # the number of its first item
         else:
             self.heap: list[tuple[float, int, object]] = []
 
     def __dealloc__(self) -> None:  # compiled only: the references the array holds
         if cython.compiled:
-            for i in range(self.size):
+            for i in range(self.n):
                 Py_DECREF(cython.cast(object, self.entries[i].item))
             PyMem_Free(self.entries)
 
     def push(self, key: float, item: object) -> int:
-        """Queue ``item`` under ``key``; returns the item's number."""
+        """Queue ``item`` under ``key``; returns the entry's number."""
         seq = self.last_seq + 1
         self.last_seq = seq
-        self.n += 1
         if not cython.compiled:
             heappush(self.heap, (key, seq, item))
+            self.n += 1
             return seq
-        run = self.run
-        if run and key != self.run_key:
-            self._close_run()
-            run = self.run
-        if not run:
-            self.run_key = key
-            self.run_seq = seq
-        run.append(item)
-        return seq
-
-    def _close_run(self) -> None:
-        """Move the open run into the heap: its item alone, or the run as one entry
-        (its items' numbers are consecutive, so it keeps its place as they leave)."""
-        run = self.run
-        if len(run) == 1:
-            self._insert(self.run_key, self.run_seq, run[0], -1)
-            run.clear()
-        else:
-            self._insert(self.run_key, self.run_seq, run, 0)
-            self.run = []
-
-    def _insert(self, key: float, seq: int, obj: object, front: int) -> None:
-        """Add a heap entry (compiled only): ``obj`` an item (``front`` -1) or a run's
-        list (``front``: the index of its next item)."""
-        i = self.size
+        i = self.n
         if i == self.cap:
             cap = 2 * self.cap if self.cap else 256
-            # _Entry and _EntryPtr: C types declared in network.pxd.
+            # _Timer and _EntryPtr: C types declared in network.pxd.
             grown = PyMem_Realloc(self.entries, cap * cython.sizeof(_Entry))  # noqa: F821
             if grown == cython.NULL:
                 raise MemoryError()
             self.entries = cython.cast(_EntryPtr, grown)  # noqa: F821
             self.cap = cap
         entries = self.entries
-        Py_INCREF(obj)
+        Py_INCREF(item)
         # Sift up: move the parents with greater keys down into the hole.
         while i > 0:
             parent = (i - 1) >> 1
@@ -239,66 +209,40 @@ class _KeyQueue:
             i = parent
         entries[i].key = key
         entries[i].seq = seq
-        entries[i].item = cython.cast(cython.pointer(PyObject), obj)
-        entries[i].front = front
-        self.size += 1
+        entries[i].item = cython.cast(cython.pointer(PyObject), item)
+        self.n += 1
+        return seq
 
     def first_key(self) -> float:
         """The least key; the queue must not be empty."""
-        if not cython.compiled:
-            return self.heap[0][0]
-        if self.run:
-            self._close_run()
-        return self.entries[0].key
+        if cython.compiled:
+            return self.entries[0].key
+        return self.heap[0][0]
 
     def first_seq(self) -> int:
-        """The first item's number; the queue must not be empty."""
-        if not cython.compiled:
-            return self.heap[0][1]
-        if self.run:
-            self._close_run()
-        return self.entries[0].seq
+        """The first entry's number; the queue must not be empty."""
+        if cython.compiled:
+            return self.entries[0].seq
+        return self.heap[0][1]
 
     def first_item(self) -> object:
-        """The first item; the queue must not be empty."""
-        if not cython.compiled:
-            return self.heap[0][2]
-        if self.run:
-            self._close_run()
-        root = self.entries[0]
-        if root.front < 0:
-            return cython.cast(object, root.item)
-        return cython.cast(list, root.item)[root.front]
+        """The first entry's item; the queue must not be empty."""
+        if cython.compiled:
+            return cython.cast(object, self.entries[0].item)
+        return self.heap[0][2]
 
     def pop(self) -> object:
-        """Take the first item out and return it (its number: ``popped_seq``)."""
+        """Take the first entry out and return its item (its number: ``popped_seq``)."""
         if not cython.compiled:
             _, self.popped_seq, item = heappop(self.heap)
             self.n -= 1
             return item
-        if self.run:
-            self._close_run()
         entries = self.entries
-        self.n -= 1
+        item = cython.cast(object, entries[0].item)  # a new reference ...
+        Py_DECREF(item)  # ... that takes over the array's
         self.popped_seq = entries[0].seq
-        front = entries[0].front
-        if front < 0:
-            item = cython.cast(object, entries[0].item)  # a new reference ...
-            Py_DECREF(item)  # ... that takes over the array's
-        else:
-            run = cython.cast(list, entries[0].item)
-            item = run[front]
-            run[front] = None  # the queue keeps no item it gave out alive
-            front += 1
-            if front < len(run):
-                # The run stays first: no other entry of its key has a number between
-                # its items'.
-                entries[0].front = front
-                entries[0].seq += 1
-                return item
-            Py_DECREF(run)  # the array's reference (`run` holds its own)
-        n = self.size - 1
-        self.size = n
+        n = self.n - 1
+        self.n = n
         if n:
             # Sift the last entry down from the root.
             last = entries[n]
