@@ -675,32 +675,46 @@ class _Item:
 def test_timers_come_out_by_time_then_in_the_order_they_were_set():
     """The queue's order (of timers and of the water-filling's links) is what makes
     runs deterministic: by key, ties in the order pushed, each numbered 1, 2, ...
-    (2,000 timers over 7 times, so ties abound and the compiled array grows past its
-    first 256 entries)."""
+    Pushes and pops interleave as in a simulation: runs of equal keys, a run of a key
+    that is already queued, single items; over 2,000 items, so the compiled array
+    grows past its first 256 entries. Checked against a plain heap of (key, number)
+    pairs."""
+    import heapq
+
     import simnet.network as network
 
     rng = random.Random(5)
+    keys = [0.0, 1e-6, 2.5e-6, 3e-6, 0.125, 1.0, 7.0]
     q = network._KeyQueue()
-    set_order = []
-    for i in range(2000):
-        t = rng.choice([0.0, 1e-6, 2.5e-6, 3e-6, 0.125, 1.0, 7.0])
-        item = _Item(i)
-        assert q.push(t, item) == i + 1
-        set_order.append((t, i + 1, item))
-    assert q.n == 2000
-    out = []
-    while q.n:
+    model: list[tuple[float, int, _Item]] = []
+    seq = 0
+    key = keys[0]
+
+    def pop_and_check() -> None:
         first = (q.first_key(), q.first_seq(), q.first_item())
         item = q.pop()
+        assert first == (*heapq.heappop(model)[:2], item)
         assert (first[1], first[2]) == (q.popped_seq, item)
-        out.append((first[0], q.popped_seq, item))
-    assert out == sorted(set_order, key=lambda e: (e[0], e[1]))
-    assert [e[2].name for e in out[:3]] == [e[2].name for e in set_order if e[0] == 0.0][:3]
+
+    for _round in range(40):
+        for _ in range(rng.randrange(0, 120)):
+            if rng.random() < 0.3:  # else the key just pushed, again: a run
+                key = rng.choice(keys)
+            seq += 1
+            item = _Item(seq)
+            assert q.push(key, item) == seq
+            heapq.heappush(model, (key, seq, item))
+        assert q.n == len(model)
+        for _ in range(rng.randrange(0, len(model) + 1)):
+            pop_and_check()
+    while q.n:
+        pop_and_check()
+    assert seq > 2000 and not model
 
 
 def test_the_key_queue_releases_what_it_holds():
-    """Items leave the queue's hands when popped and when the queue goes (the compiled
-    queue counts its references itself)."""
+    """Items leave the queue's hands when popped (also from among equal keys) and when
+    the queue goes: the compiled queue counts its references itself."""
     import gc
     import weakref
 
@@ -709,9 +723,10 @@ def test_the_key_queue_releases_what_it_holds():
     q = network._KeyQueue()
     items = [_Item(i) for i in range(300)]
     refs = [weakref.ref(x) for x in items]
-    seqs = [q.push(float(i % 3), x) for i, x in enumerate(items)]
+    seqs = [q.push(float(i // 40), x) for i, x in enumerate(items)]  # runs of 40
     assert seqs == list(range(1, 301))
-    popped = [q.pop() for _ in range(100)]
+    popped = [q.pop() for _ in range(100)]  # two runs and half of the third
+    assert [x.name for x in popped] == list(range(100))
     del items
     gc.collect()
     assert sum(r() is not None for r in refs) == 300  # 200 queued, 100 held here
