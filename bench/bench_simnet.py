@@ -25,6 +25,15 @@ fresh Python process.
 ``--against-pure`` measures this tree's pure-Python core (COMMSIM_PURE_PYTHON=1)
 side by side with the compiled one, the same way.
 
+``--cachegrind`` counts instead of timing: each case runs under ``valgrind
+--tool=cachegrind`` with an 8 MB last-level cache (a share of a shared machine's),
+and the table gives the whole process's instructions, L1 data misses and
+last-level misses. The counts do not move with the machine's load, so they settle
+differences of a few percent that wall times on a shared machine cannot (a case
+takes about 50x its time: ring1024 or fat1024 a few minutes, fat4096 ten); with
+``--against`` the ratios are this tree's over DIR's. Writes
+results/bench_simnet_cachegrind.json.
+
 ``--against DIR`` measures another checkout of the project (e.g. a ``git
 worktree`` of an older commit) side by side: each repeat runs the case on
 DIR's code, then on this tree's, so both see the same machine load, and the
@@ -38,9 +47,12 @@ import argparse
 import json
 import os
 import platform
+import re
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -159,6 +171,89 @@ def run_fresh(name: str, tree: Path, pure: bool = False) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+# Cachegrind's summary lines (on stderr): "I refs:", "D1 misses:" and "LL misses:" totals.
+_COUNTS = {"instructions": r"I\s+refs:", "d1_misses": r"D1\s+misses:", "ll_misses": r"LL\s+misses:"}
+LL_CACHE = "8388608,16,64"  # bytes, ways, line bytes
+
+
+def run_counted(name: str, tree: Path) -> dict:
+    """Run one case in a fresh process on ``tree``'s code under cachegrind; the case's
+    figures plus the whole process's instructions, L1 data and last-level misses."""
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    env.pop("COMMSIM_PURE_PYTHON", None)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run(
+            [
+                "valgrind",
+                "--tool=cachegrind",
+                "--cache-sim=yes",
+                f"--LL={LL_CACHE}",
+                f"--cachegrind-out-file={tmp}/cachegrind.out",
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--one",
+                name,
+            ],
+            env=env,
+            cwd=tree,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    if out.returncode:
+        raise SystemExit(f"case {name} on {tree} failed under cachegrind:\n{out.stderr[-2000:]}")
+    row = json.loads(out.stdout.strip().splitlines()[-1])
+    for key, label in _COUNTS.items():
+        m = re.search(label + r"\s+([\d,]+)", out.stderr)
+        if m is None:
+            raise SystemExit(f"case {name}: no {label!r} in cachegrind's output")
+        row[key] = int(m.group(1).replace(",", ""))
+    return row
+
+
+def cachegrind_table(names: list[str], other: Path | None, out_path: str) -> None:
+    """``--cachegrind``: the counts of each case, here and on ``other``."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--cachegrind needs valgrind (apt install valgrind)")
+    head = f"{'case':10s} {'messages':>10s} {'instr (G)':>10s} {'instr/msg':>10s}"
+    head += f" {'D1 miss (M)':>12s} {'LL miss (M)':>12s}"
+    if other is not None:
+        head += f" {'vs instr':>9s} {'vs D1':>7s} {'vs LL':>7s}"
+    print(head, flush=True)
+    rows = []
+    for name in names:
+        row = {"case": name, **run_counted(name, ROOT)}
+        line = (
+            f"{name:10s} {row['messages']:10d} {row['instructions'] / 1e9:10.2f} "
+            f"{row['instructions'] / row['messages']:10.0f} {row['d1_misses'] / 1e6:12.1f} "
+            f"{row['ll_misses'] / 1e6:12.1f}"
+        )
+        if other is not None:
+            a = row["against"] = run_counted(name, other)
+            widths = zip(_COUNTS, (9, 7, 7), strict=True)
+            line += "".join(f" {row[k] / a[k]:{w}.3f}" for k, w in widths)
+            if a["simulated_s"] != row["simulated_s"]:
+                line += f"  (simulated {a['simulated_s']!r} there)"
+        rows.append(row)
+        print(line, flush=True)
+    if other is not None:
+        print(f"vs: this tree's counts over {other}'s (below 1: fewer here)")
+    sys.path.insert(0, str(ROOT))
+    from workload.results import versions, write_json
+
+    write_json(
+        out_path,
+        {
+            "kind": "bench-simnet-cachegrind",
+            "ll_cache": LL_CACHE,
+            "versions": versions(),
+            "against": str(other) if other else None,
+            "rows": rows,
+        },
+    )
+    print(f"wrote {out_path}")
+
+
 def summarise(runs: list[dict]) -> dict:
     wall = statistics.median(r["wall_s"] for r in runs)
     cpu = statistics.median(r["cpu_s"] for r in runs)
@@ -201,7 +296,12 @@ def main() -> None:
     what.add_argument(
         "--against-pure", action="store_true", help="this tree's pure-Python core, side by side"
     )
-    ap.add_argument("--out", default="results/bench_simnet.json")
+    ap.add_argument(
+        "--cachegrind",
+        action="store_true",
+        help="count instructions and cache misses under valgrind instead of timing",
+    )
+    ap.add_argument("--out", help="results file (default: results/bench_simnet.json)")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: one case, JSON on stdout
     ns = ap.parse_args()
     if ns.one:
@@ -214,6 +314,12 @@ def main() -> None:
     other = ns.against.resolve() if ns.against else None
     if other is not None and not (other / "simnet" / "__init__.py").is_file():
         raise SystemExit(f"--against {other}: not a checkout of this project (no simnet/)")
+    if ns.cachegrind:
+        if ns.against_pure:
+            raise SystemExit("--cachegrind compares with --against DIR, not --against-pure")
+        cachegrind_table(names, other, ns.out or "results/bench_simnet_cachegrind.json")
+        return
+    ns.out = ns.out or "results/bench_simnet.json"
     head = (
         f"{'case':10s} {'messages':>10s} {'simulated (s)':>14s} {'wall (s)':>9s} "
         f"{'cpu (s)':>8s} {'msgs/cpu-s':>11s} {'msgs/wall-s':>11s} {'peak GB':>8s}"
