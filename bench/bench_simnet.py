@@ -152,14 +152,17 @@ def run_one(name: str) -> dict:
     }
 
 
-def run_fresh(name: str, tree: Path, pure: bool = False) -> dict:
-    """Run one case in a fresh process on the code of ``tree`` (its Python core if ``pure``)."""
+def _run_case(
+    name: str, tree: Path, pure: bool = False, tool: tuple[str, ...] = ()
+) -> tuple[dict, str]:
+    """Run one case in a fresh process on the code of ``tree`` (its Python core if
+    ``pure``), under ``tool`` (a command prefix) if any: its figures and its stderr."""
     env = dict(os.environ, PYTHONPATH=str(tree))
     env.pop("COMMSIM_PURE_PYTHON", None)
     if pure:
         env["COMMSIM_PURE_PYTHON"] = "1"
     out = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--one", name],
+        [*tool, sys.executable, str(Path(__file__).resolve()), "--one", name],
         env=env,
         cwd=tree,
         capture_output=True,
@@ -167,8 +170,13 @@ def run_fresh(name: str, tree: Path, pure: bool = False) -> dict:
         check=False,
     )
     if out.returncode:
-        raise SystemExit(f"case {name} on {tree} failed:\n{out.stderr}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+        raise SystemExit(f"case {name} on {tree} failed:\n{out.stderr[-4000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
+
+
+def run_fresh(name: str, tree: Path, pure: bool = False) -> dict:
+    """Run one case in a fresh process on the code of ``tree`` (its Python core if ``pure``)."""
+    return _run_case(name, tree, pure)[0]
 
 
 # Cachegrind's summary lines (on stderr): "I refs:", "D1 misses:" and "LL misses:" totals.
@@ -179,32 +187,17 @@ LL_CACHE = "8388608,16,64"  # bytes, ways, line bytes
 def run_counted(name: str, tree: Path) -> dict:
     """Run one case in a fresh process on ``tree``'s code under cachegrind; the case's
     figures plus the whole process's instructions, L1 data and last-level misses."""
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    env.pop("COMMSIM_PURE_PYTHON", None)
     with tempfile.TemporaryDirectory() as tmp:
-        out = subprocess.run(
-            [
-                "valgrind",
-                "--tool=cachegrind",
-                "--cache-sim=yes",
-                f"--LL={LL_CACHE}",
-                f"--cachegrind-out-file={tmp}/cachegrind.out",
-                sys.executable,
-                str(Path(__file__).resolve()),
-                "--one",
-                name,
-            ],
-            env=env,
-            cwd=tree,
-            capture_output=True,
-            text=True,
-            check=False,
+        tool = (
+            "valgrind",
+            "--tool=cachegrind",
+            "--cache-sim=yes",
+            f"--LL={LL_CACHE}",
+            f"--cachegrind-out-file={tmp}/cachegrind.out",
         )
-    if out.returncode:
-        raise SystemExit(f"case {name} on {tree} failed under cachegrind:\n{out.stderr[-2000:]}")
-    row = json.loads(out.stdout.strip().splitlines()[-1])
+        row, stderr = _run_case(name, tree, tool=tool)
     for key, label in _COUNTS.items():
-        m = re.search(label + r"\s+([\d,]+)", out.stderr)
+        m = re.search(label + r"\s+([\d,]+)", stderr)
         if m is None:
             raise SystemExit(f"case {name}: no {label!r} in cachegrind's output")
         row[key] = int(m.group(1).replace(",", ""))
