@@ -32,7 +32,7 @@ cdef class _Coll(_Waiter):
     @cython.locals(steps=tuple, i=Py_ssize_t, nsteps=Py_ssize_t, pending=cython.longlong,
                    pending_sends=dict, pending_recvs=dict, endpoints=tuple, recvs=tuple,
                    sends=tuple, t_now=cython.double, me=Py_ssize_t, p=Py_ssize_t)
-    cpdef bint advance(self)
+    cpdef bint advance(self) except -1
 
 
 @cython.locals(rw=_Waiter, sw=_Waiter)

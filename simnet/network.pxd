@@ -33,11 +33,11 @@ cdef class _KeyQueue:
 
     @cython.locals(seq=cython.longlong, i=Py_ssize_t, parent=Py_ssize_t, cap=Py_ssize_t,
                    entries=_EntryPtr)
-    cpdef long long push(self, double key, object item)
+    cpdef Py_ssize_t push(self, double key, object item) except -1
 
-    cpdef double first_key(self)
+    cpdef double first_key(self) noexcept
 
-    cpdef long long first_seq(self)
+    cpdef long long first_seq(self) noexcept
 
     cpdef object first_item(self)
 
@@ -139,7 +139,7 @@ cdef class FlowNetwork:
     cpdef _set_timer(self, _Flow flow, double time_s)
 
     @cython.locals(pending=list)
-    cdef long long _add_timer(self, double time_s, _Flow flow)
+    cdef Py_ssize_t _add_timer(self, double time_s, _Flow flow) except -1
 
     @cython.locals(path=_Path, pair=_Pair, links=tuple, n=cython.longlong,
                    size=cython.longlong, t=cython.double, alpha_s=cython.double,
