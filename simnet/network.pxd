@@ -47,6 +47,10 @@ cdef class _KeyQueue:
 
 
 cdef class _Link:
+    # Field order is memory order: what a flow's start and end and the max-min search
+    # read come first, next to the object header (cachegrind, 1,024 ranks: 2% fewer L1
+    # data misses than in the order of the Python attributes; no wall-time difference
+    # stands out of this machine's noise).
     cdef public list flows
     cdef public long long n_flows
     cdef public double capacity_bytes_per_s
