@@ -46,7 +46,7 @@ Compiled build. ``setup.py`` compiles this module with Cython when it can;
 ``network.pxd`` declares C fields for the hot classes and C types for the
 local variables of the hot methods (Python never reads it; annotations here are
 documentation only, also to Cython). The code is the same either way but for
-the timer queue's storage (``if cython.compiled``: a C array of structs, else a
+the key queue's storage (``if cython.compiled``: a C array of structs, else a
 heap of tuples), and ``simnet._compiled`` chooses which runs.
 """
 
@@ -192,7 +192,7 @@ class _KeyQueue:
         i = self.n
         if i == self.cap:
             cap = 2 * self.cap if self.cap else 256
-            # _Timer and _EntryPtr: C types declared in network.pxd.
+            # _Entry and _EntryPtr: C types declared in network.pxd.
             grown = PyMem_Realloc(self.entries, cap * cython.sizeof(_Entry))  # noqa: F821
             if grown == cython.NULL:
                 raise MemoryError()
