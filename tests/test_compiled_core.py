@@ -123,6 +123,15 @@ def test_compiled_and_python_cores_give_identical_results(tmp_path, workload, al
             assert (compiled / name).read_bytes() == (python / name).read_bytes(), name
 
 
+def _python(code: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter (so its imports are its own); it must succeed."""
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=cwd, env=env
+    )
+    assert r.returncode == 0, r.stderr
+    return r
+
+
 def _probe(root: Path) -> tuple[str, str, str]:
     """Import simnet from ``root``; its network module's file, the status, stderr."""
     probe = (
@@ -130,15 +139,7 @@ def _probe(root: Path) -> tuple[str, str, str]:
         "import simnet, simnet.network as n, simnet._compiled as c;"
         "print(n.__file__); print(c.status())"
     )
-    r = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=root,
-        env={**_env(False), "PYTHONPATH": str(root)},
-    )
-    assert r.returncode == 0, r.stderr
+    r = _python(probe, root, {**_env(False), "PYTHONPATH": str(root)})
     file, status = r.stdout.splitlines()
     return file, status, r.stderr
 
@@ -201,16 +202,7 @@ def test_the_python_core_runs_without_cython_installed():
         "t = simnet.collective_time(g, 'allreduce', 'ring', 1 << 20)\n"
         "print(_compiled.status()['network'], repr(t))\n"
     )
-    r = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=_env(pure=True),
-        cwd=ROOT,
-    )
-    assert r.returncode == 0, r.stderr
-    how, t = r.stdout.rsplit(maxsplit=1)
+    how, t = _python(code, ROOT, _env(pure=True)).stdout.rsplit(maxsplit=1)
     assert how.startswith("python")
     # Ring allreduce on a 4-ring: 2 (p - 1) steps of S / p bytes, each a hop's latency
     # and S / (p B) seconds.

@@ -288,6 +288,12 @@ def test_self_message_without_alpha_is_immediate():
     assert ev.value == TransferRecord(0, 0, 5, 0.0, 0.0, None)
 
 
+def counts_at(env: simpy.Environment, net: FlowNetwork, t: float) -> tuple[int, int]:
+    """Run to time t (s); the network's recomputations and flow rates computed so far."""
+    env.run(until=t)
+    return net.recomputations, net.flows_rerated
+
+
 def test_disjoint_components_do_not_recompute_each_other():
     g = line((100.0, 0.0))
     g.add_edge(2, 3, bandwidth=100.0, latency=0.0)
@@ -295,22 +301,18 @@ def test_disjoint_components_do_not_recompute_each_other():
     out: list[TransferRecord] = []
     send_at(env, net, 0.0, 0, 1, 1000, out, "X")
     send_at(env, net, 1.0, 2, 3, 100, out, "Y")
-    env.run(until=0.5)
-    assert (net.recomputations, net.flows_rerated) == (1, 1)
-    env.run(until=1.5)
+    assert counts_at(env, net, 0.5) == (1, 1)
     # Y started: only Y's component (Y alone) was recomputed.
-    assert (net.recomputations, net.flows_rerated) == (2, 2)
-    env.run(until=2.5)
+    assert counts_at(env, net, 1.5) == (2, 2)
     # Y ended at t=2: its component is empty, X untouched.
-    assert (net.recomputations, net.flows_rerated) == (2, 2)
+    assert counts_at(env, net, 2.5) == (2, 2)
     env.run()
     assert {r.tag: r.end_s for r in out} == {"X": approx(10.0), "Y": approx(2.0)}
     # Contrast: a flow joining X's link re-rates both.
     env2, net2 = make(line((100.0, 0.0)))
     send_at(env2, net2, 0.0, 0, 1, 1000, [])
     send_at(env2, net2, 1.0, 0, 1, 100, [])
-    env2.run(until=1.5)
-    assert (net2.recomputations, net2.flows_rerated) == (2, 3)
+    assert counts_at(env2, net2, 1.5) == (2, 3)
 
 
 def test_flows_slower_than_a_change_keep_their_rates_without_being_rerated():
@@ -323,15 +325,12 @@ def test_flows_slower_than_a_change_keep_their_rates_without_being_rerated():
     send_at(env, net, 0.0, 3, 2, 40, out, "s")  # 2 B/s throughout: ends at 40 / 2 = 20
     send_at(env, net, 0.0, 0, 2, 16, out, "f")  # the 8 B/s s leaves on 1 -> 2: ends at 2
     send_at(env, net, 4.0, 0, 2, 12, out, "h")  # 1 -> 2 shared 3 ways: at least 10 / 3 B/s
-    env.run(until=1.0)
-    assert (net.recomputations, net.flows_rerated) == (1, 2)
-    env.run(until=3.0)
+    assert counts_at(env, net, 1.0) == (1, 2)
     # f (8 B/s) ended: s, slower, keeps its 2 B/s and is not rated again.
-    assert (net.recomputations, net.flows_rerated) == (1, 2)
-    env.run(until=4.5)
+    assert counts_at(env, net, 3.0) == (1, 2)
     # h began, with at least min(10 / 1, 10 / 2) = 5 B/s: s (2 B/s) keeps its rate, h
     # alone is rated: 10 - 2 = 8 B/s on 1 -> 2, 12 B in 1.5 s.
-    assert (net.recomputations, net.flows_rerated) == (2, 3)
+    assert counts_at(env, net, 4.5) == (2, 3)
     assert {f.tag: f.rate_bytes_per_s for f in net.active_flows()} == {
         "s": approx(2.0),
         "h": approx(8.0),
