@@ -46,6 +46,69 @@ cdef class _KeyQueue:
     cpdef object pop(self)
 
 
+cdef struct _QNode:  # a queued item of _RunQueue, in its run's chain
+    long long seq
+    PyObject* item
+    Py_ssize_t next
+
+
+cdef struct _QRun:  # one run: its first and last nodes
+    Py_ssize_t head
+    Py_ssize_t tail
+
+
+cdef struct _QEntry:  # a heap entry of _RunQueue: a run, by key then first number
+    double key
+    long long seq
+    Py_ssize_t run
+
+
+ctypedef _QNode* _QNodePtr
+ctypedef _QRun* _QRunPtr
+ctypedef _QEntry* _QEntryPtr
+
+cdef Py_ssize_t _OPEN_RUNS  # the length of _RunQueue's open_run and open_key
+
+
+cdef void* _grown(void* ptr, Py_ssize_t count, size_t size) except NULL
+
+
+@cython.final
+cdef class _RunQueue:
+    cdef public Py_ssize_t n
+    cdef public long long last_seq
+    cdef public long long popped_seq
+    cdef Py_ssize_t size
+    cdef Py_ssize_t cap
+    cdef _QEntryPtr entries
+    cdef Py_ssize_t node_cap
+    cdef _QNodePtr nodes
+    cdef Py_ssize_t free_node
+    cdef Py_ssize_t run_cap
+    cdef _QRunPtr runs
+    cdef Py_ssize_t free_run
+    cdef Py_ssize_t open_run[4]  # _OPEN_RUNS
+    cdef double open_key[4]
+    cdef Py_ssize_t next_open
+    cdef list heap
+
+    @cython.locals(seq=cython.longlong, i=Py_ssize_t, parent=Py_ssize_t, cap=Py_ssize_t,
+                   node=Py_ssize_t, run=Py_ssize_t, nodes=_QNodePtr, runs=_QRunPtr,
+                   entries=_QEntryPtr)
+    cpdef Py_ssize_t push(self, double key, object item) except -1
+
+    cpdef double first_key(self) noexcept
+
+    cpdef long long first_seq(self) noexcept
+
+    cpdef object first_item(self)
+
+    @cython.locals(entries=_QEntryPtr, nodes=_QNodePtr, n=Py_ssize_t, i=Py_ssize_t,
+                   child=Py_ssize_t, run=Py_ssize_t, node=Py_ssize_t, nxt=Py_ssize_t,
+                   last=_QEntry)
+    cpdef object pop(self)
+
+
 cdef class _Link:
     # Field order is memory order: what a flow's start and end and the max-min search
     # read come first, next to the object header (cachegrind, 1,024 ranks: 2% fewer L1
@@ -124,7 +187,7 @@ cdef class FlowNetwork:
     cdef public dict _static_paths
     cdef public dict _self_paths
     cdef public dict _pairs
-    cdef public _KeyQueue _timers
+    cdef public _RunQueue _timers
     cdef public list _wake_pending
     cdef public bint _waking
     cdef public list _dirty
@@ -157,7 +220,7 @@ cdef class FlowNetwork:
     cpdef call_later(self, double delay_s, callback, arg=*)
 
     @cython.locals(flow=_Flow, link=_Link, path=_Path, pair=_Pair, n=cython.longlong,
-                   fl=list, timers=_KeyQueue,
+                   fl=list, timers=_RunQueue,
                    dirty=list, pending=list, size=cython.longlong,
                    phase=cython.int, now=cython.double, t=cython.double, limit=cython.double,
                    rate=cython.double,

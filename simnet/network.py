@@ -104,6 +104,9 @@ _HANDSHAKE = 5  # a rendezvous message whose request-to-send is on its way
 # run still gets control back every so often.
 _FAST_FORWARD_HOPS = 4096
 
+# Runs of the timer queue that a push looks for its key among (see _RunQueue).
+_OPEN_RUNS = 4
+
 _RATE_RTOL = 1e-12  # a new rate this close to the current one is no change
 # A flow whose rate is below the rate of what changed since the last recomputation by
 # more than this (relative) keeps its rate (see _flush): a margin for rounding.
@@ -245,6 +248,211 @@ class _KeyQueue:
         self.n = n
         if n:
             # Sift the last entry down from the root.
+            last = entries[n]
+            i = 0
+            while True:
+                child = 2 * i + 1
+                if child >= n:
+                    break
+                if child + 1 < n and (
+                    entries[child + 1].key < entries[child].key
+                    or (
+                        entries[child + 1].key == entries[child].key
+                        and entries[child + 1].seq < entries[child].seq
+                    )
+                ):
+                    child += 1
+                if last.key < entries[child].key or (
+                    last.key == entries[child].key and last.seq < entries[child].seq
+                ):
+                    break
+                entries[i] = entries[child]
+                i = child
+            entries[i] = last
+        return item
+
+
+def _grown(ptr: object, count: int, size: int) -> object:
+    """``ptr`` (compiled: a C array, None when new) reallocated to ``count`` items of
+    ``size`` bytes; raises MemoryError when that fails."""
+    grown = PyMem_Realloc(ptr, count * size)
+    if grown == cython.NULL:
+        raise MemoryError()
+    return grown
+
+
+class _RunQueue:
+    """The network's timers, due by time (s), ties in the order they were set: the
+    order and interface of :class:`_KeyQueue`, which it is in Python.
+
+    Compiled, the items pushed under one key since that key was last new are a run, a
+    FIFO list of C nodes, and the binary heap holds runs, not items: the flows of a
+    bulk-synchronous step end, arrive and start at a few equal times, so most pushes
+    append to a run that is already queued and most pops take a run's next item with
+    no heap work. A push finds its run among the last ``_OPEN_RUNS`` runs made (one of
+    them is the newest run of its key, if any is queued, as a key's runs are made only
+    when it is not among them); a push under a key that is not there starts a new run,
+    filed after the key's older runs. Runs of one key come out in the order they were
+    made, each in the order pushed, which is the order of the items' numbers: the same
+    order as a heap of ``(key, number, item)``.
+    """
+
+    def __init__(self) -> None:
+        self.n = 0  # items queued
+        self.last_seq = 0  # the number of the last item pushed (the first is 1)
+        self.popped_seq = 0  # the number of the item pop() last returned
+        if not cython.compiled:
+            self.heap: list[tuple[float, int, object]] = []
+            return
+        self.size = 0  # runs queued (heap entries)
+        self.cap = 0
+        self.entries = cython.NULL
+        self.node_cap = 0
+        self.nodes = cython.NULL
+        self.free_node = -1  # the first of the unused nodes, chained by .next
+        self.run_cap = 0
+        self.runs = cython.NULL
+        self.free_run = -1  # the first of the unused runs, chained by .head
+        for i in range(_OPEN_RUNS):
+            self.open_run[i] = -1
+            self.open_key[i] = 0.0
+        self.next_open = 0
+
+    def __dealloc__(self) -> None:  # compiled only: the references the nodes hold
+        if cython.compiled:
+            for i in range(self.size):
+                node = self.runs[self.entries[i].run].head
+                while node >= 0:
+                    Py_DECREF(cython.cast(object, self.nodes[node].item))
+                    node = self.nodes[node].next
+            PyMem_Free(self.entries)
+            PyMem_Free(self.nodes)
+            PyMem_Free(self.runs)
+
+    def push(self, key: float, item: object) -> int:
+        """Queue ``item`` under ``key``; returns the item's number."""
+        if not cython.compiled:
+            return _KeyQueue.push(self, key, item)
+        seq = self.last_seq + 1
+        self.last_seq = seq
+        if key == 0.0:
+            key = 0.0  # -0.0 is the key 0.0, as in a heap's comparisons
+        # A node for the item.
+        node = self.free_node
+        if node < 0:
+            cap = 2 * self.node_cap if self.node_cap else 256
+            self.nodes = cython.cast(
+                _QNodePtr,  # noqa: F821 (C types of network.pxd)
+                _grown(self.nodes, cap, cython.sizeof(_QNode)),  # noqa: F821
+            )
+            for i in range(self.node_cap, cap - 1):
+                self.nodes[i].next = i + 1
+            self.nodes[cap - 1].next = -1
+            node = self.node_cap
+            self.node_cap = cap
+        nodes = self.nodes
+        self.free_node = nodes[node].next
+        Py_INCREF(item)
+        nodes[node].seq = seq
+        nodes[node].item = cython.cast(cython.pointer(PyObject), item)
+        nodes[node].next = -1
+        self.n += 1
+        # Its key's open run, if there is one.
+        for i in range(_OPEN_RUNS):
+            if self.open_key[i] == key and self.open_run[i] >= 0:
+                run = self.open_run[i]
+                nodes[self.runs[run].tail].next = node
+                self.runs[run].tail = node
+                return seq
+        # Else a new run, filed in the heap by (key, its first item's number).
+        run = self.free_run
+        if run < 0:
+            cap = 2 * self.run_cap if self.run_cap else 64
+            self.runs = cython.cast(
+                _QRunPtr,  # noqa: F821
+                _grown(self.runs, cap, cython.sizeof(_QRun)),  # noqa: F821
+            )
+            for i in range(self.run_cap, cap - 1):
+                self.runs[i].head = i + 1
+            self.runs[cap - 1].head = -1
+            run = self.run_cap
+            self.run_cap = cap
+        runs = self.runs
+        self.free_run = runs[run].head
+        runs[run].head = node
+        runs[run].tail = node
+        i = self.next_open
+        self.open_run[i] = run
+        self.open_key[i] = key
+        self.next_open = (i + 1) % _OPEN_RUNS
+        i = self.size
+        if i == self.cap:
+            cap = 2 * self.cap if self.cap else 64
+            self.entries = cython.cast(
+                _QEntryPtr,  # noqa: F821
+                _grown(self.entries, cap, cython.sizeof(_QEntry)),  # noqa: F821
+            )
+            self.cap = cap
+        entries = self.entries
+        # Sift up: the new run's number is the greatest, so equal keys stop it.
+        while i > 0:
+            parent = (i - 1) >> 1
+            if entries[parent].key <= key:
+                break
+            entries[i] = entries[parent]
+            i = parent
+        entries[i].key = key
+        entries[i].seq = seq
+        entries[i].run = run
+        self.size += 1
+        return seq
+
+    def first_key(self) -> float:
+        """The least key; the queue must not be empty."""
+        if not cython.compiled:
+            return _KeyQueue.first_key(self)
+        return self.entries[0].key
+
+    def first_seq(self) -> int:
+        """The first item's number; the queue must not be empty."""
+        if not cython.compiled:
+            return _KeyQueue.first_seq(self)
+        return self.nodes[self.runs[self.entries[0].run].head].seq
+
+    def first_item(self) -> object:
+        """The first item; the queue must not be empty."""
+        if not cython.compiled:
+            return _KeyQueue.first_item(self)
+        return cython.cast(object, self.nodes[self.runs[self.entries[0].run].head].item)
+
+    def pop(self) -> object:
+        """Take the first item out and return it (its number: ``popped_seq``)."""
+        if not cython.compiled:
+            return _KeyQueue.pop(self)
+        entries = self.entries
+        run = entries[0].run
+        nodes = self.nodes
+        node = self.runs[run].head
+        item = cython.cast(object, nodes[node].item)  # a new reference ...
+        Py_DECREF(item)  # ... that takes over the node's
+        self.popped_seq = nodes[node].seq
+        self.n -= 1
+        nxt = nodes[node].next
+        nodes[node].next = self.free_node
+        self.free_node = node
+        if nxt >= 0:
+            self.runs[run].head = nxt
+            return item
+        # The run is spent: free it (and forget it if it is open), and sift the last
+        # heap entry down from the root.
+        self.runs[run].head = self.free_run
+        self.free_run = run
+        for i in range(_OPEN_RUNS):
+            if self.open_run[i] == run:
+                self.open_run[i] = -1
+        n = self.size - 1
+        self.size = n
+        if n:
             last = entries[n]
             i = 0
             while True:
@@ -505,7 +713,7 @@ class FlowNetwork:
         self._pairs: dict[tuple[int, int], _Pair] = {}
 
         # The flows' and call_later's timers, due by time, then in the order they were set.
-        self._timers = _KeyQueue()
+        self._timers = _RunQueue()
         self._wake_pending: list[float] = []  # target times of scheduled simpy wake-ups
         self._waking = False
         self._dirty: list[_Link] = []  # seed links of components to recompute

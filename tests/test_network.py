@@ -671,20 +671,24 @@ class _Item:
         self.name = name
 
 
-def test_timers_come_out_by_time_then_in_the_order_they_were_set():
-    """The queue's order (of timers and of the water-filling's links) is what makes
+@pytest.mark.parametrize("queue", ["_KeyQueue", "_RunQueue"])
+@pytest.mark.parametrize("seed", [5, 6, 7])
+def test_timers_come_out_by_time_then_in_the_order_they_were_set(queue: str, seed: int):
+    """The queues' order (of timers and of the water-filling's links) is what makes
     runs deterministic: by key, ties in the order pushed, each numbered 1, 2, ...
     Pushes and pops interleave as in a simulation: runs of equal keys, a run of a key
-    that is already queued, single items; over 2,000 items, so the compiled array
-    grows past its first 256 entries. Checked against a plain heap of (key, number)
-    pairs."""
+    that is already queued, single items; over 2,000 items, so the compiled arrays
+    grow past their first entries. Seven keys, more than the run queue's open runs, so
+    a key comes back after its run was forgotten while an older run of it is still
+    queued, and -0.0 is 0.0 as in a heap's comparisons. Checked against a plain heap of
+    (key, number) pairs."""
     import heapq
 
     import simnet.network as network
 
-    rng = random.Random(5)
-    keys = [0.0, 1e-6, 2.5e-6, 3e-6, 0.125, 1.0, 7.0]
-    q = network._KeyQueue()
+    rng = random.Random(seed)
+    keys = [0.0, -0.0, 1e-6, 2.5e-6, 3e-6, 0.125, 1.0, 7.0]
+    q = getattr(network, queue)()
     model: list[tuple[float, int, _Item]] = []
     seq = 0
     key = keys[0]
@@ -711,15 +715,16 @@ def test_timers_come_out_by_time_then_in_the_order_they_were_set():
     assert seq > 2000 and not model
 
 
-def test_the_key_queue_releases_what_it_holds():
+@pytest.mark.parametrize("queue", ["_KeyQueue", "_RunQueue"])
+def test_the_key_queue_releases_what_it_holds(queue: str):
     """Items leave the queue's hands when popped (also from among equal keys) and when
-    the queue goes: the compiled queue counts its references itself."""
+    the queue goes: the compiled queues count their references themselves."""
     import gc
     import weakref
 
     import simnet.network as network
 
-    q = network._KeyQueue()
+    q = getattr(network, queue)()
     items = [_Item(i) for i in range(300)]
     refs = [weakref.ref(x) for x in items]
     seqs = [q.push(float(i // 40), x) for i, x in enumerate(items)]  # runs of 40
