@@ -30,8 +30,9 @@ cdef class _Coll(_Waiter):
     cdef public tuple steps
 
     @cython.locals(steps=tuple, i=Py_ssize_t, nsteps=Py_ssize_t, pending=cython.longlong,
-                   pending_sends=dict, pending_recvs=dict, endpoints=tuple, recvs=tuple,
-                   sends=tuple, t_now=cython.double, me=Py_ssize_t, p=Py_ssize_t)
+                   pending_sends=dict, pending_recvs=dict, endpoints=tuple, step=tuple,
+                   n=Py_ssize_t, nr=Py_ssize_t, j=Py_ssize_t, t_now=cython.double,
+                   me=Py_ssize_t, p=Py_ssize_t)
     cpdef bint advance(self) except -1
 
 

@@ -45,6 +45,10 @@ DEFAULT_EAGER_THRESHOLD_BYTES = 65536
 # A step of a member's plan (``Schedule.rank_plan``): the members it receives from, and
 # its sends as (member, size_bytes, reduce).
 _PlanStep = tuple[tuple[int, ...], tuple[tuple[int, int, bool], ...]]
+# The same step as the executor keeps it, one flat tuple: the number of members it
+# receives from, those members, then (member, size_bytes) per send. One object a step,
+# not three: a data-parallel step of thousands of ranks keeps one per rank and step.
+_FlatStep = tuple[int, ...]
 # Rank plans up to this many steps per group (all members) are kept for reuse.
 _PLAN_CACHE_STEPS = 1 << 22
 
@@ -138,14 +142,15 @@ class _Plan:
     same for every group of that size: a group's own members and their endpoints are
     applied as it runs).
 
-    ``steps``: the schedule's ``rank_plan`` (per step, the members it receives from and
-    its sends ``(member, size_bytes, reduce)``); ``reduce_bytes`` / ``copy_bytes``:
+    ``steps``: the schedule's ``rank_plan``, each step flattened (``_FlatStep``: the
+    number of members it receives from, those members, then ``member, size_bytes`` per
+    send; equal steps stay one shared tuple); ``reduce_bytes`` / ``copy_bytes``:
     bytes it sends per destination member, over all steps; ``messages``: how many
     messages it sends, over all steps; ``delays``: per step, the seconds it then spends
     reducing what it received (None: none).
     """
 
-    steps: Sequence[_PlanStep]
+    steps: tuple[_FlatStep, ...]
     reduce_bytes: dict[int, int]
     copy_bytes: dict[int, int]
     messages: int
@@ -308,12 +313,19 @@ class SimExecutor:
                 u[1] += 1
         totals: tuple[dict[int, int], dict[int, int]] = ({}, {})  # copy, reduce
         messages = 0
+        flat: dict[int, _FlatStep] = {}
         for st, n in uses.values():
-            sends = st[1]
+            recvs, sends = st
             messages += n * len(sends)
             for peer, size, reduce in sends:
                 tot = totals[reduce]
                 tot[peer] = tot.get(peer, 0) + n * size
+            flat[id(st)] = (
+                len(recvs),
+                *recvs,
+                *(x for peer, size, _ in sends for x in (peer, size)),
+            )
+        steps = tuple([flat[id(st)] for st in steps])
         delays = None
         gamma, step_s = costs
         if step_s > 0 or (gamma > 0 and totals[1]):
@@ -828,7 +840,7 @@ class _Coll(_Waiter):
     def __init__(
         self,
         sim: PhaseSim,
-        steps: Sequence[_PlanStep],
+        steps: tuple[_FlatStep, ...],
         base: int,
         me: int,
         endpoints: tuple[int, ...],
@@ -865,10 +877,15 @@ class _Coll(_Waiter):
         row = base + me * p
         here = endpoints[me]
         while i < nsteps:
-            recvs, sends = steps[i]
+            step = steps[i]
             i += 1
             pending = 0
-            for src in recvs:
+            n = len(step)
+            nr = step[0]
+            j = 1
+            while j <= nr:
+                src = step[j]
+                j += 1
                 key = base + src * p + me
                 item = pending_sends.get(key)
                 if item is None:
@@ -890,7 +907,10 @@ class _Coll(_Waiter):
                 sw, src_ep, dst_ep, size_bytes, posted_s = item
                 rendezvous(src_ep, dst_ep, size_bytes, _delivered, (sw, self), posted_s)
                 pending += 1
-            for dst, size_bytes, _ in sends:
+            while j < n:
+                dst = step[j]
+                size_bytes = step[j + 1]
+                j += 2
                 key = row + dst
                 dst_ep = endpoints[dst]
                 rw = pending_recvs.get(key)
