@@ -1,0 +1,162 @@
+"""Digests of everything a simulation outputs, to check that a change to the simulator's
+core leaves its results identical.
+
+    python bench/fingerprint.py [--cases fat1024,examples,gpt3_384,ring256] [--out FILE]
+    python bench/fingerprint.py --against DIR [--cases ...]
+
+Per case and phase: the iteration time and every rank's compute / communication times
+(as exact float reprs), the pair and link byte counts, pair and link busy times, peak
+link loads and every link's load series (with ``record_series``), each reduced to a
+SHA-256 of its sorted items. ``--against DIR`` computes the same digests on another
+checkout's code (e.g. a ``git worktree`` of the previous commit, its core compiled) in
+a fresh process, and prints which digests differ; the exit status is 1 if any does.
+
+Cases: ``fatN`` is ResNet-152 data parallel on an N-rank fat-tree (as in
+bench_simnet, with link series), ``ringN`` a 1 GiB ring allreduce, ``gpt3_384`` the
+GPT-3 proxy, ``examples`` every configuration in ``examples/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CASES = "fat1024,ring256,gpt3_384,examples"
+
+
+def _digest(items: object) -> str:
+    return hashlib.sha256(repr(items).encode()).hexdigest()[:16]
+
+
+def _phase_digests(ph: object) -> dict[str, str]:
+    """Digests of one phase's outputs (a ``simnet.PhaseResult``)."""
+    net = ph.timeline.net if ph.timeline is not None else None  # type: ignore[attr-defined]
+    out = {
+        "iteration_time_s": repr(ph.iteration_time_s),  # type: ignore[attr-defined]
+        "per_rank": _digest(ph.per_rank),  # type: ignore[attr-defined]
+        "pair_bytes": _digest(sorted(ph.pair_bytes.items())),  # type: ignore[attr-defined]
+        "pair_busy": _digest(sorted(ph.pair_busy.items())),  # type: ignore[attr-defined]
+        "link_bytes": _digest(sorted(ph.link_bytes.items(), key=repr)),  # type: ignore[attr-defined]
+        "link_busy_s": _digest(sorted(ph.link_busy_s.items(), key=repr)),  # type: ignore[attr-defined]
+        "link_series": _digest(sorted(ph.link_series.items(), key=repr)),  # type: ignore[attr-defined]
+        "messages": str(ph.messages),  # type: ignore[attr-defined]
+    }
+    if net is not None:
+        peaks = net.link_peak_load_bytes_per_s()
+        out["link_peak"] = _digest(sorted(peaks.items(), key=repr))
+    return out
+
+
+def _config_cases(name: str) -> list[tuple[str, object]]:
+    """(label, config) of a case name."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import bench_simnet
+
+    if name == "examples":
+        return [(f"examples/{p.name}", str(p)) for p in sorted((ROOT / "examples").glob("*.json"))]
+    if name.startswith("fat"):
+        ranks = int(name[3:])
+        cfg = {
+            "distributed": {"num_nodes": ranks, "bandwidth_limit_gb_per_s": 25.0},
+            "topology": {
+                "type": "fat_tree",
+                "k": bench_simnet.FAT_TREE_K[ranks],
+                "link_latency_us": 1.0,
+            },
+            "workload": {"name": "resnet152", "world_size": ranks},
+        }
+        return [(name, cfg)]
+    if name == "gpt3_384":
+        return [(name, "gpt3_384")]
+    if name.startswith("ring"):
+        return [(name, name)]
+    raise SystemExit(f"unknown case {name!r}: fatN, ringN, gpt3_384 or examples")
+
+
+def fingerprints(cases: list[str]) -> dict[str, dict[str, str]]:
+    """Digests per case (and phase) on the code this process imports."""
+    import simnet
+    import topologies
+    from workload.units import GIB
+
+    out: dict[str, dict[str, str]] = {}
+    for name in cases:
+        for label, cfg in _config_cases(name):
+            print(f"  {label} ...", file=sys.stderr, flush=True)
+            if cfg == "gpt3_384" or (isinstance(cfg, str) and cfg.startswith("ring")):
+                if cfg == "gpt3_384":
+                    import bench_simnet
+
+                    _, t = bench_simnet.gpt3_case()
+                    out[label] = {"iteration_time_s": repr(t)}
+                    continue
+                n = int(cfg[4:])
+                g = topologies.ring(n, bandwidth_bytes_per_s=10e9, latency_s=5e-6)
+                t = simnet.collective_time(g, "allreduce", "ring", GIB)
+                out[label] = {"time_s": repr(t)}
+                continue
+            res = simnet.simulate(cfg, record_series=True)
+            for i, ph in enumerate(res.phases):
+                for key, val in _phase_digests(ph).items():
+                    out.setdefault(label, {})[f"{i}:{ph.name}:{key}"] = val
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default=DEFAULT_CASES)
+    ap.add_argument("--against", help="another checkout whose digests to compare with")
+    ap.add_argument("--out", help="write the digests (JSON) here")
+    ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    ns = ap.parse_args()
+    cases = [c for c in ns.cases.split(",") if c]
+    if ns.json:  # the child process of --against
+        print(json.dumps(fingerprints(cases)))
+        return 0
+    mine = fingerprints(cases)
+    if ns.out:
+        Path(ns.out).write_text(json.dumps(mine, indent=1))
+    print(json.dumps(mine, indent=1))
+    if not ns.against:
+        return 0
+    other_root = Path(ns.against).resolve()
+    env = dict(os.environ, PYTHONPATH=str(other_root))
+    env.pop("COMMSIM_PURE_PYTHON", None)
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--json", "--cases", ns.cases],
+        cwd=other_root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=3600,
+    )
+    if proc.returncode:
+        raise SystemExit(f"fingerprints on {other_root} failed:\n{proc.stderr[-3000:]}")
+    theirs = json.loads(proc.stdout.strip().splitlines()[-1])
+    differ = [
+        (case, key)
+        for case in sorted(set(mine) | set(theirs))
+        for key in sorted(set(mine.get(case, {})) | set(theirs.get(case, {})))
+        if mine.get(case, {}).get(key) != theirs.get(case, {}).get(key)
+    ]
+    total = sum(len(v) for v in mine.values())
+    if differ:
+        print(f"\n{len(differ)} of {total} digests differ from {other_root}:")
+        for case, key in differ:
+            print(
+                f"  {case} {key}: {theirs.get(case, {}).get(key)} -> {mine.get(case, {}).get(key)}"
+            )
+        return 1
+    print(f"\nall {total} digests equal to {other_root}'s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
