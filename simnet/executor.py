@@ -299,33 +299,31 @@ class SimExecutor:
         plan = self._plans.get(key)
         if plan is not None:
             return plan
-        steps = sched.rank_plan(me)
-        if type(steps) is not tuple:
-            steps = tuple(steps)
-        # Equal steps are one shared tuple: count each distinct one's bytes once, times
-        # its uses (a ring's thousands of steps are a few distinct ones).
-        uses: dict[int, list] = {}
-        for st in steps:
+        # Equal steps are one shared tuple: flatten each distinct one once and count its
+        # bytes once, times its uses (a ring's thousands of steps are a few distinct ones).
+        uses: dict[int, list] = {}  # id -> [step, uses]
+        flat: list[_FlatStep] = []
+        for st in sched.rank_plan(me):
             u = uses.get(id(st))
             if u is None:
-                uses[id(st)] = [st, 1]
-            else:
-                u[1] += 1
+                recvs, sends = st
+                f = [len(recvs)]
+                f.extend(recvs)
+                for peer, size, _ in sends:
+                    f.append(peer)
+                    f.append(size)
+                u = uses[id(st)] = [st, 0, tuple(f)]
+            u[1] += 1
+            flat.append(u[2])
         totals: tuple[dict[int, int], dict[int, int]] = ({}, {})  # copy, reduce
         messages = 0
-        flat: dict[int, _FlatStep] = {}
-        for st, n in uses.values():
-            recvs, sends = st
+        for st, n, _ in uses.values():
+            sends = st[1]
             messages += n * len(sends)
             for peer, size, reduce in sends:
                 tot = totals[reduce]
                 tot[peer] = tot.get(peer, 0) + n * size
-            flat[id(st)] = (
-                len(recvs),
-                *recvs,
-                *(x for peer, size, _ in sends for x in (peer, size)),
-            )
-        steps = tuple([flat[id(st)] for st in steps])
+        steps = tuple(flat)
         delays = None
         gamma, step_s = costs
         if step_s > 0 or (gamma > 0 and totals[1]):
