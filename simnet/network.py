@@ -19,7 +19,7 @@ graph before building the network, not after.
 
 Scheduling. The model keeps its own timers (alpha over, last byte left,
 latency over) in one queue, due by time and then in the order they were set
-(``_KeyQueue``), so ties are broken by insertion order and runs are
+(``_RunQueue``), so ties are broken by insertion order and runs are
 deterministic. Only the earliest timer is mirrored as a simpy timeout, so the
 flows of a bulk-synchronous step that start or end at the same instant share
 one simpy event. simpy cannot cancel a timeout: a flow whose rate changes sets
@@ -46,8 +46,8 @@ Compiled build. ``setup.py`` compiles this module with Cython when it can;
 ``network.pxd`` declares C fields for the hot classes and C types for the
 local variables of the hot methods (Python never reads it; annotations here are
 documentation only, also to Cython). The code is the same either way but for
-the key queue's storage (``if cython.compiled``: a C array of structs, else a
-heap of tuples), and ``simnet._compiled`` chooses which runs.
+the queues' storage (``if cython.compiled``: C arrays of structs, else a heap
+of tuples), and ``simnet._compiled`` chooses which runs.
 """
 
 from __future__ import annotations
