@@ -40,6 +40,10 @@ cdef class _Coll(_Waiter):
 cpdef _delivered(tag)
 
 
+@cython.locals(n=Py_ssize_t)
+cdef _push(dict d, object key, object item)
+
+
 @cython.locals(n=cython.longlong, c=_Coll)
 cdef _tick(_Waiter w)
 

@@ -699,13 +699,14 @@ class _Fifo(deque):
 
 
 def _push(d: dict, key: object, item: object) -> None:
-    q = d.get(key)
-    if q is None:
-        d[key] = item
-    elif type(q) is _Fifo:
-        q.append(item)
-    else:
-        d[key] = _Fifo((q, item))
+    """Queue ``item`` on the channel ``key`` (one lookup when the channel is empty)."""
+    n = len(d)
+    q = d.setdefault(key, item)
+    if len(d) == n:  # the channel held something already: queue behind it
+        if type(q) is _Fifo:
+            q.append(item)
+        else:
+            d[key] = _Fifo((q, item))
 
 
 def _pop(d: dict, key: object) -> Any:
@@ -887,10 +888,7 @@ class _Coll(_Waiter):
                 key = base + src * p + me
                 item = pending_sends.get(key)
                 if item is None:
-                    if key in pending_recvs:
-                        _push(pending_recvs, key, self)
-                    else:
-                        pending_recvs[key] = self
+                    _push(pending_recvs, key, self)
                     pending += 1
                     continue
                 if type(item) is _Fifo:
@@ -927,11 +925,7 @@ class _Coll(_Waiter):
                     start(here, dst_ep, size_bytes, _delivered, msg)
                     _push(pending_sends, key, msg)
                 else:
-                    item = (self, here, dst_ep, size_bytes, t_now)
-                    if key in pending_sends:
-                        _push(pending_sends, key, item)
-                    else:
-                        pending_sends[key] = item
+                    _push(pending_sends, key, (self, here, dst_ep, size_bytes, t_now))
                     pending += 1
             if pending:
                 self.i = i

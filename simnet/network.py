@@ -874,15 +874,17 @@ class FlowNetwork:
             path = to.get(dst) if to is not None else None
             if path is None:
                 path = self._path(src, dst)
-            now = self.env.now
+            now = self.env.now + 0.0
             delay = send_posted_s + self.alpha_s + path.latency_s - now
+            flow = self._message(path, size_bytes, on_delivery, tag)
             if delay > 0.0:
                 # The message waits as a timer of its own, launched when it fires (as
                 # start_transfer would be then, without a second object).
-                flow = self._message(path, size_bytes, on_delivery, tag)
                 flow.phase = _HANDSHAKE
                 self._set_timer(flow, now + delay)
-                return
+            else:
+                self._launch(flow, now)  # start_transfer without finding the path again
+            return
         self.start_transfer(src, dst, size_bytes, on_delivery, tag)
 
     def call_later(
