@@ -13,40 +13,7 @@ import cython
 from cpython.ref cimport PyObject
 
 
-cdef struct _Entry:
-    double key
-    long long seq
-    PyObject* item
-
-
-ctypedef _Entry* _EntryPtr
-
-
-@cython.final
-cdef class _KeyQueue:
-    cdef public Py_ssize_t n
-    cdef public long long last_seq
-    cdef public long long popped_seq
-    cdef Py_ssize_t cap
-    cdef _EntryPtr entries
-    cdef list heap
-
-    @cython.locals(seq=cython.longlong, i=Py_ssize_t, parent=Py_ssize_t, cap=Py_ssize_t,
-                   entries=_EntryPtr)
-    cpdef Py_ssize_t push(self, double key, object item) except -1
-
-    cpdef double first_key(self) noexcept
-
-    cpdef long long first_seq(self) noexcept
-
-    cpdef object first_item(self)
-
-    @cython.locals(entries=_EntryPtr, n=Py_ssize_t, i=Py_ssize_t,
-                   child=Py_ssize_t, last=_Entry)
-    cpdef object pop(self)
-
-
-cdef struct _QNode:  # a queued item of _RunQueue, in its run's chain
+cdef struct _QNode:  # a queued item of _KeyQueue, in its run's chain
     long long seq
     PyObject* item
     Py_ssize_t next
@@ -57,7 +24,7 @@ cdef struct _QRun:  # one run: its first and last nodes
     Py_ssize_t tail
 
 
-cdef struct _QEntry:  # a heap entry of _RunQueue: a run, by key then first number
+cdef struct _QEntry:  # a heap entry of _KeyQueue: a run, by key then first number
     double key
     long long seq
     Py_ssize_t run
@@ -67,14 +34,14 @@ ctypedef _QNode* _QNodePtr
 ctypedef _QRun* _QRunPtr
 ctypedef _QEntry* _QEntryPtr
 
-cdef Py_ssize_t _OPEN_RUNS  # the length of _RunQueue's open_run and open_key
+cdef Py_ssize_t _OPEN_RUNS  # the length of _KeyQueue's open_run and open_key
 
 
 cdef void* _grown(void* ptr, Py_ssize_t count, size_t size) except NULL
 
 
 @cython.final
-cdef class _RunQueue:
+cdef class _KeyQueue:
     cdef public Py_ssize_t n
     cdef public long long last_seq
     cdef public long long popped_seq
@@ -187,7 +154,8 @@ cdef class FlowNetwork:
     cdef public dict _static_paths
     cdef public dict _self_paths
     cdef public dict _pairs
-    cdef public _RunQueue _timers
+    cdef public _KeyQueue _timers
+    cdef public _KeyQueue _fill_queue
     cdef public list _wake_pending
     cdef public bint _waking
     cdef public list _dirty
@@ -220,7 +188,7 @@ cdef class FlowNetwork:
     cpdef call_later(self, double delay_s, callback, arg=*)
 
     @cython.locals(flow=_Flow, link=_Link, path=_Path, pair=_Pair, n=cython.longlong,
-                   fl=list, timers=_RunQueue,
+                   fl=list, timers=_KeyQueue,
                    dirty=list, pending=list, size=cython.longlong,
                    phase=cython.int, now=cython.double, t=cython.double, limit=cython.double,
                    rate=cython.double,
@@ -254,6 +222,6 @@ cdef _sum_load(_Link link, double now)
 cdef _set_load(_Link link, double load, double now)
 
 
-@cython.locals(link=_Link, l2=_Link, f=_Flow, queue=_KeyQueue,
+@cython.locals(link=_Link, l2=_Link, f=_Flow,
                n=cython.longlong, share=cython.double, cur=cython.double, level=cython.double)
-cpdef _water_fill(list links, long long epoch)
+cpdef _water_fill(list links, long long epoch, _KeyQueue queue)

@@ -19,7 +19,7 @@ graph before building the network, not after.
 
 Scheduling. The model keeps its own timers (alpha over, last byte left,
 latency over) in one queue, due by time and then in the order they were set
-(``_RunQueue``), so ties are broken by insertion order and runs are
+(``_KeyQueue``), so ties are broken by insertion order and runs are
 deterministic. Only the earliest timer is mirrored as a simpy timeout, so the
 flows of a bulk-synchronous step that start or end at the same instant share
 one simpy event. simpy cannot cancel a timeout: a flow whose rate changes sets
@@ -104,7 +104,7 @@ _HANDSHAKE = 5  # a rendezvous message whose request-to-send is on its way
 # run still gets control back every so often.
 _FAST_FORWARD_HOPS = 4096
 
-# Runs of the timer queue that a push looks for its key among (see _RunQueue).
+# Runs of the timer queue that a push looks for its key among (see _KeyQueue).
 _OPEN_RUNS = 4
 
 _RATE_RTOL = 1e-12  # a new rate this close to the current one is no change
@@ -156,122 +156,6 @@ class FlowState(NamedTuple):
     links: tuple[LinkKey, ...]
 
 
-class _KeyQueue:
-    """Items by a float key, least first, ties in the order they were pushed: the
-    network's timers (key: the time due, s) and the water-filling's links (key: the
-    fair share they were filed under, bytes/s).
-
-    ``push`` numbers each entry; a flow keeps its live timer's number, so a timer it
-    has superseded (its rate changed) is told apart when it comes out. A binary heap:
-    compiled, of C structs in one array, so that ordering two entries compares two
-    doubles in place, not two float objects spread over memory (the timers' heap of a
-    16,384-rank run was a few percent of it); in Python, of tuples.
-    """
-
-    def __init__(self) -> None:
-        self.n = 0  # entries queued
-        self.last_seq = 0  # the number of the last entry pushed (the first is 1)
-        self.popped_seq = 0  # the number of the entry pop() last returned
-        if cython.compiled:
-            self.cap = 0
-            self.entries = cython.NULL
-        else:
-            self.heap: list[tuple[float, int, object]] = []
-
-    def __dealloc__(self) -> None:  # compiled only: the references the array holds
-        if cython.compiled:
-            for i in range(self.n):
-                Py_DECREF(cython.cast(object, self.entries[i].item))
-            PyMem_Free(self.entries)
-
-    def push(self, key: float, item: object) -> int:
-        """Queue ``item`` under ``key``; returns the entry's number."""
-        seq = self.last_seq + 1
-        self.last_seq = seq
-        if not cython.compiled:
-            heappush(self.heap, (key, seq, item))
-            self.n += 1
-            return seq
-        i = self.n
-        if i == self.cap:
-            cap = 2 * self.cap if self.cap else 256
-            # _Entry and _EntryPtr: C types declared in network.pxd.
-            grown = PyMem_Realloc(self.entries, cap * cython.sizeof(_Entry))  # noqa: F821
-            if grown == cython.NULL:
-                raise MemoryError()
-            self.entries = cython.cast(_EntryPtr, grown)  # noqa: F821
-            self.cap = cap
-        entries = self.entries
-        Py_INCREF(item)
-        # Sift up: move the parents with greater keys down into the hole.
-        while i > 0:
-            parent = (i - 1) >> 1
-            if entries[parent].key <= key:
-                break  # equal keys: the parent was pushed first
-            entries[i] = entries[parent]
-            i = parent
-        entries[i].key = key
-        entries[i].seq = seq
-        entries[i].item = cython.cast(cython.pointer(PyObject), item)
-        self.n += 1
-        return seq
-
-    def first_key(self) -> float:
-        """The least key; the queue must not be empty."""
-        if cython.compiled:
-            return self.entries[0].key
-        return self.heap[0][0]
-
-    def first_seq(self) -> int:
-        """The first entry's number; the queue must not be empty."""
-        if cython.compiled:
-            return self.entries[0].seq
-        return self.heap[0][1]
-
-    def first_item(self) -> object:
-        """The first entry's item; the queue must not be empty."""
-        if cython.compiled:
-            return cython.cast(object, self.entries[0].item)
-        return self.heap[0][2]
-
-    def pop(self) -> object:
-        """Take the first entry out and return its item (its number: ``popped_seq``)."""
-        if not cython.compiled:
-            _, self.popped_seq, item = heappop(self.heap)
-            self.n -= 1
-            return item
-        entries = self.entries
-        item = cython.cast(object, entries[0].item)  # a new reference ...
-        Py_DECREF(item)  # ... that takes over the array's
-        self.popped_seq = entries[0].seq
-        n = self.n - 1
-        self.n = n
-        if n:
-            # Sift the last entry down from the root.
-            last = entries[n]
-            i = 0
-            while True:
-                child = 2 * i + 1
-                if child >= n:
-                    break
-                if child + 1 < n and (
-                    entries[child + 1].key < entries[child].key
-                    or (
-                        entries[child + 1].key == entries[child].key
-                        and entries[child + 1].seq < entries[child].seq
-                    )
-                ):
-                    child += 1
-                if last.key < entries[child].key or (
-                    last.key == entries[child].key and last.seq < entries[child].seq
-                ):
-                    break
-                entries[i] = entries[child]
-                i = child
-            entries[i] = last
-        return item
-
-
 def _grown(ptr: object, count: int, size: int) -> object:
     """``ptr`` (compiled: a C array, None when new) reallocated to ``count`` items of
     ``size`` bytes; raises MemoryError when that fails."""
@@ -281,20 +165,25 @@ def _grown(ptr: object, count: int, size: int) -> object:
     return grown
 
 
-class _RunQueue:
-    """The network's timers, due by time (s), ties in the order they were set: the
-    order and interface of :class:`_KeyQueue`, which it is in Python.
+class _KeyQueue:
+    """Items by a float key, least first, ties in the order they were pushed: the
+    network's timers (key: the time due, s) and the water-filling's links (key: the
+    fair share they were filed under, bytes/s). ``push`` numbers each item; a flow
+    keeps its live timer's number, so a timer it has superseded (its rate changed) is
+    told apart when it comes out. In Python, a heap of ``(key, number, item)``.
 
     Compiled, the items pushed under one key since that key was last new are a run, a
-    FIFO list of C nodes, and the binary heap holds runs, not items: the flows of a
-    bulk-synchronous step end, arrive and start at a few equal times, so most pushes
-    append to a run that is already queued and most pops take a run's next item with
-    no heap work. A push finds its run among the last ``_OPEN_RUNS`` runs made (one of
-    them is the newest run of its key, if any is queued, as a key's runs are made only
-    when it is not among them); a push under a key that is not there starts a new run,
-    filed after the key's older runs. Runs of one key come out in the order they were
-    made, each in the order pushed, which is the order of the items' numbers: the same
-    order as a heap of ``(key, number, item)``.
+    FIFO chain of C nodes, and a binary heap of C structs holds runs, not items: the
+    flows of a bulk-synchronous step end, arrive and start at a few equal times (and
+    the links of a symmetric network fill at a few equal shares), so most pushes append
+    to a run that is already queued and most pops take a run's next item with no heap
+    work. A push finds its run among the last ``_OPEN_RUNS`` runs made (one of them is
+    the newest run of its key, if any is queued, as a key's runs are made only when it
+    is not among them); a push under a key that is not there starts a new run, filed
+    after the key's older runs. Runs of one key come out in the order they were made,
+    each in the order pushed, which is the order of the items' numbers: the same order
+    as the heap of tuples. Nodes and runs are reused from free lists, so a queue kept
+    for the next use (the water-filling's) allocates nothing once it has grown.
     """
 
     def __init__(self) -> None:
@@ -331,10 +220,12 @@ class _RunQueue:
 
     def push(self, key: float, item: object) -> int:
         """Queue ``item`` under ``key``; returns the item's number."""
-        if not cython.compiled:
-            return _KeyQueue.push(self, key, item)
         seq = self.last_seq + 1
         self.last_seq = seq
+        if not cython.compiled:
+            heappush(self.heap, (key, seq, item))
+            self.n += 1
+            return seq
         if key == 0.0:
             key = 0.0  # -0.0 is the key 0.0, as in a heap's comparisons
         # A node for the item.
@@ -410,25 +301,27 @@ class _RunQueue:
     def first_key(self) -> float:
         """The least key; the queue must not be empty."""
         if not cython.compiled:
-            return _KeyQueue.first_key(self)
+            return self.heap[0][0]
         return self.entries[0].key
 
     def first_seq(self) -> int:
         """The first item's number; the queue must not be empty."""
         if not cython.compiled:
-            return _KeyQueue.first_seq(self)
+            return self.heap[0][1]
         return self.nodes[self.runs[self.entries[0].run].head].seq
 
     def first_item(self) -> object:
         """The first item; the queue must not be empty."""
         if not cython.compiled:
-            return _KeyQueue.first_item(self)
+            return self.heap[0][2]
         return cython.cast(object, self.nodes[self.runs[self.entries[0].run].head].item)
 
     def pop(self) -> object:
         """Take the first item out and return it (its number: ``popped_seq``)."""
         if not cython.compiled:
-            return _KeyQueue.pop(self)
+            _, self.popped_seq, item = heappop(self.heap)
+            self.n -= 1
+            return item
         entries = self.entries
         run = entries[0].run
         nodes = self.nodes
@@ -713,7 +606,8 @@ class FlowNetwork:
         self._pairs: dict[tuple[int, int], _Pair] = {}
 
         # The flows' and call_later's timers, due by time, then in the order they were set.
-        self._timers = _RunQueue()
+        self._timers = _KeyQueue()
+        self._fill_queue = _KeyQueue()  # the water-filling's, empty between fills
         self._wake_pending: list[float] = []  # target times of scheduled simpy wake-ups
         self._waking = False
         self._dirty: list[_Link] = []  # seed links of components to recompute
@@ -1462,7 +1356,7 @@ class FlowNetwork:
                 continue
             self.recomputations += 1
             self.flows_rerated += len(comp_flows)
-            _water_fill(comp_links, epoch)
+            _water_fill(comp_links, epoch, self._fill_queue)
             for f in comp_flows:
                 rate = f.fill_bytes_per_s
                 f.fill_bytes_per_s = -1.0
@@ -1503,7 +1397,7 @@ def _set_load(link: _Link, load: float, now: float) -> None:
             series.append((now, load))
 
 
-def _water_fill(links: list[_Link], epoch: int) -> None:
+def _water_fill(links: list[_Link], epoch: int, queue: _KeyQueue) -> None:
     """Progressive filling over a component; leaves each flow's rate in ``fill_bytes_per_s``.
 
     Each link's ``rem_capacity_bytes_per_s`` and ``n_unfrozen`` must be set; the flows
@@ -1513,9 +1407,11 @@ def _water_fill(links: list[_Link], epoch: int) -> None:
     from their other links. Shares only grow from round to round, so a link
     filed under an old share is a lower bound, refiled lazily when reached.
     Links come out by the share they were filed under, ties in filing order (the
-    component's order, then refiling order), for determinism.
+    component's order, then refiling order), for determinism. ``queue`` (empty) holds
+    the links being filled; it is empty again at the end.
     """
-    queue = _KeyQueue()
+    if queue.n:
+        raise RuntimeError("the water-filling's queue was left holding links")
     for link in links:
         queue.push(link.rem_capacity_bytes_per_s / link.n_unfrozen, link)
     level = 0.0

@@ -671,9 +671,8 @@ class _Item:
         self.name = name
 
 
-@pytest.mark.parametrize("queue", ["_KeyQueue", "_RunQueue"])
 @pytest.mark.parametrize("seed", [5, 6, 7])
-def test_timers_come_out_by_time_then_in_the_order_they_were_set(queue: str, seed: int):
+def test_timers_come_out_by_time_then_in_the_order_they_were_set(seed: int):
     """The queues' order (of timers and of the water-filling's links) is what makes
     runs deterministic: by key, ties in the order pushed, each numbered 1, 2, ...
     Pushes and pops interleave as in a simulation: runs of equal keys, a run of a key
@@ -688,7 +687,7 @@ def test_timers_come_out_by_time_then_in_the_order_they_were_set(queue: str, see
 
     rng = random.Random(seed)
     keys = [0.0, -0.0, 1e-6, 2.5e-6, 3e-6, 0.125, 1.0, 7.0]
-    q = getattr(network, queue)()
+    q = network._KeyQueue()
     model: list[tuple[float, int, _Item]] = []
     seq = 0
     key = keys[0]
@@ -715,16 +714,15 @@ def test_timers_come_out_by_time_then_in_the_order_they_were_set(queue: str, see
     assert seq > 2000 and not model
 
 
-@pytest.mark.parametrize("queue", ["_KeyQueue", "_RunQueue"])
-def test_the_key_queue_releases_what_it_holds(queue: str):
+def test_the_key_queue_releases_what_it_holds():
     """Items leave the queue's hands when popped (also from among equal keys) and when
-    the queue goes: the compiled queues count their references themselves."""
+    the queue goes: the compiled queue counts its references itself."""
     import gc
     import weakref
 
     import simnet.network as network
 
-    q = getattr(network, queue)()
+    q = network._KeyQueue()
     items = [_Item(i) for i in range(300)]
     refs = [weakref.ref(x) for x in items]
     seqs = [q.push(float(i // 40), x) for i, x in enumerate(items)]  # runs of 40
