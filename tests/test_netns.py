@@ -168,7 +168,9 @@ def test_testbed_runs_a_proxy_and_compares_it(tmp_path):
     assert case["error_pct"] == pytest.approx(
         (case["predicted_s"] - case["measured_s"]) / case["measured_s"] * 100
     )
-    assert doc["geomean_abs_error_pct"] == pytest.approx(abs(case["error_pct"]))
+    # One case: its |error|, floored at 0.01% as every error in the geometric mean (a
+    # prediction can match a measurement closer than that: 0.0016% was seen).
+    assert doc["geomean_abs_error_pct"] == pytest.approx(max(abs(case["error_pct"]), 0.01))
     t = doc["traffic"]
     assert {(p["src"], p["dst"]) for p in t["pairs"]} == {(0, 1), (1, 0)}
     for p in t["pairs"]:  # the program's bytes and the library's own few

@@ -44,7 +44,9 @@ def test_tiny_suite_case_runs_and_writes_its_files(tmp_path):
     m, p = case["measured_s"], case["predicted_s"]
     assert m > 0 and p > 0
     assert case["error_pct"] == pytest.approx((p - m) / m * 100)
-    assert doc["geomean_abs_error_pct"] == pytest.approx(abs(case["error_pct"]))
+    # One case: its |error|, floored at 0.01% as every error in the geometric mean (a
+    # prediction can match a measurement closer than that: 0.0016% was seen).
+    assert doc["geomean_abs_error_pct"] == pytest.approx(max(abs(case["error_pct"]), 0.01))
     assert doc["worst"]["case"] == case["case"]
     assert doc["machine"]["4"]["copy_bandwidth_gb_per_s"] == 10.0
     for name in ("validation_suite.csv", "validation_suite.txt", "validation_suite.png"):
