@@ -61,7 +61,10 @@ def _config_cases(name: str) -> list[tuple[str, object]]:
     if name == "examples":
         return [(f"examples/{p.name}", str(p)) for p in sorted((ROOT / "examples").glob("*.json"))]
     if name.startswith("fat"):
-        ranks = int(name[3:])
+        ranks = int(name[3:]) if name[3:].isdigit() else 0
+        if ranks not in bench_simnet.FAT_TREE_K:
+            sizes = ", ".join(f"fat{n}" for n in bench_simnet.FAT_TREE_K)
+            raise SystemExit(f"unknown case {name!r}: the fat-tree cases are {sizes}")
         cfg = {
             "distributed": {"num_nodes": ranks, "bandwidth_limit_gb_per_s": 25.0},
             "topology": {
@@ -74,7 +77,7 @@ def _config_cases(name: str) -> list[tuple[str, object]]:
         return [(name, cfg)]
     if name == "gpt3_384":
         return [(name, "gpt3_384")]
-    if name.startswith("ring"):
+    if name.startswith("ring") and name[4:].isdigit() and int(name[4:]) >= 2:
         return [(name, name)]
     raise SystemExit(f"unknown case {name!r}: fatN, ringN, gpt3_384 or examples")
 
