@@ -92,6 +92,15 @@ def gpt3_case() -> tuple[int, float]:
 FAT_TREE_K = {1024: 16, 4096: 26, 16384: 42}  # the smallest k with k^3 / 4 >= ranks
 
 
+def fat_tree_config(ranks: int) -> dict:
+    """The configuration of the fat-tree case of ``ranks`` ranks (a key of FAT_TREE_K)."""
+    return {
+        "distributed": {"num_nodes": ranks, "bandwidth_limit_gb_per_s": 25.0},
+        "topology": {"type": "fat_tree", "k": FAT_TREE_K[ranks], "link_latency_us": 1.0},
+        "workload": {"name": "resnet152", "world_size": ranks},
+    }
+
+
 def fat_tree_case(ranks: int) -> tuple[int, float, int]:
     """ResNet-152 data parallel (10 gradient allreduces of 21-26 MB, Rabenseifner at these
     sizes) on the first ``ranks`` endpoints of a fat-tree, 25 GB/s links, 1 us per hop,
@@ -100,11 +109,7 @@ def fat_tree_case(ranks: int) -> tuple[int, float, int]:
 
     import simnet
 
-    cfg = {
-        "distributed": {"num_nodes": ranks, "bandwidth_limit_gb_per_s": 25.0},
-        "topology": {"type": "fat_tree", "k": FAT_TREE_K[ranks], "link_latency_us": 1.0},
-        "workload": {"name": "resnet152", "world_size": ranks},
-    }
+    cfg = fat_tree_config(ranks)
     kw: dict = {"record_series": False}
     if "dense_matrices" in inspect.signature(simnet.simulate).parameters:
         kw["dense_matrices"] = False  # the times and sparse pairs only, as an API user

@@ -26,6 +26,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+# bench_simnet's cases, imported from this folder, not as bench.bench_simnet: putting the
+# checkout's root on the path would import its simnet where --against must measure DIR's.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_simnet
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CASES = "fat1024,ring256,gpt3_384,examples"
 
@@ -54,10 +59,8 @@ def _phase_digests(ph: object) -> dict[str, str]:
 
 
 def _config_cases(name: str) -> list[tuple[str, object]]:
-    """(label, config) of a case name."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    import bench_simnet
-
+    """(label, what to run) of a case name: a configuration to simulate, or a
+    bench_simnet case function returning (messages, seconds) whose time is the output."""
     if name == "examples":
         return [(f"examples/{p.name}", str(p)) for p in sorted((ROOT / "examples").glob("*.json"))]
     if name.startswith("fat"):
@@ -65,46 +68,27 @@ def _config_cases(name: str) -> list[tuple[str, object]]:
         if ranks not in bench_simnet.FAT_TREE_K:
             sizes = ", ".join(f"fat{n}" for n in bench_simnet.FAT_TREE_K)
             raise SystemExit(f"unknown case {name!r}: the fat-tree cases are {sizes}")
-        cfg = {
-            "distributed": {"num_nodes": ranks, "bandwidth_limit_gb_per_s": 25.0},
-            "topology": {
-                "type": "fat_tree",
-                "k": bench_simnet.FAT_TREE_K[ranks],
-                "link_latency_us": 1.0,
-            },
-            "workload": {"name": "resnet152", "world_size": ranks},
-        }
-        return [(name, cfg)]
+        return [(name, bench_simnet.fat_tree_config(ranks))]
     if name == "gpt3_384":
-        return [(name, "gpt3_384")]
+        return [(name, bench_simnet.gpt3_case)]
     if name.startswith("ring") and name[4:].isdigit() and int(name[4:]) >= 2:
-        return [(name, name)]
+        n = int(name[4:])
+        return [(name, lambda: bench_simnet.ring_case(n))]
     raise SystemExit(f"unknown case {name!r}: fatN, ringN, gpt3_384 or examples")
 
 
 def fingerprints(cases: list[str]) -> dict[str, dict[str, str]]:
     """Digests per case (and phase) on the code this process imports."""
     import simnet
-    import topologies
-    from workload.units import GIB
 
     out: dict[str, dict[str, str]] = {}
     for name in cases:
-        for label, cfg in _config_cases(name):
+        for label, what in _config_cases(name):
             print(f"  {label} ...", file=sys.stderr, flush=True)
-            if cfg == "gpt3_384" or (isinstance(cfg, str) and cfg.startswith("ring")):
-                if cfg == "gpt3_384":
-                    import bench_simnet
-
-                    _, t = bench_simnet.gpt3_case()
-                    out[label] = {"iteration_time_s": repr(t)}
-                    continue
-                n = int(cfg[4:])
-                g = topologies.ring(n, bandwidth_bytes_per_s=10e9, latency_s=5e-6)
-                t = simnet.collective_time(g, "allreduce", "ring", GIB)
-                out[label] = {"time_s": repr(t)}
+            if callable(what):
+                out[label] = {"time_s": repr(what()[1])}
                 continue
-            res = simnet.simulate(cfg, record_series=True)
+            res = simnet.simulate(what, record_series=True)
             for i, ph in enumerate(res.phases):
                 for key, val in _phase_digests(ph).items():
                     out.setdefault(label, {})[f"{i}:{ph.name}:{key}"] = val

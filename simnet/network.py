@@ -104,7 +104,7 @@ _HANDSHAKE = 5  # a rendezvous message whose request-to-send is on its way
 # run still gets control back every so often.
 _FAST_FORWARD_HOPS = 4096
 
-# Runs of the timer queue that a push looks for its key among (see _KeyQueue).
+# Runs of a key queue that a push looks for its key among (see _KeyQueue).
 _OPEN_RUNS = 4
 
 _RATE_RTOL = 1e-12  # a new rate this close to the current one is no change

@@ -10,11 +10,9 @@ from pathlib import Path
 import pytest
 
 import simnet
+from bench import fingerprint
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-
-import fingerprint  # noqa: E402
 
 TINY = {
     "distributed": {"num_nodes": 4, "bandwidth_limit_gb_per_s": 1.0},
