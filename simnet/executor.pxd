@@ -69,3 +69,8 @@ cdef class _Rank:
     @cython.locals(ops=list, starts=list, ends=list, reqs=dict, pending=list,
                    i=Py_ssize_t, n_ops=Py_ssize_t, d=cython.double)
     cpdef run(self)
+
+
+@cython.locals(uses=dict, flat=list, st=tuple, recvs=tuple, sends=tuple, send=tuple, f=list,
+               u=list, copy=dict, reduce=dict, tot=dict, messages=Py_ssize_t, n=Py_ssize_t)
+cpdef tuple _flatten(plan)

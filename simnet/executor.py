@@ -136,6 +136,41 @@ class AlgorithmPolicy:
         return used
 
 
+def _flatten(plan: tuple) -> tuple[tuple[_FlatStep, ...], dict, dict, int]:
+    """A schedule's ``rank_plan`` as ``_Plan`` keeps it: its steps flattened, the bytes
+    sent per destination member (reduced, copied) and the messages sent, over all steps.
+
+    Equal steps are one shared tuple: each distinct one is flattened once and its bytes
+    counted once, times its uses (a ring's thousands of steps are a few distinct ones)."""
+    uses: dict[int, list] = {}  # id -> [step, uses, flattened]
+    flat: list[_FlatStep] = []
+    for st in plan:
+        u = uses.get(id(st))
+        if u is None:
+            recvs = st[0]
+            f = [len(recvs)]
+            f.extend(recvs)
+            for send in st[1]:
+                f.append(send[0])
+                f.append(send[1])
+            u = uses[id(st)] = [st, 0, tuple(f)]
+        u[1] += 1
+        flat.append(u[2])
+    copy: dict[int, int] = {}
+    reduce: dict[int, int] = {}
+    messages = 0
+    for u in uses.values():
+        st = u[0]
+        n = u[1]
+        sends = st[1]
+        messages += n * len(sends)
+        for send in sends:
+            tot = reduce if send[2] else copy
+            peer = send[0]
+            tot[peer] = tot.get(peer, 0) + n * send[1]
+    return tuple(flat), reduce, copy, messages
+
+
 @dataclass(frozen=True, slots=True)
 class _Plan:
     """One member's part of a collective, for the executor, in member indices (the
@@ -299,39 +334,15 @@ class SimExecutor:
         plan = self._plans.get(key)
         if plan is not None:
             return plan
-        # Equal steps are one shared tuple: flatten each distinct one once and count its
-        # bytes once, times its uses (a ring's thousands of steps are a few distinct ones).
-        uses: dict[int, list] = {}  # id -> [step, uses]
-        flat: list[_FlatStep] = []
-        for st in sched.rank_plan(me):
-            u = uses.get(id(st))
-            if u is None:
-                recvs, sends = st
-                f = [len(recvs)]
-                f.extend(recvs)
-                for peer, size, _ in sends:
-                    f.append(peer)
-                    f.append(size)
-                u = uses[id(st)] = [st, 0, tuple(f)]
-            u[1] += 1
-            flat.append(u[2])
-        totals: tuple[dict[int, int], dict[int, int]] = ({}, {})  # copy, reduce
-        messages = 0
-        for st, n, _ in uses.values():
-            sends = st[1]
-            messages += n * len(sends)
-            for peer, size, reduce in sends:
-                tot = totals[reduce]
-                tot[peer] = tot.get(peer, 0) + n * size
-        steps = tuple(flat)
+        steps, reduce_bytes, copy_bytes, messages = _flatten(sched.rank_plan(me))
         delays = None
         gamma, step_s = costs
-        if step_s > 0 or (gamma > 0 and totals[1]):
+        if step_s > 0 or (gamma > 0 and reduce_bytes):
             delays = [
                 step_s + gamma * sum(t.size_bytes for t in recvs if t.reduce)
                 for _, recvs in sched.rank_steps(me)
             ]
-        plan = _Plan(steps, totals[1], totals[0], messages, delays)
+        plan = _Plan(steps, reduce_bytes, copy_bytes, messages, delays)
         if len(steps) * group_size <= _PLAN_CACHE_STEPS:
             self._plans[key] = plan
         return plan

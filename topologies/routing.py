@@ -7,6 +7,7 @@ data model (edge ``bandwidth`` in bytes/s, ``latency`` in seconds, per directed 
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 import zlib
@@ -33,7 +34,7 @@ Path = tuple[Edge, ...]
 
 # A search that has expanded more than this many nodes, at least this many per hop on
 # average, is finished over arrays (_FullSearch) rather than grown on in Python.
-_WIDE_NODES = 256
+_WIDE_NODES = 128
 _WIDE_NODES_PER_HOP = 16
 
 # Route counts at or above this stay with the Python search's exact integers (int64 ends
@@ -338,7 +339,17 @@ class _FullSearch:
     edge switch reaches every core and every pod). Made by :class:`Router` instead of a
     :class:`_Search` when it is exact to (route counts below 2^62)."""
 
-    __slots__ = ("core", "counts_a", "dist", "leaves", "pred_len", "pred_start", "pred_u", "root")
+    __slots__ = (
+        "core",
+        "counts_a",
+        "dist",
+        "leaves",
+        "pred_len",
+        "pred_start",
+        "pred_u",
+        "root",
+        "views",
+    )
 
     def __init__(
         self,
@@ -398,39 +409,45 @@ class _FullSearch:
         self.pred_start = pred_start
         self.pred_len = pred_len
         self.pred_u = np.concatenate(tight_u) if tight_u else np.zeros(0, dtype=np.int64)
+        # The same arrays read element by element from Python: a memoryview's item is a
+        # plain int, several times cheaper to get than a numpy scalar and its int().
+        self.views = tuple(
+            memoryview(a) for a in (dist, counts, self.pred_start, self.pred_len, self.pred_u)
+        )
 
     def reach(self, dst: Hashable) -> bool:
         i = self.core.index.get(_attachment(self.leaves, self.root, dst))
-        return i is not None and self.dist[i] >= 0
+        return i is not None and self.views[0][i] >= 0
 
     def preds_of(self, v: Hashable) -> tuple:
         u = _attachment(self.leaves, self.root, v)
         if u is not v:
             return (u,)
         i = self.core.index[v]
-        start = int(self.pred_start[i])
+        _, _, start, length, pred_u = self.views
+        s = start[i]
         nodes = self.core.nodes
-        return tuple(nodes[u] for u in self.pred_u[start : start + int(self.pred_len[i])])
+        return tuple(nodes[u] for u in pred_u[s : s + length[i]])
 
     def count_of(self, v: Hashable) -> int:
-        return int(self.counts_a[self.core.index[_attachment(self.leaves, self.root, v)]])
+        return self.views[1][self.core.index[_attachment(self.leaves, self.root, v)]]
 
     def unrank(self, v: Hashable, index: int) -> list[Hashable]:
         """The nodes of the ``index``-th shortest route from the root to the non-leaf ``v``
         (0 <= index < its count), ``v`` first and the root last: at each node the
         predecessors are taken in node order, each covering its own count of routes."""
-        nodes, counts = self.core.nodes, self.counts_a
-        start, length, pred_u = self.pred_start, self.pred_len, self.pred_u
+        nodes = self.core.nodes
+        dist, counts, start, length, pred_u = self.views
         i = self.core.index[v]
         out = [v]
-        while self.dist[i]:
-            s = int(start[i])
-            n = int(length[i])
+        while dist[i]:
+            s = start[i]
+            n = length[i]
             if n == 1:
-                i = int(pred_u[s])
+                i = pred_u[s]
             else:
-                for u in pred_u[s : s + n].tolist():
-                    c = int(counts[u])
+                for u in pred_u[s : s + n]:
+                    c = counts[u]
                     if index < c:
                         break
                     index -= c
@@ -790,7 +807,7 @@ class Router:
                 nodes.insert(0, src)
             if last != dst:
                 nodes.append(dst)
-            return tuple(edge_of[(nodes[j], nodes[j + 1])] for j in range(len(nodes) - 1))
+            return tuple(map(edge_of.__getitem__, itertools.pairwise(nodes)))
         left = [index]
 
         def choose(v: Hashable, ps: tuple) -> Hashable:
@@ -834,6 +851,8 @@ def _leaves(graph: nx.DiGraph) -> dict[Hashable, tuple[Hashable, float]]:
 def _canonical_flow_key(flow_key: Any) -> int | str | tuple:
     """``flow_key`` as plain ints, strs and tuples, whose repr is the same in every process
     (numpy integers become ints); anything else would hash by object address."""
+    if type(flow_key) is int:  # the common case, first
+        return flow_key
     if isinstance(flow_key, str):
         return flow_key
     if isinstance(flow_key, numbers.Integral) and not isinstance(flow_key, bool):
