@@ -71,6 +71,15 @@ cdef class _Rank:
     cpdef run(self)
 
 
-@cython.locals(uses=dict, flat=list, st=tuple, recvs=tuple, sends=tuple, send=tuple, f=list,
-               u=list, copy=dict, reduce=dict, tot=dict, messages=Py_ssize_t, n=Py_ssize_t)
+@cython.locals(uses=dict, same=dict, flat=list, st=tuple, recvs=tuple, sends=tuple,
+               send=tuple, f=list, t=tuple, u=list, copy=dict, reduce=dict, tot=dict,
+               messages=Py_ssize_t, n=Py_ssize_t)
 cpdef tuple _flatten(plan)
+
+
+@cython.locals(out=list)
+cdef tuple _pairs_flat(dict d)
+
+
+@cython.locals(add=tuple, acct=dict, tot=tuple, i=Py_ssize_t)
+cdef _add_bytes(tuple adds)

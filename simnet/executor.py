@@ -136,13 +136,19 @@ class AlgorithmPolicy:
         return used
 
 
-def _flatten(plan: tuple) -> tuple[tuple[_FlatStep, ...], dict, dict, int]:
+def _flatten(plan: tuple) -> tuple[tuple[_FlatStep, ...], tuple, tuple, int]:
     """A schedule's ``rank_plan`` as ``_Plan`` keeps it: its steps flattened, the bytes
     sent per destination member (reduced, copied) and the messages sent, over all steps.
 
-    Equal steps are one shared tuple: each distinct one is flattened once and its bytes
-    counted once, times its uses (a ring's thousands of steps are a few distinct ones)."""
+    The byte totals are flat tuples ``(member, bytes, member, bytes, ...)``, members in
+    the order they are first sent to. Equal steps are one shared tuple: each distinct
+    one is flattened once and its bytes counted once, times its uses (a ring's
+    thousands of steps are a few distinct ones), and equal flattened steps are one
+    tuple too (the steps of a recursive allreduce that reduce and then copy the same
+    size to the same peer: the plans of a big data-parallel run are most of its
+    memory)."""
     uses: dict[int, list] = {}  # id -> [step, uses, flattened]
+    same: dict[tuple, tuple] = {}
     flat: list[_FlatStep] = []
     for st in plan:
         u = uses.get(id(st))
@@ -153,7 +159,8 @@ def _flatten(plan: tuple) -> tuple[tuple[_FlatStep, ...], dict, dict, int]:
             for send in st[1]:
                 f.append(send[0])
                 f.append(send[1])
-            u = uses[id(st)] = [st, 0, tuple(f)]
+            t = tuple(f)
+            u = uses[id(st)] = [st, 0, same.setdefault(t, t)]
         u[1] += 1
         flat.append(u[2])
     copy: dict[int, int] = {}
@@ -168,7 +175,29 @@ def _flatten(plan: tuple) -> tuple[tuple[_FlatStep, ...], dict, dict, int]:
             tot = reduce if send[2] else copy
             peer = send[0]
             tot[peer] = tot.get(peer, 0) + n * send[1]
-    return tuple(flat), reduce, copy, messages
+    return tuple(flat), _pairs_flat(reduce), _pairs_flat(copy), messages
+
+
+def _pairs_flat(d: dict) -> tuple:
+    """``{k: v, ...}`` as ``(k, v, ...)``: 264 bytes for 14 pairs, the dict 632."""
+    out = []
+    for k, v in d.items():
+        out.append(k)
+        out.append(v)
+    return tuple(out)
+
+
+def _add_bytes(adds: tuple) -> None:
+    """Count a collective call's bytes (see ``PhaseSim._prepare``): each of ``adds`` is
+    ``(pair counts, row key, members, (member, bytes, ...))``."""
+    for add in adds:
+        acct = add[0]
+        row = add[1]
+        members = add[2]
+        tot = add[3]
+        for i in range(0, len(tot), 2):
+            pair = row + members[tot[i]]
+            acct[pair] = acct.get(pair, 0) + tot[i + 1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,14 +209,15 @@ class _Plan:
     ``steps``: the schedule's ``rank_plan``, each step flattened (``_FlatStep``: the
     number of members it receives from, those members, then ``member, size_bytes`` per
     send; equal steps stay one shared tuple); ``reduce_bytes`` / ``copy_bytes``:
-    bytes it sends per destination member, over all steps; ``messages``: how many
+    bytes it sends per destination member, over all steps, flat (``member, bytes, ...``,
+    members in the order first sent to); ``messages``: how many
     messages it sends, over all steps; ``delays``: per step, the seconds it then spends
     reducing what it received (None: none).
     """
 
     steps: tuple[_FlatStep, ...]
-    reduce_bytes: dict[int, int]
-    copy_bytes: dict[int, int]
+    reduce_bytes: tuple[int, ...]
+    copy_bytes: tuple[int, ...]
     messages: int
     delays: list[float] | None = None
 
@@ -594,10 +624,7 @@ class PhaseSim:
         if steps is None:  # a group of one
             return True
         # Bytes count when the collective starts (all its data will go).
-        for acct, row, members, tot in adds:
-            for peer, b in tot.items():
-                pair = row + members[peer]
-                acct[pair] = acct.get(pair, 0) + b
+        _add_bytes(adds)
         # The instance: every member's k-th collective on its group is the same one.
         base = (gid + seq * self._ngroups) * self._world2
         coll = _Coll(self, steps, base, me, endpoints, done, delays)
