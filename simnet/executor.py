@@ -33,7 +33,13 @@ from typing import Any
 
 import simpy
 
-from workload.collectives import NCCL_ALGORITHMS, Schedule, default_algorithm, schedule_for
+from workload.collectives import (
+    NCCL_ALGORITHMS,
+    FlatPlan,
+    Schedule,
+    default_algorithm,
+    schedule_for,
+)
 from workload.ops import Collective, Compute, Op, Recv, Send, Testany, Wait
 from workload.program import Workload
 from workload.units import S_PER_US
@@ -136,9 +142,11 @@ class AlgorithmPolicy:
         return used
 
 
-def _flatten(plan: tuple) -> tuple[tuple[_FlatStep, ...], tuple, tuple, int]:
-    """A schedule's ``rank_plan`` as ``_Plan`` keeps it: its steps flattened, the bytes
-    sent per destination member (reduced, copied) and the messages sent, over all steps.
+def _flatten(plan: tuple) -> FlatPlan:
+    """A schedule's ``rank_plan`` as ``_Plan`` keeps it (``workload.collectives.FlatPlan``,
+    what ``Schedule.rank_flat`` gives where the schedule makes it directly): its steps
+    flattened, the bytes sent per destination member (reduced, copied) and the messages
+    sent, over all steps.
 
     The byte totals are flat tuples ``(member, bytes, member, bytes, ...)``, members in
     the order they are first sent to. Equal steps are one shared tuple: each distinct
@@ -302,6 +310,8 @@ class SimExecutor:
         self.compute_noise = compute_noise
         self._schedules: dict[tuple, tuple[Schedule, str]] = {}
         self._members: dict[tuple[str, int], tuple[tuple[int, ...], int]] = {}
+        # id of a group (the workload keeps it) -> {rank: its first index in the group}
+        self._positions: dict[int, dict[int, int]] = {}
         # Rank plans with global ranks: (schedule id, kind, first member, member) -> steps.
         self._plans: dict[tuple, _Plan] = {}
         self._world = max(workload.world_size, 1)
@@ -312,7 +322,14 @@ class SimExecutor:
         hit = self._members.get(key)
         if hit is None:
             g = self.workload.group_of(kind, rank)
-            hit = self._members[key] = (g, g.index(rank))
+            # Each member's index, found once per group: g.index(rank) for every member
+            # of a 16,384-rank group would compare 134 million ranks.
+            where = self._positions.get(id(g))
+            if where is None:
+                where = self._positions[id(g)] = {}
+                for i, r in enumerate(g):
+                    where.setdefault(r, i)
+            hit = self._members[key] = (g, where[rank])
         return hit
 
     def schedule(
@@ -364,7 +381,10 @@ class SimExecutor:
         plan = self._plans.get(key)
         if plan is not None:
             return plan
-        steps, reduce_bytes, copy_bytes, messages = _flatten(sched.rank_plan(me))
+        flat = sched.rank_flat(me)
+        if flat is None:
+            flat = _flatten(sched.rank_plan(me))
+        steps, reduce_bytes, copy_bytes, messages = flat
         delays = None
         gamma, step_s = costs
         if step_s > 0 or (gamma > 0 and reduce_bytes):

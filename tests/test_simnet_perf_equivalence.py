@@ -509,6 +509,42 @@ def test_per_rank_generation_matches_the_built_steps(op, alg, p, count, kw):
     assert lazy == built  # builds the lazy one's steps, then compares every field
 
 
+def _flat_reference(s: Schedule, r: int) -> tuple:
+    """Rank r's FlatPlan made from its transfers (``rank_steps``), by hand."""
+    steps, totals, messages = [], ({}, {}), 0
+    for sends, recvs in s.rank_steps(r):
+        flat = [len(recvs), *(t.src for t in recvs)]
+        for t in sends:
+            flat += (t.dst, t.size_bytes)
+            tot = totals[t.reduce]
+            tot[t.dst] = tot.get(t.dst, 0) + t.size_bytes
+            messages += 1
+        steps.append(tuple(flat))
+    reduce, copy = (tuple(x for kv in totals[k].items() for x in kv) for k in (True, False))
+    return tuple(steps), reduce, copy, messages
+
+
+@pytest.mark.parametrize("alg", ["recursive_doubling", "rabenseifner"])
+def test_flat_plans_are_the_transfers_flattened(alg):
+    # The recursive allreduces make each rank's flat plan directly; the executor
+    # flattens every other schedule's rank_plan. Both must be the rank's transfers.
+    from simnet.executor import _flatten
+
+    for p in [*range(1, 34), 64, 96, 127, 129]:
+        for count in (0, 1, 3, p + 1, 1001):
+            lazy = build_schedule("allreduce", alg, p, count)
+            eager = Schedule("allreduce", alg, p, lazy.steps, count, 0, lazy.chunk_elems)
+            for r in range(p):
+                want = _flat_reference(eager, r)
+                got = lazy.rank_flat(r)
+                if got is None:  # a group of one, or nothing to send: built eagerly
+                    assert p == 1 or count == 0
+                else:
+                    assert got == want, (p, count, r)
+                assert _flatten(eager.rank_plan(r)) == want, (p, count, r)
+    assert build_schedule("allreduce", "ring", 4, 8).rank_flat(0) is None  # flattened later
+
+
 def test_rank_plan_is_rank_steps_in_compact_form():
     for op, algs in ALGORITHMS.items():
         for alg in algs:

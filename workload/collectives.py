@@ -136,6 +136,14 @@ PlanStep = tuple[tuple[int, ...], tuple[tuple[int, int, bool], ...]]
 """One step of :meth:`Schedule.rank_plan`: ``(recv_srcs, sends)``, each send
 ``(dst, size_bytes, reduce)``; ranks are group indices."""
 
+FlatPlan = tuple[tuple[tuple[int, ...], ...], tuple[int, ...], tuple[int, ...], int]
+"""A rank's plan as the simulator runs it (:meth:`Schedule.rank_flat`): ``(steps,
+reduce_totals, copy_totals, messages)``. Each step is one flat tuple: the number of
+ranks it receives from, those ranks, then ``dst, size_bytes`` per send; equal steps may
+be one tuple. The totals are the bytes it sends per destination over all steps, reduced
+and copied, as ``(dst, bytes, dst, bytes, ...)`` in the order of first sending;
+``messages`` counts its sends."""
+
 
 @dataclass(frozen=True)
 class Schedule:
@@ -238,6 +246,14 @@ class Schedule:
                 for _, (sends, recvs) in self._by_rank[r]
             )
         return plan
+
+    def rank_flat(self, r: int) -> FlatPlan | None:
+        """:meth:`rank_plan` of rank ``r`` already flattened (:data:`FlatPlan`), where
+        the schedule makes that form directly (the recursive allreduces: every rank of
+        a big data-parallel run needs one per collective size); None otherwise."""
+        self._check_rank(r)
+        make = getattr(self.__dict__.get("_lazy"), "rank_flat", None)
+        return None if make is None else make(r)
 
     def bytes_sent(self, r: int) -> int:
         return ELEM_BYTES * sum(
@@ -1117,6 +1133,85 @@ class _RecursiveRanks:
             n = sizes.setdefault(ELEM_BYTES * prefix[whole], ELEM_BYTES * prefix[whole])
             out.append(((), ((one[0], n, False),)) if r % 2 else (one, ()))
         return tuple(out)
+
+    def rank_flat(self, r: int) -> FlatPlan:
+        """``Schedule.rank_flat(r)``: :meth:`rank_plan`'s steps and totals, made directly.
+        A reduce-scatter step and the allgather step of its level send the same size to
+        the same peer: one tuple for both."""
+        pof2, rem, _ = self.fold
+        prefix, peers, sizes = self.prefix, self.peers, self.sizes
+        whole = len(prefix) - 1
+        steps: list[tuple[int, ...]] = []
+        reduce: list[int] = []
+        copy: list[int] = []
+        folded = r < 2 * rem
+        if folded:
+            q = r + 1 if r % 2 == 0 else r - 1
+            q = (peers.get(q) or peers.setdefault(q, (q,)))[0]
+            if r % 2 == 0:  # hands its data to the next rank, and sits out
+                n = sizes.setdefault(ELEM_BYTES * prefix[whole], ELEM_BYTES * prefix[whole])
+                steps.append((0, q, n))
+                reduce += (q, n)
+            else:
+                steps.append((1, q))
+        nr = -1 if folded and r % 2 == 0 else (r // 2 if folded else r - rem)
+        if nr >= 0:
+            up = self.masks
+            if self.halving:
+                lo, size = 0, pof2
+                made = []  # the reduce-scatter's steps, by level
+                for mask in up:
+                    half = size // 2
+                    peer = nr ^ mask
+                    peer = 2 * peer + 1 if peer < rem else peer + rem
+                    peer = (peers.get(peer) or peers.setdefault(peer, (peer,)))[0]
+                    if nr & mask:
+                        sent = lo
+                        lo += half
+                    else:
+                        sent = lo + half
+                    n = ELEM_BYTES * (prefix[sent + half] - prefix[sent])
+                    n = sizes.setdefault(n, n)
+                    t = (1, peer, peer, n)
+                    steps.append(t)
+                    made.append(t)
+                    reduce += (peer, n)
+                    size = half
+                size = 1
+                for level in range(len(up) - 1, -1, -1):
+                    t = made[level]
+                    peer = t[1]
+                    held = lo & ~(size - 1)
+                    n = ELEM_BYTES * (prefix[held + size] - prefix[held])
+                    if n != t[3]:
+                        n = sizes.setdefault(n, n)
+                        t = (1, peer, peer, n)
+                    else:
+                        n = t[3]
+                    steps.append(t)
+                    copy += (peer, n)
+                    theirs = (lo ^ size) & ~(size - 1)
+                    lo = held if held < theirs else theirs
+                    size *= 2
+            else:
+                n = ELEM_BYTES * (prefix[1] - prefix[0])
+                n = sizes.setdefault(n, n)
+                for mask in up:
+                    peer = nr ^ mask
+                    peer = 2 * peer + 1 if peer < rem else peer + rem
+                    peer = (peers.get(peer) or peers.setdefault(peer, (peer,)))[0]
+                    steps.append((1, peer, peer, n))
+                    reduce += (peer, n)
+        if folded:
+            q = r - 1 if r % 2 else r + 1
+            q = (peers.get(q) or peers.setdefault(q, (q,)))[0]
+            if r % 2:  # hands the result back
+                n = sizes.setdefault(ELEM_BYTES * prefix[whole], ELEM_BYTES * prefix[whole])
+                steps.append((0, q, n))
+                copy += (q, n)
+            else:
+                steps.append((1, q))
+        return tuple(steps), tuple(reduce), tuple(copy), (len(reduce) + len(copy)) // 2
 
 
 # ---------------------------------------------------------------- validation
