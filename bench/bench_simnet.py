@@ -28,7 +28,10 @@ side by side with the compiled one, the same way.
 ``--cachegrind`` counts instead of timing: each case runs under ``valgrind
 --tool=cachegrind`` with an 8 MB last-level cache (a share of a shared machine's),
 and the table gives the whole process's instructions, L1 data misses and
-last-level misses. The counts do not move with the machine's load, so they settle
+last-level misses, and an estimate of cycles from them (instructions + 10 per L1 miss
++ 100 per last-level miss: rough weights, but it counts the memory stalls that grow
+with a big case's working set; for the fat-tree cases its growth exponent in messages
+is fitted and printed). The counts do not move with the machine's load, so they settle
 differences of a few percent that wall times on a shared machine cannot (a case
 takes about 50x its time: ring1024 or fat1024 a few minutes, fat4096 ten); with
 ``--against`` the ratios are this tree's over DIR's. Writes
@@ -187,6 +190,10 @@ def run_fresh(name: str, tree: Path, pure: bool = False) -> dict:
 # Cachegrind's summary lines (on stderr): "I refs:", "D1 misses:" and "LL misses:" totals.
 _COUNTS = {"instructions": r"I\s+refs:", "d1_misses": r"D1\s+misses:", "ll_misses": r"LL\s+misses:"}
 LL_CACHE = "8388608,16,64"  # bytes, ways, line bytes
+# Cycles charged per miss in the estimate of cycles (the usual rough weights of a
+# first-level miss that hits the last level, and of a miss to memory).
+D1_MISS_CYCLES = 10
+LL_MISS_CYCLES = 100
 
 
 def run_counted(name: str, tree: Path) -> dict:
@@ -206,6 +213,9 @@ def run_counted(name: str, tree: Path) -> dict:
         if m is None:
             raise SystemExit(f"case {name}: no {label!r} in cachegrind's output")
         row[key] = int(m.group(1).replace(",", ""))
+    row["est_cycles"] = (
+        row["instructions"] + D1_MISS_CYCLES * row["d1_misses"] + LL_MISS_CYCLES * row["ll_misses"]
+    )
     return row
 
 
@@ -214,9 +224,9 @@ def cachegrind_table(names: list[str], other: Path | None, out_path: str) -> Non
     if shutil.which("valgrind") is None:
         raise SystemExit("--cachegrind needs valgrind (apt install valgrind)")
     head = f"{'case':10s} {'messages':>10s} {'instr (G)':>10s} {'instr/msg':>10s}"
-    head += f" {'D1 miss (M)':>12s} {'LL miss (M)':>12s}"
+    head += f" {'D1 miss (M)':>12s} {'LL miss (M)':>12s} {'est cyc (G)':>12s}"
     if other is not None:
-        head += f" {'vs instr':>9s} {'vs D1':>7s} {'vs LL':>7s}"
+        head += f" {'vs instr':>9s} {'vs D1':>7s} {'vs LL':>7s} {'vs cyc':>7s}"
     print(head, flush=True)
     rows = []
     for name in names:
@@ -224,11 +234,11 @@ def cachegrind_table(names: list[str], other: Path | None, out_path: str) -> Non
         line = (
             f"{name:10s} {row['messages']:10d} {row['instructions'] / 1e9:10.2f} "
             f"{row['instructions'] / row['messages']:10.0f} {row['d1_misses'] / 1e6:12.1f} "
-            f"{row['ll_misses'] / 1e6:12.1f}"
+            f"{row['ll_misses'] / 1e6:12.1f} {row['est_cycles'] / 1e9:12.2f}"
         )
         if other is not None:
             a = row["against"] = run_counted(name, other)
-            widths = zip(_COUNTS, (9, 7, 7), strict=True)
+            widths = zip((*_COUNTS, "est_cycles"), (9, 7, 7, 7), strict=True)
             line += "".join(f" {row[k] / a[k]:{w}.3f}" for k, w in widths)
             if a["simulated_s"] != row["simulated_s"]:
                 line += f"  (simulated {a['simulated_s']!r} there)"
@@ -236,6 +246,17 @@ def cachegrind_table(names: list[str], other: Path | None, out_path: str) -> Non
         print(line, flush=True)
     if other is not None:
         print(f"vs: this tree's counts over {other}'s (below 1: fewer here)")
+    print(
+        f"est cyc: instructions + {D1_MISS_CYCLES} x D1 misses + {LL_MISS_CYCLES} x LL misses, "
+        "a deterministic stand-in for time that counts memory stalls"
+    )
+    fat = [r for r in rows if r["case"].startswith("fat")]
+    growth = fitted_exponent(fat, "est_cycles")
+    if growth is not None:
+        print(
+            f"fat-tree cases: estimated cycles grow as messages^{growth:.2f} "
+            "(least squares on logs; 1 is linear)"
+        )
     sys.path.insert(0, str(ROOT))
     from workload.results import versions, write_json
 
@@ -244,6 +265,8 @@ def cachegrind_table(names: list[str], other: Path | None, out_path: str) -> Non
         {
             "kind": "bench-simnet-cachegrind",
             "ll_cache": LL_CACHE,
+            "est_cycles": f"instructions + {D1_MISS_CYCLES} d1_misses + {LL_MISS_CYCLES} ll_misses",
+            "fat_tree_est_cycles_exponent": growth,
             "versions": versions(),
             "against": str(other) if other else None,
             "rows": rows,
@@ -270,14 +293,14 @@ def summarise(runs: list[dict]) -> dict:
     }
 
 
-def wall_growth(rows: list[dict]) -> float | None:
-    """The exponent b of wall = a messages^b fitted to ``rows`` (None for fewer than 2)."""
+def fitted_exponent(rows: list[dict], key: str = "wall_s") -> float | None:
+    """The exponent b of ``key`` = a messages^b fitted to ``rows`` (None for fewer than 2)."""
     if len(rows) < 2:
         return None
     import numpy as np
 
     x = np.log([r["messages"] for r in rows])
-    y = np.log([r["wall_s"] for r in rows])
+    y = np.log([r[key] for r in rows])
     return float(np.polyfit(x, y, 1)[0])
 
 
@@ -367,7 +390,7 @@ def main() -> None:
             there = (r.get("against") or {}).get("flow_rates_computed")
             vs = f" (vs {there / r['messages']:.2f})" if there else ""
             print(f"{r['case']}: {per:.2f} flow rates computed per message{vs}")
-    growth = wall_growth([r for r in rows if r["case"].startswith("fat")])
+    growth = fitted_exponent([r for r in rows if r["case"].startswith("fat")])
     if growth is not None:
         print(
             f"fat-tree cases: wall time grows as messages^{growth:.2f} "

@@ -1,0 +1,49 @@
+"""bench/bench_simnet.py: reading cachegrind's counts and fitting growth exponents."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from bench import bench_simnet
+
+# The summary lines cachegrind writes to stderr (counts with thousands separators).
+CACHEGRIND_STDERR = """\
+==1== I   refs:      11,859,786,667
+==1== I1  misses:         3,141,592
+==1== D   refs:       5,000,000,000  (3,000,000,000 rd   + 2,000,000,000 wr)
+==1== D1  misses:       120,300,000  (  100,000,000 rd   +    20,300,000 wr)
+==1== LL refs:          130,000,000  (  110,000,000 rd   +    20,000,000 wr)
+==1== LL misses:         10,800,000  (    9,000,000 rd   +     1,800,000 wr)
+"""
+
+
+def test_counts_are_read_and_cycles_estimated(monkeypatch):
+    def fake_run(name, tree, pure=False, tool=()):
+        assert tool[0] == "valgrind" and "--tool=cachegrind" in tool
+        return {"messages": 204800, "simulated_s": 0.5}, CACHEGRIND_STDERR
+
+    monkeypatch.setattr(bench_simnet, "_run_case", fake_run)
+    row = bench_simnet.run_counted("fat1024", Path("."))
+    assert row["instructions"] == 11_859_786_667
+    assert row["d1_misses"] == 120_300_000
+    assert row["ll_misses"] == 10_800_000
+    # 11.86G + 10 x 120.3M + 100 x 10.8M
+    assert row["est_cycles"] == 11_859_786_667 + 1_203_000_000 + 1_080_000_000
+
+
+def test_missing_counts_are_an_error(monkeypatch):
+    monkeypatch.setattr(
+        bench_simnet, "_run_case", lambda *a, **k: ({"messages": 1}, "==1== I   refs: 5\n")
+    )
+    with pytest.raises(SystemExit, match="no 'D1"):
+        bench_simnet.run_counted("ring64", Path("."))
+
+
+def test_growth_exponent_of_a_power_law():
+    rows = [{"messages": m, "wall_s": 3e-6 * m**1.25, "est_cycles": 5e4 * m} for m in (1e3, 1e5)]
+    assert math.isclose(bench_simnet.fitted_exponent(rows), 1.25)
+    assert math.isclose(bench_simnet.fitted_exponent(rows, "est_cycles"), 1.0)
+    assert bench_simnet.fitted_exponent(rows[:1]) is None
