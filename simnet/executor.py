@@ -152,9 +152,8 @@ def _flatten(plan: tuple) -> FlatPlan:
     the order they are first sent to. Equal steps are one shared tuple: each distinct
     one is flattened once and its bytes counted once, times its uses (a ring's
     thousands of steps are a few distinct ones), and equal flattened steps are one
-    tuple too (the steps of a recursive allreduce that reduce and then copy the same
-    size to the same peer: the plans of a big data-parallel run are most of its
-    memory)."""
+    tuple too (a step that reduces and one that copies the same size to the same
+    peer flatten equal: plans are much of a big run's memory)."""
     uses: dict[int, list] = {}  # id -> [step, uses, flattened]
     same: dict[tuple, tuple] = {}
     flat: list[_FlatStep] = []
@@ -214,7 +213,8 @@ class _Plan:
     same for every group of that size: a group's own members and their endpoints are
     applied as it runs).
 
-    ``steps``: the schedule's ``rank_plan``, each step flattened (``_FlatStep``: the
+    ``steps``: the schedule's ``rank_flat``, or its ``rank_plan`` with each step
+    flattened (``_FlatStep``: the
     number of members it receives from, those members, then ``member, size_bytes`` per
     send; equal steps stay one shared tuple); ``reduce_bytes`` / ``copy_bytes``:
     bytes it sends per destination member, over all steps, flat (``member, bytes, ...``,
