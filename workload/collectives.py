@@ -1077,61 +1077,22 @@ class _RecursiveRanks:
         return tuple(out)
 
     def rank_plan(self, r: int) -> tuple[PlanStep, ...]:
-        """``Schedule.rank_plan(r)``, generated directly: :meth:`_walk`'s steps, made
-        without its intermediate tuples (every rank of every collective of a big
-        data-parallel run makes one)."""
-        pof2, rem, _ = self.fold
+        """``Schedule.rank_plan(r)``, generated directly (the simulator takes
+        :meth:`rank_flat` instead)."""
         prefix, peers, sizes = self.prefix, self.peers, self.sizes
-        whole = len(prefix) - 1
         out: list[PlanStep] = []
-        folded = r < 2 * rem
-        if folded:  # hand over to, or take from, the next rank
-            q = r + 1 if r % 2 == 0 else r - 1
-            one = peers.get(q) or peers.setdefault(q, (q,))
-            n = sizes.setdefault(ELEM_BYTES * prefix[whole], ELEM_BYTES * prefix[whole])
-            out.append(((), ((one[0], n, True),)) if r % 2 == 0 else (one, ()))
-        nr = -1 if folded and r % 2 == 0 else (r // 2 if folded else r - rem)
-        if nr >= 0:
-            up = self.masks
-            if self.halving:
-                lo, size = 0, pof2
-                for mask in up:
-                    half = size // 2
-                    peer = nr ^ mask
-                    peer = 2 * peer + 1 if peer < rem else peer + rem
-                    if nr & mask:
-                        sent = lo
-                        lo += half
-                    else:
-                        sent = lo + half
-                    one = peers.get(peer) or peers.setdefault(peer, (peer,))
-                    n = ELEM_BYTES * (prefix[sent + half] - prefix[sent])
-                    out.append((one, ((one[0], sizes.setdefault(n, n), True),)))
-                    size = half
-                size = 1
-                for mask in reversed(up):
-                    peer = nr ^ mask
-                    peer = 2 * peer + 1 if peer < rem else peer + rem
-                    held = lo & ~(size - 1)
-                    one = peers.get(peer) or peers.setdefault(peer, (peer,))
-                    n = ELEM_BYTES * (prefix[held + size] - prefix[held])
-                    out.append((one, ((one[0], sizes.setdefault(n, n), False),)))
-                    theirs = (lo ^ size) & ~(size - 1)
-                    lo = held if held < theirs else theirs
-                    size *= 2
+        for _, send, recv in self._walk(r):
+            srcs: tuple[int, ...] = ()
+            if recv is not None:
+                srcs = peers.get(recv[0]) or peers.setdefault(recv[0], (recv[0],))
+            if send is None:
+                out.append((srcs, ()))
             else:
-                n = ELEM_BYTES * (prefix[1] - prefix[0])
-                n = sizes.setdefault(n, n)
-                for mask in up:
-                    peer = nr ^ mask
-                    peer = 2 * peer + 1 if peer < rem else peer + rem
-                    one = peers.get(peer) or peers.setdefault(peer, (peer,))
-                    out.append((one, ((one[0], n, True),)))
-        if folded:  # the last step: the odd rank hands the result back
-            q = r - 1 if r % 2 else r + 1
-            one = peers.get(q) or peers.setdefault(q, (q,))
-            n = sizes.setdefault(ELEM_BYTES * prefix[whole], ELEM_BYTES * prefix[whole])
-            out.append(((), ((one[0], n, False),)) if r % 2 else (one, ()))
+                peer, first, num, reduce = send
+                one = peers.get(peer) or peers.setdefault(peer, (peer,))
+                size = ELEM_BYTES * (prefix[first + num] - prefix[first])
+                size = sizes.setdefault(size, size)
+                out.append((srcs, ((one[0], size, reduce),)))
         return tuple(out)
 
     def rank_flat(self, r: int) -> FlatPlan:
