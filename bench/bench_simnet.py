@@ -15,12 +15,14 @@ Cases (targets on a 2-core machine in brackets):
   dense_matrices=False)`` [16,384 ranks in <= 60 s and 8 GB; >= 1M messages/s; wall
   time at most linear in messages: the fitted exponent is printed]. fat16384 is not
   run by default (minutes); ``--cases fat1024,fat4096,fat16384`` runs it.
-Reports wall seconds and CPU seconds (process time, less sensitive to a
-shared machine; both include collecting what the run leaves to the cyclic
-collector), messages, messages per CPU and per wall second and the peak
-resident memory of the case's process, and for the fat-tree cases the max-min work:
-flow rates computed per message; writes results/bench_simnet.json. Every run is a
-fresh Python process.
+Reports wall seconds and CPU seconds (process time, less sensitive to a shared
+machine; both include collecting what the run leaves to the cyclic collector; medians
+over ``--repeats``, which go round the cases, every case once and then again, so that
+a drift of the machine's speed slows all of them alike), messages, messages per CPU
+and per wall second and the peak resident memory of the case's process, and for the
+fat-tree cases the max-min work (flow rates computed per message) and the growth
+exponent of their wall time (with repeats, also from each case's fastest run); writes
+results/bench_simnet.json. Every run is a fresh Python process.
 
 ``--against-pure`` measures this tree's pure-Python core (COMMSIM_PURE_PYTHON=1)
 side by side with the compiled one, the same way.
@@ -277,12 +279,15 @@ def cachegrind_table(names: list[str], other: Path | None, out_path: str) -> Non
 
 def summarise(runs: list[dict]) -> dict:
     wall = statistics.median(r["wall_s"] for r in runs)
+    # The least disturbed run: on a shared machine the other runs' extra time is load.
+    wall_min = min(r["wall_s"] for r in runs)
     cpu = statistics.median(r["cpu_s"] for r in runs)
     msgs = runs[0]["messages"]
     return {
         "messages": msgs,
         "simulated_s": runs[0]["simulated_s"],
         "wall_s": wall,
+        "wall_min_s": wall_min,
         "cpu_s": cpu,
         "messages_per_cpu_s": msgs / cpu,
         "messages_per_wall_s": msgs / wall,
@@ -349,24 +354,34 @@ def main() -> None:
     both = set(ns.against_cases.split(",")) if ns.against_cases else set(names)
     if versus:
         head += f" {'vs cpu (s)':>11s} {'vs msgs/cpu-s':>14s} {'vs peak GB':>10s} {'speedup':>8s}"
+    # Repeats go round the cases (every case once, then again), so that a machine whose
+    # speed drifts over minutes slows every case alike, not the last ones.
+    mine: dict[str, list[dict]] = {name: [] for name in names}
+    theirs: dict[str, list[dict]] = {name: [] for name in names}
+    for rep in range(ns.repeats):
+        for name in names:
+            if name in both and other is not None:
+                theirs[name].append(run_fresh(name, other))
+            elif name in both and ns.against_pure:
+                theirs[name].append(run_fresh(name, ROOT, pure=True))
+            mine[name].append(run_fresh(name, ROOT))
+            if ns.repeats > 1:
+                print(
+                    f"  round {rep + 1}/{ns.repeats}: {name} {mine[name][-1]['wall_s']:.2f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
     print(head)
     rows = []
     for name in names:
-        mine, theirs = [], []
-        for _ in range(ns.repeats):
-            if name in both and other is not None:
-                theirs.append(run_fresh(name, other))
-            elif name in both and ns.against_pure:
-                theirs.append(run_fresh(name, ROOT, pure=True))
-            mine.append(run_fresh(name, ROOT))
-        row = {"case": name, **summarise(mine)}
+        row = {"case": name, **summarise(mine[name])}
         line = (
             f"{name:10s} {row['messages']:10d} {row['simulated_s']:14.6f} {row['wall_s']:9.2f} "
             f"{row['cpu_s']:8.2f} {row['messages_per_cpu_s']:11.0f} "
             f"{row['messages_per_wall_s']:11.0f} {row['peak_rss_bytes'] / 1e9:8.2f}"
         )
-        if versus and theirs:
-            row["against"] = summarise(theirs)
+        if versus and theirs[name]:
+            row["against"] = summarise(theirs[name])
             a = row["against"]
             row["cpu_speedup"] = a["cpu_s"] / row["cpu_s"]
             row["same_simulated_s"] = a["simulated_s"] == row["simulated_s"]
@@ -390,12 +405,17 @@ def main() -> None:
             there = (r.get("against") or {}).get("flow_rates_computed")
             vs = f" (vs {there / r['messages']:.2f})" if there else ""
             print(f"{r['case']}: {per:.2f} flow rates computed per message{vs}")
-    growth = fitted_exponent([r for r in rows if r["case"].startswith("fat")])
+    fat = [r for r in rows if r["case"].startswith("fat")]
+    growth = fitted_exponent(fat)
     if growth is not None:
         print(
             f"fat-tree cases: wall time grows as messages^{growth:.2f} "
             "(least squares on log wall vs log messages; 1 is linear)"
         )
+        if ns.repeats > 1:
+            print(
+                f"  as messages^{fitted_exponent(fat, 'wall_min_s'):.2f} on each case's fastest run"
+            )
     sys.path.insert(0, str(ROOT))  # run as a script, this file's directory is first
     from workload.results import versions, write_json
 

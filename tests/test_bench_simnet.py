@@ -47,3 +47,13 @@ def test_growth_exponent_of_a_power_law():
     assert math.isclose(bench_simnet.fitted_exponent(rows), 1.25)
     assert math.isclose(bench_simnet.fitted_exponent(rows, "est_cycles"), 1.0)
     assert bench_simnet.fitted_exponent(rows[:1]) is None
+
+
+def test_summary_keeps_the_median_and_the_fastest_run():
+    runs = [
+        {"messages": 10, "simulated_s": 1.0, "wall_s": w, "cpu_s": w, "code": ".", "core": "c"}
+        for w in (3.0, 1.0, 2.0)
+    ]
+    out = bench_simnet.summarise(runs)
+    assert (out["wall_s"], out["wall_min_s"], out["cpu_s"]) == (2.0, 1.0, 2.0)
+    assert out["messages_per_cpu_s"] == 5.0
