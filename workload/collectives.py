@@ -1096,21 +1096,27 @@ class _RecursiveRanks:
         return tuple(out)
 
     def rank_flat(self, r: int) -> FlatPlan:
-        """``Schedule.rank_flat(r)``: :meth:`rank_plan`'s steps and totals, made directly.
+        """``Schedule.rank_flat(r)``: :meth:`_walk`'s steps and totals, made directly.
         A reduce-scatter step and the allgather step of its level send the same size to
         the same peer: one tuple for both."""
-        pof2, rem, _ = self.fold
+        pof2, rem, real = self.fold
         prefix, peers, sizes = self.prefix, self.peers, self.sizes
-        whole = len(prefix) - 1
+
+        def peer_of(q: int) -> int:  # the group's one int object for rank q
+            return (peers.get(q) or peers.setdefault(q, (q,)))[0]
+
+        def size_of(first: int, num: int) -> int:  # bytes of chunks first.., one object
+            n = ELEM_BYTES * (prefix[first + num] - prefix[first])
+            return sizes.setdefault(n, n)
+
         steps: list[tuple[int, ...]] = []
         reduce: list[int] = []
         copy: list[int] = []
         folded = r < 2 * rem
         if folded:
-            q = r + 1 if r % 2 == 0 else r - 1
-            q = (peers.get(q) or peers.setdefault(q, (q,)))[0]
+            q = peer_of(r + 1 if r % 2 == 0 else r - 1)
             if r % 2 == 0:  # hands its data to the next rank, and sits out
-                n = sizes.setdefault(ELEM_BYTES * prefix[whole], ELEM_BYTES * prefix[whole])
+                n = size_of(0, len(prefix) - 1)
                 steps.append((0, q, n))
                 reduce += (q, n)
             else:
@@ -1123,51 +1129,38 @@ class _RecursiveRanks:
                 made = []  # the reduce-scatter's steps, by level
                 for mask in up:
                     half = size // 2
-                    peer = nr ^ mask
-                    peer = 2 * peer + 1 if peer < rem else peer + rem
-                    peer = (peers.get(peer) or peers.setdefault(peer, (peer,)))[0]
+                    peer = peer_of(real(nr ^ mask))
                     if nr & mask:
                         sent = lo
                         lo += half
                     else:
                         sent = lo + half
-                    n = ELEM_BYTES * (prefix[sent + half] - prefix[sent])
-                    n = sizes.setdefault(n, n)
-                    t = (1, peer, peer, n)
+                    t = (1, peer, peer, size_of(sent, half))
                     steps.append(t)
                     made.append(t)
-                    reduce += (peer, n)
+                    reduce += (peer, t[3])
                     size = half
                 size = 1
-                for level in range(len(up) - 1, -1, -1):
-                    t = made[level]
-                    peer = t[1]
+                for t in reversed(made):
                     held = lo & ~(size - 1)
-                    n = ELEM_BYTES * (prefix[held + size] - prefix[held])
+                    n = size_of(held, size)
                     if n != t[3]:
-                        n = sizes.setdefault(n, n)
-                        t = (1, peer, peer, n)
-                    else:
-                        n = t[3]
+                        t = (1, t[1], t[1], n)
                     steps.append(t)
-                    copy += (peer, n)
+                    copy += (t[1], t[3])
                     theirs = (lo ^ size) & ~(size - 1)
                     lo = held if held < theirs else theirs
                     size *= 2
             else:
-                n = ELEM_BYTES * (prefix[1] - prefix[0])
-                n = sizes.setdefault(n, n)
+                n = size_of(0, 1)
                 for mask in up:
-                    peer = nr ^ mask
-                    peer = 2 * peer + 1 if peer < rem else peer + rem
-                    peer = (peers.get(peer) or peers.setdefault(peer, (peer,)))[0]
+                    peer = peer_of(real(nr ^ mask))
                     steps.append((1, peer, peer, n))
                     reduce += (peer, n)
         if folded:
-            q = r - 1 if r % 2 else r + 1
-            q = (peers.get(q) or peers.setdefault(q, (q,)))[0]
+            q = peer_of(r - 1 if r % 2 else r + 1)
             if r % 2:  # hands the result back
-                n = sizes.setdefault(ELEM_BYTES * prefix[whole], ELEM_BYTES * prefix[whole])
+                n = size_of(0, len(prefix) - 1)
                 steps.append((0, q, n))
                 copy += (q, n)
             else:
