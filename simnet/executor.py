@@ -925,8 +925,9 @@ class _Coll(_Waiter):
         nsteps = len(steps)
         if i == nsteps:
             return True
-        pending_sends, pending_recvs, start, eager, rendezvous = self.sim._hot
-        t_now = self.sim.env.now
+        sim = self.sim
+        pending_sends, pending_recvs, start, eager, rendezvous = sim._hot
+        t_now = sim.env._now  # simpy's clock as stored: its `now` is a Python property
         base = self.base
         me = self.me
         endpoints = self.endpoints
@@ -1070,7 +1071,7 @@ class _Rank:
     def _resume(self, _ev: object = None) -> None:
         """The current operation completed now: record its end, go on."""
         i = self.i
-        self.ends[i] = self.sim.env.now
+        self.ends[i] = self.sim.env._now
         self.i = i + 1
         self.run()
 
@@ -1104,7 +1105,7 @@ class _Rank:
                 i = 0
                 continue
             op = ops[i]
-            now = env.now
+            now = env._now
             starts[i] = now
             t = type(op)
             if t not in _OP_TYPE_SET:  # a subclass: dispatch on the operation it extends

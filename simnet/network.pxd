@@ -36,6 +36,12 @@ ctypedef _QEntry* _QEntryPtr
 
 cdef Py_ssize_t _OPEN_RUNS  # the length of _KeyQueue's open_run and open_key
 
+# The flow phases and the numeric constants of the hot paths, as C values: as module
+# globals they would be a dictionary lookup and a boxed comparison at each use.
+cdef int _ALPHA, _DRAINING, _LATENCY, _DONE, _TIMER, _HANDSHAKE
+cdef Py_ssize_t _FAST_FORWARD_HOPS
+cdef double _INF, _RATE_RTOL, _KEEP_RTOL
+
 
 cdef void* _grown(void* ptr, Py_ssize_t count, size_t size) except NULL
 

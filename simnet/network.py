@@ -107,6 +107,10 @@ _FAST_FORWARD_HOPS = 4096
 # Runs of a key queue that a push looks for its key among (see _KeyQueue).
 _OPEN_RUNS = 4
 
+# math.inf as a module constant: a C double when compiled (network.pxd), where reading
+# math.inf is a module attribute lookup each time.
+_INF = math.inf
+
 _RATE_RTOL = 1e-12  # a new rate this close to the current one is no change
 # A flow whose rate is below the rate of what changed since the last recomputation by
 # more than this (relative) keeps its rate (see _flush): a margin for rounding.
@@ -613,7 +617,7 @@ class FlowNetwork:
         self._dirty: list[_Link] = []  # seed links of components to recompute
         # The lowest rate (bytes/s) of the flows that stopped draining since the last
         # recomputation, or of a lower bound of the rates of those that began (see _flush).
-        self._keep_below = math.inf
+        self._keep_below = _INF
         # simpy's event queue, a heap of (time, priority, id, event), when this simpy
         # version keeps it where _on_wake can look (else every wake-up is a timeout).
         # Only a plain Environment: a RealtimeEnvironment must wait out every instant.
@@ -683,7 +687,9 @@ class FlowNetwork:
         if path is None:
             path = self._path(src, dst)
         flow = self._message(path, size_bytes, on_delivery, tag)
-        self._launch(flow, self.env.now + 0.0)  # a float in both cores (simpy starts an int 0)
+        # simpy's clock as stored (its `now` property is a Python call); a float in both
+        # cores (simpy starts an int 0).
+        self._launch(flow, self.env._now + 0.0)
 
     def _message(
         self, path: _Path, size_bytes: SupportsIndex, on_delivery: Callable, tag: object
@@ -768,7 +774,7 @@ class FlowNetwork:
             path = to.get(dst) if to is not None else None
             if path is None:
                 path = self._path(src, dst)
-            now = self.env.now + 0.0
+            now = self.env._now + 0.0
             delay = send_posted_s + self.alpha_s + path.latency_s - now
             flow = self._message(path, size_bytes, on_delivery, tag)
             if delay > 0.0:
@@ -794,7 +800,7 @@ class FlowNetwork:
         """
         if not delay_s >= 0.0:
             raise ValueError(f"delay_s must be >= 0 seconds, got {delay_s!r}")
-        t = self.env.now + float(delay_s)
+        t = self.env._now + float(delay_s)
         timer = _Flow.__new__(_Flow)
         timer.phase = _TIMER
         timer.notify = callback
@@ -1066,7 +1072,7 @@ class FlowNetwork:
 
     def _schedule_wake(self, time_s: float) -> None:
         env = self.env
-        delay = time_s - env.now
+        delay = time_s - env._now
         ev = simpy.Timeout(env, delay if delay > 0.0 else 0.0, time_s)
         ev.callbacks.append(self._on_wake)
         heappush(self._wake_pending, time_s)
@@ -1074,7 +1080,7 @@ class FlowNetwork:
     def _on_wake(self, ev: simpy.Event) -> None:
         pending = self._wake_pending
         heappop(pending)
-        now = self.env.now + 0.0
+        now = self.env._now + 0.0
         target = ev.value
         # now + (target - now) may round one ulp below target: the timer is due.
         limit = target if target > now else now
@@ -1166,7 +1172,7 @@ class FlowNetwork:
     def _on_flush(self, _ev: simpy.Event) -> None:
         self._flush_scheduled = False
         if self._dirty:
-            self._flush(self.env.now + 0.0)
+            self._flush(self.env._now + 0.0)
 
     # ----------------------------------------------------------- flow phases
 
@@ -1250,8 +1256,8 @@ class FlowNetwork:
         # filling the whole components again; in floating point they may differ in the
         # last digits (the kept rates are subtracted first, not in filling order).
         keep = self._keep_below
-        self._keep_below = math.inf
-        keep = keep * (1.0 - _KEEP_RTOL) if keep != math.inf else 0.0
+        self._keep_below = _INF
+        keep = keep * (1.0 - _KEEP_RTOL) if keep != _INF else 0.0
         # A link's load changes only if its set of flows changed (the seeds:
         # links of started or ended flows) or the rate of one of its flows did.
         for seed in seeds:
@@ -1278,7 +1284,7 @@ class FlowNetwork:
                     if seed.load_bytes_per_s != rate:
                         _set_load(seed, rate, now)
                     continue
-                rate = math.inf
+                rate = _INF
                 for link in f.links:
                     if link.n_flows != 1:
                         break
@@ -1333,7 +1339,7 @@ class FlowNetwork:
                         # others come later at the same share, or at a higher one, and
                         # find it frozen): only that one joins the water-filling, in its
                         # place, which leaves every rate as it was, bit for bit.
-                        low = math.inf
+                        low = _INF
                         for l2 in f.links:
                             if l2.mark != epoch and l2.n_flows == 1:
                                 cap = l2.capacity_bytes_per_s
