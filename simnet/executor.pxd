@@ -18,7 +18,7 @@ cdef class _WaitAll(_Waiter):
 
 
 cdef class _Coll(_Waiter):
-    cdef public object base
+    cdef public long long base  # channel numbers fit 64 bits (see PhaseSim._collective)
     cdef public Py_ssize_t delayed
     cdef public object delays
     cdef public object done
@@ -32,7 +32,8 @@ cdef class _Coll(_Waiter):
     @cython.locals(steps=tuple, i=Py_ssize_t, nsteps=Py_ssize_t, pending=cython.longlong,
                    pending_sends=dict, pending_recvs=dict, endpoints=tuple, step=tuple,
                    n=Py_ssize_t, nr=Py_ssize_t, j=Py_ssize_t, t_now=cython.double,
-                   me=Py_ssize_t, p=Py_ssize_t)
+                   me=Py_ssize_t, p=Py_ssize_t, base=cython.longlong, row=cython.longlong,
+                   src=Py_ssize_t, dst=Py_ssize_t, key=object)
     cpdef bint advance(self) except -1
 
 

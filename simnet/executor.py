@@ -645,7 +645,9 @@ class PhaseSim:
             return True
         # Bytes count when the collective starts (all its data will go).
         _add_bytes(adds)
-        # The instance: every member's k-th collective on its group is the same one.
+        # The instance: every member's k-th collective on its group is the same one. Its
+        # channel numbers are C integers when compiled: below 2**63 while instances
+        # number under 2**63 / world**2 (3e10 at 16,384 ranks).
         base = (gid + seq * self._ngroups) * self._world2
         coll = _Coll(self, steps, base, me, endpoints, done, delays)
         if op.req is not None and not self.ex.async_progress:

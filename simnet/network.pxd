@@ -174,7 +174,7 @@ cdef class FlowNetwork:
     @cython.locals(flow=_Flow, path=_Path)
     cpdef start_transfer(self, src, dst, size_bytes, on_delivery, tag=*)
 
-    @cython.locals(flow=_Flow)
+    @cython.locals(flow=_Flow, size=cython.longlong)
     cpdef _Flow _message(self, _Path path, size_bytes, on_delivery, tag)
 
     cpdef _set_timer(self, _Flow flow, double time_s)
@@ -184,11 +184,11 @@ cdef class FlowNetwork:
 
     @cython.locals(path=_Path, pair=_Pair, links=tuple, n=cython.longlong,
                    size=cython.longlong, t=cython.double, alpha_s=cython.double,
-                   o=cython.double, s=cython.double, free=dict)
+                   o=cython.double, s=cython.double, free=dict, seq=cython.longlong)
     cpdef _launch(self, _Flow flow, double now)
 
     @cython.locals(flow=_Flow, path=_Path, now=cython.double, delay=cython.double)
-    cpdef start_rendezvous(self, src, dst, size_bytes, on_delivery, tag, send_posted_s)
+    cpdef start_rendezvous(self, src, dst, size_bytes, on_delivery, tag, double send_posted_s)
 
     @cython.locals(timer=_Flow, t=cython.double)
     cpdef call_later(self, double delay_s, callback, arg=*)
@@ -198,7 +198,8 @@ cdef class FlowNetwork:
                    dirty=list, pending=list, size=cython.longlong,
                    phase=cython.int, now=cython.double, t=cython.double, limit=cython.double,
                    rate=cython.double,
-                   target=cython.double, nt=cython.double, hops=Py_ssize_t, queue=list)
+                   target=cython.double, nt=cython.double, hops=Py_ssize_t, queue=list,
+                   due=cython.double)
     cpdef _on_wake(self, ev)
 
     @cython.locals(link=_Link, links=tuple, n=cython.longlong, latency_s=cython.double,

@@ -1148,22 +1148,26 @@ class FlowNetwork:
                     if flow.timer == timers.first_seq():
                         break
                     timers.pop()
-                if not timers.n or (pending and pending[0] <= timers.first_key()):
-                    return  # nothing left, or a wake-up is already due first
+                if not timers.n:
+                    return  # nothing left
                 nt = timers.first_key()
+                if pending:
+                    due = pending[0]  # (a C double when compiled: no boxing of nt)
+                    if due <= nt:
+                        return  # a wake-up is already due first
                 queue = self._env_queue
-                if (
-                    queue is not None
-                    and hops < _FAST_FORWARD_HOPS
-                    and (not queue or nt < queue[0][0])
-                ):
-                    # No simpy event is due before (or at) our next timer, so nothing
-                    # can happen in between: move the clock there ourselves rather than
-                    # through a simpy timeout (what simpy would do, minus its cost).
-                    env._now = nt
-                    now = limit = nt
-                    hops += 1
-                    continue
+                if queue is not None and hops < _FAST_FORWARD_HOPS:
+                    if queue:
+                        due = queue[0][0]  # simpy's next event's time
+                    if not queue or nt < due:
+                        # No simpy event is due before (or at) our next timer, so
+                        # nothing can happen in between: move the clock there ourselves
+                        # rather than through a simpy timeout (what simpy would do, minus
+                        # its cost).
+                        env._now = nt
+                        now = limit = nt
+                        hops += 1
+                        continue
                 self._schedule_wake(nt)
                 return
         finally:
