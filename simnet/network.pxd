@@ -171,7 +171,7 @@ cdef class FlowNetwork:
     cdef public long long _epoch
     cdef object __weakref__
 
-    @cython.locals(flow=_Flow, path=_Path)
+    @cython.locals(flow=_Flow, path=_Path, to=dict)
     cpdef start_transfer(self, src, dst, size_bytes, on_delivery, tag=*)
 
     @cython.locals(flow=_Flow, size=cython.longlong)
@@ -187,7 +187,7 @@ cdef class FlowNetwork:
                    o=cython.double, s=cython.double, free=dict, seq=cython.longlong)
     cpdef _launch(self, _Flow flow, double now)
 
-    @cython.locals(flow=_Flow, path=_Path, now=cython.double, delay=cython.double)
+    @cython.locals(flow=_Flow, path=_Path, now=cython.double, delay=cython.double, to=dict)
     cpdef start_rendezvous(self, src, dst, size_bytes, on_delivery, tag, double send_posted_s)
 
     @cython.locals(timer=_Flow, t=cython.double)
