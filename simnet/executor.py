@@ -499,13 +499,15 @@ class PhaseSim:
         # the int instance * world^2 + src * world + dst (global ranks).
         self._sends: dict[object, deque] = {}
         self._recvs: dict[object, deque] = {}
-        # What _Coll.advance needs, in one tuple.
+        # What _Coll.advance needs, in one tuple (each _Coll holds it: no attribute
+        # lookups per step).
         self._hot = (
             self._sends,
             self._recvs,
             net.start_transfer,
             ex.eager,
             net.start_rendezvous,
+            env,
         )
         self._world = ex._world  # the plans' channel pairs use the same multiplier
         self._world2 = self._world * self._world
@@ -889,6 +891,7 @@ class _Coll(_Waiter):
         "delays",
         "done",
         "endpoints",
+        "hot",
         "i",
         "me",
         "owner",
@@ -907,6 +910,7 @@ class _Coll(_Waiter):
         delays: list[float] | None = None,
     ) -> None:
         self.sim = sim
+        self.hot = sim._hot
         self.steps = steps
         self.base = base  # + src * group size + dst (member indices): a channel of this instance
         self.me = me  # the rank's index in its group
@@ -927,9 +931,8 @@ class _Coll(_Waiter):
         nsteps = len(steps)
         if i == nsteps:
             return True
-        sim = self.sim
-        pending_sends, pending_recvs, start, eager, rendezvous = sim._hot
-        t_now = sim.env._now  # simpy's clock as stored: its `now` is a Python property
+        pending_sends, pending_recvs, start, eager, rendezvous, env = self.hot
+        t_now = env._now  # simpy's clock as stored: its `now` is a Python property
         base = self.base
         me = self.me
         endpoints = self.endpoints
