@@ -24,7 +24,7 @@ COMPILED = ["simnet/network.py", "simnet/executor.py"]
 def _warn(what: str, exc: BaseException) -> None:
     print(
         f"commsim: {what} failed ({type(exc).__name__}: {exc}); the simulator runs as pure "
-        "Python (correct, about 3x slower). Install Cython and a C compiler, then reinstall.",
+        "Python (correct, 2-10x slower). Install Cython and a C compiler, then reinstall.",
         file=sys.stderr,
     )
 

@@ -82,7 +82,7 @@ def select() -> None:
             _status[name] = "python (compiled module is stale)"
             warnings.warn(
                 f"simnet: {ext.name} is older than simnet/{name}.py or .pxd; using the Python "
-                "source (about 3x slower). Rebuild with ./install.sh (or pip install -e .).",
+                "source (2-10x slower). Rebuild with ./install.sh (or pip install -e .).",
                 RuntimeWarning,
                 stacklevel=3,
             )
@@ -95,7 +95,7 @@ def select() -> None:
                 _status[name] = f"python (compiled module does not load: {exc})"
                 warnings.warn(
                     f"simnet: {ext.name} does not load ({exc}); using the Python source "
-                    "(about 3x slower). Rebuild with ./install.sh on this machine.",
+                    "(2-10x slower). Rebuild with ./install.sh on this machine.",
                     RuntimeWarning,
                     stacklevel=3,
                 )

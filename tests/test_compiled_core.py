@@ -97,7 +97,7 @@ def test_status_names_every_module():
 @pytest.mark.skipif(_compiled.pure_python_requested(), reason="COMMSIM_PURE_PYTHON is set")
 def test_core_is_compiled_where_it_can_be():
     # Where Cython and a C compiler exist the install must have built the core: a silent
-    # fallback to Python would make every simulation ~3x slower.
+    # fallback to Python would make every simulation 2-10x slower.
     if importlib.util.find_spec("Cython") is None or shutil.which("cc") is None:
         pytest.skip("no Cython or no C compiler: the pure-Python core is expected")
     assert _compiled.status() == {"network": "compiled", "executor": "compiled"}
