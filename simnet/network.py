@@ -43,9 +43,12 @@ treated as unchanged (no rescheduling), which keeps rounding noise from
 churning timers; capacities can therefore be exceeded by at most that much.
 
 Compiled build. ``setup.py`` compiles this module with Cython when it can;
-``network.pxd`` declares C fields for the hot classes and C types for the
-local variables of the hot methods (Python never reads it; annotations here are
-documentation only, also to Cython). The code is the same either way but for
+``network.pxd`` declares C fields for the hot classes, C types for the
+local variables of the hot methods and C values for the module's constants (the
+flow phases, ``_INF``, the tolerances: as globals, each use would be a dictionary
+lookup); Python never reads it, and annotations here are documentation only, also
+to Cython. simpy's clock is read as ``env._now``, the attribute its ``now``
+property returns, which is a Python call. The code is the same either way but for
 the queues' storage (``if cython.compiled``: C arrays of structs, else a heap
 of tuples), and ``simnet._compiled`` chooses which runs.
 """
@@ -687,9 +690,7 @@ class FlowNetwork:
         if path is None:
             path = self._path(src, dst)
         flow = self._message(path, size_bytes, on_delivery, tag)
-        # simpy's clock as stored (its `now` property is a Python call); a float in both
-        # cores (simpy starts an int 0).
-        self._launch(flow, self.env._now + 0.0)
+        self._launch(flow, self.env._now + 0.0)  # a float in both cores (simpy starts an int 0)
 
     def _message(
         self, path: _Path, size_bytes: SupportsIndex, on_delivery: Callable, tag: object
