@@ -193,6 +193,12 @@ cdef class FlowNetwork:
     @cython.locals(timer=_Flow, t=cython.double)
     cpdef call_later(self, double delay_s, callback, arg=*)
 
+    @cython.locals(path=_Path, static=dict, to=dict)
+    cpdef _Path _path(self, src, dst)
+
+    @cython.locals(known=dict, links=list, link=_Link, latency_s=cython.double, path=_Path)
+    cpdef _Path _resolve(self, src, dst, tuple edges)
+
     @cython.locals(flow=_Flow, link=_Link, path=_Path, pair=_Pair, n=cython.longlong,
                    fl=list, timers=_KeyQueue,
                    dirty=list, pending=list, size=cython.longlong,

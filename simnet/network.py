@@ -816,6 +816,18 @@ class FlowNetwork:
                 path = self._self_paths[src] = _Path(src, dst, (), (), 0.0, self._pair(src, dst))
             return path
         edges = self.route(src, dst)
+        static = self._static_paths
+        if static is not None:
+            # A pure function of the pair, asked once per pair (start_transfer looks in
+            # the static table first): none of the lookups below would ever hit.
+            if type(edges) is not tuple:
+                edges = tuple(edges)
+            path = self._resolve(src, dst, edges)
+            to = static.get(src)
+            if to is None:
+                to = static[src] = {}
+            to[dst] = path
+            return path
         path = self._path_of_edges.get(id(edges))
         if path is None or path.edges is not edges or path.src != src:
             if type(edges) is not tuple:
@@ -823,14 +835,9 @@ class FlowNetwork:
             path = self._last_path.get((src, dst))
             if path is None or (path.edges is not edges and path.edges != edges):
                 path = self._resolve(src, dst, edges)
+                self._last_path[(src, dst)] = path
             if path.edges is edges:
                 self._path_of_edges[id(edges)] = path
-        static = self._static_paths
-        if static is not None:
-            to = static.get(src)
-            if to is None:
-                to = static[src] = {}
-            to[dst] = path
         return path
 
     def active_flows(self) -> list[FlowState]:
@@ -1012,33 +1019,42 @@ class FlowNetwork:
 
     def _resolve(self, src: int, dst: int, edges: tuple) -> _Path:
         """The path object of ``edges`` from src to dst, validated and cached."""
-        if not all(type(e) is tuple for e in edges):
-            edges = tuple(tuple(e) for e in edges)  # e.g. [[u, v], ...]
+        for e in edges:
+            if type(e) is not tuple:
+                edges = tuple([tuple(x) for x in edges])  # e.g. [[u, v], ...]
+                break
         key = (src, dst, edges)
         path = self._paths.get(key)
-        if path is None:
-            if not edges:
-                raise ValueError(f"route({src}, {dst}) returned no edges although src != dst")
-            prev = src
-            for e in edges:
-                if len(e) != 2 or e[0] != prev:
-                    raise ValueError(
-                        f"route({src}, {dst}) is not a path from {src} to {dst}: edge {e!r} "
-                        f"does not start at {prev!r}"
-                    )
-                prev = e[1]
-            if prev != dst:
-                raise ValueError(f"route({src}, {dst}) ends at {prev!r}, not at {dst!r}")
-            links = [self._link(e, True) for e in edges]
-            latency_s = 0.0
-            for link in links:
-                latency_s += link.latency_s
-            if self.injection_bandwidth_bytes_per_s is not None:
-                links = [self._link((EGRESS, src), True), *links, self._link((INGRESS, dst), True)]
-            path = self._paths[key] = _Path(
-                src, dst, edges, tuple(links), latency_s, self._pair(src, dst)
-            )
-        self._last_path[(src, dst)] = path
+        if path is not None:
+            return path
+        if not edges:
+            raise ValueError(f"route({src}, {dst}) returned no edges although src != dst")
+        prev = src
+        for e in edges:
+            if len(e) != 2 or e[0] != prev:
+                raise ValueError(
+                    f"route({src}, {dst}) is not a path from {src} to {dst}: edge {e!r} "
+                    f"does not start at {prev!r}"
+                )
+            prev = e[1]
+        if prev != dst:
+            raise ValueError(f"route({src}, {dst}) ends at {prev!r}, not at {dst!r}")
+        known = self._links
+        links = []
+        latency_s = 0.0
+        for e in edges:
+            link = known.get(e)  # (a route's links are mostly known: no call)
+            if link is None:
+                link = self._link(e, True)
+            links.append(link)
+            latency_s += link.latency_s
+        if self.injection_bandwidth_bytes_per_s is not None:
+            # (registered after the route's own links: the statistics list links in
+            # order of first use)
+            links = [self._link((EGRESS, src), True), *links, self._link((INGRESS, dst), True)]
+        path = self._paths[key] = _Path(
+            src, dst, edges, tuple(links), latency_s, self._pair(src, dst)
+        )
         return path
 
     def _pair(self, src: int, dst: int) -> _Pair:
