@@ -84,4 +84,13 @@ cdef tuple _pairs_flat(dict d)
 
 
 @cython.locals(add=tuple, acct=dict, tot=tuple, i=Py_ssize_t)
-cdef _add_bytes(tuple adds)
+cdef _add_bytes(tuple adds, object calls)
+
+
+cdef class _Tally:
+    cdef public tuple adds
+    cdef public long long calls
+
+
+@cython.locals(n=cython.longlong)
+cdef _count_call(_Tally tally, list listed)

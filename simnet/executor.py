@@ -194,9 +194,9 @@ def _pairs_flat(d: dict) -> tuple:
     return tuple(out)
 
 
-def _add_bytes(adds: tuple) -> None:
-    """Count a collective call's bytes (see ``PhaseSim._prepare``): each of ``adds`` is
-    ``(pair counts, row key, members, (member, bytes, ...))``."""
+def _add_bytes(adds: tuple, calls: int) -> None:
+    """Count ``calls`` calls' bytes of a collective's part (see ``PhaseSim._prepare``):
+    each of ``adds`` is ``(pair counts, row key, members, (member, bytes, ...))``."""
     for add in adds:
         acct = add[0]
         row = add[1]
@@ -204,7 +204,34 @@ def _add_bytes(adds: tuple) -> None:
         tot = add[3]
         for i in range(0, len(tot), 2):
             pair = row + members[tot[i]]
-            acct[pair] = acct.get(pair, 0) + tot[i + 1]
+            acct[pair] = acct.get(pair, 0) + calls * tot[i + 1]
+
+
+class _Tally:
+    """The bytes one rank's calls of one collective send (``adds``, as ``_add_bytes``
+    takes them) and how many of its calls are not counted in yet (-1: none ever made).
+
+    Calls are counted here and their bytes added per pair in bulk when the totals are
+    read (``PhaseSim._settle_bytes``): a call of a collective on thousands of ranks
+    would otherwise update a dozen or more pair totals in dictionaries too large for
+    the caches, the run's largest source of cache misses."""
+
+    __slots__ = ("adds", "calls")
+
+    def __init__(self, adds: tuple) -> None:
+        self.adds = adds
+        self.calls = -1
+
+
+def _count_call(tally: _Tally, listed: list) -> None:
+    """One more call of ``tally``'s collective part; listed on its first call, so the
+    totals are counted in the order of first calls (the order in which their pairs
+    first appear, as when each call counted its own)."""
+    n = tally.calls
+    if n < 0:
+        listed.append(tally)
+        n = 0
+    tally.calls = n + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -521,8 +548,18 @@ class PhaseSim:
         # Bytes per (group kind, part) and int pair key src * world + dst; parts
         # are "reduce" / "copy" (data of a collective) and "p2p".
         self._bytes: dict[tuple[str, str], dict[int, int]] = {}
+        self._tallies: list[_Tally] = []  # collective calls whose bytes are counted lazily
 
     # -- accounting ----------------------------------------------------------------
+    def _settle_bytes(self) -> None:
+        """Add the bytes of the collective calls counted since the last time to the
+        pair totals (see ``_Tally``)."""
+        for tally in self._tallies:
+            n = tally.calls
+            if n > 0:
+                _add_bytes(tally.adds, n)
+                tally.calls = 0
+
     def _account(self, group: str, part: str) -> dict[int, int]:
         acct = self._bytes.get((group, part))
         if acct is None:
@@ -537,6 +574,7 @@ class PhaseSim:
     @property
     def wire_bytes_by_group(self) -> dict[str, int]:
         """Bytes of all messages started, per group kind."""
+        self._settle_bytes()
         out: dict[str, int] = defaultdict(int)
         for (group, _), acct in self._bytes.items():
             out[group] += sum(acct.values())
@@ -546,6 +584,7 @@ class PhaseSim:
     def part_bytes(self) -> dict[str, dict[tuple[int, int], int]]:
         """Bytes per (src rank, dst rank) by part: "reduce" (reduction data of a
         collective), "copy" (copied data of a collective), "p2p"."""
+        self._settle_bytes()
         w = self._world
         out: dict[str, dict[tuple[int, int], int]] = defaultdict(dict)
         for (_, part), acct in self._bytes.items():
@@ -639,14 +678,15 @@ class PhaseSim:
         c = self._coll_cache.get(ckey)
         if c is None:
             c = self._coll_cache[ckey] = self._prepare(rank, op)
-        seq_key, steps, gid, adds, _, delays, me, endpoints = c
+        seq_key, steps, gid, tally, _, delays, me, endpoints = c
         coll_seq = self.coll_seq
         seq = coll_seq[seq_key]
         coll_seq[seq_key] = seq + 1
         if steps is None:  # a group of one
             return True
         # Bytes count when the collective starts (all its data will go).
-        _add_bytes(adds)
+        if tally is not None:
+            _count_call(tally, self._tallies)
         # The instance: every member's k-th collective on its group is the same one. Its
         # channel numbers are C integers when compiled: below 2**63 while instances
         # number under 2**63 / world**2 (3e10 at 16,384 ranks).
@@ -658,8 +698,8 @@ class PhaseSim:
 
     def _prepare(self, rank: int, op: Collective) -> tuple:
         """What every call of ``op`` on ``rank`` shares: (coll_seq key, plan steps or
-        None for a group of one, group id, bytes to account as (dict, row key, members,
-        bytes per member),
+        None for a group of one, group id, the tally of its calls' bytes (``_Tally``:
+        adds of (dict, row key, members, bytes per member)) or None when it sends none,
         messages the rank sends, reduction delay per step or None, the rank's index in
         its group, the group's endpoints in member order)."""
         ex = self.ex
@@ -667,7 +707,7 @@ class PhaseSim:
         p = len(members)
         seq_key = (op.group, rank)
         if p == 1:
-            return seq_key, None, 0, (), 0, None, 0, ()
+            return seq_key, None, 0, None, 0, None, 0, ()
         sched, alg = ex.schedule(op, p, members)
         self.algorithms[op.op].add(alg)
         library = op.algorithm is None or ex.gamma_named
@@ -695,7 +735,7 @@ class PhaseSim:
             seq_key,
             plan.steps,
             gid,
-            adds,
+            _Tally(adds) if adds else None,
             plan.messages,
             plan.delays,
             me,
@@ -731,6 +771,8 @@ class PhaseSim:
             r.reqs = {}
             r.deferred = []
         self.ranks = {}
+        self._settle_bytes()
+        self._tallies = []
         self._coll_cache = {}
 
     # -- running -----------------------------------------------------------------------
