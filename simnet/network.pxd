@@ -33,6 +33,7 @@ cdef struct _QEntry:  # a heap entry of _KeyQueue: a run, by key then first numb
 ctypedef _QNode* _QNodePtr
 ctypedef _QRun* _QRunPtr
 ctypedef _QEntry* _QEntryPtr
+ctypedef PyObject* _ObjectPtr  # a borrowed reference: a pointer, no count
 
 cdef Py_ssize_t _OPEN_RUNS  # the length of _KeyQueue's open_run and open_key
 
@@ -225,6 +226,10 @@ cdef class FlowNetwork:
                    tol=cython.double, t=cython.double, low=cython.double,
                    keep=cython.double)
     cpdef _flush(self, double now)
+
+
+@cython.locals(i=Py_ssize_t, n=Py_ssize_t, target=_ObjectPtr)
+cdef _unlist(list flows, _Flow flow)
 
 
 @cython.locals(f=_Flow, load=cython.double)

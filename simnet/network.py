@@ -70,6 +70,7 @@ except ImportError:  # no Cython here: this module runs as the Python it is
     from . import _nocython as cython
 
 if cython.compiled:
+    from cython.cimports.cpython.list import PyList_GET_ITEM
     from cython.cimports.cpython.mem import PyMem_Free, PyMem_Realloc
     from cython.cimports.cpython.ref import Py_DECREF, Py_INCREF, PyObject
 
@@ -403,10 +404,9 @@ class _Link:
         self.capacity_bytes_per_s = capacity_bytes_per_s
         self.latency_s = latency_s
         # Flows draining through this link, in the order they began (so results are
-        # deterministic), and n_flows of them still draining. A flow that stops draining
-        # stays listed until the list is compacted (see _on_wake): its phase tells it
-        # apart, as a flow drains on all its links at once or on none. Appending and
-        # counting down cost less than a dict's hashing, and keep the same order.
+        # deterministic), and their number, n_flows. A flow that stops draining leaves
+        # the list at once (see _unlist). A list costs less than a dict's hashing, and
+        # keeps the order.
         self.flows: list[_Flow] = []
         self.n_flows = 0
         self.bytes_total = 0
@@ -1119,20 +1119,16 @@ class FlowNetwork:
                             # self._end_drain(flow, now), inlined
                             size = flow.size_bytes
                             dirty = self._dirty
-                            flow.phase = _LATENCY  # off its links' lists from now on
+                            flow.phase = _LATENCY
                             for link in flow.links:
                                 n = link.n_flows - 1
                                 link.n_flows = n
                                 link.bytes_total += size
+                                fl = link.flows
                                 if n:
-                                    fl = link.flows
-                                    if len(fl) > 2 * n + 16:
-                                        # Compact: the ended flows cost at most as many
-                                        # skips again, amortised.
-                                        link.flows = [f for f in fl if f.phase == _DRAINING]
+                                    _unlist(fl, flow)
                                     dirty.append(link)
                                 else:
-                                    fl = link.flows
                                     fl.clear()  # (a C call on a typed list, compiled)
                                     # What _flush does for an empty seed, done now.
                                     link.busy_s += now - link.busy_since_s
@@ -1398,6 +1394,30 @@ class FlowNetwork:
                             touched.append(link)
             for link in touched:
                 _sum_load(link, now)
+
+
+def _unlist(flows: list, flow: _Flow) -> None:
+    """Take ``flow`` out of a link's list of draining flows, keeping the others' order.
+
+    Found by identity without reading the other flows (compiled: their pointers only):
+    a flow that has stopped draining leaves its links' lists at once, so the max-min
+    search, the water-filling and the load sums never step over ended flows, whose
+    objects would be cache misses on a big network."""
+    if cython.compiled:
+        target = cython.cast(_ObjectPtr, flow)  # noqa: F821 (a C type of network.pxd)
+        n = len(flows)
+        i = 0
+        while i < n and PyList_GET_ITEM(flows, i) != target:
+            i += 1
+        if i < n:
+            del flows[i]
+            return
+    else:
+        for i, f in enumerate(flows):
+            if f is flow:
+                del flows[i]
+                return
+    raise RuntimeError("a draining flow was missing from one of its links' lists")
 
 
 def _sum_load(link: _Link, now: float) -> None:

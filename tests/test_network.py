@@ -609,6 +609,32 @@ def test_rates_stay_max_min_fair_as_flows_come_and_go_at_many_times(seed):
     assert net.transfers_completed == 40
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_a_link_lists_exactly_its_draining_flows_in_start_order(seed):
+    # A flow leaves its links' lists the moment its last byte leaves (nothing ended is
+    # stepped over by the max-min search): at every step, each link lists n_flows flows,
+    # every one still draining, in the order they began.
+    rng = random.Random(seed)
+    g, routes = _random_routes(rng, 30, 5, [2e3, 4e3, 6e3], [5e2, 1e3, 3e3])
+    env = simpy.Environment()
+    net = FlowNetwork(env, g, lambda s, d: routes[(s, d)], alpha_s=0.01)
+    for f in range(30):
+        send_at(env, net, rng.randrange(10) * 0.25, 2 * f, 2 * f + 1, rng.randint(1, 9) * 500, [])
+    listed_at_most = 0
+    while env.peek() < float("inf"):
+        env.step()
+        draining = {(a.src, a.dst) for a in net.active_flows()}
+        for key, link in net._links.items():
+            flows = list(link.flows)
+            assert len(flows) == link.n_flows, key
+            assert [f.seq for f in flows] == sorted(f.seq for f in flows), key
+            assert {(f.path.src, f.path.dst) for f in flows} <= draining, key
+            listed_at_most = max(listed_at_most, len(flows))
+    assert net.transfers_completed == 30
+    assert listed_at_most >= 3  # links were shared
+    assert all(not link.flows for link in net._links.values())
+
+
 @pytest.mark.skipif(
     not isinstance(FlowNetwork.__dict__["_flush"], types.FunctionType),
     reason="compiled core: its recomputation is not patchable (run_tests.sh reruns this "
