@@ -431,6 +431,35 @@ def test_mixed_nonblocking_workload_matches_the_reference(topology):
     assert sum(sim.net.pair_bytes.values()) == sum(int(m.sum()) for m in want["parts"].values())
 
 
+def test_collective_bytes_read_again_are_not_counted_twice():
+    # A collective call's bytes are tallied and added to the pair totals when read:
+    # read at a progress report and again (twice) at the end, they are the totals
+    # counted from the schedules, every time.
+    p = 8
+    g = topologies.switch(p, bandwidth_bytes_per_s=BW, latency_s=LAT)
+    router = topologies.Router(g)
+    wl = Workload("mixed", p, {}, {"world": [tuple(range(p))]}, [Phase("mixed", _mixed_program(p))])
+    ex = SimExecutor(
+        wl, lambda env: FlowNetwork(env, g, router.path, alpha_s=ALPHA), list(range(p))
+    )
+    seen: list[int] = []
+
+    def report(sim) -> None:
+        seen.append(sum(sum(v.values()) for v in sim.part_bytes.values()))
+        assert sum(sim.wire_bytes_by_group.values()) == seen[-1]
+
+    sim = ex.run_phase(0, iterations=3, progress=report)
+    want = schedule_traffic(ex, 0, 3, p)
+    total = sum(int(m.sum()) for m in want["parts"].values())
+    assert seen and seen[-1] == total
+    for _ in range(2):
+        pairs = {part: dict(v) for part, v in sim.part_bytes.items()}
+        for part, m in want["parts"].items():
+            expect = {(s, d): int(m[s, d]) for s, d in zip(*np.nonzero(m), strict=True)}
+            assert pairs.get(part, {}) == expect, part
+        assert sum(sim.wire_bytes_by_group.values()) == total
+
+
 def test_an_unmatched_send_is_reported():
     def program(rank: int) -> list:
         b = ProgramBuilder()
