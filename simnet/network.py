@@ -845,7 +845,7 @@ class FlowNetwork:
         now = self.env.now + 0.0
         flows: dict[_Flow, None] = {}
         for link in self._links.values():
-            flows.update((f, None) for f in link.flows if f.phase == _DRAINING)
+            flows.update((f, None) for f in link.flows)
         out = []
         for f in sorted(flows, key=operator.attrgetter("seq")):
             rem = f.remaining_bytes
@@ -1294,9 +1294,7 @@ class FlowNetwork:
                 continue
             if n == 1:
                 # Fast path: a flow alone on all its links gets its bottleneck.
-                for f in seed.flows:
-                    if f.phase == _DRAINING:
-                        break
+                f = seed.flows[0]  # (a link lists exactly its draining flows)
                 rate = f.rate_bytes_per_s
                 if rate < keep and rate > 0.0:  # it keeps its rate (see above)
                     if seed.load_bytes_per_s != rate:
@@ -1343,7 +1341,7 @@ class FlowNetwork:
                 link = comp_links[i]
                 i += 1
                 for f in link.flows:
-                    if f.mark != epoch and f.phase == _DRAINING:
+                    if f.mark != epoch:
                         rate = f.rate_bytes_per_s
                         if rate < keep and rate > 0.0:  # (0.0: it began, and needs one)
                             # Keeps its rate: it leaves the rest of the link to the others.
@@ -1424,7 +1422,6 @@ def _sum_load(link: _Link, now: float) -> None:
     """Sum the rates of the link's flows into its load (recorded if it changed)."""
     load = 0.0
     for f in link.flows:
-        # An ended flow's rate is 0.0, and adding it leaves the sum as it is.
         load += f.rate_bytes_per_s
     if load != link.load_bytes_per_s:
         _set_load(link, load, now)
