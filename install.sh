@@ -11,7 +11,7 @@ cd "$(dirname "$0")"
 stamp=".install-stamp${1:+-$1}"
 checkout="$PWD"
 want="$(python3 -c 'import sys; print(sys.executable)') ${1:-} $(
-    cat pyproject.toml setup.py simnet/*.pxd simnet/network.py simnet/executor.py | sha256sum
+    cat pyproject.toml setup.py simnet/*.pxd simnet/*.pyx simnet/network.py simnet/executor.py | sha256sum
 )"
 extras=""
 [[ "${1:-}" == test ]] && extras='"pytest", "ruff",'

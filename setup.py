@@ -18,7 +18,9 @@ from pathlib import Path
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
-COMPILED = ["simnet/network.py", "simnet/executor.py"]
+# The simulator core, and the C helper that puts Python's object arenas on huge pages
+# (simnet/arenas.py).
+COMPILED = ["simnet/network.py", "simnet/executor.py", "simnet/_arenas.pyx"]
 
 
 def _warn(what: str, exc: BaseException) -> None:

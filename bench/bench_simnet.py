@@ -25,7 +25,9 @@ exponent of their wall time (with repeats, also from each case's fastest run); w
 results/bench_simnet.json. Every run is a fresh Python process.
 
 ``--against-pure`` measures this tree's pure-Python core (COMMSIM_PURE_PYTHON=1)
-side by side with the compiled one, the same way.
+side by side with the compiled one, the same way; ``--against-no-huge-pages`` this
+tree with Python's object arenas on ordinary pages (COMMSIM_HUGE_PAGES=0, see
+simnet/arenas.py).
 
 ``--cachegrind`` counts instead of timing: each case runs under ``valgrind
 --tool=cachegrind`` with an 8 MB last-level cache (a share of a shared machine's),
@@ -159,18 +161,28 @@ def run_one(name: str) -> dict:
         "code": str(Path(sys.modules["simnet"].__file__).resolve().parent.parent),
         # A checkout older than the compiled core runs Python only.
         "core": getattr(sys.modules.get("simnet._compiled"), "summary", lambda: "python")(),
+        # Whether the objects were on huge pages (a checkout older than simnet.arenas: no).
+        "huge_pages": getattr(sys.modules.get("simnet.arenas"), "status", lambda: "off")(),
     }
 
 
 def _run_case(
-    name: str, tree: Path, pure: bool = False, tool: tuple[str, ...] = ()
+    name: str,
+    tree: Path,
+    pure: bool = False,
+    tool: tuple[str, ...] = (),
+    huge_pages: bool = True,
 ) -> tuple[dict, str]:
     """Run one case in a fresh process on the code of ``tree`` (its Python core if
-    ``pure``), under ``tool`` (a command prefix) if any: its figures and its stderr."""
+    ``pure``; object arenas on ordinary pages unless ``huge_pages``), under ``tool`` (a
+    command prefix) if any: its figures and its stderr."""
     env = dict(os.environ, PYTHONPATH=str(tree))
     env.pop("COMMSIM_PURE_PYTHON", None)
+    env.pop("COMMSIM_HUGE_PAGES", None)
     if pure:
         env["COMMSIM_PURE_PYTHON"] = "1"
+    if not huge_pages:
+        env["COMMSIM_HUGE_PAGES"] = "0"
     out = subprocess.run(
         [*tool, sys.executable, str(Path(__file__).resolve()), "--one", name],
         env=env,
@@ -184,9 +196,10 @@ def _run_case(
     return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
 
 
-def run_fresh(name: str, tree: Path, pure: bool = False) -> dict:
-    """Run one case in a fresh process on the code of ``tree`` (its Python core if ``pure``)."""
-    return _run_case(name, tree, pure)[0]
+def run_fresh(name: str, tree: Path, pure: bool = False, huge_pages: bool = True) -> dict:
+    """Run one case in a fresh process on the code of ``tree`` (its Python core if ``pure``;
+    see ``_run_case``)."""
+    return _run_case(name, tree, pure, huge_pages=huge_pages)[0]
 
 
 # Cachegrind's summary lines (on stderr): "I refs:", "D1 misses:" and "LL misses:" totals.
@@ -295,6 +308,7 @@ def summarise(runs: list[dict]) -> dict:
         "flow_rates_computed": runs[0].get("flow_rates_computed"),
         "code": runs[0]["code"],
         "core": runs[0]["core"],
+        "huge_pages": runs[0].get("huge_pages", "off"),
     }
 
 
@@ -322,6 +336,11 @@ def main() -> None:
     what.add_argument(
         "--against-pure", action="store_true", help="this tree's pure-Python core, side by side"
     )
+    what.add_argument(
+        "--against-no-huge-pages",
+        action="store_true",
+        help="this tree with its object arenas on ordinary pages, side by side",
+    )
     ap.add_argument(
         "--cachegrind",
         action="store_true",
@@ -341,8 +360,11 @@ def main() -> None:
     if other is not None and not (other / "simnet" / "__init__.py").is_file():
         raise SystemExit(f"--against {other}: not a checkout of this project (no simnet/)")
     if ns.cachegrind:
-        if ns.against_pure:
-            raise SystemExit("--cachegrind compares with --against DIR, not --against-pure")
+        if ns.against_pure or ns.against_no_huge_pages:
+            raise SystemExit(
+                "--cachegrind compares with --against DIR, not --against-pure or "
+                "--against-no-huge-pages (cachegrind does not model address translation)"
+            )
         cachegrind_table(names, other, ns.out or "results/bench_simnet_cachegrind.json")
         return
     ns.out = ns.out or "results/bench_simnet.json"
@@ -350,7 +372,7 @@ def main() -> None:
         f"{'case':10s} {'messages':>10s} {'simulated (s)':>14s} {'wall (s)':>9s} "
         f"{'cpu (s)':>8s} {'msgs/cpu-s':>11s} {'msgs/wall-s':>11s} {'peak GB':>8s}"
     )
-    versus = other is not None or ns.against_pure
+    versus = other is not None or ns.against_pure or ns.against_no_huge_pages
     both = set(ns.against_cases.split(",")) if ns.against_cases else set(names)
     if versus:
         head += f" {'vs cpu (s)':>11s} {'vs msgs/cpu-s':>14s} {'vs peak GB':>10s} {'speedup':>8s}"
@@ -364,6 +386,8 @@ def main() -> None:
                 theirs[name].append(run_fresh(name, other))
             elif name in both and ns.against_pure:
                 theirs[name].append(run_fresh(name, ROOT, pure=True))
+            elif name in both and ns.against_no_huge_pages:
+                theirs[name].append(run_fresh(name, ROOT, huge_pages=False))
             mine[name].append(run_fresh(name, ROOT))
             if ns.repeats > 1:
                 print(
@@ -394,10 +418,11 @@ def main() -> None:
         rows.append(row)
         print(line, flush=True)
 
-    cores = f"core: {rows[0]['core']}" if rows else ""
+    cores = f"core: {rows[0]['core']}, huge pages {rows[0]['huge_pages']}" if rows else ""
     compared = [r for r in rows if "against" in r]
     if compared:
-        cores += f"; vs: {compared[0]['against']['core']}"
+        a = compared[0]["against"]
+        cores += f"; vs: {a['core']}, huge pages {a['huge_pages']}"
     print(cores)
     for r in rows:
         if r.get("flow_rates_computed"):

@@ -18,7 +18,7 @@ from workload.results import chrome_trace, versions, write_csv, write_json, writ
 from workload.timeline import op_events
 from workload.units import GB, KB, MB
 
-from . import _compiled, sizecheck
+from . import _compiled, arenas, sizecheck
 from .report import table
 from .simulate import PhaseResult, SimResult
 from .sizecheck import DENSE_MAX_ENDPOINTS
@@ -205,7 +205,11 @@ def document(res: SimResult, dense: bool = True, prefix: str = "sim_") -> dict[s
     return {
         "kind": "simnet-prediction",
         "config": cfg.model_dump(),
-        "versions": {**versions(), "simnet_core": _compiled.summary()},
+        "versions": {
+            **versions(),
+            "simnet_core": _compiled.summary(),
+            "simnet_huge_pages": arenas.status(),
+        },
         "assumed": res.assumed,
         "whatif": res.scenario,
         "config_notes": res.config.deprecation_notes,
@@ -340,7 +344,7 @@ def summary_text(res: SimResult, files: list[Path] | None = None, notes: Sequenc
         lines.append(
             f"phase {p.name}: {p.iteration_time_s:.6f} s per iteration, "
             f"{p.messages} messages simulated in {p.sim_wall_s:.2f} s wall "
-            f"(simulator core: {_compiled.summary()})"
+            f"(simulator core: {_compiled.summary()}; huge pages: {arenas.status()})"
         )
         for key, label in (
             ("compute_s", "compute"),

@@ -29,7 +29,7 @@ from workload.spec import CONFIG_NAMES, RunSpec, SpecError
 from workload.timeline import breakdown
 from workload.units import ELEM_BYTES, MS_PER_S, gb_per_s_to_bytes_per_s, us_to_s
 
-from . import whatif
+from . import arenas, whatif
 from .config import (
     GROUPED_TOPOLOGIES,
     Config,
@@ -384,10 +384,12 @@ def _without_cyclic_gc(fn: Callable[..., T]) -> Callable[..., T]:
     """``fn`` run with the cyclic garbage collector off: building a large case allocates
     millions of objects (routes, plans, flows) that live to the end or that reference
     counting frees, and the collector would only rescan them, again and again (a tenth
-    of a 16,384-rank run)."""
+    of a 16,384-rank run). Those objects go on huge pages from then on (see
+    :mod:`simnet.arenas`)."""
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> T:
+        arenas.enable()  # the objects about to be built, on huge pages (process-wide)
         was = gc.isenabled()
         gc.disable()
         try:
@@ -755,6 +757,7 @@ def collective_time(
     of a collective the MPI library runs; ``send_overhead_s`` LogGP's o (seconds per
     message at its sender, one message after another).
     """
+    arenas.enable()  # as simulate does (process-wide, decided once)
     if size_bytes % ELEM_BYTES:
         raise ValueError(f"size_bytes must be a multiple of {ELEM_BYTES} (float32 elements)")
     p = topology.graph["num_endpoints"]
