@@ -34,6 +34,7 @@ ctypedef _QNode* _QNodePtr
 ctypedef _QRun* _QRunPtr
 ctypedef _QEntry* _QEntryPtr
 ctypedef PyObject* _ObjectPtr  # a borrowed reference: a pointer, no count
+ctypedef PyObject** _ObjectArray  # a list's items
 
 cdef Py_ssize_t _OPEN_RUNS  # the length of _KeyQueue's open_run and open_key
 
@@ -228,7 +229,23 @@ cdef class FlowNetwork:
     cpdef _flush(self, double now)
 
 
-@cython.locals(i=Py_ssize_t, n=Py_ssize_t, target=_ObjectPtr)
+# A list's item array and its length, reached directly (CPython's layout of a list:
+# stable C API structure, used by its own macros), so that taking a flow out of a
+# link's list never shrinks the array (a free now, a malloc at the link's next flow).
+cdef extern from *:
+    """
+    static inline PyObject** __simnet_list_items(PyObject* o) {
+        return ((PyListObject*)o)->ob_item;
+    }
+    static inline void __simnet_list_set_size(PyObject* o, Py_ssize_t n) {
+        Py_SET_SIZE((PyVarObject*)o, n);
+    }
+    """
+    _ObjectArray _list_items "__simnet_list_items"(list o)
+    void _list_set_size "__simnet_list_set_size"(list o, Py_ssize_t n)
+
+
+@cython.locals(i=Py_ssize_t, n=Py_ssize_t, target=_ObjectPtr, items=_ObjectArray)
 cdef _unlist(list flows, _Flow flow)
 
 

@@ -70,7 +70,6 @@ except ImportError:  # no Cython here: this module runs as the Python it is
     from . import _nocython as cython
 
 if cython.compiled:
-    from cython.cimports.cpython.list import PyList_GET_ITEM
     from cython.cimports.cpython.mem import PyMem_Free, PyMem_Realloc
     from cython.cimports.cpython.ref import Py_DECREF, Py_INCREF, PyObject
 
@@ -1125,11 +1124,10 @@ class FlowNetwork:
                                 link.n_flows = n
                                 link.bytes_total += size
                                 fl = link.flows
+                                _unlist(fl, flow)  # (its only flow when n is 0)
                                 if n:
-                                    _unlist(fl, flow)
                                     dirty.append(link)
                                 else:
-                                    fl.clear()  # (a C call on a typed list, compiled)
                                     # What _flush does for an empty seed, done now.
                                     link.busy_s += now - link.busy_since_s
                                     if link.load_bytes_per_s != 0.0:
@@ -1403,12 +1401,20 @@ def _unlist(flows: list, flow: _Flow) -> None:
     objects would be cache misses on a big network."""
     if cython.compiled:
         target = cython.cast(_ObjectPtr, flow)  # noqa: F821 (a C type of network.pxd)
+        items = _list_items(flows)  # noqa: F821 (see network.pxd)
         n = len(flows)
         i = 0
-        while i < n and PyList_GET_ITEM(flows, i) != target:
+        while i < n and items[i] != target:
             i += 1
         if i < n:
-            del flows[i]
+            # del flows[i], keeping the item array's size for the link's next flows
+            # (del would shrink it, and the next append grow it again)
+            n -= 1
+            while i < n:
+                items[i] = items[i + 1]
+                i += 1
+            _list_set_size(flows, n)  # noqa: F821
+            Py_DECREF(flow)  # the list's reference
             return
     else:
         for i, f in enumerate(flows):
