@@ -6,8 +6,9 @@ most of those reaches also miss the processor's address-translation cache. ``ena
 (called by :func:`simnet.simulate`) serves CPython's object arenas from one region
 advised for 2 MiB pages (see ``simnet/_arenas.pyx``, built with the compiled core): the
 fat-tree benchmark's 1,024-, 4,096- and 16,384-rank cases ran 1.19x, 1.24x and 1.25x
-faster with it, the GPT-3 case 1.11x (``bench/bench_simnet.py --against-no-huge-pages``;
-docs/simnet-speed.md). Results do not change: only where the objects live.
+faster with it in a slow hour of this machine, 1.0-1.1x in a fast one, the GPT-3 case
+1.11x (``bench/bench_simnet.py --against-no-huge-pages``; docs/simnet-speed.md).
+Results do not change: only where the objects live.
 
 It is process-wide and stays on: arenas freed later are kept for reuse rather than
 returned to the system, so a process's memory stays at its peak until it exits.
