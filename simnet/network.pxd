@@ -202,7 +202,7 @@ cdef class FlowNetwork:
     cpdef _Path _resolve(self, src, dst, tuple edges)
 
     @cython.locals(flow=_Flow, link=_Link, path=_Path, pair=_Pair, n=cython.longlong,
-                   fl=list, timers=_KeyQueue,
+                   timers=_KeyQueue,
                    dirty=list, pending=list, size=cython.longlong,
                    phase=cython.int, now=cython.double, t=cython.double, limit=cython.double,
                    rate=cython.double,

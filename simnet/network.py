@@ -1123,8 +1123,7 @@ class FlowNetwork:
                                 n = link.n_flows - 1
                                 link.n_flows = n
                                 link.bytes_total += size
-                                fl = link.flows
-                                _unlist(fl, flow)  # (its only flow when n is 0)
+                                _unlist(link.flows, flow)  # (its only flow when n is 0)
                                 if n:
                                     dirty.append(link)
                                 else:

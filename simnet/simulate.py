@@ -380,12 +380,12 @@ def network_factory(
 T = TypeVar("T")
 
 
-def _without_cyclic_gc(fn: Callable[..., T]) -> Callable[..., T]:
-    """``fn`` run with the cyclic garbage collector off: building a large case allocates
+def _as_simulation(fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn`` run with the cyclic garbage collector off, and Python's objects on huge
+    pages from then on (see :mod:`simnet.arenas`): building a large case allocates
     millions of objects (routes, plans, flows) that live to the end or that reference
     counting frees, and the collector would only rescan them, again and again (a tenth
-    of a 16,384-rank run). Those objects go on huge pages from then on (see
-    :mod:`simnet.arenas`)."""
+    of a 16,384-rank run)."""
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> T:
@@ -402,7 +402,7 @@ def _without_cyclic_gc(fn: Callable[..., T]) -> Callable[..., T]:
 
 
 # -- the API --------------------------------------------------------------------------
-@_without_cyclic_gc
+@_as_simulation
 def simulate(
     config: str | dict[str, Any] | Config,
     *,
