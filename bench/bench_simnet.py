@@ -14,7 +14,14 @@ Cases (targets on a 2-core machine in brackets):
   26, 42 for 1,024, 4,096, 16,384 ranks; ECMP), through ``simulate(...,
   dense_matrices=False)`` [16,384 ranks in <= 60 s and 8 GB; >= 1M messages/s; wall
   time at most linear in messages: the fitted exponent is printed]. fat16384 is not
-  run by default (minutes); ``--cases fat1024,fat4096,fat16384`` runs it.
+  run by default (minutes); ``--cases fat1024,fat4096,fat16384`` runs it;
+- switchN: the same workload on N ranks of one switch (the same 25 GB/s links and
+  1 us hops), where no two flows share a link: the simulator's cost per message
+  without contention. Run beside fatN, the summary splits fatN's time per message
+  into that and what the max-min sharing of contended links adds;
+- plansN: no simulation, only what a simulation of fatN makes first for every rank:
+  its plan (flattened steps) of each of ResNet-152's gradient allreduces
+  (Rabenseifner over N ranks); its messages are the plans' messages.
 Reports wall seconds and CPU seconds (process time, less sensitive to a shared
 machine; both include collecting what the run leaves to the cyclic collector; medians
 over ``--repeats``, which go round the cases, every case once and then again, so that
@@ -61,6 +68,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,7 +116,18 @@ def fat_tree_config(ranks: int) -> dict:
     }
 
 
-def fat_tree_case(ranks: int) -> tuple[int, float, int]:
+def switch_config(ranks: int) -> dict:
+    """The fat-tree case's workload and links on one switch: no contention."""
+    return {
+        "distributed": {"num_nodes": ranks, "bandwidth_limit_gb_per_s": 25.0},
+        "topology": {"type": "switch", "link_latency_us": 1.0},
+        "workload": {"name": "resnet152", "world_size": ranks},
+    }
+
+
+def fat_tree_case(
+    ranks: int, config: Callable[[int], dict] | None = None
+) -> tuple[int, float, int]:
     """ResNet-152 data parallel (10 gradient allreduces of 21-26 MB, Rabenseifner at these
     sizes) on the first ``ranks`` endpoints of a fat-tree, 25 GB/s links, 1 us per hop,
     flows spread over the cores (ECMP): thousands of flows contend on the core links."""
@@ -116,7 +135,7 @@ def fat_tree_case(ranks: int) -> tuple[int, float, int]:
 
     import simnet
 
-    cfg = fat_tree_config(ranks)
+    cfg = (config or fat_tree_config)(ranks)
     kw: dict = {"record_series": False}
     if "dense_matrices" in inspect.signature(simnet.simulate).parameters:
         kw["dense_matrices"] = False  # the times and sparse pairs only, as an API user
@@ -124,6 +143,20 @@ def fat_tree_case(ranks: int) -> tuple[int, float, int]:
     # Max-min work: flow rates computed (the network's counter), summed over the phases.
     rated = sum(p.timeline.net.flows_rerated for p in res.phases)
     return sum(p.messages for p in res.phases), res.iteration_time_s, rated
+
+
+def plans_case(ranks: int) -> tuple[int, float]:
+    """Every rank's plan of every ResNet-152 bucket's allreduce over ``ranks`` ranks, as
+    the executor asks the schedules for them; returns (messages planned, 0.0)."""
+    from workload.collectives import build_schedule
+    from workload.models.resnet import RESNET152_BUCKETS
+
+    messages = 0
+    for count in dict.fromkeys(RESNET152_BUCKETS):  # one schedule per size, as executors keep
+        sched = build_schedule("allreduce", "rabenseifner", ranks, count)
+        for r in range(ranks):
+            messages += sched.rank_flat(r)[3]
+    return messages, 0.0
 
 
 CASES = {
@@ -134,6 +167,11 @@ CASES = {
     "fat1024": lambda: fat_tree_case(1024),
     "fat4096": lambda: fat_tree_case(4096),
     "fat16384": lambda: fat_tree_case(16384),
+    "switch1024": lambda: fat_tree_case(1024, switch_config),
+    "switch4096": lambda: fat_tree_case(4096, switch_config),
+    "switch16384": lambda: fat_tree_case(16384, switch_config),
+    "plans4096": lambda: plans_case(4096),
+    "plans16384": lambda: plans_case(16384),
 }
 DEFAULT_CASES = "ring64,ring256,ring1024,gpt3_384,fat1024,fat4096"
 
@@ -323,6 +361,23 @@ def fitted_exponent(rows: list[dict], key: str = "wall_s") -> float | None:
     return float(np.polyfit(x, y, 1)[0])
 
 
+def contention_lines(rows: list[dict]) -> list[str]:
+    """For each fatN row with a switchN row beside it: its CPU microseconds per message,
+    those of the same workload on one switch, and the difference (the max-min sharing's
+    cost per message)."""
+    by_case = {r["case"]: r for r in rows}
+    out = []
+    for r in rows:
+        alone = by_case.get("switch" + r["case"][3:]) if r["case"].startswith("fat") else None
+        if alone:
+            us, base = (1e6 * x["cpu_s"] / x["messages"] for x in (r, alone))
+            out.append(
+                f"{r['case']}: {us:.2f} CPU us per message, {base:.2f} of them on one switch "
+                f"({alone['case']}, no contention), {us - base:.2f} the max-min sharing adds"
+            )
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=DEFAULT_CASES, help=f"of {', '.join(CASES)}")
@@ -430,6 +485,8 @@ def main() -> None:
             there = (r.get("against") or {}).get("flow_rates_computed")
             vs = f" (vs {there / r['messages']:.2f})" if there else ""
             print(f"{r['case']}: {per:.2f} flow rates computed per message{vs}")
+    for line in contention_lines(rows):
+        print(line)
     fat = [r for r in rows if r["case"].startswith("fat")]
     growth = fitted_exponent(fat)
     if growth is not None:

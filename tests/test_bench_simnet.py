@@ -57,3 +57,22 @@ def test_summary_keeps_the_median_and_the_fastest_run():
     out = bench_simnet.summarise(runs)
     assert (out["wall_s"], out["wall_min_s"], out["cpu_s"]) == (2.0, 1.0, 2.0)
     assert out["messages_per_cpu_s"] == 5.0
+
+
+def test_contention_lines_split_a_fat_tree_message_against_the_switch():
+    rows = [
+        {"case": "fat1024", "cpu_s": 2.0, "messages": 200_000},
+        {"case": "switch1024", "cpu_s": 1.5, "messages": 200_000},
+        {"case": "fat4096", "cpu_s": 9.0, "messages": 900_000},  # no switch4096: no line
+    ]
+    assert bench_simnet.contention_lines(rows) == [
+        "fat1024: 10.00 CPU us per message, 7.50 of them on one switch "
+        "(switch1024, no contention), 2.50 the max-min sharing adds"
+    ]
+
+
+def test_on_one_switch_no_flow_is_rated_twice():
+    # The switch case's premise: every rank sends to one peer and receives from one at a
+    # time, each on its own links, so each message's rate is computed once, when it starts.
+    msgs, _, rated = bench_simnet.fat_tree_case(64, bench_simnet.switch_config)
+    assert msgs > 0 and rated == msgs

@@ -980,7 +980,19 @@ class _RecursiveRanks:
     reversed), and its partner's differ in bit t.
     """
 
-    __slots__ = ("chunks", "count", "fold", "halving", "masks", "p", "peers", "prefix", "sizes")
+    __slots__ = (
+        "_levels",
+        "_served",
+        "chunks",
+        "count",
+        "fold",
+        "halving",
+        "masks",
+        "p",
+        "peers",
+        "prefix",
+        "sizes",
+    )
 
     def __init__(self, p: int, count: int, halving: bool) -> None:
         self.p = p
@@ -999,6 +1011,48 @@ class _RecursiveRanks:
         for c in self.chunks:
             prefix.append(prefix[-1] + c)
         self.prefix = prefix
+        self._levels: tuple | None = None  # see _level_tables
+        self._served = 0  # rank_flat calls since the tables were made: they go at p
+
+    def _level_tables(self) -> tuple:
+        """Every new rank's walk at once (rows: new ranks; columns: the levels, in the
+        order of ``masks``): its partner's group index, and with halving the bytes it
+        sends at that level in the reduce-scatter and in the allgather step of that
+        level (else None for both). numpy arrays, made on the first ``rank_flat``: a big
+        group's ranks then cost a row each, not a walk in Python each."""
+        if self._levels is not None:
+            return self._levels
+        import numpy as np  # here: the proxies import this module, and need no numpy for it
+
+        pof2, rem, _ = self.fold
+        nr = np.arange(pof2, dtype=np.int64)
+        peers = np.empty((pof2, len(self.masks)), dtype=np.int64)
+        for level, mask in enumerate(self.masks):
+            q = nr ^ mask
+            peers[:, level] = np.where(q < rem, 2 * q + 1, q + rem)  # _fold's real()
+        sent = got = None
+        if self.halving:
+            prefix = np.asarray(self.prefix, dtype=np.int64)
+            sent = np.empty_like(peers)
+            got = np.empty_like(peers)
+            lo = np.zeros(pof2, dtype=np.int64)
+            size = pof2
+            for level, mask in enumerate(self.masks):  # as _walk's halving
+                half = size // 2
+                upper = (nr & mask) != 0
+                first = np.where(upper, lo, lo + half)
+                lo = np.where(upper, lo + half, lo)
+                sent[:, level] = ELEM_BYTES * (prefix[first + half] - prefix[first])
+                size = half
+            size = 1
+            for level in reversed(range(len(self.masks))):  # its allgather
+                held = lo & ~(size - 1)
+                got[:, level] = ELEM_BYTES * (prefix[held + size] - prefix[held])
+                lo = np.minimum(held, (lo ^ size) & ~(size - 1))
+                size *= 2
+        self._levels = (peers, sent, got)
+        self._served = 0
+        return self._levels
 
     def build_steps(self) -> tuple[tuple[Transfer, ...], ...]:
         build = _allreduce_rabenseifner if self.halving else _allreduce_recursive_doubling
@@ -1099,7 +1153,7 @@ class _RecursiveRanks:
         """``Schedule.rank_flat(r)``: :meth:`_walk`'s steps and totals, made directly.
         A reduce-scatter step and the allgather step of its level send the same size to
         the same peer: one tuple for both."""
-        pof2, rem, real = self.fold
+        rem = self.fold[1]
         prefix, peers, sizes = self.prefix, self.peers, self.sizes
 
         def peer_of(q: int) -> int:  # the group's one int object for rank q
@@ -1123,40 +1177,33 @@ class _RecursiveRanks:
                 steps.append((1, q))
         nr = -1 if folded and r % 2 == 0 else (r // 2 if folded else r - rem)
         if nr >= 0:
-            up = self.masks
+            peer_rows, sent_rows, got_rows = self._level_tables()
+            pget, pset, sset = peers.get, peers.setdefault, sizes.setdefault
+            # The group's one int object per rank and per size (see __init__).
+            row = [(pget(q) or pset(q, (q,)))[0] for q in peer_rows[nr].tolist()]
             if self.halving:
-                lo, size = 0, pof2
-                made = []  # the reduce-scatter's steps, by level
-                for mask in up:
-                    half = size // 2
-                    peer = peer_of(real(nr ^ mask))
-                    if nr & mask:
-                        sent = lo
-                        lo += half
-                    else:
-                        sent = lo + half
-                    t = (1, peer, peer, size_of(sent, half))
-                    steps.append(t)
-                    made.append(t)
-                    reduce += (peer, t[3])
-                    size = half
-                size = 1
-                for t in reversed(made):
-                    held = lo & ~(size - 1)
-                    n = size_of(held, size)
-                    if n != t[3]:
-                        t = (1, t[1], t[1], n)
-                    steps.append(t)
-                    copy += (t[1], t[3])
-                    theirs = (lo ^ size) & ~(size - 1)
-                    lo = held if held < theirs else theirs
-                    size *= 2
+                made = [
+                    (1, q, q, sset(n, n)) for q, n in zip(row, sent_rows[nr].tolist(), strict=True)
+                ]
+                # The allgather walks the levels back down; a step sending what the
+                # reduce-scatter step of its level sent is that step's tuple.
+                gathered = [
+                    t if n == t[3] else (1, t[1], t[1], sset(n, n))
+                    for t, n in zip(reversed(made), reversed(got_rows[nr].tolist()), strict=True)
+                ]
             else:
                 n = size_of(0, 1)
-                for mask in up:
-                    peer = peer_of(real(nr ^ mask))
-                    steps.append((1, peer, peer, n))
-                    reduce += (peer, n)
+                made = [(1, q, q, n) for q in row]
+                gathered = []
+            steps += made
+            steps += gathered
+            for t in made:
+                reduce += (t[1], t[3])
+            for t in gathered:
+                copy += (t[1], t[3])
+        self._served += 1
+        if self._served >= self.p:
+            self._levels = None  # every rank has its plan (a rank asking again: made again)
         if folded:
             q = peer_of(r - 1 if r % 2 else r + 1)
             if r % 2:  # hands the result back
