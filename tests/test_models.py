@@ -424,3 +424,28 @@ def test_the_memory_estimate_of_gpt3_on_16_ranks_counts_what_mpi_touches():
         buffer_needs(wl, r, [ph.program(r) for ph in wl.phases]).resident_bytes for r in range(16)
     )
     assert 3.1 * 2**30 < total < 5 * 2**30
+
+
+def test_every_rank_builds_once_and_hands_each_rank_its_own_list():
+    from workload.ops import Compute
+    from workload.program import every_rank
+
+    built = []
+
+    def build():
+        built.append(1)
+        return [Compute(5.0, "fwd"), Compute(7.0, "bwd")]
+
+    program = every_rank(build)
+    a, b = program(0), program(3)
+    assert len(built) == 1  # the build ran once for both ranks
+    assert a == b and a is not b  # equal programs, separate lists ...
+    assert all(x is y for x, y in zip(a, b, strict=True))  # ... of the same operations
+    a.append(Compute(1.0, "extra"))  # one rank's list changed: not the next rank's
+    assert len(program(1)) == 2
+
+
+def test_data_parallel_models_give_every_rank_the_same_program():
+    for name in ("resnet152", "dlrm"):
+        ph = build(name, 8).phases[0]
+        assert ph.program(0) == ph.program(5) == ph.program(7)

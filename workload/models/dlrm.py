@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..layout import LayoutError, world_groups
 from ..ops import Op
-from ..program import BuildOptions, Phase, ProgramBuilder, Workload
+from ..program import BuildOptions, Phase, ProgramBuilder, Workload, every_rank
 from .base import BuildRequest, Counts, Model
 
 GLOBAL_BATCH = 2048
@@ -62,7 +62,7 @@ class DLRM(Model):
             world_size,
             params,
             {"world": world_groups(world_size)},
-            [Phase("iteration", lambda rank: dlrm_program(world_size, options))],
+            [Phase("iteration", every_rank(lambda: dlrm_program(world_size, options)))],
             info={
                 "global_batch": GLOBAL_BATCH,
                 "alltoall_elems_per_peer": ALLTOALL_TOTAL_ELEMS // world_size,

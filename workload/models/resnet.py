@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..layout import LayoutError, world_groups
 from ..ops import Op
-from ..program import BuildOptions, Phase, ProgramBuilder, Workload
+from ..program import BuildOptions, Phase, ProgramBuilder, Workload, every_rank
 from .base import PHASE, RANK, Arg, BuildRequest, Counts, Model
 
 RESNET50_MESSAGES = (3104745, 4461568, 4462592, 4986880, 4468736, 4074560)
@@ -115,14 +115,11 @@ class ResNet152(Model):
         local_batch, fwd, bwd = self.timings(world_size, params)
         total = sum(RESNET152_BUCKETS)
 
-        def program(rank: int) -> list[Op]:
-            return resnet152_program(options, fwd, bwd)
-
         return self.workload(
             world_size,
             params,
             {"world": world_groups(world_size)},
-            [Phase("iteration", program)],
+            [Phase("iteration", every_rank(lambda: resnet152_program(options, fwd, bwd)))],
             info={
                 "total_params": total,
                 "local_batch": local_batch,
