@@ -83,8 +83,10 @@ cpdef tuple _flatten(plan)
 cdef tuple _pairs_flat(dict d)
 
 
-@cython.locals(add=tuple, acct=dict, tot=tuple, i=Py_ssize_t)
-cdef _add_bytes(tuple adds, object calls)
+@cython.locals(add=tuple, acct=dict, tot=tuple, members=tuple, i=Py_ssize_t, j=Py_ssize_t,
+               row=cython.longlong, member=cython.longlong, size=cython.longlong,
+               total=cython.longlong, key=object)
+cdef _add_bytes(tuple adds, long long calls)
 
 
 cdef class _Tally:

@@ -203,8 +203,14 @@ def _add_bytes(adds: tuple, calls: int) -> None:
         members = add[2]
         tot = add[3]
         for i in range(0, len(tot), 2):
-            pair = row + members[tot[i]]
-            acct[pair] = acct.get(pair, 0) + calls * tot[i + 1]
+            # Compiled, the arithmetic is on C integers and the key made once: two new
+            # objects a pair, not four (millions of pairs at the end of a big run).
+            j = tot[i]
+            member = members[j]
+            size = tot[i + 1]
+            key = row + member
+            total = acct.get(key, 0)
+            acct[key] = total + calls * size
 
 
 class _Tally:
@@ -223,10 +229,13 @@ class _Tally:
         self.calls = -1
 
 
+def _tally_row(tally: _Tally) -> int:
+    """The row key (rank * world) of the pairs a tally adds to."""
+    return tally.adds[0][1]
+
+
 def _count_call(tally: _Tally, listed: list) -> None:
-    """One more call of ``tally``'s collective part; listed on its first call, so the
-    totals are counted in the order of first calls (the order in which their pairs
-    first appear, as when each call counted its own)."""
+    """One more call of ``tally``'s collective part; listed on its first call."""
     n = tally.calls
     if n < 0:
         listed.append(tally)
@@ -554,6 +563,12 @@ class PhaseSim:
     def _settle_bytes(self) -> None:
         """Add the bytes of the collective calls counted since the last time to the
         pair totals (see ``_Tally``)."""
+        # Rank by rank (a stable sort of the calls by their row of pairs): a rank's
+        # collectives add to the same few pairs, which stay in the caches from one call
+        # to the next; in call order every rank's pairs came back only after all other
+        # ranks' (3.7 million updates of dictionaries of 229k pairs at 16,384 ranks).
+        # The totals are the same; only the pairs' order in the dictionaries moves.
+        self._tallies.sort(key=_tally_row)
         for tally in self._tallies:
             n = tally.calls
             if n > 0:

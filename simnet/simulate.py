@@ -614,8 +614,14 @@ def _progress_line(name: str, sim: PhaseSim, elapsed_s: float, width: int = 24) 
 def _phase_result(sim: PhaseSim, n_end: int, iterations: int, wall_s: float) -> PhaseResult:
     net = sim.net
     placement = sim.ex.placement
+    # Ranks on endpoints of the same numbers (the default): the rank pairs are endpoint
+    # pairs already (part_bytes makes new dicts, so they are ours to keep).
+    identity = all(e == r for r, e in enumerate(placement))
     part_pairs = {}
     for part, pairs in sim.part_bytes.items():
+        if identity:
+            part_pairs[part] = pairs
+            continue
         by_endpoint: dict[tuple[int, int], int] = {}
         for (s, d), b in pairs.items():
             key = (placement[s], placement[d])
