@@ -1014,186 +1014,6 @@ class _RecursiveRanks:
         self._levels: tuple | None = None  # see _level_tables
         self._served = 0  # rank_flat calls since the tables were made: they go at p
 
-    def build_steps(self) -> tuple[tuple[Transfer, ...], ...]:
-        steps = []
-        for nsteps, used in self.runs:
-            for s in range(nsteps):
-                step = []
-                for ring, shift in used:
-                    for q in range(len(ring[0])):
-                        step.append(_ring_send(ring, shift, q, s))
-                if step:
-                    steps.append(tuple(step))
-        return tuple(steps)
-
-    def rank_steps(self, r: int) -> tuple[tuple[int, RankStep], ...]:
-        """``(step index, (sends, recvs))`` of rank r, as ``Schedule._by_rank`` has them."""
-        out: list[tuple[int, RankStep]] = []
-        step0 = 0
-        for (nsteps, _), mine in zip(self.runs, self.by_rank, strict=True):
-            for s in range(nsteps):
-                sends: list[Transfer] = []
-                recvs: list[Transfer] = []
-                for ring, shift in mine[r]:
-                    q = ring[1][r]
-                    sends.append(_ring_send(ring, shift, q, s))
-                    recvs.append(_ring_send(ring, shift, q - 1, s))  # from the previous one
-                if sends or recvs:
-                    out.append((step0 + s, (tuple(sends), tuple(recvs))))
-            step0 += nsteps
-        return tuple(out)
-
-    def rank_plan(self, r: int) -> tuple[PlanStep, ...]:
-        """``Schedule.rank_plan(r)``, generated directly (equal steps share one tuple).
-
-        The blocks are those of :func:`_ring_send`, walked without making transfers.
-        """
-        out: list[PlanStep] = []
-        append = out.append
-        for (nsteps, _), mine in zip(self.runs, self.by_rank, strict=True):
-            rings = mine[r]
-            if len(rings) == 1:
-                # One ring: the same peers every step, and few distinct sizes.
-                (order, pos, _, counts), shift = rings[0]
-                m = len(order)
-                q = pos[r]
-                src = (order[(q - 1) % m],)
-                dst = order[(q + 1) % m]
-                reduce = shift == 1
-                memo: dict[int, PlanStep] = {}
-                b = (q - shift) % m  # the block sent in the first step; then b - 1, ...
-                for _ in range(nsteps):
-                    sent = counts[b]
-                    b -= 1  # negative indices wrap around, as (b - 1) % m would
-                    st = memo.get(sent)
-                    if st is None:
-                        st = memo[sent] = (src, ((dst, ELEM_BYTES * sent, reduce),))
-                    append(st)
-                continue
-            for s in range(nsteps):
-                srcs = []
-                sends = []
-                for (order, pos, _, counts), shift in rings:
-                    m = len(order)
-                    q = pos[r]
-                    b = (q - s - shift) % m
-                    sends.append((order[(q + 1) % m], ELEM_BYTES * counts[b], shift == 1))
-                    srcs.append(order[(q - 1) % m])
-                append((tuple(srcs), tuple(sends)))
-        return tuple(out)
-
-
-class _AlltoallRanks:
-    """An all-to-all's schedule, generated per rank.
-
-    Rank i sends rank j the block (chunk) ``i * p + j``: "pairwise" one peer per
-    step, as MPICH: with p a power of two the peer of step d (1 .. p-1) is ``i ^ d``
-    (both send each other at once), otherwise rank i sends to ``i + d`` and receives
-    from ``i - d``; "direct" all in one step, by distance. The whole steps are the
-    ranks' sends put together in rank order.
-    """
-
-    __slots__ = ("count", "direct", "p")
-
-    def __init__(self, p: int, count: int, direct: bool) -> None:
-        self.p = p
-        self.count = count
-        self.direct = direct
-
-    def _block(self, i: int, j: int) -> Transfer:
-        return Transfer(i, j, self.count, i * self.p + j, 1, False)
-
-    def _to(self, r: int, d: int) -> int:
-        """Whom rank r sends to in pairwise step d (1 .. p-1)."""
-        p = self.p
-        return r ^ d if p & (p - 1) == 0 else (r + d) % p
-
-    def _from(self, r: int, d: int) -> int:
-        p = self.p
-        return r ^ d if p & (p - 1) == 0 else (r - d) % p
-
-    def _sends(self, r: int) -> list[tuple[Transfer, ...]]:
-        """Rank r's sends, per step."""
-        if self.direct:
-            return [tuple(self._block(r, (r + d) % self.p) for d in range(1, self.p))]
-        return [(self._block(r, self._to(r, d)),) for d in range(1, self.p)]
-
-    def build_steps(self) -> tuple[tuple[Transfer, ...], ...]:
-        per_rank = [self._sends(r) for r in range(self.p)]
-        return tuple(
-            tuple(t for sends in per_rank for t in sends[s]) for s in range(len(per_rank[0]))
-        )
-
-    def rank_steps(self, r: int) -> tuple[tuple[int, RankStep], ...]:
-        """``(step index, (sends, recvs))`` of rank r, as ``Schedule._by_rank`` has them."""
-        p = self.p
-        sends = self._sends(r)
-        if self.direct:
-            recvs = [tuple(self._block(i, r) for i in range(p) if i != r)]
-        else:
-            recvs = [(self._block(self._from(r, d), r),) for d in range(1, p)]
-        return tuple(enumerate(zip(sends, recvs, strict=True)))
-
-    def rank_plan(self, r: int) -> tuple[PlanStep, ...]:
-        """``Schedule.rank_plan(r)``, generated directly."""
-        p, size = self.p, ELEM_BYTES * self.count
-        if self.direct:
-            return (
-                (
-                    tuple(i for i in range(p) if i != r),
-                    tuple(((r + d) % p, size, False) for d in range(1, p)),
-                ),
-            )
-        return tuple(((self._from(r, d),), ((self._to(r, d), size, False),)) for d in range(1, p))
-
-
-class _RecursiveRanks:
-    """Allreduce by recursive doubling or by Rabenseifner (recursive-halving reduce-scatter,
-    then recursive-doubling allgather), generated per rank: the transfers that
-    :func:`_allreduce_recursive_doubling` and :func:`_allreduce_rabenseifner` build,
-    without building them all.
-
-    Rank r's part follows from its own new rank alone (MPICH's fold, :func:`_fold`): in
-    the halving, partners hold the same block range, so each sends the other half; in the
-    allgather of Rabenseifner, the blocks a new rank holds after t steps are its final
-    reduce-scatter block with the low t bits cleared (that block is the new rank's bits
-    reversed), and its partner's differ in bit t.
-    """
-
-    __slots__ = (
-        "_levels",
-        "_served",
-        "chunks",
-        "count",
-        "fold",
-        "halving",
-        "masks",
-        "p",
-        "peers",
-        "prefix",
-        "sizes",
-    )
-
-    def __init__(self, p: int, count: int, halving: bool) -> None:
-        self.p = p
-        self.count = count
-        self.halving = halving
-        # The plans of all p ranks are kept by executors: their peers (as 1-tuples, whose
-        # int is also the one in a send) and sizes are made once and shared, which makes
-        # a big group's plans a third smaller.
-        self.peers: dict[int, tuple[int]] = {}
-        self.sizes: dict[int, int] = {}
-        # What every rank's walk needs, worked out once for the p ranks' walks.
-        self.fold = _fold(p)
-        self.masks = _masks(self.fold[0])
-        self.chunks = _split(count, self.fold[0]) if halving else [count]
-        prefix = [0]
-        for c in self.chunks:
-            prefix.append(prefix[-1] + c)
-        self.prefix = prefix
-        self._levels: tuple | None = None  # see _level_tables
-        self._served = 0  # rank_flat calls since the tables were made: they go at p
-
     def _level_tables(self) -> tuple:
         """Every new rank's walk at once (rows: new ranks; columns: the levels, in the
         order of ``masks``): its partner's group index, and with halving the bytes it
@@ -1206,15 +1026,15 @@ class _RecursiveRanks:
 
         pof2, rem, _ = self.fold
         nr = np.arange(pof2, dtype=np.int64)
-        peers = np.empty((pof2, len(self.masks)), dtype=np.int64)
+        partners = np.empty((pof2, len(self.masks)), dtype=np.int64)
         for level, mask in enumerate(self.masks):
             q = nr ^ mask
-            peers[:, level] = np.where(q < rem, 2 * q + 1, q + rem)  # _fold's real()
+            partners[:, level] = np.where(q < rem, 2 * q + 1, q + rem)  # _fold's real()
         sent = got = None
         if self.halving:
             prefix = np.asarray(self.prefix, dtype=np.int64)
-            sent = np.empty_like(peers)
-            got = np.empty_like(peers)
+            sent = np.empty_like(partners)
+            got = np.empty_like(partners)
             lo = np.zeros(pof2, dtype=np.int64)
             size = pof2
             for level, mask in enumerate(self.masks):  # as _walk's halving
@@ -1230,7 +1050,7 @@ class _RecursiveRanks:
                 got[:, level] = ELEM_BYTES * (prefix[held + size] - prefix[held])
                 lo = np.minimum(held, (lo ^ size) & ~(size - 1))
                 size *= 2
-        self._levels = (peers, sent, got)
+        self._levels = (partners, sent, got)
         self._served = 0
         return self._levels
 
