@@ -204,7 +204,7 @@ def _add_bytes(adds: tuple, calls: int) -> None:
         tot = add[3]
         for i in range(0, len(tot), 2):
             # Compiled, the arithmetic is on C integers and the key made once: two new
-            # objects a pair, not four (millions of pairs at the end of a big run).
+            # objects a pair, not three (millions of pairs at the end of a big run).
             j = tot[i]
             member = members[j]
             size = tot[i + 1]

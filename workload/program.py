@@ -131,12 +131,13 @@ def every_rank(build: Callable[[], list[Op]]) -> Callable[[int], list[Op]]:
     ``build()`` runs once, on the first call, and every rank gets its own list of the same
     (frozen) operations. Building ResNet-152's program took 73 us, 1.2 s for 16,384
     ranks' copies, each holding its own operation objects."""
-    made: list[list[Op]] = []
+    ops: list[Op] | None = None
 
     def program(rank: int) -> list[Op]:
-        if not made:
-            made.append(build())
-        return list(made[0])
+        nonlocal ops
+        if ops is None:
+            ops = build()
+        return list(ops)
 
     return program
 
