@@ -160,6 +160,8 @@ cdef class FlowNetwork:
     cdef public dict _last_path
     cdef public dict _path_of_edges
     cdef public dict _static_paths
+    cdef public list _static_list
+    cdef public object _route_once
     cdef public dict _self_paths
     cdef public dict _pairs
     cdef public _KeyQueue _timers
@@ -199,7 +201,7 @@ cdef class FlowNetwork:
     cpdef _Path _path(self, src, dst)
 
     @cython.locals(known=dict, links=list, link=_Link, latency_s=cython.double, path=_Path)
-    cpdef _Path _resolve(self, src, dst, tuple edges)
+    cpdef _Path _resolve(self, src, dst, tuple edges, bint keyed=*)
 
     @cython.locals(flow=_Flow, link=_Link, path=_Path, pair=_Pair, n=cython.longlong,
                    timers=_KeyQueue,

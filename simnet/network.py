@@ -608,6 +608,11 @@ class FlowNetwork:
         self._static_paths: dict[int, dict[int, _Path]] | None = (
             {} if _is_static_route(route) else None
         )
+        # The static table's paths in the order they were made (what _paths holds for
+        # other routes), and the Router's route without its own cache: the table keeps
+        # every route once.
+        self._static_list: list[_Path] = []
+        self._route_once = route.__self__.path_uncached if _is_static_route(route) else None
         self._self_paths: dict[int, _Path] = {}  # src == dst
         self._pairs: dict[tuple[int, int], _Pair] = {}
 
@@ -814,19 +819,21 @@ class FlowNetwork:
             if path is None:
                 path = self._self_paths[src] = _Path(src, dst, (), (), 0.0, self._pair(src, dst))
             return path
-        edges = self.route(src, dst)
         static = self._static_paths
         if static is not None:
             # A pure function of the pair, asked once per pair (start_transfer looks in
-            # the static table first): none of the lookups below would ever hit.
+            # the static table first): no cache below would ever hit.
+            edges = self._route_once(src, dst)
             if type(edges) is not tuple:
                 edges = tuple(edges)
-            path = self._resolve(src, dst, edges)
+            path = self._resolve(src, dst, edges, False)
+            self._static_list.append(path)
             to = static.get(src)
             if to is None:
                 to = static[src] = {}
             to[dst] = path
             return path
+        edges = self.route(src, dst)
         path = self._path_of_edges.get(id(edges))
         if path is None or path.edges is not edges or path.src != src:
             if type(edges) is not tuple:
@@ -926,7 +933,8 @@ class FlowNetwork:
     def _pair_stats(self) -> dict[tuple[int, int], list]:
         """(src, dst) -> [bytes, duration_s, messages], summed over the pair's paths."""
         out: dict[tuple[int, int], list] = {}
-        for path in (*self._self_paths.values(), *self._paths.values()):
+        paths = (*self._self_paths.values(), *self._paths.values(), *self._static_list)
+        for path in paths:
             if not path.messages:
                 continue
             st = out.get((path.src, path.dst))
@@ -1016,16 +1024,19 @@ class FlowNetwork:
             self._links[key] = link
         return link
 
-    def _resolve(self, src: int, dst: int, edges: tuple) -> _Path:
-        """The path object of ``edges`` from src to dst, validated and cached."""
+    def _resolve(self, src: int, dst: int, edges: tuple, keyed: bool = True) -> _Path:
+        """The path object of ``edges`` from src to dst, validated, and cached by
+        ``(src, dst, edges)`` if ``keyed`` (else the caller keeps it)."""
         for e in edges:
             if type(e) is not tuple:
                 edges = tuple([tuple(x) for x in edges])  # e.g. [[u, v], ...]
                 break
-        key = (src, dst, edges)
-        path = self._paths.get(key)
-        if path is not None:
-            return path
+        key = None
+        if keyed:
+            key = (src, dst, edges)
+            path = self._paths.get(key)
+            if path is not None:
+                return path
         if not edges:
             raise ValueError(f"route({src}, {dst}) returned no edges although src != dst")
         prev = src
@@ -1050,10 +1061,16 @@ class FlowNetwork:
         if self.injection_bandwidth_bytes_per_s is not None:
             # (registered after the route's own links: the statistics list links in
             # order of first use)
-            links = [self._link((EGRESS, src), True), *links, self._link((INGRESS, dst), True)]
-        path = self._paths[key] = _Path(
-            src, dst, edges, tuple(links), latency_s, self._pair(src, dst)
-        )
+            egress = known.get((EGRESS, src))
+            if egress is None:
+                egress = self._link((EGRESS, src), True)
+            ingress = known.get((INGRESS, dst))
+            if ingress is None:
+                ingress = self._link((INGRESS, dst), True)
+            links = [egress, *links, ingress]
+        path = _Path(src, dst, edges, tuple(links), latency_s, self._pair(src, dst))
+        if keyed:
+            self._paths[key] = path
         return path
 
     def _pair(self, src: int, dst: int) -> _Pair:

@@ -764,3 +764,36 @@ def test_the_key_queue_releases_what_it_holds():
     del q
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+def test_router_routes_are_kept_once_with_the_same_statistics():
+    # Router.path is a pure function of the pair: the network keeps each pair's path in
+    # its own table, asks the Router without its cache, and reports what it reports
+    # for the same routes given as any other function (pairs in first-use order).
+    import topologies
+
+    g = topologies.fat_tree(4, 1e9, 1e-6)
+    pairs = [(0, 15), (3, 9), (15, 0), (0, 15), (5, 5), (3, 9), (8, 2)]
+    results = []
+    for static in (True, False):
+        router = topologies.Router(g, ecmp=True)
+        route = router.path if static else (lambda s, d, r=router: r.path(s, d))
+        env = simpy.Environment()
+        net = FlowNetwork(env, g, route, injection_bandwidth_bytes_per_s=2e9)
+        for s, d in pairs:
+            net.transfer(s, d, 1000 + s)
+        env.run()
+        if static:
+            assert not net._paths and not router._cache and not router._ecmp_paths
+            assert [(p.src, p.dst) for p in net._static_list] == [(0, 15), (3, 9), (15, 0), (8, 2)]
+        else:
+            assert not net._static_list and len(net._paths) == 4
+        results.append((list(net.pair_bytes.items()), net.pair_messages, net.link_bytes(), env.now))
+    assert results[0] == results[1]
+    assert results[0][0] == [
+        ((5, 5), 1005),
+        ((0, 15), 2000),
+        ((3, 9), 2006),
+        ((15, 0), 1015),
+        ((8, 2), 1008),
+    ]

@@ -656,6 +656,60 @@ def test_array_searches_give_the_python_searches_routes(monkeypatch, name, graph
     assert array_counts == python_counts
     for python, arrays in zip(python_matrices, route_matrices(graph, ecmp), strict=True):
         assert python.tobytes() == arrays.tobytes()
+    # The uncached routes (the flow network's) are path()'s default-key routes, and
+    # leave the Router's caches empty.
+    fresh = topologies.Router(graph, ecmp=ecmp)
+    n = graph.graph["num_endpoints"]
+    for s in range(n):
+        for d in range(n):
+            assert fresh.path_uncached(s, d) == python_routes[(s, d, 0)]
+    assert not fresh._cache and not fresh._ecmp_paths
+
+
+def test_array_search_picks_among_equal_and_unequal_predecessors(monkeypatch):
+    # Three equal routes from endpoint 0 to 1: two through P (reached from s0 by p1 and
+    # by p2: equal counts, picked by a division), one through Q; X's predecessors P and
+    # Q carry 2 and 1 routes (picked by a walk). The array search's route for every
+    # index is the Python search's.
+    from topologies import routing
+
+    g = nx.DiGraph()
+    g.add_nodes_from([0, 1], kind="endpoint")
+    links = [(0, "s0"), ("s0", "p1"), ("s0", "p2"), ("s0", "q1"), ("p1", "P"), ("p2", "P")]
+    links += [("q1", "Q"), ("P", "X"), ("Q", "X"), ("X", 1)]
+    for u, v in links:
+        g.add_edge(u, v, bandwidth=1e9, latency=1e-6)
+        g.add_edge(v, u, bandwidth=1e9, latency=1e-6)
+    g.graph["num_endpoints"] = 2
+    monkeypatch.setattr(routing, "_WIDE_NODES", 10**9)
+    python = topologies.Router(g, ecmp=True)
+    p = python._searched(0, 1)
+    assert type(p) is routing._Search and p.count_of(1) == 3
+    want = [python._unrank(p, 0, 1, i) for i in range(3)]
+    monkeypatch.setattr(routing, "_WIDE_NODES", -1)
+    monkeypatch.setattr(routing, "_WIDE_NODES_PER_HOP", 0)
+    arrays = topologies.Router(g, ecmp=True)
+    a = arrays._searched(0, 1)
+    assert type(a) is routing._FullSearch
+    index = arrays._core.index
+    assert a.uniform[index["P"]] and not a.uniform[index["X"]]
+    assert [arrays._unrank(a, 0, 1, i) for i in range(3)] == want
+    assert {tuple(e[1] for e in route[:-1]) for route in want} == {
+        ("s0", "p1", "P", "X"),
+        ("s0", "p2", "P", "X"),
+        ("s0", "q1", "Q", "X"),
+    }
+
+
+def test_uncached_routes_raise_as_path_does():
+    r = topologies.Router(topologies.fat_tree(4, 1e9, 1e-6), ecmp=True)
+    r.path_uncached(0, 15)  # its source's search exists from here on
+    for src, dst in ((0, 99), (0, "core0"), (99, 0)):
+        with pytest.raises(TopologyError) as uncached:
+            r.path_uncached(src, dst)
+        with pytest.raises(TopologyError) as cached:
+            r.path(src, dst)
+        assert str(uncached.value) == str(cached.value)
 
 
 def test_endpoints_of_a_switch_share_one_search():

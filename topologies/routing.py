@@ -348,6 +348,7 @@ class _FullSearch:
         "pred_start",
         "pred_u",
         "root",
+        "uniform",
         "views",
     )
 
@@ -409,10 +410,21 @@ class _FullSearch:
         self.pred_start = pred_start
         self.pred_len = pred_len
         self.pred_u = np.concatenate(tight_u) if tight_u else np.zeros(0, dtype=np.int64)
+        # Nodes whose tight predecessors all have the same route count (every node of a
+        # symmetric fabric): a route index picks among them by a division, not a walk.
+        self.uniform = np.zeros(m, dtype=np.uint8)
+        has = np.flatnonzero(pred_len)
+        if len(has):
+            has = has[np.argsort(pred_start[has], kind="stable")]  # the segments' order
+            cu = counts[self.pred_u]
+            first = pred_start[has]
+            same = np.minimum.reduceat(cu, first) == np.maximum.reduceat(cu, first)
+            self.uniform[has] = same
         # The same arrays read element by element from Python: a memoryview's item is a
         # plain int, several times cheaper to get than a numpy scalar and its int().
         self.views = tuple(
-            memoryview(a) for a in (dist, counts, self.pred_start, self.pred_len, self.pred_u)
+            memoryview(a)
+            for a in (dist, counts, self.pred_start, self.pred_len, self.pred_u, self.uniform)
         )
 
     def reach(self, dst: Hashable) -> bool:
@@ -424,7 +436,7 @@ class _FullSearch:
         if u is not v:
             return (u,)
         i = self.core.index[v]
-        _, _, start, length, pred_u = self.views
+        _, _, start, length, pred_u, _ = self.views
         s = start[i]
         nodes = self.core.nodes
         return tuple(nodes[u] for u in pred_u[s : s + length[i]])
@@ -437,7 +449,7 @@ class _FullSearch:
         (0 <= index < its count), ``v`` first and the root last: at each node the
         predecessors are taken in node order, each covering its own count of routes."""
         nodes = self.core.nodes
-        dist, counts, start, length, pred_u = self.views
+        dist, counts, start, length, pred_u, uniform = self.views
         i = self.core.index[v]
         out = [v]
         while dist[i]:
@@ -445,6 +457,11 @@ class _FullSearch:
             n = length[i]
             if n == 1:
                 i = pred_u[s]
+            elif uniform[i]:
+                c = counts[pred_u[s]]
+                j = index // c
+                index -= j * c
+                i = pred_u[s + j]
             else:
                 for u in pred_u[s : s + n]:
                     c = counts[u]
@@ -577,6 +594,16 @@ class Router:
         route = self._compute(src, dst, flow_key)
         self._cache[key] = route
         return route
+
+    def path_uncached(self, src: int, dst: int) -> Path:
+        """:meth:`path` with the default flow key, worked out without keeping it: for a
+        caller that keeps every route it asks for itself (the flow network's table of
+        routes by pair), to which the Router's own cache would only add a copy."""
+        if self.ecmp:
+            search = self._searches.get(self._roots.get(src))  # type: ignore[arg-type]
+            if type(search) is _FullSearch and src != dst and self._is_endpoint(dst):
+                return self._ecmp_full(search, src, dst)
+        return self._compute(src, dst, 0, keep=False)
 
     def num_paths(self, src: int, dst: int) -> int:
         """Number of equal-cost shortest routes from endpoint ``src`` to endpoint ``dst``."""
@@ -739,7 +766,24 @@ class Router:
         self._searches[key] = search
         return search
 
-    def _compute(self, src: Hashable, dst: Hashable, flow_key: Any) -> Path:
+    def _is_endpoint(self, node: Hashable) -> bool:
+        return type(node) is int and node in self._endpoints
+
+    def _ecmp_full(self, search: _FullSearch, src: int, dst: int) -> Path:
+        """The default-key ECMP route from ``src`` (whose search is ``search``, run to the
+        end over arrays) to another endpoint ``dst``: :meth:`_compute` without its checks
+        and caches, for the many routes of a big fabric (the same route)."""
+        leaf = self._leaves.get(dst)
+        last = leaf[0] if leaf is not None and dst != search.root else dst
+        i = search.core.index.get(last)
+        dist, counts = search.views[0], search.views[1]
+        if i is None or dist[i] < 0:
+            return self._compute(src, dst, 0, keep=False)  # raises: out of reach
+        # _ecmp_index of (src, dst, 0): the crc32 of that tuple's repr.
+        index = zlib.crc32(f"({int(src)}, {int(dst)}, 0)".encode()) % counts[i]
+        return self._unrank(search, src, dst, index)
+
+    def _compute(self, src: Hashable, dst: Hashable, flow_key: Any, keep: bool = True) -> Path:
         self._check_endpoint(src, "src")
         self._check_endpoint(dst, "dst")
         canonical_key = _canonical_flow_key(flow_key) if self.ecmp else None
@@ -751,6 +795,8 @@ class Router:
                 return self._dimension_order(search, src, dst)
             return self._unrank(search, src, dst, 0)
         index = _ecmp_index(src, dst, canonical_key, search.count_of(dst))
+        if not keep:
+            return self._unrank(search, src, dst, index)
         memo = (src, dst, index)
         route = self._ecmp_paths.get(memo)
         if route is None:
