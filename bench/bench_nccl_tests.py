@@ -70,7 +70,9 @@ RING_BELOW_TREE = (
 )
 TWO_NODE_TREE = (
     "above the ring's bound, which only a tree reaches: on 2 nodes NCCL uses the tree "
-    "(nccl-tests issue 196, maintainer's answer)"
+    "(nccl-tests issue 196, maintainer's answer); GCP's published NCCL tuner settings for "
+    "A3 Mega (a3_mega/tuner_config.txtpb, as vendored in apple/axlearn) fix allreduce on "
+    "2 nodes x 8 GPUs to the tree with the Simple protocol at every size"
 )
 
 
