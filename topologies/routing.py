@@ -405,11 +405,13 @@ class _FullSearch:
             frontier[reached] = True
         if fcounts.max(initial=0.0) >= _MAX_ARRAY_COUNT:
             raise OverflowError("route counts beyond int64")
-        self.dist = dist
+        # Kept for as long as the Router lives, one per root (781 at 16,384 ranks of a
+        # fat-tree): node numbers and hop counts in 32 bits, the counts in 64.
+        self.dist = dist.astype(np.int32)
         self.counts_a = counts
-        self.pred_start = pred_start
-        self.pred_len = pred_len
-        self.pred_u = np.concatenate(tight_u) if tight_u else np.zeros(0, dtype=np.int64)
+        self.pred_start = pred_start.astype(np.int32)
+        self.pred_len = pred_len.astype(np.int32)
+        self.pred_u = np.concatenate(tight_u).astype(np.int32) if tight_u else np.zeros(0, np.int32)
         # Nodes whose tight predecessors all have the same route count (every node of a
         # symmetric fabric): a route index picks among them by a division, not a walk.
         self.uniform = np.zeros(m, dtype=np.uint8)
@@ -424,7 +426,7 @@ class _FullSearch:
         # plain int, several times cheaper to get than a numpy scalar and its int().
         self.views = tuple(
             memoryview(a)
-            for a in (dist, counts, self.pred_start, self.pred_len, self.pred_u, self.uniform)
+            for a in (self.dist, counts, self.pred_start, self.pred_len, self.pred_u, self.uniform)
         )
 
     def reach(self, dst: Hashable) -> bool:
