@@ -49,6 +49,10 @@ _LATENCY_ABS_TOL_S = 1e-18
 
 def _node_key(node: Hashable) -> tuple:
     """Total order on nodes: integer endpoints by number, then other nodes by name."""
+    if type(node) is int:  # (the common cases first: no abstract-class checks)
+        return (0, node, "")
+    if type(node) is str:
+        return (1, node, repr(node))
     if isinstance(node, numbers.Integral) and not isinstance(node, bool):
         return (0, int(node), "")
     return (1, str(node), repr(node))
@@ -63,6 +67,9 @@ def endpoints(graph: nx.DiGraph) -> list[int]:
 
 def _edge_attribute_problem(u: Hashable, v: Hashable, data: dict[str, Any]) -> str | None:
     """Describe what is wrong with the attributes of edge u -> v, or None if nothing."""
+    bw, lat = data.get("bandwidth"), data.get("latency")
+    if type(bw) is float and type(lat) is float and 0.0 < bw < math.inf and 0.0 <= lat < math.inf:
+        return None  # (what the builders make: no abstract-class checks)
     for attr, unit, positive in (("bandwidth", "bytes/s", True), ("latency", "s", False)):
         if attr not in data:
             return (
