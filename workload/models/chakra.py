@@ -5,18 +5,25 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..chakra_et import ChakraError, TraceSet, read_trace_set
 from ..layout import LayoutError
 from ..ops import Collective, Op, Recv, Send
 from ..program import Phase, Workload, scale_count
 from .base import Arg, BuildRequest, Counts, Model
 
+if TYPE_CHECKING:
+    from ..chakra_et import TraceSet
+
+# (workload.chakra_et is imported when a trace is read: every proxy rank imports this
+# registry, and none but a trace's replay needs the reader.)
 _CACHE: dict[tuple[str, float], TraceSet] = {}
 
 
 def load(trace_dir: str) -> TraceSet:
     """The trace set in ``trace_dir``, read once per modification of the directory."""
+    from ..chakra_et import read_trace_set
+
     path = Path(trace_dir).expanduser().resolve()
     try:
         stamp = max(p.stat().st_mtime for p in path.iterdir()) if path.is_dir() else 0.0
@@ -52,6 +59,8 @@ class ChakraTrace(Model):
         world_size, params, options, _ = req
         if not params["trace_dir"]:
             raise LayoutError("chakra: give the trace set's directory (flag trace_dir)")
+        from ..chakra_et import ChakraError
+
         try:
             traces = load(params["trace_dir"])
         except ChakraError as e:
