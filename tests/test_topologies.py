@@ -710,6 +710,11 @@ def test_uncached_routes_raise_as_path_does():
         with pytest.raises(TopologyError) as cached:
             r.path(src, dst)
         assert str(uncached.value) == str(cached.value)
+    # Unhashable arguments: path() says so; the uncached route finds no such node.
+    with pytest.raises(TopologyError, match=r"src=\[0\] is not a node of the graph"):
+        r.path_uncached([0], 1)
+    with pytest.raises(TopologyError, match=r"dst=\[1\] is not a node of the graph"):
+        r.path_uncached(0, [1])
 
 
 def test_endpoints_of_a_switch_share_one_search():

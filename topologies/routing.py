@@ -608,9 +608,11 @@ class Router:
         """:meth:`path` with the default flow key, worked out without keeping it: for a
         caller that keeps every route it asks for itself (the flow network's table of
         routes by pair), to which the Router's own cache would only add a copy."""
-        if self.ecmp:
+        if self.ecmp and type(src) is int and type(dst) is int and src != dst:
+            # A source whose search already runs over arrays (checked then), to another
+            # endpoint: the lean way; anything else, with every check, the general one.
             search = self._searches.get(self._roots.get(src))  # type: ignore[arg-type]
-            if type(search) is _FullSearch and src != dst and self._is_endpoint(dst):
+            if type(search) is _FullSearch and dst in self._endpoints:
                 return self._ecmp_full(search, src, dst)
         return self._compute(src, dst, 0, keep=False)
 
@@ -774,9 +776,6 @@ class Router:
             return None
         self._searches[key] = search
         return search
-
-    def _is_endpoint(self, node: Hashable) -> bool:
-        return type(node) is int and node in self._endpoints
 
     def _ecmp_full(self, search: _FullSearch, src: int, dst: int) -> Path:
         """The default-key ECMP route from ``src`` (whose search is ``search``, run to the
