@@ -605,14 +605,13 @@ class FlowNetwork:
         # path keeps alive, so the id cannot be reused by another object meanwhile).
         self._path_of_edges: dict[int, _Path] = {}
         # src -> dst -> path, when the route is known to be a pure function of the pair.
-        self._static_paths: dict[int, dict[int, _Path]] | None = (
-            {} if _is_static_route(route) else None
-        )
+        static = _is_static_route(route)
+        self._static_paths: dict[int, dict[int, _Path]] | None = {} if static else None
         # The static table's paths in the order they were made (what _paths holds for
         # other routes), and the Router's route without its own cache: the table keeps
         # every route once.
         self._static_list: list[_Path] = []
-        self._route_once = route.__self__.path_uncached if _is_static_route(route) else None
+        self._route_once = route.__self__.path_uncached if static else None
         self._self_paths: dict[int, _Path] = {}  # src == dst
         self._pairs: dict[tuple[int, int], _Pair] = {}
 

@@ -781,15 +781,11 @@ class Router:
         """The default-key ECMP route from ``src`` (whose search is ``search``, run to the
         end over arrays) to another endpoint ``dst``: :meth:`_compute` without its checks
         and caches, for the many routes of a big fabric (the same route)."""
-        leaf = self._leaves.get(dst)
-        last = leaf[0] if leaf is not None and dst != search.root else dst
-        i = search.core.index.get(last)
+        i = search.core.index.get(_attachment(self._leaves, search.root, dst))
         dist, counts = search.views[0], search.views[1]
         if i is None or dist[i] < 0:
             return self._compute(src, dst, 0, keep=False)  # raises: out of reach
-        # _ecmp_index of (src, dst, 0): the crc32 of that tuple's repr.
-        index = zlib.crc32(f"({int(src)}, {int(dst)}, 0)".encode()) % counts[i]
-        return self._unrank(search, src, dst, index)
+        return self._unrank(search, src, dst, _ecmp_index(src, dst, 0, counts[i]))
 
     def _compute(self, src: Hashable, dst: Hashable, flow_key: Any, keep: bool = True) -> Path:
         self._check_endpoint(src, "src")
