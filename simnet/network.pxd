@@ -124,6 +124,7 @@ cdef class _Path:
     cdef public _Pair pair
 
 
+@cython.freelist(1024)  # one per message: freed ones reused (see _Flow)
 cdef class _Flow:
     cdef public double fill_bytes_per_s
     cdef public double last_update_s
@@ -245,6 +246,35 @@ cdef extern from *:
     """
     _ObjectArray _list_items "__simnet_list_items"(list o)
     void _list_set_size "__simnet_list_set_size"(list o, Py_ssize_t n)
+
+
+# Prefetches of the objects a loop is about to read (their first two cache lines, where
+# a _Link's or a _Flow's fields are): on a big network each is a cache miss, and asked
+# for together the misses overlap instead of coming one after another. Hints only:
+# nothing is read or changed.
+cdef extern from *:
+    """
+    static inline void __simnet_prefetch_items(PyObject** items, Py_ssize_t n) {
+        if (n > 32) n = 32;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            __builtin_prefetch((const char*)items[i]);
+            __builtin_prefetch((const char*)items[i] + 64);
+        }
+    }
+    static inline void __simnet_prefetch_list(PyObject* o) {
+        __simnet_prefetch_items(((PyListObject*)o)->ob_item, Py_SIZE(o));
+    }
+    static inline void __simnet_prefetch_tuple(PyObject* o) {
+        __simnet_prefetch_items(((PyTupleObject*)o)->ob_item, Py_SIZE(o));
+    }
+    static inline void __simnet_prefetch(PyObject* o) {
+        __builtin_prefetch((const char*)o);
+        __builtin_prefetch((const char*)o + 64);
+    }
+    """
+    void _prefetch_list "__simnet_prefetch_list"(list o)
+    void _prefetch_tuple "__simnet_prefetch_tuple"(tuple o)
+    void _prefetch "__simnet_prefetch"(object o)
 
 
 @cython.locals(i=Py_ssize_t, n=Py_ssize_t, target=_ObjectPtr, items=_ObjectArray)

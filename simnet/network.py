@@ -472,7 +472,9 @@ class _Flow:
     """One message in flight: its route, size, phase, rate and timer.
 
     Made and freed once per message, so a plain slotted object with no
-    ``__init__`` (``start_transfer`` sets every field).
+    ``__init__`` (``start_transfer`` sets every field); compiled, freed objects are
+    kept for the next messages (a free list), which skips the allocator and reuses
+    memory that is likely still in cache.
     """
 
     __slots__ = (
@@ -1129,12 +1131,16 @@ class FlowNetwork:
                         if flow.timer != timers.popped_seq:
                             continue  # superseded by a later reschedule
                         flow.timer = 0
+                        if cython.compiled and timers.n:
+                            _prefetch(timers.first_item())  # noqa: F821 (network.pxd)
                         phase = flow.phase
                         if phase == _DRAINING:
                             # self._end_drain(flow, now), inlined
                             size = flow.size_bytes
                             dirty = self._dirty
                             flow.phase = _LATENCY
+                            if cython.compiled:
+                                _prefetch_tuple(flow.links)  # noqa: F821 (network.pxd)
                             for link in flow.links:
                                 n = link.n_flows - 1
                                 link.n_flows = n
@@ -1222,6 +1228,8 @@ class FlowNetwork:
         # Max-min fairness gives the flow at least its fairest link's equal share (it is
         # frozen at a share of a link whose other flows were frozen at lower shares).
         low = self._keep_below
+        if cython.compiled:
+            _prefetch_tuple(links)  # noqa: F821 (network.pxd)
         for link in links:
             n = link.n_flows
             if not n:
@@ -1353,6 +1361,8 @@ class FlowNetwork:
             while i < len(comp_links):
                 link = comp_links[i]
                 i += 1
+                if cython.compiled:
+                    _prefetch_list(link.flows)  # noqa: F821 (network.pxd)
                 for f in link.flows:
                     if f.mark != epoch:
                         rate = f.rate_bytes_per_s
@@ -1363,6 +1373,8 @@ class FlowNetwork:
                             continue
                         f.mark = epoch
                         comp_flows.append(f)
+                        if cython.compiled:
+                            _prefetch_tuple(f.links)  # noqa: F821 (network.pxd)
                         # A link that only this flow crosses is but a cap on its rate, and
                         # of those only the first of lowest capacity can freeze it (the
                         # others come later at the same share, or at a higher one, and
@@ -1442,6 +1454,8 @@ def _unlist(flows: list, flow: _Flow) -> None:
 def _sum_load(link: _Link, now: float) -> None:
     """Sum the rates of the link's flows into its load (recorded if it changed)."""
     load = 0.0
+    if cython.compiled:
+        _prefetch_list(link.flows)  # noqa: F821 (network.pxd)
     for f in link.flows:
         load += f.rate_bytes_per_s
     if load != link.load_bytes_per_s:
