@@ -666,6 +666,75 @@ def test_array_searches_give_the_python_searches_routes(monkeypatch, name, graph
     assert not fresh._cache and not fresh._ecmp_paths
 
 
+def _search_arrays(search) -> tuple:
+    """A search's hop counts, route counts, uniform marks and each node's list of
+    predecessor edges (the lists' places in the arrays may differ between searches)."""
+    lists = tuple(
+        tuple(search.pred_e[s : s + n].tolist())
+        for s, n in zip(search.pred_start.tolist(), search.pred_len.tolist(), strict=True)
+    )
+    return (search.dist.tolist(), search.counts_a.tolist(), search.uniform.tolist(), lists)
+
+
+@pytest.mark.parametrize(
+    "graph",
+    [
+        topologies.fat_tree(8, 1e9, 1e-6),
+        topologies.torus([3, 4], 1e9, 1e-6),
+        topologies.dragonfly(4, 3, 2, 1e10, 1e10, 5e9, 0.1e-6, 0.2e-6, 1e-6),
+    ],
+    ids=["fat_tree", "torus", "dragonfly"],
+)
+def test_twin_searches_are_the_searches_run_from_each_twin(monkeypatch, graph):
+    # Switches with the same neighbours at the same latencies (a fat-tree pod's edge
+    # switches) share one array search, swapped: every derived search is the one run
+    # from its own root, and the routes are the Python search's.
+    from topologies import routing
+
+    monkeypatch.setattr(routing, "_WIDE_NODES", 10**9)
+    _, python_routes, _ = _all_routes(graph, True)
+    monkeypatch.setattr(routing, "_WIDE_NODES", -1)
+    monkeypatch.setattr(routing, "_WIDE_NODES_PER_HOP", 0)
+    made = []
+    monkeypatch.setattr(routing._FullSearch, "twin", _counting(routing._FullSearch.twin, made))
+    r, array_routes, _ = _all_routes(graph, True)
+    assert array_routes == python_routes
+    for (root, latency), search in r._searches.items():
+        direct = routing._FullSearch(root, r._core, r._leaves, latency)
+        assert _search_arrays(search) == _search_arrays(direct)
+    if graph.graph["name"] == "fat_tree":
+        # k = 8: the 4 edge switches of each of the 8 pods are twins, and so are the 4
+        # cores that reach the same aggregation switch of every pod (an aggregation
+        # switch has cores of its own); routes start at edge switches: one search run
+        # per pod, 3 derived.
+        groups = {}
+        for node, group in r._core.twins.items():
+            groups.setdefault(group, []).append(node)
+        assert sorted(len(g) for g in groups.values()) == [4] * 12
+        assert len(made) == 8 * 3
+    else:
+        assert not made  # no two switches share their neighbours
+
+
+def _counting(fn, calls: list):
+    def counted(*args):
+        calls.append(args[1])
+        return fn(*args)
+
+    return counted
+
+
+def test_twin_refuses_a_node_that_is_not_a_twin():
+    from topologies import routing
+
+    r = topologies.Router(topologies.fat_tree(4, 1e9, 1e-6), ecmp=True)
+    r._full((r._leaves[0][0], r._leaves[0][1]))
+    search = next(iter(r._searches.values()))
+    with pytest.raises(ValueError, match="is not a twin of"):
+        search.twin(next(n for n in r._core.nodes if n != search.root))
+    assert routing._FullSearch is type(search)
+
+
 def test_array_search_picks_among_equal_and_unequal_predecessors(monkeypatch):
     # Three equal routes from endpoint 0 to 1: two through P (reached from s0 by p1 and
     # by p2: equal counts, picked by a division), one through Q; X's predecessors P and

@@ -7,7 +7,6 @@ data model (edge ``bandwidth`` in bytes/s, ``latency`` in seconds, per directed 
 
 from __future__ import annotations
 
-import itertools
 import math
 import numbers
 import zlib
@@ -318,15 +317,18 @@ class _Search:
 class _CoreGraph:
     """The graph without its leaves, as arrays for :class:`_FullSearch`: nodes numbered
     0..m-1, directed edges ``(u, v, latency)`` sorted by ``v`` then by ``u``'s node order
-    (the order tight predecessors are kept in)."""
+    (the order tight predecessors are kept in); ``edges[e]`` is edge ``e``'s shared
+    ``(u, v)`` tuple (the Router's), so routes are made of edge numbers without looking
+    their pairs up."""
 
-    __slots__ = ("index", "lat", "nodes", "u", "v")
+    __slots__ = ("_edge_number", "edges", "index", "lat", "nodes", "twins", "u", "u_view", "v")
 
     def __init__(
         self,
         succ: dict[Hashable, list[tuple[Hashable, float]]],
         key: dict[Hashable, tuple],
         leaves: dict[Hashable, tuple[Hashable, float]],
+        edge_of: dict[Edge, Edge],
     ) -> None:
         self.nodes = sorted((n for n in succ if n not in leaves), key=key.__getitem__)
         self.index = {n: i for i, n in enumerate(self.nodes)}  # also the node order
@@ -337,6 +339,37 @@ class _CoreGraph:
         self.v = np.array([e[0] for e in edges], dtype=np.int64)
         self.u = np.array([e[1] for e in edges], dtype=np.int64)
         self.lat = np.array([e[2] for e in edges], dtype=np.float64)
+        nodes = self.nodes
+        self.edges = [edge_of[(nodes[u], nodes[v])] for v, u, _ in edges]
+        self.u_view = memoryview(self.u)  # its items plain ints (see _FullSearch.views)
+        # Twins: nodes with the same successors and the same predecessors, at the same
+        # latencies (the edge switches of a fat-tree's pod), numbered by group. Swapping
+        # two twins maps the graph onto itself (a node is never its own neighbour here,
+        # so twins are not neighbours), so the search from one is the other's, swapped
+        # (_FullSearch.twin): one search per group instead of one per switch.
+        out_of: dict[int, list] = {i: [] for i in range(len(nodes))}
+        in_of: dict[int, list] = {i: [] for i in range(len(nodes))}
+        for v, u, lat in edges:
+            out_of[u].append((v, lat))
+            in_of[v].append((u, lat))
+        groups: dict[tuple, list[int]] = {}
+        for i in range(len(nodes)):
+            if any(v == i for v, _ in out_of[i]):
+                continue  # a loop: no twin
+            groups.setdefault((tuple(out_of[i]), tuple(in_of[i])), []).append(i)
+        self.twins: dict[Hashable, int] = {}
+        for g, members in enumerate(m for m in groups.values() if len(m) > 1):
+            for i in members:
+                self.twins[nodes[i]] = g
+        self._edge_number: dict[tuple[int, int], int] | None = None
+
+    @property
+    def edge_number(self) -> dict[tuple[int, int], int]:
+        """``(u, v)`` node numbers -> the edge's number (made when first asked for)."""
+        if self._edge_number is None:
+            pairs = zip(self.u.tolist(), self.v.tolist(), strict=True)
+            self._edge_number = {pair: e for e, pair in enumerate(pairs)}
+        return self._edge_number
 
 
 class _FullSearch:
@@ -351,9 +384,9 @@ class _FullSearch:
         "counts_a",
         "dist",
         "leaves",
+        "pred_e",
         "pred_len",
         "pred_start",
-        "pred_u",
         "root",
         "uniform",
         "views",
@@ -381,7 +414,7 @@ class _FullSearch:
         frontier[r] = True
         pred_start = np.zeros(m, dtype=np.int64)
         pred_len = np.zeros(m, dtype=np.int64)
-        tight_u = []
+        tight_e = []
         used = 0
         layer = 0
         while True:
@@ -406,35 +439,79 @@ class _FullSearch:
             n_tight = np.add.reduceat(tight.astype(np.int64), starts)
             pred_len[reached] = n_tight
             pred_start[reached] = used + np.concatenate(([0], np.cumsum(n_tight)[:-1]))
-            tight_u.append(us[tight])
+            tight_e.append(e[tight])
             used += int(n_tight.sum())
             frontier[:] = False
             frontier[reached] = True
         if fcounts.max(initial=0.0) >= _MAX_ARRAY_COUNT:
             raise OverflowError("route counts beyond int64")
         # Kept for as long as the Router lives, one per root (781 at 16,384 ranks of a
-        # fat-tree): node numbers and hop counts in 32 bits, the counts in 64.
+        # fat-tree): hop counts and numbers in 32 bits, the counts in 64. A node's tight
+        # predecessors are kept as the numbers of the edges from them (core.u[e] is the
+        # predecessor): a route is made of its edges.
         self.dist = dist.astype(np.int32)
+        pred_e = np.concatenate(tight_e).astype(np.int32) if tight_e else np.zeros(0, np.int32)
+        self._keep(counts, pred_start.astype(np.int32), pred_len.astype(np.int32), pred_e)
+
+    def _keep(
+        self,
+        counts: np.ndarray,
+        pred_start: np.ndarray,
+        pred_len: np.ndarray,
+        pred_e: np.ndarray,
+        uniform: np.ndarray | None = None,
+    ) -> None:
+        """Keep the search's arrays (``dist`` set already) and what is read from them;
+        ``uniform`` is worked out unless given."""
         self.counts_a = counts
-        self.pred_start = pred_start.astype(np.int32)
-        self.pred_len = pred_len.astype(np.int32)
-        self.pred_u = np.concatenate(tight_u).astype(np.int32) if tight_u else np.zeros(0, np.int32)
+        self.pred_start = pred_start
+        self.pred_len = pred_len
+        self.pred_e = pred_e
         # Nodes whose tight predecessors all have the same route count (every node of a
         # symmetric fabric): a route index picks among them by a division, not a walk.
-        self.uniform = np.zeros(m, dtype=np.uint8)
-        has = np.flatnonzero(pred_len)
+        self.uniform = np.zeros(len(counts), dtype=np.uint8) if uniform is None else uniform
+        has = np.flatnonzero(pred_len) if uniform is None else ()
         if len(has):
             has = has[np.argsort(pred_start[has], kind="stable")]  # the segments' order
-            cu = counts[self.pred_u]
+            cu = counts[self.core.u[pred_e]]
             first = pred_start[has]
             same = np.minimum.reduceat(cu, first) == np.maximum.reduceat(cu, first)
             self.uniform[has] = same
         # The same arrays read element by element from Python: a memoryview's item is a
         # plain int, several times cheaper to get than a numpy scalar and its int().
         self.views = tuple(
-            memoryview(a)
-            for a in (self.dist, counts, self.pred_start, self.pred_len, self.pred_u, self.uniform)
+            memoryview(a) for a in (self.dist, counts, pred_start, pred_len, pred_e, self.uniform)
         )
+
+    def twin(self, root: Hashable) -> _FullSearch:
+        """The search from ``root``, a twin of this search's root (``core.twins``) with
+        the same root latency: this search with the two nodes swapped, which is a
+        symmetry of the graph, so the hop counts, route counts and tight predecessors
+        are this search's, swapped. Every list of predecessors stays in node order: the
+        root is the one predecessor of the nodes one hop away, and the other twin, at
+        least two hops away, is nobody's (its successors are the root's, one hop
+        away); so a list either swaps the root for the twin and holds nothing else, or
+        is the twin's own, whose predecessors do not move."""
+        core = self.core
+        a, b = core.index[self.root], core.index[root]
+        if core.twins.get(self.root, -1) != core.twins.get(root, -2):
+            raise ValueError(f"{root!r} is not a twin of {self.root!r}")
+        swap = np.arange(len(core.nodes))
+        swap[a], swap[b] = b, a
+        out = _FullSearch.__new__(_FullSearch)
+        out.root, out.core, out.leaves = root, core, self.leaves
+        out.dist = self.dist[swap]
+        pred_start, pred_len = self.pred_start[swap], self.pred_len[swap]
+        pred_e = self.pred_e.copy()
+        U, V = core.u, core.v
+        eu, ev = U[pred_e], V[pred_e]
+        touched = np.flatnonzero((eu == a) | (eu == b) | (ev == a) | (ev == b))
+        number, other = core.edge_number, {a: b, b: a}
+        ends = zip(touched.tolist(), eu[touched].tolist(), ev[touched].tolist(), strict=True)
+        for p, u, v in ends:
+            pred_e[p] = number[(other.get(u, u), other.get(v, v))]
+        out._keep(self.counts_a[swap], pred_start, pred_len, pred_e, self.uniform[swap])
+        return out
 
     def reach(self, dst: Hashable) -> bool:
         i = self.core.index.get(_attachment(self.leaves, self.root, dst))
@@ -445,41 +522,39 @@ class _FullSearch:
         if u is not v:
             return (u,)
         i = self.core.index[v]
-        _, _, start, length, pred_u, _ = self.views
+        _, _, start, length, pred_e, _ = self.views
         s = start[i]
-        nodes = self.core.nodes
-        return tuple(nodes[u] for u in pred_u[s : s + length[i]])
+        nodes, cu = self.core.nodes, self.core.u_view
+        return tuple(nodes[cu[e]] for e in pred_e[s : s + length[i]])
 
     def count_of(self, v: Hashable) -> int:
         return self.views[1][self.core.index[_attachment(self.leaves, self.root, v)]]
 
-    def unrank(self, v: Hashable, index: int) -> list[Hashable]:
-        """The nodes of the ``index``-th shortest route from the root to the non-leaf ``v``
-        (0 <= index < its count), ``v`` first and the root last: at each node the
-        predecessors are taken in node order, each covering its own count of routes."""
-        nodes = self.core.nodes
-        dist, counts, start, length, pred_u, uniform = self.views
-        i = self.core.index[v]
-        out = [v]
+    def unrank_edges(self, i: int, index: int, out: list[Edge]) -> None:
+        """The ``index``-th shortest route from the root to the node numbered ``i``
+        (0 <= index < its count), appended to ``out`` as its edges (the Router's tuples),
+        the last edge first: at each node the predecessors are taken in node order, each
+        covering its own count of routes."""
+        dist, counts, start, length, pred_e, uniform = self.views
+        edges, cu = self.core.edges, self.core.u_view
         while dist[i]:
             s = start[i]
             n = length[i]
             if n == 1:
-                i = pred_u[s]
+                e = pred_e[s]
             elif uniform[i]:
-                c = counts[pred_u[s]]
+                c = counts[cu[pred_e[s]]]
                 j = index // c
                 index -= j * c
-                i = pred_u[s + j]
+                e = pred_e[s + j]
             else:
-                for u in pred_u[s : s + n]:
-                    c = counts[u]
+                for e in pred_e[s : s + n]:
+                    c = counts[cu[e]]
                     if index < c:
                         break
                     index -= c
-                i = u
-            out.append(nodes[i])
-        return out
+            out.append(edges[e])
+            i = cu[e]
 
     def tree(self) -> list[tuple[Hashable, Hashable]]:
         nodes, dist = self.core.nodes, self.dist
@@ -487,7 +562,7 @@ class _FullSearch:
         # BFS order: by hop count (any order within a layer: a node's predecessor is
         # in the layer before).
         reached = reached[np.argsort(dist[reached], kind="stable")]
-        first = self.pred_u[self.pred_start[reached]]
+        first = self.core.u[self.pred_e[self.pred_start[reached]]]
         out = [(nodes[v], nodes[u]) for v, u in zip(reached.tolist(), first.tolist(), strict=True)]
         index = self.core.index
         out.extend(
@@ -570,6 +645,8 @@ class Router:
         # (root, root latency) -> its search; a leaf's is its attachment's (see _Search).
         self._searches: dict[tuple[Hashable, float], _Search | _FullSearch] = {}
         self._core: _CoreGraph | None = None  # the graph as arrays, once a search is wide
+        # (group of twins, root latency) -> the first array search of one of them.
+        self._twin_searches: dict[tuple[int, float], _FullSearch] = {}
         self._wide = False  # a search has grown wide: new ones run over arrays at once
         self._no_arrays = False  # route counts passed int64: searches stay in Python
         self._roots: dict[Hashable, tuple[Hashable, float]] = {}  # src -> its search's key
@@ -767,7 +844,13 @@ class Router:
         """The search of ``key`` run to the end over arrays, now kept for it; None when
         its route counts pass int64 (the Python search, with exact integers, goes on)."""
         if self._core is None:
-            self._core = _CoreGraph(self._succ, self._key, self._leaves)
+            self._core = _CoreGraph(self._succ, self._key, self._leaves, self._edges)
+        group = self._core.twins.get(key[0])
+        if group is not None:
+            twin = self._twin_searches.get((group, key[1]))
+            if twin is not None:
+                search = self._searches[key] = twin.twin(key[0])
+                return search
         try:
             search = _FullSearch(key[0], self._core, self._leaves, key[1])
         except OverflowError:
@@ -775,6 +858,8 @@ class Router:
             self._no_arrays = True
             return None
         self._searches[key] = search
+        if group is not None:
+            self._twin_searches[(group, key[1])] = search
         return search
 
     def _ecmp_full(self, search: _FullSearch, src: int, dst: int) -> Path:
@@ -785,7 +870,7 @@ class Router:
         dist, counts = search.views[0], search.views[1]
         if i is None or dist[i] < 0:
             return self._compute(src, dst, 0, keep=False)  # raises: out of reach
-        return self._unrank(search, src, dst, _ecmp_index(src, dst, 0, counts[i]))
+        return self._full_route(search, src, dst, i, _ecmp_index(src, dst, 0, counts[i]))
 
     def _compute(self, src: Hashable, dst: Hashable, flow_key: Any, keep: bool = True) -> Path:
         self._check_endpoint(src, "src")
@@ -848,16 +933,8 @@ class Router:
         """The ``index``-th shortest route (0 <= index < its count), walking back from dst;
         routes are ordered by their predecessors' node order, so index 0 is the default."""
         if type(search) is _FullSearch:
-            edge_of = self._edges
-            leaf = self._leaves.get(dst)
-            last = leaf[0] if leaf is not None and dst != search.root else dst
-            nodes = search.unrank(last, index)
-            nodes.reverse()
-            if search.root != src:  # a leaf's up-link
-                nodes.insert(0, src)
-            if last != dst:
-                nodes.append(dst)
-            return tuple(map(edge_of.__getitem__, itertools.pairwise(nodes)))
+            i = search.core.index[_attachment(self._leaves, search.root, dst)]
+            return self._full_route(search, src, dst, i, index)
         left = [index]
 
         def choose(v: Hashable, ps: tuple) -> Hashable:
@@ -865,6 +942,22 @@ class Router:
             return u
 
         return self._walk(search, src, dst, choose)
+
+    def _full_route(
+        self, search: _FullSearch, src: Hashable, dst: Hashable, i: int, index: int
+    ) -> Path:
+        """:meth:`_unrank` over arrays, ``i`` the core number of ``dst``'s attachment
+        (``dst`` itself if it is not a leaf)."""
+        edge_of = self._edges
+        root = search.root
+        out: list[Edge] = []
+        if search.core.nodes[i] != dst:  # one way into a leaf
+            out.append(edge_of[(search.core.nodes[i], dst)])
+        search.unrank_edges(i, index, out)
+        if root != src:  # a leaf's up-link
+            out.append(edge_of[(src, root)])
+        out.reverse()
+        return tuple(out)
 
 
 def _ecmp_index(src: Hashable, dst: Hashable, canonical_key: Any, count: int) -> int:
