@@ -28,8 +28,10 @@ over ``--repeats``, which go round the cases, every case once and then again, so
 a drift of the machine's speed slows all of them alike), messages, messages per CPU
 and per wall second and the peak resident memory of the case's process, and for the
 fat-tree cases the max-min work (flow rates computed per message) and the growth
-exponent of their wall time (with repeats, also from each case's fastest run); writes
-results/bench_simnet.json. Every run is a fresh Python process.
+exponent of their wall time (with repeats, also from each case's fastest run), and how
+fast the machine was: the time of a 10-million-iteration empty Python loop in a fresh
+interpreter before and after the runs (0.30 s in the fastest hour seen here, over 1 s in
+slow ones); writes results/bench_simnet.json. Every run is a fresh Python process.
 
 ``--against-pure`` measures this tree's pure-Python core (COMMSIM_PURE_PYTHON=1)
 side by side with the compiled one, the same way; ``--against-no-huge-pages`` this
@@ -234,6 +236,24 @@ def _run_case(
     return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
 
 
+REFERENCE_LOOP = 10_000_000
+
+
+def reference_loop_s() -> float:
+    """Seconds a fresh interpreter takes for ``REFERENCE_LOOP`` iterations of an empty
+    Python loop: how fast the machine is at the time, for reading times of different
+    runs (this shared machine's speed moves 2-5x from one hour to the next)."""
+    code = (
+        "import time\nt = time.perf_counter()\n"
+        f"for _ in range({REFERENCE_LOOP}): pass\n"
+        "print(time.perf_counter() - t)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
+    )
+    return float(out.stdout)
+
+
 def run_fresh(name: str, tree: Path, pure: bool = False, huge_pages: bool = True) -> dict:
     """Run one case in a fresh process on the code of ``tree`` (its Python core if ``pure``;
     see ``_run_case``)."""
@@ -435,6 +455,7 @@ def main() -> None:
     # speed drifts over minutes slows every case alike, not the last ones.
     mine: dict[str, list[dict]] = {name: [] for name in names}
     theirs: dict[str, list[dict]] = {name: [] for name in names}
+    loop_before = reference_loop_s()
     for rep in range(ns.repeats):
         for name in names:
             if name in both and other is not None:
@@ -450,6 +471,7 @@ def main() -> None:
                     file=sys.stderr,
                     flush=True,
                 )
+    loop_after = reference_loop_s()
     print(head)
     rows = []
     for name in names:
@@ -498,6 +520,10 @@ def main() -> None:
             print(
                 f"  as messages^{fitted_exponent(fat, 'wall_min_s'):.2f} on each case's fastest run"
             )
+    print(
+        f"machine speed: a {REFERENCE_LOOP:,}-iteration empty Python loop took "
+        f"{loop_before:.3f} s before the runs and {loop_after:.3f} s after"
+    )
     sys.path.insert(0, str(ROOT))  # run as a script, this file's directory is first
     from workload.results import versions, write_json
 
@@ -509,6 +535,7 @@ def main() -> None:
             "cpus": os.cpu_count(),
             "versions": versions(),
             "repeats": ns.repeats,
+            "reference_loop_s": {"before": loop_before, "after": loop_after},
             "fat_tree_wall_exponent": growth,
             "against": "pure-python core" if ns.against_pure else (str(other) if other else None),
             "rows": rows,

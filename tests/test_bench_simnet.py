@@ -76,3 +76,13 @@ def test_on_one_switch_no_flow_is_rated_twice():
     # time, each on its own links, so each message's rate is computed once, when it starts.
     msgs, _, rated = bench_simnet.fat_tree_case(64, bench_simnet.switch_config)
     assert msgs > 0 and rated == msgs
+
+
+def test_reference_loop_times_the_loop_it_is_given(monkeypatch):
+    # One iteration against three million (tens of milliseconds at the least): the
+    # figure is the loop's time, read back from the fresh interpreter.
+    monkeypatch.setattr(bench_simnet, "REFERENCE_LOOP", 1)
+    one = bench_simnet.reference_loop_s()
+    monkeypatch.setattr(bench_simnet, "REFERENCE_LOOP", 3_000_000)
+    many = bench_simnet.reference_loop_s()
+    assert 0.0 <= one < 0.005 < many
