@@ -254,11 +254,16 @@ cdef extern from *:
 # nothing is read or changed.
 cdef extern from *:
     """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define __simnet_prefetch_line(p) __builtin_prefetch(p)
+    #else
+    #define __simnet_prefetch_line(p) ((void)(p))
+    #endif
     static inline void __simnet_prefetch_items(PyObject** items, Py_ssize_t n) {
         if (n > 32) n = 32;
         for (Py_ssize_t i = 0; i < n; i++) {
-            __builtin_prefetch((const char*)items[i]);
-            __builtin_prefetch((const char*)items[i] + 64);
+            __simnet_prefetch_line((const char*)items[i]);
+            __simnet_prefetch_line((const char*)items[i] + 64);
         }
     }
     static inline void __simnet_prefetch_list(PyObject* o) {
@@ -268,8 +273,8 @@ cdef extern from *:
         __simnet_prefetch_items(((PyTupleObject*)o)->ob_item, Py_SIZE(o));
     }
     static inline void __simnet_prefetch(PyObject* o) {
-        __builtin_prefetch((const char*)o);
-        __builtin_prefetch((const char*)o + 64);
+        __simnet_prefetch_line((const char*)o);
+        __simnet_prefetch_line((const char*)o + 64);
     }
     """
     void _prefetch_list "__simnet_prefetch_list"(list o)

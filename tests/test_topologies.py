@@ -728,11 +728,12 @@ def test_twin_refuses_a_node_that_is_not_a_twin():
     from topologies import routing
 
     r = topologies.Router(topologies.fat_tree(4, 1e9, 1e-6), ecmp=True)
-    r._full((r._leaves[0][0], r._leaves[0][1]))
-    search = next(iter(r._searches.values()))
+    search = r._full((r._leaves[0][0], r._leaves[0][1]))
+    assert type(search) is routing._FullSearch
+    twins = r._core.twins
+    other = next(n for n in r._core.nodes if twins.get(n) != twins[search.root])
     with pytest.raises(ValueError, match="is not a twin of"):
-        search.twin(next(n for n in r._core.nodes if n != search.root))
-    assert routing._FullSearch is type(search)
+        search.twin(other)
 
 
 def test_array_search_picks_among_equal_and_unequal_predecessors(monkeypatch):

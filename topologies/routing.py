@@ -469,14 +469,16 @@ class _FullSearch:
         self.pred_e = pred_e
         # Nodes whose tight predecessors all have the same route count (every node of a
         # symmetric fabric): a route index picks among them by a division, not a walk.
-        self.uniform = np.zeros(len(counts), dtype=np.uint8) if uniform is None else uniform
-        has = np.flatnonzero(pred_len) if uniform is None else ()
-        if len(has):
-            has = has[np.argsort(pred_start[has], kind="stable")]  # the segments' order
-            cu = counts[self.core.u[pred_e]]
-            first = pred_start[has]
-            same = np.minimum.reduceat(cu, first) == np.maximum.reduceat(cu, first)
-            self.uniform[has] = same
+        if uniform is None:
+            uniform = np.zeros(len(counts), dtype=np.uint8)
+            has = np.flatnonzero(pred_len)
+            if len(has):
+                has = has[np.argsort(pred_start[has], kind="stable")]  # the segments' order
+                cu = counts[self.core.u[pred_e]]
+                first = pred_start[has]
+                same = np.minimum.reduceat(cu, first) == np.maximum.reduceat(cu, first)
+                uniform[has] = same
+        self.uniform = uniform
         # The same arrays read element by element from Python: a memoryview's item is a
         # plain int, several times cheaper to get than a numpy scalar and its int().
         self.views = tuple(
