@@ -160,7 +160,7 @@ cdef class FlowNetwork:
     cdef public dict _paths
     cdef public dict _last_path
     cdef public dict _path_of_edges
-    cdef public dict _static_paths
+    cdef public list _static_rows
     cdef public list _static_list
     cdef public object _route_once
     cdef public dict _self_paths
@@ -198,7 +198,10 @@ cdef class FlowNetwork:
     @cython.locals(timer=_Flow, t=cython.double)
     cpdef call_later(self, double delay_s, callback, arg=*)
 
-    @cython.locals(path=_Path, static=dict, to=dict)
+    @cython.locals(rows=list, to=dict, i=Py_ssize_t)
+    cdef _Path _known_path(self, src, dst)
+
+    @cython.locals(path=_Path, rows=list, to=dict)
     cpdef _Path _path(self, src, dst)
 
     @cython.locals(known=dict, links=list, link=_Link, latency_s=cython.double, path=_Path)

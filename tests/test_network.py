@@ -797,3 +797,44 @@ def test_router_routes_are_kept_once_with_the_same_statistics():
         ((15, 0), 1015),
         ((8, 2), 1008),
     ]
+
+
+def test_static_table_is_a_row_per_endpoint_and_refuses_what_is_not_one():
+    # Endpoints 0..n-1: a row per source. A source outside them (negative: no row from
+    # the end of the table) goes to the Router, which names it.
+    import topologies
+    from topologies import TopologyError
+
+    g = topologies.fat_tree(4, 1e9, 1e-6)
+    router = topologies.Router(g, ecmp=True)
+    env = simpy.Environment()
+    net = FlowNetwork(env, g, router.path)
+    assert net._static_rows == [None] * 16
+    net.transfer(15, 3, 100)
+    env.run()
+    assert net._static_rows[15] is not None and set(net._static_rows[15]) == {3}
+    for src in (-1, 16, True):
+        with pytest.raises(TopologyError, match="src="):
+            net.start_transfer(src, 3, 100, lambda _t: None)
+    assert net.pair_bytes == {(15, 3): 100}
+
+
+def test_endpoints_numbered_otherwise_take_the_general_way():
+    # Endpoints 5 and 7 (not 0..n-1): no static table; routes and bytes as ever.
+    import topologies
+
+    g = nx.DiGraph()
+    g.add_nodes_from([5, 7], kind="endpoint")
+    g.add_node("sw", kind="switch")
+    for e in (5, 7):
+        g.add_edge(e, "sw", bandwidth=1e9, latency=1e-6)
+        g.add_edge("sw", e, bandwidth=1e9, latency=1e-6)
+    router = topologies.Router(g)
+    env = simpy.Environment()
+    net = FlowNetwork(env, g, router.path)
+    assert net._static_rows is None
+    net.transfer(5, 7, 1000)
+    net.transfer(7, 5, 500)
+    env.run()
+    assert net.pair_bytes == {(5, 7): 1000, (7, 5): 500}
+    assert env.now == pytest.approx(2e-6 + 1000 / 1e9)
