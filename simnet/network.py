@@ -612,10 +612,10 @@ class FlowNetwork:
         # table did not).
         static = _is_static_route(route)
         if static:
-            ends = route.__self__._endpoints
+            ends = route.__self__.endpoint_ints
             static = not ends or (min(ends) == 0 and max(ends) == len(ends) - 1)
         self._static_rows: list[dict[int, _Path] | None] | None = (
-            [None] * len(route.__self__._endpoints) if static else None
+            [None] * len(route.__self__.endpoint_ints) if static else None
         )
         # The static table's paths in the order they were made (what _paths holds for
         # other routes), and the Router's route without its own cache: the table keeps

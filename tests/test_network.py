@@ -830,6 +830,7 @@ def test_endpoints_numbered_otherwise_take_the_general_way():
         g.add_edge(e, "sw", bandwidth=1e9, latency=1e-6)
         g.add_edge("sw", e, bandwidth=1e9, latency=1e-6)
     router = topologies.Router(g)
+    assert router.endpoint_ints == {5, 7}
     env = simpy.Environment()
     net = FlowNetwork(env, g, router.path)
     assert net._static_rows is None

@@ -695,6 +695,12 @@ class Router:
                 return self._ecmp_full(search, src, dst)
         return self._compute(src, dst, 0, keep=False)
 
+    @property
+    def endpoint_ints(self) -> frozenset[int]:
+        """The graph's endpoints (``kind == "endpoint"``) that are ints: the ranks'
+        nodes, which routes run between."""
+        return self._endpoints
+
     def num_paths(self, src: int, dst: int) -> int:
         """Number of equal-cost shortest routes from endpoint ``src`` to endpoint ``dst``."""
         self._check_endpoint(src, "src")
