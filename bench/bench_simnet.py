@@ -27,7 +27,8 @@ machine; both include collecting what the run leaves to the cyclic collector; me
 over ``--repeats``, which go round the cases, every case once and then again, so that
 a drift of the machine's speed slows all of them alike), messages, messages per CPU
 and per wall second and the peak resident memory of the case's process, and for the
-fat-tree cases the max-min work (flow rates computed per message) and the growth
+fat-tree cases the max-min work (flow rates computed per message, and how many of them
+were new: the rest found a rate as it was) and the growth
 exponent of their wall time (with repeats, also from each case's fastest run), and how
 fast the machine was: the time of a 10-million-iteration empty Python loop in a fresh
 interpreter before and after the runs (0.30 s in the fastest hour seen here, over 1 s in
@@ -129,7 +130,7 @@ def switch_config(ranks: int) -> dict:
 
 def fat_tree_case(
     ranks: int, config: Callable[[int], dict] | None = None
-) -> tuple[int, float, int]:
+) -> tuple[int, float, int, int | None]:
     """ResNet-152 data parallel (10 gradient allreduces of 21-26 MB, Rabenseifner at these
     sizes) on the first ``ranks`` endpoints of a fat-tree, 25 GB/s links, 1 us per hop,
     flows spread over the cores (ECMP): thousands of flows contend on the core links."""
@@ -142,9 +143,14 @@ def fat_tree_case(
     if "dense_matrices" in inspect.signature(simnet.simulate).parameters:
         kw["dense_matrices"] = False  # the times and sparse pairs only, as an API user
     res = simnet.simulate(cfg, **kw)
-    # Max-min work: flow rates computed (the network's counter), summed over the phases.
-    rated = sum(p.timeline.net.flows_rerated for p in res.phases)
-    return sum(p.messages for p in res.phases), res.iteration_time_s, rated
+    # Max-min work: flow rates computed, and of those the new ones (the network's
+    # counters; a checkout older than rates_changed has only the first), over the phases.
+    nets = [p.timeline.net for p in res.phases]
+    rated = sum(net.flows_rerated for net in nets)
+    changed = None
+    if all(hasattr(net, "rates_changed") for net in nets):
+        changed = sum(net.rates_changed for net in nets)
+    return sum(p.messages for p in res.phases), res.iteration_time_s, rated, changed
 
 
 def plans_case(ranks: int) -> tuple[int, float]:
@@ -198,6 +204,7 @@ def run_one(name: str) -> dict:
         # Peak resident memory of the whole process (Linux: ru_maxrss in KiB), in bytes.
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "flow_rates_computed": rated[0] if rated else None,
+        "flow_rates_changed": rated[1] if len(rated) > 1 else None,
         "code": str(Path(sys.modules["simnet"].__file__).resolve().parent.parent),
         # A checkout older than the compiled core runs Python only.
         "core": getattr(sys.modules.get("simnet._compiled"), "summary", lambda: "python")(),
@@ -364,6 +371,7 @@ def summarise(runs: list[dict]) -> dict:
         "messages_per_wall_s": msgs / wall,
         "peak_rss_bytes": max(r.get("peak_rss_bytes", 0) for r in runs),
         "flow_rates_computed": runs[0].get("flow_rates_computed"),
+        "flow_rates_changed": runs[0].get("flow_rates_changed"),
         "code": runs[0]["code"],
         "core": runs[0]["core"],
         "huge_pages": runs[0].get("huge_pages", "off"),
@@ -506,7 +514,9 @@ def main() -> None:
             per = r["flow_rates_computed"] / r["messages"]
             there = (r.get("against") or {}).get("flow_rates_computed")
             vs = f" (vs {there / r['messages']:.2f})" if there else ""
-            print(f"{r['case']}: {per:.2f} flow rates computed per message{vs}")
+            changed = r.get("flow_rates_changed")
+            new = f", {changed / r['messages']:.2f} of them new" if changed is not None else ""
+            print(f"{r['case']}: {per:.2f} flow rates computed per message{new}{vs}")
     for line in contention_lines(rows):
         print(line)
     fat = [r for r in rows if r["case"].startswith("fat")]

@@ -156,6 +156,7 @@ cdef class FlowNetwork:
     cdef public long long transfers_completed
     cdef public long long recomputations
     cdef public long long flows_rerated
+    cdef public long long rates_changed
     cdef public dict _links
     cdef public dict _paths
     cdef public dict _last_path

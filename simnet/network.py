@@ -546,7 +546,10 @@ class FlowNetwork:
       seconds;
     * counters ``transfers_started``, ``transfers_completed``,
       ``recomputations`` (components whose max-min rates were computed) and
-      ``flows_rerated`` (flow rates computed, summed over recomputations).
+      ``flows_rerated`` (flow rates computed, summed over recomputations) and
+      ``rates_changed`` (of those, the rates that were new: a flow's first, or one
+      that moved by more than the rounding tolerance); ``flows_rerated -
+      rates_changed`` is max-min work that found a rate as it was.
     """
 
     def __init__(
@@ -599,6 +602,7 @@ class FlowNetwork:
         self.transfers_completed = 0
         self.recomputations = 0
         self.flows_rerated = 0
+        self.rates_changed = 0
 
         self._links: dict[LinkKey, _Link] = {}
         self._paths: dict[tuple, _Path] = {}  # (src, dst, edges) -> path
@@ -1283,6 +1287,7 @@ class FlowNetwork:
 
     def _apply_rate(self, f: _Flow, rate: float, now: float) -> None:
         """Bring the flow's remaining bytes up to now, switch rate, reschedule its end."""
+        self.rates_changed += 1
         old = f.rate_bytes_per_s
         rem = f.remaining_bytes
         if old > 0.0:
@@ -1351,6 +1356,7 @@ class FlowNetwork:
                     old = f.rate_bytes_per_s
                     if old == 0.0:
                         # self._apply_rate(f, rate, now) of a flow that just began, inlined
+                        self.rates_changed += 1
                         f.last_update_s = now
                         f.rate_bytes_per_s = rate
                         f.timer = self._add_timer(now + f.remaining_bytes / rate, f)

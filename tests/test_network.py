@@ -340,6 +340,26 @@ def test_flows_slower_than_a_change_keep_their_rates_without_being_rerated():
     assert {r.tag: r.end_s for r in out} == {"f": approx(2.0), "h": approx(5.5), "s": approx(20.0)}
 
 
+def test_rates_computed_but_found_unchanged_are_counted_apart():
+    # X: 0 -> 1 (10 B/s, its bottleneck) -> 2 (30 B/s); Y joins 1 -> 2 through 3 -> 1 (4 B/s).
+    g = nx.DiGraph()
+    for u, v, bw in ((0, 1, 10.0), (1, 2, 30.0), (3, 1, 4.0)):
+        g.add_edge(u, v, bandwidth=bw, latency=0.0)
+    env, net = make(g)
+    out: list[TransferRecord] = []
+    send_at(env, net, 0.0, 0, 2, 100, out, "X")
+    send_at(env, net, 1.0, 3, 2, 8, out, "Y")
+    env.run(until=0.5)
+    assert (net.flows_rerated, net.rates_changed) == (1, 1)  # X's first rate
+    # Y begins with at least min(4 / 1, 30 / 2) = 4 B/s: X (10 B/s) is rated again and
+    # keeps 10 B/s (1 -> 2 has 30 - 4 = 26 for it); only Y's first rate is new.
+    env.run(until=1.5)
+    assert (net.flows_rerated, net.rates_changed) == (3, 2)
+    assert {f.tag: f.rate_bytes_per_s for f in net.active_flows()} == {"X": 10.0, "Y": 4.0}
+    env.run()
+    assert {r.tag: r.end_s for r in out} == {"X": approx(10.0), "Y": approx(3.0)}
+
+
 def test_simultaneous_starts_are_batched_into_one_recomputation():
     g = nx.DiGraph()
     for i in range(1, 9):
