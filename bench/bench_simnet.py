@@ -51,6 +51,11 @@ takes about 50x its time: ring1024 or fat1024 a few minutes, fat4096 ten); with
 ``--against`` the ratios are this tree's over DIR's. Writes
 results/bench_simnet_cachegrind.json.
 
+``--parts`` splits each case's CPU time instead: the routes (the Router's calls), the
+plans (the executor's ``_plan`` calls), the phase's result (``simulate``'s
+``_phase_result``), each timed around its calls, and the rest (the message loop and the
+set-up); the timers add about a microsecond a call. Writes results/bench_simnet_parts.json.
+
 ``--against DIR`` measures another checkout of the project (e.g. a ``git
 worktree`` of an older commit) side by side: each repeat runs the case on
 DIR's code, then on this tree's, so both see the same machine load, and the
@@ -184,13 +189,51 @@ CASES = {
 DEFAULT_CASES = "ring64,ring256,ring1024,gpt3_384,fat1024,fat4096"
 
 
-def run_one(name: str) -> dict:
-    """Run one case in this process (imports included in neither time)."""
+PARTS = {  # --parts: (module, class or None, function) timed around each call
+    "routes": [
+        ("topologies.routing", "Router", "path"),
+        ("topologies.routing", "Router", "path_uncached"),
+    ],
+    "plans": [("simnet.executor", "SimExecutor", "_plan")],
+    "result": [("simnet.simulate", None, "_phase_result")],
+}
+
+
+def _time_parts() -> dict[str, float]:
+    """Wrap the functions of ``PARTS`` so that each call adds its CPU seconds to its
+    part; returns the totals (filled in as the case runs)."""
+    import importlib
+
+    totals = dict.fromkeys(PARTS, 0.0)
+
+    def timed(part: str, fn: Callable) -> Callable:
+        def call(*args: object, **kw: object) -> object:
+            t = time.process_time()
+            try:
+                return fn(*args, **kw)
+            finally:
+                totals[part] += time.process_time() - t
+
+        return call
+
+    for part, where in PARTS.items():
+        for module, cls, name in where:
+            owner = importlib.import_module(module)
+            if cls is not None:
+                owner = getattr(owner, cls)
+            setattr(owner, name, timed(part, getattr(owner, name)))
+    return totals
+
+
+def run_one(name: str, parts: bool = False) -> dict:
+    """Run one case in this process (imports included in neither time); with ``parts``,
+    the CPU seconds of each of ``PARTS`` too."""
     import gc
     import resource
 
     import simnet  # noqa: F401  (import cost is not the simulator's)
 
+    split = _time_parts() if parts else None
     w0, c0 = time.perf_counter(), time.process_time()
     msgs, sim_s, *rated = CASES[name]()
     # What the run leaves to the cyclic collector is its cost too (a sweep of runs in one
@@ -205,6 +248,7 @@ def run_one(name: str) -> dict:
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "flow_rates_computed": rated[0] if rated else None,
         "flow_rates_changed": rated[1] if len(rated) > 1 else None,
+        "parts_cpu_s": split,
         "code": str(Path(sys.modules["simnet"].__file__).resolve().parent.parent),
         # A checkout older than the compiled core runs Python only.
         "core": getattr(sys.modules.get("simnet._compiled"), "summary", lambda: "python")(),
@@ -219,6 +263,7 @@ def _run_case(
     pure: bool = False,
     tool: tuple[str, ...] = (),
     huge_pages: bool = True,
+    parts: bool = False,
 ) -> tuple[dict, str]:
     """Run one case in a fresh process on the code of ``tree`` (its Python core if
     ``pure``; object arenas on ordinary pages unless ``huge_pages``), under ``tool`` (a
@@ -231,7 +276,8 @@ def _run_case(
     if not huge_pages:
         env["COMMSIM_HUGE_PAGES"] = "0"
     out = subprocess.run(
-        [*tool, sys.executable, str(Path(__file__).resolve()), "--one", name],
+        [*tool, sys.executable, str(Path(__file__).resolve()), "--one", name]
+        + (["--parts"] if parts else []),
         env=env,
         cwd=tree,
         capture_output=True,
@@ -406,6 +452,44 @@ def contention_lines(rows: list[dict]) -> list[str]:
     return out
 
 
+def parts_table(names: list[str], repeats: int, out_path: str) -> None:
+    """``--parts``: each case's CPU seconds split into ``PARTS`` and the rest (medians
+    over ``repeats`` fresh runs)."""
+    head = f"{'case':10s} {'messages':>10s} {'cpu (s)':>8s}"
+    head += "".join(f" {p + ' (s)':>12s}" for p in PARTS) + f" {'rest (s)':>9s}"
+    print(head, flush=True)
+    rows = []
+    for name in names:
+        runs = [_run_case(name, ROOT, parts=True)[0] for _ in range(repeats)]
+        row = {
+            "case": name,
+            "messages": runs[0]["messages"],
+            "cpu_s": statistics.median(r["cpu_s"] for r in runs),
+            "parts_cpu_s": {p: statistics.median(r["parts_cpu_s"][p] for r in runs) for p in PARTS},
+        }
+        row["rest_cpu_s"] = row["cpu_s"] - sum(row["parts_cpu_s"].values())
+        cpu = row["cpu_s"]
+        line = f"{name:10s} {row['messages']:10d} {cpu:8.2f}"
+        for p in PARTS:
+            t = row["parts_cpu_s"][p]
+            line += f" {t:6.2f} ({t / cpu:3.0%})"
+        line += f" {row['rest_cpu_s']:9.2f}"
+        rows.append(row)
+        print(line, flush=True)
+    print(
+        "rest: the message loop and the set-up; each part is timed around its calls "
+        "(about a microsecond more a call)"
+    )
+    sys.path.insert(0, str(ROOT))
+    from workload.results import versions, write_json
+
+    write_json(
+        out_path,
+        {"kind": "bench-simnet-parts", "versions": versions(), "repeats": repeats, "rows": rows},
+    )
+    print(f"wrote {out_path}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=DEFAULT_CASES, help=f"of {', '.join(CASES)}")
@@ -429,11 +513,16 @@ def main() -> None:
         action="store_true",
         help="count instructions and cache misses under valgrind instead of timing",
     )
+    ap.add_argument(
+        "--parts",
+        action="store_true",
+        help="split each case's CPU time into routes, plans, result and the rest",
+    )
     ap.add_argument("--out", help="results file (default: results/bench_simnet.json)")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: one case, JSON on stdout
     ns = ap.parse_args()
     if ns.one:
-        print(json.dumps(run_one(ns.one)))
+        print(json.dumps(run_one(ns.one, ns.parts)))
         return
     names = ns.cases.split(",")
     unknown = [n for n in names if n not in CASES]
@@ -449,6 +538,11 @@ def main() -> None:
                 "--against-no-huge-pages (cachegrind does not model address translation)"
             )
         cachegrind_table(names, other, ns.out or "results/bench_simnet_cachegrind.json")
+        return
+    if ns.parts:
+        if other is not None or ns.against_pure or ns.against_no_huge_pages:
+            raise SystemExit("--parts splits this tree's cases; it compares with nothing")
+        parts_table(names, ns.repeats, ns.out or "results/bench_simnet_parts.json")
         return
     ns.out = ns.out or "results/bench_simnet.json"
     head = (

@@ -86,3 +86,24 @@ def test_reference_loop_times_the_loop_it_is_given(monkeypatch):
     monkeypatch.setattr(bench_simnet, "REFERENCE_LOOP", 3_000_000)
     many = bench_simnet.reference_loop_s()
     assert 0.0 <= one < 0.005 < many
+
+
+def test_parts_add_up_the_cpu_time_of_their_calls(monkeypatch):
+    import sys
+    import time
+    import types
+
+    def busy() -> int:  # 20 ms of CPU
+        t = time.process_time()
+        while time.process_time() - t < 0.02:
+            pass
+        return 7
+
+    mod = types.ModuleType("fake_parts_module")
+    mod.busy = busy
+    monkeypatch.setitem(sys.modules, "fake_parts_module", mod)
+    monkeypatch.setattr(bench_simnet, "PARTS", {"busy": [("fake_parts_module", None, "busy")]})
+    totals = bench_simnet._time_parts()
+    assert totals == {"busy": 0.0}
+    assert mod.busy() == 7 and mod.busy() == 7
+    assert 0.04 <= totals["busy"] < 1.0
