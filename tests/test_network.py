@@ -315,12 +315,17 @@ def test_disjoint_components_do_not_recompute_each_other():
     assert counts_at(env2, net2, 1.5) == (2, 3)
 
 
+def two_into_one(bw_01: float, bw_12: float, bw_31: float) -> nx.DiGraph:
+    """0 -> 1 -> 2 and 3 -> 1, bandwidths in B/s, no latency."""
+    g = nx.DiGraph()
+    for u, v, bw in ((0, 1, bw_01), (1, 2, bw_12), (3, 1, bw_31)):
+        g.add_edge(u, v, bandwidth=bw, latency=0.0)
+    return g
+
+
 def test_flows_slower_than_a_change_keep_their_rates_without_being_rerated():
     # 3 -> 1 (2 B/s) caps s; 0 -> 1 and 1 -> 2 (10 B/s) are shared with the others.
-    g = nx.DiGraph()
-    for u, v, bw in ((0, 1, 10.0), (1, 2, 10.0), (3, 1, 2.0)):
-        g.add_edge(u, v, bandwidth=bw, latency=0.0)
-    env, net = make(g)
+    env, net = make(two_into_one(10.0, 10.0, 2.0))
     out: list[TransferRecord] = []
     send_at(env, net, 0.0, 3, 2, 40, out, "s")  # 2 B/s throughout: ends at 40 / 2 = 20
     send_at(env, net, 0.0, 0, 2, 16, out, "f")  # the 8 B/s s leaves on 1 -> 2: ends at 2
@@ -342,10 +347,7 @@ def test_flows_slower_than_a_change_keep_their_rates_without_being_rerated():
 
 def test_rates_computed_but_found_unchanged_are_counted_apart():
     # X: 0 -> 1 (10 B/s, its bottleneck) -> 2 (30 B/s); Y joins 1 -> 2 through 3 -> 1 (4 B/s).
-    g = nx.DiGraph()
-    for u, v, bw in ((0, 1, 10.0), (1, 2, 30.0), (3, 1, 4.0)):
-        g.add_edge(u, v, bandwidth=bw, latency=0.0)
-    env, net = make(g)
+    env, net = make(two_into_one(10.0, 30.0, 4.0))
     out: list[TransferRecord] = []
     send_at(env, net, 0.0, 0, 2, 100, out, "X")
     send_at(env, net, 1.0, 3, 2, 8, out, "Y")
