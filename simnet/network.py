@@ -545,7 +545,7 @@ class FlowNetwork:
       of the pair in flight; ``pair_rate_bytes_per_s(src, dst)``: bytes over busy
       seconds;
     * counters ``transfers_started``, ``transfers_completed``,
-      ``recomputations`` (components whose max-min rates were computed) and
+      ``recomputations`` (components whose max-min rates were computed),
       ``flows_rerated`` (flow rates computed, summed over recomputations) and
       ``rates_changed`` (of those, the rates that were new: a flow's first, or one
       that moved by more than the rounding tolerance); ``flows_rerated -

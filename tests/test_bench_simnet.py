@@ -101,9 +101,20 @@ def test_parts_add_up_the_cpu_time_of_their_calls(monkeypatch):
 
     mod = types.ModuleType("fake_parts_module")
     mod.busy = busy
+    mod.outer = lambda: mod.busy() + 1  # calls the other part: counted once, in outer
     monkeypatch.setitem(sys.modules, "fake_parts_module", mod)
-    monkeypatch.setattr(bench_simnet, "PARTS", {"busy": [("fake_parts_module", None, "busy")]})
+    monkeypatch.setattr(
+        bench_simnet,
+        "PARTS",
+        {
+            "busy": [("fake_parts_module", None, "busy")],
+            "outer": [("fake_parts_module", None, "outer")],
+        },
+    )
     totals = bench_simnet._time_parts()
-    assert totals == {"busy": 0.0}
+    assert totals == {"busy": 0.0, "outer": 0.0}
     assert mod.busy() == 7 and mod.busy() == 7
-    assert 0.04 <= totals["busy"] < 1.0
+    assert 0.04 <= totals["busy"] < 1.0 and totals["outer"] == 0.0
+    before = totals["busy"]
+    assert mod.outer() == 8
+    assert totals["busy"] == before and 0.02 <= totals["outer"] < 1.0
