@@ -614,18 +614,16 @@ class FlowNetwork:
         # and the endpoints are 0..n-1 (a list by source: no hashing of src per message,
         # and the rows of 16,384 sources fit in a processor cache, where a dictionary's
         # table did not).
-        static = _is_static_route(route)
-        if static:
+        self._static_rows: list[dict[int, _Path] | None] | None = None
+        if _is_static_route(route):
             ends = route.__self__.endpoint_ints
-            static = not ends or (min(ends) == 0 and max(ends) == len(ends) - 1)
-        self._static_rows: list[dict[int, _Path] | None] | None = (
-            [None] * len(route.__self__.endpoint_ints) if static else None
-        )
+            if not ends or (min(ends) == 0 and max(ends) == len(ends) - 1):
+                self._static_rows = [None] * len(ends)
         # The static table's paths in the order they were made (what _paths holds for
         # other routes), and the Router's route without its own cache: the table keeps
         # every route once.
         self._static_list: list[_Path] = []
-        self._route_once = route.__self__.path_uncached if static else None
+        self._route_once = route.__self__.path_uncached if self._static_rows is not None else None
         self._self_paths: dict[int, _Path] = {}  # src == dst
         self._pairs: dict[tuple[int, int], _Pair] = {}
 
@@ -829,7 +827,7 @@ class FlowNetwork:
         rows = self._static_rows
         if rows is None or type(src) is not int or not 0 <= src < len(rows):
             return None
-        i = src
+        i = src  # (a Py_ssize_t in network.pxd: compiled, the list is indexed in C)
         to = rows[i]
         return to.get(dst) if to is not None else None
 

@@ -347,8 +347,8 @@ class _CoreGraph:
         # two twins maps the graph onto itself (a node is never its own neighbour here,
         # so twins are not neighbours), so the search from one is the other's, swapped
         # (_FullSearch.twin): one search per group instead of one per switch.
-        out_of: dict[int, list] = {i: [] for i in range(len(nodes))}
-        in_of: dict[int, list] = {i: [] for i in range(len(nodes))}
+        out_of: list[list] = [[] for _ in nodes]
+        in_of: list[list] = [[] for _ in nodes]
         for v, u, lat in edges:
             out_of[u].append((v, lat))
             in_of[v].append((u, lat))
