@@ -124,8 +124,7 @@ cdef class _Path:
     cdef public _Pair pair
 
 
-@cython.freelist(1024)  # one per message: freed ones reused (see _Flow)
-cdef class _Flow:
+cdef class _Flow:  # (its free list and GC flag: decorators in network.py)
     cdef public double fill_bytes_per_s
     cdef public double last_update_s
     cdef public tuple links
