@@ -56,6 +56,15 @@ plans (the executor's ``_plan`` calls), the phase's result (``simulate``'s
 ``_phase_result``), each timed around its calls, and the rest (the message loop and the
 set-up); the timers add about a microsecond a call. Writes results/bench_simnet_parts.json.
 
+``--perf`` samples instead: each case runs under ``perf record -e cpu-clock`` (the
+kernel's timer, which works where a virtual machine has no hardware counters) and the
+table gives the share of the samples in each kind of work (the max-min sharing, timers
+and flow phases, the executor, Python's dictionaries, allocation and the cyclic
+collector, the interpreter, the kernel, the rest) and the busiest functions. Shares are
+measured within one run, so a slow hour moves them little; at a big case they count
+what cachegrind's simulated cache does not, the machine's real memory latency. Writes
+results/bench_simnet_perf.json.
+
 ``--against DIR`` measures another checkout of the project (e.g. a ``git
 worktree`` of an older commit) side by side: each repeat runs the case on
 DIR's code, then on this tree's, so both see the same machine load, and the
@@ -407,6 +416,122 @@ def cachegrind_table(names: list[str], other: Path | None, out_path: str) -> Non
     print(f"wrote {out_path}")
 
 
+# --perf: each sampled function's kind of work, by the first rule that matches its
+# object file and symbol (order matters: the network's flow phases before its max-min).
+PERF_KINDS = (
+    (
+        "max-min sharing",
+        r"network\.cpython.*(_flush|_water_fill|_sum_load|_set_load|_unlist|_apply_rate|_begin)\b",
+    ),
+    ("timers and flow phases", r"network\.cpython"),
+    ("executor", r"executor\.cpython"),
+    (
+        "dictionaries",
+        r"libpython.*\b(_?Py_?[Dd]ict\w*|dict\w*|insertdict|\w*keys_lookup\w*|lookdict\w*)$",
+    ),
+    (
+        "allocation and collector",
+        r"libpython.*\b(\w*Malloc|\w*Free|\w*Realloc|PyObject_GC_\w+|gc_\w+|visit_\w+|"
+        r"\w*dealloc|tuple_alloc|Py\w*_New|_Py_NewReference|PyType_GenericAlloc|\w*_alloc)$",
+    ),
+    ("interpreter", r"libpython"),
+    ("kernel", r"\[kernel"),
+)
+PERF_TOP = 12  # functions listed per case
+
+
+def perf_kind(dso: str, symbol: str) -> str:
+    """The kind of work (a name of ``PERF_KINDS``, or "other") of a sampled function."""
+    where = f"{dso} {symbol}"
+    for kind, pattern in PERF_KINDS:
+        if re.search(pattern, where):
+            return kind
+    return "other"
+
+
+def parse_perf_report(text: str) -> list[tuple[float, str, str]]:
+    """(percent of the samples, object file, symbol) of each line of ``perf report
+    --stdio --sort dso,sym``, in its order (the busiest first)."""
+    out = []
+    for line in text.splitlines():
+        m = re.match(r"\s*([\d.]+)%\s+(\S+)\s+\[[.k]\]\s+(.+?)\s*$", line)
+        if m:
+            out.append((float(m.group(1)), m.group(2), m.group(3)))
+    return out
+
+
+def run_sampled(name: str, tree: Path) -> dict:
+    """Run one case in a fresh process on ``tree``'s code under ``perf record``; the
+    case's figures plus the share of the samples (percent) by kind and its busiest
+    functions."""
+    with tempfile.TemporaryDirectory() as tmp:
+        data = f"{tmp}/perf.data"
+        tool = ("perf", "record", "-q", "-e", "cpu-clock", "-F", "499", "-o", data, "--")
+        row, _ = _run_case(name, tree, tool=tool)
+        out = subprocess.run(
+            ["perf", "report", "-i", data, "--stdio", "--sort", "dso,sym"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=600,
+        )
+    lines = parse_perf_report(out.stdout)
+    if not lines:
+        raise SystemExit(f"case {name}: perf report gave no samples:\n{out.stderr[-2000:]}")
+    kinds = dict.fromkeys([k for k, _ in PERF_KINDS] + ["other"], 0.0)
+    for pct, dso, sym in lines:
+        kinds[perf_kind(dso, sym)] += pct
+    row["perf_kinds_pct"] = kinds
+    row["perf_top"] = [
+        {"pct": pct, "dso": dso, "symbol": sym, "kind": perf_kind(dso, sym)}
+        for pct, dso, sym in lines[:PERF_TOP]
+    ]
+    return row
+
+
+def _short_symbol(symbol: str) -> str:
+    """A Cython function's name without its mangling: __pyx_f_6simnet_7network_11FlowNetwork__flush
+    -> network.FlowNetwork._flush (other symbols as they are)."""
+    m = re.match(r"__pyx_(?:f|pw|pf|tp_\w+?)_6simnet_\d+(\w+?)_(.*)$", symbol)
+    if not m:
+        return symbol
+    module, rest = m.group(1), m.group(2)
+    parts = []
+    while (n := re.match(r"(\d+)(.*)$", rest)) and len(n.group(2)) > int(n.group(1)):
+        k = int(n.group(1))
+        parts.append(n.group(2)[:k])
+        rest = n.group(2)[k + 1 :]
+    return ".".join([module, *parts, rest]) if rest else ".".join([module, *parts])
+
+
+def perf_table(names: list[str], out_path: str) -> None:
+    """``--perf``: each case's samples by kind of work, and its busiest functions."""
+    if shutil.which("perf") is None:
+        raise SystemExit("--perf needs perf (apt install linux-perf, or linux-tools)")
+    kinds = [k for k, _ in PERF_KINDS] + ["other"]
+    print(f"{'case':10s} {'cpu (s)':>8s} " + " ".join(f"{k:>{max(len(k), 6)}s}" for k in kinds))
+    rows = []
+    for name in names:
+        row = {"case": name, **run_sampled(name, ROOT)}
+        rows.append(row)
+        shares = row["perf_kinds_pct"]
+        print(
+            f"{name:10s} {row['cpu_s']:8.2f} "
+            + " ".join(f"{shares[k]:{max(len(k), 6) - 1}.1f}%" for k in kinds),
+            flush=True,
+        )
+    print("percent of the CPU-clock samples (499 a second) of the case's whole process")
+    for row in rows:
+        print(f"{row['case']}, busiest functions:")
+        for t in row["perf_top"]:
+            print(f"  {t['pct']:5.1f}%  {_short_symbol(t['symbol'])}  ({t['kind']})")
+    sys.path.insert(0, str(ROOT))
+    from workload.results import versions, write_json
+
+    write_json(out_path, {"kind": "bench-simnet-perf", "versions": versions(), "rows": rows})
+    print(f"wrote {out_path}")
+
+
 def summarise(runs: list[dict]) -> dict:
     wall = statistics.median(r["wall_s"] for r in runs)
     # The least disturbed run: on a shared machine the other runs' extra time is load.
@@ -524,6 +649,11 @@ def main() -> None:
         action="store_true",
         help="split each case's CPU time into routes, plans, result and the rest",
     )
+    ap.add_argument(
+        "--perf",
+        action="store_true",
+        help="sample each case under perf and split its time by kind of work",
+    )
     ap.add_argument("--out", help="results file (default: results/bench_simnet.json)")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: one case, JSON on stdout
     ns = ap.parse_args()
@@ -544,6 +674,11 @@ def main() -> None:
                 "--against-no-huge-pages (cachegrind does not model address translation)"
             )
         cachegrind_table(names, other, ns.out or "results/bench_simnet_cachegrind.json")
+        return
+    if ns.perf:
+        if other is not None or ns.against_pure or ns.against_no_huge_pages or ns.parts:
+            raise SystemExit("--perf samples this tree's cases; it compares with nothing")
+        perf_table(names, ns.out or "results/bench_simnet_perf.json")
         return
     if ns.parts:
         if other is not None or ns.against_pure or ns.against_no_huge_pages:

@@ -118,3 +118,87 @@ def test_parts_add_up_the_cpu_time_of_their_calls(monkeypatch):
     before = totals["busy"]
     assert mod.outer() == 8
     assert totals["busy"] == before and 0.02 <= totals["outer"] < 1.0
+
+
+# Lines of `perf report --stdio --sort dso,sym` (the header and blank lines are skipped).
+PERF_REPORT = """\
+# Samples: 18K of event 'cpu-clock'
+#
+# Overhead  Shared Object                                      Symbol
+# ........  .................................................  ......
+#
+    13.26%  network.cpython-311.so  [.] __pyx_f_6simnet_7network_11FlowNetwork__on_wake
+    11.16%  network.cpython-311.so  [.] __pyx_f_6simnet_7network_11FlowNetwork__flush
+     9.49%  executor.cpython-311.so  [.] __pyx_f_6simnet_8executor_5_Coll_advance
+     9.29%  libpython3.11.so.1.0  [.] _Py_dict_lookup
+     2.92%  libpython3.11.so.1.0  [.] PyObject_GC_UnTrack
+     2.90%  [kernel.kallsyms]  [k] clear_page_erms
+     3.58%  libpython3.11.so.1.0  [.] _PyEval_EvalFrameDefault
+     0.90%  network.cpython-311.so  [.] __pyx_f_6simnet_7network_9_KeyQueue_pop
+     0.63%  libscipy_openblas64_-32a4b2a6.so  [.] blas_thread_server
+"""
+
+
+def test_perf_report_lines_are_read_in_order():
+    lines = bench_simnet.parse_perf_report(PERF_REPORT)
+    assert len(lines) == 9
+    assert lines[0] == (
+        13.26,
+        "network.cpython-311.so",
+        "__pyx_f_6simnet_7network_11FlowNetwork__on_wake",
+    )
+    assert lines[5] == (2.90, "[kernel.kallsyms]", "clear_page_erms")
+
+
+def test_sampled_functions_are_sorted_into_kinds_of_work():
+    kind = {
+        sym: bench_simnet.perf_kind(dso, sym)
+        for _, dso, sym in bench_simnet.parse_perf_report(PERF_REPORT)
+    }
+    assert kind["__pyx_f_6simnet_7network_11FlowNetwork__flush"] == "max-min sharing"
+    assert kind["__pyx_f_6simnet_7network_11FlowNetwork__on_wake"] == "timers and flow phases"
+    assert kind["__pyx_f_6simnet_7network_9_KeyQueue_pop"] == "timers and flow phases"
+    assert kind["__pyx_f_6simnet_8executor_5_Coll_advance"] == "executor"
+    assert kind["_Py_dict_lookup"] == "dictionaries"
+    assert kind["PyObject_GC_UnTrack"] == "allocation and collector"
+    assert kind["_PyEval_EvalFrameDefault"] == "interpreter"
+    assert kind["clear_page_erms"] == "kernel"
+    assert kind["blas_thread_server"] == "other"
+
+
+def test_cython_symbols_are_shown_by_their_python_names():
+    short = bench_simnet._short_symbol
+    assert short("__pyx_f_6simnet_7network_11FlowNetwork__flush") == "network.FlowNetwork._flush"
+    assert short("__pyx_f_6simnet_7network_9_KeyQueue_pop") == "network._KeyQueue.pop"
+    assert short("__pyx_f_6simnet_8executor_5_Coll_advance") == "executor._Coll.advance"
+    assert short("__pyx_f_6simnet_7network__sum_load") == "network._sum_load"
+    assert short("_Py_dict_lookup") == "_Py_dict_lookup"
+
+
+def test_a_sampled_case_sums_its_samples_by_kind(monkeypatch):
+    def fake_case(name, tree, pure=False, tool=()):
+        assert tool[:4] == ("perf", "record", "-q", "-e") and "cpu-clock" in tool
+        return {"messages": 10, "cpu_s": 1.0}, ""
+
+    class Done:
+        stdout, stderr = PERF_REPORT, ""
+
+    monkeypatch.setattr(bench_simnet, "_run_case", fake_case)
+    monkeypatch.setattr(bench_simnet.subprocess, "run", lambda *a, **k: Done())
+    row = bench_simnet.run_sampled("switch16384", Path("."))
+    kinds = row["perf_kinds_pct"]
+    assert kinds["timers and flow phases"] == pytest.approx(13.26 + 0.90)
+    assert kinds["max-min sharing"] == pytest.approx(11.16)
+    assert kinds["other"] == pytest.approx(0.63)
+    assert sum(kinds.values()) == pytest.approx(54.13)
+    assert [t["pct"] for t in row["perf_top"]][:2] == [13.26, 11.16]
+
+
+def test_a_perf_report_without_samples_is_an_error(monkeypatch):
+    class Empty:
+        stdout, stderr = "# no samples\n", "perf: no data"
+
+    monkeypatch.setattr(bench_simnet, "_run_case", lambda *a, **k: ({"cpu_s": 1.0}, ""))
+    monkeypatch.setattr(bench_simnet.subprocess, "run", lambda *a, **k: Empty())
+    with pytest.raises(SystemExit, match="no samples"):
+        bench_simnet.run_sampled("ring64", Path("."))
