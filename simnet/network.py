@@ -480,10 +480,11 @@ class _Flow:
     ``__init__`` (``start_transfer`` sets every field); compiled, freed objects are
     kept for the next messages (a free list), which skips the allocator and reuses
     memory that is likely still in cache. Compiled, flows are not tracked by the
-    cyclic collector: every live flow is held by the timer queue, whose C nodes the
-    collector cannot see, so tracking one never let the collector free it, and
-    untracking it at every message's end unlinked it from the collector's list
-    (touching two other objects).
+    cyclic collector: a flow in flight is held by the timer queue, whose C nodes the
+    collector cannot see (from its start to the next max-min pass of that instant, by
+    its links' lists and the pass's seeds instead), so tracking one never let the
+    collector free it, and untracking it at every message's end unlinked it from the
+    collector's list (touching two other objects).
     """
 
     __slots__ = (
