@@ -322,6 +322,15 @@ def reference_loop_s() -> float:
     return float(out.stdout)
 
 
+def write_results(out_path: str, kind: str, doc: dict) -> None:
+    """Write a results file (``kind`` and the software versions first) and say so."""
+    sys.path.insert(0, str(ROOT))  # run as a script, this file's directory is first
+    from workload.results import versions, write_json
+
+    write_json(out_path, {"kind": kind, "versions": versions(), **doc})
+    print(f"wrote {out_path}")
+
+
 def run_fresh(name: str, tree: Path, pure: bool = False, huge_pages: bool = True) -> dict:
     """Run one case in a fresh process on the code of ``tree`` (its Python core if ``pure``;
     see ``_run_case``)."""
@@ -398,22 +407,17 @@ def cachegrind_table(names: list[str], other: Path | None, out_path: str) -> Non
             f"fat-tree cases: estimated cycles grow as messages^{growth:.2f} "
             "(least squares on logs; 1 is linear)"
         )
-    sys.path.insert(0, str(ROOT))
-    from workload.results import versions, write_json
-
-    write_json(
+    write_results(
         out_path,
+        "bench-simnet-cachegrind",
         {
-            "kind": "bench-simnet-cachegrind",
             "ll_cache": LL_CACHE,
             "est_cycles": f"instructions + {D1_MISS_CYCLES} d1_misses + {LL_MISS_CYCLES} ll_misses",
             "fat_tree_est_cycles_exponent": growth,
-            "versions": versions(),
             "against": str(other) if other else None,
             "rows": rows,
         },
     )
-    print(f"wrote {out_path}")
 
 
 # --perf: each sampled function's kind of work, by the first rule that matches its
@@ -431,7 +435,7 @@ PERF_KINDS = (
     ),
     (
         "allocation and collector",
-        r"libpython.*\b(\w*Malloc|\w*Free|\w*Realloc|PyObject_GC_\w+|gc_\w+|visit_\w+|"
+        r"libpython.*\b(\w*Malloc|\w*Free|\w*Realloc|PyObject_(?:IS_)?GC\w*|gc_\w+|visit_\w+|"
         r"\w*dealloc|tuple_alloc|Py\w*_New|_Py_NewReference|PyType_GenericAlloc|\w*_alloc)$",
     ),
     ("interpreter", r"libpython"),
@@ -478,30 +482,31 @@ def run_sampled(name: str, tree: Path) -> dict:
     lines = parse_perf_report(out.stdout)
     if not lines:
         raise SystemExit(f"case {name}: perf report gave no samples:\n{out.stderr[-2000:]}")
-    kinds = dict.fromkeys([k for k, _ in PERF_KINDS] + ["other"], 0.0)
-    for pct, dso, sym in lines:
-        kinds[perf_kind(dso, sym)] += pct
-    row["perf_kinds_pct"] = kinds
-    row["perf_top"] = [
+    sampled = [
         {"pct": pct, "dso": dso, "symbol": sym, "kind": perf_kind(dso, sym)}
-        for pct, dso, sym in lines[:PERF_TOP]
+        for pct, dso, sym in lines
     ]
+    kinds = dict.fromkeys([k for k, _ in PERF_KINDS] + ["other"], 0.0)
+    for t in sampled:
+        kinds[t["kind"]] += t["pct"]
+    row["perf_kinds_pct"] = kinds
+    row["perf_top"] = sampled[:PERF_TOP]
     return row
 
 
 def _short_symbol(symbol: str) -> str:
     """A Cython function's name without its mangling: __pyx_f_6simnet_7network_11FlowNetwork__flush
     -> network.FlowNetwork._flush (other symbols as they are)."""
-    m = re.match(r"__pyx_(?:f|pw|pf|tp_\w+?)_6simnet_\d+(\w+?)_(.*)$", symbol)
+    m = re.match(r"__pyx_(?:f|pw|pf|tp_\w+?)_6simnet_(.*)$", symbol)
     if not m:
         return symbol
-    module, rest = m.group(1), m.group(2)
-    parts = []
+    rest, parts = m.group(1), []
+    # Each name of the path is its length, then itself, then "_"; the last one is bare.
     while (n := re.match(r"(\d+)(.*)$", rest)) and len(n.group(2)) > int(n.group(1)):
         k = int(n.group(1))
         parts.append(n.group(2)[:k])
         rest = n.group(2)[k + 1 :]
-    return ".".join([module, *parts, rest]) if rest else ".".join([module, *parts])
+    return ".".join([*parts, rest] if rest else parts)
 
 
 def perf_table(names: list[str], out_path: str) -> None:
@@ -525,11 +530,7 @@ def perf_table(names: list[str], out_path: str) -> None:
         print(f"{row['case']}, busiest functions:")
         for t in row["perf_top"]:
             print(f"  {t['pct']:5.1f}%  {_short_symbol(t['symbol'])}  ({t['kind']})")
-    sys.path.insert(0, str(ROOT))
-    from workload.results import versions, write_json
-
-    write_json(out_path, {"kind": "bench-simnet-perf", "versions": versions(), "rows": rows})
-    print(f"wrote {out_path}")
+    write_results(out_path, "bench-simnet-perf", {"rows": rows})
 
 
 def summarise(runs: list[dict]) -> dict:
@@ -611,14 +612,7 @@ def parts_table(names: list[str], repeats: int, out_path: str) -> None:
         "rest: the message loop and the set-up; each part is timed around its calls "
         "(about a microsecond more a call)"
     )
-    sys.path.insert(0, str(ROOT))
-    from workload.results import versions, write_json
-
-    write_json(
-        out_path,
-        {"kind": "bench-simnet-parts", "versions": versions(), "repeats": repeats, "rows": rows},
-    )
-    print(f"wrote {out_path}")
+    write_results(out_path, "bench-simnet-parts", {"repeats": repeats, "rows": rows})
 
 
 def main() -> None:
@@ -639,17 +633,18 @@ def main() -> None:
         action="store_true",
         help="this tree with its object arenas on ordinary pages, side by side",
     )
-    ap.add_argument(
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument(
         "--cachegrind",
         action="store_true",
         help="count instructions and cache misses under valgrind instead of timing",
     )
-    ap.add_argument(
+    mode.add_argument(
         "--parts",
         action="store_true",
         help="split each case's CPU time into routes, plans, result and the rest",
     )
-    ap.add_argument(
+    mode.add_argument(
         "--perf",
         action="store_true",
         help="sample each case under perf and split its time by kind of work",
@@ -675,14 +670,14 @@ def main() -> None:
             )
         cachegrind_table(names, other, ns.out or "results/bench_simnet_cachegrind.json")
         return
+    versus = other is not None or ns.against_pure or ns.against_no_huge_pages
+    if (ns.perf or ns.parts) and versus:
+        flag = "--perf" if ns.perf else "--parts"
+        raise SystemExit(f"{flag} measures this tree's cases; it compares with nothing")
     if ns.perf:
-        if other is not None or ns.against_pure or ns.against_no_huge_pages or ns.parts:
-            raise SystemExit("--perf samples this tree's cases; it compares with nothing")
         perf_table(names, ns.out or "results/bench_simnet_perf.json")
         return
     if ns.parts:
-        if other is not None or ns.against_pure or ns.against_no_huge_pages:
-            raise SystemExit("--parts splits this tree's cases; it compares with nothing")
         parts_table(names, ns.repeats, ns.out or "results/bench_simnet_parts.json")
         return
     ns.out = ns.out or "results/bench_simnet.json"
@@ -690,7 +685,6 @@ def main() -> None:
         f"{'case':10s} {'messages':>10s} {'simulated (s)':>14s} {'wall (s)':>9s} "
         f"{'cpu (s)':>8s} {'msgs/cpu-s':>11s} {'msgs/wall-s':>11s} {'peak GB':>8s}"
     )
-    versus = other is not None or ns.against_pure or ns.against_no_huge_pages
     both = set(ns.against_cases.split(",")) if ns.against_cases else set(names)
     if versus:
         head += f" {'vs cpu (s)':>11s} {'vs msgs/cpu-s':>14s} {'vs peak GB':>10s} {'speedup':>8s}"
@@ -769,16 +763,12 @@ def main() -> None:
         f"machine speed: a {REFERENCE_LOOP:,}-iteration empty Python loop took "
         f"{loop_before:.3f} s before the runs and {loop_after:.3f} s after"
     )
-    sys.path.insert(0, str(ROOT))  # run as a script, this file's directory is first
-    from workload.results import versions, write_json
-
-    write_json(
+    write_results(
         ns.out,
+        "bench-simnet",
         {
-            "kind": "bench-simnet",
             "machine": platform.processor(),
             "cpus": os.cpu_count(),
-            "versions": versions(),
             "repeats": ns.repeats,
             "reference_loop_s": {"before": loop_before, "after": loop_after},
             "fat_tree_wall_exponent": growth,
@@ -786,7 +776,6 @@ def main() -> None:
             "rows": rows,
         },
     )
-    print(f"wrote {ns.out}")
 
 
 if __name__ == "__main__":
