@@ -89,7 +89,7 @@ cdef class _Link:
     # read come first, next to the object header (cachegrind, 1,024 ranks: 2% fewer L1
     # data misses than in the order of the Python attributes; no wall-time difference
     # stands out of this machine's noise).
-    cdef public list flows
+    cdef _ObjectArray fl  # the draining flows (references held): fl_small or the heap
     cdef public long long n_flows
     cdef public double capacity_bytes_per_s
     cdef public long long mark
@@ -104,6 +104,8 @@ cdef class _Link:
     cdef public list series
     cdef public object key
     cdef public double latency_s
+    cdef Py_ssize_t fl_cap
+    cdef PyObject* fl_small[2]
 
 
 cdef class _Pair:
@@ -228,27 +230,12 @@ cdef class FlowNetwork:
 
     @cython.locals(seed=_Link, link=_Link, l2=_Link, f=_Flow, seeds=list,
                    comp_links=list, comp_flows=list,
-                   touched=list, n=Py_ssize_t, i=Py_ssize_t, epoch=cython.longlong,
+                   touched=list, n=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t,
+                   epoch=cython.longlong,
                    rate=cython.double, old=cython.double, cap=cython.double,
                    tol=cython.double, t=cython.double, low=cython.double,
                    keep=cython.double)
     cpdef _flush(self, double now)
-
-
-# A list's item array and its length, reached directly (CPython's layout of a list:
-# stable C API structure, used by its own macros), so that taking a flow out of a
-# link's list never shrinks the array (a free now, a malloc at the link's next flow).
-cdef extern from *:
-    """
-    static inline PyObject** __simnet_list_items(PyObject* o) {
-        return ((PyListObject*)o)->ob_item;
-    }
-    static inline void __simnet_list_set_size(PyObject* o, Py_ssize_t n) {
-        Py_SET_SIZE((PyVarObject*)o, n);
-    }
-    """
-    _ObjectArray _list_items "__simnet_list_items"(list o)
-    void _list_set_size "__simnet_list_set_size"(list o, Py_ssize_t n)
 
 
 # Prefetches of the objects a loop is about to read (their first two cache lines, where
@@ -269,9 +256,6 @@ cdef extern from *:
             __simnet_prefetch_line((const char*)items[i] + 64);
         }
     }
-    static inline void __simnet_prefetch_list(PyObject* o) {
-        __simnet_prefetch_items(((PyListObject*)o)->ob_item, Py_SIZE(o));
-    }
     static inline void __simnet_prefetch_tuple(PyObject* o) {
         __simnet_prefetch_items(((PyTupleObject*)o)->ob_item, Py_SIZE(o));
     }
@@ -280,16 +264,24 @@ cdef extern from *:
         __simnet_prefetch_line((const char*)o + 64);
     }
     """
-    void _prefetch_list "__simnet_prefetch_list"(list o)
+    void _prefetch_items "__simnet_prefetch_items"(_ObjectArray items, Py_ssize_t n)
     void _prefetch_tuple "__simnet_prefetch_tuple"(tuple o)
     void _prefetch "__simnet_prefetch"(object o)
 
 
 @cython.locals(i=Py_ssize_t, n=Py_ssize_t, target=_ObjectPtr, items=_ObjectArray)
-cdef _unlist(list flows, _Flow flow)
+cdef Py_ssize_t _unlist(_Link link, _Flow flow) except -1
 
 
-@cython.locals(f=_Flow, load=cython.double)
+cdef inline _Flow _flow_at(_Link link, Py_ssize_t i)
+
+
+@cython.locals(n=Py_ssize_t, cap=Py_ssize_t, i=Py_ssize_t, small=_ObjectArray,
+               grown=_ObjectArray, inline=bint)
+cdef Py_ssize_t _list_flow(_Link link, _Flow flow) except -1
+
+
+@cython.locals(i=Py_ssize_t, load=cython.double)
 cdef _sum_load(_Link link, double now)
 
 
@@ -297,6 +289,6 @@ cdef _sum_load(_Link link, double now)
 cdef _set_load(_Link link, double load, double now)
 
 
-@cython.locals(link=_Link, l2=_Link, f=_Flow,
+@cython.locals(link=_Link, l2=_Link, f=_Flow, i=Py_ssize_t,
                n=cython.longlong, share=cython.double, cur=cython.double, level=cython.double)
 cpdef _water_fill(list links, long long epoch, _KeyQueue queue)

@@ -385,7 +385,7 @@ class _Link:
         "busy_since_s",
         "bytes_total",
         "capacity_bytes_per_s",
-        "flows",
+        "fl",
         "key",
         "latency_s",
         "load_bytes_per_s",
@@ -403,11 +403,18 @@ class _Link:
         self.capacity_bytes_per_s = capacity_bytes_per_s
         self.latency_s = latency_s
         # Flows draining through this link, in the order they began (so results are
-        # deterministic), and their number, n_flows. A flow that stops draining leaves
-        # the list at once (see _unlist). A list costs less than a dict's hashing, and
-        # keeps the order.
-        self.flows: list[_Flow] = []
+        # deterministic), and their number, n_flows; added by _list_flow, taken out by
+        # _unlist the moment they stop draining, read by _flow_at. In Python a list;
+        # compiled, an array of the flows' pointers (references held) inside the link
+        # while it holds at most two, else on the heap: no list object between a link
+        # and its flows, where each visit of a link on a big network was one more
+        # cache miss.
         self.n_flows = 0
+        if cython.compiled:
+            self.fl = cython.address(self.fl_small[0])
+            self.fl_cap = 2
+        else:
+            self.fl: list[_Flow] = []
         self.bytes_total = 0
         self.busy_s = 0.0
         self.busy_since_s = 0.0
@@ -419,6 +426,55 @@ class _Link:
         self.load_mark = 0
         self.rem_capacity_bytes_per_s = 0.0
         self.n_unfrozen = 0
+
+    def __dealloc__(self) -> None:  # compiled only: the flows' references, the array
+        if cython.compiled:
+            for i in range(self.n_flows):
+                Py_DECREF(cython.cast(object, self.fl[i]))
+            if self.fl != cython.address(self.fl_small[0]):
+                PyMem_Free(self.fl)
+
+    @property
+    def flows(self) -> list[_Flow]:
+        """The flows draining through the link, in the order they began (a new list)."""
+        return [_flow_at(self, i) for i in range(self.n_flows)]
+
+
+def _flow_at(link: _Link, i: int) -> _Flow:
+    """The ``i``-th of the flows draining through ``link`` (0 <= i < n_flows)."""
+    if cython.compiled:
+        return cython.cast(_Flow, link.fl[i])
+    return link.fl[i]
+
+
+def _list_flow(link: _Link, flow: _Flow) -> int:
+    """Add a flow that begins draining to the link's flows; returns their new number."""
+    n = link.n_flows
+    if cython.compiled:
+        if n == link.fl_cap:
+            cap = 2 * n
+            small = cython.address(link.fl_small[0])
+            inline = link.fl == small
+            grown = cython.cast(
+                _ObjectArray,  # noqa: F821 (a C type of network.pxd)
+                _grown(
+                    cython.NULL if inline else link.fl,
+                    cap,
+                    cython.sizeof(_ObjectPtr),  # noqa: F821
+                ),
+            )
+            if inline:  # (the heap array's first: its items move there)
+                for i in range(n):
+                    grown[i] = small[i]
+            link.fl = grown
+            link.fl_cap = cap
+        Py_INCREF(flow)
+        link.fl[n] = cython.cast(_ObjectPtr, flow)  # noqa: F821
+    else:
+        link.fl.append(flow)
+    n += 1
+    link.n_flows = n
+    return n
 
 
 class _Pair:
@@ -1170,10 +1226,8 @@ class FlowNetwork:
                             if cython.compiled:
                                 _prefetch_tuple(flow.links)  # noqa: F821 (network.pxd)
                             for link in flow.links:
-                                n = link.n_flows - 1
-                                link.n_flows = n
+                                n = _unlist(link, flow)
                                 link.bytes_total += size
-                                _unlist(link.flows, flow)  # (its only flow when n is 0)
                                 if n:
                                     dirty.append(link)
                                 else:
@@ -1259,12 +1313,9 @@ class FlowNetwork:
         if cython.compiled:
             _prefetch_tuple(links)  # noqa: F821 (network.pxd)
         for link in links:
-            n = link.n_flows
-            if not n:
+            if not link.n_flows:
                 link.busy_since_s = now
-            n += 1
-            link.n_flows = n
-            link.flows.append(flow)
+            n = _list_flow(link, flow)
             share = link.capacity_bytes_per_s / n
             if share < low:
                 low = share
@@ -1344,7 +1395,7 @@ class FlowNetwork:
                 continue
             if n == 1:
                 # Fast path: a flow alone on all its links gets its bottleneck.
-                f = seed.flows[0]  # (a link lists exactly its draining flows)
+                f = _flow_at(seed, 0)  # (a link lists exactly its draining flows)
                 rate = f.rate_bytes_per_s
                 if rate < keep and rate > 0.0:  # it keeps its rate (see above)
                     if seed.load_bytes_per_s != rate:
@@ -1392,8 +1443,9 @@ class FlowNetwork:
                 link = comp_links[i]
                 i += 1
                 if cython.compiled:
-                    _prefetch_list(link.flows)  # noqa: F821 (network.pxd)
-                for f in link.flows:
+                    _prefetch_items(link.fl, link.n_flows)  # noqa: F821 (network.pxd)
+                for j in range(link.n_flows):
+                    f = _flow_at(link, j)
                     if f.mark != epoch:
                         rate = f.rate_bytes_per_s
                         if rate < keep and rate > 0.0:  # (0.0: it began, and needs one)
@@ -1449,45 +1501,47 @@ class FlowNetwork:
                 _sum_load(link, now)
 
 
-def _unlist(flows: list, flow: _Flow) -> None:
-    """Take ``flow`` out of a link's list of draining flows, keeping the others' order.
+def _unlist(link: _Link, flow: _Flow) -> int:
+    """Take ``flow`` out of the link's draining flows, keeping the others' order; returns
+    their new number.
 
     Found by identity without reading the other flows (compiled: their pointers only):
-    a flow that has stopped draining leaves its links' lists at once, so the max-min
-    search, the water-filling and the load sums never step over ended flows, whose
-    objects would be cache misses on a big network."""
+    a flow that has stopped draining leaves its links at once, so the max-min search,
+    the water-filling and the load sums never step over ended flows, whose objects
+    would be cache misses on a big network."""
+    n = link.n_flows
     if cython.compiled:
         target = cython.cast(_ObjectPtr, flow)  # noqa: F821 (a C type of network.pxd)
-        items = _list_items(flows)  # noqa: F821 (see network.pxd)
-        n = len(flows)
+        items = link.fl
         i = 0
         while i < n and items[i] != target:
             i += 1
         if i < n:
-            # del flows[i], keeping the item array's size for the link's next flows
-            # (del would shrink it, and the next append grow it again)
             n -= 1
             while i < n:
                 items[i] = items[i + 1]
                 i += 1
-            _list_set_size(flows, n)  # noqa: F821
-            Py_DECREF(flow)  # the list's reference
-            return
+            link.n_flows = n
+            Py_DECREF(flow)  # the link's reference
+            return n
     else:
+        flows = link.fl
         for i, f in enumerate(flows):
             if f is flow:
                 del flows[i]
-                return
-    raise RuntimeError("a draining flow was missing from one of its links' lists")
+                n -= 1
+                link.n_flows = n
+                return n
+    raise RuntimeError("a draining flow was missing from one of its links")
 
 
 def _sum_load(link: _Link, now: float) -> None:
     """Sum the rates of the link's flows into its load (recorded if it changed)."""
     load = 0.0
     if cython.compiled:
-        _prefetch_list(link.flows)  # noqa: F821 (network.pxd)
-    for f in link.flows:
-        load += f.rate_bytes_per_s
+        _prefetch_items(link.fl, link.n_flows)  # noqa: F821 (network.pxd)
+    for i in range(link.n_flows):
+        load += _flow_at(link, i).rate_bytes_per_s
     if load != link.load_bytes_per_s:
         _set_load(link, load, now)
 
@@ -1539,7 +1593,8 @@ def _water_fill(links: list[_Link], epoch: int, queue: _KeyQueue) -> None:
         if cur < level:
             cur = level
         level = cur
-        for f in link.flows:
+        for i in range(link.n_flows):
+            f = _flow_at(link, i)
             if f.fill_bytes_per_s < 0.0 and f.mark == epoch:
                 f.fill_bytes_per_s = cur
                 for l2 in f.links:
