@@ -129,7 +129,8 @@ cdef class _Path:
 cdef class _Flow:  # (its free list and GC flag: decorators in network.py)
     cdef public double fill_bytes_per_s
     cdef public double last_update_s
-    cdef public tuple links
+    cdef _ObjectArray lk  # its links (borrowed: its path holds them): lk_small or the path's
+    cdef public Py_ssize_t n_links
     cdef public long long mark
     cdef public object notify
     cdef public _Path path
@@ -141,6 +142,7 @@ cdef class _Flow:  # (its free list and GC flag: decorators in network.py)
     cdef public double start_s
     cdef public object tag
     cdef public long long timer
+    cdef PyObject* lk_small[6]
 
 
 cdef class FlowNetwork:
@@ -215,11 +217,11 @@ cdef class FlowNetwork:
                    phase=cython.int, now=cython.double, t=cython.double, limit=cython.double,
                    rate=cython.double,
                    target=cython.double, nt=cython.double, hops=Py_ssize_t, queue=list,
-                   due=cython.double)
+                   due=cython.double, j=Py_ssize_t)
     cpdef _on_wake(self, ev)
 
-    @cython.locals(link=_Link, links=tuple, n=cython.longlong, latency_s=cython.double,
-                   low=cython.double, share=cython.double)
+    @cython.locals(link=_Link, nl=Py_ssize_t, j=Py_ssize_t, n=cython.longlong,
+                   latency_s=cython.double, low=cython.double, share=cython.double)
     cpdef _begin(self, _Flow flow, double now)
 
     @cython.locals(path=_Path, pair=_Pair, n=cython.longlong)
@@ -230,8 +232,8 @@ cdef class FlowNetwork:
 
     @cython.locals(seed=_Link, link=_Link, l2=_Link, f=_Flow, seeds=list,
                    comp_links=list, comp_flows=list,
-                   touched=list, n=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t,
-                   epoch=cython.longlong,
+                   touched=list, n=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, k=Py_ssize_t,
+                   nl=Py_ssize_t, epoch=cython.longlong,
                    rate=cython.double, old=cython.double, cap=cython.double,
                    tol=cython.double, t=cython.double, low=cython.double,
                    keep=cython.double)
@@ -256,8 +258,8 @@ cdef extern from *:
             __simnet_prefetch_line((const char*)items[i] + 64);
         }
     }
-    static inline void __simnet_prefetch_tuple(PyObject* o) {
-        __simnet_prefetch_items(((PyTupleObject*)o)->ob_item, Py_SIZE(o));
+    static inline PyObject** __simnet_tuple_items(PyObject* o) {
+        return ((PyTupleObject*)o)->ob_item;
     }
     static inline void __simnet_prefetch(PyObject* o) {
         __simnet_prefetch_line((const char*)o);
@@ -265,7 +267,7 @@ cdef extern from *:
     }
     """
     void _prefetch_items "__simnet_prefetch_items"(_ObjectArray items, Py_ssize_t n)
-    void _prefetch_tuple "__simnet_prefetch_tuple"(tuple o)
+    _ObjectArray _tuple_items "__simnet_tuple_items"(tuple o)
     void _prefetch "__simnet_prefetch"(object o)
 
 
@@ -274,6 +276,13 @@ cdef Py_ssize_t _unlist(_Link link, _Flow flow) except -1
 
 
 cdef inline _Flow _flow_at(_Link link, Py_ssize_t i)
+
+
+cdef inline _Link _link_at(_Flow flow, Py_ssize_t j)
+
+
+@cython.locals(n=Py_ssize_t, j=Py_ssize_t, items=_ObjectArray, small=_ObjectArray)
+cdef _set_links(_Flow flow, tuple links)
 
 
 @cython.locals(n=Py_ssize_t, cap=Py_ssize_t, i=Py_ssize_t, small=_ObjectArray,
@@ -289,6 +298,6 @@ cdef _sum_load(_Link link, double now)
 cdef _set_load(_Link link, double load, double now)
 
 
-@cython.locals(link=_Link, l2=_Link, f=_Flow, i=Py_ssize_t,
+@cython.locals(link=_Link, l2=_Link, f=_Flow, i=Py_ssize_t, j=Py_ssize_t,
                n=cython.longlong, share=cython.double, cur=cython.double, level=cython.double)
 cpdef _water_fill(list links, long long epoch, _KeyQueue queue)

@@ -546,8 +546,9 @@ class _Flow:
     __slots__ = (
         "fill_bytes_per_s",
         "last_update_s",
-        "links",
+        "lk",
         "mark",
+        "n_links",
         "notify",
         "path",
         "phase",
@@ -559,6 +560,40 @@ class _Flow:
         "tag",
         "timer",
     )
+
+    @property
+    def links(self) -> tuple[_Link, ...]:
+        """The links the flow drains through: its route's, or none (no bytes)."""
+        return tuple([_link_at(self, j) for j in range(self.n_links)])
+
+
+def _link_at(flow: _Flow, j: int) -> _Link:
+    """The ``j``-th link the flow drains through (0 <= j < n_links)."""
+    if cython.compiled:
+        return cython.cast(_Link, flow.lk[j])
+    return flow.lk[j]
+
+
+def _set_links(flow: _Flow, links: tuple) -> None:
+    """Make ``links`` (its path's tuple, or empty) the links the flow drains through.
+
+    Compiled, up to six are copied into the flow (a fat-tree's longest route), so the
+    max-min passes and the flow's end reach them from the flow without touching its
+    path's tuple, a cache miss of its own on a big network; a longer route's are read
+    from the tuple. Borrowed either way: the flow's path holds the tuple."""
+    n = len(links)
+    flow.n_links = n
+    if cython.compiled:
+        items = _tuple_items(links)  # noqa: F821 (network.pxd)
+        if n > 6:  # (the length of lk_small in network.pxd)
+            flow.lk = items
+            return
+        small = cython.address(flow.lk_small[0])
+        for j in range(n):
+            small[j] = items[j]
+        flow.lk = small
+    else:
+        flow.lk = links
 
 
 class FlowNetwork:
@@ -802,7 +837,8 @@ class FlowNetwork:
             pair.busy_since_s = now
         pair.in_flight = n + 1
         flow.seq = seq
-        flow.links = links = path.links if size else ()
+        links = path.links if size else ()
+        _set_links(flow, links)
         flow.start_s = now
         flow.remaining_bytes = size + 0.0
         flow.rate_bytes_per_s = 0.0
@@ -1224,8 +1260,9 @@ class FlowNetwork:
                             dirty = self._dirty
                             flow.phase = _LATENCY
                             if cython.compiled:
-                                _prefetch_tuple(flow.links)  # noqa: F821 (network.pxd)
-                            for link in flow.links:
+                                _prefetch_items(flow.lk, flow.n_links)  # noqa: F821
+                            for j in range(flow.n_links):
+                                link = _link_at(flow, j)
                                 n = _unlist(link, flow)
                                 link.bytes_total += size
                                 if n:
@@ -1297,8 +1334,8 @@ class FlowNetwork:
 
     def _begin(self, flow: _Flow, now: float) -> None:
         """alpha_s has passed: start draining (or go straight to latency/delivery)."""
-        links = flow.links
-        if not links:
+        nl = flow.n_links
+        if not nl:
             latency_s = flow.path.latency_s
             if latency_s > 0.0:
                 flow.phase = _LATENCY
@@ -1311,8 +1348,9 @@ class FlowNetwork:
         # frozen at a share of a link whose other flows were frozen at lower shares).
         low = self._keep_below
         if cython.compiled:
-            _prefetch_tuple(links)  # noqa: F821 (network.pxd)
-        for link in links:
+            _prefetch_items(flow.lk, nl)  # noqa: F821 (network.pxd)
+        for j in range(nl):
+            link = _link_at(flow, j)
             if not link.n_flows:
                 link.busy_since_s = now
             n = _list_flow(link, flow)
@@ -1321,7 +1359,7 @@ class FlowNetwork:
                 low = share
         self._keep_below = low
         # Any one link reaches the flow's whole component.
-        self._dirty.append(links[0])
+        self._dirty.append(_link_at(flow, 0))
         if not self._waking and not self._flush_scheduled:
             self._flush_scheduled = True
             ev = simpy.Event(self.env)
@@ -1402,7 +1440,9 @@ class FlowNetwork:
                         _set_load(seed, rate, now)
                     continue
                 rate = _INF
-                for link in f.links:
+                nl = f.n_links
+                for j in range(nl):
+                    link = _link_at(f, j)
                     if link.n_flows != 1:
                         break
                     cap = link.capacity_bytes_per_s
@@ -1423,7 +1463,8 @@ class FlowNetwork:
                         self._apply_rate(f, rate, now)
                     else:
                         rate = old
-                    for link in f.links:
+                    for j in range(nl):
+                        link = _link_at(f, j)
                         link.mark = epoch
                         if link.load_bytes_per_s != rate:
                             if link.series is None and rate <= link.peak_load_bytes_per_s:
@@ -1455,20 +1496,23 @@ class FlowNetwork:
                             continue
                         f.mark = epoch
                         comp_flows.append(f)
+                        nl = f.n_links
                         if cython.compiled:
-                            _prefetch_tuple(f.links)  # noqa: F821 (network.pxd)
+                            _prefetch_items(f.lk, nl)  # noqa: F821 (network.pxd)
                         # A link that only this flow crosses is but a cap on its rate, and
                         # of those only the first of lowest capacity can freeze it (the
                         # others come later at the same share, or at a higher one, and
                         # find it frozen): only that one joins the water-filling, in its
                         # place, which leaves every rate as it was, bit for bit.
                         low = _INF
-                        for l2 in f.links:
+                        for k in range(nl):
+                            l2 = _link_at(f, k)
                             if l2.mark != epoch and l2.n_flows == 1:
                                 cap = l2.capacity_bytes_per_s
                                 if cap < low:
                                     low = cap
-                        for l2 in f.links:
+                        for k in range(nl):
+                            l2 = _link_at(f, k)
                             if l2.mark != epoch:
                                 l2.mark = epoch
                                 if l2.load_mark == epoch:
@@ -1493,7 +1537,8 @@ class FlowNetwork:
                 tol = old * _RATE_RTOL
                 if rate - old > tol or old - rate > tol:
                     self._apply_rate(f, rate, now)
-                    for link in f.links:
+                    for j in range(f.n_links):
+                        link = _link_at(f, j)
                         if link.load_mark != epoch:
                             link.load_mark = epoch
                             touched.append(link)
@@ -1597,6 +1642,7 @@ def _water_fill(links: list[_Link], epoch: int, queue: _KeyQueue) -> None:
             f = _flow_at(link, i)
             if f.fill_bytes_per_s < 0.0 and f.mark == epoch:
                 f.fill_bytes_per_s = cur
-                for l2 in f.links:
+                for j in range(f.n_links):
+                    l2 = _link_at(f, j)
                     l2.rem_capacity_bytes_per_s -= cur
                     l2.n_unfrozen -= 1

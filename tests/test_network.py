@@ -114,6 +114,28 @@ def test_three_hop_path_bottleneck_and_summed_latency():
     assert net.link_peak_load_bytes_per_s() == {(0, 1): 50.0, (1, 2): 50.0, (2, 3): 50.0}
 
 
+def test_long_routes_and_many_flows_per_link():
+    # A route of nine links (compiled, more than a flow keeps inside itself) and five
+    # flows on link (4, 5) (more than a link keeps inside itself). Flow 0 -> 9 and four
+    # flows 4 -> 5 of 100 B share (4, 5) at 500 B/s: 100 B/s each, so all drain in 1 s;
+    # the other links are fast (1000 B/s). Latency 0.01 s per hop: 0.09 s for 0 -> 9.
+    env, net = make(line(*[(1000.0, 0.01) if i != 4 else (500.0, 0.01) for i in range(9)]))
+    long = net.transfer(0, 9, 100)
+    short = [net.transfer(4, 5, 100) for _ in range(4)]
+    env.run(until=0.5)
+    active = net.active_flows()
+    assert [(a.src, a.dst, a.rate_bytes_per_s) for a in active] == [(0, 9, 100.0)] + [
+        (4, 5, 100.0)
+    ] * 4
+    assert active[0].links == tuple((i, i + 1) for i in range(9))
+    assert [len(net._links[(i, i + 1)].flows) for i in range(9)] == [1, 1, 1, 1, 5, 1, 1, 1, 1]
+    env.run()
+    assert long.value.end_s == approx(1.0 + 0.09)
+    assert [s.value.end_s for s in short] == [approx(1.0 + 0.01)] * 4
+    assert all(link.n_flows == 0 and not link.flows for link in net._links.values())
+    assert net.link_bytes()[(4, 5)] == 500
+
+
 def test_two_flows_share_a_link_equally():
     # Flows 0->2 and 0->1 share (0, 1) at 100 B/s; (1, 2) is fast.
     env, net = make(line((100.0, 0.5), (1000.0, 0.25)))
