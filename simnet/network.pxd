@@ -30,6 +30,12 @@ cdef struct _QEntry:  # a heap entry of _KeyQueue: a run, by key then first numb
     Py_ssize_t run
 
 
+cdef struct _TEntry:  # an entry of _IntTable: key -1 is empty
+    long long key
+    PyObject* item
+
+
+ctypedef _TEntry* _TEntryPtr
 ctypedef _QNode* _QNodePtr
 ctypedef _QRun* _QRunPtr
 ctypedef _QEntry* _QEntryPtr
@@ -43,6 +49,7 @@ cdef Py_ssize_t _OPEN_RUNS  # the length of _KeyQueue's open_run and open_key
 cdef int _ALPHA, _DRAINING, _LATENCY, _DONE, _TIMER, _HANDSHAKE
 cdef Py_ssize_t _FAST_FORWARD_HOPS
 cdef double _INF, _RATE_RTOL, _KEEP_RTOL
+cdef unsigned long long _HASH_MUL
 
 
 cdef void* _grown(void* ptr, Py_ssize_t count, size_t size) except NULL
@@ -82,6 +89,28 @@ cdef class _KeyQueue:
                    child=Py_ssize_t, run=Py_ssize_t, node=Py_ssize_t, nxt=Py_ssize_t,
                    last=_QEntry)
     cpdef object pop(self)
+
+
+@cython.final
+cdef class _IntTable:
+    cdef public Py_ssize_t n
+    cdef Py_ssize_t cap
+    cdef int shift  # 64 - log2(cap)
+    cdef _TEntryPtr entries
+    cdef dict d
+
+    @cython.locals(mask=Py_ssize_t, i=Py_ssize_t, k=cython.longlong, h=cython.ulonglong)
+    cdef Py_ssize_t _slot(self, long long key) noexcept
+
+    @cython.locals(i=Py_ssize_t)
+    cpdef object get(self, long long key)
+
+    @cython.locals(i=Py_ssize_t)
+    cpdef put(self, long long key, object item)
+
+    @cython.locals(old=_TEntryPtr, old_cap=Py_ssize_t, cap=Py_ssize_t, i=Py_ssize_t,
+                   j=Py_ssize_t)
+    cdef _grow(self)
 
 
 cdef class _Link:
@@ -164,7 +193,8 @@ cdef class FlowNetwork:
     cdef public dict _paths
     cdef public dict _last_path
     cdef public dict _path_of_edges
-    cdef public list _static_rows
+    cdef public _IntTable _static
+    cdef public Py_ssize_t _n_ends
     cdef public list _static_list
     cdef public object _route_once
     cdef public dict _self_paths
@@ -202,10 +232,10 @@ cdef class FlowNetwork:
     @cython.locals(timer=_Flow, t=cython.double)
     cpdef call_later(self, double delay_s, callback, arg=*)
 
-    @cython.locals(rows=list, to=dict, i=Py_ssize_t)
+    @cython.locals(table=_IntTable, n=Py_ssize_t, s=Py_ssize_t, d=Py_ssize_t)
     cdef _Path _known_path(self, src, dst)
 
-    @cython.locals(path=_Path, rows=list, to=dict)
+    @cython.locals(path=_Path)
     cpdef _Path _path(self, src, dst)
 
     @cython.locals(known=dict, links=list, link=_Link, latency_s=cython.double, path=_Path)

@@ -114,6 +114,10 @@ _OPEN_RUNS = 4
 # math.inf is a module attribute lookup each time.
 _INF = math.inf
 
+# Fibonacci hashing's multiplier (2**64 / the golden ratio): _IntTable's keys, src * n +
+# dst, are spread over its entries by the top bits of key * _HASH_MUL.
+_HASH_MUL = 0x9E3779B97F4A7C15
+
 _RATE_RTOL = 1e-12  # a new rate this close to the current one is no change
 # A flow whose rate is below the rate of what changed since the last recomputation by
 # more than this (relative) keeps its rate (see _flush): a margin for rounding.
@@ -375,6 +379,97 @@ class _KeyQueue:
                 i = child
             entries[i] = last
         return item
+
+
+class _IntTable:
+    """Objects by a non-negative integer key: the static paths, by ``src * n + dst``.
+
+    In Python, a dict. Compiled, open addressing over one C array of (key, object)
+    entries, probed linearly from a multiplicative hash of the key, at most half full:
+    a lookup reads one entry (a cache line) where a dict's reads its table, then its
+    entry, then compares the key's int object, three cache misses on a big network.
+    Entries are never removed. ``get`` returns None for a key not there.
+    """
+
+    def __init__(self) -> None:
+        self.n = 0
+        if not cython.compiled:
+            self.d: dict[int, object] = {}
+            return
+        self.cap = 0
+        self.shift = 64
+        self.entries = cython.NULL
+
+    def __dealloc__(self) -> None:  # compiled only: the objects' references, the array
+        if cython.compiled:
+            for i in range(self.cap):
+                if self.entries[i].key >= 0:
+                    Py_DECREF(cython.cast(object, self.entries[i].item))
+            PyMem_Free(self.entries)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _slot(self, key: int) -> int:
+        """Compiled: the entry of ``key``, or the empty one where it would go."""
+        mask = self.cap - 1
+        h = cython.cast(cython.ulonglong, key) * _HASH_MUL  # (mod 2**64)
+        i = cython.cast(cython.Py_ssize_t, h >> self.shift)
+        while True:
+            k = self.entries[i].key
+            if k == key or k < 0:
+                return i
+            i = (i + 1) & mask
+
+    def get(self, key: int) -> object:
+        """The object of ``key`` (>= 0), or None."""
+        if not cython.compiled:
+            return self.d.get(key)
+        if not self.cap:
+            return None
+        i = self._slot(key)
+        if self.entries[i].key < 0:
+            return None
+        return cython.cast(object, self.entries[i].item)
+
+    def put(self, key: int, item: object) -> None:
+        """Set the object of ``key`` (>= 0)."""
+        if key < 0:
+            raise ValueError(f"keys must be >= 0, got {key}")
+        if not cython.compiled:
+            if key not in self.d:
+                self.n += 1
+            self.d[key] = item
+            return
+        if 2 * (self.n + 1) > self.cap:
+            self._grow()
+        i = self._slot(key)
+        Py_INCREF(item)
+        if self.entries[i].key == key:
+            Py_DECREF(cython.cast(object, self.entries[i].item))
+        else:
+            self.entries[i].key = key
+            self.n += 1
+        self.entries[i].item = cython.cast(cython.pointer(PyObject), item)
+
+    def _grow(self) -> None:
+        """Compiled: twice the entries (64 at first), every key placed again."""
+        old = self.entries
+        old_cap = self.cap
+        cap = 2 * old_cap if old_cap else 64
+        self.entries = cython.cast(
+            _TEntryPtr,  # noqa: F821 (C types of network.pxd)
+            _grown(cython.NULL, cap, cython.sizeof(_TEntry)),  # noqa: F821
+        )
+        self.cap = cap
+        self.shift -= 1 if old_cap else 6  # 64 - log2(cap)
+        for i in range(cap):
+            self.entries[i].key = -1
+        for i in range(old_cap):
+            if old[i].key >= 0:
+                j = self._slot(old[i].key)
+                self.entries[j] = old[i]
+        PyMem_Free(old)
 
 
 class _Link:
@@ -711,20 +806,21 @@ class FlowNetwork:
         # id(edges) -> its path; valid while path.edges is that very object (which the
         # path keeps alive, so the id cannot be reused by another object meanwhile).
         self._path_of_edges: dict[int, _Path] = {}
-        # Row src: dst -> path, when the route is known to be a pure function of the pair
-        # and the endpoints are 0..n-1 (a list by source: no hashing of src per message,
-        # and the rows of 16,384 sources fit in a processor cache, where a dictionary's
-        # table did not).
-        self._static_rows: list[dict[int, _Path] | None] | None = None
+        # The path of each pair src -> dst by src * n + dst, when the route is known to be
+        # a pure function of the pair and the endpoints are 0..n-1 (n of them): one probe
+        # of a C table per message when compiled (see _IntTable).
+        self._static: _IntTable | None = None
+        self._n_ends = 0
         if _is_static_route(route):
             ends = route.__self__.endpoint_ints
             if not ends or (min(ends) == 0 and max(ends) == len(ends) - 1):
-                self._static_rows = [None] * len(ends)
+                self._static = _IntTable()
+                self._n_ends = len(ends)
         # The static table's paths in the order they were made (what _paths holds for
         # other routes), and the Router's route without its own cache: the table keeps
         # every route once.
         self._static_list: list[_Path] = []
-        self._route_once = route.__self__.path_uncached if self._static_rows is not None else None
+        self._route_once = route.__self__.path_uncached if self._static is not None else None
         self._self_paths: dict[int, _Path] = {}  # src == dst
         self._pairs: dict[tuple[int, int], _Pair] = {}
 
@@ -925,13 +1021,16 @@ class FlowNetwork:
 
     def _known_path(self, src: int, dst: int) -> _Path | None:
         """The path of a pair already in the static table; None if it is not there (or
-        the route is not static)."""
-        rows = self._static_rows
-        if rows is None or type(src) is not int or not 0 <= src < len(rows):
+        the route is not static, or src or dst is not an endpoint's number)."""
+        table = self._static
+        n = self._n_ends
+        if table is None or type(src) is not int or type(dst) is not int:
             return None
-        i = src  # (a Py_ssize_t in network.pxd: compiled, the list is indexed in C)
-        to = rows[i]
-        return to.get(dst) if to is not None else None
+        s = src  # (C integers in network.pxd: checked and combined without objects)
+        d = dst
+        if not (0 <= s < n and 0 <= d < n):
+            return None
+        return table.get(s * n + d)
 
     def _path(self, src: int, dst: int) -> _Path:
         """The path of a transfer from src to dst: route() called, the result cached."""
@@ -940,19 +1039,15 @@ class FlowNetwork:
             if path is None:
                 path = self._self_paths[src] = _Path(src, dst, (), (), 0.0, self._pair(src, dst))
             return path
-        rows = self._static_rows
-        if rows is not None and type(src) is int:
+        if self._static is not None and type(src) is int and type(dst) is int:
             # A pure function of the pair, asked once per pair (start_transfer looks in
             # the static table first): no cache below would ever hit.
-            edges = self._route_once(src, dst)  # (raises unless src is an endpoint)
+            edges = self._route_once(src, dst)  # (raises unless src, dst are endpoints)
             if type(edges) is not tuple:
                 edges = tuple(edges)
             path = self._resolve(src, dst, edges, False)
             self._static_list.append(path)
-            to = rows[src]
-            if to is None:
-                to = rows[src] = {}
-            to[dst] = path
+            self._static.put(src * self._n_ends + dst, path)
             return path
         edges = self.route(src, dst)
         path = self._path_of_edges.get(id(edges))

@@ -843,9 +843,9 @@ def test_router_routes_are_kept_once_with_the_same_statistics():
     ]
 
 
-def test_static_table_is_a_row_per_endpoint_and_refuses_what_is_not_one():
-    # Endpoints 0..n-1: a row per source. A source outside them (negative: no row from
-    # the end of the table) goes to the Router, which names it.
+def test_static_table_keys_pairs_by_number_and_refuses_what_is_not_one():
+    # Endpoints 0..n-1: the path of src -> dst under src * n + dst. A source or
+    # destination outside them (negative, n, a bool) goes to the Router, which names it.
     import topologies
     from topologies import TopologyError
 
@@ -853,14 +853,42 @@ def test_static_table_is_a_row_per_endpoint_and_refuses_what_is_not_one():
     router = topologies.Router(g, ecmp=True)
     env = simpy.Environment()
     net = FlowNetwork(env, g, router.path)
-    assert net._static_rows == [None] * 16
+    assert net._n_ends == 16 and len(net._static) == 0
     net.transfer(15, 3, 100)
     env.run()
-    assert net._static_rows[15] is not None and set(net._static_rows[15]) == {3}
+    assert len(net._static) == 1 and net._static.get(15 * 16 + 3) is net._static_list[0]
+    assert net._static.get(3 * 16 + 15) is None
     for src in (-1, 16, True):
         with pytest.raises(TopologyError, match="src="):
             net.start_transfer(src, 3, 100, lambda _t: None)
+    for dst in (-1, 16, True):
+        with pytest.raises(TopologyError, match="dst="):
+            net.start_transfer(3, dst, 100, lambda _t: None)
     assert net.pair_bytes == {(15, 3): 100}
+
+
+def test_int_table_finds_what_was_put_through_collisions_and_growth():
+    # Keys of a 16,384-endpoint network's pairs, spaced so that many share low bits,
+    # put in a shuffled order: every one found (its own object), others absent, a key
+    # put again replaced, the count of keys kept.
+    from simnet.network import _IntTable
+
+    rng = random.Random(7)
+    keys = [s * 16384 + d for s in range(0, 16384, 97) for d in (1, 2, 4096, 8192, 16383)]
+    rng.shuffle(keys)
+    table = _IntTable()
+    assert len(table) == 0 and table.get(5) is None
+    items = {k: [k] for k in keys}
+    for k in keys:
+        table.put(k, items[k])
+    assert len(table) == len(set(keys)) == 845
+    assert all(table.get(k) is items[k] for k in keys)
+    assert all(table.get(k + 3) is None for k in keys[:100])
+    assert table.get(-1) is None and table.get(2**62) is None
+    table.put(keys[0], "again")
+    assert table.get(keys[0]) == "again" and len(table) == 845
+    with pytest.raises(ValueError, match="keys must be >= 0"):
+        table.put(-3, "x")
 
 
 def test_endpoints_numbered_otherwise_take_the_general_way():
@@ -877,7 +905,7 @@ def test_endpoints_numbered_otherwise_take_the_general_way():
     assert router.endpoint_ints == {5, 7}
     env = simpy.Environment()
     net = FlowNetwork(env, g, router.path)
-    assert net._static_rows is None
+    assert net._static is None
     net.transfer(5, 7, 1000)
     net.transfer(7, 5, 500)
     env.run()
