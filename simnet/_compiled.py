@@ -3,7 +3,8 @@
 ``simnet.network`` and ``simnet.executor`` may be compiled by Cython at install
 time (see ``setup.py``); the extension module then sits beside its ``.py`` and
 Python would import it first. ``select()`` runs before either is imported and
-imports the ``.py`` instead when:
+imports the ``.py`` of both instead (the compiled executor uses the compiled network's
+types) when, for either of them:
 
 * ``COMMSIM_PURE_PYTHON`` is set to anything but ``0`` (to compare or debug), or
 * in a source checkout, the extension is older than its ``.py`` or ``.pxd``
@@ -68,38 +69,47 @@ def _load_source(name: str) -> None:
 
 
 def select() -> None:
-    """Decide, once per process, compiled or source for each module (see module doc)."""
+    """Decide, once per process, compiled or source for the modules (see module doc).
+
+    All or none: the compiled executor uses the compiled network's types (its channel
+    tables), so when one module cannot run compiled, the others run as source too."""
+    if _status:
+        return
+    why: dict[str, str] = {}  # module -> why it cannot run compiled
     for name in MODULES:
-        if name in _status:
-            continue
         ext = _extension(name)
         if ext is None:
-            _status[name] = "python"
+            why[name] = "python"
         elif pure_python_requested():
-            _status[name] = "python (COMMSIM_PURE_PYTHON is set)"
-            _load_source(name)
+            why[name] = "python (COMMSIM_PURE_PYTHON is set)"
         elif _stale(ext, name):
-            _status[name] = "python (compiled module is stale)"
+            why[name] = "python (compiled module is stale)"
             warnings.warn(
                 f"simnet: {ext.name} is older than simnet/{name}.py or .pxd; using the Python "
                 "source (2-10x slower). Rebuild with ./install.sh (or pip install -e .).",
                 RuntimeWarning,
                 stacklevel=3,
             )
-            _load_source(name)
-        else:
+    if not why:
+        for name in MODULES:  # (in order: the executor imports the network's types)
             try:
                 importlib.import_module(f"simnet.{name}")
-                _status[name] = "compiled"
-            except ImportError as exc:  # e.g. built against another C library
-                _status[name] = f"python (compiled module does not load: {exc})"
+            except (ImportError, TypeError, ValueError) as exc:  # e.g. another C library
+                ext = _extension(name)
+                why[name] = f"python (compiled module does not load: {exc})"
                 warnings.warn(
-                    f"simnet: {ext.name} does not load ({exc}); using the Python source "
-                    "(2-10x slower). Rebuild with ./install.sh on this machine.",
+                    f"simnet: {ext.name if ext else name} does not load ({exc}); using the "
+                    "Python source (2-10x slower). Rebuild with ./install.sh on this machine.",
                     RuntimeWarning,
                     stacklevel=3,
                 )
-                _load_source(name)
+                break
+    if not why:
+        _status.update(dict.fromkeys(MODULES, "compiled"))
+        return
+    for name in MODULES:
+        _status[name] = why.get(name, "python (another core module runs as source)")
+        _load_source(name)
 
 
 def status() -> dict[str, str]:

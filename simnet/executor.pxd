@@ -4,6 +4,8 @@
 
 import cython
 
+from simnet.network cimport _IntTable
+
 
 cdef class _Waiter:
     cdef public long long n
@@ -31,10 +33,10 @@ cdef class _Coll(_Waiter):
     cdef public tuple steps
 
     @cython.locals(steps=tuple, i=Py_ssize_t, nsteps=Py_ssize_t, pending=cython.longlong,
-                   pending_sends=dict, pending_recvs=dict, endpoints=tuple, step=tuple,
-                   n=Py_ssize_t, nr=Py_ssize_t, j=Py_ssize_t, t_now=cython.double,
-                   me=Py_ssize_t, p=Py_ssize_t, base=cython.longlong, row=cython.longlong,
-                   src=Py_ssize_t, dst=Py_ssize_t, key=object)
+                   pending_sends=_IntTable, pending_recvs=_IntTable, endpoints=tuple,
+                   step=tuple, n=Py_ssize_t, nr=Py_ssize_t, j=Py_ssize_t,
+                   t_now=cython.double, me=Py_ssize_t, p=Py_ssize_t, base=cython.longlong,
+                   row=cython.longlong, src=Py_ssize_t, dst=Py_ssize_t, key=cython.longlong)
     cpdef bint advance(self) except -1
 
 
@@ -42,8 +44,10 @@ cdef class _Coll(_Waiter):
 cpdef _delivered(tag)
 
 
-@cython.locals(n=Py_ssize_t)
-cdef _push(dict d, object key, object item)
+cdef _push(_IntTable table, long long channel, object item)
+
+
+cdef object _pop(_IntTable table, long long channel)
 
 
 @cython.locals(n=cython.longlong, c=_Coll)

@@ -44,7 +44,7 @@ from workload.ops import Collective, Compute, Op, Recv, Send, Testany, Wait
 from workload.program import Workload
 from workload.units import S_PER_US
 
-from .network import FlowNetwork
+from .network import FlowNetwork, _IntTable
 
 DEFAULT_EAGER_THRESHOLD_BYTES = 65536
 
@@ -530,11 +530,17 @@ class PhaseSim:
         self.iteration_ends: dict[int, list[float]] = {}
         self.ranks: dict[int, _Rank] = {}  # for collectives that progress in MPI calls
         # Unmatched messages, one FIFO per channel: the posted sends (and
-        # receives) that wait for their other side. A point-to-point channel
-        # is keyed ("p", group kind, src, dst, tag); a collective's channel by
-        # the int instance * world^2 + src * world + dst (global ranks).
-        self._sends: dict[object, deque] = {}
-        self._recvs: dict[object, deque] = {}
+        # receives) that wait for their other side, by channel number (see _push).
+        # A collective's channel is the int instance * world^2 + src * p + dst (member
+        # indices, p members; see _collective); a point-to-point channel ("p", group
+        # kind, src, dst, tag) is numbered in order of first use (_p2p_ids, and back:
+        # _p2p_keys), in tables of its own.
+        self._sends = _IntTable()
+        self._recvs = _IntTable()
+        self._p2p_sends = _IntTable()
+        self._p2p_recvs = _IntTable()
+        self._p2p_ids: dict[tuple, int] = {}
+        self._p2p_keys: list[tuple] = []
         # What _Coll.advance needs, in one tuple (each _Coll holds it: no attribute
         # lookups per step).
         self._hot = (
@@ -611,12 +617,20 @@ class PhaseSim:
 
     @property
     def channels(self) -> dict[object, tuple[int, int]]:
-        """Channels with unmatched messages: key -> (pending sends, pending receives)."""
+        """Channels with unmatched messages: key -> (pending sends, pending receives);
+        a point-to-point channel's key is ("p", group kind, src, dst, tag), a
+        collective's its number (see ``_channel_name``)."""
         out: dict[object, tuple[int, int]] = {}
-        for k, q in self._sends.items():
-            out[k] = (len(q) if type(q) is _Fifo else 1, 0)
-        for k, q in self._recvs.items():
-            out[k] = (out.get(k, (0, 0))[0], len(q) if type(q) is _Fifo else 1)
+        names = self._p2p_keys
+        for sends, recvs, name in (
+            (self._p2p_sends, self._p2p_recvs, names.__getitem__),
+            (self._sends, self._recvs, int),
+        ):
+            for k, q in sorted(sends.items()):
+                out[name(k)] = (len(q) if type(q) is _Fifo else 1, 0)
+            for k, q in sorted(recvs.items()):
+                key = name(k)
+                out[key] = (out.get(key, (0, 0))[0], len(q) if type(q) is _Fifo else 1)
         return out
 
     def _channel_name(self, key: object) -> object:
@@ -637,21 +651,32 @@ class PhaseSim:
     # (send waiter, src, dst, size_bytes, posted at s) of a rendezvous send; a pending
     # receive is its waiter. A waiter is ticked once per completed operation.
 
+    def _p2p_channel(self, key: tuple) -> int:
+        """The number of the point-to-point channel ``key`` (given on first use)."""
+        ids = self._p2p_ids
+        n = len(ids)
+        c = ids.setdefault(key, n)
+        if c == n:
+            self._p2p_keys.append(key)
+        return c
+
     def _post_send(
         self,
-        key: object,
+        key: tuple,
         src: int,
         dst: int,
         size_bytes: int,
         acct: dict[int, int],
         waiter: _Waiter,
     ) -> bool:
-        """Post a send; True if it completes now, else ``waiter`` is ticked once when it does."""
+        """Post a send on the point-to-point channel ``key``; True if it completes now,
+        else ``waiter`` is ticked once when it does."""
+        c = self._p2p_channel(key)
         pair = src * self._world + dst
         acct[pair] = acct.get(pair, 0) + size_bytes
         pl = self.ex.placement
         eager = size_bytes <= self.ex.eager
-        rw = _pop(self._recvs, key)
+        rw = _pop(self._p2p_recvs, c)
         if rw is not None:
             if eager:
                 self.net.start_transfer(pl[src], pl[dst], size_bytes, _delivered, (None, rw))
@@ -664,16 +689,18 @@ class PhaseSim:
             # The data leaves now and the send completes at once.
             msg = [None, None]
             self.net.start_transfer(pl[src], pl[dst], size_bytes, _delivered, msg)
-            _push(self._sends, key, msg)
+            _push(self._p2p_sends, c, msg)
             return True
-        _push(self._sends, key, (waiter, src, dst, size_bytes, self.env.now))
+        _push(self._p2p_sends, c, (waiter, src, dst, size_bytes, self.env.now))
         return False
 
-    def _post_recv(self, key: object, waiter: _Waiter) -> bool:
-        """Post a receive; True if it completes now, else ``waiter`` is ticked once when it does."""
-        item = _pop(self._sends, key)
+    def _post_recv(self, key: tuple, waiter: _Waiter) -> bool:
+        """Post a receive on the point-to-point channel ``key``; True if it completes now,
+        else ``waiter`` is ticked once when it does."""
+        c = self._p2p_channel(key)
+        item = _pop(self._p2p_sends, c)
         if item is None:
-            _push(self._recvs, key, waiter)
+            _push(self._p2p_recvs, c, waiter)
             return False
         if type(item) is list:  # eager data, already on its way
             if item[0] is _ARRIVED:
@@ -817,27 +844,28 @@ class _Fifo(deque):
     __slots__ = ()
 
 
-def _push(d: dict, key: object, item: object) -> None:
-    """Queue ``item`` on the channel ``key`` (one lookup when the channel is empty)."""
-    n = len(d)
-    q = d.setdefault(key, item)
-    if len(d) == n:  # the channel held something already: queue behind it
-        if type(q) is _Fifo:
-            q.append(item)
-        else:
-            d[key] = _Fifo((q, item))
+def _push(table: _IntTable, channel: int, item: object) -> None:
+    """Queue ``item`` on ``channel`` of ``table``: as itself when the channel is empty,
+    else in a _Fifo behind what it holds."""
+    q = table.get(channel)
+    if q is None:
+        table.put(channel, item)
+    elif type(q) is _Fifo:
+        q.append(item)
+    else:
+        table.put(channel, _Fifo((q, item)))
 
 
-def _pop(d: dict, key: object) -> Any:
-    """The first pending item of the channel, removed; None if there is none."""
-    q = d.get(key)
+def _pop(table: _IntTable, channel: int) -> Any:
+    """The first pending item of ``channel``, removed; None if there is none."""
+    q = table.get(channel)
     if q is None or type(q) is not _Fifo:
         if q is not None:
-            del d[key]
+            table.take(channel)
         return q
     item = q.popleft()
     if not q:
-        del d[key]
+        table.take(channel)
     return item
 
 
@@ -1015,7 +1043,7 @@ class _Coll(_Waiter):
                 if type(item) is _Fifo:
                     item = _pop(pending_sends, key)
                 else:
-                    del pending_sends[key]
+                    pending_sends.take(key)
                 if type(item) is list:  # eager data, already on its way
                     if item[0] is not _ARRIVED:
                         item[1] = self
@@ -1035,7 +1063,7 @@ class _Coll(_Waiter):
                     if type(rw) is _Fifo:
                         rw = _pop(pending_recvs, key)
                     else:
-                        del pending_recvs[key]
+                        pending_recvs.take(key)
                     if size_bytes <= eager:
                         start(here, dst_ep, size_bytes, _delivered, (None, rw))
                     else:

@@ -105,6 +105,13 @@ cdef class _IntTable:
     @cython.locals(i=Py_ssize_t)
     cpdef object get(self, long long key)
 
+    @cython.locals(i=Py_ssize_t, j=Py_ssize_t, mask=Py_ssize_t, k=cython.longlong,
+                   h=cython.ulonglong, home=Py_ssize_t, entries=_TEntryPtr, stays=bint)
+    cpdef object take(self, long long key)
+
+    @cython.locals(i=Py_ssize_t)
+    cpdef list items(self)
+
     @cython.locals(i=Py_ssize_t)
     cpdef put(self, long long key, object item)
 

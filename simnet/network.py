@@ -382,13 +382,16 @@ class _KeyQueue:
 
 
 class _IntTable:
-    """Objects by a non-negative integer key: the static paths, by ``src * n + dst``.
+    """Objects (not None) by a non-negative integer key: the static paths by ``src * n +
+    dst``, the executor's pending messages by channel number.
 
     In Python, a dict. Compiled, open addressing over one C array of (key, object)
     entries, probed linearly from a multiplicative hash of the key, at most half full:
     a lookup reads one entry (a cache line) where a dict's reads its table, then its
-    entry, then compares the key's int object, three cache misses on a big network.
-    Entries are never removed. ``get`` returns None for a key not there.
+    entry, then compares the key's int object, three cache misses on a big network; and
+    no int object is made for a key. A key taken out leaves no tombstone: the entries
+    after it in its probe sequence move back (see ``take``). ``get`` and ``take`` return
+    None for a key not there.
     """
 
     def __init__(self) -> None:
@@ -431,6 +434,52 @@ class _IntTable:
         if self.entries[i].key < 0:
             return None
         return cython.cast(object, self.entries[i].item)
+
+    def take(self, key: int) -> object:
+        """Remove the object of ``key`` and return it; None if the key is not there."""
+        if not cython.compiled:
+            item = self.d.pop(key, None)
+            if item is not None:
+                self.n -= 1
+            return item
+        if not self.cap:
+            return None
+        i = self._slot(key)
+        entries = self.entries
+        if entries[i].key < 0:
+            return None
+        item = cython.cast(object, entries[i].item)  # a new reference ...
+        Py_DECREF(item)  # ... that takes over the table's
+        self.n -= 1
+        # Move back every later entry of the run whose home slot is not in (i, j]:
+        # probing from its home would otherwise stop at the hole.
+        mask = self.cap - 1
+        j = i
+        while True:
+            j = (j + 1) & mask
+            k = entries[j].key
+            if k < 0:
+                break
+            h = cython.cast(cython.ulonglong, k) * _HASH_MUL
+            home = cython.cast(cython.Py_ssize_t, h >> self.shift)
+            # It stays if its home is cyclically in (i, j].
+            stays = (i < home <= j) if i <= j else (home > i or home <= j)
+            if stays:
+                continue
+            entries[i] = entries[j]
+            i = j
+        entries[i].key = -1
+        return item
+
+    def items(self) -> list[tuple[int, object]]:
+        """Every (key, object), in no particular order."""
+        if not cython.compiled:
+            return list(self.d.items())
+        return [
+            (self.entries[i].key, cython.cast(object, self.entries[i].item))
+            for i in range(self.cap)
+            if self.entries[i].key >= 0
+        ]
 
     def put(self, key: int, item: object) -> None:
         """Set the object of ``key`` (>= 0)."""

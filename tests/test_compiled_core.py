@@ -155,7 +155,8 @@ def _copy_package(root: Path, checkout: bool) -> Path:
 @needs_build
 def test_stale_compiled_module_is_not_used(tmp_path):
     # A checkout whose network.py is newer than its compiled module, as after an edit
-    # or a checkout without reinstalling: the source must run, with a warning.
+    # or a checkout without reinstalling: the source must run, with a warning, and the
+    # executor's too (its compiled form uses the compiled network's types).
     copy = _copy_package(tmp_path, checkout=True)
     source = copy / "network.py"
     newer = _compiled._extension("network").stat().st_mtime + 10
@@ -163,7 +164,7 @@ def test_stale_compiled_module_is_not_used(tmp_path):
     file, status, stderr = _probe(tmp_path)
     assert file == str(source)
     assert "'network': 'python (compiled module is stale)'" in status
-    assert "'executor': 'compiled'" in status
+    assert "'executor': 'python (another core module runs as source)'" in status
     assert "is older than simnet/network.py or .pxd; using the Python source" in stderr
 
 
@@ -187,6 +188,7 @@ def test_compiled_module_that_does_not_load_falls_back(tmp_path):
     file, status, stderr = _probe(tmp_path)
     assert file == str(copy / "network.py")
     assert "'network': 'python (compiled module does not load: " in status
+    assert "'executor': 'python (another core module runs as source)'" in status
     assert "does not load" in stderr and "using the Python source" in stderr
 
 

@@ -891,6 +891,32 @@ def test_int_table_finds_what_was_put_through_collisions_and_growth():
         table.put(-3, "x")
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_int_table_takes_keys_out_as_a_dict_would(seed):
+    # Puts and takes interleaved at random over few keys (long probe runs that wrap
+    # around the table's end, keys taken from their middle): after every operation the
+    # table holds what a dict holds, and every key is found or not as in the dict.
+    from simnet.network import _IntTable
+
+    rng = random.Random(seed)
+    universe = [rng.randrange(1 << 40) for _ in range(60)] + list(range(40))
+    table, model = _IntTable(), {}
+    for step in range(6000):
+        k = rng.choice(universe)
+        if rng.random() < 0.55:
+            table.put(k, (k, step))
+            model[k] = (k, step)
+        else:
+            assert table.take(k) == model.pop(k, None)
+        assert len(table) == len(model)
+        if step % 50 == 0:
+            assert all(table.get(u) == model.get(u) for u in universe)
+            assert sorted(table.items()) == sorted(model.items())
+    for k in list(model):
+        assert table.take(k) == model.pop(k)
+    assert len(table) == 0 and table.items() == [] and table.take(universe[0]) is None
+
+
 def test_endpoints_numbered_otherwise_take_the_general_way():
     # Endpoints 5 and 7 (not 0..n-1): no static table; routes and bytes as ever.
     import topologies
