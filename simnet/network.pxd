@@ -60,6 +60,7 @@ cdef class _KeyQueue:
     cdef public Py_ssize_t n
     cdef public long long last_seq
     cdef public long long popped_seq
+    cdef public Py_ssize_t last_node
     cdef Py_ssize_t size
     cdef Py_ssize_t cap
     cdef _QEntryPtr entries
@@ -84,6 +85,14 @@ cdef class _KeyQueue:
     cpdef long long first_seq(self) noexcept
 
     cpdef object first_item(self)
+
+    @cython.locals(item=_ObjectPtr)
+    cdef object _first_ptr_or_none(self)
+
+    cdef _ObjectPtr first_ptr(self) noexcept
+
+    @cython.locals(nd=_QNodePtr)
+    cpdef kill(self, Py_ssize_t node, long long seq)
 
     @cython.locals(entries=_QEntryPtr, nodes=_QNodePtr, n=Py_ssize_t, i=Py_ssize_t,
                    child=Py_ssize_t, run=Py_ssize_t, node=Py_ssize_t, nxt=Py_ssize_t,
@@ -178,6 +187,7 @@ cdef class _Flow:  # (its free list and GC flag: decorators in network.py)
     cdef public double start_s
     cdef public object tag
     cdef public long long timer
+    cdef public Py_ssize_t tnode  # the timer queue's node of its live timer
     cdef PyObject* lk_small[6]
 
 
@@ -225,7 +235,7 @@ cdef class FlowNetwork:
 
     cpdef _set_timer(self, _Flow flow, double time_s)
 
-    @cython.locals(pending=list)
+    @cython.locals(pending=list, timers=_KeyQueue, seq=cython.longlong)
     cdef Py_ssize_t _add_timer(self, double time_s, _Flow flow) except -1
 
     @cython.locals(path=_Path, pair=_Pair, links=tuple, n=cython.longlong,
@@ -302,10 +312,13 @@ cdef extern from *:
         __simnet_prefetch_line((const char*)o);
         __simnet_prefetch_line((const char*)o + 64);
     }
+    static inline void __simnet_prefetch_ptr(PyObject* o) {
+        if (o) __simnet_prefetch(o);
+    }
     """
     void _prefetch_items "__simnet_prefetch_items"(_ObjectArray items, Py_ssize_t n)
     _ObjectArray _tuple_items "__simnet_tuple_items"(tuple o)
-    void _prefetch "__simnet_prefetch"(object o)
+    void _prefetch_ptr "__simnet_prefetch_ptr"(_ObjectPtr o)
 
 
 @cython.locals(i=Py_ssize_t, n=Py_ssize_t, target=_ObjectPtr, items=_ObjectArray)

@@ -201,6 +201,7 @@ class _KeyQueue:
         self.n = 0  # items queued
         self.last_seq = 0  # the number of the last item pushed (the first is 1)
         self.popped_seq = 0  # the number of the item pop() last returned
+        self.last_node = 0  # compiled: the node of the item push() last queued (for kill)
         if not cython.compiled:
             self.heap: list[tuple[float, int, object]] = []
             return
@@ -223,7 +224,8 @@ class _KeyQueue:
             for i in range(self.size):
                 node = self.runs[self.entries[i].run].head
                 while node >= 0:
-                    Py_DECREF(cython.cast(object, self.nodes[node].item))
+                    if self.nodes[node].item != cython.NULL:
+                        Py_DECREF(cython.cast(object, self.nodes[node].item))
                     node = self.nodes[node].next
             PyMem_Free(self.entries)
             PyMem_Free(self.nodes)
@@ -258,6 +260,7 @@ class _KeyQueue:
         nodes[node].seq = seq
         nodes[node].item = cython.cast(cython.pointer(PyObject), item)
         nodes[node].next = -1
+        self.last_node = node
         self.n += 1
         # Its key's open run, if there is one.
         for i in range(_OPEN_RUNS):
@@ -322,10 +325,33 @@ class _KeyQueue:
         return self.nodes[self.runs[self.entries[0].run].head].seq
 
     def first_item(self) -> object:
-        """The first item; the queue must not be empty."""
+        """The first item (None if killed); the queue must not be empty."""
         if not cython.compiled:
             return self.heap[0][2]
-        return cython.cast(object, self.nodes[self.runs[self.entries[0].run].head].item)
+        return self._first_ptr_or_none()
+
+    def _first_ptr_or_none(self) -> object:
+        item = self.first_ptr()
+        if item == cython.NULL:
+            return None
+        return cython.cast(object, item)
+
+    def first_ptr(self) -> object:
+        """Compiled only: the first item as a borrowed pointer (NULL if killed), read
+        without touching the item; the queue must not be empty."""
+        return self.nodes[self.runs[self.entries[0].run].head].item
+
+    def kill(self, node: int, seq: int) -> None:
+        """Compiled: drop the item numbered ``seq`` if it is still queued in ``node``
+        (``last_node`` after its push); it stays in its place, as None for ``pop`` and
+        ``first_item``, so a superseded timer is passed over without touching its flow,
+        whose object is likely out of the caches by then. In Python nothing is dropped:
+        callers tell superseded items by their numbers (``popped_seq``)."""
+        if cython.compiled and 0 <= node < self.node_cap:
+            nd = cython.address(self.nodes[node])
+            if nd.seq == seq and nd.item != cython.NULL:
+                Py_DECREF(cython.cast(object, nd.item))
+                nd.item = cython.NULL
 
     def pop(self) -> object:
         """Take the first item out and return it (its number: ``popped_seq``)."""
@@ -337,8 +363,12 @@ class _KeyQueue:
         run = entries[0].run
         nodes = self.nodes
         node = self.runs[run].head
-        item = cython.cast(object, nodes[node].item)  # a new reference ...
-        Py_DECREF(item)  # ... that takes over the node's
+        if nodes[node].item == cython.NULL:  # killed
+            item = None
+        else:
+            item = cython.cast(object, nodes[node].item)  # a new reference ...
+            Py_DECREF(item)  # ... that takes over the node's
+            nodes[node].item = cython.NULL  # (a freed node holds nothing: see kill)
         self.popped_seq = nodes[node].seq
         self.n -= 1
         nxt = nodes[node].next
@@ -703,6 +733,7 @@ class _Flow:
         "start_s",
         "tag",
         "timer",
+        "tnode",
     )
 
     @property
@@ -1360,7 +1391,9 @@ class FlowNetwork:
         """Queue the flow's timer at time_s (s), with a wake-up at or before it; returns
         the timer's number (for ``flow.timer``: a timer whose number the flow no longer
         holds is superseded)."""
-        seq = self._timers.push(time_s, flow)
+        timers = self._timers
+        seq = timers.push(time_s, flow)
+        flow.tnode = timers.last_node
         if not self._waking:
             pending = self._wake_pending
             if not pending or time_s < pending[0]:
@@ -1392,11 +1425,13 @@ class FlowNetwork:
                     # Handlers may set timers at `now`: they come after those due now.
                     while timers.n and timers.first_key() <= limit:
                         flow = timers.pop()
-                        if flow.timer != timers.popped_seq:
+                        if flow is None or flow.timer != timers.popped_seq:
                             continue  # superseded by a later reschedule
                         flow.timer = 0
                         if cython.compiled and timers.n:
-                            _prefetch(timers.first_item())  # noqa: F821 (network.pxd)
+                            # (a borrowed pointer: taking a reference would write to
+                            # the next flow, waiting for it here instead of prefetching)
+                            _prefetch_ptr(timers.first_ptr())  # noqa: F821 (network.pxd)
                         phase = flow.phase
                         if phase == _DRAINING:
                             # self._end_drain(flow, now), inlined
@@ -1440,9 +1475,13 @@ class FlowNetwork:
                 # Drop the leading superseded completion timers, so rescheduled flows
                 # do not cost a simpy wake-up each.
                 while timers.n:
-                    flow = timers.first_item()
-                    if flow.timer == timers.first_seq():
-                        break
+                    if cython.compiled:
+                        if timers.first_ptr() != cython.NULL:
+                            break  # (superseded timers are killed: see _apply_rate)
+                    else:
+                        flow = timers.first_item()
+                        if flow.timer == timers.first_seq():
+                            break
                     timers.pop()
                 if not timers.n:
                     return  # nothing left
@@ -1538,6 +1577,8 @@ class FlowNetwork:
             f.remaining_bytes = rem
         f.last_update_s = now
         f.rate_bytes_per_s = rate
+        if f.timer:  # its end at the old rate, superseded (compiled: dropped now)
+            self._timers.kill(f.tnode, f.timer)
         f.timer = self._add_timer(now + rem / rate, f)
 
     def _flush(self, now: float) -> None:

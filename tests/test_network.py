@@ -750,23 +750,31 @@ def test_timers_come_out_by_time_then_in_the_order_they_were_set(seed: int):
     grow past their first entries. Seven keys, more than the run queue's open runs, so
     a key comes back after its run was forgotten while an older run of it is still
     queued, and -0.0 is 0.0 as in a heap's comparisons. Checked against a plain heap of
-    (key, number) pairs."""
+    (key, number) pairs. A tenth of the items are killed (superseded timers) while
+    queued, some twice, some after they came out: compiled, such an item comes out in
+    its place as None; in Python as itself (callers tell it by its number)."""
     import heapq
 
     import simnet.network as network
+    from simnet import _compiled
 
+    compiled = _compiled.status()["network"] == "compiled"
     rng = random.Random(seed)
     keys = [0.0, -0.0, 1e-6, 2.5e-6, 3e-6, 0.125, 1.0, 7.0]
     q = network._KeyQueue()
     model: list[tuple[float, int, _Item]] = []
+    nodes: dict[int, int] = {}  # number -> node (last_node after its push)
+    killed: set[int] = set()
     seq = 0
     key = keys[0]
 
     def pop_and_check() -> None:
         first = (q.first_key(), q.first_seq(), q.first_item())
         item = q.pop()
-        assert first == (*heapq.heappop(model)[:2], item)
-        assert (first[1], first[2]) == (q.popped_seq, item)
+        key, number, it = heapq.heappop(model)
+        expected = None if compiled and number in killed else it
+        assert first == (key, number, expected) and item is expected
+        assert q.popped_seq == number
 
     for _round in range(40):
         for _ in range(rng.randrange(0, 120)):
@@ -775,13 +783,22 @@ def test_timers_come_out_by_time_then_in_the_order_they_were_set(seed: int):
             seq += 1
             item = _Item(seq)
             assert q.push(key, item) == seq
+            nodes[seq] = q.last_node
             heapq.heappush(model, (key, seq, item))
+            if rng.random() < 0.1:
+                # Mostly a queued item; else any (out already: no-op).
+                pick_queued = rng.random() < 0.8
+                victim = rng.choice(model)[1] if pick_queued else rng.randrange(1, seq + 1)
+                if any(n == victim for _, n, _ in model):
+                    killed.add(victim)
+                for _ in range(rng.choice((1, 2))):
+                    q.kill(nodes[victim], victim)
         assert q.n == len(model)
         for _ in range(rng.randrange(0, len(model) + 1)):
             pop_and_check()
     while q.n:
         pop_and_check()
-    assert seq > 2000 and not model
+    assert seq > 2000 and not model and len(killed) > 100
 
 
 def test_the_key_queue_releases_what_it_holds():
@@ -808,6 +825,34 @@ def test_the_key_queue_releases_what_it_holds():
     del q
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+def test_a_killed_item_is_released_at_once_where_compiled():
+    """A superseded timer's flow must not be held by the queue until its time comes
+    (compiled: kill drops the reference; the Python heap keeps it until popped)."""
+    import gc
+    import weakref
+
+    import simnet.network as network
+    from simnet import _compiled
+
+    q = network._KeyQueue()
+    items = [_Item(i) for i in range(3)]
+    refs = [weakref.ref(x) for x in items]
+    nodes = []
+    for i, x in enumerate(items):
+        q.push(1.0 + i, x)
+        nodes.append(q.last_node)
+    q.kill(nodes[1], 2)
+    q.kill(nodes[1], 2)  # again: nothing more
+    q.kill(nodes[0], 7)  # not that node's item: nothing
+    del items
+    gc.collect()
+    compiled = _compiled.status()["network"] == "compiled"
+    assert [r() is not None for r in refs] == [True, not compiled, True]
+    out = [q.pop() for _ in range(3)]
+    assert [x if x is None else x.name for x in out] == [0, None if compiled else 1, 2]
+    assert q.n == 0
 
 
 def test_router_routes_are_kept_once_with_the_same_statistics():
