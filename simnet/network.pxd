@@ -159,7 +159,7 @@ cdef class _Pair:
     cdef public double busy_s
 
 
-cdef class _Path:
+cdef class _Path(_Pair):
     cdef public object src
     cdef public object dst
     cdef public tuple edges

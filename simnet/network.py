@@ -663,8 +663,13 @@ class _Pair:
         self.busy_s = 0.0
 
 
-class _Path:
-    """A resolved route between two endpoints and the per-path pair counters."""
+class _Path(_Pair):
+    """A resolved route between two endpoints and the per-path pair counters.
+
+    ``pair`` holds the counters of its pair (src, dst), shared by every path of it; or
+    is None where the path is its pair's only one (a route that is a pure function of
+    the pair: the static table), which then keeps them itself, one object fewer for
+    each message to reach."""
 
     __slots__ = (
         "bytes_total",
@@ -685,8 +690,11 @@ class _Path:
         edges: tuple,
         links: tuple[_Link, ...],
         latency_s: float,
-        pair: _Pair,
+        pair: _Pair | None,
     ) -> None:
+        self.in_flight = 0
+        self.busy_since_s = 0.0
+        self.busy_s = 0.0
         self.src = src
         self.dst = dst
         self.edges = edges
@@ -1008,6 +1016,8 @@ class FlowNetwork:
         seq = self.transfers_started
         self.transfers_started = seq + 1
         pair = path.pair
+        if pair is None:
+            pair = path  # (its pair's only path: it keeps the pair's counters)
         n = pair.in_flight
         if not n:
             pair.busy_since_s = now
@@ -1322,7 +1332,8 @@ class FlowNetwork:
 
     def _resolve(self, src: int, dst: int, edges: tuple, keyed: bool = True) -> _Path:
         """The path object of ``edges`` from src to dst, validated, and cached by
-        ``(src, dst, edges)`` if ``keyed`` (else the caller keeps it)."""
+        ``(src, dst, edges)`` if ``keyed``; else the caller keeps it, as its pair's only
+        path, which keeps the pair's counters itself."""
         for e in edges:
             if type(e) is not tuple:
                 edges = tuple([tuple(x) for x in edges])  # e.g. [[u, v], ...]
@@ -1364,9 +1375,12 @@ class FlowNetwork:
             if ingress is None:
                 ingress = self._link((INGRESS, dst), True)
             links = [egress, *links, ingress]
-        path = _Path(src, dst, edges, tuple(links), latency_s, self._pair(src, dst))
         if keyed:
+            path = _Path(src, dst, edges, tuple(links), latency_s, self._pair(src, dst))
             self._paths[key] = path
+        else:  # the pair's only path (the static table): it is its own pair
+            path = _Path(src, dst, edges, tuple(links), latency_s, None)
+            self._pairs[(src, dst)] = path
         return path
 
     def _pair(self, src: int, dst: int) -> _Pair:
@@ -1555,6 +1569,8 @@ class FlowNetwork:
         path.duration_s += now - flow.start_s
         path.messages += 1
         pair = path.pair
+        if pair is None:
+            pair = path
         n = pair.in_flight - 1
         pair.in_flight = n
         if not n:

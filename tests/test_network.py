@@ -877,8 +877,19 @@ def test_router_routes_are_kept_once_with_the_same_statistics():
             assert [(p.src, p.dst) for p in net._static_list] == [(0, 15), (3, 9), (15, 0), (8, 2)]
         else:
             assert not net._static_list and len(net._paths) == 4
-        results.append((list(net.pair_bytes.items()), net.pair_messages, net.link_bytes(), env.now))
+        # (pair_busy_s: a static path keeps its pair's counters, the others share a _Pair)
+        results.append(
+            (
+                list(net.pair_bytes.items()),
+                net.pair_messages,
+                net.link_bytes(),
+                env.now,
+                net.pair_busy_s,
+                net.pair_rate_bytes_per_s(0, 15),
+            )
+        )
     assert results[0] == results[1]
+    assert results[0][4][(0, 15)] > 0.0 and results[0][5] > 0.0
     assert results[0][0] == [
         ((5, 5), 1005),
         ((0, 15), 2000),
