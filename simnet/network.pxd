@@ -249,7 +249,7 @@ cdef class FlowNetwork:
     @cython.locals(timer=_Flow, t=cython.double)
     cpdef call_later(self, double delay_s, callback, arg=*)
 
-    @cython.locals(table=_IntTable, n=Py_ssize_t, s=Py_ssize_t, d=Py_ssize_t)
+    @cython.locals(table=_IntTable, n=Py_ssize_t, s=cython.longlong, d=cython.longlong)
     cdef _Path _known_path(self, src, dst)
 
     @cython.locals(path=_Path)
@@ -319,6 +319,15 @@ cdef extern from *:
     void _prefetch_items "__simnet_prefetch_items"(_ObjectArray items, Py_ssize_t n)
     _ObjectArray _tuple_items "__simnet_tuple_items"(tuple o)
     void _prefetch_ptr "__simnet_prefetch_ptr"(_ObjectPtr o)
+
+
+cdef extern from "Python.h":
+    # -1 with *overflow set (no exception) for an int outside C's long long
+    long long _as_longlong "PyLong_AsLongLongAndOverflow"(object o, int* overflow) except? -1
+
+
+@cython.locals(v=cython.longlong, overflow=cython.int)
+cdef long long _endpoint(object x, long long n) except? -2
 
 
 @cython.locals(i=Py_ssize_t, n=Py_ssize_t, target=_ObjectPtr, items=_ObjectArray)

@@ -779,6 +779,16 @@ def _set_links(flow: _Flow, links: tuple) -> None:
         flow.lk = links
 
 
+def _endpoint(x: int, n: int) -> int:
+    """``x`` (an int) if it is an endpoint's number, 0 <= x < n; else -1 (also for an
+    int too large for C, which compiled must not raise: the Router names it)."""
+    if cython.compiled:
+        overflow = 0
+        v = _as_longlong(x, cython.address(overflow))  # noqa: F821 (network.pxd)
+        return v if overflow == 0 and 0 <= v < n else -1
+    return x if 0 <= x < n else -1
+
+
 class FlowNetwork:
     """Flow-level network with max-min fair bandwidth sharing.
 
@@ -1116,9 +1126,9 @@ class FlowNetwork:
         n = self._n_ends
         if table is None or type(src) is not int or type(dst) is not int:
             return None
-        s = src  # (C integers in network.pxd: checked and combined without objects)
-        d = dst
-        if not (0 <= s < n and 0 <= d < n):
+        s = _endpoint(src, n)
+        d = _endpoint(dst, n)
+        if s < 0 or d < 0:
             return None
         return table.get(s * n + d)
 

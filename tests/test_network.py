@@ -914,10 +914,10 @@ def test_static_table_keys_pairs_by_number_and_refuses_what_is_not_one():
     env.run()
     assert len(net._static) == 1 and net._static.get(15 * 16 + 3) is net._static_list[0]
     assert net._static.get(3 * 16 + 15) is None
-    for src in (-1, 16, True):
+    for src in (-1, 16, True, 2**63, -(2**70)):  # (also ints too large for C)
         with pytest.raises(TopologyError, match="src="):
             net.start_transfer(src, 3, 100, lambda _t: None)
-    for dst in (-1, 16, True):
+    for dst in (-1, 16, True, 2**70):
         with pytest.raises(TopologyError, match="dst="):
             net.start_transfer(3, dst, 100, lambda _t: None)
     assert net.pair_bytes == {(15, 3): 100}
