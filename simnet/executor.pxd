@@ -40,8 +40,11 @@ cdef class _Coll(_Waiter):
     cpdef bint advance(self) except -1
 
 
-@cython.locals(rw=_Waiter, sw=_Waiter)
-cpdef _delivered(tag)
+@cython.locals(rw=_Waiter)
+cpdef _delivered(list msg)
+
+
+cpdef _delivered2(_Waiter sw, _Waiter rw)
 
 
 cdef _push(_IntTable table, long long channel, object item)

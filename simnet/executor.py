@@ -679,10 +679,10 @@ class PhaseSim:
         rw = _pop(self._p2p_recvs, c)
         if rw is not None:
             if eager:
-                self.net.start_transfer(pl[src], pl[dst], size_bytes, _delivered, (None, rw))
+                self.net.start_transfer(pl[src], pl[dst], size_bytes, _delivered2, None, rw)
             else:
                 self.net.start_rendezvous(
-                    pl[src], pl[dst], size_bytes, _delivered, (waiter, rw), self.env.now
+                    pl[src], pl[dst], size_bytes, _delivered2, waiter, self.env.now, rw
                 )
             return eager
         if eager:
@@ -709,7 +709,7 @@ class PhaseSim:
             return False
         sw, src, dst, size_bytes, posted_s = item
         pl = self.ex.placement
-        self.net.start_rendezvous(pl[src], pl[dst], size_bytes, _delivered, (sw, waiter), posted_s)
+        self.net.start_rendezvous(pl[src], pl[dst], size_bytes, _delivered2, sw, posted_s, waiter)
         return False
 
     # -- collectives -----------------------------------------------------------------
@@ -881,18 +881,20 @@ def _base_op_type(op: object) -> type | None:
 _ARRIVED = object()  # marks eager data delivered before its receive was posted
 
 
-def _delivered(tag: Any) -> None:
-    """A message's data arrived: tick its receiver, then its sender (rendezvous).
-
-    ``tag`` is ``(send waiter or None, receive waiter)``, or for eager data
-    posted before its receive the list ``[None, receive waiter or None]``.
-    """
-    rw = tag[1]
+def _delivered(msg: list) -> None:
+    """The data of an eager message sent before its receive was posted arrived: ``msg``
+    is ``[None, receive waiter or None]``; tick the waiter, or mark it arrived."""
+    rw = msg[1]
     if rw is None:
-        tag[0] = _ARRIVED
+        msg[0] = _ARRIVED
         return
     _tick(rw)
-    sw = tag[0]
+
+
+def _delivered2(sw: _Waiter | None, rw: _Waiter) -> None:
+    """A message's data arrived: tick its receiver, then its sender (rendezvous; None
+    for eager data). The network hands both over (``tag2``): no tuple per message."""
+    _tick(rw)
     if sw is not None:
         _tick(sw)
 
@@ -1050,7 +1052,7 @@ class _Coll(_Waiter):
                         pending += 1
                     continue
                 sw, src_ep, dst_ep, size_bytes, posted_s = item
-                rendezvous(src_ep, dst_ep, size_bytes, _delivered, (sw, self), posted_s)
+                rendezvous(src_ep, dst_ep, size_bytes, _delivered2, sw, posted_s, self)
                 pending += 1
             while j < n:
                 dst = step[j]
@@ -1065,9 +1067,9 @@ class _Coll(_Waiter):
                     else:
                         pending_recvs.take(key)
                     if size_bytes <= eager:
-                        start(here, dst_ep, size_bytes, _delivered, (None, rw))
+                        start(here, dst_ep, size_bytes, _delivered2, None, rw)
                     else:
-                        rendezvous(here, dst_ep, size_bytes, _delivered, (self, rw), t_now)
+                        rendezvous(here, dst_ep, size_bytes, _delivered2, self, t_now, rw)
                         pending += 1
                 elif size_bytes <= eager:
                     msg = [None, None]

@@ -49,6 +49,7 @@ cdef Py_ssize_t _OPEN_RUNS  # the length of _KeyQueue's open_run and open_key
 cdef int _ALPHA, _DRAINING, _LATENCY, _DONE, _TIMER, _HANDSHAKE
 cdef Py_ssize_t _FAST_FORWARD_HOPS
 cdef double _INF, _RATE_RTOL, _KEEP_RTOL
+cdef object _ONE_TAG
 cdef unsigned long long _HASH_MUL
 
 
@@ -186,6 +187,7 @@ cdef class _Flow:  # (its free list and GC flag: decorators in network.py)
     cdef public long long size_bytes
     cdef public double start_s
     cdef public object tag
+    cdef public object tag2
     cdef public long long timer
     cdef public Py_ssize_t tnode  # the timer queue's node of its live timer
     cdef PyObject* lk_small[6]
@@ -228,10 +230,10 @@ cdef class FlowNetwork:
     cdef object __weakref__
 
     @cython.locals(flow=_Flow, path=_Path, to=dict)
-    cpdef start_transfer(self, src, dst, size_bytes, on_delivery, tag=*)
+    cpdef start_transfer(self, src, dst, size_bytes, on_delivery, tag=*, tag2=*)
 
     @cython.locals(flow=_Flow, size=cython.longlong)
-    cpdef _Flow _message(self, _Path path, size_bytes, on_delivery, tag)
+    cpdef _Flow _message(self, _Path path, size_bytes, on_delivery, tag, tag2)
 
     cpdef _set_timer(self, _Flow flow, double time_s)
 
@@ -244,7 +246,8 @@ cdef class FlowNetwork:
     cpdef _launch(self, _Flow flow, double now)
 
     @cython.locals(flow=_Flow, path=_Path, now=cython.double, delay=cython.double, to=dict)
-    cpdef start_rendezvous(self, src, dst, size_bytes, on_delivery, tag, double send_posted_s)
+    cpdef start_rendezvous(self, src, dst, size_bytes, on_delivery, tag, double send_posted_s,
+                           tag2=*)
 
     @cython.locals(timer=_Flow, t=cython.double)
     cpdef call_later(self, double delay_s, callback, arg=*)
@@ -271,7 +274,7 @@ cdef class FlowNetwork:
                    latency_s=cython.double, low=cython.double, share=cython.double)
     cpdef _begin(self, _Flow flow, double now)
 
-    @cython.locals(path=_Path, pair=_Pair, n=cython.longlong)
+    @cython.locals(path=_Path, pair=_Pair, n=cython.longlong, tag2=object)
     cpdef _deliver(self, _Flow flow, double now)
 
     @cython.locals(old=cython.double, rem=cython.double)

@@ -140,6 +140,9 @@ class TransferRecord(NamedTuple):
     tag: object = None
 
 
+_ONE_TAG = object()
+"""``tag2`` of a message delivered as ``on_delivery(tag)`` (any other: ``(tag, tag2)``)."""
+
 _new_tuple = tuple.__new__  # skips NamedTuple's Python-level __new__ on the hot path
 
 
@@ -740,6 +743,7 @@ class _Flow:
         "size_bytes",
         "start_s",
         "tag",
+        "tag2",
         "timer",
         "tnode",
     )
@@ -981,10 +985,13 @@ class FlowNetwork:
         src: int,
         dst: int,
         size_bytes: SupportsIndex,
-        on_delivery: Callable[[object], None],
+        on_delivery: Callable[..., None],
         tag: object = None,
+        tag2: object = _ONE_TAG,
     ) -> None:
-        """``transfer`` for callers that need no event: call ``on_delivery(tag)`` instead.
+        """``transfer`` for callers that need no event: call ``on_delivery(tag)`` instead
+        (``on_delivery(tag, tag2)`` when ``tag2`` is given: two objects to hand over
+        without a tuple made for them per message).
 
         Same model, timing, routing and statistics as :meth:`transfer`, but no
         simpy event is scheduled per message: at the simulated time the
@@ -998,11 +1005,16 @@ class FlowNetwork:
         path = self._known_path(src, dst)
         if path is None:
             path = self._path(src, dst)
-        flow = self._message(path, size_bytes, on_delivery, tag)
+        flow = self._message(path, size_bytes, on_delivery, tag, tag2)
         self._launch(flow, self.env._now + 0.0)  # a float in both cores (simpy starts an int 0)
 
     def _message(
-        self, path: _Path, size_bytes: SupportsIndex, on_delivery: Callable, tag: object
+        self,
+        path: _Path,
+        size_bytes: SupportsIndex,
+        on_delivery: Callable,
+        tag: object,
+        tag2: object,
     ) -> _Flow:
         """A message on ``path``, not started yet (``size_bytes`` checked: an integer >= 0)."""
         size = size_bytes if type(size_bytes) is int else operator.index(size_bytes)
@@ -1015,6 +1027,7 @@ class FlowNetwork:
         flow.path = path
         flow.size_bytes = size
         flow.tag = tag
+        flow.tag2 = tag2
         return flow
 
     def _launch(self, flow: _Flow, now: float) -> None:
@@ -1068,9 +1081,10 @@ class FlowNetwork:
         src: int,
         dst: int,
         size_bytes: int,
-        on_delivery: Callable[[object], None],
+        on_delivery: Callable[..., None],
         tag: object,
         send_posted_s: float,
+        tag2: object = _ONE_TAG,
     ) -> None:
         """``start_transfer`` of a rendezvous message whose receive is posted now and
         whose send was posted at ``send_posted_s`` (s, <= now).
@@ -1088,7 +1102,7 @@ class FlowNetwork:
                 path = self._path(src, dst)
             now = self.env._now + 0.0
             delay = send_posted_s + self.alpha_s + path.latency_s - now
-            flow = self._message(path, size_bytes, on_delivery, tag)
+            flow = self._message(path, size_bytes, on_delivery, tag, tag2)
             if delay > 0.0:
                 # The message waits as a timer of its own, launched when it fires (as
                 # start_transfer would be then, without a second object).
@@ -1097,7 +1111,7 @@ class FlowNetwork:
             else:
                 self._launch(flow, now)  # start_transfer without finding the path again
             return
-        self.start_transfer(src, dst, size_bytes, on_delivery, tag)
+        self.start_transfer(src, dst, size_bytes, on_delivery, tag, tag2)
 
     def call_later(
         self, delay_s: float, callback: Callable[[object], None], arg: object = None
@@ -1587,7 +1601,11 @@ class FlowNetwork:
             pair.busy_s += now - pair.busy_since_s
         flow.phase = _DONE
         self.transfers_completed += 1
-        flow.notify(flow.tag)
+        tag2 = flow.tag2
+        if tag2 is _ONE_TAG:
+            flow.notify(flow.tag)
+        else:
+            flow.notify(flow.tag, tag2)
 
     # ------------------------------------------------------------- max-min
 

@@ -136,6 +136,35 @@ def test_long_routes_and_many_flows_per_link():
     assert net.link_bytes()[(4, 5)] == 500
 
 
+@pytest.mark.parametrize("handshake", [False, True])
+def test_delivery_hands_over_one_tag_or_two(handshake):
+    # on_delivery(tag) by default; on_delivery(tag, tag2) when tag2 is given (None too),
+    # for plain and rendezvous messages. Four messages of 100 B on one 100 B/s link with
+    # 0.5 s of latency. Without the handshake all four share it from 0 (25 B/s each):
+    # delivered at 4 + 0.5 s. With it the two rendezvous ones start at 0.5 s (their
+    # request's latency): the plain two drain 25 B each by then (50 B/s), then all four
+    # share, so the plain ones drain their 75 B by 3.5 s (delivered at 4.0 s), the others
+    # have 25 B left, at 50 B/s gone by 4.0 s (delivered at 4.5 s).
+    env, net = make(line((100.0, 0.5)), rendezvous_handshake=handshake)
+    got: list = []
+
+    def record(*tags: object) -> None:
+        got.append((tags, env.now))
+
+    net.start_transfer(0, 1, 100, record, "one")
+    net.start_transfer(0, 1, 100, record, "a", None)
+    net.start_rendezvous(0, 1, 100, record, "r", 0.0)
+    net.start_rendezvous(0, 1, 100, record, "s", 0.0, "w")
+    env.run()
+    plain_s = 4.0 if handshake else 4.5
+    assert sorted(got) == [
+        (("a", None), approx(plain_s)),
+        (("one",), approx(plain_s)),
+        (("r",), approx(4.5)),
+        (("s", "w"), approx(4.5)),
+    ]
+
+
 def test_two_flows_share_a_link_equally():
     # Flows 0->2 and 0->1 share (0, 1) at 100 B/s; (1, 2) is fast.
     env, net = make(line((100.0, 0.5), (1000.0, 0.25)))
