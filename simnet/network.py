@@ -24,8 +24,9 @@ deterministic. Only the earliest timer is mirrored as a simpy timeout, so the
 flows of a bulk-synchronous step that start or end at the same instant share
 one simpy event. simpy cannot cancel a timeout: a flow whose rate changes sets
 a new timer and keeps its number; the old one is skipped when it comes out
-(and superseded timers at the head of the queue are dropped without a
-wake-up). Rates are
+(compiled, it is killed in its queue node at once, so it passes without its flow
+being read), and superseded timers at the head of the queue are dropped without a
+wake-up. Rates are
 recomputed once per simulated instant for all flows started or ended at that
 instant (a zero-delay simpy event batches the starts), so an all-to-all burst
 costs one water-filling, not one per message. ``transfer`` returns a simpy
@@ -49,8 +50,10 @@ flow phases, ``_INF``, the tolerances: as globals, each use would be a dictionar
 lookup); Python never reads it, and annotations here are documentation only, also
 to Cython. simpy's clock is read as ``env._now``, the attribute its ``now``
 property returns, which is a Python call. The code is the same either way but for
-the queues' storage (``if cython.compiled``: C arrays of structs, else a heap
-of tuples), and ``simnet._compiled`` chooses which runs.
+storage (``if cython.compiled``): the queues (C arrays of structs, else a heap of
+tuples), ``_IntTable`` (a C hash table, else a dict), a link's flows and a flow's links
+(C arrays inside the objects, else a list and the path's tuple); ``simnet._compiled``
+chooses which runs.
 """
 
 from __future__ import annotations
