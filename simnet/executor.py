@@ -846,26 +846,25 @@ class _Fifo(deque):
 
 def _push(table: _IntTable, channel: int, item: object) -> None:
     """Queue ``item`` on ``channel`` of ``table``: as itself when the channel is empty,
-    else in a _Fifo behind what it holds."""
-    q = table.get(channel)
+    else in a _Fifo behind what it holds (one probe of the table when it is empty)."""
+    q = table.add(channel, item)
     if q is None:
-        table.put(channel, item)
-    elif type(q) is _Fifo:
+        return
+    if type(q) is _Fifo:
         q.append(item)
     else:
         table.put(channel, _Fifo((q, item)))
 
 
 def _pop(table: _IntTable, channel: int) -> Any:
-    """The first pending item of ``channel``, removed; None if there is none."""
-    q = table.get(channel)
+    """The first pending item of ``channel``, removed; None if there is none (one probe
+    of the table unless the channel holds several)."""
+    q = table.take(channel)
     if q is None or type(q) is not _Fifo:
-        if q is not None:
-            table.take(channel)
         return q
     item = q.popleft()
-    if not q:
-        table.take(channel)
+    if q:
+        table.put(channel, q)  # the rest stay queued
     return item
 
 
@@ -1037,15 +1036,11 @@ class _Coll(_Waiter):
                 src = step[j]
                 j += 1
                 key = base + src * p + me
-                item = pending_sends.get(key)
+                item = _pop(pending_sends, key)
                 if item is None:
                     _push(pending_recvs, key, self)
                     pending += 1
                     continue
-                if type(item) is _Fifo:
-                    item = _pop(pending_sends, key)
-                else:
-                    pending_sends.take(key)
                 if type(item) is list:  # eager data, already on its way
                     if item[0] is not _ARRIVED:
                         item[1] = self
@@ -1060,12 +1055,8 @@ class _Coll(_Waiter):
                 j += 2
                 key = row + dst
                 dst_ep = endpoints[dst]
-                rw = pending_recvs.get(key)
+                rw = _pop(pending_recvs, key)
                 if rw is not None:
-                    if type(rw) is _Fifo:
-                        rw = _pop(pending_recvs, key)
-                    else:
-                        pending_recvs.take(key)
                     if size_bytes <= eager:
                         start(here, dst_ep, size_bytes, _delivered2, None, rw)
                     else:

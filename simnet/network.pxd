@@ -85,10 +85,8 @@ cdef class _KeyQueue:
 
     cpdef long long first_seq(self) noexcept
 
-    cpdef object first_item(self)
-
     @cython.locals(item=_ObjectPtr)
-    cdef object _first_ptr_or_none(self)
+    cpdef object first_item(self)
 
     cdef _ObjectPtr first_ptr(self) noexcept
 
@@ -109,18 +107,24 @@ cdef class _IntTable:
     cdef _TEntryPtr entries
     cdef dict d
 
-    @cython.locals(mask=Py_ssize_t, i=Py_ssize_t, k=cython.longlong, h=cython.ulonglong)
+    @cython.locals(h=cython.ulonglong)
+    cdef inline Py_ssize_t _home(self, long long key) noexcept
+
+    @cython.locals(mask=Py_ssize_t, i=Py_ssize_t, k=cython.longlong)
     cdef Py_ssize_t _slot(self, long long key) noexcept
 
     @cython.locals(i=Py_ssize_t)
     cpdef object get(self, long long key)
 
     @cython.locals(i=Py_ssize_t, j=Py_ssize_t, mask=Py_ssize_t, k=cython.longlong,
-                   h=cython.ulonglong, home=Py_ssize_t, entries=_TEntryPtr, stays=bint)
+                   home=Py_ssize_t, entries=_TEntryPtr, stays=bint)
     cpdef object take(self, long long key)
 
     @cython.locals(i=Py_ssize_t)
     cpdef list items(self)
+
+    @cython.locals(i=Py_ssize_t, old=object)
+    cpdef object add(self, long long key, object item)
 
     @cython.locals(i=Py_ssize_t)
     cpdef put(self, long long key, object item)

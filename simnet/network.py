@@ -334,13 +334,8 @@ class _KeyQueue:
         """The first item (None if killed); the queue must not be empty."""
         if not cython.compiled:
             return self.heap[0][2]
-        return self._first_ptr_or_none()
-
-    def _first_ptr_or_none(self) -> object:
         item = self.first_ptr()
-        if item == cython.NULL:
-            return None
-        return cython.cast(object, item)
+        return None if item == cython.NULL else cython.cast(object, item)
 
     def first_ptr(self) -> object:
         """Compiled only: the first item as a borrowed pointer (NULL if killed), read
@@ -449,11 +444,16 @@ class _IntTable:
     def __len__(self) -> int:
         return self.n
 
+    def _home(self, key: int) -> int:
+        """Compiled: the entry where the probe for ``key`` starts (the top bits of its
+        product with _HASH_MUL, mod 2**64)."""
+        h = cython.cast(cython.ulonglong, key) * _HASH_MUL
+        return cython.cast(cython.Py_ssize_t, h >> self.shift)
+
     def _slot(self, key: int) -> int:
         """Compiled: the entry of ``key``, or the empty one where it would go."""
         mask = self.cap - 1
-        h = cython.cast(cython.ulonglong, key) * _HASH_MUL  # (mod 2**64)
-        i = cython.cast(cython.Py_ssize_t, h >> self.shift)
+        i = self._home(key)
         while True:
             k = self.entries[i].key
             if k == key or k < 0:
@@ -496,8 +496,7 @@ class _IntTable:
             k = entries[j].key
             if k < 0:
                 break
-            h = cython.cast(cython.ulonglong, k) * _HASH_MUL
-            home = cython.cast(cython.Py_ssize_t, h >> self.shift)
+            home = self._home(k)
             # It stays if its home is cyclically in (i, j].
             stays = (i < home <= j) if i <= j else (home > i or home <= j)
             if stays:
@@ -516,6 +515,28 @@ class _IntTable:
             for i in range(self.cap)
             if self.entries[i].key >= 0
         ]
+
+    def add(self, key: int, item: object) -> object:
+        """Set the object of ``key`` (>= 0) if it has none and return None; else return
+        the one it has, unchanged (one probe either way)."""
+        if key < 0:
+            raise ValueError(f"keys must be >= 0, got {key}")
+        if not cython.compiled:
+            old = self.d.setdefault(key, item)
+            if old is item and len(self.d) > self.n:
+                self.n += 1
+                return None
+            return old
+        if 2 * (self.n + 1) > self.cap:
+            self._grow()
+        i = self._slot(key)
+        if self.entries[i].key == key:
+            return cython.cast(object, self.entries[i].item)
+        Py_INCREF(item)
+        self.entries[i].key = key
+        self.entries[i].item = cython.cast(cython.pointer(PyObject), item)
+        self.n += 1
+        return None
 
     def put(self, key: int, item: object) -> None:
         """Set the object of ``key`` (>= 0)."""

@@ -974,11 +974,13 @@ def test_int_table_finds_what_was_put_through_collisions_and_growth():
     assert table.get(keys[0]) == "again" and len(table) == 845
     with pytest.raises(ValueError, match="keys must be >= 0"):
         table.put(-3, "x")
+    with pytest.raises(ValueError, match="keys must be >= 0"):
+        table.add(-3, "x")
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_int_table_takes_keys_out_as_a_dict_would(seed):
-    # Puts and takes interleaved at random over few keys (long probe runs that wrap
+    # Puts, adds and takes interleaved at random over few keys (long probe runs that wrap
     # around the table's end, keys taken from their middle): after every operation the
     # table holds what a dict holds, and every key is found or not as in the dict.
     from simnet.network import _IntTable
@@ -988,9 +990,13 @@ def test_int_table_takes_keys_out_as_a_dict_would(seed):
     table, model = _IntTable(), {}
     for step in range(6000):
         k = rng.choice(universe)
-        if rng.random() < 0.55:
+        roll = rng.random()
+        if roll < 0.35:
             table.put(k, (k, step))
             model[k] = (k, step)
+        elif roll < 0.55:  # add: set only if absent, else the object it has
+            assert table.add(k, (k, step)) == model.get(k)
+            model.setdefault(k, (k, step))
         else:
             assert table.take(k) == model.pop(k, None)
         assert len(table) == len(model)
