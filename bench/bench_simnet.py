@@ -169,15 +169,18 @@ def fat_tree_case(
 
 def plans_case(ranks: int) -> tuple[int, float]:
     """Every rank's plan of every ResNet-152 bucket's allreduce over ``ranks`` ranks, as
-    the executor asks the schedules for them; returns (messages planned, 0.0)."""
+    the executor took them before step tables (``rank_flat``, a tuple per rank, kept for
+    the run); returns (messages planned, 0.0)."""
     from workload.collectives import build_schedule
     from workload.models.resnet import RESNET152_BUCKETS
 
     messages = 0
+    plans = []
     for count in dict.fromkeys(RESNET152_BUCKETS):  # one schedule per size, as executors keep
         sched = build_schedule("allreduce", "rabenseifner", ranks, count)
         for r in range(ranks):
-            messages += sched.rank_flat(r)[3]
+            plans.append(sched.rank_flat(r))
+            messages += plans[-1][3]
     return messages, 0.0
 
 
@@ -194,7 +197,27 @@ CASES = {
     "switch16384": lambda: fat_tree_case(16384, switch_config),
     "plans4096": lambda: plans_case(4096),
     "plans16384": lambda: plans_case(16384),
+    "tables4096": lambda: tables_case(4096),
+    "tables16384": lambda: tables_case(16384),
 }
+
+
+def tables_case(ranks: int) -> tuple[int, float]:
+    """The plans of ``plans_case`` as the simulator now takes them: one step table per
+    schedule, every rank's steps as arrays (``Schedule.rank_table``); returns (messages
+    planned, 0.0)."""
+    from workload.collectives import build_schedule
+    from workload.models.resnet import RESNET152_BUCKETS
+
+    messages = 0
+    tables = []  # kept, as the executor keeps them for the run: their memory counts
+    for count in dict.fromkeys(RESNET152_BUCKETS):
+        table = build_schedule("allreduce", "rabenseifner", ranks, count).rank_table()
+        tables.append(table)
+        messages += int(table.messages.sum())
+    return messages, 0.0
+
+
 DEFAULT_CASES = "ring64,ring256,ring1024,gpt3_384,fat1024,fat4096"
 
 

@@ -16,3 +16,10 @@ cclass = no_gc = _same
 
 def freelist(_n: int) -> Any:
     return _same
+
+
+def boundscheck(_flag: bool) -> Any:
+    return _same
+
+
+wraparound = boundscheck

@@ -19,6 +19,18 @@ cdef class _WaitAll(_Waiter):
     cdef public object rank
 
 
+cdef class _StepTable:
+    cdef public Py_ssize_t p
+    cdef public list messages
+    cdef public list reduces
+    cdef public list copies
+    cdef int[::1] src
+    cdef int[::1] dst
+    cdef long long[::1] nbytes
+    cdef unsigned char[::1] reduce
+    cdef long long[::1] nsteps
+
+
 cdef class _Coll(_Waiter):
     cdef public long long base  # channel numbers fit 64 bits (see PhaseSim._collective)
     cdef public Py_ssize_t delayed
@@ -28,16 +40,26 @@ cdef class _Coll(_Waiter):
     cdef public tuple hot
     cdef public Py_ssize_t i
     cdef public Py_ssize_t me
+    cdef public Py_ssize_t nsteps
     cdef public object owner
     cdef public object sim
     cdef public tuple steps
+    cdef public _StepTable table
 
-    @cython.locals(steps=tuple, i=Py_ssize_t, nsteps=Py_ssize_t, pending=cython.longlong,
+    @cython.locals(steps=tuple, table=_StepTable, hot=tuple, i=Py_ssize_t,
+                   nsteps=Py_ssize_t, pending=cython.longlong,
                    pending_sends=_IntTable, pending_recvs=_IntTable, endpoints=tuple,
-                   step=tuple, n=Py_ssize_t, nr=Py_ssize_t, j=Py_ssize_t,
+                   step=tuple, n=Py_ssize_t, nr=Py_ssize_t, j=Py_ssize_t, k=Py_ssize_t,
                    t_now=cython.double, me=Py_ssize_t, p=Py_ssize_t, base=cython.longlong,
-                   row=cython.longlong, src=Py_ssize_t, dst=Py_ssize_t, key=cython.longlong)
+                   row=cython.longlong, src=Py_ssize_t, dst=Py_ssize_t)
     cpdef bint advance(self) except -1
+
+    cdef inline int _recv(self, long long key, _IntTable pending_sends,
+                          _IntTable pending_recvs) except -1
+
+    @cython.locals(hot=tuple)
+    cdef inline int _send(self, long long key, object here, object dst_ep, object size_bytes,
+                          double t_now) except -1
 
 
 @cython.locals(rw=_Waiter)
@@ -99,6 +121,23 @@ cdef _add_bytes(tuple adds, long long calls)
 cdef class _Tally:
     cdef public tuple adds
     cdef public long long calls
+    cdef public long long row
+
+    @cython.locals(n=cython.longlong)
+    cpdef settle(self)
+
+
+cdef class _TableTally(_Tally):
+    cdef public _StepTable table
+    cdef public Py_ssize_t me
+    cdef public tuple members
+    cdef public dict reduced
+    cdef public dict copied
+
+    @cython.locals(n=cython.longlong, t=_StepTable, p=Py_ssize_t, me=Py_ssize_t,
+                   row=cython.longlong, members=tuple, i=Py_ssize_t, k=Py_ssize_t,
+                   d=Py_ssize_t, acct=dict, key=object, total=cython.longlong)
+    cpdef settle(self)
 
 
 @cython.locals(n=cython.longlong)

@@ -33,6 +33,11 @@ from typing import Any
 
 import simpy
 
+try:
+    import cython
+except ImportError:  # no Cython here: this module runs as the Python it is
+    from . import _nocython as cython
+
 from workload.collectives import (
     NCCL_ALGORITHMS,
     FlatPlan,
@@ -42,6 +47,7 @@ from workload.collectives import (
 )
 from workload.ops import Collective, Compute, Op, Recv, Send, Testany, Wait
 from workload.program import Workload
+from workload.step_table import StepTable
 from workload.units import S_PER_US
 
 from .network import FlowNetwork, _IntTable
@@ -215,23 +221,78 @@ def _add_bytes(adds: tuple, calls: int) -> None:
 
 class _Tally:
     """The bytes one rank's calls of one collective send (``adds``, as ``_add_bytes``
-    takes them) and how many of its calls are not counted in yet (-1: none ever made).
+    takes them) and how many of its calls are not counted in yet (-1: none ever made);
+    ``row``: the row key (rank * world) of the pairs they add to.
 
     Calls are counted here and their bytes added per pair in bulk when the totals are
     read (``PhaseSim._settle_bytes``): a call of a collective on thousands of ranks
     would otherwise update a dozen or more pair totals in dictionaries too large for
     the caches, the run's largest source of cache misses."""
 
-    __slots__ = ("adds", "calls")
+    __slots__ = ("adds", "calls", "row")
 
-    def __init__(self, adds: tuple) -> None:
+    def __init__(self, adds: tuple, row: int) -> None:
         self.adds = adds
         self.calls = -1
+        self.row = row
+
+    def settle(self) -> None:
+        """Add the calls counted since the last time to the pair totals."""
+        n = self.calls
+        if n > 0:
+            _add_bytes(self.adds, n)
+            self.calls = 0
+
+
+class _TableTally(_Tally):
+    """A ``_Tally`` whose bytes are read from a step table (member ``me``'s column, its
+    members' ranks ``members``) when settled, into ``reduced`` / ``copied`` (pair totals,
+    None where the member sends none of that part): no per-member totals are kept."""
+
+    __slots__ = ("copied", "me", "members", "reduced", "table")
+
+    def __init__(
+        self,
+        table: _StepTable,
+        me: int,
+        members: tuple[int, ...],
+        reduced: dict[int, int] | None,
+        copied: dict[int, int] | None,
+        row: int,
+    ) -> None:
+        _Tally.__init__(self, (), row)
+        self.table = table
+        self.me = me
+        self.members = members
+        self.reduced = reduced
+        self.copied = copied
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    def settle(self) -> None:
+        n = self.calls
+        if n <= 0:
+            return
+        self.calls = 0
+        t = self.table
+        p = t.p
+        me = self.me
+        row = self.row
+        members = self.members
+        for i in range(t.nsteps[me]):
+            k = i * p + me
+            d = t.dst[k]
+            if d < 0:
+                continue
+            acct = self.reduced if t.reduce[k] else self.copied
+            key = row + members[d]
+            total = acct.get(key, 0)
+            acct[key] = total + n * t.nbytes[k]
 
 
 def _tally_row(tally: _Tally) -> int:
     """The row key (rank * world) of the pairs a tally adds to."""
-    return tally.adds[0][1]
+    return tally.row
 
 
 def _count_call(tally: _Tally, listed: list) -> None:
@@ -243,13 +304,51 @@ def _count_call(tally: _Tally, listed: list) -> None:
     tally.calls = n + 1
 
 
+class _StepTable:
+    """A schedule's :class:`~workload.step_table.StepTable` as ``_Coll.advance`` reads it:
+    the arrays flattened step-major (member ``me``'s step ``i`` at ``i * p + me``), as C
+    arrays when compiled (typed memoryviews over numpy's), as lists of ints in Python.
+    ``reduces`` / ``copies``: per member, whether it sends any reduction / copied data.
+    """
+
+    __slots__ = ("copies", "dst", "messages", "nbytes", "nsteps", "p", "reduce", "reduces", "src")
+
+    def __init__(self, table: StepTable) -> None:
+        import numpy as np
+
+        self.p = table.group_size
+        self.messages = table.messages.tolist()
+        sends = table.dst >= 0
+        self.reduces = (sends & table.reduce).any(axis=0).tolist()
+        self.copies = (sends & ~table.reduce).any(axis=0).tolist()
+        src = np.ascontiguousarray(table.src, dtype=np.intc).ravel()
+        dst = np.ascontiguousarray(table.dst, dtype=np.intc).ravel()
+        nbytes = np.ascontiguousarray(table.nbytes, dtype=np.longlong).ravel()
+        reduce = np.ascontiguousarray(table.reduce, dtype=np.uint8).ravel()
+        nsteps = np.ascontiguousarray(table.nsteps, dtype=np.longlong)
+        if cython.compiled:
+            self.src = src
+            self.dst = dst
+            self.nbytes = nbytes
+            self.reduce = reduce
+            self.nsteps = nsteps
+        else:
+            self.src = src.tolist()
+            self.dst = dst.tolist()
+            self.nbytes = nbytes.tolist()
+            self.reduce = reduce.tolist()
+            self.nsteps = nsteps.tolist()
+
+
 @dataclass(frozen=True, slots=True)
 class _Plan:
     """One member's part of a collective, for the executor, in member indices (the
     same for every group of that size: a group's own members and their endpoints are
     applied as it runs).
 
-    ``steps``: the schedule's ``rank_flat``, or its ``rank_plan`` with each step
+    ``steps``: the schedule's step table (``_StepTable``, every member's steps; then
+    ``reduce_bytes`` and ``copy_bytes`` are empty: the table has them), or its
+    ``rank_flat``, or its ``rank_plan`` with each step
     flattened (``_FlatStep``: the
     number of members it receives from, those members, then ``member, size_bytes`` per
     send; equal steps stay one shared tuple); ``reduce_bytes`` / ``copy_bytes``:
@@ -259,7 +358,7 @@ class _Plan:
     reducing what it received (None: none).
     """
 
-    steps: tuple[_FlatStep, ...]
+    steps: tuple[_FlatStep, ...] | _StepTable
     reduce_bytes: tuple[int, ...]
     copy_bytes: tuple[int, ...]
     messages: int
@@ -348,8 +447,9 @@ class SimExecutor:
         self._members: dict[tuple[str, int], tuple[tuple[int, ...], int]] = {}
         # id of a group (the workload keeps it) -> {rank: its first index in the group}
         self._positions: dict[int, dict[int, int]] = {}
-        # Rank plans with global ranks: (schedule id, kind, first member, member) -> steps.
+        # Member plans: (schedule id, member, costs) -> _Plan; schedule id -> _StepTable.
         self._plans: dict[tuple, _Plan] = {}
+        self._tables: dict[int, _StepTable] = {}
         self._world = max(workload.world_size, 1)
 
     # -- helpers -------------------------------------------------------------------
@@ -413,6 +513,17 @@ class SimExecutor:
         reduction cost (s/B) and the cost per step (s) it pays; kept for reuse unless
         it is very large."""
         # The schedule is kept in self._schedules, so its id is stable.
+        gamma, step_s = costs
+        table = self._tables.get(id(sched))
+        if table is None and hasattr(sched, "rank_table"):
+            made = sched.rank_table()
+            if made is not None:
+                table = self._tables[id(sched)] = _StepTable(made)
+        if table is not None:  # every member's steps are in the table: nothing per member
+            delays = None
+            if step_s > 0 or (gamma > 0 and table.reduces[me]):
+                delays = self._delays(sched, me, costs)
+            return _Plan(table, (), (), table.messages[me], delays)
         key = (id(sched), me, costs)
         plan = self._plans.get(key)
         if plan is not None:
@@ -422,16 +533,22 @@ class SimExecutor:
             flat = _flatten(sched.rank_plan(me))
         steps, reduce_bytes, copy_bytes, messages = flat
         delays = None
-        gamma, step_s = costs
         if step_s > 0 or (gamma > 0 and reduce_bytes):
-            delays = [
-                step_s + gamma * sum(t.size_bytes for t in recvs if t.reduce)
-                for _, recvs in sched.rank_steps(me)
-            ]
+            delays = self._delays(sched, me, costs)
         plan = _Plan(steps, reduce_bytes, copy_bytes, messages, delays)
         if len(steps) * group_size <= _PLAN_CACHE_STEPS:
             self._plans[key] = plan
         return plan
+
+    @staticmethod
+    def _delays(sched: Schedule, me: int, costs: tuple[float, float]) -> list[float]:
+        """Seconds member ``me`` spends after each of its steps: the cost per step plus
+        gamma (s/B) times the bytes it reduces in that step."""
+        gamma, step_s = costs
+        return [
+            step_s + gamma * sum(t.size_bytes for t in recvs if t.reduce)
+            for _, recvs in sched.rank_steps(me)
+        ]
 
     def release_plans(self) -> None:
         """Forget the members' plans once no phase will run again. They are the bulk of
@@ -439,6 +556,7 @@ class SimExecutor:
         step): freed now by reference counting, they are not traced by the cyclic
         collector's first pass after the run, which saw every one of them as new."""
         self._plans.clear()
+        self._tables.clear()
 
     # -- running -------------------------------------------------------------------
     def run_phase(
@@ -576,10 +694,7 @@ class PhaseSim:
         # The totals are the same; only the pairs' order in the dictionaries moves.
         self._tallies.sort(key=_tally_row)
         for tally in self._tallies:
-            n = tally.calls
-            if n > 0:
-                _add_bytes(tally.adds, n)
-                tally.calls = 0
+            tally.settle()
 
     def _account(self, group: str, part: str) -> dict[int, int]:
         acct = self._bytes.get((group, part))
@@ -768,16 +883,29 @@ class PhaseSim:
         # The plan's byte totals per peer, not pairs made from them: kept for every rank
         # and collective, those would be the largest part of a big run's memory.
         row = rank * self._world
-        adds = tuple(
-            (self._account(op.group, part), row, members, tot)
-            for tot, part in ((plan.reduce_bytes, "reduce"), (plan.copy_bytes, "copy"))
-            if tot
-        )
+        steps = plan.steps
+        tally: _Tally | None = None
+        if type(steps) is _StepTable:
+            sends = (steps.reduces[me], steps.copies[me])
+            if sends[0] or sends[1]:
+                accts = [
+                    self._account(op.group, part) if sent else None
+                    for sent, part in zip(sends, ("reduce", "copy"), strict=True)
+                ]
+                tally = _TableTally(steps, me, members, accts[0], accts[1], row)
+        else:
+            adds = tuple(
+                (self._account(op.group, part), row, members, tot)
+                for tot, part in ((plan.reduce_bytes, "reduce"), (plan.copy_bytes, "copy"))
+                if tot
+            )
+            if adds:
+                tally = _Tally(adds, row)
         return (
             seq_key,
-            plan.steps,
+            steps,
             gid,
-            _Tally(adds) if adds else None,
+            tally,
             plan.messages,
             plan.delays,
             me,
@@ -969,6 +1097,10 @@ class _Coll(_Waiter):
     size + dst), and a pending rendezvous send holds endpoints, not ranks.
     With ``delays``, a step's end is followed by its reduction time before the
     next step starts (Thakur, Rabenseifner & Gropp's gamma term).
+
+    The steps are a tuple of flat steps (``steps``) or a column of a step table
+    (``table``: no object per step to reach, the table's entries of a bulk-synchronous
+    step's members side by side).
     """
 
     __slots__ = (
@@ -980,15 +1112,17 @@ class _Coll(_Waiter):
         "hot",
         "i",
         "me",
+        "nsteps",
         "owner",
         "sim",
         "steps",
+        "table",
     )
 
     def __init__(
         self,
         sim: PhaseSim,
-        steps: tuple[_FlatStep, ...],
+        steps: tuple[_FlatStep, ...] | _StepTable,
         base: int,
         me: int,
         endpoints: tuple[int, ...],
@@ -997,7 +1131,14 @@ class _Coll(_Waiter):
     ) -> None:
         self.sim = sim
         self.hot = sim._hot
-        self.steps = steps
+        if type(steps) is _StepTable:
+            self.table = steps
+            self.steps = None
+            self.nsteps = self.table.nsteps[me]  # through the typed field when compiled
+        else:
+            self.table = None
+            self.steps = steps
+            self.nsteps = len(steps)
         self.base = base  # + src * group size + dst (member indices): a channel of this instance
         self.me = me  # the rank's index in its group
         self.endpoints = endpoints  # of the group's members, in member order
@@ -1010,65 +1151,49 @@ class _Coll(_Waiter):
         # moves on by itself.
         self.owner: _Rank | None = None
 
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
     def advance(self) -> bool:
         """Post steps until one must wait; True if the collective is complete."""
-        steps = self.steps
         i = self.i
-        nsteps = len(steps)
+        nsteps = self.nsteps
         if i == nsteps:
             return True
-        pending_sends, pending_recvs, start, eager, rendezvous, env = self.hot
-        t_now = env._now  # simpy's clock as stored: its `now` is a Python property
+        hot = self.hot
+        pending_sends = hot[0]
+        pending_recvs = hot[1]
+        t_now = hot[5]._now  # simpy's clock as stored: its `now` is a Python property
         base = self.base
         me = self.me
         endpoints = self.endpoints
         p = len(endpoints)
         row = base + me * p
         here = endpoints[me]
+        steps = self.steps
+        table = self.table
         while i < nsteps:
-            step = steps[i]
-            i += 1
             pending = 0
-            n = len(step)
-            nr = step[0]
-            j = 1
-            while j <= nr:
-                src = step[j]
-                j += 1
-                key = base + src * p + me
-                item = _pop(pending_sends, key)
-                if item is None:
-                    _push(pending_recvs, key, self)
-                    pending += 1
-                    continue
-                if type(item) is list:  # eager data, already on its way
-                    if item[0] is not _ARRIVED:
-                        item[1] = self
-                        pending += 1
-                    continue
-                sw, src_ep, dst_ep, size_bytes, posted_s = item
-                rendezvous(src_ep, dst_ep, size_bytes, _delivered2, sw, posted_s, self)
-                pending += 1
-            while j < n:
-                dst = step[j]
-                size_bytes = step[j + 1]
-                j += 2
-                key = row + dst
-                dst_ep = endpoints[dst]
-                rw = _pop(pending_recvs, key)
-                if rw is not None:
-                    if size_bytes <= eager:
-                        start(here, dst_ep, size_bytes, _delivered2, None, rw)
-                    else:
-                        rendezvous(here, dst_ep, size_bytes, _delivered2, self, t_now, rw)
-                        pending += 1
-                elif size_bytes <= eager:
-                    msg = [None, None]
-                    start(here, dst_ep, size_bytes, _delivered, msg)
-                    _push(pending_sends, key, msg)
-                else:
-                    _push(pending_sends, key, (self, here, dst_ep, size_bytes, t_now))
-                    pending += 1
+            if table is None:
+                step = steps[i]
+                n = len(step)
+                nr = step[0]
+                j = 1
+                while j <= nr:
+                    pending += self._recv(base + step[j] * p + me, pending_sends, pending_recvs)
+                    j += 1
+                while j < n:
+                    dst = step[j]
+                    pending += self._send(row + dst, here, endpoints[dst], step[j + 1], t_now)
+                    j += 2
+            else:
+                k = i * p + me
+                src = table.src[k]
+                if src >= 0:
+                    pending += self._recv(base + src * p + me, pending_sends, pending_recvs)
+                dst = table.dst[k]
+                if dst >= 0:
+                    pending += self._send(row + dst, here, endpoints[dst], table.nbytes[k], t_now)
+            i += 1
             if pending:
                 self.i = i
                 self.n = pending
@@ -1080,6 +1205,41 @@ class _Coll(_Waiter):
                 return False
         self.i = i
         return True
+
+    def _recv(self, key: int, pending_sends: _IntTable, pending_recvs: _IntTable) -> int:
+        """Post the receive of channel ``key``; 1 if it must wait for its data, else 0."""
+        item = _pop(pending_sends, key)
+        if item is None:
+            _push(pending_recvs, key, self)
+            return 1
+        if type(item) is list:  # eager data, already on its way
+            if item[0] is _ARRIVED:
+                return 0
+            item[1] = self
+            return 1
+        sw, src_ep, dst_ep, size_bytes, posted_s = item
+        self.hot[4](src_ep, dst_ep, size_bytes, _delivered2, sw, posted_s, self)
+        return 1
+
+    def _send(self, key: int, here: int, dst_ep: int, size_bytes: int, t_now: float) -> int:
+        """Post the send of ``size_bytes`` bytes on channel ``key`` from endpoint ``here``
+        to ``dst_ep``; 1 if it must wait for its receive (rendezvous), else 0 (eager: on
+        its way). (``hot``: sends, receives, start, eager threshold, rendezvous.)"""
+        hot = self.hot
+        rw = _pop(hot[1], key)
+        if rw is not None:
+            if size_bytes <= hot[3]:
+                hot[2](here, dst_ep, size_bytes, _delivered2, None, rw)
+                return 0
+            hot[4](here, dst_ep, size_bytes, _delivered2, self, t_now, rw)
+            return 1
+        if size_bytes <= hot[3]:
+            msg = [None, None]
+            hot[2](here, dst_ep, size_bytes, _delivered, msg)
+            _push(hot[0], key, msg)
+            return 0
+        _push(hot[0], key, (self, here, dst_ep, size_bytes, t_now))
+        return 1
 
     def fire(self) -> None:
         delays = self.delays

@@ -574,6 +574,79 @@ def test_flat_plans_are_the_transfers_flattened(alg):
     assert build_schedule("allreduce", "ring", 4, 8).rank_flat(0) is None  # flattened later
 
 
+@pytest.mark.parametrize("alg", ["recursive_doubling", "rabenseifner"])
+def test_step_tables_hold_every_ranks_flat_plan(alg):
+    # The recursive allreduces also give all ranks' plans at once, as arrays (the
+    # simulator's form): column r must be rank r's transfers, folded ranks included.
+    for p in [*range(2, 34), 64, 96, 127, 129]:
+        for count in (1, 3, p + 1, 1001):
+            lazy = build_schedule("allreduce", alg, p, count)
+            eager = Schedule("allreduce", alg, p, lazy.steps, count, 0, lazy.chunk_elems)
+            table = lazy.rank_table()
+            assert table.src.shape == table.dst.shape == table.nbytes.shape
+            assert table.group_size == p
+            for r in range(p):
+                assert table.rank_flat(r) == _flat_reference(eager, r), (p, count, r)
+                n = int(table.nsteps[r])  # past its steps a column is empty
+                assert (table.src[n:, r] == -1).all() and (table.dst[n:, r] == -1).all()
+                assert (table.nbytes[n:, r] == 0).all() and not table.reduce[n:, r].any()
+    for alg, op in (("ring", "allreduce"), ("pairwise", "alltoall"), ("bruck", "allgather")):
+        assert build_schedule(op, alg, 8, 64).rank_table() is None  # several per step
+
+
+def _resnet_on_six(**collectives) -> dict:
+    # Six ranks: Rabenseifner folds two of them (the even ones sit out the levels).
+    return {
+        "distributed": {"num_nodes": 6, "bandwidth_limit_gb_per_s": 25.0},
+        "topology": {"type": "fat_tree", "k": 4, "link_latency_us": 1.0},
+        "workload": {"name": "resnet152", "world_size": 6, "scale": 0.01},
+        "collectives": collectives,
+    }
+
+
+@pytest.mark.parametrize(
+    "collectives",
+    [
+        {},
+        {"algorithm": "recursive_doubling"},
+        {"gamma_s_per_byte": 2e-10, "step_latency_us": 3.0},  # a delay after each step
+        {"gamma_s_per_byte": 2e-10, "async_progress": False},
+    ],
+)
+def test_step_tables_simulate_as_the_plans_they_hold(monkeypatch, collectives):
+    # The executor runs a schedule with a step table from the table (no plan per rank):
+    # every time, byte count and pair must be those of the same run from the tuples.
+    from simnet.executor import SimExecutor, _StepTable
+
+    kinds: list[type] = []
+    real_plan = SimExecutor._plan
+
+    def plan(self, *args, **kw):
+        made = real_plan(self, *args, **kw)
+        kinds.append(type(made.steps))
+        return made
+
+    monkeypatch.setattr(SimExecutor, "_plan", plan)
+    cfg = _resnet_on_six(**collectives)
+    a = simnet.simulate(cfg, record_series=False)
+    assert kinds and set(kinds) == {_StepTable}
+    kinds.clear()
+    monkeypatch.setattr(Schedule, "rank_table", lambda self: None)
+    b = simnet.simulate(cfg, record_series=False)
+    assert kinds and set(kinds) == {tuple}
+    assert a.iteration_time_s == b.iteration_time_s
+    for pa, pb in zip(a.phases, b.phases, strict=True):
+        assert pa.messages == pb.messages and pa.messages > 0
+        assert pa.makespan_s == pb.makespan_s
+        assert pa.per_rank == pb.per_rank
+        assert pa.pair_bytes == pb.pair_bytes and pa.pair_busy == pb.pair_busy
+        assert pa.wire_bytes_by_group == pb.wire_bytes_by_group
+        # The same parts and pairs, added in the same order.
+        for part in ("reduce", "copy"):
+            assert list(pa.part_pair_bytes[part].items()) == list(pb.part_pair_bytes[part].items())
+        assert pa.link_bytes == pb.link_bytes and pa.link_busy_s == pb.link_busy_s
+
+
 def test_rank_plan_is_rank_steps_in_compact_form():
     for op, algs in ALGORITHMS.items():
         for alg in algs:

@@ -72,6 +72,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from itertools import pairwise
 
+from .step_table import StepTable
 from .units import ELEM_BYTES
 
 ALGORITHMS: dict[str, tuple[str, ...]] = {
@@ -254,6 +255,13 @@ class Schedule:
         self._check_rank(r)
         make = getattr(self.__dict__.get("_lazy"), "rank_flat", None)
         return None if make is None else make(r)
+
+    def rank_table(self) -> StepTable | None:
+        """Every rank's :meth:`rank_flat` as one :class:`StepTable`, where the schedule
+        makes one (the recursive allreduces, whose steps are exchanges with one
+        partner); None otherwise."""
+        make = getattr(self.__dict__.get("_lazy"), "table", None)
+        return None if make is None else make()
 
     def bytes_sent(self, r: int) -> int:
         return ELEM_BYTES * sum(
@@ -983,6 +991,7 @@ class _RecursiveRanks:
     __slots__ = (
         "_levels",
         "_served",
+        "_table",
         "chunks",
         "count",
         "fold",
@@ -1013,6 +1022,7 @@ class _RecursiveRanks:
         self.prefix = prefix
         self._levels: tuple | None = None  # see _level_tables
         self._served = 0  # rank_flat calls since the tables were made: they go at p
+        self._table: StepTable | None = None  # see table
 
     def _level_tables(self) -> tuple:
         """Every new rank's walk at once (rows: new ranks; columns: the levels, in the
@@ -1213,6 +1223,59 @@ class _RecursiveRanks:
             else:
                 steps.append((1, q))
         return tuple(steps), tuple(reduce), tuple(copy), (len(reduce) + len(copy)) // 2
+
+    def table(self) -> StepTable:
+        """Every rank's :meth:`rank_flat` at once (:class:`StepTable`), made a level at a
+        time from :meth:`_level_tables`; kept, as executors ask once per collective size."""
+        if self._table is not None:
+            return self._table
+        import numpy as np
+
+        pof2, rem, _ = self.fold
+        p = self.p
+        partners, sent, got = self._level_tables()
+        self._levels = None  # the table holds what rank_flat would take from them
+        levels = len(self.masks)
+        per_new = 2 * levels if self.halving else levels  # steps of a new rank
+        length = per_new + (2 if rem else 0)
+        src = np.full((length, p), -1, dtype=np.int32)
+        dst = np.full((length, p), -1, dtype=np.int32)
+        nbytes = np.zeros((length, p), dtype=np.int64)
+        reduce = np.zeros((length, p), dtype=bool)
+        nr = np.arange(pof2)
+        real = np.where(nr < rem, 2 * nr + 1, nr + rem)  # the rank of each new rank
+        first = np.where(nr < rem, 1, 0)  # a folded odd rank's levels follow its fold step
+        whole = ELEM_BYTES * self.prefix[-1]
+        if self.halving:
+            # The halving's levels in mask order, then the allgather's back down.
+            walk = [(k, sent[:, k], True) for k in range(levels)]
+            walk += [(k, got[:, k], False) for k in reversed(range(levels))]
+        else:
+            walk = [(k, np.full(pof2, whole), True) for k in range(levels)]
+        for step, (k, size, red) in enumerate(walk):
+            rows = first + step
+            src[rows, real] = partners[:, k]
+            dst[rows, real] = partners[:, k]
+            nbytes[rows, real] = size
+            reduce[rows, real] = red
+        nsteps = np.full(p, per_new, dtype=np.int64)
+        if rem:
+            even = np.arange(0, 2 * rem, 2)
+            odd = even + 1
+            # An even folded rank hands its data to the next and sits out until the
+            # result comes back; the odd one reduces it in, and hands the result back last.
+            dst[0, even] = odd
+            nbytes[0, even] = whole
+            reduce[0, even] = True
+            src[1, even] = odd
+            src[0, odd] = even
+            dst[length - 1, odd] = even
+            nbytes[length - 1, odd] = whole
+            nsteps[even] = 2
+            nsteps[odd] = length
+        messages = (dst >= 0).sum(axis=0, dtype=np.int64)
+        self._table = StepTable(src, dst, nbytes, reduce, nsteps, messages)
+        return self._table
 
 
 # ---------------------------------------------------------------- validation
