@@ -135,9 +135,12 @@ cdef class _TableTally(_Tally):
     cdef public dict copied
 
     @cython.locals(n=cython.longlong, t=_StepTable, p=Py_ssize_t, me=Py_ssize_t,
-                   row=cython.longlong, members=tuple, i=Py_ssize_t, k=Py_ssize_t,
-                   d=Py_ssize_t, acct=dict, key=object, total=cython.longlong)
+                   i=Py_ssize_t, k=Py_ssize_t, d=Py_ssize_t, last=Py_ssize_t, red=int,
+                   run_bytes=cython.longlong)
     cpdef settle(self)
+
+    @cython.locals(acct=dict, key=object, total=cython.longlong)
+    cdef _add(self, Py_ssize_t member, int reduced, long long nbytes)
 
 
 @cython.locals(n=cython.longlong)

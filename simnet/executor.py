@@ -277,17 +277,34 @@ class _TableTally(_Tally):
         t = self.table
         p = t.p
         me = self.me
-        row = self.row
-        members = self.members
+        # Consecutive sends of one part to one member are added up first (a ring's
+        # thousands of steps are two such runs): the pair totals see each run once, in
+        # the order of its first step, as they would see each send.
+        last = -1  # the run's member, -1: none yet
+        red = 0
+        run_bytes = 0
         for i in range(t.nsteps[me]):
             k = i * p + me
             d = t.dst[k]
             if d < 0:
                 continue
-            acct = self.reduced if t.reduce[k] else self.copied
-            key = row + members[d]
-            total = acct.get(key, 0)
-            acct[key] = total + n * t.nbytes[k]
+            if d != last or t.reduce[k] != red:
+                if last >= 0:
+                    self._add(last, red, n * run_bytes)
+                last = d
+                red = t.reduce[k]
+                run_bytes = 0
+            run_bytes += t.nbytes[k]
+        if last >= 0:
+            self._add(last, red, n * run_bytes)
+
+    def _add(self, member: int, reduced: int, nbytes: int) -> None:
+        """Add ``nbytes`` to the pair total from this rank to ``member``, in the reduced
+        part if ``reduced``, else in the copied one."""
+        acct = self.reduced if reduced else self.copied
+        key = self.row + self.members[member]
+        total = acct.get(key, 0)
+        acct[key] = total + nbytes
 
 
 def _tally_row(tally: _Tally) -> int:
@@ -447,9 +464,10 @@ class SimExecutor:
         self._members: dict[tuple[str, int], tuple[tuple[int, ...], int]] = {}
         # id of a group (the workload keeps it) -> {rank: its first index in the group}
         self._positions: dict[int, dict[int, int]] = {}
-        # Member plans: (schedule id, member, costs) -> _Plan; schedule id -> _StepTable.
+        # Member plans: (schedule id, member, costs) -> _Plan; schedule id -> _StepTable
+        # (None: the schedule makes none).
         self._plans: dict[tuple, _Plan] = {}
-        self._tables: dict[int, _StepTable] = {}
+        self._tables: dict[int, _StepTable | None] = {}
         self._world = max(workload.world_size, 1)
 
     # -- helpers -------------------------------------------------------------------
@@ -514,11 +532,10 @@ class SimExecutor:
         it is very large."""
         # The schedule is kept in self._schedules, so its id is stable.
         gamma, step_s = costs
-        table = self._tables.get(id(sched))
-        if table is None and hasattr(sched, "rank_table"):
-            made = sched.rank_table()
-            if made is not None:
-                table = self._tables[id(sched)] = _StepTable(made)
+        table = self._tables.get(id(sched), _UNASKED)
+        if table is _UNASKED:
+            made = sched.rank_table() if hasattr(sched, "rank_table") else None
+            table = self._tables[id(sched)] = None if made is None else _StepTable(made)
         if table is not None:  # every member's steps are in the table: nothing per member
             delays = None
             if step_s > 0 or (gamma > 0 and table.reduces[me]):
@@ -1005,6 +1022,7 @@ def _base_op_type(op: object) -> type | None:
     return next((k for k in _OP_TYPES if isinstance(op, k)), None)
 
 
+_UNASKED = object()  # a schedule not yet asked for its step table
 _ARRIVED = object()  # marks eager data delivered before its receive was posted
 
 

@@ -590,8 +590,31 @@ def test_step_tables_hold_every_ranks_flat_plan(alg):
                 n = int(table.nsteps[r])  # past its steps a column is empty
                 assert (table.src[n:, r] == -1).all() and (table.dst[n:, r] == -1).all()
                 assert (table.nbytes[n:, r] == 0).all() and not table.reduce[n:, r].any()
-    for alg, op in (("ring", "allreduce"), ("pairwise", "alltoall"), ("bruck", "allgather")):
+    for alg, op in (("pairwise", "alltoall"), ("bruck", "allgather")):
         assert build_schedule(op, alg, 8, 64).rank_table() is None  # several per step
+
+
+@pytest.mark.parametrize("op", ["allreduce", "allgather", "reduce_scatter"])
+def test_ring_step_tables_hold_every_ranks_flat_plan(op, monkeypatch):
+    # One ring per run: every step receives from the previous rank and sends to the next.
+    from simnet.executor import _flatten
+    from workload import collectives
+
+    for p in [2, 3, 4, 5, 7, 8, 16, 33]:
+        for count in (1, p - 1, p, 3 * p + 1, 1001):
+            s = build_schedule(op, "ring", p, count)
+            table = s.rank_table()
+            for r in range(p):
+                assert table.rank_flat(r) == _flatten(s.rank_plan(r)), (p, count, r)
+    # Several rings a step, or more entries than the limit: no table.
+    assert (
+        build_schedule(op, "multiring", 4, 64, rings=[[0, 1, 2, 3], [3, 1, 0, 2]]).rank_table()
+        is None
+    )
+    assert build_schedule(op, "ring", 64, 1 << 20).rank_table() is not None
+    monkeypatch.setattr(collectives, "STEP_TABLE_MAX_ENTRIES", 126 * 64 - 1)
+    steps = 126 if op == "allreduce" else 63
+    assert (build_schedule(op, "ring", 64, 1 << 20).rank_table() is None) == (steps == 126)
 
 
 def _resnet_on_six(**collectives) -> dict:
@@ -609,6 +632,7 @@ def _resnet_on_six(**collectives) -> dict:
     [
         {},
         {"algorithm": "recursive_doubling"},
+        {"algorithm": "ring"},
         {"gamma_s_per_byte": 2e-10, "step_latency_us": 3.0},  # a delay after each step
         {"gamma_s_per_byte": 2e-10, "async_progress": False},
     ],

@@ -137,6 +137,10 @@ PlanStep = tuple[tuple[int, ...], tuple[tuple[int, int, bool], ...]]
 """One step of :meth:`Schedule.rank_plan`: ``(recv_srcs, sends)``, each send
 ``(dst, size_bytes, reduce)``; ranks are group indices."""
 
+STEP_TABLE_MAX_ENTRIES = 1 << 24
+"""The largest :class:`StepTable` a ring schedule makes (entries: steps x ranks, 17 bytes
+each); beyond, executors take per-rank plans, made and dropped as they are used."""
+
 FlatPlan = tuple[tuple[tuple[int, ...], ...], tuple[int, ...], tuple[int, ...], int]
 """A rank's plan as the simulator runs it (:meth:`Schedule.rank_flat`): ``(steps,
 reduce_totals, copy_totals, messages)``. Each step is one flat tuple: the number of
@@ -822,7 +826,7 @@ class _RingRanks:
     collective of zero elements has no schedule at all: ``build_schedule``).
     """
 
-    __slots__ = ("by_rank", "runs")
+    __slots__ = ("by_rank", "p", "runs")
 
     def __init__(self, p: int, chunks: Sequence[int], alg: _RingAlgorithm) -> None:
         prefix = [0]
@@ -832,6 +836,7 @@ class _RingRanks:
         for order, blocks in alg[1]:
             counts = [prefix[f + n] - prefix[f] for f, n in blocks]
             rings.append((order, {r: q for q, r in enumerate(order)}, blocks, counts))
+        self.p = p
         self.runs = [(nsteps, [(rings[i], shift) for i, shift in used]) for nsteps, used in alg[2]]
         # Per run, per rank: the (ring, shift) pairs of the rings the rank is on.
         self.by_rank: list[list[list[tuple[_Ring, int]]]] = []
@@ -870,6 +875,40 @@ class _RingRanks:
                     out.append((step0 + s, (tuple(sends), tuple(recvs))))
             step0 += nsteps
         return tuple(out)
+
+    def table(self) -> StepTable | None:
+        """Every rank's steps as one :class:`StepTable` where each run is one ring through
+        all the ranks (then every step is a receive from the previous rank and a send to
+        the next) and the table has at most ``STEP_TABLE_MAX_ENTRIES`` entries; else
+        None (several rings a step, or a ring so long that per-rank plans, made and
+        dropped as they are used, are the smaller form)."""
+        p = self.p
+        length = sum(nsteps for nsteps, _ in self.runs)
+        if length * p > STEP_TABLE_MAX_ENTRIES:
+            return None
+        if any(len(used) != 1 or len(used[0][0][0]) != p for _, used in self.runs):
+            return None
+        import numpy as np
+
+        src = np.empty((length, p), dtype=np.int32)
+        dst = np.empty((length, p), dtype=np.int32)
+        nbytes = np.empty((length, p), dtype=np.int64)
+        reduce = np.empty((length, p), dtype=bool)
+        row = 0
+        for nsteps, ((order, _, _, counts), shift) in ((n, u[0]) for n, u in self.runs):
+            ranks = np.asarray(order)
+            q = np.empty(p, dtype=np.int64)
+            q[ranks] = np.arange(p)  # each rank's position on the ring
+            rows = slice(row, row + nsteps)
+            src[rows] = ranks[(q - 1) % p]
+            dst[rows] = ranks[(q + 1) % p]
+            # Position q sends block (q - shift - s) mod p in step s (see _ring_send).
+            blocks = (q[None, :] - shift - np.arange(nsteps)[:, None]) % p
+            nbytes[rows] = ELEM_BYTES * np.asarray(counts, dtype=np.int64)[blocks]
+            reduce[rows] = shift == 1
+            row += nsteps
+        nsteps_each = np.full(p, length, dtype=np.int64)
+        return StepTable(src, dst, nbytes, reduce, nsteps_each, nsteps_each.copy())
 
     def rank_plan(self, r: int) -> tuple[PlanStep, ...]:
         """``Schedule.rank_plan(r)``, generated directly (equal steps share one tuple).
