@@ -19,15 +19,10 @@ cdef struct _QNode:  # a queued item of _KeyQueue, in its run's chain
     Py_ssize_t next
 
 
-cdef struct _QRun:  # one run: its first and last nodes
-    Py_ssize_t head
-    Py_ssize_t tail
-
-
 cdef struct _QEntry:  # a heap entry of _KeyQueue: a run, by key then first number
     double key
     long long seq
-    Py_ssize_t run
+    Py_ssize_t head  # the run's first node (its items chain on through .next)
 
 
 cdef struct _TEntry:  # an entry of _IntTable: key -1 is empty
@@ -37,12 +32,11 @@ cdef struct _TEntry:  # an entry of _IntTable: key -1 is empty
 
 ctypedef _TEntry* _TEntryPtr
 ctypedef _QNode* _QNodePtr
-ctypedef _QRun* _QRunPtr
 ctypedef _QEntry* _QEntryPtr
 ctypedef PyObject* _ObjectPtr  # a borrowed reference: a pointer, no count
 ctypedef PyObject** _ObjectArray  # a list's items
 
-cdef Py_ssize_t _OPEN_RUNS  # the length of _KeyQueue's open_run and open_key
+cdef Py_ssize_t _OPEN_RUNS  # the length of _KeyQueue's open_tail and open_key
 
 # The flow phases and the numeric constants of the hot paths, as C values: as module
 # globals they would be a dictionary lookup and a boxed comparison at each use.
@@ -68,17 +62,13 @@ cdef class _KeyQueue:
     cdef Py_ssize_t node_cap
     cdef _QNodePtr nodes
     cdef Py_ssize_t free_node
-    cdef Py_ssize_t run_cap
-    cdef _QRunPtr runs
-    cdef Py_ssize_t free_run
-    cdef Py_ssize_t open_run[4]  # _OPEN_RUNS
+    cdef Py_ssize_t open_tail[4]  # _OPEN_RUNS: each open run's last node, -1: none
     cdef double open_key[4]
     cdef Py_ssize_t next_open
     cdef list heap
 
     @cython.locals(seq=cython.longlong, i=Py_ssize_t, parent=Py_ssize_t, cap=Py_ssize_t,
-                   node=Py_ssize_t, run=Py_ssize_t, nodes=_QNodePtr, runs=_QRunPtr,
-                   entries=_QEntryPtr)
+                   node=Py_ssize_t, nodes=_QNodePtr, entries=_QEntryPtr)
     cpdef Py_ssize_t push(self, double key, object item) except -1
 
     cpdef double first_key(self) noexcept
@@ -94,7 +84,7 @@ cdef class _KeyQueue:
     cpdef kill(self, Py_ssize_t node, long long seq)
 
     @cython.locals(entries=_QEntryPtr, nodes=_QNodePtr, n=Py_ssize_t, i=Py_ssize_t,
-                   child=Py_ssize_t, run=Py_ssize_t, node=Py_ssize_t, nxt=Py_ssize_t,
+                   child=Py_ssize_t, node=Py_ssize_t, nxt=Py_ssize_t,
                    last=_QEntry)
     cpdef object pop(self)
 

@@ -190,7 +190,9 @@ class _KeyQueue:
     told apart when it comes out. In Python, a heap of ``(key, number, item)``.
 
     Compiled, the items pushed under one key since that key was last new are a run, a
-    FIFO chain of C nodes, and a binary heap of C structs holds runs, not items: the
+    FIFO chain of C nodes, and a binary heap of C structs holds runs (each entry its
+    run's key, first number and first node: the next item is one read from the top
+    entry, no run record between them), not items: the
     flows of a bulk-synchronous step end, arrive and start at a few equal times (and
     the links of a symmetric network fill at a few equal shares), so most pushes append
     to a run that is already queued and most pops take a run's next item with no heap
@@ -199,8 +201,9 @@ class _KeyQueue:
     is not among them); a push under a key that is not there starts a new run, filed
     after the key's older runs. Runs of one key come out in the order they were made,
     each in the order pushed, which is the order of the items' numbers: the same order
-    as the heap of tuples. Nodes and runs are reused from free lists, so a queue kept
-    for the next use (the water-filling's) allocates nothing once it has grown.
+    as the heap of tuples. An open run is known by its last node, where a push appends.
+    Nodes are reused from a free list, so a queue kept for the next use (the
+    water-filling's) allocates nothing once it has grown.
     """
 
     def __init__(self) -> None:
@@ -217,25 +220,21 @@ class _KeyQueue:
         self.node_cap = 0
         self.nodes = cython.NULL
         self.free_node = -1  # the first of the unused nodes, chained by .next
-        self.run_cap = 0
-        self.runs = cython.NULL
-        self.free_run = -1  # the first of the unused runs, chained by .head
         for i in range(_OPEN_RUNS):
-            self.open_run[i] = -1
+            self.open_tail[i] = -1
             self.open_key[i] = 0.0
         self.next_open = 0
 
     def __dealloc__(self) -> None:  # compiled only: the references the nodes hold
         if cython.compiled:
             for i in range(self.size):
-                node = self.runs[self.entries[i].run].head
+                node = self.entries[i].head
                 while node >= 0:
                     if self.nodes[node].item != cython.NULL:
                         Py_DECREF(cython.cast(object, self.nodes[node].item))
                     node = self.nodes[node].next
             PyMem_Free(self.entries)
             PyMem_Free(self.nodes)
-            PyMem_Free(self.runs)
 
     def push(self, key: float, item: object) -> int:
         """Queue ``item`` under ``key``; returns the item's number."""
@@ -268,32 +267,15 @@ class _KeyQueue:
         nodes[node].next = -1
         self.last_node = node
         self.n += 1
-        # Its key's open run, if there is one.
+        # Its key's open run, if there is one: the item goes after the run's last node.
         for i in range(_OPEN_RUNS):
-            if self.open_key[i] == key and self.open_run[i] >= 0:
-                run = self.open_run[i]
-                nodes[self.runs[run].tail].next = node
-                self.runs[run].tail = node
+            if self.open_key[i] == key and self.open_tail[i] >= 0:
+                nodes[self.open_tail[i]].next = node
+                self.open_tail[i] = node
                 return seq
         # Else a new run, filed in the heap by (key, its first item's number).
-        run = self.free_run
-        if run < 0:
-            cap = 2 * self.run_cap if self.run_cap else 64
-            self.runs = cython.cast(
-                _QRunPtr,  # noqa: F821
-                _grown(self.runs, cap, cython.sizeof(_QRun)),  # noqa: F821
-            )
-            for i in range(self.run_cap, cap - 1):
-                self.runs[i].head = i + 1
-            self.runs[cap - 1].head = -1
-            run = self.run_cap
-            self.run_cap = cap
-        runs = self.runs
-        self.free_run = runs[run].head
-        runs[run].head = node
-        runs[run].tail = node
         i = self.next_open
-        self.open_run[i] = run
+        self.open_tail[i] = node
         self.open_key[i] = key
         self.next_open = (i + 1) % _OPEN_RUNS
         i = self.size
@@ -314,7 +296,7 @@ class _KeyQueue:
             i = parent
         entries[i].key = key
         entries[i].seq = seq
-        entries[i].run = run
+        entries[i].head = node
         self.size += 1
         return seq
 
@@ -328,7 +310,7 @@ class _KeyQueue:
         """The first item's number; the queue must not be empty."""
         if not cython.compiled:
             return self.heap[0][1]
-        return self.nodes[self.runs[self.entries[0].run].head].seq
+        return self.nodes[self.entries[0].head].seq
 
     def first_item(self) -> object:
         """The first item (None if killed); the queue must not be empty."""
@@ -340,7 +322,7 @@ class _KeyQueue:
     def first_ptr(self) -> object:
         """Compiled only: the first item as a borrowed pointer (NULL if killed), read
         without touching the item; the queue must not be empty."""
-        return self.nodes[self.runs[self.entries[0].run].head].item
+        return self.nodes[self.entries[0].head].item
 
     def kill(self, node: int, seq: int) -> None:
         """Compiled: drop the item numbered ``seq`` if it is still queued in ``node``
@@ -361,9 +343,8 @@ class _KeyQueue:
             self.n -= 1
             return item
         entries = self.entries
-        run = entries[0].run
         nodes = self.nodes
-        node = self.runs[run].head
+        node = entries[0].head
         if nodes[node].item == cython.NULL:  # killed
             item = None
         else:
@@ -376,15 +357,13 @@ class _KeyQueue:
         nodes[node].next = self.free_node
         self.free_node = node
         if nxt >= 0:
-            self.runs[run].head = nxt
+            entries[0].head = nxt
             return item
-        # The run is spent: free it (and forget it if it is open), and sift the last
-        # heap entry down from the root.
-        self.runs[run].head = self.free_run
-        self.free_run = run
+        # The run is spent (forget it if it is open: its last node was its tail), and
+        # the last heap entry sifts down from the root.
         for i in range(_OPEN_RUNS):
-            if self.open_run[i] == run:
-                self.open_run[i] = -1
+            if self.open_tail[i] == node:
+                self.open_tail[i] = -1
         n = self.size - 1
         self.size = n
         if n:
