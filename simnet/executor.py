@@ -529,8 +529,9 @@ class SimExecutor:
         costs: tuple[float, float] = (0.0, 0.0),
     ) -> _Plan:
         """Member ``me``'s part of ``sched`` (see :class:`_Plan`), with ``costs``: the
-        reduction cost (s/B) and the cost per step (s) it pays; kept for reuse unless
-        it is very large."""
+        reduction cost (s/B) and the cost per step (s) it pays. From the schedule's step
+        table where it makes one (kept per schedule, shared by its members), else its
+        member's flat plan, kept for reuse unless it is very large."""
         # The schedule is kept in self._schedules, so its id is stable.
         gamma, step_s = costs
         table = self._tables.get(id(sched), _UNASKED)
@@ -569,10 +570,11 @@ class SimExecutor:
         ]
 
     def release_plans(self) -> None:
-        """Forget the members' plans once no phase will run again. They are the bulk of
-        what a big run keeps (a million small tuples per thousand ranks of a data-parallel
-        step): freed now by reference counting, they are not traced by the cyclic
-        collector's first pass after the run, which saw every one of them as new."""
+        """Forget the members' plans and the step tables once no phase will run again.
+        Plans of schedules without a table can be the bulk of what a big run keeps (a
+        million small tuples per thousand ranks of a ring step): freed now by reference
+        counting, they are not traced by the cyclic collector's first pass after the run,
+        which saw every one of them as new."""
         self._plans.clear()
         self._tables.clear()
 
@@ -873,8 +875,9 @@ class PhaseSim:
 
     def _prepare(self, rank: int, op: Collective) -> tuple:
         """What every call of ``op`` on ``rank`` shares: (coll_seq key, plan steps or
-        None for a group of one, group id, the tally of its calls' bytes (``_Tally``:
-        adds of (dict, row key, members, bytes per member)) or None when it sends none,
+        None for a group of one (a ``_StepTable`` where the schedule has one), group id,
+        the tally of its calls' bytes (``_Tally``: adds of (dict, row key, members, bytes
+        per member); ``_TableTally`` from a step table) or None when it sends none,
         messages the rank sends, reduction delay per step or None, the rank's index in
         its group, the group's endpoints in member order)."""
         ex = self.ex

@@ -262,8 +262,9 @@ class Schedule:
 
     def rank_table(self) -> StepTable | None:
         """Every rank's :meth:`rank_flat` as one :class:`StepTable`, where the schedule
-        makes one (the recursive allreduces, whose steps are exchanges with one
-        partner); None otherwise."""
+        makes one (the recursive allreduces, whose steps are exchanges with one partner,
+        and ring schedules of one ring per run, up to ``STEP_TABLE_MAX_ENTRIES``
+        entries); None otherwise."""
         make = getattr(self.__dict__.get("_lazy"), "table", None)
         return None if make is None else make()
 
