@@ -167,20 +167,25 @@ def fat_tree_case(
     return sum(p.messages for p in res.phases), res.iteration_time_s, rated, changed
 
 
-def plans_case(ranks: int) -> tuple[int, float]:
-    """Every rank's plan of every ResNet-152 bucket's allreduce over ``ranks`` ranks, as
-    the executor took them before step tables (``rank_flat``, a tuple per rank, kept for
-    the run); returns (messages planned, 0.0)."""
+def plans_case(ranks: int, tables: bool = False) -> tuple[int, float]:
+    """Every rank's plan of every ResNet-152 bucket's allreduce over ``ranks`` ranks, kept
+    as the executor keeps them for the run: with ``tables``, one step table per schedule
+    (``Schedule.rank_table``, what the simulator takes now), else a tuple per rank
+    (``rank_flat``, what it took before step tables); returns (messages planned, 0.0)."""
     from workload.collectives import build_schedule
     from workload.models.resnet import RESNET152_BUCKETS
 
     messages = 0
-    plans = []
+    kept: list = []  # their memory counts
     for count in dict.fromkeys(RESNET152_BUCKETS):  # one schedule per size, as executors keep
         sched = build_schedule("allreduce", "rabenseifner", ranks, count)
+        if tables:
+            kept.append(sched.rank_table())
+            messages += int(kept[-1].messages.sum())
+            continue
         for r in range(ranks):
-            plans.append(sched.rank_flat(r))
-            messages += plans[-1][3]
+            kept.append(sched.rank_flat(r))
+            messages += kept[-1][3]
     return messages, 0.0
 
 
@@ -197,25 +202,9 @@ CASES = {
     "switch16384": lambda: fat_tree_case(16384, switch_config),
     "plans4096": lambda: plans_case(4096),
     "plans16384": lambda: plans_case(16384),
-    "tables4096": lambda: tables_case(4096),
-    "tables16384": lambda: tables_case(16384),
+    "tables4096": lambda: plans_case(4096, tables=True),
+    "tables16384": lambda: plans_case(16384, tables=True),
 }
-
-
-def tables_case(ranks: int) -> tuple[int, float]:
-    """The plans of ``plans_case`` as the simulator now takes them: one step table per
-    schedule, every rank's steps as arrays (``Schedule.rank_table``); returns (messages
-    planned, 0.0)."""
-    from workload.collectives import build_schedule
-    from workload.models.resnet import RESNET152_BUCKETS
-
-    messages = 0
-    tables = []  # kept, as the executor keeps them for the run: their memory counts
-    for count in dict.fromkeys(RESNET152_BUCKETS):
-        table = build_schedule("allreduce", "rabenseifner", ranks, count).rank_table()
-        tables.append(table)
-        messages += int(table.messages.sum())
-    return messages, 0.0
 
 
 DEFAULT_CASES = "ring64,ring256,ring1024,gpt3_384,fat1024,fat4096"

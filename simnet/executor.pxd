@@ -46,16 +46,15 @@ cdef class _Coll(_Waiter):
     cdef public tuple steps
     cdef public _StepTable table
 
-    @cython.locals(steps=tuple, table=_StepTable, hot=tuple, i=Py_ssize_t,
-                   nsteps=Py_ssize_t, pending=cython.longlong,
-                   pending_sends=_IntTable, pending_recvs=_IntTable, endpoints=tuple,
+    @cython.locals(steps=tuple, table=_StepTable, i=Py_ssize_t,
+                   nsteps=Py_ssize_t, pending=cython.longlong, endpoints=tuple,
                    step=tuple, n=Py_ssize_t, nr=Py_ssize_t, j=Py_ssize_t, k=Py_ssize_t,
                    t_now=cython.double, me=Py_ssize_t, p=Py_ssize_t, base=cython.longlong,
                    row=cython.longlong, src=Py_ssize_t, dst=Py_ssize_t)
     cpdef bint advance(self) except -1
 
-    cdef inline int _recv(self, long long key, _IntTable pending_sends,
-                          _IntTable pending_recvs) except -1
+    @cython.locals(hot=tuple)
+    cdef inline int _recv(self, long long key) except -1
 
     @cython.locals(hot=tuple)
     cdef inline int _send(self, long long key, object here, object dst_ep, object size_bytes,

@@ -536,7 +536,7 @@ class SimExecutor:
         gamma, step_s = costs
         table = self._tables.get(id(sched), _UNASKED)
         if table is _UNASKED:
-            made = sched.rank_table() if hasattr(sched, "rank_table") else None
+            made = sched.rank_table()
             table = self._tables[id(sched)] = None if made is None else _StepTable(made)
         if table is not None:  # every member's steps are in the table: nothing per member
             delays = None
@@ -907,13 +907,10 @@ class PhaseSim:
         steps = plan.steps
         tally: _Tally | None = None
         if type(steps) is _StepTable:
-            sends = (steps.reduces[me], steps.copies[me])
-            if sends[0] or sends[1]:
-                accts = [
-                    self._account(op.group, part) if sent else None
-                    for sent, part in zip(sends, ("reduce", "copy"), strict=True)
-                ]
-                tally = _TableTally(steps, me, members, accts[0], accts[1], row)
+            if steps.reduces[me] or steps.copies[me]:
+                reduced = self._account(op.group, "reduce") if steps.reduces[me] else None
+                copied = self._account(op.group, "copy") if steps.copies[me] else None
+                tally = _TableTally(steps, me, members, reduced, copied, row)
         else:
             adds = tuple(
                 (self._account(op.group, part), row, members, tot)
@@ -1181,10 +1178,7 @@ class _Coll(_Waiter):
         nsteps = self.nsteps
         if i == nsteps:
             return True
-        hot = self.hot
-        pending_sends = hot[0]
-        pending_recvs = hot[1]
-        t_now = hot[5]._now  # simpy's clock as stored: its `now` is a Python property
+        t_now = self.hot[5]._now  # simpy's clock as stored: its `now` is a Python property
         base = self.base
         me = self.me
         endpoints = self.endpoints
@@ -1201,7 +1195,7 @@ class _Coll(_Waiter):
                 nr = step[0]
                 j = 1
                 while j <= nr:
-                    pending += self._recv(base + step[j] * p + me, pending_sends, pending_recvs)
+                    pending += self._recv(base + step[j] * p + me)
                     j += 1
                 while j < n:
                     dst = step[j]
@@ -1211,7 +1205,7 @@ class _Coll(_Waiter):
                 k = i * p + me
                 src = table.src[k]
                 if src >= 0:
-                    pending += self._recv(base + src * p + me, pending_sends, pending_recvs)
+                    pending += self._recv(base + src * p + me)
                 dst = table.dst[k]
                 if dst >= 0:
                     pending += self._send(row + dst, here, endpoints[dst], table.nbytes[k], t_now)
@@ -1228,11 +1222,13 @@ class _Coll(_Waiter):
         self.i = i
         return True
 
-    def _recv(self, key: int, pending_sends: _IntTable, pending_recvs: _IntTable) -> int:
-        """Post the receive of channel ``key``; 1 if it must wait for its data, else 0."""
-        item = _pop(pending_sends, key)
+    def _recv(self, key: int) -> int:
+        """Post the receive of channel ``key``; 1 if it must wait for its data, else 0.
+        (``hot``: sends, receives, start, eager threshold, rendezvous.)"""
+        hot = self.hot
+        item = _pop(hot[0], key)
         if item is None:
-            _push(pending_recvs, key, self)
+            _push(hot[1], key, self)
             return 1
         if type(item) is list:  # eager data, already on its way
             if item[0] is _ARRIVED:
@@ -1240,7 +1236,7 @@ class _Coll(_Waiter):
             item[1] = self
             return 1
         sw, src_ep, dst_ep, size_bytes, posted_s = item
-        self.hot[4](src_ep, dst_ep, size_bytes, _delivered2, sw, posted_s, self)
+        hot[4](src_ep, dst_ep, size_bytes, _delivered2, sw, posted_s, self)
         return 1
 
     def _send(self, key: int, here: int, dst_ep: int, size_bytes: int, t_now: float) -> int:

@@ -1031,7 +1031,6 @@ class _RecursiveRanks:
     __slots__ = (
         "_levels",
         "_served",
-        "_table",
         "chunks",
         "count",
         "fold",
@@ -1062,7 +1061,6 @@ class _RecursiveRanks:
         self.prefix = prefix
         self._levels: tuple | None = None  # see _level_tables
         self._served = 0  # rank_flat calls since the tables were made: they go at p
-        self._table: StepTable | None = None  # see table
 
     def _level_tables(self) -> tuple:
         """Every new rank's walk at once (rows: new ranks; columns: the levels, in the
@@ -1266,9 +1264,8 @@ class _RecursiveRanks:
 
     def table(self) -> StepTable:
         """Every rank's :meth:`rank_flat` at once (:class:`StepTable`), made a level at a
-        time from :meth:`_level_tables`; kept, as executors ask once per collective size."""
-        if self._table is not None:
-            return self._table
+        time from :meth:`_level_tables` (not kept: the executor that asks keeps it for as
+        long as it runs the schedule)."""
         import numpy as np
 
         pof2, rem, _ = self.fold
@@ -1314,8 +1311,7 @@ class _RecursiveRanks:
             nsteps[even] = 2
             nsteps[odd] = length
         messages = (dst >= 0).sum(axis=0, dtype=np.int64)
-        self._table = StepTable(src, dst, nbytes, reduce, nsteps, messages)
-        return self._table
+        return StepTable(src, dst, nbytes, reduce, nsteps, messages)
 
 
 # ---------------------------------------------------------------- validation
