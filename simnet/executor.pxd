@@ -4,7 +4,7 @@
 
 import cython
 
-from simnet.network cimport _IntTable
+from simnet.network cimport FlowNetwork, _IntTable, _Path
 
 
 cdef class _Waiter:
@@ -29,6 +29,8 @@ cdef class _StepTable:
     cdef long long[::1] nbytes
     cdef unsigned char[::1] reduce
     cdef long long[::1] nsteps
+    cdef long long[::1] row
+    cdef public list rows
 
 
 cdef class _Coll(_Waiter):
@@ -40,8 +42,10 @@ cdef class _Coll(_Waiter):
     cdef public tuple hot
     cdef public Py_ssize_t i
     cdef public Py_ssize_t me
+    cdef public FlowNetwork net
     cdef public Py_ssize_t nsteps
     cdef public object owner
+    cdef public list prows
     cdef public object sim
     cdef public tuple steps
     cdef public _StepTable table
@@ -50,15 +54,19 @@ cdef class _Coll(_Waiter):
                    nsteps=Py_ssize_t, pending=cython.longlong, endpoints=tuple,
                    step=tuple, n=Py_ssize_t, nr=Py_ssize_t, j=Py_ssize_t, k=Py_ssize_t,
                    t_now=cython.double, me=Py_ssize_t, p=Py_ssize_t, base=cython.longlong,
-                   row=cython.longlong, src=Py_ssize_t, dst=Py_ssize_t)
+                   row=cython.longlong, src=Py_ssize_t, dst=Py_ssize_t, prows=list)
     cpdef bint advance(self) except -1
 
-    @cython.locals(hot=tuple)
+    @cython.locals(hot=tuple, sc=_Coll, plist=list, path=_Path)
     cdef inline int _recv(self, long long key) except -1
 
     @cython.locals(hot=tuple)
     cdef inline int _send(self, long long key, object here, object dst_ep, object size_bytes,
                           double t_now) except -1
+
+    @cython.locals(hot=tuple, me=Py_ssize_t, rw=object, path=_Path, msg=list)
+    cdef inline int _send_on(self, long long key, list plist, Py_ssize_t dst, object size_bytes,
+                             double t_now) except -1
 
 
 @cython.locals(rw=_Waiter)

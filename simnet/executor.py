@@ -327,11 +327,26 @@ class _StepTable:
     arrays when compiled (typed memoryviews over numpy's), as Python memoryviews over
     them in Python (lists would take 36 bytes an entry where the arrays take 4 or 8).
     ``reduces`` / ``copies``: per member, whether it sends any reduction / copied data.
+    ``row``: per step, the number of its row of destinations among the distinct rows of
+    the tables given the same ``row_ids`` (a step's members' paths are kept by it, see
+    ``PhaseSim._path_rows``); ``rows``: the table's distinct row numbers.
     """
 
-    __slots__ = ("copies", "dst", "messages", "nbytes", "nsteps", "p", "reduce", "reduces", "src")
+    __slots__ = (
+        "copies",
+        "dst",
+        "messages",
+        "nbytes",
+        "nsteps",
+        "p",
+        "reduce",
+        "reduces",
+        "row",
+        "rows",
+        "src",
+    )
 
-    def __init__(self, table: StepTable) -> None:
+    def __init__(self, table: StepTable, row_ids: dict[bytes, int]) -> None:
         import numpy as np
 
         self.p = table.group_size
@@ -344,18 +359,32 @@ class _StepTable:
         nbytes = np.ascontiguousarray(table.nbytes, dtype=np.longlong).ravel()
         reduce = np.ascontiguousarray(table.reduce, dtype=np.uint8).ravel()
         nsteps = np.ascontiguousarray(table.nsteps, dtype=np.longlong)
+        # Equal rows (the same destinations of every member: a recursive schedule's
+        # halving and doubling steps at one distance, every step of a ring) share a
+        # number, and so the paths kept for them.
+        p = self.p
+        row = np.array(
+            [
+                row_ids.setdefault(dst[i : i + p].tobytes(), len(row_ids))
+                for i in range(0, len(dst), p)
+            ],
+            dtype=np.longlong,
+        )
+        self.rows = sorted(set(row.tolist()))
         if cython.compiled:
             self.src = src
             self.dst = dst
             self.nbytes = nbytes
             self.reduce = reduce
             self.nsteps = nsteps
+            self.row = row
         else:  # Python memoryviews: indexed as lists are, at the arrays' size in memory
             self.src = memoryview(src)
             self.dst = memoryview(dst)
             self.nbytes = memoryview(nbytes)
             self.reduce = memoryview(reduce)
             self.nsteps = memoryview(nsteps)
+            self.row = memoryview(row)
 
 
 @dataclass(frozen=True, slots=True)
@@ -469,6 +498,7 @@ class SimExecutor:
         # (None: the schedule makes none).
         self._plans: dict[tuple, _Plan] = {}
         self._tables: dict[int, _StepTable | None] = {}
+        self._row_ids: dict[bytes, int] = {}  # a step table's row of destinations -> its number
         self._world = max(workload.world_size, 1)
 
     # -- helpers -------------------------------------------------------------------
@@ -537,7 +567,9 @@ class SimExecutor:
         table = self._tables.get(id(sched), _UNASKED)
         if table is _UNASKED:
             made = sched.rank_table()
-            table = self._tables[id(sched)] = None if made is None else _StepTable(made)
+            table = self._tables[id(sched)] = (
+                None if made is None else _StepTable(made, self._row_ids)
+            )
         if table is not None:  # every member's steps are in the table: nothing per member
             delays = None
             if step_s > 0 or (gamma > 0 and table.reduces[me]):
@@ -698,6 +730,14 @@ class PhaseSim:
         self._gid_names: list[tuple[str, int]] = []
         self._coll_cache: dict[tuple, tuple] = {}  # see _prepare
         self._group_endpoints: dict[tuple[str, int], tuple[int, ...]] = {}  # see _prepare
+        # The paths a group's collectives from step tables send on, kept where the
+        # network routes every pair one way: group -> per table row number (see
+        # _StepTable.row) a list of each member's path to its destination in that row
+        # (None: not used yet; made when first used, as the network would make it). A
+        # bulk-synchronous step reads its members' paths side by side, where the
+        # network's table of paths by pair scatters them.
+        self._path_rows: dict[tuple[str, int], list] | None = {} if net.routes_per_pair else None
+        self._path_tables: set[tuple[int, tuple[str, int]]] = set()  # (id(table), group) ready
         # Bytes per (group kind, part) and int pair key src * world + dst; parts
         # are "reduce" / "copy" (data of a collective) and "p2p".
         self._bytes: dict[tuple[str, str], dict[int, int]] = {}
@@ -855,7 +895,7 @@ class PhaseSim:
         c = self._coll_cache.get(ckey)
         if c is None:
             c = self._coll_cache[ckey] = self._prepare(rank, op)
-        seq_key, steps, gid, tally, _, delays, me, endpoints = c
+        seq_key, steps, gid, tally, _, delays, me, endpoints, prows = c
         coll_seq = self.coll_seq
         seq = coll_seq[seq_key]
         coll_seq[seq_key] = seq + 1
@@ -868,7 +908,7 @@ class PhaseSim:
         # channel numbers are C integers when compiled: below 2**63 while instances
         # number under 2**63 / world**2 (3e10 at 16,384 ranks).
         base = (gid + seq * self._ngroups) * self._world2
-        coll = _Coll(self, steps, base, me, endpoints, done, delays)
+        coll = _Coll(self, steps, base, me, endpoints, done, delays, prows)
         if op.req is not None and not self.ex.async_progress:
             coll.owner = self.ranks[rank]
         return coll.advance()
@@ -885,7 +925,7 @@ class PhaseSim:
         p = len(members)
         seq_key = (op.group, rank)
         if p == 1:
-            return seq_key, None, 0, None, 0, None, 0, ()
+            return seq_key, None, 0, None, 0, None, 0, (), None
         sched, alg = ex.schedule(op, p, members)
         self.algorithms[op.op].add(alg)
         library = op.algorithm is None or ex.gamma_named
@@ -906,7 +946,10 @@ class PhaseSim:
         row = rank * self._world
         steps = plan.steps
         tally: _Tally | None = None
+        prows = None
         if type(steps) is _StepTable:
+            if self._path_rows is not None:
+                prows = self._kept_paths(steps, gkey, p)
             if steps.reduces[me] or steps.copies[me]:
                 reduced = self._account(op.group, "reduce") if steps.reduces[me] else None
                 copied = self._account(op.group, "copy") if steps.copies[me] else None
@@ -928,7 +971,21 @@ class PhaseSim:
             plan.delays,
             me,
             self._group_endpoints[gkey],
+            prows,
         )
+
+    def _kept_paths(self, table: _StepTable, gkey: tuple[str, int], p: int) -> list:
+        """The group's kept paths by row number (``_path_rows``), with a list for each
+        of ``table``'s rows (the table is kept by the executor: its id is stable)."""
+        prows = self._path_rows.setdefault(gkey, [])
+        if (id(table), gkey) not in self._path_tables:
+            self._path_tables.add((id(table), gkey))
+            for r in table.rows:
+                if r >= len(prows):
+                    prows.extend([None] * (r + 1 - len(prows)))
+                if prows[r] is None:
+                    prows[r] = [None] * p
+        return prows
 
     def count_messages(self) -> int:
         """Messages one iteration of every rank's program sends (each one network
@@ -962,6 +1019,9 @@ class PhaseSim:
         self._settle_bytes()
         self._tallies = []
         self._coll_cache = {}
+        if self._path_rows is not None:
+            self._path_rows = {}
+            self._path_tables = set()
 
     # -- running -----------------------------------------------------------------------
     def finish(self) -> None:
@@ -1119,7 +1179,10 @@ class _Coll(_Waiter):
 
     The steps are a tuple of flat steps (``steps``) or a column of a step table
     (``table``: no object per step to reach, the table's entries of a bulk-synchronous
-    step's members side by side).
+    step's members side by side). With a table, ``prows`` (where the network routes
+    every pair one way) holds the group's paths by table row and member
+    (``PhaseSim._path_rows``): a send finds its path there, not by its pair, and a
+    pending rendezvous send is ``(sender, its row's paths, bytes, posted at)``.
     """
 
     __slots__ = (
@@ -1131,8 +1194,10 @@ class _Coll(_Waiter):
         "hot",
         "i",
         "me",
+        "net",
         "nsteps",
         "owner",
+        "prows",
         "sim",
         "steps",
         "table",
@@ -1147,9 +1212,12 @@ class _Coll(_Waiter):
         endpoints: tuple[int, ...],
         done: Callable[[], None] | None,
         delays: list[float] | None = None,
+        prows: list | None = None,
     ) -> None:
         self.sim = sim
         self.hot = sim._hot
+        self.net = sim.net
+        self.prows = prows
         if type(steps) is _StepTable:
             self.table = steps
             self.steps = None
@@ -1187,6 +1255,7 @@ class _Coll(_Waiter):
         here = endpoints[me]
         steps = self.steps
         table = self.table
+        prows = self.prows
         while i < nsteps:
             pending = 0
             if table is None:
@@ -1208,7 +1277,14 @@ class _Coll(_Waiter):
                     pending += self._recv(base + src * p + me)
                 dst = table.dst[k]
                 if dst >= 0:
-                    pending += self._send(row + dst, here, endpoints[dst], table.nbytes[k], t_now)
+                    if prows is not None:
+                        pending += self._send_on(
+                            row + dst, prows[table.row[i]], dst, table.nbytes[k], t_now
+                        )
+                    else:
+                        pending += self._send(
+                            row + dst, here, endpoints[dst], table.nbytes[k], t_now
+                        )
             i += 1
             if pending:
                 self.i = i
@@ -1235,6 +1311,16 @@ class _Coll(_Waiter):
                 return 0
             item[1] = self
             return 1
+        if len(item) == 4:  # a send of a table's member, with its row's kept paths
+            sc = item[0]
+            plist = item[1]
+            path = plist[sc.me]
+            if path is None:
+                path = plist[sc.me] = self.net.path_between(
+                    self.endpoints[sc.me], self.endpoints[self.me]
+                )
+            self.net.rendezvous_on_path(path, item[2], _delivered2, sc, item[3], self)
+            return 1
         sw, src_ep, dst_ep, size_bytes, posted_s = item
         hot[4](src_ep, dst_ep, size_bytes, _delivered2, sw, posted_s, self)
         return 1
@@ -1258,6 +1344,30 @@ class _Coll(_Waiter):
             return 0
         _push(hot[0], key, (self, here, dst_ep, size_bytes, t_now))
         return 1
+
+    def _send_on(self, key: int, plist: list, dst: int, size_bytes: int, t_now: float) -> int:
+        """``_send`` of a table's member to member ``dst``, on its kept path in ``plist``
+        (its row's, by member), made only where ``_send`` would start the transfer (so
+        the network makes its paths and links in the same order)."""
+        hot = self.hot
+        me = self.me
+        rw = _pop(hot[1], key)
+        if rw is None and size_bytes > hot[3]:
+            _push(hot[0], key, (self, plist, size_bytes, t_now))
+            return 1
+        path = plist[me]
+        if path is None:
+            path = plist[me] = self.net.path_between(self.endpoints[me], self.endpoints[dst])
+        if rw is not None:
+            if size_bytes <= hot[3]:
+                self.net.start_on_path(path, size_bytes, _delivered2, None, rw)
+                return 0
+            self.net.rendezvous_on_path(path, size_bytes, _delivered2, self, t_now, rw)
+            return 1
+        msg = [None, None]
+        self.net.start_on_path(path, size_bytes, _delivered, msg)
+        _push(hot[0], key, msg)
+        return 0
 
     def fire(self) -> None:
         delays = self.delays

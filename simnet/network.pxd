@@ -223,8 +223,13 @@ cdef class FlowNetwork:
     cdef public long long _epoch
     cdef object __weakref__
 
-    @cython.locals(flow=_Flow, path=_Path, to=dict)
     cpdef start_transfer(self, src, dst, size_bytes, on_delivery, tag=*, tag2=*)
+
+    @cython.locals(path=_Path)
+    cpdef _Path path_between(self, src, dst)
+
+    @cython.locals(flow=_Flow)
+    cpdef start_on_path(self, _Path path, size_bytes, on_delivery, tag=*, tag2=*)
 
     @cython.locals(flow=_Flow, size=cython.longlong)
     cpdef _Flow _message(self, _Path path, size_bytes, on_delivery, tag, tag2)
@@ -239,9 +244,13 @@ cdef class FlowNetwork:
                    o=cython.double, s=cython.double, free=dict, seq=cython.longlong)
     cpdef _launch(self, _Flow flow, double now)
 
-    @cython.locals(flow=_Flow, path=_Path, now=cython.double, delay=cython.double, to=dict)
+    @cython.locals(path=_Path)
     cpdef start_rendezvous(self, src, dst, size_bytes, on_delivery, tag, double send_posted_s,
                            tag2=*)
+
+    @cython.locals(flow=_Flow, now=cython.double, delay=cython.double)
+    cpdef rendezvous_on_path(self, _Path path, size_bytes, on_delivery, tag,
+                             double send_posted_s, tag2=*)
 
     @cython.locals(timer=_Flow, t=cython.double)
     cpdef call_later(self, double delay_s, callback, arg=*)

@@ -1005,9 +1005,34 @@ class FlowNetwork:
         ``on_delivery`` may start new transfers. ``size_bytes`` must be an
         integer >= 0.
         """
+        self.start_on_path(self.path_between(src, dst), size_bytes, on_delivery, tag, tag2)
+
+    def path_between(self, src: int, dst: int) -> _Path:
+        """The path of the transfers from endpoint ``src`` to ``dst``, made (routed) on
+        first use, as the first transfer would make it. While :attr:`routes_per_pair`
+        holds, a caller may keep it and start transfers on it (:meth:`start_on_path`,
+        :meth:`rendezvous_on_path`) instead of naming the pair each time."""
         path = self._known_path(src, dst)
         if path is None:
             path = self._path(src, dst)
+        return path
+
+    @property
+    def routes_per_pair(self) -> bool:
+        """Whether every transfer of a pair takes one path (the route is a pure function
+        of the pair and the endpoints are 0..n-1): paths from :meth:`path_between` may
+        then be kept for the pair's later transfers."""
+        return self._static is not None
+
+    def start_on_path(
+        self,
+        path: _Path,
+        size_bytes: SupportsIndex,
+        on_delivery: Callable[..., None],
+        tag: object = None,
+        tag2: object = _ONE_TAG,
+    ) -> None:
+        """:meth:`start_transfer` on the pair's ``path`` (from :meth:`path_between`)."""
         flow = self._message(path, size_bytes, on_delivery, tag, tag2)
         self._launch(flow, self.env._now + 0.0)  # a float in both cores (simpy starts an int 0)
 
@@ -1099,10 +1124,20 @@ class FlowNetwork:
         extra message latency when both sides post together, none when the receive
         comes later than the request. Without it, the data starts now.
         """
-        if self.rendezvous_handshake and src != dst:
-            path = self._known_path(src, dst)
-            if path is None:
-                path = self._path(src, dst)
+        path = self.path_between(src, dst)
+        self.rendezvous_on_path(path, size_bytes, on_delivery, tag, send_posted_s, tag2)
+
+    def rendezvous_on_path(
+        self,
+        path: _Path,
+        size_bytes: int,
+        on_delivery: Callable[..., None],
+        tag: object,
+        send_posted_s: float,
+        tag2: object = _ONE_TAG,
+    ) -> None:
+        """:meth:`start_rendezvous` on the pair's ``path`` (from :meth:`path_between`)."""
+        if self.rendezvous_handshake and path.src != path.dst:
             now = self.env._now + 0.0
             delay = send_posted_s + self.alpha_s + path.latency_s - now
             flow = self._message(path, size_bytes, on_delivery, tag, tag2)
@@ -1112,9 +1147,9 @@ class FlowNetwork:
                 flow.phase = _HANDSHAKE
                 self._set_timer(flow, now + delay)
             else:
-                self._launch(flow, now)  # start_transfer without finding the path again
+                self._launch(flow, now)
             return
-        self.start_transfer(src, dst, size_bytes, on_delivery, tag, tag2)
+        self.start_on_path(path, size_bytes, on_delivery, tag, tag2)
 
     def call_later(
         self, delay_s: float, callback: Callable[[object], None], arg: object = None

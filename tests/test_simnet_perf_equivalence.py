@@ -672,6 +672,52 @@ def test_step_tables_simulate_as_the_plans_they_hold(monkeypatch, collectives):
         assert pa.link_bytes == pb.link_bytes and pa.link_busy_s == pb.link_busy_s
 
 
+@pytest.mark.parametrize(
+    ("collectives", "network"),
+    [
+        ({}, {}),
+        ({"algorithm": "recursive_doubling"}, {}),
+        ({"algorithm": "ring"}, {"rendezvous_handshake": False}),
+        ({}, {"eager_threshold_bytes": 1 << 30}),  # every message eager
+        ({"gamma_s_per_byte": 2e-10, "async_progress": False}, {"send_overhead_us": 0.5}),
+    ],
+)
+def test_kept_paths_simulate_as_paths_found_by_pair(monkeypatch, collectives, network):
+    # Where the network routes every pair one way, a step table's sends find their paths
+    # in the group's rows (PhaseSim._path_rows), not by pair: the network must make the
+    # same paths and links in the same order, so every figure and its order is the same.
+    from simnet.executor import PhaseSim
+
+    kept: list = []
+    real = PhaseSim._kept_paths
+
+    def kept_paths(self, *args):
+        rows = real(self, *args)
+        kept.append(rows)
+        return rows
+
+    monkeypatch.setattr(PhaseSim, "_kept_paths", kept_paths)
+    cfg = _resnet_on_six(**collectives)
+    cfg["network"] = network
+    a = simnet.simulate(cfg, record_series=True)
+    # The rows hold paths now, each at its sender's member index (endpoint = rank here);
+    # the members a fold leaves out of a row have none.
+    paths = [(m, path) for rows in kept for r in rows if r for m, path in enumerate(r)]
+    assert sum(path is not None for _, path in paths) >= 6
+    assert all(path.src == m for m, path in paths if path is not None)
+    monkeypatch.setattr(PhaseSim, "_kept_paths", lambda self, *args: None)
+    b = simnet.simulate(cfg, record_series=True)
+    assert a.iteration_time_s == b.iteration_time_s
+    for pa, pb in zip(a.phases, b.phases, strict=True):
+        assert pa.messages == pb.messages and pa.messages > 0
+        assert pa.makespan_s == pb.makespan_s and pa.per_rank == pb.per_rank
+        assert list(pa.pair_bytes.items()) == list(pb.pair_bytes.items())
+        assert list(pa.pair_busy.items()) == list(pb.pair_busy.items())
+        assert list(pa.link_bytes.items()) == list(pb.link_bytes.items())
+        assert list(pa.link_busy_s.items()) == list(pb.link_busy_s.items())
+        assert pa.link_series == pb.link_series
+
+
 def test_rank_plan_is_rank_steps_in_compact_form():
     for op, algs in ALGORITHMS.items():
         for alg in algs:
