@@ -41,7 +41,7 @@ def rank_figures(run: PhaseRun, breakdown: Callable[..., Breakdown]) -> dict[str
 
 
 def trace_events(rank: int, runs: list[PhaseRun]) -> list[dict[str, Any]]:
-    """Every timed operation of this rank as a trace event (seconds)."""
+    """Every timed operation of this rank as a trace event (``timeline.op_events``)."""
     events = []
     offset = 0.0
     for run in runs:

@@ -228,6 +228,8 @@ cdef class FlowNetwork:
     @cython.locals(path=_Path)
     cpdef _Path path_between(self, src, dst)
 
+    cpdef _Path known_path(self, src, dst)
+
     @cython.locals(flow=_Flow)
     cpdef start_on_path(self, _Path path, size_bytes, on_delivery, tag=*, tag2=*)
 

@@ -1017,6 +1017,13 @@ class FlowNetwork:
             path = self._path(src, dst)
         return path
 
+    def known_path(self, src: int, dst: int) -> _Path | None:
+        """The path the transfers from endpoint ``src`` to ``dst`` took, if the network
+        routed the pair and keeps its routes by pair (:attr:`routes_per_pair`); else
+        None. Nothing is routed here: its ``edges`` are the route's, for the caller that
+        wants the route of a pair the run used without routing it again."""
+        return self._known_path(src, dst)
+
     @property
     def routes_per_pair(self) -> bool:
         """Whether every transfer of a pair takes one path (the route is a pure function

@@ -51,6 +51,84 @@ def test_pair_routes_equal_the_route_matrices_bit_for_bit(kind, ecmp):
     ]
 
 
+@pytest.mark.parametrize(
+    ("topo", "build"),
+    [
+        ({"type": "fat_tree", "k": 4}, lambda: topologies.fat_tree(4, 10e9, 1e-6)),
+        ({"type": "torus", "dims": [4, 4]}, lambda: topologies.torus((4, 4), 10e9, 1e-6)),
+    ],
+)
+@pytest.mark.parametrize("injection", [None, 9.0])
+def test_a_runs_pair_routes_are_the_routes_it_took_not_routed_again(
+    monkeypatch, topo, build, injection
+):
+    # Bandwidths and latencies differ between equal-cost routes, so a route other than
+    # the one the run took would show; the run's pairs are read off its network.
+    graph = build()
+    for i, (u, v) in enumerate(sorted(graph.edges, key=str)):
+        graph.edges[u, v]["bandwidth"] *= 1 + (i % 5) / 7
+        graph.edges[u, v]["latency"] *= 1 + (i % 3) / 11
+    cfg = fat_tree_config(injection_bandwidth_gb_per_s=injection)
+    cfg["topology"] = topo
+    res = simnet.simulate(cfg, topology=graph, dense_matrices=False)
+    pairs = sorted({k for p in res.phases for k in p.pair_bytes})
+    assert len(pairs) > 16
+    asked: list = []
+    real = topologies.Router.route_metrics
+    monkeypatch.setattr(
+        topologies.Router, "route_metrics", lambda r, s, d: asked.extend(d) or real(r, s, d)
+    )
+    bw, lat = res.pair_routes([*pairs, (0, 0), (3, 15)])
+    assert asked == [0] + ([] if (3, 15) in pairs else [15])  # only pairs the run did not use
+    router = topologies.Router(graph, ecmp=topo["type"] == "fat_tree")
+    cap = None if injection is None else injection * 1e9
+    want_bw, want_lat = pair_route_metrics(router, [*pairs, (0, 0), (3, 15)], cap)
+    assert bw.tolist() == want_bw.tolist() and lat.tolist() == want_lat.tolist()
+
+
+def test_the_trace_holds_every_ranks_operations_in_microseconds():
+    from workload.ops import describe
+    from workload.timeline import op_events
+
+    res = simnet.simulate(fat_tree_config(), dense_matrices=False)
+    doc = output.trace(res)
+    events = doc["traceEvents"]
+    names = [e for e in events if e["ph"] == "M"]
+    assert [(e["pid"], e["args"]["name"]) for e in names] == [(r, f"rank {r}") for r in range(16)]
+    ops = [e for e in events if e["ph"] == "X"]
+    want = []
+    offset = 0.0
+    for p in res.phases:
+        sim = p.timeline
+        for rank, program in enumerate(sim.programs):
+            for it, (starts, ends) in enumerate(
+                zip(sim.timelines[rank].starts, sim.timelines[rank].ends, strict=True)
+            ):
+                for op, t0, t1 in zip(program, starts, ends, strict=True):
+                    want.append(
+                        {
+                            "name": op.label,
+                            "cat": type(op).__name__.lower(),
+                            "ph": "X",
+                            "pid": rank,
+                            "tid": 0,
+                            "ts": (offset + t0) * 1e6,
+                            "dur": (t1 - t0) * 1e6,
+                            "args": {"phase": p.name, "iteration": it, "op": describe(op)},
+                        }
+                    )
+        offset += p.makespan_s
+    assert ops == want and len(ops) > 16
+    # Ranks share operation objects: each is described once for all of them.
+    sim = res.phases[0].timeline
+    described: dict = {}
+    for rank in (0, 1):
+        tl = sim.timelines[rank]
+        op_events(rank, "x", sim.programs[rank], tl.starts, tl.ends, 0.0, described)
+    shared = {id(op) for op in sim.programs[0]} | {id(op) for op in sim.programs[1]}
+    assert set(described) == shared
+
+
 def test_pair_rows_hold_every_pair_as_the_dense_matrices_do():
     res = simnet.simulate(fat_tree_config(injection_bandwidth_gb_per_s=20.0))
     rows = output.pair_rows(res)

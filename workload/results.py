@@ -14,8 +14,6 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from .units import s_to_us
-
 
 def atomic_write(
     path: str | os.PathLike[str], write: Callable[[IO[Any]], None], binary: bool = False
@@ -105,26 +103,11 @@ def versions(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def chrome_trace(events: Iterable[dict[str, Any]], process_names: dict[int, str]) -> dict:
-    """A Chrome/Perfetto trace-event document.
-
-    events: dicts with name, cat, pid, tid, ts_s and dur_s (seconds; converted
-    here to the format's microseconds) and optional args.
-    """
+    """A Chrome/Perfetto trace-event document: a name for each process, then ``events``
+    (trace events as ``timeline.op_events`` makes them: times in microseconds)."""
     out: list[dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}}
         for pid, name in sorted(process_names.items())
     ]
-    for e in events:
-        ev = {
-            "name": e["name"],
-            "cat": e.get("cat", ""),
-            "ph": "X",
-            "pid": e["pid"],
-            "tid": e.get("tid", 0),
-            "ts": s_to_us(e["ts_s"]),
-            "dur": s_to_us(e["dur_s"]),
-        }
-        if e.get("args"):
-            ev["args"] = e["args"]
-        out.append(ev)
+    out.extend(events)
     return {"traceEvents": out, "displayTimeUnit": "ms"}

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .ops import Collective, Compute, Op, Recv, Send, Wait
+from .ops import Collective, Compute, Op, Recv, Send, Wait, describe
+from .units import s_to_us
 
 
 @dataclass(frozen=True)
@@ -74,22 +75,33 @@ def op_events(
     starts: Sequence[Sequence[float]],
     ends: Sequence[Sequence[float]],
     offset_s: float = 0.0,
+    described: dict[int, tuple[str, str, str]] | None = None,
 ) -> list[dict]:
-    """Trace events (seconds, see ``results.chrome_trace``) of one rank's operations
-    over its iterations; ``starts``/``ends`` hold one list per iteration."""
-    from .ops import describe
+    """Chrome/Perfetto complete events (``"ph": "X"``, times in microseconds; see
+    ``results.chrome_trace``) of one rank's operations over its iterations, its
+    ``starts``/``ends`` (seconds) one list per iteration, shifted by ``offset_s``.
 
+    ``described``: a dict to keep each operation's name, category and description in
+    by ``id(op)``, shared by the calls for ranks whose programs share operation objects
+    (described once each, not once per rank); its operations must outlive it."""
+    if described is None:
+        described = {}
     events = []
     for it, (s, e) in enumerate(zip(starts, ends, strict=True)):
         for op, t0, t1 in zip(ops, s, e, strict=True):
+            d = described.get(id(op))
+            if d is None:
+                d = described[id(op)] = (op.label, type(op).__name__.lower(), describe(op))
             events.append(
                 {
-                    "name": op.label,
-                    "cat": type(op).__name__.lower(),
+                    "name": d[0],
+                    "cat": d[1],
+                    "ph": "X",
                     "pid": pid,
-                    "ts_s": offset_s + t0,
-                    "dur_s": t1 - t0,
-                    "args": {"phase": phase, "iteration": it, "op": describe(op)},
+                    "tid": 0,
+                    "ts": s_to_us(offset_s + t0),
+                    "dur": s_to_us(t1 - t0),
+                    "args": {"phase": phase, "iteration": it, "op": d[2]},
                 }
             )
     return events
