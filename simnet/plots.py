@@ -32,7 +32,6 @@ if "matplotlib.pyplot" not in sys.modules:
     matplotlib.use("Agg")
 
 import numpy as np
-import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -58,8 +57,11 @@ DPI = 100
 ANNOTATE_MAX_N = 16
 """Heatmaps of at most this many rows get their values written in the cells."""
 
-SEABORN_MAX_N = 128
-"""Larger heatmaps are drawn as one image (``imshow``), not seaborn's mesh of cells."""
+SEABORN_MAX_N = ANNOTATE_MAX_N
+"""Larger heatmaps are drawn as one image (``imshow``), not seaborn's mesh of cells: the
+same cells (nearest-neighbour where each spans several pixels) at a fraction of the
+time, and without importing seaborn (and the pandas and scipy it brings), a second of a
+big run's writing, for the route-bandwidth sample of 128 x 128 endpoints."""
 
 PER_CELL_TICKS_MAX_N = 32
 """Heatmaps of at most this many rows get one tick label per row/column."""
@@ -177,6 +179,10 @@ def _heatmap(
     font = 9 if n <= 8 else 7
     vmax = vmax if vmax > 0 else 1.0
     if n <= SEABORN_MAX_N:
+        # Imported here: seaborn brings pandas and scipy (a second of start-up), which a
+        # big run's heatmaps (drawn as images) never use.
+        import seaborn as sns
+
         sns.heatmap(
             shown,
             mask=mask,
