@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -32,7 +30,6 @@ def run_one(ranks: int) -> dict:
     import resource
     import time
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_simnet import fat_tree_config
 
     import simnet
@@ -62,20 +59,10 @@ def run_one(ranks: int) -> dict:
 
 def run_case(ranks: int, tree: Path) -> dict:
     """``run_one(ranks)`` in a fresh process on the code of ``tree``."""
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    env.pop("COMMSIM_PURE_PYTHON", None)
-    out = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--one", str(ranks)],
-        env=env,
-        cwd=tree,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=3600,
-    )
-    if out.returncode:
-        raise SystemExit(f"{ranks} ranks on {tree} failed:\n{out.stderr[-4000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    from checkouts import last_json, run_on
+
+    proc = run_on(tree, Path(__file__).resolve(), ["--one", str(ranks)])
+    return last_json(proc, f"{ranks} ranks on {tree}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -86,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default=str(ROOT / "results" / "bench_outputs.json"))
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
     ns = ap.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_simnet, checkouts
     if ns.one is not None:
         print(json.dumps(run_one(ns.one)))
         return

@@ -295,25 +295,16 @@ def _run_case(
     """Run one case in a fresh process on the code of ``tree`` (its Python core if
     ``pure``; object arenas on ordinary pages unless ``huge_pages``), under ``tool`` (a
     command prefix) if any: its figures and its stderr."""
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    env.pop("COMMSIM_PURE_PYTHON", None)
-    env.pop("COMMSIM_HUGE_PAGES", None)
+    from checkouts import last_json, run_on
+
+    env = {}
     if pure:
         env["COMMSIM_PURE_PYTHON"] = "1"
     if not huge_pages:
         env["COMMSIM_HUGE_PAGES"] = "0"
-    out = subprocess.run(
-        [*tool, sys.executable, str(Path(__file__).resolve()), "--one", name]
-        + (["--parts"] if parts else []),
-        env=env,
-        cwd=tree,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if out.returncode:
-        raise SystemExit(f"case {name} on {tree} failed:\n{out.stderr[-4000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
+    args = ["--one", name] + (["--parts"] if parts else [])
+    out = run_on(tree, Path(__file__).resolve(), args, env=env, tool=tool, timeout=None)
+    return last_json(out, f"case {name} on {tree}"), out.stderr
 
 
 REFERENCE_LOOP = 10_000_000

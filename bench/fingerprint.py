@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -30,6 +28,7 @@ from pathlib import Path
 # checkout's root on the path would import its simnet where --against must measure DIR's.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_simnet
+from checkouts import last_json, run_on
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CASES = "fat1024,ring256,gpt3_384,examples"
@@ -113,20 +112,8 @@ def main() -> int:
     if not ns.against:
         return 0
     other_root = Path(ns.against).resolve()
-    env = dict(os.environ, PYTHONPATH=str(other_root))
-    env.pop("COMMSIM_PURE_PYTHON", None)
-    proc = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--json", "--cases", ns.cases],
-        cwd=other_root,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=3600,
-    )
-    if proc.returncode:
-        raise SystemExit(f"fingerprints on {other_root} failed:\n{proc.stderr[-3000:]}")
-    theirs = json.loads(proc.stdout.strip().splitlines()[-1])
+    proc = run_on(other_root, Path(__file__).resolve(), ["--json", "--cases", ns.cases])
+    theirs = last_json(proc, f"fingerprints on {other_root}")
     differ = [
         (case, key)
         for case in sorted(set(mine) | set(theirs))
