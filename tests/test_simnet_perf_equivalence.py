@@ -811,6 +811,28 @@ def test_route_matrices_equal_router_paths_pair_by_pair(name, ecmp):
     assert np.array_equal(lat, want_lat)  # exact: both are correctly rounded sums
 
 
+@pytest.mark.parametrize("name", list(TOPOLOGIES))
+def test_route_metrics_over_arrays_equal_router_paths_pair_by_pair(monkeypatch, name):
+    # Every search over arrays from the start, as a big fabric's are: the metrics of a
+    # source's destinations at once (Router._full_metrics) against each pair's own route.
+    g = TOPOLOGIES[name]()
+    n = g.graph["num_endpoints"]
+    want_bw, want_lat = _route_matrices_pair_by_pair(g, True)
+    router = topologies.Router(g, ecmp=True)
+    router._wide = True
+    used = []
+    real = topologies.Router._full_metrics
+    monkeypatch.setattr(
+        topologies.Router, "_full_metrics", lambda r, *a: used.append(1) or real(r, *a)
+    )
+    for s in range(n):
+        got = router.route_metrics(s, [*range(n), n - 1 - s])  # a destination twice
+        assert [b for b, _ in got] == [*want_bw[s].tolist(), want_bw[s, n - 1 - s]], s
+        assert [x for _, x in got] == [*want_lat[s].tolist(), want_lat[s, n - 1 - s]], s
+    # Hierarchical graphs route without ECMP; one switch's searches never grow.
+    assert bool(used) == (router.ecmp and name != "switch")
+
+
 def test_route_matrices_latency_is_the_exact_sum():
     # Latencies whose naive left-to-right sum rounds differently from the exact one.
     g = topologies.ring(12, bandwidth_bytes_per_s=1e9, latency_s=0.1)

@@ -7,6 +7,7 @@ data model (edge ``bandwidth`` in bytes/s, ``latency`` in seconds, per directed 
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 import zlib
@@ -654,7 +655,11 @@ class Router:
         self._roots: dict[Hashable, tuple[Hashable, float]] = {}  # src -> its search's key
         self._edge_attrs: dict[Edge, tuple[float, float]] | None = None
         # id(search) -> (search, {(node, route index there): (bottleneck, latencies)})
-        self._metric_memos: dict[int, tuple[Any, dict]] = {}
+        self._metric_memos: dict[Any, tuple[Any, dict]] = {}
+        # The core graph, its edges' (bandwidth, latency) by edge number, and per search
+        # root, per endpoint: (its attachment's number (its own if not a leaf), the
+        # figures of its one way in, None if not a leaf) (see _full_metrics).
+        self._core_figures: tuple[_CoreGraph, list, dict] | None = None
         self._endpoints = frozenset(
             n for n, kind in graph.nodes(data="kind") if kind == "endpoint" and type(n) is int
         )
@@ -732,12 +737,17 @@ class Router:
             return out
         self._check_endpoint(src, "src")
         memos = self._metric_memos
-        for d in targets:
+        left = iter(targets)
+        for d in left:
             if d == src:
                 out.append((math.inf, 0.0))
                 continue
             self._check_endpoint(d, "dst")
             search = self._searched(src, d)
+            if type(search) is _FullSearch:
+                # Searched to the end over arrays: the rest without the per-pair lookups.
+                out.extend(self._full_metrics(search, src, itertools.chain((d,), left)))
+                break
             root = search.root
             memo = memos.get(id(search))
             if memo is None or memo[0] is not search:
@@ -767,6 +777,87 @@ class Router:
                 b, x = attrs[(src, root)]
                 bw = b if b < bw else bw
                 lats.append(x)
+            out.append((bw, math.fsum(lats)))
+        return out
+
+    def _full_metrics(
+        self, search: _FullSearch, src: int, targets: Iterable[int]
+    ) -> list[tuple[float, float]]:
+        """:meth:`route_metrics` of ``src`` (whose search is ``search``, run to the end over
+        arrays) to ``targets``, with ECMP: the same route of each pair (the same index,
+        unranked as :meth:`_FullSearch.unrank_edges` does) and the same minimum and
+        ``math.fsum`` of its edges' figures, the parts shared by routes through one node
+        with one route index there kept by node number and index."""
+        attrs = self.edge_metrics()
+        core = search.core
+        figures = self._core_figures
+        if figures is None or figures[0] is not core:
+            figures = self._core_figures = (core, [attrs[e] for e in core.edges], {})
+        edge_figures = figures[1]
+        ways = figures[2].setdefault(root := search.root, {})
+        key = ("full", id(search))
+        memo = self._metric_memos.get(key)
+        if memo is None or memo[0] is not search:
+            memo = self._metric_memos[key] = (search, {})
+        known = memo[1]  # node number * stride + route index there -> (bottleneck, latencies)
+        dist, counts, start, length, pred_e, uniform = search.views
+        stride = int(search.counts_a.max()) + 1
+        cu, index_of, leaves = core.u_view, core.index, self._leaves
+        endpoints = self._endpoints
+        up = attrs[(src, root)] if root != src else None  # a leaf's up-link
+        out: list[tuple[float, float]] = []
+        for d in targets:
+            if d == src:
+                out.append((math.inf, 0.0))
+                continue
+            # d's node number in the core and the figures of the one way into it, if a leaf
+            way = ways.get(d)
+            if way is None:
+                if type(d) is not int or d not in endpoints:
+                    self._check_endpoint(d, "dst")
+                a = _attachment(leaves, root, d)
+                way = ways[d] = (index_of.get(a), attrs[(a, d)] if a is not d else None)
+            i, leaf = way
+            if i is None or dist[i] < 0:
+                self._searched(src, d)  # raises: out of reach
+            # _ecmp_index(src, d, 0, count): the repr of (src, d, 0), for ints
+            index = zlib.crc32(f"({src}, {d}, 0)".encode()) % counts[i]
+            # Walk back to the root or to a part already known, then fill in forward.
+            chain = []
+            v = i
+            while dist[v] and v * stride + index not in known:
+                s0 = start[v]
+                n = length[v]
+                j = index
+                if n == 1:
+                    e = pred_e[s0]
+                elif uniform[v]:
+                    c = counts[cu[pred_e[s0]]]
+                    q = j // c
+                    j -= q * c
+                    e = pred_e[s0 + q]
+                else:
+                    for e in pred_e[s0 : s0 + n]:
+                        c = counts[cu[e]]
+                        if j < c:
+                            break
+                        j -= c
+                chain.append((v * stride + index, e))
+                v, index = cu[e], j
+            part = known[v * stride + index] if dist[v] else (math.inf, ())
+            for at, e in reversed(chain):
+                b, x = edge_figures[e]
+                part = (b if b < part[0] else part[0], (*part[1], x))
+                known[at] = part
+            bw, lats = part
+            if leaf is not None:
+                b, x = leaf
+                bw = b if b < bw else bw
+                lats = (*lats, x)
+            if up is not None:
+                b, x = up
+                bw = b if b < bw else bw
+                lats = (*lats, x)
             out.append((bw, math.fsum(lats)))
         return out
 
