@@ -195,7 +195,8 @@ def document(res: SimResult, dense: bool = True, prefix: str = "sim_") -> dict[s
         matrices: dict[str, Any] = {
             "traffic_bytes": res.traffic_bytes,
             "bandwidth_bytes_per_s": [
-                [_finite(float(v)) for v in row] for row in res.bandwidth_bytes_per_s
+                [v if math.isfinite(v) else None for v in row]
+                for row in res.bandwidth_bytes_per_s.astype(float).tolist()
             ],
         }
     else:

@@ -50,14 +50,61 @@ def output_dir_problem(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
+TABLE_MIN_NUMBERS = 4096
+"""An indented JSON file writes a list of at least this many numbers on one line, and a
+list of rows of numbers holding that many one row per line: an n x n matrix would take
+n^2 lines otherwise, and the indenting encoder (Python's, not the C one) a second per
+million numbers."""
+
+_NUMBER_TYPES = (int, float, bool)
+
+
 def write_json(path: str | os.PathLike[str], data: Any, indent: int | None = 1) -> Path:
     """Write ``data`` as JSON, indented for people, or compact with ``indent=None``
-    (for large machine-read files: the C encoder is many times faster)."""
+    (for large machine-read files: the C encoder is many times faster). Indented, large
+    numeric tables are written a row per line (see ``TABLE_MIN_NUMBERS``)."""
     if indent is None:
         text = json.dumps(data, separators=(",", ":"), default=_jsonable)
     else:
-        text = json.dumps(data, indent=indent, default=_jsonable)
+        tables: dict[str, str] = {}
+        text = json.dumps(
+            _set_tables_aside(data, 0, indent, tables), indent=indent, default=_jsonable
+        )
+        for mark, table in tables.items():
+            text = text.replace(json.dumps(mark), table, 1)
     return atomic_write(path, lambda f: f.write(text))
+
+
+def _set_tables_aside(data: Any, level: int, indent: int, tables: dict[str, str]) -> Any:
+    """``data`` with each large numeric table (see ``TABLE_MIN_NUMBERS``) at nesting
+    ``level`` replaced by a mark, a string no data holds; ``tables`` gets each mark's
+    text, as ``json.dumps(..., indent=indent)`` would place it, a row per line."""
+    if getattr(data, "ndim", 0) in (1, 2) and data.size >= TABLE_MIN_NUMBERS:
+        data = data.tolist()  # (a numpy array)
+    if isinstance(data, dict):
+        return {k: _set_tables_aside(v, level + 1, indent, tables) for k, v in data.items()}
+    if not isinstance(data, list | tuple) or not data:
+        return data
+    if type(data[0]) in (list, tuple):  # rows?
+        if sum(len(row) for row in data if type(row) in (list, tuple)) >= TABLE_MIN_NUMBERS and all(
+            type(row) in (list, tuple) and all(_is_number(x) for x in row) for row in data
+        ):
+            pad = " " * (indent * (level + 1))
+            rows = ",\n".join(pad + json.dumps(row) for row in data)
+            return _mark(tables, f"[\n{rows}\n{' ' * (indent * level)}]")
+    elif len(data) >= TABLE_MIN_NUMBERS and all(_is_number(x) for x in data):
+        return _mark(tables, json.dumps(data))
+    return [_set_tables_aside(v, level + 1, indent, tables) for v in data]
+
+
+def _is_number(x: Any) -> bool:
+    return x is None or type(x) in _NUMBER_TYPES
+
+
+def _mark(tables: dict[str, str], text: str) -> str:
+    mark = f"\x00table {len(tables)}\x00"  # (a NUL: in no string of a results file)
+    tables[mark] = text
+    return mark
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> Path:

@@ -1,0 +1,60 @@
+"""workload.results.write_json: indented for people, large numeric tables a row per line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from workload.results import TABLE_MIN_NUMBERS, write_json
+
+
+def test_a_document_without_large_tables_is_written_as_json_indents_it(tmp_path):
+    doc = {"a": 1, "b": [1, 2.5, None], "c": {"d": [[1, 2], [3, 4]], "e": ["x"] * 9000}}
+    path = write_json(tmp_path / "doc.json", doc)
+    assert path.read_text() == json.dumps(doc, indent=1)
+
+
+def test_large_numeric_tables_take_a_line_per_row(tmp_path):
+    n = 80  # 6,400 numbers: a table
+    assert n * n >= TABLE_MIN_NUMBERS > (n - 20) ** 2
+    m = np.arange(n * n, dtype=float).reshape(n, n)
+    m[3, 4] = np.inf
+    rows = [[i * 0.5 for i in range(n)] for _ in range(n)]
+    rows[1][2] = None
+    doc = {
+        "matrix": m,
+        "nested": {"rows": rows, "small": [[1, 2]] * 3, "line": list(range(5000))},
+        "under": [[1.0] * (n - 20)] * (n - 20),  # 3,600 numbers: as json indents them
+        "words": ["w"] * 5000,
+    }
+    text = write_json(tmp_path / "doc.json", doc).read_text()
+    plain = json.loads(json.dumps(doc, default=lambda a: a.tolist()))
+    assert json.loads(text) == plain
+    lines = text.splitlines()
+    # The matrix: its key's line, one per row, the closing bracket, indented as json does.
+    at = lines.index(' "matrix": [')
+    assert lines[at + 1] == "  " + json.dumps(m[0].tolist()) + ","
+    assert lines[at + 4] == "  " + json.dumps(m[3].tolist()) + ","  # with Infinity
+    assert lines[at + n] == "  " + json.dumps(m[-1].tolist())
+    assert lines[at + n + 1] == " ],"
+    at = lines.index('  "rows": [')
+    assert lines[at + 2] == "   " + json.dumps(rows[1]) + ","  # with null
+    assert lines[at + n + 1] == "  ],"
+    assert '  "line": ' + json.dumps(list(range(5000))) in lines  # (the last key: no comma)
+    # Everything else as json indents it: a line per small row's number and per word.
+    expected = (
+        2  # braces
+        + (n + 2)  # matrix
+        + 1
+        + (n + 2)
+        + (1 + 3 * 4 + 1)
+        + 1
+        + 1  # nested: rows, small, line
+        + 1
+        + (n - 20) * ((n - 20) + 2)
+        + 1  # under
+        + 5000
+        + 2  # words
+    )
+    assert len(lines) == expected
