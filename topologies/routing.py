@@ -11,7 +11,7 @@ import itertools
 import math
 import numbers
 import zlib
-from collections.abc import Hashable, Iterable
+from collections.abc import Container, Hashable, Iterable
 from typing import Any
 
 import networkx as nx
@@ -536,28 +536,42 @@ class _FullSearch:
     def unrank_edges(self, i: int, index: int, out: list[Edge]) -> None:
         """The ``index``-th shortest route from the root to the node numbered ``i``
         (0 <= index < its count), appended to ``out`` as its edges (the Router's tuples),
-        the last edge first: at each node the predecessors are taken in node order, each
-        covering its own count of routes."""
+        the last edge first (see :meth:`walk_back`)."""
+        edges = self.core.edges
+        out.extend([edges[e] for _, e in self.walk_back(i, index)[0]])
+
+    def walk_back(
+        self, i: int, index: int, known: Container[int] = (), stride: int = 0
+    ) -> tuple[list[tuple[int, int]], int, int]:
+        """The hops of the ``index``-th shortest route from the root to the node numbered
+        ``i`` (0 <= index < its count), walking back from it: at each node the
+        predecessors are taken in node order, each covering its own count of routes.
+        Returns the hops, last first, as ``(node * stride + the route's index there, the
+        number of the edge into the node)``, up to the root or to the first node whose
+        such key is in ``known``, and that node's number and the route's index there."""
         dist, counts, start, length, pred_e, uniform = self.views
-        edges, cu = self.core.edges, self.core.u_view
-        while dist[i]:
+        cu = self.core.u_view
+        hops = []
+        while dist[i] and i * stride + index not in known:
             s = start[i]
             n = length[i]
+            j = index
             if n == 1:
                 e = pred_e[s]
             elif uniform[i]:
                 c = counts[cu[pred_e[s]]]
-                j = index // c
-                index -= j * c
-                e = pred_e[s + j]
+                q = j // c
+                j -= q * c
+                e = pred_e[s + q]
             else:
                 for e in pred_e[s : s + n]:
                     c = counts[cu[e]]
-                    if index < c:
+                    if j < c:
                         break
-                    index -= c
-            out.append(edges[e])
-            i = cu[e]
+                    j -= c
+            hops.append((i * stride + index, e))
+            i, index = cu[e], j
+        return hops, i, index
 
     def tree(self) -> list[tuple[Hashable, Hashable]]:
         nodes, dist = self.core.nodes, self.dist
@@ -785,7 +799,7 @@ class Router:
     ) -> list[tuple[float, float]]:
         """:meth:`route_metrics` of ``src`` (whose search is ``search``, run to the end over
         arrays) to ``targets``, with ECMP: the same route of each pair (the same index,
-        unranked as :meth:`_FullSearch.unrank_edges` does) and the same minimum and
+        unranked as :meth:`_FullSearch.walk_back` does) and the same minimum and
         ``math.fsum`` of its edges' figures, the parts shared by routes through one node
         with one route index there kept by node number and index."""
         attrs = self.edge_metrics()
@@ -800,9 +814,9 @@ class Router:
         if memo is None or memo[0] is not search:
             memo = self._metric_memos[key] = (search, {})
         known = memo[1]  # node number * stride + route index there -> (bottleneck, latencies)
-        dist, counts, start, length, pred_e, uniform = search.views
+        dist, counts = search.views[0], search.views[1]
         stride = int(search.counts_a.max()) + 1
-        cu, index_of, leaves = core.u_view, core.index, self._leaves
+        index_of, leaves = core.index, self._leaves
         endpoints = self._endpoints
         up = attrs[(src, root)] if root != src else None  # a leaf's up-link
         out: list[tuple[float, float]] = []
@@ -823,27 +837,7 @@ class Router:
             # _ecmp_index(src, d, 0, count): the repr of (src, d, 0), for ints
             index = zlib.crc32(f"({src}, {d}, 0)".encode()) % counts[i]
             # Walk back to the root or to a part already known, then fill in forward.
-            chain = []
-            v = i
-            while dist[v] and v * stride + index not in known:
-                s0 = start[v]
-                n = length[v]
-                j = index
-                if n == 1:
-                    e = pred_e[s0]
-                elif uniform[v]:
-                    c = counts[cu[pred_e[s0]]]
-                    q = j // c
-                    j -= q * c
-                    e = pred_e[s0 + q]
-                else:
-                    for e in pred_e[s0 : s0 + n]:
-                        c = counts[cu[e]]
-                        if j < c:
-                            break
-                        j -= c
-                chain.append((v * stride + index, e))
-                v, index = cu[e], j
+            chain, v, index = search.walk_back(i, index, known, stride)
             part = known[v * stride + index] if dist[v] else (math.inf, ())
             for at, e in reversed(chain):
                 b, x = edge_figures[e]
