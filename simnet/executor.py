@@ -609,6 +609,7 @@ class SimExecutor:
         which saw every one of them as new."""
         self._plans.clear()
         self._tables.clear()
+        self._row_ids.clear()  # (new tables number their rows afresh, as new phases do)
 
     # -- running -------------------------------------------------------------------
     def run_phase(
