@@ -54,19 +54,19 @@ cdef class _Coll(_Waiter):
                    nsteps=Py_ssize_t, pending=cython.longlong, endpoints=tuple,
                    step=tuple, n=Py_ssize_t, nr=Py_ssize_t, j=Py_ssize_t, k=Py_ssize_t,
                    t_now=cython.double, me=Py_ssize_t, p=Py_ssize_t, base=cython.longlong,
-                   row=cython.longlong, src=Py_ssize_t, dst=Py_ssize_t, prows=list)
+                   row=cython.longlong, src=Py_ssize_t, dst=Py_ssize_t, prows=list,
+                   plist=list)
     cpdef bint advance(self) except -1
 
-    @cython.locals(hot=tuple, sc=_Coll, plist=list, path=_Path)
+    @cython.locals(hot=tuple, sc=_Coll, path=_Path)
     cdef inline int _recv(self, long long key) except -1
 
-    @cython.locals(hot=tuple)
-    cdef inline int _send(self, long long key, object here, object dst_ep, object size_bytes,
+    @cython.locals(hot=tuple, rw=object, path=_Path, msg=list)
+    cdef inline int _send(self, long long key, list plist, Py_ssize_t dst, object size_bytes,
                           double t_now) except -1
 
-    @cython.locals(hot=tuple, me=Py_ssize_t, rw=object, path=_Path, msg=list)
-    cdef inline int _send_on(self, long long key, list plist, Py_ssize_t dst, object size_bytes,
-                             double t_now) except -1
+    @cython.locals(path=_Path)
+    cdef inline _Path _path_of(self, list plist, Py_ssize_t src, Py_ssize_t dst)
 
 
 @cython.locals(rw=_Waiter)

@@ -50,7 +50,7 @@ from workload.program import Workload
 from workload.step_table import StepTable
 from workload.units import S_PER_US
 
-from .network import FlowNetwork, _IntTable
+from .network import FlowNetwork, _IntTable, _Path
 
 DEFAULT_EAGER_THRESHOLD_BYTES = 65536
 
@@ -371,20 +371,19 @@ class _StepTable:
             dtype=np.longlong,
         )
         self.rows = sorted(set(row.tolist()))
-        if cython.compiled:
-            self.src = src
-            self.dst = dst
-            self.nbytes = nbytes
-            self.reduce = reduce
-            self.nsteps = nsteps
-            self.row = row
-        else:  # Python memoryviews: indexed as lists are, at the arrays' size in memory
-            self.src = memoryview(src)
-            self.dst = memoryview(dst)
-            self.nbytes = memoryview(nbytes)
-            self.reduce = memoryview(reduce)
-            self.nsteps = memoryview(nsteps)
-            self.row = memoryview(row)
+        # Compiled, the typed fields take the arrays; in Python, memoryviews over them
+        # (indexed as lists are, at the arrays' size in memory).
+        view = _same if cython.compiled else memoryview
+        self.src = view(src)
+        self.dst = view(dst)
+        self.nbytes = view(nbytes)
+        self.reduce = view(reduce)
+        self.nsteps = view(nsteps)
+        self.row = view(row)
+
+
+def _same(x: object) -> object:
+    return x
 
 
 @dataclass(frozen=True, slots=True)
@@ -714,14 +713,7 @@ class PhaseSim:
         self._p2p_keys: list[tuple] = []
         # What _Coll.advance needs, in one tuple (each _Coll holds it: no attribute
         # lookups per step).
-        self._hot = (
-            self._sends,
-            self._recvs,
-            net.start_transfer,
-            ex.eager,
-            net.start_rendezvous,
-            env,
-        )
+        self._hot = (self._sends, self._recvs, ex.eager, env)
         self._world = ex._world  # the plans' channel pairs use the same multiplier
         self._world2 = self._world * self._world
         # Collective instance k of group id g is number g + k * ngroups; a group's id
@@ -1182,8 +1174,8 @@ class _Coll(_Waiter):
     (``table``: no object per step to reach, the table's entries of a bulk-synchronous
     step's members side by side). With a table, ``prows`` (where the network routes
     every pair one way) holds the group's paths by table row and member
-    (``PhaseSim._path_rows``): a send finds its path there, not by its pair, and a
-    pending rendezvous send is ``(sender, its row's paths, bytes, posted at)``.
+    (``PhaseSim._path_rows``): a send finds its path there, not by its pair. A pending
+    rendezvous send is ``(sender, its row's kept paths or None, bytes, posted at)``.
     """
 
     __slots__ = (
@@ -1247,13 +1239,12 @@ class _Coll(_Waiter):
         nsteps = self.nsteps
         if i == nsteps:
             return True
-        t_now = self.hot[5]._now  # simpy's clock as stored: its `now` is a Python property
+        t_now = self.hot[3]._now  # simpy's clock as stored: its `now` is a Python property
         base = self.base
         me = self.me
         endpoints = self.endpoints
         p = len(endpoints)
         row = base + me * p
-        here = endpoints[me]
         steps = self.steps
         table = self.table
         prows = self.prows
@@ -1269,7 +1260,7 @@ class _Coll(_Waiter):
                     j += 1
                 while j < n:
                     dst = step[j]
-                    pending += self._send(row + dst, here, endpoints[dst], step[j + 1], t_now)
+                    pending += self._send(row + dst, None, dst, step[j + 1], t_now)
                     j += 2
             else:
                 k = i * p + me
@@ -1278,14 +1269,8 @@ class _Coll(_Waiter):
                     pending += self._recv(base + src * p + me)
                 dst = table.dst[k]
                 if dst >= 0:
-                    if prows is not None:
-                        pending += self._send_on(
-                            row + dst, prows[table.row[i]], dst, table.nbytes[k], t_now
-                        )
-                    else:
-                        pending += self._send(
-                            row + dst, here, endpoints[dst], table.nbytes[k], t_now
-                        )
+                    plist = None if prows is None else prows[table.row[i]]
+                    pending += self._send(row + dst, plist, dst, table.nbytes[k], t_now)
             i += 1
             if pending:
                 self.i = i
@@ -1301,7 +1286,7 @@ class _Coll(_Waiter):
 
     def _recv(self, key: int) -> int:
         """Post the receive of channel ``key``; 1 if it must wait for its data, else 0.
-        (``hot``: sends, receives, start, eager threshold, rendezvous.)"""
+        (``hot``: sends, receives, eager threshold, environment.)"""
         hot = self.hot
         item = _pop(hot[0], key)
         if item is None:
@@ -1312,55 +1297,23 @@ class _Coll(_Waiter):
                 return 0
             item[1] = self
             return 1
-        if len(item) == 4:  # a send of a table's member, with its row's kept paths
-            sc = item[0]
-            plist = item[1]
-            path = plist[sc.me]
-            if path is None:
-                path = plist[sc.me] = self.net.path_between(
-                    self.endpoints[sc.me], self.endpoints[self.me]
-                )
-            self.net.rendezvous_on_path(path, item[2], _delivered2, sc, item[3], self)
-            return 1
-        sw, src_ep, dst_ep, size_bytes, posted_s = item
-        hot[4](src_ep, dst_ep, size_bytes, _delivered2, sw, posted_s, self)
+        sc = item[0]  # a rendezvous send waiting: (sender, its kept paths, bytes, posted at)
+        path = self._path_of(item[1], sc.me, self.me)
+        self.net.rendezvous_on_path(path, item[2], _delivered2, sc, item[3], self)
         return 1
 
-    def _send(self, key: int, here: int, dst_ep: int, size_bytes: int, t_now: float) -> int:
-        """Post the send of ``size_bytes`` bytes on channel ``key`` from endpoint ``here``
-        to ``dst_ep``; 1 if it must wait for its receive (rendezvous), else 0 (eager: on
-        its way). (``hot``: sends, receives, start, eager threshold, rendezvous.)"""
+    def _send(self, key: int, plist: list | None, dst: int, size_bytes: int, t_now: float) -> int:
+        """Post the send of ``size_bytes`` bytes on channel ``key`` to member ``dst``; 1 if
+        it must wait for its receive (rendezvous), else 0 (eager: on its way). ``plist``:
+        the kept paths of its step's row, by member, or None (see ``_path_of``)."""
         hot = self.hot
         rw = _pop(hot[1], key)
-        if rw is not None:
-            if size_bytes <= hot[3]:
-                hot[2](here, dst_ep, size_bytes, _delivered2, None, rw)
-                return 0
-            hot[4](here, dst_ep, size_bytes, _delivered2, self, t_now, rw)
-            return 1
-        if size_bytes <= hot[3]:
-            msg = [None, None]
-            hot[2](here, dst_ep, size_bytes, _delivered, msg)
-            _push(hot[0], key, msg)
-            return 0
-        _push(hot[0], key, (self, here, dst_ep, size_bytes, t_now))
-        return 1
-
-    def _send_on(self, key: int, plist: list, dst: int, size_bytes: int, t_now: float) -> int:
-        """``_send`` of a table's member to member ``dst``, on its kept path in ``plist``
-        (its row's, by member), made only where ``_send`` would start the transfer (so
-        the network makes its paths and links in the same order)."""
-        hot = self.hot
-        me = self.me
-        rw = _pop(hot[1], key)
-        if rw is None and size_bytes > hot[3]:
+        if rw is None and size_bytes > hot[2]:
             _push(hot[0], key, (self, plist, size_bytes, t_now))
             return 1
-        path = plist[me]
-        if path is None:
-            path = plist[me] = self.net.path_between(self.endpoints[me], self.endpoints[dst])
+        path = self._path_of(plist, self.me, dst)
         if rw is not None:
-            if size_bytes <= hot[3]:
+            if size_bytes <= hot[2]:
                 self.net.start_on_path(path, size_bytes, _delivered2, None, rw)
                 return 0
             self.net.rendezvous_on_path(path, size_bytes, _delivered2, self, t_now, rw)
@@ -1369,6 +1322,18 @@ class _Coll(_Waiter):
         self.net.start_on_path(path, size_bytes, _delivered, msg)
         _push(hot[0], key, msg)
         return 0
+
+    def _path_of(self, plist: list | None, src: int, dst: int) -> _Path:
+        """The path from member ``src`` to member ``dst``: kept in ``plist`` (by sender,
+        made on its first transfer) or, without kept paths, the network's for the pair.
+        Asked only where a transfer starts, so the network makes its paths and links in
+        the order its transfers start."""
+        if plist is None:
+            return self.net.path_between(self.endpoints[src], self.endpoints[dst])
+        path = plist[src]
+        if path is None:
+            path = plist[src] = self.net.path_between(self.endpoints[src], self.endpoints[dst])
+        return path
 
     def fire(self) -> None:
         delays = self.delays
