@@ -1,0 +1,29 @@
+"""The compute / communication breakdown of a timeline (workload/timeline.py)."""
+
+from __future__ import annotations
+
+from workload.ops import Compute, Recv, Send, Wait
+from workload.timeline import breakdown
+
+
+def test_a_timeline_by_hand() -> None:
+    ops = [
+        Compute(1e6),
+        Send(1, 4, 0, "world", req=1),
+        Compute(1e6),
+        Wait((1,)),
+        Recv(1, 4, 0, "world"),
+    ]
+    starts = [0.0, 1.0, 1.25, 2.0, 3.0]
+    ends = [1.0, 1.25, 2.0, 2.5, 4.0]
+    got = breakdown(ops, starts, ends)
+    # compute 1 + 0.75; exposed: the post 0.25, the wait 0.5, the receive 1; in flight:
+    # the send from its post to its wait's end (1.5), then the receive (1).
+    assert (got.compute_s, got.exposed_comm_s, got.comm_s) == (1.75, 1.75, 2.5)
+
+
+def test_requests_never_waited_are_in_flight_to_the_iteration_end() -> None:
+    ops = [Recv(1, 4, 0, "world", req=7), Compute(1e6), Send(1, 4, 0, "world", req=8), Wait((8,))]
+    got = breakdown(ops, [0.0, 0.5, 2.0, 2.5], [0.5, 2.0, 2.5, 3.0])
+    # the receive from 0 to the end (3.0) covers the send (2.0 to 3.0)
+    assert (got.compute_s, got.exposed_comm_s, got.comm_s) == (1.5, 1.5, 3.0)
