@@ -687,14 +687,11 @@ def route_matrices(
     # them equals topologies.path_latency_s (math.fsum of the route's edges).
     # (A torus routes dimension by dimension: its routes are no search tree.)
     tree = router.tree if router.routes_are_trees else None
+    if tree is None or n == 1:
+        # Each pair's own (ECMP-hashed or dimension-ordered) route (inf / 0.0 to
+        # itself, as the matrices hold).
+        return router.route_metrics_rows(range(n), n)
     for s in range(n):
-        if tree is None or n == 1:
-            # Each pair's own (ECMP-hashed or dimension-ordered) route.
-            for d, (b, x) in enumerate(router.route_metrics(s, n)):
-                if s != d:
-                    bw[s, d] = b
-                    lat[s, d] = x
-            continue
         router.num_paths(s, s)  # checks that s is an endpoint
         node_bw: dict = {s: math.inf}
         node_lat: dict = {s: ()}
@@ -741,6 +738,13 @@ def _routed_by(nets: Sequence[FlowNetwork]) -> Callable[[int, int], tuple | None
     return routed
 
 
+ARRAY_METRICS_MIN_PAIRS = 64
+"""A source with this many pairs asked of ``pair_route_metrics`` takes
+``Router.route_metrics_arrays`` (all its destinations at once, over arrays where the
+router has them; a fixed cost of a few hundred microseconds), fewer take
+``Router.route_metrics`` (a couple of microseconds a pair)."""
+
+
 def pair_route_metrics(
     router: topologies.Router,
     pairs: Sequence[tuple[int, int]],
@@ -766,8 +770,16 @@ def pair_route_metrics(
             continue
         by_src.setdefault(s, []).append(i)
     for s, rows in by_src.items():
+        dsts = [pairs[i][1] for i in rows]
+        if len(rows) >= ARRAY_METRICS_MIN_PAIRS:
+            b, x = router.route_metrics_arrays(s, dsts)
+            mine = np.array(dsts) == s
+            if injection_bytes_per_s is not None:
+                b = np.where(mine, b, np.minimum(b, injection_bytes_per_s))
+            bw[rows], lat[rows] = b, x
+            continue
         # One source's routes share their searches' parts (Router.route_metrics).
-        metrics = router.route_metrics(s, [pairs[i][1] for i in rows])
+        metrics = router.route_metrics(s, dsts)
         for i, (b, x) in zip(rows, metrics, strict=True):
             if pairs[i][1] != s:
                 bw[i] = b if injection_bytes_per_s is None else min(b, injection_bytes_per_s)

@@ -833,6 +833,96 @@ def test_route_metrics_over_arrays_equal_router_paths_pair_by_pair(monkeypatch, 
     assert bool(used) == (router.ecmp and name != "switch")
 
 
+@pytest.mark.parametrize("name", list(TOPOLOGIES))
+def test_route_metrics_rows_over_arrays_equal_router_paths_pair_by_pair(monkeypatch, name):
+    # Every search over arrays from the start, as a big fabric's are: the metrics of the
+    # sources of one search, all destinations at once (Router._metrics_over_arrays),
+    # against each pair's own route, to the bit.
+
+    g = TOPOLOGIES[name]()
+    n = g.graph["num_endpoints"]
+    want_bw, want_lat = _route_matrices_pair_by_pair(g, True)
+    router = topologies.Router(g, ecmp=True)
+    router._wide = True
+    blocks: list[int] = []
+    real = topologies.Router._metrics_over_arrays
+
+    def counted(r, srcs, targets):
+        got = real(r, srcs, targets)
+        if got is not None:
+            blocks.append(len(srcs))
+        return got
+
+    monkeypatch.setattr(topologies.Router, "_metrics_over_arrays", counted)
+    bw, lat = router.route_metrics_rows(range(n), n)
+    assert np.array_equal(bw, want_bw) and np.array_equal(lat, want_lat)
+    # One source, destinations in any order, twice, and itself.
+    for s in (0, n // 2, n - 1):
+        dsts = [n - 1 - s, s, *range(n), 0]
+        b, x = router.route_metrics_arrays(s, dsts)
+        assert b.tolist() == [want_bw[s, d] for d in dsts]
+        assert x.tolist() == [want_lat[s, d] for d in dsts]
+    # Hierarchical graphs route without ECMP; one switch's searches never grow. The
+    # fat-trees' sources share searches by switch, blocks of them at once.
+    assert bool(blocks) == (router.ecmp and name != "switch"), blocks
+    if name.startswith("fat_tree"):
+        assert max(blocks) > 1
+
+
+def test_route_metrics_over_arrays_pick_among_uneven_predecessors():
+    # Predecessors covering different numbers of routes are scanned in order (no
+    # division): a k=4 fat-tree without the links between agg0.0 and core1, so that
+    # pod 0's edge switches are reached from the other pods by 1 route through agg0.0
+    # and 2 through agg0.1.
+    g = topologies.fat_tree(4, bandwidth_bytes_per_s=1e9, latency_s=1e-6)
+    n = g.graph["num_endpoints"]
+    g.remove_edges_from([("agg0.0", "core1"), ("core1", "agg0.0")])
+    # Every link at its own bandwidth (routing ignores it): each route has its own
+    # bottleneck, so a route picked wrongly shows.
+    for j, (u, v) in enumerate(sorted(g.edges, key=repr)):
+        g.edges[u, v]["bandwidth"] = 1e9 * (1 + j / 97)
+    router = topologies.Router(g, ecmp=True)
+    router._wide = True
+    counts_differ = False
+    for s in range(n):
+        search = router._searched(s, (s + n // 2) % n)
+        assert type(search).__name__ == "_FullSearch"
+        cu = search.core.u
+        for i in range(len(search.dist)):
+            st, ln = int(search.pred_start[i]), int(search.pred_len[i])
+            c = {int(search.counts_a[cu[e]]) for e in search.pred_e[st : st + ln]}
+            counts_differ |= len(c) > 1
+    assert counts_differ
+    want_bw, want_lat = _route_matrices_pair_by_pair(g, True)
+    bw, lat = router.route_metrics_rows(range(n), n)
+    assert np.array_equal(bw, want_bw) and np.array_equal(lat, want_lat)
+
+
+def test_crc32_of_decimals_is_zlibs():
+    import zlib
+
+    from topologies.routing import _crc32_of_decimals
+
+    rng = random.Random(5)
+    values = [0, 1, 9, 10, 99, 100, 999, 1000, 10**9, 2**40 + 7, 10**17]
+    values += [rng.randrange(10 ** rng.randint(1, 15)) for _ in range(3000)]
+    heads = [rng.choice([b"", b"(17, ", b"(123456, "]) for _ in values]
+    got = _crc32_of_decimals([zlib.crc32(h) for h in heads], np.array(values), b", 0)")
+    assert got.tolist() == [
+        zlib.crc32(h + b"%d, 0)" % v) for h, v in zip(heads, values, strict=True)
+    ]
+
+
+def test_route_metrics_arrays_refuse_what_route_metrics_refuses():
+    g = topologies.fat_tree(4, bandwidth_bytes_per_s=1e9, latency_s=1e-6)
+    router = topologies.Router(g, ecmp=True)
+    router._wide = True
+    with pytest.raises(topologies.TopologyError, match="not a node of the graph"):
+        router.route_metrics_arrays(0, [1, 99])
+    with pytest.raises(topologies.TopologyError, match="is not an endpoint"):
+        router.route_metrics_arrays(0, [1, "core0"])
+
+
 def test_route_matrices_latency_is_the_exact_sum():
     # Latencies whose naive left-to-right sum rounds differently from the exact one.
     g = topologies.ring(12, bandwidth_bytes_per_s=1e9, latency_s=0.1)

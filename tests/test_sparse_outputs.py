@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 
 import numpy as np
 import pytest
@@ -49,6 +50,40 @@ def test_pair_routes_equal_the_route_matrices_bit_for_bit(kind, ecmp):
     assert capped.tolist() == [
         b if s == d else min(b, 9e9) for (s, d), b in zip(pairs, pbw, strict=True)
     ]
+
+
+def test_pair_routes_of_sources_with_many_pairs_are_taken_over_arrays(monkeypatch):
+    # A source with ARRAY_METRICS_MIN_PAIRS pairs or more asked takes
+    # Router.route_metrics_arrays: the same figures as each pair's own route.
+    from simnet.simulate import ARRAY_METRICS_MIN_PAIRS
+
+    graph = topologies.fat_tree(8, 10e9, 1e-6)
+    for i, (u, v) in enumerate(sorted(graph.edges, key=str)):
+        graph.edges[u, v]["bandwidth"] *= 1 + (i % 5) / 7
+        graph.edges[u, v]["latency"] *= 1 + (i % 3) / 11
+    n = graph.graph["num_endpoints"]
+    router = topologies.Router(graph, ecmp=True)
+    router._wide = True  # every search over arrays, as a big fabric's
+    many = [(3, d) for d in range(n)] + [(3, 3), (3, 70)]
+    few = [(5, d) for d in range(0, n, 9)]
+    used: list[int] = []
+    real = topologies.Router._metrics_over_arrays
+    monkeypatch.setattr(
+        topologies.Router,
+        "_metrics_over_arrays",
+        lambda r, srcs, t: used.extend(srcs) or real(r, srcs, t),
+    )
+    assert len(many) >= ARRAY_METRICS_MIN_PAIRS > len(few)
+    bw, lat = pair_route_metrics(router, many + few, injection_bytes_per_s=11e9)
+    assert used == [3]
+    check = topologies.Router(graph, ecmp=True)
+    for (s, d), b, x in zip(many + few, bw.tolist(), lat.tolist(), strict=True):
+        if s == d:
+            assert (b, x) == (math.inf, 0.0)
+            continue
+        path = check.path(s, d)
+        assert b == min(topologies.path_bandwidth_bytes_per_s(graph, path), 11e9), (s, d)
+        assert x == topologies.path_latency_s(graph, path), (s, d)
 
 
 @pytest.mark.parametrize(

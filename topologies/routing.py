@@ -7,6 +7,7 @@ data model (edge ``bandwidth`` in bytes/s, ``latency`` in seconds, per directed 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import numbers
@@ -674,6 +675,11 @@ class Router:
         # root, per endpoint: (its attachment's number (its own if not a leaf), the
         # figures of its one way in, None if not a leaf) (see _full_metrics).
         self._core_figures: tuple[_CoreGraph, list, dict] | None = None
+        # The core graph and, as arrays: its edges' bandwidths and latencies by edge
+        # number, and by endpoint number its attachment's core number (-1: not an
+        # endpoint or not in the core) and the bandwidth and latency of its one way in
+        # (NaN where it is no leaf) (see route_metrics_arrays).
+        self._metric_arrays: tuple[_CoreGraph, tuple[np.ndarray, ...]] | None = None
         self._endpoints = frozenset(
             n for n, kind in graph.nodes(data="kind") if kind == "endpoint" and type(n) is int
         )
@@ -793,6 +799,185 @@ class Router:
                 lats.append(x)
             out.append((bw, math.fsum(lats)))
         return out
+
+    def route_metrics_arrays(
+        self, src: int, dsts: int | Iterable[int]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`route_metrics` as two arrays, the bottleneck bandwidths (bytes/s) and
+        the latencies (s): the same floats (see :meth:`route_metrics_rows`)."""
+        if isinstance(dsts, int):
+            bw, lat = self.route_metrics_rows([src], dsts)
+            return bw[0], lat[0]
+        dsts = list(dsts)
+        got = None
+        if self.ecmp and type(src) is int and all(type(d) is int for d in dsts):
+            got = self._metrics_over_arrays([src], np.array(dsts, dtype=np.int64))
+        if got is None:
+            return self._metrics_one_by_one(src, dsts)
+        return got[0][0], got[1][0]
+
+    def route_metrics_rows(self, srcs: Iterable[int], n: int) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`route_metrics` of every source of ``srcs`` to the endpoints ``0..n-1``:
+        two ``(len(srcs), n)`` arrays, bottleneck bandwidths (bytes/s) and latencies (s)
+        (inf and 0.0 from a source to itself), the same floats.
+
+        With ECMP, the sources whose routes come from one search over arrays (a big
+        fabric's endpoints on one switch) are worked out together, every destination at
+        once: each pair's route index from its crc32 as :func:`_ecmp_index` makes it,
+        the routes walked back one hop at a time for all pairs as
+        :meth:`_FullSearch.walk_back` walks one, the minimum of their edges' bandwidths,
+        and ``math.fsum`` of each distinct list of their edges' latencies. Any other
+        source (and one with a destination out of reach, to raise as it does) goes
+        through :meth:`route_metrics`."""
+        srcs = list(srcs)
+        bw = np.full((len(srcs), n), np.inf)
+        lat = np.zeros((len(srcs), n))
+        targets = np.arange(n, dtype=np.int64)
+        groups: dict[int, tuple[Any, list[int]]] = {}  # id(search) -> (search, rows)
+        for row, s in enumerate(srcs):
+            search = None
+            if self.ecmp and type(s) is int and s in self._endpoints and n > 1:
+                # (out of reach: route_metrics raises, for the first such destination)
+                with contextlib.suppress(TopologyError):
+                    search = self._searched(s, 1 if s == 0 else 0)
+            if type(search) is _FullSearch:
+                groups.setdefault(id(search), (search, []))[1].append(row)
+            else:
+                bw[row], lat[row] = self._metrics_one_by_one(s, range(n))
+        for _, rows in groups.values():
+            got = self._metrics_over_arrays([srcs[r] for r in rows], targets)
+            if got is None:
+                for r in rows:
+                    bw[r], lat[r] = self._metrics_one_by_one(srcs[r], range(n))
+            else:
+                bw[rows], lat[rows] = got
+        return bw, lat
+
+    def _metrics_one_by_one(self, src: int, dsts: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
+        out = self.route_metrics(src, dsts)
+        return np.array([b for b, _ in out], dtype=float), np.array(
+            [x for _, x in out], dtype=float
+        )
+
+    def _metrics_over_arrays(
+        self, srcs: list[int], targets: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The ``(len(srcs), len(targets))`` route metrics of endpoints ``srcs`` whose
+        routes all come from one search over arrays (see :meth:`route_metrics_rows`);
+        None where that does not hold, or a destination is no endpoint or out of reach
+        (route_metrics raises for those)."""
+        if not len(targets) or any(s not in self._endpoints for s in srcs):
+            return None
+        search = None
+        for s in srcs:
+            other = targets[targets != s]
+            if not len(other):
+                return None
+            found = self._searched(s, int(other[0]))
+            if search is None:
+                search = found
+            if found is not search or type(found) is not _FullSearch:
+                return None
+        assert search is not None
+        core = search.core
+        if self._metric_arrays is None or self._metric_arrays[0] is not core:
+            self._metric_arrays = (core, self._metric_figures(core))
+        edge_bw, edge_lat, attach, leaf_bw, leaf_lat = self._metric_arrays[1]
+        if targets.min() < 0 or targets.max() >= len(attach):
+            return None
+        m, n = len(srcs), len(targets)
+        src_of = np.repeat(np.array(srcs, dtype=np.int64), n)  # the pairs, source-major
+        dst_of = np.tile(targets, m)
+        i = attach[dst_of]
+        mine = dst_of == src_of
+        dist = search.dist
+        if (i[~mine] < 0).any() or (dist[i[~mine]] < 0).any():
+            return None
+        i[mine] = core.index[search.root]  # (no route: figures set below)
+        counts = search.counts_a
+        # _ecmp_index(src, d, 0, count): crc32 of the repr of (src, d, 0)
+        heads = np.repeat([zlib.crc32(f"({s}, ".encode()) for s in srcs], n)
+        index = _crc32_of_decimals(heads, dst_of, b", 0)") % counts[i]
+        # Walk back every route one hop at a time; hops[k] holds each route's k-th edge
+        # from its end (-1: the route is shorter).
+        start, length, pred_e = search.pred_start, search.pred_len, search.pred_e
+        uniform, cu = search.uniform, core.u
+        hops: list[np.ndarray] = []
+        rows = np.flatnonzero((dist[i] > 0) & ~mine)
+        while len(rows):
+            at, x = i[rows], index[rows]
+            s, k_preds = start[at].astype(np.int64), length[at]
+            e = np.empty(len(rows), dtype=np.int64)
+            # One predecessor, or all with the same route count: a division picks it.
+            even = np.flatnonzero((k_preds == 1) | (uniform[at] != 0))
+            if len(even):
+                c = counts[cu[pred_e[s[even]]]]
+                q = x[even] // c
+                e[even] = pred_e[s[even] + q]
+                x[even] -= q * c
+            odd = np.flatnonzero((k_preds != 1) & (uniform[at] == 0))
+            if len(odd):
+                # Predecessors in order, each covering its own count of routes.
+                so, no, xo = s[odd], k_preds[odd], x[odd]
+                chosen = np.full(len(odd), -1, dtype=np.int64)
+                for k in range(int(no.max())):
+                    live = np.flatnonzero((chosen < 0) & (k < no))
+                    ek = pred_e[so[live] + k].astype(np.int64)
+                    ck = counts[cu[ek]]
+                    take = xo[live] < ck
+                    chosen[live[take]] = ek[take]
+                    xo[live[~take]] -= ck[~take]
+                e[odd] = chosen
+                x[odd] = xo
+            col = np.full(m * n, -1, dtype=np.int64)
+            col[rows] = e
+            hops.append(col)
+            i[rows] = cu[e]
+            index[rows] = x
+            rows = rows[dist[i[rows]] > 0]
+        # Each route's figures: its edges', its destination's way in if a leaf, its
+        # source's up-link if a leaf; -0.0 (which leaves any sum as it is) elsewhere.
+        parts_bw = [np.where(h >= 0, edge_bw[h], np.inf) for h in hops]
+        parts_lat = [np.where(h >= 0, edge_lat[h], -0.0) for h in hops]
+        way_bw, way_lat = leaf_bw[dst_of], leaf_lat[dst_of]
+        leafy = ~np.isnan(way_bw)
+        parts_bw.append(np.where(leafy, way_bw, np.inf))
+        parts_lat.append(np.where(leafy, way_lat, -0.0))
+        root = search.root
+        if any(s != root for s in srcs):
+            attrs = self.edge_metrics()
+            ups = [attrs[(s, root)] if s != root else (math.inf, -0.0) for s in srcs]
+            parts_bw.append(np.repeat([b for b, _ in ups], n))
+            parts_lat.append(np.repeat([x for _, x in ups], n))
+        bw = np.minimum.reduce(parts_bw)
+        lats = np.ascontiguousarray(np.stack(parts_lat, axis=1))
+        # Distinct lists by their bytes (so -0.0 and 0.0 stay apart, as fsum keeps them)
+        as_bytes = lats.view(np.dtype((np.void, lats.shape[1] * lats.itemsize))).ravel()
+        _, first, which = np.unique(as_bytes, return_index=True, return_inverse=True)
+        sums = np.array([math.fsum(row) for row in lats[first].tolist()])
+        lat = sums[which.reshape(-1)]
+        bw[mine] = math.inf
+        lat[mine] = 0.0
+        return bw.reshape(m, n), lat.reshape(m, n)
+
+    def _metric_figures(self, core: _CoreGraph) -> tuple[np.ndarray, ...]:
+        """The arrays of ``_metric_arrays`` for ``core``."""
+        attrs = self.edge_metrics()
+        figures = [attrs[e] for e in core.edges]
+        edge_bw = np.array([b for b, _ in figures], dtype=float)
+        edge_lat = np.array([x for _, x in figures], dtype=float)
+        size = max(self._endpoints, default=-1) + 1
+        attach = np.full(size, -1, dtype=np.int64)
+        leaf_bw = np.full(size, np.nan)
+        leaf_lat = np.full(size, np.nan)
+        for d in self._endpoints:
+            leaf = self._leaves.get(d)
+            # (a leaf is never a search's root: its attachment's search is its own)
+            a = leaf[0] if leaf is not None else d
+            attach[d] = core.index.get(a, -1)
+            if leaf is not None:
+                leaf_bw[d], leaf_lat[d] = attrs[(a, d)]
+        return edge_bw, edge_lat, attach, leaf_bw, leaf_lat
 
     def _full_metrics(
         self, search: _FullSearch, src: int, targets: Iterable[int]
@@ -1051,6 +1236,43 @@ class Router:
             out.append(edge_of[(src, root)])
         out.reverse()
         return tuple(out)
+
+
+def _crc32_table() -> np.ndarray:
+    """zlib's CRC-32 table (reflected polynomial 0xEDB88320), one entry per byte value."""
+    table = np.arange(256, dtype=np.int64)
+    for _ in range(8):
+        table = np.where(table & 1, (table >> 1) ^ 0xEDB88320, table >> 1)
+    return table
+
+
+_CRC32_TABLE = _crc32_table()
+
+
+def _crc32_of_decimals(heads: np.ndarray, values: np.ndarray, tail: bytes) -> np.ndarray:
+    """``zlib.crc32(b"%d" % v + tail, h)`` of every v of ``values`` (integers >= 0) and h
+    of ``heads`` (the crc32 of what comes before), as int64: the same table-driven
+    steps, one byte position at a time for all values together."""
+    values = np.asarray(values, dtype=np.int64)
+    ndigits = np.ones(len(values), dtype=np.int64)
+    power = np.ones(len(values), dtype=np.int64)  # 10 ** (ndigits - 1)
+    while True:
+        more = values >= power * 10
+        if not more.any():
+            break
+        ndigits += more
+        power = np.where(more, power * 10, power)
+    ends = np.frombuffer(tail, dtype=np.uint8).astype(np.int64)
+    state = np.asarray(heads, dtype=np.int64) ^ 0xFFFFFFFF
+    rest = values.copy()
+    for pos in range(int(ndigits.max(initial=0)) + len(tail)):
+        digit = rest // power
+        byte = np.where(pos < ndigits, 48 + digit, ends[np.clip(pos - ndigits, 0, len(tail) - 1)])
+        stepped = _CRC32_TABLE[(state ^ byte) & 0xFF] ^ (state >> 8)
+        state = np.where(pos < ndigits + len(tail), stepped, state)
+        rest -= np.where(pos < ndigits, digit * power, 0)
+        power = np.where(power > 1, power // 10, power)
+    return state ^ 0xFFFFFFFF
 
 
 def _ecmp_index(src: Hashable, dst: Hashable, canonical_key: Any, count: int) -> int:
