@@ -9,13 +9,21 @@ import gc
 import html
 import math
 import statistics
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from workload.results import chrome_trace, versions, write_csv, write_json, write_text
+from workload.results import (
+    atomic_write,
+    chrome_trace,
+    versions,
+    write_csv,
+    write_json,
+    write_text,
+)
 from workload.timeline import op_events
 from workload.units import GB, KB, MB
 
@@ -30,13 +38,44 @@ def link_name(key: tuple) -> str:
     return f"{a}->{b}"
 
 
-def _series_rows(res: SimResult) -> Iterator[tuple]:
-    """(phase, link, time_s, rate_bytes_per_s, utilisation) per change point."""
-    for p in res.phases:
-        for k in sorted(p.link_series, key=link_name):
-            name, cap = link_name(k), p.link_capacity_bytes_per_s[k]
-            for t, r in p.link_series[k]:
-                yield (p.name, name, t, r, r / cap)
+SERIES_HEADER = ["phase", "link", "time_s", "rate_bytes_per_s", "utilisation"]
+
+
+class _FloatText(dict):
+    """``str`` of floats, each distinct value made once: a run's link series repeat a
+    few times and rates (the links of a step change at one instant, to a few shares)
+    millions of times. Zeros are not kept (``-0.0 == 0.0`` would share an entry)."""
+
+    __slots__ = ()
+
+    def __missing__(self, x: float) -> str:
+        text = str(x)
+        if x:
+            self[x] = text
+        return text
+
+
+def write_series_csv(path: Path, res: SimResult) -> Path:
+    """The links' rate series as CSV: ``phase, link, time_s, rate_bytes_per_s,
+    utilisation`` per change point, links in name order (the rows ``write_csv`` would
+    write of them, a link's at a time)."""
+    text = _FloatText().__getitem__
+
+    def w(f: Any) -> None:
+        f.write(",".join(SERIES_HEADER) + "\n")
+        for p in res.phases:
+            for k in sorted(p.link_series, key=link_name):
+                points = p.link_series[k]
+                if not points:
+                    continue
+                head, cap = f"{p.name},{link_name(k)}", p.link_capacity_bytes_per_s[k]
+                times = [t for t, _ in points]
+                rates = [r for _, r in points]
+                shares = [r / cap for r in rates]
+                cells = zip(repeat(head), map(text, times), map(text, rates), map(text, shares))
+                f.write("\n".join(map(",".join, cells)) + "\n")
+
+    return atomic_write(path, w)
 
 
 def _finite(x: float) -> float | None:
@@ -44,9 +83,16 @@ def _finite(x: float) -> float | None:
 
 
 def matrix_rows(m: np.ndarray) -> list[list[object]]:
+    """The rows of ``write_matrix_csv``: the row's number, then its values (Python ints
+    of an integer matrix; of a float one Python floats, None where not finite)."""
+    if m.dtype.kind in "iu":
+        return [[i, *row] for i, row in enumerate(m.tolist())]
+    if m.dtype.kind != "f":
+        return [[i, *(int(v) for v in row)] for i, row in enumerate(m)]
+    finite = np.isfinite(m).all(axis=1).tolist() if m.size else [True] * len(m)
     return [
-        [i, *(_finite(float(v)) if m.dtype.kind == "f" else int(v) for v in row)]
-        for i, row in enumerate(m)
+        [i, *row] if ok else [i, *(v if math.isfinite(v) else None for v in row)]
+        for i, (row, ok) in enumerate(zip(m.tolist(), finite, strict=True))
     ]
 
 
@@ -464,13 +510,7 @@ def _write_all(
     )
     if any(p.link_series for p in res.phases):
         # Piecewise constant: each rate holds from its time to the link's next point.
-        files.append(
-            write_csv(
-                out / f"{prefix}link_series.csv",
-                ["phase", "link", "time_s", "rate_bytes_per_s", "utilisation"],
-                _series_rows(res),
-            )
-        )
+        files.append(write_series_csv(out / f"{prefix}link_series.csv", res))
     title = f"{res.workload.model}, {res.workload.world_size} ranks, {res.graph.graph['name']}"
     if dense:
         traffic = res.traffic_bytes

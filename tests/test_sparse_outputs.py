@@ -274,3 +274,45 @@ def test_dense_matrices_that_cannot_fit_are_refused_with_the_way_out(tmp_path, c
     assert "18,522 x 18,522 endpoint-pair matrices" in err
     assert err.rstrip().endswith("; --matrices sparse leaves the n x n matrices out")
     assert not out.exists()
+
+
+def test_the_link_series_csv_holds_every_change_point_as_csv_writes_them(tmp_path):
+    import csv as csv_module
+
+    res = simnet.simulate(fat_tree_config(), record_series=True)
+    path = output.write_series_csv(tmp_path / "series.csv", res)
+    rows = list(csv_module.reader(path.open()))
+    assert rows[0] == output.SERIES_HEADER
+    want = [
+        [p.name, output.link_name(k), str(t), str(r), str(r / p.link_capacity_bytes_per_s[k])]
+        for p in res.phases
+        for k in sorted(p.link_series, key=output.link_name)
+        for t, r in p.link_series[k]
+    ]
+    assert len(want) > 100 and rows[1:] == want
+    # A value's text is made once, but 0.0 and -0.0 (equal keys) each keep their own.
+    text = output._FloatText()
+    assert [text[x] for x in (0.0, -0.0, 2.5e9, 2.5e9, -0.0, 0.0)] == [
+        "0.0",
+        "-0.0",
+        "2500000000.0",
+        "2500000000.0",
+        "-0.0",
+        "0.0",
+    ]
+    assert dict(text) == {2.5e9: "2500000000.0"}
+
+
+def test_matrix_rows_as_the_csv_gives_them():
+    floats = np.array([[np.inf, 1.5, 2.0], [0.25, np.nan, -np.inf], [1e-300, 3.0, 4.0]])
+    assert output.matrix_rows(floats) == [
+        [0, None, 1.5, 2.0],
+        [1, 0.25, None, None],
+        [2, 1e-300, 3.0, 4.0],
+    ]
+    ints = np.array([[0, 2**62], [7, 1]], dtype=np.int64)
+    assert output.matrix_rows(ints) == [[0, 0, 2**62], [1, 7, 1]]
+    assert all(type(v) is int for row in output.matrix_rows(ints) for v in row)
+    flags = np.array([[True, False]])
+    assert output.matrix_rows(flags) == [[0, 1, 0]]
+    assert [str(v) for v in output.matrix_rows(flags)[0]] == ["0", "1", "0"]
