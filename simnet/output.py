@@ -44,7 +44,9 @@ SERIES_HEADER = ["phase", "link", "time_s", "rate_bytes_per_s", "utilisation"]
 class _FloatText(dict):
     """``str`` of floats, each distinct value made once: a run's link series repeat a
     few times and rates (the links of a step change at one instant, to a few shares)
-    millions of times. Zeros are not kept (``-0.0 == 0.0`` would share an entry)."""
+    millions of times, a matrix its few route bandwidths. Zeros are not kept unless
+    given (``-0.0 == 0.0`` would share an entry): ``_FloatText({0.0: "0.0"})`` for
+    values known to hold no -0.0. Only for floats (``1 == 1.0`` too)."""
 
     __slots__ = ()
 
@@ -69,8 +71,7 @@ def write_series_csv(path: Path, res: SimResult) -> Path:
                 if not points:
                     continue
                 head, cap = f"{p.name},{link_name(k)}", p.link_capacity_bytes_per_s[k]
-                times = [t for t, _ in points]
-                rates = [r for _, r in points]
+                times, rates = zip(*points, strict=True)
                 shares = [r / cap for r in rates]
                 cells = zip(repeat(head), map(text, times), map(text, rates), map(text, shares))
                 f.write("\n".join(map(",".join, cells)) + "\n")
@@ -97,8 +98,21 @@ def matrix_rows(m: np.ndarray) -> list[list[object]]:
 
 
 def write_matrix_csv(path: Path, m: np.ndarray, corner: str) -> Path:
+    """An n x n matrix as CSV: a header of ``corner`` and the column numbers, then per
+    row its number and values (``matrix_rows``; non-finite values as None)."""
     n = m.shape[0]
-    return write_csv(path, [corner, *map(str, range(n))], matrix_rows(m))
+    header = [corner, *map(str, range(n))]
+    if m.dtype.kind != "f":
+        return write_csv(path, header, matrix_rows(m))
+    # The rows write_csv would write, each distinct value's text made once (zeros too
+    # when the matrix holds no -0.0).
+    text = _FloatText({0.0: "0.0"} if not np.signbit(m[m == 0]).any() else {}).__getitem__
+
+    def w(f: Any) -> None:
+        f.write(",".join(header) + "\n")
+        f.writelines([f"{row[0]}," + ",".join(map(text, row[1:])) + "\n" for row in matrix_rows(m)])
+
+    return atomic_write(path, w)
 
 
 HEATMAP_MAX_SIDE = 512

@@ -316,3 +316,20 @@ def test_matrix_rows_as_the_csv_gives_them():
     flags = np.array([[True, False]])
     assert output.matrix_rows(flags) == [[0, 1, 0]]
     assert [str(v) for v in output.matrix_rows(flags)[0]] == ["0", "1", "0"]
+
+
+@pytest.mark.parametrize("negative_zero", [False, True])
+def test_matrix_csv_is_what_write_csv_writes_of_its_rows(tmp_path, negative_zero):
+    from workload.results import write_csv
+
+    m = np.array([[np.inf, 0.0, 2.5e9], [0.0, np.nan, 1 / 3], [2.5e9, 7.0, np.inf]])
+    if negative_zero:
+        m[2, 1] = -0.0
+    got = output.write_matrix_csv(tmp_path / "m.csv", m, "src\\dst").read_text()
+    header = ["src\\dst", "0", "1", "2"]
+    want = write_csv(tmp_path / "w.csv", header, output.matrix_rows(m)).read_text()
+    assert got == want
+    assert ("-0.0" in got) == negative_zero
+    ints = np.array([[0, 5], [3, 0]])
+    got = output.write_matrix_csv(tmp_path / "i.csv", ints, "c").read_text()
+    assert got == "c,0,1\n0,0,5\n1,3,0\n"

@@ -87,18 +87,23 @@ def _set_tables_aside(data: Any, level: int, indent: int, tables: dict[str, str]
         return data
     if type(data[0]) in (list, tuple):  # rows?
         if sum(len(row) for row in data if type(row) in (list, tuple)) >= TABLE_MIN_NUMBERS and all(
-            type(row) in (list, tuple) and all(_is_number(x) for x in row) for row in data
+            type(row) in (list, tuple) and _all_numbers(row) for row in data
         ):
             pad = " " * (indent * (level + 1))
             rows = ",\n".join(pad + json.dumps(row) for row in data)
             return _mark(tables, f"[\n{rows}\n{' ' * (indent * level)}]")
-    elif len(data) >= TABLE_MIN_NUMBERS and all(_is_number(x) for x in data):
+    elif len(data) >= TABLE_MIN_NUMBERS and _all_numbers(data):
         return _mark(tables, json.dumps(data))
     return [_set_tables_aside(v, level + 1, indent, tables) for v in data]
 
 
-def _is_number(x: Any) -> bool:
-    return x is None or type(x) in _NUMBER_TYPES
+def _all_numbers(values: list | tuple) -> bool:
+    """Whether every item is a number (int, float, bool) or None: their types taken in
+    C, a million items in milliseconds."""
+    return set(map(type, values)) <= _NUMBER_OR_NONE
+
+
+_NUMBER_OR_NONE = frozenset((*_NUMBER_TYPES, type(None)))
 
 
 def _mark(tables: dict[str, str], text: str) -> str:
