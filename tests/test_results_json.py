@@ -58,3 +58,29 @@ def test_large_numeric_tables_take_a_line_per_row(tmp_path):
         + 2  # words
     )
     assert len(lines) == expected
+
+
+def test_large_lists_of_flat_records_take_a_line_per_record(tmp_path):
+    links = [
+        {"link": f"{i}->{i + 1}", "bytes": i * 3, "busy_fraction": i / 7, "peak": None}
+        for i in range(1100)  # 4,400 values: a table of records
+    ]
+    links[5]["busy_fraction"] = float("inf")
+    few = links[:3]  # 12 values: as json indents them
+    nested = [{"rank": i, "parts": [i, i]} for i in range(2000)]  # not flat: as indented
+    doc = {"phase": {"links": links, "few": few, "nested": nested}}
+    text = write_json(tmp_path / "doc.json", doc).read_text()
+    assert json.loads(text) == json.loads(json.dumps(doc))
+    lines = text.splitlines()
+    at = lines.index('  "links": [')
+    assert lines[at + 1] == "   " + json.dumps(links[0]) + ","
+    assert (
+        lines[at + 6]
+        == '   {"link": "5->6", "bytes": 15, "busy_fraction": Infinity, "peak": null},'
+    )
+    assert lines[at + 1100] == "   " + json.dumps(links[-1])
+    assert lines[at + 1101] == "  ],"
+    # the rest as json.dumps(indent=1) writes it
+    rest = {"few": few, "nested": nested}
+    inner = json.dumps(rest, indent=1).splitlines()[1:-1]
+    assert [line[1:] for line in lines[at + 1102 : -2]] == inner
