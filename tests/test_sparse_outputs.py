@@ -333,3 +333,29 @@ def test_matrix_csv_is_what_write_csv_writes_of_its_rows(tmp_path, negative_zero
     ints = np.array([[0, 5], [3, 0]])
     got = output.write_matrix_csv(tmp_path / "i.csv", ints, "c").read_text()
     assert got == "c,0,1\n0,0,5\n1,3,0\n"
+
+
+def test_the_command_runs_without_the_cyclic_collector_and_restores_it(tmp_path, monkeypatch):
+    import gc
+    import importlib
+
+    simulate_module = importlib.import_module("simnet.simulate")
+    seen: list[bool] = []
+    real = simulate_module.simulate
+
+    def simulate(*args, **kw):
+        seen.append(gc.isenabled())
+        return real(*args, **kw)
+
+    monkeypatch.setattr(simulate_module, "simulate", simulate)
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps(fat_tree_config()))
+    assert gc.isenabled()
+    assert cli.main(["--config", str(cfg), "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:  # (python -m simnet turns it off for the process: it stays off)
+        assert cli.main(["--config", str(cfg), "--out", str(tmp_path / "p"), "--quiet"]) == 0
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
