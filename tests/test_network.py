@@ -1028,3 +1028,35 @@ def test_endpoints_numbered_otherwise_take_the_general_way():
     env.run()
     assert net.pair_bytes == {(5, 7): 1000, (7, 5): 500}
     assert env.now == pytest.approx(2e-6 + 1000 / 1e9)
+
+
+def test_a_links_series_keeps_change_points_as_a_list_of_points_would():
+    # The series as a list of (time, load) tuples, as links kept it before it took two
+    # arrays: a load at the same time replaces the last point (which then goes if the
+    # point before holds that load), and no series starts at 0.
+    import random
+
+    from simnet.network import _Series
+
+    def reference(events):
+        series = []
+        for now, load in events:
+            if series and series[-1][0] == now:
+                series.pop()
+                if series and series[-1][1] == load:
+                    continue
+            if series or load != 0.0:
+                series.append((now, load))
+        return series
+
+    rng = random.Random(3)
+    for _ in range(200):
+        events, t = [], 0.0
+        for _ in range(rng.randint(0, 40)):
+            t += rng.choice([0.0, 0.0, 0.5, 1e-9])
+            events.append((t, rng.choice([0.0, 1.0, 2.0, 2.0, 3.5e9])))
+        s = _Series()
+        for now, load in events:
+            s.record(now, load)
+        assert s.points() == reference(events)
+        assert s.n == len(s.points())
