@@ -898,43 +898,7 @@ class Router:
         # _ecmp_index(src, d, 0, count): crc32 of the repr of (src, d, 0)
         heads = np.repeat([zlib.crc32(f"({s}, ".encode()) for s in srcs], n)
         index = _crc32_of_decimals(heads, dst_of, b", 0)") % counts[i]
-        # Walk back every route one hop at a time; hops[k] holds each route's k-th edge
-        # from its end (-1: the route is shorter).
-        start, length, pred_e = search.pred_start, search.pred_len, search.pred_e
-        uniform, cu = search.uniform, core.u
-        hops: list[np.ndarray] = []
-        rows = np.flatnonzero((dist[i] > 0) & ~mine)
-        while len(rows):
-            at, x = i[rows], index[rows]
-            s, k_preds = start[at].astype(np.int64), length[at]
-            e = np.empty(len(rows), dtype=np.int64)
-            # One predecessor, or all with the same route count: a division picks it.
-            even = np.flatnonzero((k_preds == 1) | (uniform[at] != 0))
-            if len(even):
-                c = counts[cu[pred_e[s[even]]]]
-                q = x[even] // c
-                e[even] = pred_e[s[even] + q]
-                x[even] -= q * c
-            odd = np.flatnonzero((k_preds != 1) & (uniform[at] == 0))
-            if len(odd):
-                # Predecessors in order, each covering its own count of routes.
-                so, no, xo = s[odd], k_preds[odd], x[odd]
-                chosen = np.full(len(odd), -1, dtype=np.int64)
-                for k in range(int(no.max())):
-                    live = np.flatnonzero((chosen < 0) & (k < no))
-                    ek = pred_e[so[live] + k].astype(np.int64)
-                    ck = counts[cu[ek]]
-                    take = xo[live] < ck
-                    chosen[live[take]] = ek[take]
-                    xo[live[~take]] -= ck[~take]
-                e[odd] = chosen
-                x[odd] = xo
-            col = np.full(m * n, -1, dtype=np.int64)
-            col[rows] = e
-            hops.append(col)
-            i[rows] = cu[e]
-            index[rows] = x
-            rows = rows[dist[i[rows]] > 0]
+        hops = _walk_back_many(search, i, index, np.flatnonzero((dist[i] > 0) & ~mine))
         # Each route's figures: its edges', its destination's way in if a leaf, its
         # source's up-link if a leaf; -0.0 (which leaves any sum as it is) elsewhere.
         parts_bw = [np.where(h >= 0, edge_bw[h], np.inf) for h in hops]
@@ -1236,6 +1200,55 @@ class Router:
             out.append(edge_of[(src, root)])
         out.reverse()
         return tuple(out)
+
+
+def _walk_back_many(
+    search: _FullSearch, i: np.ndarray, index: np.ndarray, rows: np.ndarray
+) -> list[np.ndarray]:
+    """The routes of ``rows`` (positions in ``i`` and ``index``: each route's node
+    number and route index there, both updated in place) walked back to the search's
+    root one hop at a time for all of them, as :meth:`_FullSearch.walk_back` walks one:
+    ``hops[k]`` holds each route's k-th edge number from its end (-1: shorter)."""
+    dist, counts, cu = search.dist, search.counts_a, search.core.u
+    start, length, pred_e, uniform = (
+        search.pred_start,
+        search.pred_len,
+        search.pred_e,
+        search.uniform,
+    )
+    hops: list[np.ndarray] = []
+    while len(rows):
+        at, x = i[rows], index[rows]
+        s, k_preds = start[at].astype(np.int64), length[at]
+        e = np.empty(len(rows), dtype=np.int64)
+        # One predecessor, or all with the same route count: a division picks it.
+        even = np.flatnonzero((k_preds == 1) | (uniform[at] != 0))
+        if len(even):
+            c = counts[cu[pred_e[s[even]]]]
+            q = x[even] // c
+            e[even] = pred_e[s[even] + q]
+            x[even] -= q * c
+        odd = np.flatnonzero((k_preds != 1) & (uniform[at] == 0))
+        if len(odd):
+            # Predecessors in order, each covering its own count of routes.
+            so, no, xo = s[odd], k_preds[odd], x[odd]
+            chosen = np.full(len(odd), -1, dtype=np.int64)
+            for k in range(int(no.max())):
+                live = np.flatnonzero((chosen < 0) & (k < no))
+                ek = pred_e[so[live] + k].astype(np.int64)
+                ck = counts[cu[ek]]
+                take = xo[live] < ck
+                chosen[live[take]] = ek[take]
+                xo[live[~take]] -= ck[~take]
+            e[odd] = chosen
+            x[odd] = xo
+        col = np.full(len(i), -1, dtype=np.int64)
+        col[rows] = e
+        hops.append(col)
+        i[rows] = cu[e]
+        index[rows] = x
+        rows = rows[dist[i[rows]] > 0]
+    return hops
 
 
 def _crc32_table() -> np.ndarray:
