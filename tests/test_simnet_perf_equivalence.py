@@ -811,15 +811,21 @@ def test_route_matrices_equal_router_paths_pair_by_pair(name, ecmp):
     assert np.array_equal(lat, want_lat)  # exact: both are correctly rounded sums
 
 
+def _wide_router(name: str):
+    """Topology ``name``'s endpoint count, an ECMP router whose every search runs over
+    arrays from the start (as a big fabric's do), and each pair's own route metrics."""
+    g = TOPOLOGIES[name]()
+    want_bw, want_lat = _route_matrices_pair_by_pair(g, True)
+    router = topologies.Router(g, ecmp=True)
+    router._wide = True
+    return g.graph["num_endpoints"], router, want_bw, want_lat
+
+
 @pytest.mark.parametrize("name", list(TOPOLOGIES))
 def test_route_metrics_over_arrays_equal_router_paths_pair_by_pair(monkeypatch, name):
     # Every search over arrays from the start, as a big fabric's are: the metrics of a
     # source's destinations at once (Router._full_metrics) against each pair's own route.
-    g = TOPOLOGIES[name]()
-    n = g.graph["num_endpoints"]
-    want_bw, want_lat = _route_matrices_pair_by_pair(g, True)
-    router = topologies.Router(g, ecmp=True)
-    router._wide = True
+    n, router, want_bw, want_lat = _wide_router(name)
     used = []
     real = topologies.Router._full_metrics
     monkeypatch.setattr(
@@ -838,12 +844,7 @@ def test_route_metrics_rows_over_arrays_equal_router_paths_pair_by_pair(monkeypa
     # Every search over arrays from the start, as a big fabric's are: the metrics of the
     # sources of one search, all destinations at once (Router._metrics_over_arrays),
     # against each pair's own route, to the bit.
-
-    g = TOPOLOGIES[name]()
-    n = g.graph["num_endpoints"]
-    want_bw, want_lat = _route_matrices_pair_by_pair(g, True)
-    router = topologies.Router(g, ecmp=True)
-    router._wide = True
+    n, router, want_bw, want_lat = _wide_router(name)
     blocks: list[int] = []
     real = topologies.Router._metrics_over_arrays
 
