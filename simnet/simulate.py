@@ -677,6 +677,12 @@ def route_matrices(
     n = graph.graph["num_endpoints"]
     if router is None:
         router = topologies.Router(graph, ecmp=ecmp)
+    tree = router.tree if router.routes_are_trees else None
+    if tree is None or n == 1:
+        # Each pair's own (ECMP-hashed or dimension-ordered) route (inf / 0.0 to
+        # itself, as the matrices hold); a torus routes dimension by dimension: its
+        # routes are no search tree.
+        return router.route_metrics_rows(range(n), n)
     bw = np.full((n, n), np.inf)
     lat = np.zeros((n, n))
     edge = router.edge_metrics()
@@ -685,12 +691,6 @@ def route_matrices(
     # per source gives every route's bottleneck (min) and latency. The latency is
     # kept exact, as non-overlapping partial sums (Shewchuk), so that math.fsum of
     # them equals topologies.path_latency_s (math.fsum of the route's edges).
-    # (A torus routes dimension by dimension: its routes are no search tree.)
-    tree = router.tree if router.routes_are_trees else None
-    if tree is None or n == 1:
-        # Each pair's own (ECMP-hashed or dimension-ordered) route (inf / 0.0 to
-        # itself, as the matrices hold).
-        return router.route_metrics_rows(range(n), n)
     for s in range(n):
         router.num_paths(s, s)  # checks that s is an endpoint
         node_bw: dict = {s: math.inf}

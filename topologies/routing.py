@@ -1263,9 +1263,12 @@ _CRC32_TABLE = _crc32_table()
 
 
 def _crc32_of_decimals(heads: np.ndarray, values: np.ndarray, tail: bytes) -> np.ndarray:
-    """``zlib.crc32(b"%d" % v + tail, h)`` of every v of ``values`` (integers >= 0) and h
-    of ``heads`` (the crc32 of what comes before), as int64: the same table-driven
-    steps, one byte position at a time for all values together."""
+    """``zlib.crc32(b"%d" % v + tail, h)`` of every v of ``values`` (integers from 0 to
+    below 10**18, as endpoint numbers are) and h of ``heads`` (the crc32 of what comes
+    before), as int64: the same table-driven steps, one byte position at a time for all
+    values together."""
+    if len(values) and not 0 <= int(np.min(values)) <= int(np.max(values)) < 10**18:
+        raise ValueError("_crc32_of_decimals takes integers from 0 to below 10**18")
     values = np.asarray(values, dtype=np.int64)
     ndigits = np.ones(len(values), dtype=np.int64)
     power = np.ones(len(values), dtype=np.int64)  # 10 ** (ndigits - 1)
