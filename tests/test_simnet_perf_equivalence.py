@@ -848,8 +848,8 @@ def test_route_metrics_rows_over_arrays_equal_router_paths_pair_by_pair(monkeypa
     blocks: list[int] = []
     real = topologies.Router._metrics_over_arrays
 
-    def counted(r, srcs, targets):
-        got = real(r, srcs, targets)
+    def counted(r, search, srcs, targets):
+        got = real(r, search, srcs, targets)
         if got is not None:
             blocks.append(len(srcs))
         return got

@@ -67,11 +67,11 @@ def test_pair_routes_of_sources_with_many_pairs_are_taken_over_arrays(monkeypatc
     many = [(3, d) for d in range(n)] + [(3, 3), (3, 70)]
     few = [(5, d) for d in range(0, n, 9)]
     used: list[int] = []
-    real = topologies.Router._metrics_over_arrays
+    real = topologies.Router.route_metrics_arrays
     monkeypatch.setattr(
         topologies.Router,
-        "_metrics_over_arrays",
-        lambda r, srcs, t: used.extend(srcs) or real(r, srcs, t),
+        "route_metrics_arrays",
+        lambda r, s, dsts: used.append(s) or real(r, s, dsts),
     )
     assert len(many) >= ARRAY_METRICS_MIN_PAIRS > len(few)
     bw, lat = pair_route_metrics(router, many + few, injection_bytes_per_s=11e9)

@@ -7,7 +7,6 @@ data model (edge ``bandwidth`` in bytes/s, ``latency`` in seconds, per directed 
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
 import numbers
@@ -810,8 +809,17 @@ class Router:
             return bw[0], lat[0]
         dsts = list(dsts)
         got = None
-        if self.ecmp and type(src) is int and all(type(d) is int for d in dsts):
-            got = self._metrics_over_arrays([src], np.array(dsts, dtype=np.int64))
+        other = next((d for d in dsts if d != src), None)
+        if (
+            self.ecmp
+            and type(src) is int
+            and src in self._endpoints
+            and other is not None
+            and all(type(d) is int for d in dsts)
+        ):
+            search = self._array_search(src, other)
+            if search is not None:
+                got = self._metrics_over_arrays(search, [src], np.array(dsts, dtype=np.int64))
         if got is None:
             return self._metrics_one_by_one(src, dsts)
         return got[0][0], got[1][0]
@@ -837,21 +845,29 @@ class Router:
         for row, s in enumerate(srcs):
             search = None
             if self.ecmp and type(s) is int and s in self._endpoints and n > 1:
-                # (out of reach: route_metrics raises, for the first such destination)
-                with contextlib.suppress(TopologyError):
-                    search = self._searched(s, 1 if s == 0 else 0)
-            if type(search) is _FullSearch:
+                search = self._array_search(s, 1 if s == 0 else 0)
+            if search is not None:
                 groups.setdefault(id(search), (search, []))[1].append(row)
             else:
                 bw[row], lat[row] = self._metrics_one_by_one(s, range(n))
-        for _, rows in groups.values():
-            got = self._metrics_over_arrays([srcs[r] for r in rows], targets)
+        for search, rows in groups.values():
+            got = self._metrics_over_arrays(search, [srcs[r] for r in rows], targets)
             if got is None:
                 for r in rows:
                     bw[r], lat[r] = self._metrics_one_by_one(srcs[r], range(n))
             else:
                 bw[rows], lat[rows] = got
         return bw, lat
+
+    def _array_search(self, src: int, dst: int) -> _FullSearch | None:
+        """``src``'s search, run as far as ``dst``, if it runs over arrays; None if it
+        runs in Python, or ``dst`` is out of reach (route_metrics raises, for the first
+        such destination)."""
+        try:
+            search = self._searched(src, dst)
+        except TopologyError:
+            return None
+        return search if type(search) is _FullSearch else None
 
     def _metrics_one_by_one(self, src: int, dsts: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
         out = self.route_metrics(src, dsts)
@@ -860,25 +876,11 @@ class Router:
         )
 
     def _metrics_over_arrays(
-        self, srcs: list[int], targets: np.ndarray
+        self, search: _FullSearch, srcs: list[int], targets: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """The ``(len(srcs), len(targets))`` route metrics of endpoints ``srcs`` whose
-        routes all come from one search over arrays (see :meth:`route_metrics_rows`);
-        None where that does not hold, or a destination is no endpoint or out of reach
-        (route_metrics raises for those)."""
-        if not len(targets) or any(s not in self._endpoints for s in srcs):
-            return None
-        search = None
-        for s in srcs:
-            other = targets[targets != s]
-            if not len(other):
-                return None
-            found = self._searched(s, int(other[0]))
-            if search is None:
-                search = found
-            if found is not search or type(found) is not _FullSearch:
-                return None
-        assert search is not None
+        routes all come from ``search`` (see :meth:`route_metrics_rows`); None where a
+        destination is no endpoint or out of reach (route_metrics raises for those)."""
         core = search.core
         if self._metric_arrays is None or self._metric_arrays[0] is not core:
             self._metric_arrays = (core, self._metric_figures(core))
