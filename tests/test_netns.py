@@ -16,7 +16,16 @@ import pytest
 
 import topologies
 from simnet.hostparams import HostCalibration, HostParams
-from workflows.netns import TCP_FRAME_HEADER_BYTES, Cluster, TestbedError, namespaces, switch_graph
+from workflows.netns import (
+    ETHERNET_MTU_FRAME_BYTES,
+    TCP_FRAME_HEADER_BYTES,
+    Cluster,
+    TestbedError,
+    namespaces,
+    switch_graph,
+)
+
+MSS = ETHERNET_MTU_FRAME_BYTES - TCP_FRAME_HEADER_BYTES  # TCP payload of a full frame
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
@@ -204,9 +213,14 @@ def test_ranks_of_one_host_share_memory_and_only_other_hosts_use_the_links(tmp_p
     assert case["name"] == "allreduce ring 1048576 B"
     # A ring over ranks 0-1-2-3: one message of 1 MiB / 4 each way per step crosses
     # between the hosts (1 -> 2 and 3 -> 0), 6 steps, 3 iterations.
+    # The payload is the program's bytes and MPI's headers (under 1%), plus the segments
+    # TCP sent again (a loaded machine's stalls make it retransmit, up to a window).
+    again = doc["traffic"]["retransmitted_segments_by_host"]
+    assert sum(again) == doc["traffic"]["retransmitted_segments"]
     for p in doc["traffic"]["pairs"]:
         assert p["predicted_bytes"] == 3 * 6 * (1 << 20) // 4
-        assert p["payload_bytes"] == pytest.approx(p["predicted_bytes"], rel=0.01)
+        extra = p["payload_bytes"] - p["predicted_bytes"]
+        assert 0 <= extra <= 0.01 * p["predicted_bytes"] + MSS * again[p["src"]]
     assert not [n for n in namespaces() if n.startswith("cs")]
 
 

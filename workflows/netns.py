@@ -382,14 +382,15 @@ class Cluster:
                 out[(int(u), d)] = stats[_class_id(d)]  # type: ignore[call-overload]
         return out
 
-    def retransmitted_segments(self) -> int:
-        """TCP segments the hosts have sent again (``RetransSegs``), summed."""
-        total = 0
+    def retransmitted_segments(self) -> list[int]:
+        """TCP segments each host has sent again (``RetransSegs``), by host index: a
+        host's retransmissions are bytes on its links that the program did not send."""
+        counts = []
         for h in range(self.hosts):
             text = _run([*self.exec_prefix(h), "cat", "/proc/net/snmp"])
             head, values = [ln.split() for ln in text.splitlines() if ln.startswith("Tcp:")][:2]
-            total += int(values[head.index("RetransSegs")])
-        return total
+            counts.append(int(values[head.index("RetransSegs")]))
+        return counts
 
     def control_bytes(self) -> int:
         """Bytes every host sent on the control network (the launcher's, not the

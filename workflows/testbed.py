@@ -648,7 +648,9 @@ def run(
         r = run_command(mpi_command(cluster, script, k, [py, *work.argv]), timeout_s, env=env)
         after = cluster.pair_counters()
         control = cluster.control_bytes() - ctl_before
-        retransmitted = cluster.retransmitted_segments() - retrans_before
+        retransmitted = [
+            a - b for a, b in zip(cluster.retransmitted_segments(), retrans_before, strict=True)
+        ]
         write_text(out / "workload_output.txt", r.output)
         if r.returncode != 0 or not work.result_json.exists():
             raise TestbedError(f"the workload failed: {_why(r, timeout_s)}")
@@ -670,7 +672,8 @@ def run(
     # The counters saw every iteration run, warm-up included; the prediction the timed ones.
     pred = host_pair_bytes(res.traffic_bytes, k) * work.repeats // work.timed
     traffic = traffic_document(counted, pred, control)
-    traffic["retransmitted_segments"] = retransmitted
+    traffic["retransmitted_segments"] = sum(retransmitted)
+    traffic["retransmitted_segments_by_host"] = retransmitted
     ops = []
     if work.trace is not None:
         ops = op_rows(measured_ops(work.trace, cfg.world_size), predicted_ops(res))
