@@ -738,13 +738,6 @@ def _routed_by(nets: Sequence[FlowNetwork]) -> Callable[[int, int], tuple | None
     return routed
 
 
-ARRAY_METRICS_MIN_PAIRS = 64
-"""A source with this many pairs asked of ``pair_route_metrics`` takes
-``Router.route_metrics_arrays`` (all its destinations at once, over arrays where the
-router has them; a fixed cost of a few hundred microseconds), fewer take
-``Router.route_metrics`` (a couple of microseconds a pair)."""
-
-
 def pair_route_metrics(
     router: topologies.Router,
     pairs: Sequence[tuple[int, int]],
@@ -760,30 +753,22 @@ def pair_route_metrics(
     the same edges' figures, without routing again."""
     bw = np.full(len(pairs), np.inf)
     lat = np.zeros(len(pairs))
-    by_src: dict[int, list[int]] = {}
+    rest: list[int] = []
     for i, (s, d) in enumerate(pairs):
         links = routed(s, d) if routed is not None and s != d else None
         if links:
             b = min([link.capacity_bytes_per_s for link in links])
             bw[i] = b if injection_bytes_per_s is None else min(b, injection_bytes_per_s)
             lat[i] = math.fsum([link.latency_s for link in links])
-            continue
-        by_src.setdefault(s, []).append(i)
-    for s, rows in by_src.items():
-        dsts = [pairs[i][1] for i in rows]
-        if len(rows) >= ARRAY_METRICS_MIN_PAIRS:
-            b, x = router.route_metrics_arrays(s, dsts)
-            mine = np.array(dsts) == s
-            if injection_bytes_per_s is not None:
-                b = np.where(mine, b, np.minimum(b, injection_bytes_per_s))
-            bw[rows], lat[rows] = b, x
-            continue
-        # One source's routes share their searches' parts (Router.route_metrics).
-        metrics = router.route_metrics(s, dsts)
-        for i, (b, x) in zip(rows, metrics, strict=True):
-            if pairs[i][1] != s:
-                bw[i] = b if injection_bytes_per_s is None else min(b, injection_bytes_per_s)
-                lat[i] = x
+        else:
+            rest.append(i)
+    if rest:
+        # Sources of one search share their routes' parts (Router.route_metrics_pairs).
+        b, x = router.route_metrics_pairs([pairs[i] for i in rest])
+        if injection_bytes_per_s is not None:
+            mine = np.array([pairs[i][0] == pairs[i][1] for i in rest])
+            b = np.where(mine, b, np.minimum(b, injection_bytes_per_s))
+        bw[rest], lat[rest] = b, x
     return bw, lat
 
 

@@ -824,19 +824,38 @@ def _wide_router(name: str):
 @pytest.mark.parametrize("name", list(TOPOLOGIES))
 def test_route_metrics_over_arrays_equal_router_paths_pair_by_pair(monkeypatch, name):
     # Every search over arrays from the start, as a big fabric's are: the metrics of a
-    # source's destinations at once (Router._full_metrics) against each pair's own route.
+    # source's destinations at once (Router._metrics_over_arrays) against each pair's
+    # own route.
     n, router, want_bw, want_lat = _wide_router(name)
     used = []
-    real = topologies.Router._full_metrics
+    real = topologies.Router._metrics_over_arrays
     monkeypatch.setattr(
-        topologies.Router, "_full_metrics", lambda r, *a: used.append(1) or real(r, *a)
+        topologies.Router, "_metrics_over_arrays", lambda r, *a: used.append(1) or real(r, *a)
     )
     for s in range(n):
         got = router.route_metrics(s, [*range(n), n - 1 - s])  # a destination twice
         assert [b for b, _ in got] == [*want_bw[s].tolist(), want_bw[s, n - 1 - s]], s
         assert [x for _, x in got] == [*want_lat[s].tolist(), want_lat[s, n - 1 - s]], s
-    # Hierarchical graphs route without ECMP; one switch's searches never grow.
-    assert bool(used) == (router.ecmp and name != "switch")
+    # Hierarchical graphs route without ECMP.
+    assert bool(used) == router.ecmp
+
+
+@pytest.mark.parametrize("name", list(TOPOLOGIES))
+def test_route_metrics_of_any_pairs_equal_router_paths_pair_by_pair(name):
+    # Pairs in no order, sources mixed, a pair twice and a source to itself: each pair's
+    # own route's figures, to the bit, whether the searches run over arrays or not.
+    g = TOPOLOGIES[name]()
+    n = g.graph["num_endpoints"]
+    want_bw, want_lat = _route_matrices_pair_by_pair(g, True)
+    rng = np.random.default_rng(7)
+    pairs = [(int(s), int(d)) for s, d in rng.integers(0, n, size=(3 * n, 2))]
+    pairs += [(1, 1), pairs[0], (n - 1, 0)]
+    for wide in (False, True):
+        router = topologies.Router(g, ecmp=True)
+        router._wide = wide
+        bw, lat = router.route_metrics_pairs(pairs)
+        assert bw.tolist() == [want_bw[s, d] for s, d in pairs]
+        assert lat.tolist() == [want_lat[s, d] for s, d in pairs]
 
 
 @pytest.mark.parametrize("name", list(TOPOLOGIES))
@@ -848,10 +867,10 @@ def test_route_metrics_rows_over_arrays_equal_router_paths_pair_by_pair(monkeypa
     blocks: list[int] = []
     real = topologies.Router._metrics_over_arrays
 
-    def counted(r, search, srcs, targets):
-        got = real(r, search, srcs, targets)
+    def counted(r, search, src_of, dst_of):
+        got = real(r, search, src_of, dst_of)
         if got is not None:
-            blocks.append(len(srcs))
+            blocks.append(len(set(src_of.tolist())))
         return got
 
     monkeypatch.setattr(topologies.Router, "_metrics_over_arrays", counted)
@@ -860,12 +879,12 @@ def test_route_metrics_rows_over_arrays_equal_router_paths_pair_by_pair(monkeypa
     # One source, destinations in any order, twice, and itself.
     for s in (0, n // 2, n - 1):
         dsts = [n - 1 - s, s, *range(n), 0]
-        b, x = router.route_metrics_arrays(s, dsts)
+        b, x = router.route_metrics_pairs([(s, d) for d in dsts])
         assert b.tolist() == [want_bw[s, d] for d in dsts]
         assert x.tolist() == [want_lat[s, d] for d in dsts]
-    # Hierarchical graphs route without ECMP; one switch's searches never grow. The
-    # fat-trees' sources share searches by switch, blocks of them at once.
-    assert bool(blocks) == (router.ecmp and name != "switch"), blocks
+    # Hierarchical graphs route without ECMP. The fat-trees' sources share searches by
+    # switch, blocks of them at once.
+    assert bool(blocks) == router.ecmp, blocks
     if name.startswith("fat_tree"):
         assert max(blocks) > 1
 
@@ -914,14 +933,24 @@ def test_crc32_of_decimals_is_zlibs():
     ]
 
 
-def test_route_metrics_arrays_refuse_what_route_metrics_refuses():
+def test_route_metrics_over_arrays_refuse_what_route_metrics_refuses():
     g = topologies.fat_tree(4, bandwidth_bytes_per_s=1e9, latency_s=1e-6)
+    (edge,) = g.successors(5)
+    g.remove_edge(edge, 5)  # 5 sends but is not reached
     router = topologies.Router(g, ecmp=True)
     router._wide = True
-    with pytest.raises(topologies.TopologyError, match="not a node of the graph"):
-        router.route_metrics_arrays(0, [1, 99])
-    with pytest.raises(topologies.TopologyError, match="is not an endpoint"):
-        router.route_metrics_arrays(0, [1, "core0"])
+    for ask in (
+        router.route_metrics_pairs,
+        lambda pairs: router.route_metrics(0, [d for _, d in pairs]),
+    ):
+        with pytest.raises(topologies.TopologyError, match="not a node of the graph"):
+            ask([(0, 1), (0, 99)])
+        with pytest.raises(topologies.TopologyError, match="is not an endpoint"):
+            ask([(0, 1), (0, "core0")])
+        with pytest.raises(
+            topologies.TopologyError, match="no route from endpoint 0 to endpoint 5"
+        ):
+            ask([(0, 9), (0, 5)])
 
 
 def test_route_matrices_latency_is_the_exact_sum():

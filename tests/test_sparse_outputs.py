@@ -52,32 +52,39 @@ def test_pair_routes_equal_the_route_matrices_bit_for_bit(kind, ecmp):
     ]
 
 
-def test_pair_routes_of_sources_with_many_pairs_are_taken_over_arrays(monkeypatch):
-    # A source with ARRAY_METRICS_MIN_PAIRS pairs or more asked takes
-    # Router.route_metrics_arrays: the same figures as each pair's own route.
-    from simnet.simulate import ARRAY_METRICS_MIN_PAIRS
-
+def test_pair_routes_of_sources_sharing_a_search_are_taken_together(monkeypatch):
+    # The pairs no simulation routed go to Router.route_metrics_pairs at once, which
+    # takes the sources of one search together over arrays: the same figures as each
+    # pair's own route, the injection cap on all but a source to itself.
     graph = topologies.fat_tree(8, 10e9, 1e-6)
     for i, (u, v) in enumerate(sorted(graph.edges, key=str)):
         graph.edges[u, v]["bandwidth"] *= 1 + (i % 5) / 7
-        graph.edges[u, v]["latency"] *= 1 + (i % 3) / 11
+        if type(u) is not int:  # (equal up-link latencies: one search per edge switch)
+            graph.edges[u, v]["latency"] *= 1 + (i % 3) / 11
     n = graph.graph["num_endpoints"]
     router = topologies.Router(graph, ecmp=True)
     router._wide = True  # every search over arrays, as a big fabric's
-    many = [(3, d) for d in range(n)] + [(3, 3), (3, 70)]
-    few = [(5, d) for d in range(0, n, 9)]
-    used: list[int] = []
-    real = topologies.Router.route_metrics_arrays
+    # Sources 0-3 hang on one edge switch (one search), 5 on another.
+    pairs = [(s, d) for s in (3, 0, 5, 1) for d in range(0, n, 3)] + [(3, 3), (3, 70)]
+    asked: list[int] = []
+    blocks: list[int] = []
+    real_pairs = topologies.Router.route_metrics_pairs
+    real_arrays = topologies.Router._metrics_over_arrays
     monkeypatch.setattr(
         topologies.Router,
-        "route_metrics_arrays",
-        lambda r, s, dsts: used.append(s) or real(r, s, dsts),
+        "route_metrics_pairs",
+        lambda r, p: asked.append(len(p)) or real_pairs(r, p),
     )
-    assert len(many) >= ARRAY_METRICS_MIN_PAIRS > len(few)
-    bw, lat = pair_route_metrics(router, many + few, injection_bytes_per_s=11e9)
-    assert used == [3]
+    monkeypatch.setattr(
+        topologies.Router,
+        "_metrics_over_arrays",
+        lambda r, search, s, d: blocks.append(len(set(s.tolist()))) or real_arrays(r, search, s, d),
+    )
+    bw, lat = pair_route_metrics(router, pairs, injection_bytes_per_s=11e9)
+    assert asked == [len(pairs)]
+    assert sorted(blocks) == [1, 3]
     check = topologies.Router(graph, ecmp=True)
-    for (s, d), b, x in zip(many + few, bw.tolist(), lat.tolist(), strict=True):
+    for (s, d), b, x in zip(pairs, bw.tolist(), lat.tolist(), strict=True):
         if s == d:
             assert (b, x) == (math.inf, 0.0)
             continue

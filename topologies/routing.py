@@ -7,11 +7,10 @@ data model (edge ``bandwidth`` in bytes/s, ``latency`` in seconds, per directed 
 
 from __future__ import annotations
 
-import itertools
 import math
 import numbers
 import zlib
-from collections.abc import Container, Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
 import networkx as nx
@@ -538,21 +537,17 @@ class _FullSearch:
         (0 <= index < its count), appended to ``out`` as its edges (the Router's tuples),
         the last edge first (see :meth:`walk_back`)."""
         edges = self.core.edges
-        out.extend([edges[e] for _, e in self.walk_back(i, index)[0]])
+        out.extend([edges[e] for e in self.walk_back(i, index)])
 
-    def walk_back(
-        self, i: int, index: int, known: Container[int] = (), stride: int = 0
-    ) -> tuple[list[tuple[int, int]], int, int]:
-        """The hops of the ``index``-th shortest route from the root to the node numbered
-        ``i`` (0 <= index < its count), walking back from it: at each node the
-        predecessors are taken in node order, each covering its own count of routes.
-        Returns the hops, last first, as ``(node * stride + the route's index there, the
-        number of the edge into the node)``, up to the root or to the first node whose
-        such key is in ``known``, and that node's number and the route's index there."""
+    def walk_back(self, i: int, index: int) -> list[int]:
+        """The edge numbers of the ``index``-th shortest route from the root to the node
+        numbered ``i`` (0 <= index < its count), last first, walking back from it: at each
+        node the predecessors are taken in node order, each covering its own count of
+        routes."""
         dist, counts, start, length, pred_e, uniform = self.views
         cu = self.core.u_view
         hops = []
-        while dist[i] and i * stride + index not in known:
+        while dist[i]:
             s = start[i]
             n = length[i]
             j = index
@@ -569,9 +564,9 @@ class _FullSearch:
                     if j < c:
                         break
                     j -= c
-            hops.append((i * stride + index, e))
+            hops.append(e)
             i, index = cu[e], j
-        return hops, i, index
+        return hops
 
     def tree(self) -> list[tuple[Hashable, Hashable]]:
         nodes, dist = self.core.nodes, self.dist
@@ -670,14 +665,10 @@ class Router:
         self._edge_attrs: dict[Edge, tuple[float, float]] | None = None
         # id(search) -> (search, {(node, route index there): (bottleneck, latencies)})
         self._metric_memos: dict[Any, tuple[Any, dict]] = {}
-        # The core graph, its edges' (bandwidth, latency) by edge number, and per search
-        # root, per endpoint: (its attachment's number (its own if not a leaf), the
-        # figures of its one way in, None if not a leaf) (see _full_metrics).
-        self._core_figures: tuple[_CoreGraph, list, dict] | None = None
         # The core graph and, as arrays: its edges' bandwidths and latencies by edge
         # number, and by endpoint number its attachment's core number (-1: not an
         # endpoint or not in the core) and the bandwidth and latency of its one way in
-        # (NaN where it is no leaf) (see route_metrics_arrays).
+        # (NaN where it is no leaf) (see _metrics_over_arrays).
         self._metric_arrays: tuple[_CoreGraph, tuple[np.ndarray, ...]] | None = None
         self._endpoints = frozenset(
             n for n, kind in graph.nodes(data="kind") if kind == "endpoint" and type(n) is int
@@ -740,7 +731,8 @@ class Router:
         ``path_bandwidth_bytes_per_s`` and ``path_latency_s`` give them.
 
         With ECMP every pair has its own route: a route's part up to a node, for a given
-        route index there, is shared by many destinations and worked out once."""
+        route index there, is shared by many destinations and worked out once; once the
+        source's search runs over arrays, the rest at once (see :meth:`route_metrics_rows`)."""
         out: list[tuple[float, float]] = []
         attrs = self.edge_metrics()
         targets = range(dsts) if isinstance(dsts, int) else dsts
@@ -756,17 +748,23 @@ class Router:
             return out
         self._check_endpoint(src, "src")
         memos = self._metric_memos
-        left = iter(targets)
-        for d in left:
+        targets = list(targets)
+        over_arrays = type(src) is int and all(type(d) is int for d in targets)
+        for pos, d in enumerate(targets):
             if d == src:
                 out.append((math.inf, 0.0))
                 continue
             self._check_endpoint(d, "dst")
             search = self._searched(src, d)
-            if type(search) is _FullSearch:
-                # Searched to the end over arrays: the rest without the per-pair lookups.
-                out.extend(self._full_metrics(search, src, itertools.chain((d,), left)))
-                break
+            if over_arrays:
+                search = self._over_arrays(src, search)
+            if over_arrays and type(search) is _FullSearch:
+                rest = np.array(targets[pos:], dtype=np.int64)
+                got = self._metrics_over_arrays(search, np.full(len(rest), src), rest)
+                if got is not None:
+                    out.extend(zip(got[0].tolist(), got[1].tolist(), strict=True))
+                    break
+                over_arrays = False  # one is out of reach: pair by pair, to raise there
             root = search.root
             memo = memos.get(id(search))
             if memo is None or memo[0] is not search:
@@ -799,31 +797,6 @@ class Router:
             out.append((bw, math.fsum(lats)))
         return out
 
-    def route_metrics_arrays(
-        self, src: int, dsts: int | Iterable[int]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`route_metrics` as two arrays, the bottleneck bandwidths (bytes/s) and
-        the latencies (s): the same floats (see :meth:`route_metrics_rows`)."""
-        if isinstance(dsts, int):
-            bw, lat = self.route_metrics_rows([src], dsts)
-            return bw[0], lat[0]
-        dsts = list(dsts)
-        got = None
-        other = next((d for d in dsts if d != src), None)
-        if (
-            self.ecmp
-            and type(src) is int
-            and src in self._endpoints
-            and other is not None
-            and all(type(d) is int for d in dsts)
-        ):
-            search = self._array_search(src, other)
-            if search is not None:
-                got = self._metrics_over_arrays(search, [src], np.array(dsts, dtype=np.int64))
-        if got is None:
-            return self._metrics_one_by_one(src, dsts)
-        return got[0][0], got[1][0]
-
     def route_metrics_rows(self, srcs: Iterable[int], n: int) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`route_metrics` of every source of ``srcs`` to the endpoints ``0..n-1``:
         two ``(len(srcs), n)`` arrays, bottleneck bandwidths (bytes/s) and latencies (s)
@@ -851,10 +824,53 @@ class Router:
             else:
                 bw[row], lat[row] = self._metrics_one_by_one(s, range(n))
         for search, rows in groups.values():
-            got = self._metrics_over_arrays(search, [srcs[r] for r in rows], targets)
+            m = len(rows)
+            src_of = np.repeat(np.array([srcs[r] for r in rows], dtype=np.int64), n)
+            got = self._metrics_over_arrays(search, src_of, np.tile(targets, m))
             if got is None:
                 for r in rows:
                     bw[r], lat[r] = self._metrics_one_by_one(srcs[r], range(n))
+            else:
+                bw[rows], lat[rows] = got[0].reshape(m, n), got[1].reshape(m, n)
+        return bw, lat
+
+    def route_metrics_pairs(
+        self, pairs: Sequence[tuple[int, int]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`route_metrics` of each ``(src, dst)`` endpoint pair of ``pairs``: two
+        arrays, bottleneck bandwidths (bytes/s) and latencies (s) (inf and 0.0 where
+        ``src == dst``), the same floats. With ECMP, the pairs whose sources' routes come
+        from one search over arrays are worked out together (see
+        :meth:`route_metrics_rows`); the others source by source."""
+        bw = np.full(len(pairs), np.inf)
+        lat = np.zeros(len(pairs))
+        by_src: dict[int, list[int]] = {}
+        for i, (s, _) in enumerate(pairs):
+            by_src.setdefault(s, []).append(i)
+        groups: dict[int, tuple[Any, list[int]]] = {}  # id(search) -> (search, pair rows)
+        for s, rows in by_src.items():
+            dsts = [pairs[i][1] for i in rows]
+            search = None
+            if (
+                self.ecmp
+                and type(s) is int
+                and s in self._endpoints
+                and all(type(d) is int for d in dsts)
+            ):
+                other = next((d for d in dsts if d != s), None)
+                search = self._array_search(s, other) if other is not None else None
+            if search is not None:
+                groups.setdefault(id(search), (search, []))[1].extend(rows)
+            else:
+                bw[rows], lat[rows] = self._metrics_one_by_one(s, dsts)
+        for search, rows in groups.values():
+            src_of = np.array([pairs[i][0] for i in rows], dtype=np.int64)
+            dst_of = np.array([pairs[i][1] for i in rows], dtype=np.int64)
+            got = self._metrics_over_arrays(search, src_of, dst_of)
+            if got is None:  # one is out of reach: source by source, to raise there
+                for s in dict.fromkeys(src_of.tolist()):
+                    mine = [i for i in rows if pairs[i][0] == s]
+                    bw[mine], lat[mine] = self._metrics_one_by_one(s, [pairs[i][1] for i in mine])
             else:
                 bw[rows], lat[rows] = got
         return bw, lat
@@ -867,7 +883,17 @@ class Router:
             search = self._searched(src, dst)
         except TopologyError:
             return None
+        search = self._over_arrays(src, search)
         return search if type(search) is _FullSearch else None
+
+    def _over_arrays(self, src: Hashable, search: _Search | _FullSearch) -> _Search | _FullSearch:
+        """``src``'s search over arrays where the graph is wide: a search that has not
+        grown for a destination it had reached already (on the source's own switch) is
+        still in Python; the same routes over arrays, as its next destination would have
+        made them."""
+        if type(search) is _Search and self._wide:
+            search = self._full(self._roots[src]) or search
+        return search
 
     def _metrics_one_by_one(self, src: int, dsts: Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
         out = self.route_metrics(src, dsts)
@@ -876,20 +902,27 @@ class Router:
         )
 
     def _metrics_over_arrays(
-        self, search: _FullSearch, srcs: list[int], targets: np.ndarray
+        self, search: _FullSearch, src_of: np.ndarray, dst_of: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray] | None:
-        """The ``(len(srcs), len(targets))`` route metrics of endpoints ``srcs`` whose
-        routes all come from ``search`` (see :meth:`route_metrics_rows`); None where a
-        destination is no endpoint or out of reach (route_metrics raises for those)."""
+        """The route metrics of the endpoint pairs ``(src_of[j], dst_of[j])`` (int64
+        arrays), whose sources' routes all come from ``search`` (see
+        :meth:`route_metrics_rows`): two arrays, bandwidths (bytes/s) and latencies (s);
+        None where a destination is no endpoint or out of reach (route_metrics raises
+        for those)."""
         core = search.core
         if self._metric_arrays is None or self._metric_arrays[0] is not core:
             self._metric_arrays = (core, self._metric_figures(core))
         edge_bw, edge_lat, attach, leaf_bw, leaf_lat = self._metric_arrays[1]
-        if targets.min() < 0 or targets.max() >= len(attach):
+        if not len(dst_of):
+            return np.empty(0), np.empty(0)
+        if dst_of.min() < 0 or dst_of.max() >= len(attach):
             return None
-        m, n = len(srcs), len(targets)
-        src_of = np.repeat(np.array(srcs, dtype=np.int64), n)  # the pairs, source-major
-        dst_of = np.tile(targets, m)
+        # The distinct sources (endpoints, as the callers check) and each pair's among them
+        row_of = np.full(len(attach), -1, dtype=np.int64)
+        row_of[src_of] = 0
+        distinct = np.flatnonzero(row_of == 0)
+        row_of[distinct] = np.arange(len(distinct))
+        srcs, src_row = distinct.tolist(), row_of[src_of]
         i = attach[dst_of]
         mine = dst_of == src_of
         dist = search.dist
@@ -898,7 +931,7 @@ class Router:
         i[mine] = core.index[search.root]  # (no route: figures set below)
         counts = search.counts_a
         # _ecmp_index(src, d, 0, count): crc32 of the repr of (src, d, 0)
-        heads = np.repeat([zlib.crc32(f"({s}, ".encode()) for s in srcs], n)
+        heads = np.array([zlib.crc32(f"({s}, ".encode()) for s in srcs], dtype=np.int64)[src_row]
         index = _crc32_of_decimals(heads, dst_of, b", 0)") % counts[i]
         hops = _walk_back_many(search, i, index, np.flatnonzero((dist[i] > 0) & ~mine))
         # Each route's figures: its edges', its destination's way in if a leaf, its
@@ -913,8 +946,8 @@ class Router:
         if any(s != root for s in srcs):
             attrs = self.edge_metrics()
             ups = [attrs[(s, root)] if s != root else (math.inf, -0.0) for s in srcs]
-            parts_bw.append(np.repeat([b for b, _ in ups], n))
-            parts_lat.append(np.repeat([x for _, x in ups], n))
+            parts_bw.append(np.array([b for b, _ in ups])[src_row])
+            parts_lat.append(np.array([x for _, x in ups])[src_row])
         bw = np.minimum.reduce(parts_bw)
         lats = np.ascontiguousarray(np.stack(parts_lat, axis=1))
         # Distinct lists by their bytes (so -0.0 and 0.0 stay apart, as fsum keeps them)
@@ -924,7 +957,7 @@ class Router:
         lat = sums[which.reshape(-1)]
         bw[mine] = math.inf
         lat[mine] = 0.0
-        return bw.reshape(m, n), lat.reshape(m, n)
+        return bw, lat
 
     def _metric_figures(self, core: _CoreGraph) -> tuple[np.ndarray, ...]:
         """The arrays of ``_metric_arrays`` for ``core``."""
@@ -944,67 +977,6 @@ class Router:
             if leaf is not None:
                 leaf_bw[d], leaf_lat[d] = attrs[(a, d)]
         return edge_bw, edge_lat, attach, leaf_bw, leaf_lat
-
-    def _full_metrics(
-        self, search: _FullSearch, src: int, targets: Iterable[int]
-    ) -> list[tuple[float, float]]:
-        """:meth:`route_metrics` of ``src`` (whose search is ``search``, run to the end over
-        arrays) to ``targets``, with ECMP: the same route of each pair (the same index,
-        unranked as :meth:`_FullSearch.walk_back` does) and the same minimum and
-        ``math.fsum`` of its edges' figures, the parts shared by routes through one node
-        with one route index there kept by node number and index."""
-        attrs = self.edge_metrics()
-        core = search.core
-        figures = self._core_figures
-        if figures is None or figures[0] is not core:
-            figures = self._core_figures = (core, [attrs[e] for e in core.edges], {})
-        edge_figures = figures[1]
-        ways = figures[2].setdefault(root := search.root, {})
-        key = ("full", id(search))
-        memo = self._metric_memos.get(key)
-        if memo is None or memo[0] is not search:
-            memo = self._metric_memos[key] = (search, {})
-        known = memo[1]  # node number * stride + route index there -> (bottleneck, latencies)
-        dist, counts = search.views[0], search.views[1]
-        stride = int(search.counts_a.max()) + 1
-        index_of, leaves = core.index, self._leaves
-        endpoints = self._endpoints
-        up = attrs[(src, root)] if root != src else None  # a leaf's up-link
-        out: list[tuple[float, float]] = []
-        for d in targets:
-            if d == src:
-                out.append((math.inf, 0.0))
-                continue
-            # d's node number in the core and the figures of the one way into it, if a leaf
-            way = ways.get(d)
-            if way is None:
-                if type(d) is not int or d not in endpoints:
-                    self._check_endpoint(d, "dst")
-                a = _attachment(leaves, root, d)
-                way = ways[d] = (index_of.get(a), attrs[(a, d)] if a is not d else None)
-            i, leaf = way
-            if i is None or dist[i] < 0:
-                self._searched(src, d)  # raises: out of reach
-            # _ecmp_index(src, d, 0, count): the repr of (src, d, 0), for ints
-            index = zlib.crc32(f"({src}, {d}, 0)".encode()) % counts[i]
-            # Walk back to the root or to a part already known, then fill in forward.
-            chain, v, index = search.walk_back(i, index, known, stride)
-            part = known[v * stride + index] if dist[v] else (math.inf, ())
-            for at, e in reversed(chain):
-                b, x = edge_figures[e]
-                part = (b if b < part[0] else part[0], (*part[1], x))
-                known[at] = part
-            bw, lats = part
-            if leaf is not None:
-                b, x = leaf
-                bw = b if b < bw else bw
-                lats = (*lats, x)
-            if up is not None:
-                b, x = up
-                bw = b if b < bw else bw
-                lats = (*lats, x)
-            out.append((bw, math.fsum(lats)))
-        return out
 
     def edge_metrics(self) -> dict[Edge, tuple[float, float]]:
         """(bandwidth in bytes/s, latency in s) of every directed edge, read once (shared:
