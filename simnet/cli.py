@@ -122,6 +122,8 @@ def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
             dense_matrices=dense_matrices(n, ns.matrices),
         )
     except ConfigError as e:
+        if last[0]:
+            print(file=sys.stderr)  # end the progress line
         hint = ""
         if ns.matrices == "dense" and "endpoint-pair matrices" in str(e):
             hint = "; --matrices sparse leaves the n x n matrices out"

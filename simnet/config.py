@@ -517,9 +517,11 @@ class WhatIfSection(_Strict):
     def _ranks(cls, value: dict[str, float]) -> dict[str, float]:
         for k, f in value.items():
             if not k.isdigit():
-                raise ValueError(f"stragglers: {k!r} is not a rank number")
+                raise ValueError(f"{k!r} is not a rank number")
+            if str(int(k)) != k:  # "01" and "1" would name one rank twice
+                raise ValueError(f"write rank {k!r} as {str(int(k))!r}")
             if not 0 < f <= 1000:
-                raise ValueError(f"stragglers.{k}: the slowdown factor must be in (0, 1000]")
+                raise ValueError(f"rank {k}: the slowdown factor must be in (0, 1000]")
         return value
 
     @field_validator("failed_links")
@@ -591,6 +593,11 @@ class Config(_Strict):
     def _check(self) -> Config:
         t = self.topology
         n = self.num_endpoints
+        if self.jobs and t.permutations != [0]:
+            raise ValueError(
+                "topology.permutations: with jobs, rings of one workload's ranks do not "
+                "apply; place each job's ranks with jobs[i].placement"
+            )
         if t.type == "ring" and self.hosts.ranks_per_host:
             # The rings order ranks; the topology's ring joins hosts.
             ring_orders(t.permutations, self.world_size)
@@ -647,6 +654,12 @@ class Config(_Strict):
                 raise ValueError(
                     f"jobs[{i}].placement: {len(job.placement)} endpoints for {ranks} ranks "
                     f"(jobs[{i}].workload.world_size)"
+                )
+            twice = sorted({e for e in eps if eps.count(e) > 1})
+            if twice:
+                raise ValueError(
+                    f"jobs[{i}].placement: endpoint {twice[0]} is given more than once; "
+                    "each rank takes its own endpoint"
                 )
             for e in eps:
                 if not 0 <= e < limit:
@@ -747,15 +760,30 @@ class ConfigError(ValueError):
 
 def format_validation_error(e: ValidationError, source: str) -> str:
     lines = [f"{source}: invalid configuration"]
+    seen: set[str] = set()
     for err in e.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        parts = [str(x) for x in err["loc"]]
+        if parts and ("[" in parts[-1] or parts[-1] in _UNION_BRANCHES):
+            # One branch of a union (an int or a name): the first branch's words only.
+            parts.pop()
+            if ".".join(parts) in seen:
+                continue
+        loc = ".".join(parts)
+        seen.add(loc)
+        msg = err["msg"]
+        if err["type"] == "value_error":  # our own words: without pydantic's prefix
+            msg = msg.removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             lines.append(f"  {loc}: unknown key; remove it (see `python -m simnet --schema`)")
-        elif err["type"] == "deprecated_and_new_name":
-            lines.append(f"  {err['msg']}")
+        elif err["type"] == "deprecated_and_new_name" or not loc:
+            lines.append(f"  {msg}")  # a check across fields names them itself
         else:
-            lines.append(f"  {loc}: {err['msg']}{_got(err.get('input'))}")
+            lines.append(f"  {loc}: {msg}{_got(err.get('input'))}")
     return "\n".join(lines)
+
+
+# The tags pydantic puts at the end of an error's location inside a union
+_UNION_BRANCHES = frozenset({"int", "str", "float", "bool", "list", "dict"})
 
 
 def _got(value: Any, limit: int = 60) -> str:

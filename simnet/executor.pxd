@@ -24,6 +24,7 @@ cdef class _StepTable:
     cdef public list messages
     cdef public list reduces
     cdef public list copies
+    cdef public list reduced_into
     cdef int[::1] src
     cdef int[::1] dst
     cdef long long[::1] nbytes

@@ -326,7 +326,8 @@ class _StepTable:
     the arrays flattened step-major (member ``me``'s step ``i`` at ``i * p + me``), as C
     arrays when compiled (typed memoryviews over numpy's), as Python memoryviews over
     them in Python (lists would take 36 bytes an entry where the arrays take 4 or 8).
-    ``reduces`` / ``copies``: per member, whether it sends any reduction / copied data.
+    ``reduces`` / ``copies``: per member, whether it sends any reduction / copied data;
+    ``reduced_into``: whether it receives any data to reduce (it pays gamma for it).
     ``row``: per step, the number of its row of destinations among the distinct rows of
     the tables given the same ``row_ids`` (a step's members' paths are kept by it, see
     ``PhaseSim._path_rows``); ``rows``: the table's distinct row numbers.
@@ -340,6 +341,7 @@ class _StepTable:
         "nsteps",
         "p",
         "reduce",
+        "reduced_into",
         "reduces",
         "row",
         "rows",
@@ -354,6 +356,9 @@ class _StepTable:
         sends = table.dst >= 0
         self.reduces = (sends & table.reduce).any(axis=0).tolist()
         self.copies = (sends & ~table.reduce).any(axis=0).tolist()
+        into = np.zeros(self.p, dtype=bool)
+        into[table.dst[sends & table.reduce]] = True
+        self.reduced_into = into.tolist()
         src = np.ascontiguousarray(table.src, dtype=np.intc).ravel()
         dst = np.ascontiguousarray(table.dst, dtype=np.intc).ravel()
         nbytes = np.ascontiguousarray(table.nbytes, dtype=np.longlong).ravel()
@@ -571,7 +576,7 @@ class SimExecutor:
             )
         if table is not None:  # every member's steps are in the table: nothing per member
             delays = None
-            if step_s > 0 or (gamma > 0 and table.reduces[me]):
+            if step_s > 0 or (gamma > 0 and table.reduced_into[me]):
                 delays = self._delays(sched, me, costs)
             return _Plan(table, (), (), table.messages[me], delays)
         key = (id(sched), me, costs)
@@ -583,8 +588,10 @@ class SimExecutor:
             flat = _flatten(sched.rank_plan(me))
         steps, reduce_bytes, copy_bytes, messages = flat
         delays = None
-        if step_s > 0 or (gamma > 0 and reduce_bytes):
+        if step_s > 0 or gamma > 0:
             delays = self._delays(sched, me, costs)
+            if not any(delays):  # (gamma only, and nothing reduced into this member)
+                delays = None
         plan = _Plan(steps, reduce_bytes, copy_bytes, messages, delays)
         if len(steps) * group_size <= _PLAN_CACHE_STEPS:
             self._plans[key] = plan

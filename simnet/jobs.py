@@ -9,8 +9,10 @@ end of its last rank; its slowdown is shared over alone. The links two or more j
 send bytes over are where they contend.
 
 A job with several phases runs them one after another (each for the workload's
-iterations) in the shared simulation, as one program; alone, each phase is timed on
-its own network as usual, so its time alone is the sum of its phases.
+iterations) as one program, alone and shared alike, and with ``whatif.compute_noise``
+a job's rank draws the same random stream alone as shared (that of its combined rank):
+the slowdown measures what the other jobs cost it, nothing else. The links two jobs
+send over are where they contend only when the jobs run at the same time.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import numpy as np
 from workload.ops import Collective, Compute, Op, Recv, Send, Testany, Wait
 from workload.program import Phase, Workload
 
-from .config import Config, load_config
+from .config import Config, ConfigError, JobSection, load_config
 from .pairs import dense_matrix
 
 # Request ids of a job's phase k become k * _REQ_STRIDE + id in the combined program,
@@ -43,7 +45,7 @@ class JobReport:
     ranks: tuple[int, int]  # its combined ranks: first, last + 1
     endpoints: list[int]
     start_s: float
-    alone_s: float  # the job by itself on the network (sum of its phases)
+    alone_s: float  # the job by itself on the network (its phases back to back)
     shared_s: float  # from its start to its last rank's end, with the other jobs
     # (src endpoint, dst endpoint) -> bytes of the shared run, between the job's endpoints
     pair_bytes: dict[tuple[int, int], int]
@@ -82,6 +84,8 @@ class JobsReport:
     jobs: list[JobReport]
     contended: list[ContendedLink] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # links two or more jobs send over, but never while another of them runs
+    shared_apart: list[tuple] = field(default_factory=list)
 
 
 def _remap(op: Op, offset: int, req_base: int, compute_scale: float) -> Op:
@@ -152,6 +156,9 @@ def combine(
         params={},
         groups=groups,
         phases=[Phase("jobs", program)],
+        # One job's own schedule parameters hold alone; together the network's policy
+        # lays every job's collectives out.
+        collective_params=dict(workloads[0].collective_params) if len(workloads) == 1 else {},
         rank_start_s=start if any(start) else None,
     )
 
@@ -172,6 +179,31 @@ def _job_config(cfg: Config, index: int, endpoints: list[int]) -> Config:
     return load_config(data)
 
 
+def _in_job(index: int, name: str, message: str) -> str:
+    """A job's configuration problem, named as the jobs list holds it."""
+    if message.startswith("workload."):
+        return f"jobs[{index}].{message}"
+    return f"jobs[{index}] ({name}): {message.removeprefix('config: ')}"
+
+
+def _end_s(phase: Any, ranks: range, start_s: float) -> float:
+    """When the last of ``ranks`` ended its program in ``phase`` (``start_s`` if none
+    ran)."""
+    ends = phase.timeline.iteration_ends if phase.timeline is not None else {}
+    return max((ends[r][-1] for r in ranks if ends.get(r)), default=start_s)
+
+
+def _one_program(sub: Config, w: Workload, job: JobSection) -> tuple[Config, Workload]:
+    """A job's configuration and workload as it runs alone: its phases back to back,
+    as in the shared run."""
+    one = combine([w], [job.workload.iterations], [0.0], [job.workload.compute_scale])
+    data = sub.model_dump()
+    data["workload"]["world_size"] = w.world_size
+    data["workload"]["iterations"] = 1
+    data["workload"]["compute_scale"] = 1.0  # in its program
+    return load_config(data), one
+
+
 def simulate_jobs(
     cfg: Config,
     run: Callable[..., Any],
@@ -181,23 +213,35 @@ def simulate_jobs(
     """Simulate ``cfg.jobs`` alone and together; ``run`` is :func:`simnet.simulate`
     (with the caller's options bound), called once per job and once for all, and
     ``build`` makes a configuration's workload (``simnet.simulate.build_workload``).
+    Every job's configuration and workload are checked before anything runs (a
+    ConfigError names ``jobs[i]``).
 
     Returns the shared run's ``SimResult`` (its configuration: the jobs' ranks as one
-    workload, ``jobs`` emptied) with ``jobs`` set to a :class:`JobsReport`. With
-    ``whatif.compute_noise`` every run draws from its own ranks' streams, so a job alone
-    and the same job shared see different draws.
+    workload, ``jobs`` emptied) with ``jobs`` set to a :class:`JobsReport`.
     """
     placements = cfg.job_placements()
-    alone = []
-    workloads = []
+    subs: list[tuple[Config, Workload]] = []
     for i, job in enumerate(cfg.jobs):
-        sub = _job_config(cfg, i, placements[i])
+        try:
+            sub = _job_config(cfg, i, placements[i])
+            subs.append((sub, build(sub)))
+        except ConfigError as e:
+            raise ConfigError(_in_job(i, job.name, str(e))) from None
+    workloads = [w for _, w in subs]
+    alone = []
+    first = 0
+    for job, (sub, w), eps in zip(cfg.jobs, subs, placements, strict=True):
         if progress is not None:
-            progress(f"job {job.name}: alone on {len(placements[i])} endpoints")
-        res = run(sub, progress=progress)
-        alone.append(res)
-        workloads.append(build(sub))
+            progress(f"job {job.name}: alone on {len(eps)} endpoints")
+        one_cfg, one = _one_program(sub, w, job)
+        alone.append(run(one_cfg, progress=progress, workload=one, noise_streams_from=first))
+        first += len(eps)
     notes = []
+    if "workload" in cfg.model_fields_set:
+        notes.append(
+            "workload: the top-level section is not run; with jobs, each job runs its own "
+            "(jobs[i].workload)"
+        )
     for job, w in zip(cfg.jobs, workloads, strict=True):
         if w.collective_params:
             names = ", ".join(sorted(w.collective_params))
@@ -222,21 +266,16 @@ def simulate_jobs(
         progress(f"all {len(cfg.jobs)} jobs together ({combined.world_size} ranks)")
     shared = run(shared_cfg, progress=progress, workload=combined)
     phase = shared.phases[0]
-    ends = phase.timeline.iteration_ends if phase.timeline is not None else {}
     pairs = phase.pair_bytes
     reports = []
     first = 0
     for job, eps, res in zip(cfg.jobs, placements, alone, strict=True):
         last = first + len(eps)
         start = job.start_us * 1e-6
-        end = max((ends[r][-1] for r in range(first, last) if ends.get(r)), default=start)
+        end = _end_s(phase, range(first, last), start)
         mine = set(eps)
         traffic = {k: b for k, b in pairs.items() if k[0] in mine and k[1] in mine}
-        link_bytes: dict[tuple, int] = {}
-        for p in res.phases:
-            for k, b in p.link_bytes.items():
-                if b:
-                    link_bytes[k] = link_bytes.get(k, 0) + b
+        link_bytes = {k: b for k, b in res.phases[0].link_bytes.items() if b}
         reports.append(
             JobReport(
                 name=job.name,
@@ -244,7 +283,7 @@ def simulate_jobs(
                 ranks=(first, last),
                 endpoints=list(eps),
                 start_s=start,
-                alone_s=sum(p.makespan_s for p in res.phases),
+                alone_s=_end_s(res.phases[0], range(len(eps)), 0.0),
                 shared_s=end - start,
                 pair_bytes=traffic,
                 num_endpoints=phase.num_endpoints,
@@ -252,21 +291,38 @@ def simulate_jobs(
             )
         )
         first = last
-    contended = []
-    for k in sorted({k for r in reports for k in r.link_bytes}, key=repr):
-        by_job = {r.name: r.link_bytes[k] for r in reports if r.link_bytes.get(k)}
-        if len(by_job) > 1:
-            contended.append(
-                ContendedLink(
-                    link=k,
-                    bytes_by_job=by_job,
-                    capacity_bytes_per_s=phase.link_capacity_bytes_per_s.get(k, 0.0),
-                    busy_s=phase.link_busy_s.get(k, 0.0),
-                )
-            )
-    # First the links where the jobs meet most evenly (the least a sharer sends), then
-    # the busiest.
-    contended.sort(key=lambda c: (-min(c.bytes_by_job.values()), -c.busy_s, repr(c.link)))
-    shared.jobs = JobsReport(reports, contended, notes)
+    contended, apart = _contended(reports, phase)
+    shared.jobs = JobsReport(reports, contended, notes, apart)
     shared.assumed.extend(notes)
     return shared
+
+
+def _contended(reports: list[JobReport], phase: Any) -> tuple[list[ContendedLink], list[tuple]]:
+    """The links two or more jobs send over while both run (by their alone runs' link
+    bytes and their times in the shared run), the links they meet on most evenly (the
+    least a sharer sends) first, then the busiest; and the links jobs send over only at
+    different times."""
+    window = {r.name: (r.start_s, r.start_s + r.shared_s) for r in reports}
+
+    def overlaps(a: str, b: str) -> bool:
+        return window[a][0] < window[b][1] and window[b][0] < window[a][1]
+
+    contended, apart = [], []
+    for k in sorted({k for r in reports for k in r.link_bytes}, key=repr):
+        by_job = {r.name: r.link_bytes[k] for r in reports if r.link_bytes.get(k)}
+        if len(by_job) < 2:
+            continue
+        meeting = {a: b for a, b in by_job.items() if any(overlaps(a, o) for o in by_job if o != a)}
+        if len(meeting) < 2:
+            apart.append(k)
+            continue
+        contended.append(
+            ContendedLink(
+                link=k,
+                bytes_by_job=meeting,
+                capacity_bytes_per_s=phase.link_capacity_bytes_per_s.get(k, 0.0),
+                busy_s=phase.link_busy_s.get(k, 0.0),
+            )
+        )
+    contended.sort(key=lambda c: (-min(c.bytes_by_job.values()), -c.busy_s, repr(c.link)))
+    return contended, apart

@@ -326,6 +326,7 @@ def jobs_document(report: Any) -> dict[str, Any]:
             }
             for c in report.contended
         ],
+        "links_shared_at_other_times": [link_name(k) for k in report.shared_apart],
     }
 
 
@@ -348,8 +349,12 @@ def jobs_lines(report: Any, top: int = 5) -> list[str]:
                 for c in report.contended[:top]
             )
         )
+    elif report.shared_apart:
+        lines.append("  contended links: none (the jobs that share links run at other times)")
     else:
         lines.append("  contended links: none (the jobs share no link)")
+    if report.shared_apart:
+        lines.append(f"  links shared at other times (no contention): {len(report.shared_apart)}")
     return lines
 
 
@@ -396,7 +401,10 @@ def summary_text(res: SimResult, files: list[Path] | None = None, notes: Sequenc
     lines = [
         f"simnet: {w.model} on {w.world_size} ranks, topology "
         f"{res.graph.graph.get('name')} ({res.graph.graph['num_endpoints']} endpoints)",
-        f"predicted iteration time: {res.iteration_time_s:.6f} s",
+        f"predicted time of all jobs together (from 0 to the last job's end): "
+        f"{res.iteration_time_s:.6f} s"
+        if res.jobs is not None
+        else f"predicted iteration time: {res.iteration_time_s:.6f} s",
     ]
     line = throughput_line(w.info, w.world_size, res.iteration_time_s)
     if line:

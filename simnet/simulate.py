@@ -9,6 +9,8 @@ from __future__ import annotations
 import functools
 import gc
 import math
+import numbers
+import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -414,6 +416,7 @@ def simulate(
     available_bytes: int | None = None,
     workload: Workload | None = None,
     dense_matrices: bool = True,
+    noise_streams_from: int = 0,
 ) -> SimResult:
     """Predict a workload on a topology, as a configuration describes them.
 
@@ -430,7 +433,9 @@ def simulate(
     The endpoint-pair matrices of the result (traffic, busy time, route bandwidth and
     latency) are built on first use; ``dense_matrices=False`` says the caller will not
     ask for them (it reads the sparse ``pair_bytes`` and the times), which leaves their
-    ``n^2`` entries out of the memory check.
+    ``n^2`` entries out of the memory check. With ``whatif.compute_noise``, rank ``r``
+    draws the random stream numbered ``r + noise_streams_from`` (a job of several alone
+    draws those of its ranks in the jobs' shared run).
     """
     cfg = load_config(config)
     if cfg.jobs and workload is None and topology is None:
@@ -504,7 +509,7 @@ def simulate(
         rank_compute_factors=whatif.compute_factors(cfg.whatif, world)
         if cfg.whatif.stragglers
         else None,
-        compute_noise=_noise(cfg.whatif),
+        compute_noise=_noise(cfg.whatif, noise_streams_from),
     )
     scenario = [*graph.graph.get("whatif", []), *whatif.compute_notes(cfg.whatif)]
     phases = []
@@ -546,11 +551,12 @@ def simulate(
     )
 
 
-def _noise(w: Any) -> Callable[[int], Callable[[], float]] | None:
-    """Each rank's source of random compute factors, or None without noise."""
+def _noise(w: Any, first: int = 0) -> Callable[[int], Callable[[], float]] | None:
+    """Each rank's source of random compute factors (rank r: stream r + first), or None
+    without noise."""
     if not w.compute_noise:
         return None
-    return lambda rank: whatif.ComputeNoise(w.compute_noise, w.seed, rank).factor
+    return lambda rank: whatif.ComputeNoise(w.compute_noise, w.seed, rank + first).factor
 
 
 _COUNT_DIRECTLY = 4096  # ranks of a group up to which its schedule is counted as is
@@ -772,6 +778,25 @@ def pair_route_metrics(
     return bw, lat
 
 
+def _elements(size_bytes: int) -> int:
+    """float32 elements of a message of ``size_bytes``; raises ValueError unless it is a
+    whole number of bytes >= 0 and a multiple of 4."""
+    if (
+        not isinstance(size_bytes, numbers.Integral)
+        or isinstance(size_bytes, bool)
+        or size_bytes < 0
+    ):
+        raise ValueError(f"size_bytes must be a whole number of bytes >= 0 (got {size_bytes!r})")
+    if size_bytes % ELEM_BYTES:
+        raise ValueError(
+            f"size_bytes must be a multiple of {ELEM_BYTES} (float32 elements; got {size_bytes})"
+        )
+    return int(size_bytes) // ELEM_BYTES
+
+
+_SCHEDULE_KEYWORDS = frozenset({"local_size", "rings", "channels", "pipeline_chunks"})
+
+
 def collective_time(
     topology: nx.DiGraph,
     op: str,
@@ -791,13 +816,22 @@ def collective_time(
     be a multiple of 4 (float32 elements). ``gamma_s_per_byte`` is the reduction
     cost (seconds per reduced byte) and ``step_latency_s`` the cost per step (seconds)
     of a collective the MPI library runs; ``send_overhead_s`` LogGP's o (seconds per
-    message at its sender, one message after another).
+    message at its sender, one message after another). ``schedule_kw``: ``local_size``
+    (ranks per node; default: the topology's ``gpus_per_node`` or ``group_size``, where
+    its builder records one), ``rings``, ``channels``, ``pipeline_chunks``.
     """
     arenas.enable()  # as simulate does (process-wide, decided once)
-    if size_bytes % ELEM_BYTES:
-        raise ValueError(f"size_bytes must be a multiple of {ELEM_BYTES} (float32 elements)")
+    unknown = sorted(set(schedule_kw) - _SCHEDULE_KEYWORDS)
+    if unknown:
+        raise TypeError(
+            f"collective_time: no keyword {unknown[0]!r}; the schedule's are "
+            f"{', '.join(sorted(_SCHEDULE_KEYWORDS))}"
+        )
+    count = _elements(size_bytes)
     p = topology.graph["num_endpoints"]
-    count = size_bytes // ELEM_BYTES
+    params = topology.graph.get("params") or {}
+    local_size = schedule_kw.get("local_size") or params.get("gpus_per_node")
+    local_size = local_size or params.get("group_size")
 
     def program(rank: int) -> list:
         b = ProgramBuilder(BuildOptions(algorithm=algorithm))
@@ -805,7 +839,7 @@ def collective_time(
         return b.ops
 
     policy = AlgorithmPolicy(
-        local_size=schedule_kw.get("local_size"),
+        local_size=local_size,
         rings=schedule_kw.get("rings"),
         channels=schedule_kw.get("channels"),
         pipeline_chunks=schedule_kw.get("pipeline_chunks"),
@@ -817,7 +851,10 @@ def collective_time(
             "hierarchical": " (pass local_size=, the group size)",
             "multiring": " (pass rings=, a list of rank orders)",
         }.get(algorithm, "")
-        raise ValueError(f"collective_time: {next(iter(policy.fallbacks))}{hint}")
+        why = next(iter(policy.fallbacks))
+        # The policy's words say which algorithm it would run instead; here none runs.
+        why = re.sub(r"^(\w+): '([^']*)' asked for, '[^']*' used: ", r"\1 cannot run '\2': ", why)
+        raise ValueError(f"collective_time: {why}{hint}")
     # The library's reduction cost applies as if the library chose this algorithm.
     return program_time(
         topology,
@@ -887,7 +924,9 @@ def exchange_time(
     """Seconds per message for every endpoint to send ``window`` messages of
     ``size_bytes`` to the next one and receive as many from the previous, all at once
     (the micro-benchmark's ``exchange``: the whole exchange's time / ``window``)."""
-    count = size_bytes // ELEM_BYTES
+    count = _elements(size_bytes)
+    if not isinstance(window, numbers.Integral) or window < 1:
+        raise ValueError(f"window must be a whole number of messages >= 1 (got {window!r})")
     p = topology.graph["num_endpoints"]
 
     def program(rank: int) -> list:
@@ -913,8 +952,15 @@ def message_time(
     alpha_s: float = 0.0,
     send_overhead_s: float = 0.0,
 ) -> float:
-    """Seconds for one message of ``size_bytes`` from endpoint ``src`` to ``dst``."""
-    count = size_bytes // ELEM_BYTES
+    """Seconds for one message of ``size_bytes`` from endpoint ``src`` to another
+    endpoint ``dst``."""
+    count = _elements(size_bytes)
+    p = topology.graph["num_endpoints"]
+    for name, e in (("src", src), ("dst", dst)):
+        if not isinstance(e, numbers.Integral) or not 0 <= e < p:
+            raise ValueError(f"{name}={e!r} is no endpoint of the topology (0..{p - 1})")
+    if src == dst:
+        raise ValueError(f"src and dst are both endpoint {src}: a message goes to another")
 
     def program(rank: int) -> list:
         b = ProgramBuilder()

@@ -17,11 +17,13 @@ import networkx as nx
 import numpy as np
 
 import topologies
-from workload.units import bytes_per_s_to_gb_per_s
+from workload.units import bytes_per_s_to_gb_per_s, gb_per_s_to_bytes_per_s
 
-from .config import ConfigError, WhatIfSection
+from .config import MIN_GB_PER_S, ConfigError, WhatIfSection
 
 _REROUTE_CHECK_MAX_ENDPOINTS = 512  # counting changed routes costs n^2 routes
+# The least bandwidth the configuration takes for a link
+MIN_BANDWIDTH_BYTES_PER_S = gb_per_s_to_bytes_per_s(MIN_GB_PER_S)
 
 
 def gb_per_s(bytes_per_s: float) -> str:
@@ -60,6 +62,7 @@ def apply_links(graph: nx.DiGraph, whatif: WhatIfSection) -> tuple[nx.DiGraph, l
         return graph, []
     g = graph.copy()
     notes = []
+    changed: dict[tuple[Hashable, Hashable], str] = {}  # directed link -> where it changed
     for i, change in enumerate(whatif.degraded_links):
         where = f"whatif.degraded_links[{i}]"
         u, v = _edge(g, change.link, where)
@@ -67,8 +70,21 @@ def apply_links(graph: nx.DiGraph, whatif: WhatIfSection) -> tuple[nx.DiGraph, l
         for a, b in dirs:
             if not g.has_edge(a, b):
                 raise ConfigError(f"{where}: the link {a!r} -> {b!r} is one-way; set one_way")
+            if (a, b) in changed:
+                raise ConfigError(
+                    f"{where}: the link {a!r} -> {b!r} is already changed by "
+                    f"{changed[(a, b)]}; give each link once (with one factor)"
+                )
+            changed[(a, b)] = where
             old = g.edges[a, b]["bandwidth"]
-            g.edges[a, b]["bandwidth"] = old * change.bandwidth_factor
+            new = old * change.bandwidth_factor
+            if new < MIN_BANDWIDTH_BYTES_PER_S:
+                raise ConfigError(
+                    f"{where}: {gb_per_s(old)} x {change.bandwidth_factor:g} is below "
+                    f"{gb_per_s(MIN_BANDWIDTH_BYTES_PER_S)}, the least bandwidth a link may "
+                    "have; to take the link out, list it in whatif.failed_links"
+                )
+            g.edges[a, b]["bandwidth"] = new
         arrow = "->" if change.one_way else "<->"
         notes.append(
             f"link {u!r} {arrow} {v!r} at {change.bandwidth_factor:g}x bandwidth "
@@ -77,7 +93,15 @@ def apply_links(graph: nx.DiGraph, whatif: WhatIfSection) -> tuple[nx.DiGraph, l
     removed = []
     for i, link in enumerate(whatif.failed_links):
         where = f"whatif.failed_links[{i}]"
+        u, v = (_node(g, x, where) for x in link)
+        for a, b in ((u, v), (v, u)):
+            if (a, b) in changed:
+                raise ConfigError(
+                    f"{where}: the link {a!r} -> {b!r} is already changed by "
+                    f"{changed[(a, b)]}; give each link once"
+                )
         u, v = _edge(g, link, where)
+        changed[(u, v)] = changed[(v, u)] = where
         g.remove_edge(u, v)
         if g.has_edge(v, u):
             g.remove_edge(v, u)

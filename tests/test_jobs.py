@@ -128,7 +128,13 @@ def test_combined_programs_move_peers_and_requests():
             {},
             "endpoint 1 is also used by job 'a'",
         ),
+        (
+            [{"name": "a", "placement": [2, 2]}],
+            {},
+            "jobs\\[0\\].placement: endpoint 2 is given more",
+        ),
         ([{"name": "a", "placement": [0, 9]}], {}, "endpoint 9 does not exist"),
+        ([{"name": "a"}], {"type": "ring", "permutations": [0, 1]}, "with jobs, rings of one"),
         ([{"name": "a", "placement": [0]}], {}, "1 endpoints for 2 ranks"),
         ([{"name": "a"}], {"placement": [0, 1]}, "each job places its ranks"),
         ([{"name": "a b"}], {}, "jobs.0.name"),
@@ -141,7 +147,7 @@ def test_job_configuration_errors(jobs, topology, message):
         load_config(
             {
                 "distributed": {"num_nodes": 4},
-                "topology": {"type": "switch", **topology},
+                "topology": {"type": "switch", "num_nodes": 4, **topology},
                 "jobs": jobs,
             }
         )
@@ -192,3 +198,74 @@ def test_jobs_with_noise_are_deterministic_per_seed():
     cfg["whatif"]["seed"] = 8
     other = simulate(cfg)
     assert [j.shared_s for j in other.jobs.jobs] != [j.shared_s for j in one.jobs.jobs]
+
+
+def _disjoint(workload: dict, **extra) -> dict:
+    # A switch: jobs on distinct endpoints share no link (each endpoint has its own).
+    return {
+        "distributed": {"num_nodes": 4, "bandwidth_limit_gb_per_s": BW_GB},
+        "topology": {"type": "switch", "num_nodes": 4, "link_latency_us": 1},
+        "jobs": [
+            {"name": "a", "workload": workload, "placement": [0, 1]},
+            {"name": "b", "workload": workload, "placement": [2, 3]},
+        ],
+        **extra,
+    }
+
+
+def test_noise_is_the_same_alone_and_shared_so_disjoint_jobs_are_not_slowed():
+    res = simulate(
+        _disjoint(
+            {"name": "dlrm", "world_size": 2, "scale": 0.01},
+            whatif={"compute_noise": 0.5, "seed": 3},
+        )
+    )
+    a, b = res.jobs.jobs
+    assert res.jobs.contended == [] and res.jobs.shared_apart == []
+    # Alone, each job draws its ranks' streams of the shared run (b: ranks 2 and 3).
+    assert a.alone_s != b.alone_s
+    assert a.shared_s == pytest.approx(a.alone_s, rel=1e-12)
+    assert b.shared_s == pytest.approx(b.alone_s, rel=1e-12)
+
+
+def test_a_job_of_several_phases_alone_on_the_network_is_not_slowed():
+    # ResNet-50 runs two phases (the allreduces, then the ring): alone and shared both run
+    # them back to back.
+    cfg = _disjoint({"name": "resnet50", "world_size": 2, "scale": 0.01})
+    cfg["jobs"] = cfg["jobs"][:1]
+    (a,) = simulate(cfg).jobs.jobs
+    assert len(build_workload(load_config({"workload": cfg["jobs"][0]["workload"]})).phases) == 2
+    assert a.shared_s == pytest.approx(a.alone_s, rel=1e-12)
+
+
+def test_a_job_configuration_error_names_the_job_before_anything_runs():
+    cfg = _disjoint({"name": "dlrm", "world_size": 2, "scale": 0.01})
+    cfg["jobs"][1]["workload"] = {"name": "gpt2", "world_size": 2, "flags": {"nosuch": 1}}
+    said: list[str] = []
+    with pytest.raises(ConfigError, match=r"^jobs\[1\]\.workload\.flags nosuch: gpt2 has no"):
+        simulate(cfg, progress=said.append)
+    assert said == []
+
+
+def test_jobs_that_share_links_at_other_times_do_not_contend(tmp_path):
+    alone = simulate(_two_jobs()).jobs.jobs[0].alone_s
+    res = simulate(_two_jobs(start_b_us=alone * 1e6 + 1))
+    assert res.jobs.contended == []
+    assert sorted(res.jobs.shared_apart) == [(0, 1), (1, 2), (2, 3), (3, 0)]
+    write_all(res, tmp_path)
+    summary = (tmp_path / "sim_summary.txt").read_text()
+    assert "contended links: none (the jobs that share links run at other times)" in summary
+    assert "links shared at other times (no contention): 4" in summary
+    assert "predicted time of all jobs together (from 0 to the last job's end): " in summary
+    doc = json.loads((tmp_path / "sim_results.json").read_text())
+    assert doc["jobs"]["links_shared_at_other_times"] == ["0->1", "1->2", "2->3", "3->0"]
+
+
+def test_a_top_level_workload_beside_jobs_is_said_not_to_run():
+    cfg = _disjoint({"name": "dlrm", "world_size": 2, "scale": 0.01})
+    assert not any("top-level" in a for a in simulate(cfg).assumed)
+    cfg["workload"] = {"name": "dlrm", "world_size": 4}
+    assert (
+        "workload: the top-level section is not run; with jobs, each job runs its own "
+        "(jobs[i].workload)"
+    ) in simulate(cfg).assumed

@@ -342,8 +342,8 @@ def test_collective_time_refuses_an_algorithm_it_cannot_run():
     g = topologies.ring(6, bandwidth_bytes_per_s=1e9, latency_s=1e-6)
     with pytest.raises(
         ValueError,
-        match=r"'hierarchical' asked for, .* no group size is set "
-        r"\(pass local_size=, the group size\)",
+        match=r"^collective_time: allreduce cannot run 'hierarchical': no group size is set "
+        r"\(pass local_size=, the group size\)$",
     ):
         simnet.collective_time(g, "allreduce", "hierarchical", 4096)
     with pytest.raises(ValueError, match="group size 4 does not divide 6 ranks"):
@@ -351,6 +351,45 @@ def test_collective_time_refuses_an_algorithm_it_cannot_run():
     with pytest.raises(ValueError, match=r"alltoall has no 'ring' schedule \(it has direct, "):
         simnet.collective_time(g, "alltoall", "ring", 4096)
     assert simnet.collective_time(g, "allreduce", "hierarchical", 4096, local_size=3) > 0
+    with pytest.raises(ValueError, match=r"^collective_time: allreduce cannot run 'ringg': "):
+        simnet.collective_time(g, "allreduce", "ringg", 4096)
+
+
+def test_the_time_functions_refuse_what_they_cannot_send():
+    g = topologies.switch(4, 1e10, 1e-6)
+    with pytest.raises(TypeError, match="no keyword 'pipline_chunks'; the schedule's are "):
+        simnet.collective_time(g, "allreduce", "ring", 4096, pipline_chunks=8)
+    for bad in (-8, 4.0, True):
+        with pytest.raises(ValueError, match=r"whole number of bytes >= 0 \(got "):
+            simnet.collective_time(g, "allreduce", "ring", bad)
+        with pytest.raises(ValueError, match="whole number of bytes"):
+            simnet.message_time(g, 0, 1, bad)
+        with pytest.raises(ValueError, match="whole number of bytes"):
+            simnet.exchange_time(g, bad)
+    with pytest.raises(ValueError, match=r"multiple of 4 \(float32 elements; got 5\)"):
+        simnet.message_time(g, 0, 1, 5)
+    with pytest.raises(ValueError, match=r"^dst=4 is no endpoint of the topology \(0..3\)$"):
+        simnet.message_time(g, 0, 4, 8)
+    with pytest.raises(ValueError, match=r"^src=-1 is no endpoint"):
+        simnet.message_time(g, -1, 0, 8)
+    with pytest.raises(ValueError, match="src and dst are both endpoint 2"):
+        simnet.message_time(g, 2, 2, 8)
+    with pytest.raises(ValueError, match="window must be a whole number of messages >= 1"):
+        simnet.exchange_time(g, 8, window=0)
+
+
+def test_collective_time_takes_the_node_size_the_topology_records():
+    # 2 nodes of 8 GPUs: without local_size, the NCCL algorithms see the nodes the
+    # builder made (local_size=8), as a hierarchical allreduce sees the groups.
+    rail = topologies.rail_optimised(2, 8, 300e9, 25e9, 0.5e-6, 1e-6)
+    for alg in ("nccl_ring", "nccl_tree"):
+        t = simnet.collective_time(rail, "allreduce", alg, 1 << 24)
+        assert t == simnet.collective_time(rail, "allreduce", alg, 1 << 24, local_size=8)
+        assert t < simnet.collective_time(rail, "allreduce", alg, 1 << 24, local_size=16) / 2
+    h = topologies.hierarchical(2, 4, 10e9, 5e9, 1e-6, 1e-6)
+    assert simnet.collective_time(h, "allreduce", "hierarchical", 4096) == (
+        simnet.collective_time(h, "allreduce", "hierarchical", 4096, local_size=4)
+    )
 
 
 def test_fallback_from_a_configured_algorithm_is_reported_as_assumed():
@@ -685,3 +724,21 @@ def test_a_finished_simulation_keeps_no_collective_plans():
     assert sim.messages_done > 0
     assert sim.ex._plans == {}
     assert sim._coll_cache == {}
+
+
+@pytest.mark.parametrize("p", [2, 3, 8])
+def test_a_binomial_reduce_charges_every_receiver_the_reduction_the_root_too(p):
+    # ceil(lg p) (a + n b + n g) (Thakur, Rabenseifner & Gropp): the root receives the
+    # last step's data and reduces it, though it sends nothing.
+    bw, lat, alpha, gamma, n = 10e9, 1e-6, 3e-6, 1e-9, 4 * 24 * 4096  # p divides its elements
+    g = topologies.switch(p, bandwidth_bytes_per_s=bw, latency_s=lat)
+    t = simnet.collective_time(g, "reduce", "binomial", n, alpha_s=alpha, gamma_s_per_byte=gamma)
+    steps = math.ceil(math.log2(p))
+    assert t == pytest.approx(steps * (alpha + 2 * lat + n / bw + n * gamma), rel=1e-9)
+    # Ring and recursive allreduces' members both send and receive what they reduce: as
+    # before, one gamma per reduced byte.
+    ring = simnet.collective_time(g, "allreduce", "ring", n, gamma_s_per_byte=gamma)
+    block = n / p
+    assert ring == pytest.approx(
+        2 * (p - 1) * (2 * lat + block / bw) + (p - 1) * block * gamma, rel=1e-9
+    )

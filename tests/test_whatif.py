@@ -7,7 +7,7 @@ import pytest
 
 import simnet
 import topologies
-from simnet.config import ConfigError
+from simnet.config import ConfigError, load_config
 from simnet.executor import SimExecutor
 from simnet.network import FlowNetwork
 from simnet.whatif import ComputeNoise
@@ -76,12 +76,51 @@ def test_a_failed_link_reroutes_the_long_way_round():
         ),
         ({"stragglers": {"5": 2.0}}, "whatif.stragglers: rank 5 does not exist (ranks 0..1)"),
         ({"stragglers": {"x": 2.0}}, "'x' is not a rank number"),
+        ({"stragglers": {"01": 2.0}}, "whatif.stragglers: write rank '01' as '1'"),
+        (
+            {
+                "degraded_links": [
+                    {"link": [0, "sw"], "bandwidth_factor": 0.5},
+                    {"link": ["sw", 0], "bandwidth_factor": 0.5},
+                ]
+            },
+            "whatif.degraded_links[1]: the link 'sw' -> 0 is already changed by "
+            "whatif.degraded_links[0]; give each link once (with one factor)",
+        ),
+        (
+            {"failed_links": [[0, "sw"], ["sw", 0]]},
+            "whatif.failed_links[1]: the link 'sw' -> 0 is already changed by "
+            "whatif.failed_links[0]; give each link once",
+        ),
+        (
+            {
+                "degraded_links": [{"link": [1, "sw"], "bandwidth_factor": 0.5, "one_way": True}],
+                "failed_links": [["sw", 1]],
+            },
+            "whatif.failed_links[0]: the link 1 -> 'sw' is already changed by "
+            "whatif.degraded_links[0]",
+        ),
+        (
+            {"degraded_links": [{"link": [0, "sw"], "bandwidth_factor": 1e-9}]},
+            "whatif.degraded_links[0]: 10 GB/s x 1e-09 is below 1e-06 GB/s, the least "
+            "bandwidth a link may have; to take the link out, list it in whatif.failed_links",
+        ),
     ],
 )
 def test_impossible_what_ifs_are_refused_naming_the_fix(whatif, needle):
     with pytest.raises(ConfigError, match=None) as e:
         simnet.simulate(pingpong({"type": "switch"}, whatif))
     assert needle in str(e.value)
+    assert "Value error" not in str(e.value) and "(top level)" not in str(e.value)
+
+
+def test_a_wrong_node_type_in_a_link_is_one_line_without_pydantic_internals():
+    with pytest.raises(ConfigError) as e:
+        load_config({"whatif": {"failed_links": [[True, "sw"]]}})
+    assert str(e.value) == (
+        "config: invalid configuration\n"
+        "  whatif.failed_links.0.0: a number is needed, not true (got True)"
+    )
 
 
 def _compute_then_allreduce(p: int) -> Workload:

@@ -214,9 +214,9 @@ def hierarchical(
       group switch because its latency is not larger (the builder requires
       ``intra_latency_s <= inter_latency_s`` for this reason) and, when the latencies are
       equal, because group switch names (``"g0"``, ``"g1"``, ...) sort before ``"top"``.
-      With ``Router(ecmp=True)`` and *equal* latencies the two routes are equal-cost and
-      ECMP may send intra-group flows via ``"top"``; give the intra links a smaller
-      latency to keep them on the group switch.
+      :class:`topologies.routing.Router` never uses ECMP on a hierarchical graph (it
+      would spread intra-group flows over the equal-cost route via ``"top"`` when the
+      latencies are equal), so a group's own traffic stays on its group switch.
 
     Args:
         num_groups: number of groups, >= 1.
