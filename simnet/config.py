@@ -422,13 +422,14 @@ class CollectivesSection(_Strict):
         ge=1,
         le=64,
         description="nccl_ring: rings, nccl_tree: tree pairs, each with an equal share "
-        "(default: GPUs per node rings, half as many tree pairs)",
+        "(default: GPUs per node of either)",
     )
     pipeline_chunks: int | None = Field(
         None,
         ge=1,
         le=1024,
-        description="nccl_tree: chunks each tree's share is pipelined in (default 64)",
+        description="nccl_tree: chunks each tree's share is pipelined in (default: its share "
+        "in 512 KiB chunks, 1 to 64)",
     )
     gamma_s_per_byte: float = Field(
         0.0,

@@ -321,6 +321,37 @@ def test_nccl_tree_volumes(p, g, c):
         )
 
 
+def test_nccl_tree_loads_every_nic_of_a_node_alike():
+    # 4 nodes of 8 GPUs, the default 8 channels: a channel's two trees share their chain
+    # head, so every GPU of a node sends as many bytes to other nodes (node 1 and 2 are
+    # inside one tree and leaves of the other: 4 tree shares; nodes 0 and 3 a leaf and a
+    # root with one child: 2).
+    p, g, k = 32, 8, 2
+    count = 2 * g * k * 64
+    s = build_schedule("allreduce", "nccl_tree", p, count, local_size=g, pipeline_chunks=k)
+    share = ELEM_BYTES * count // (2 * g)
+    out = [0] * p
+    for r in range(p):
+        for sends, _ in s.rank_steps(r):
+            out[r] += sum(t.count_elems * ELEM_BYTES for t in sends if t.dst // g != r // g)
+    assert [out[m * g : (m + 1) * g] for m in range(p // g)] == [
+        [n * share] * g for n in (2, 4, 4, 2)
+    ]
+
+
+def test_nccl_tree_sends_a_small_message_in_one_chunk_per_tree():
+    # Chunks of NCCL's 512 KiB step: 4 KiB per tree is one chunk (one message up and one
+    # down per tree edge), 64 MiB per tree the most, 64.
+    def messages(nbytes: int) -> int:
+        sched = build_schedule("allreduce", "nccl_tree", 16, nbytes // ELEM_BYTES, local_size=8)
+        return sum(len(sends) for r in range(16) for sends, _ in sched.rank_steps(r))
+
+    edges = 2 * 8 * 2 * 15  # trees x (up + down) x tree edges over 16 ranks
+    assert messages(16 * 4096) == edges
+    assert messages(16 * (3 << 19)) == 3 * edges
+    assert messages(16 << 26) == messages(16 << 30) == 64 * edges
+
+
 def test_nccl_ring_channels_enter_nodes_at_their_gpu():
     assert nccl_ring_orders(8, 4, 2) == [[0, 1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 0, 5, 6, 7, 4]]
     # More channels than GPUs per node wrap around.

@@ -94,18 +94,18 @@ def test_nccl_ring_orders_use_every_rail_once():
 # ---------------------------------------------------------------- NCCL tree
 
 
-def test_nccl_tree_two_ranks_moves_the_vector_once_each_way():
-    # Two ranks, one channel: tree 0 has rank 0 at its root, tree 1 rank 1; each
-    # carries half the vector in k chunks. Per direction: one chunk in the first and
-    # last steps, two (one reduced up, one broadcast down) in the k - 1 between: 2 k
-    # chunks of S / 2k, so S / B, the ring's time for p = 2.
+def test_nccl_tree_two_ranks_pipelines_the_vector_up_and_down_one_chain():
+    # Two ranks, one channel: both trees on one chain 0 <- 1 (NCCL runs a channel's two
+    # trees on the same GPUs and NICs), each carrying half the vector in k chunks of
+    # S / 2k. Up 1 -> 0 in steps 0..k-1, down 0 -> 1 in steps 1..k, both trees at once:
+    # k + 1 steps of S / k bytes.
     bw = 10e9
     g = topologies.switch(2, bw)
     for k in (1, 4, 16):
         t = simnet.collective_time(
             g, "allreduce", "nccl_tree", 1 << 24, channels=1, pipeline_chunks=k
         )
-        assert t == pytest.approx((1 << 24) / bw, rel=1e-9)
+        assert t == pytest.approx((k + 1) * (1 << 24) / k / bw, rel=1e-9)
 
 
 def test_nccl_tree_pipeline_fill_costs_steps():

@@ -651,17 +651,26 @@ def _one_ring(multiring: Callable[..., _RingAlgorithm]) -> Callable[..., _RingAl
 #   leaves is the number of trailing zeros of m + 1), tree 1 the same tree mirrored
 #   (node m plays node M - 1 - m) for an even number M of nodes, shifted by one for an
 #   odd one. Inside a node the GPUs form a chain whose head joins the inter-node tree.
-#   Every channel c has both trees, with chain heads GPU 2c and 2c + 1 (mod
-#   local_size), so the channels' inter-node traffic spreads over the NICs. The data is
-#   split over the 2 * channels trees and each tree's share into ``pipeline_chunks``
-#   chunks that are pipelined: a rank at height h above its tree's leaves sends chunk k
+#   Every channel c has both trees, both with chain head GPU c (mod local_size), so a
+#   node's NIC carries a tree in which the node is inside (a parent and two children)
+#   and one in which it is a leaf, as NCCL runs a channel's two trees on the same NICs;
+#   by default local_size channels use every NIC (heads on other NICs for the two trees
+#   would load an inner node's NIC three times its leaf NIC's on 3 nodes or more). The
+#   data is split over the 2 * channels trees and each tree's share into chunks of
+#   NCCL_TREE_CHUNK_BYTES (at least one, at most ``pipeline_chunks``, default 64), which
+#   are pipelined: a rank at height h above its tree's leaves sends chunk k
 #   to its parent (reduced) in step k + h, and the root's result comes down again, a
 #   rank at depth d sending chunk k to its children in step k + H + d (H the root's
 #   height), so the reduction and the broadcast overlap as in NCCL.
 
 DEFAULT_NCCL_TREE_CHUNKS = 64
-"""Chunks per tree of "nccl_tree" when ``pipeline_chunks`` is not given (a deep enough
-pipeline that a tree's fill and drain, 2 H steps, is a small part of it)."""
+"""The most chunks per tree of "nccl_tree" when ``pipeline_chunks`` is not given (a deep
+enough pipeline that a tree's fill and drain, 2 H steps, is a small part of it)."""
+
+NCCL_TREE_CHUNK_BYTES = 512 * 1024
+"""Bytes of a chunk of "nccl_tree" when ``pipeline_chunks`` is not given: NCCL's step of
+its default 4 MiB buffer (NCCL_BUFFSIZE / NCCL_STEPS = 8). A tree's share of a small
+message is one chunk, as NCCL sends it, not 64 empty steps."""
 
 
 def nccl_ring_orders(
@@ -731,13 +740,13 @@ def _allreduce_nccl_tree(
     **_: object,
 ) -> Built:
     g = p if local_size is None else local_size
-    c = max(1, g // 2) if channels is None else channels
-    k = DEFAULT_NCCL_TREE_CHUNKS if pipeline_chunks is None else pipeline_chunks
-    trees = [
-        nccl_tree_parents(p, g, (2 * ch + t) % g, mirrored=t == 1)
-        for ch in range(c)
-        for t in range(2)
-    ]
+    c = g if channels is None else channels
+    if pipeline_chunks is None:
+        share_bytes = -(-count * ELEM_BYTES // (2 * c))
+        k = max(1, min(DEFAULT_NCCL_TREE_CHUNKS, -(-share_bytes // NCCL_TREE_CHUNK_BYTES)))
+    else:
+        k = pipeline_chunks
+    trees = [nccl_tree_parents(p, g, ch % g, mirrored=t == 1) for ch in range(c) for t in range(2)]
     b = _Builder([x for part in _split(count, len(trees)) for x in _split(part, k)])
     for ti, parent in enumerate(trees):
         children: list[list[int]] = [[] for _ in range(p)]
@@ -1368,8 +1377,9 @@ def build_schedule(
     (default: all ranks on one node), by "nccl_ring" and "nccl_tree"; ``rings``
     (rank orders, each a permutation of ``range(group_size)``) only by
     "multiring"; ``channels`` by the NCCL algorithms (default: ``local_size``
-    rings, ``local_size // 2`` tree pairs) and ``pipeline_chunks`` (chunks per
-    tree, default :data:`DEFAULT_NCCL_TREE_CHUNKS`) by "nccl_tree".
+    rings or tree pairs) and ``pipeline_chunks`` (chunks per tree; default: a
+    tree's share in :data:`NCCL_TREE_CHUNK_BYTES` chunks, 1 to
+    :data:`DEFAULT_NCCL_TREE_CHUNKS`) by "nccl_tree".
     Raises ValueError on invalid input.
     """
     _check_op(op)
