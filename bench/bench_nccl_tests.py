@@ -7,8 +7,8 @@ is named with each case), modelled with nothing but the hardware's stated rates:
 rail-optimised cluster (``topologies.rail_optimised``: each GPU's NVLink to its node's
 NVSwitch, each GPU's NIC to its rail) and the algorithm NCCL ran, laid out as NCCL lays
 it out (``nccl_ring``: one ring per rail; ``nccl_tree``: the double binary tree, both
-trees of a channel on one rail, pipelined in NCCL's 512 KiB chunks). Nothing is fitted to the measurement;
-each case says how its algorithm is known. Latencies are typical
+trees of a channel on one rail, pipelined in NCCL's 512 KiB chunks). Nothing is fitted
+to the measurement; each case says how its algorithm is known. Latencies are typical
 figures (1 us per NIC hop, 0.5 us per NVLink hop); at 1 GiB and above they change the
 prediction by well under 1%. Where a node has fewer NICs than GPUs, each GPU is given
 its share of the node's NIC bandwidth (what a rail of that node carries when every

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from workload.brief_argparse import BriefParser
 from workload.layout import LayoutError
 from workload.models import MODELS, Model, get_model
+from workload.results import output_file_problem
 from workload.spec import COMPUTE_MODES, RunSpec, SpecError
 
 from .launch import REFERENCE_THREAD_LEVEL, THREAD_LEVELS, launch_info, prepare_mpi
@@ -27,9 +28,10 @@ DEFAULT_TIMEOUT_S = 300.0
 
 def build_parser(model: Model) -> argparse.ArgumentParser:
     usage_args = " ".join(f"[{a.name}={a.default}]" for a in model.args)
+    where = f". Positional arguments as the reference: {usage_args}" if model.args else ""
     p = BriefParser(
         prog=f"mpirun -n P python -m proxies.{model.name}",
-        description=f"{model.description}. Positional arguments as the reference: {usage_args}",
+        description=f"{model.description}{where}",
     )
     for a in model.args:
         p.add_argument(
@@ -186,6 +188,17 @@ def check_options(ns: argparse.Namespace) -> str | None:
     """What the run specification does not cover: the MPI safety options."""
     if ns.timeout < 0:
         return f"--timeout must be >= 0 seconds (got {ns.timeout})"
+    return output_files_problem(ns)
+
+
+def output_files_problem(ns: argparse.Namespace) -> str | None:
+    """Why ``--json`` or ``--trace`` (a ``{rank}`` pattern: rank 0's) cannot be written,
+    checked before any MPI work rather than found after the run."""
+    for option, path in (("--json", ns.json), ("--trace", getattr(ns, "trace", None))):
+        if path:
+            problem = output_file_problem(path.replace("{rank}", "0"), option)
+            if problem:
+                return problem
     return None
 
 
@@ -217,6 +230,8 @@ def dispatch(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help") or args[0] not in MODELS:
         rank = launch_info().rank
+        if rank == 0 and args and args[0] not in ("-h", "--help"):
+            print(f"error: unknown model {args[0]!r}", file=sys.stderr)
         if rank == 0:
             print(
                 "usage: mpirun -n P python -m proxies <model> [args] [options]\n"

@@ -46,7 +46,7 @@ from workload.program import BuildOptions, Phase, ProgramBuilder, Workload
 from workload.results import versions, write_json
 from workload.units import GB, GIB, KIB, MIB, s_to_us
 
-from .cli import EXIT_USAGE, add_mpi_options, fail, parse_quietly
+from .cli import EXIT_USAGE, add_mpi_options, fail, output_files_problem, parse_quietly
 from .launch import MPISettings, launch_info, prepare_mpi
 
 PROG = "mpirun -n P python -m proxies.microbench"
@@ -316,7 +316,7 @@ def check_options(ns: argparse.Namespace) -> str | None:
         message_sizes(ns.minbytes, ns.maxbytes, ns.stepfactor, ns.stepbytes)
     except ValueError as e:
         return str(e)
-    return None
+    return output_files_problem(ns)
 
 
 # ---------------------------------------------------------------- the plan
@@ -567,7 +567,7 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
 
     from . import mpi_executor as mx
     from .buffers import fill
-    from .run import MEMORY_HEADROOM
+    from .run import MEMORY_HEADROOM, over_limit
 
     comm = mx.MPI.COMM_WORLD
     rank, p = comm.Get_rank(), comm.Get_size()
@@ -609,8 +609,8 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
                 kept.append(c)
                 continue
             why = (
-                f"the {ranks_on_host} ranks on this host would need about {need / GIB:.1f} GiB "
-                f"but {avail / GIB:.1f} GiB is available"
+                f"the {ranks_on_host} ranks on this host would need about {need / GIB:.1f} GiB, "
+                f"{over_limit(avail)}"
                 if need > avail * MEMORY_HEADROOM
                 else "another host of the job lacks the memory"
             )

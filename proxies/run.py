@@ -60,8 +60,16 @@ def memory_message(
     else:
         hint = "use fewer ranks per host"
     return (
-        f"{model.name}: the {ranks} ranks on this host need about {need / GIB:.1f} GiB "
-        f"but {avail / GIB:.1f} GiB is available; {hint}, or --force to run anyway"
+        f"{model.name}: the {ranks} ranks on this host need about {need / GIB:.1f} GiB, "
+        f"{over_limit(avail)}; {hint}, or --force to run anyway"
+    )
+
+
+def over_limit(avail: int) -> str:
+    """What a refused run's memory is more than (``avail``: bytes available)."""
+    return (
+        f"more than the {avail * MEMORY_HEADROOM / GIB:.1f} GiB they may take "
+        f"({MEMORY_HEADROOM:.0%} of the {avail / GIB:.1f} GiB available)"
     )
 
 

@@ -886,6 +886,15 @@ def apply_link_params(cfg: Config, base_dir: str | Path = ".") -> tuple[Config, 
             )
         if old in data:
             data[new] = data.pop(old)
+    if not any(data.get(key) is not None for key in LINK_PARAM_KEYS):
+        fit = data.get("fit")
+        kind = data.get("kind", fit.get("kind") if isinstance(fit, dict) else None)
+        what = f" (a {kind!r} document)" if isinstance(kind, str) else ""
+        raise ConfigError(
+            f"network.link_params_file: {path}{what} holds none of the link parameters "
+            f"({', '.join(LINK_PARAM_KEYS)}); give the file `python -m simnet calibrate` "
+            "writes"
+        )
     notes = []
     for key, sec in LINK_PARAM_KEYS.items():
         if data.get(key) is not None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import simnet
-from simnet.config import LINK_PARAM_KEYS
+from simnet.config import LINK_PARAM_KEYS, ConfigError
 from workflows import calibrate as cal
 from workload.collectives import alpha_beta_time_s, schedule_for
 
@@ -382,3 +382,44 @@ def test_real_microbench_calibrates(tmp_path):
     assert lp["alpha_us"] >= 0 and lp["bandwidth_limit_gb_per_s"] > 0
     assert lp["fit"]["world_size"] == 2
     assert Path(tmp_path / "rep" / "calibration_report.csv").exists()
+
+
+def test_a_link_params_file_without_link_parameters_is_refused(tmp_path):
+    # The micro-benchmark's output named where its fit belongs: nothing would apply.
+    mb = tmp_path / "microbench.json"
+    mb.write_text(json.dumps(doc(synthetic())))
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(pipeline_config(link_params_file="microbench.json")))
+    with pytest.raises(ConfigError) as e:
+        simnet.simulate(cfg)
+    assert str(e.value).startswith(
+        f"network.link_params_file: {mb} (a 'microbench' document) holds none of the link "
+        "parameters (alpha_us, bandwidth_limit_gb_per_s, "
+    )
+    assert str(e.value).endswith("; give the file `python -m simnet calibrate` writes")
+
+
+def test_validate_refuses_a_wrong_link_params_file_before_running(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(pipeline_config(link_params_file="missing.json")))
+    r = subprocess.run(
+        [sys.executable, "-m", "simnet", "validate", "--config", str(cfg), "--out",
+         str(tmp_path / "v"), "--quiet"],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.strip() == (
+        f"error: network.link_params_file: no such file '{tmp_path / 'missing.json'}'"
+    )
+    assert not (tmp_path / "v" / "measured.json").exists()
+
+
+def test_rows_of_an_op_not_modelled_are_one_note(tmp_path, capsys):
+    # The micro-benchmark's exchange (in its default ops) at three sizes: one line.
+    rows = synthetic() + [row("exchange", 4 << i, 1 << i, 1e-5) for i in range(3)]
+    rc, _ = run(tmp_path, doc(rows))
+    assert rc == 0
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert text.count("'exchange'") == 1
+    assert "op 'exchange': 3 rows not modelled (results[" in text

@@ -44,8 +44,10 @@ def test_an_unknown_option_is_two_lines_and_exit_2(cmd):
         ["simnet", "scaling", "--model", "dlrm", "--np", "2"],
         ["simnet", "testbed", "--config", "{cfg}"],
         ["workflows.endtoend", "--config", "{cfg}", "--no-host-model"],
+        ["simnet", "sweep", "--config", "{cfg}", "--grid", '{"workload.scale": [0.01]}'],
+        ["simnet", "slurm", "scaling", "--model", "dlrm", "--np", "2"],
     ],
-    ids=lambda a: " ".join(a[:2]),
+    ids=lambda a: " ".join(a[:3]),
 )
 def test_an_out_that_is_a_file_is_refused_before_any_work(tmp_path, args):
     cfg = tmp_path / "c.json"
@@ -66,3 +68,87 @@ def test_an_out_that_is_a_file_is_refused_before_any_work(tmp_path, args):
     assert r.returncode == 2, r.stdout + r.stderr
     assert f"{taken} is a file, not a folder: choose another --out" in r.stderr
     assert taken.read_text() == "keep me"
+
+
+def _run(*argv: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        cwd=cwd,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["proxies.gpt2", "8", "2", "--json", "{dir}"],
+            "gpt2: --json {dir}: a folder; name a file",
+        ),
+        (
+            ["proxies.dlrm", "--json", "{file}/x.json"],
+            "dlrm: --json {file}/x.json: {file} is a file, not a folder",
+        ),
+        (
+            ["proxies.gpt2", "8", "2", "--trace", "{file}/t.{rank}.json"],
+            "gpt2: --trace {file}/t.0.json: {file} is a file, not a folder",
+        ),
+        (["proxies.microbench", "--json", "{dir}"], "microbench: --json {dir}: a folder"),
+        (["simnet", "calibrate", "{file}", "-o", "{dir}"], "-o/--output {dir}: a folder"),
+        (
+            ["simnet", "calibrate", "{file}", "--report", "{file}"],
+            "--report: {file} is a file, not a folder: choose another --report",
+        ),
+    ],
+    ids=lambda a: " ".join(a[:2]) if isinstance(a, list) else "",
+)
+def test_a_result_file_that_cannot_be_written_is_refused_before_any_work(tmp_path, args, message):
+    # One line, exit 2, before MPI starts (a proxy's run would otherwise be lost at its end).
+    taken = tmp_path / "taken"
+    taken.write_text("keep me")
+    fill = {"{dir}": str(tmp_path), "{file}": str(taken)}
+
+    def filled(text: str) -> str:
+        for k, v in fill.items():
+            text = text.replace(k, v)
+        return text
+
+    r = _run(*map(filled, args))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.startswith(f"error: {filled(message)}"), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert taken.read_text() == "keep me"
+
+
+def test_a_study_config_that_cannot_be_read_is_one_line(tmp_path):
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(b"\xff{}")
+    grid = ["--grid", '{"workload.scale": [1]}', "--out", str(tmp_path / "o")]
+    predict = ["--model", "dlrm", "--np", "none", "--predict-np", "8"]
+    for config, message in (
+        (latin, f"--config: {latin} is not UTF-8 text (byte 0 is 0xff); save it as UTF-8"),
+        (tmp_path, f"--config: {tmp_path} is a folder; name the configuration file"),
+    ):
+        for cmd in (
+            ["sweep", *grid],
+            ["scaling", *predict],
+        ):
+            r = _run("simnet", *cmd, "--config", str(config))
+            assert r.returncode == 2, r.stderr
+            assert r.stderr.strip() == f"error: {message}", r.stderr
+
+
+def test_every_model_has_its_module_and_an_unknown_one_is_named():
+    import importlib.util
+
+    from workload.models import MODELS
+
+    # `mpirun -n P python -m proxies.<model>`, as the usage line of every model says.
+    assert [m for m in MODELS if importlib.util.find_spec(f"proxies.{m}") is None] == []
+    r = _run("proxies", "foo")
+    assert r.returncode == 2
+    assert r.stderr.strip() == "error: unknown model 'foo'"
+    assert "alexnet_ring" in r.stdout

@@ -146,7 +146,7 @@ def test_proxy_command_and_workload_section_describe_the_same_program():
     wl = sm.workload_section(study, 4, {})
     assert wl["args"] == [8, 2] and wl["scale"] == 0.01 and wl["world_size"] == 4
     assert wl["compute_scale"] == 0.0  # --compute none
-    assert sm.proxy_module_argv("alexnet_ring") == ["-m", "proxies", "alexnet_ring"]
+    assert sm.proxy_module_argv("alexnet_ring") == ["-m", "proxies.alexnet_ring"]
     ring = sm.workload_section(sm.Study(model="alexnet_ring"), 4, {})
     assert ring["flags"] == {"hierarchical": 0, "compute_us": 5000}  # the proxy's ring
 

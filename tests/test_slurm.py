@@ -116,7 +116,7 @@ def test_strong_scaling_scripts_emulate_the_table_rows(tmp_path):
     assert slurm.main(["scaling", "--model", "alexnet_ring", "--mode", "strong",
                        "--np", "2,4", "--out", str(ring)]) == 0  # fmt: skip
     assert _srun_lines(ring / "alexnet_ring_strong_np4.sbatch") == [
-        "srun python -m proxies alexnet_ring --compute-us 2500 "
+        "srun python -m proxies.alexnet_ring --compute-us 2500 "
         "--json results/alexnet_ring_strong_4.json"
     ]
 

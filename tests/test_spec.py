@@ -164,7 +164,7 @@ def test_proxy_argv_text():
         "-m", "proxies.gpt2", "8", "2", "--scale", "0.01", "--compute", "none",
         "--iters", "3", "--warmup", "1",
     ]  # fmt: skip
-    assert RunSpec(model="alexnet_ring").proxy_argv() == ["-m", "proxies", "alexnet_ring"]
+    assert RunSpec(model="alexnet_ring").proxy_argv() == ["-m", "proxies.alexnet_ring"]
 
 
 # -- the registry ----------------------------------------------------------------------------

@@ -237,16 +237,14 @@ def load_microbench(path: str | Path, stat: str = "avg") -> Microbench:
     if not isinstance(results, list) or not results:
         raise CalibrationError(f"{p}: 'results' must be a non-empty list of measured rows")
     rows: list[Row] = []
-    skipped: list[str] = []
+    unmodelled: dict[str, list[int]] = {}  # op -> its rows
     for i, r in enumerate(results):
         where = f"{p}: results[{i}]"
         if not isinstance(r, dict):
             raise CalibrationError(f"{where} is not an object")
         op = r.get("op")
         if op not in KNOWN_OPS:
-            skipped.append(
-                f"results[{i}]: op {op!r} is not modelled (known: {', '.join(KNOWN_OPS)})"
-            )
+            unmodelled.setdefault(repr(op), []).append(i)
             continue
         for key in ("size_bytes", "count_elems"):
             v = r.get(key)
@@ -282,7 +280,11 @@ def load_microbench(path: str | Path, stat: str = "avg") -> Microbench:
         options=dict(doc.get("options") or {}),
         versions=dict(doc.get("versions") or {}),
         rows=rows,
-        skipped=skipped,
+        skipped=[
+            f"op {op}: {len(idx)} row{'s' if len(idx) > 1 else ''} not modelled "
+            f"(results[{idx[0]}]{'...' if len(idx) > 1 else ''}; known: {', '.join(KNOWN_OPS)})"
+            for op, idx in unmodelled.items()
+        ],
     )
 
 
@@ -852,8 +854,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
-    from workload.results import write_json, write_text
+    from workload.results import output_dir_problem, output_file_problem, write_json, write_text
 
+    problem = output_file_problem(ns.output, "-o/--output")
+    for option, folder in (("--plot", ns.plot), ("--report", ns.report)):
+        if folder and not problem:
+            problem = output_dir_problem(folder)
+            problem = problem and f"{option}: {problem.replace(' --out', ' ' + option)}"
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         bench = load_microbench(ns.microbench, ns.stat)
         cal = calibrate(bench, ns.stat, ns.p2p)

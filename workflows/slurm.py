@@ -32,7 +32,7 @@ from typing import Any
 
 from workload.brief_argparse import BriefParser
 from workload.models import MODELS
-from workload.results import write_json, write_text
+from workload.results import output_dir_problem, write_json, write_text
 
 from .study import models as sm
 from .study.util import (
@@ -423,6 +423,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
+    problem = output_dir_problem(ns.out)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         for name in ("ntasks", "max_parallel"):
             v = getattr(ns, name, None)

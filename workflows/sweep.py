@@ -43,7 +43,7 @@ from typing import Any
 from simnet.config import Config, ConfigError, current_key, current_names, load_config
 from simnet.simulate import build_workload
 from workload.brief_argparse import BriefParser
-from workload.results import versions, write_csv, write_json, write_text
+from workload.results import output_dir_problem, versions, write_csv, write_json, write_text
 
 from .study.pool import POOL_KINDS, launch_rank, open_pool
 from .study.sim import (
@@ -387,6 +387,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if root:
             print(msg, file=sys.stderr, flush=True)
 
+    problem = output_dir_problem(ns.out)
+    if problem:
+        say(f"error: {problem}")
+        return EXIT_USAGE
     try:
         plan = plan_sweep(ns.config, ns.grid, ns.out)
     except (StudyError, ConfigError) as e:

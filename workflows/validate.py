@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from simnet.config import Config, ConfigError, load_config
+from simnet.config import Config, ConfigError, apply_link_params, load_config
 from simnet.hostparams import HostCalibrationError
 from workload.brief_argparse import BriefParser
 from workload.results import output_dir_problem
@@ -672,6 +672,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         problem = output_dir_problem(out)
         if problem:
             raise ConfigError(problem)
+        # The prediction reads the calibration file (load_config made its path absolute):
+        # a wrong one is refused before the run.
+        apply_link_params(cfg)
         out.mkdir(parents=True, exist_ok=True)
         predict = None
         if ns.this_machine or ns.host_params:

@@ -50,6 +50,27 @@ def output_dir_problem(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
+def output_file_problem(path: str | os.PathLike[str], option: str) -> str | None:
+    """Why a result file cannot be written at ``path`` (its missing folders made then),
+    or None: for a command to refuse before its work rather than fail after it. The
+    nearest existing folder is tried with a file made and removed at once (root passes
+    every permission check, not a read-only or virtual file system)."""
+    p = Path(path)
+    if p.is_dir():
+        return f"{option} {path}: a folder; name a file (e.g. {p / 'results.json'})"
+    for q in p.parents:
+        if q.exists():
+            if not q.is_dir():
+                return f"{option} {path}: {q} is a file, not a folder"
+            try:
+                with tempfile.TemporaryFile(dir=q):
+                    pass
+            except OSError as e:
+                return f"{option} {path}: cannot write into {q} ({e.strerror})"
+            return None
+    return None
+
+
 TABLE_MIN_NUMBERS = 4096
 """An indented JSON file writes a list of at least this many numbers on one line, and a
 list of rows of numbers holding that many one row per line: an n x n matrix would take

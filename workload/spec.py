@@ -14,7 +14,6 @@ knows its field and is worded by the front end with :meth:`SpecError.render`.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -83,10 +82,8 @@ def known_algorithms() -> list[str]:
 
 
 def proxy_module_argv(model: str) -> list[str]:
-    """``-m proxies.<model>`` when that module exists, else ``-m proxies <model>``."""
-    if importlib.util.find_spec(f"proxies.{model}") is not None:
-        return ["-m", f"proxies.{model}"]
-    return ["-m", "proxies", model]
+    """``-m proxies.<model>`` (every model has its module)."""
+    return ["-m", f"proxies.{model}"]
 
 
 MAX_SCALE = 1000.0  # message size multiplier: the reference's sizes are scale 1

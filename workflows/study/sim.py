@@ -29,9 +29,18 @@ def read_base_config(path: str | Path) -> dict[str, Any]:
     Raises StudyError naming the problem.
     """
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise StudyError(f"--config: no such file {str(path)!r}") from None
+    except IsADirectoryError:
+        raise StudyError(f"--config: {path} is a folder; name the configuration file") from None
+    except OSError as e:
+        raise StudyError(f"--config: cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise StudyError(
+            f"--config: {path} is not UTF-8 text (byte {e.start} is 0x{e.object[e.start]:02x}); "
+            "save it as UTF-8"
+        ) from None
     except json.JSONDecodeError as e:
         raise StudyError(f"--config: {path} is not valid JSON: {e}") from None
     if not isinstance(data, dict):

@@ -58,7 +58,7 @@ class ChakraTrace(Model):
     def _build(self, req: BuildRequest) -> Workload:
         world_size, params, options, _ = req
         if not params["trace_dir"]:
-            raise LayoutError("chakra: give the trace set's directory (flag trace_dir)")
+            raise LayoutError("chakra: give the trace set's directory (--trace-dir DIR)")
         from ..chakra_et import ChakraError
 
         try:

@@ -184,7 +184,7 @@ class _PipelineModel(Model):
             raise LayoutError(
                 f"{self.name}: a pipeline step pairs even and odd stages, so "
                 f"stages must be even (got {stages}); nearest valid: "
-                f"{max(2, stages - 1)}, {stages + 1}"
+                f"{', '.join(map(str, sorted({max(2, stages - 1), stages + 1})))}"
             )
 
 
