@@ -852,21 +852,21 @@ class PhaseSim:
         pl = self.ex.placement
         eager = size_bytes <= self.ex.eager
         rw = _pop(self._p2p_recvs, c)
-        if rw is not None:
-            if eager:
-                self.net.start_transfer(pl[src], pl[dst], size_bytes, _delivered2, None, rw)
-            else:
-                self.net.start_rendezvous(
-                    pl[src], pl[dst], size_bytes, _delivered2, waiter, self.env.now, rw
-                )
-            return eager
         if eager:
+            if rw is not None:
+                self.net.start_transfer(pl[src], pl[dst], size_bytes, _delivered2, None, rw)
+                return True
             # The data leaves now and the send completes at once.
             msg = [None, None]
             self.net.start_transfer(pl[src], pl[dst], size_bytes, _delivered, msg)
             _push(self._p2p_sends, c, msg)
             return True
-        _push(self._p2p_sends, c, (waiter, src, dst, size_bytes, self.env.now))
+        # Rendezvous: the send pays its overhead now, as it is posted (its request-to-send).
+        posted = self.net.send_overhead_end(pl[src], pl[dst], self.env.now)
+        if rw is not None:
+            self.net.start_rendezvous(pl[src], pl[dst], size_bytes, _delivered2, waiter, posted, rw)
+        else:
+            _push(self._p2p_sends, c, (waiter, src, dst, size_bytes, posted))
         return False
 
     def _post_recv(self, key: tuple, waiter: _Waiter) -> bool:
@@ -1315,6 +1315,9 @@ class _Coll(_Waiter):
         the kept paths of its step's row, by member, or None (see ``_path_of``)."""
         hot = self.hot
         rw = _pop(hot[1], key)
+        if size_bytes > hot[2] and self.net.send_overhead_s > 0.0:
+            # Rendezvous: the send pays its overhead now, as it is posted.
+            t_now = self.net.send_overhead_end(self.endpoints[self.me], self.endpoints[dst], t_now)
         if rw is None and size_bytes > hot[2]:
             _push(hot[0], key, (self, plist, size_bytes, t_now))
             return 1

@@ -258,7 +258,10 @@ cdef class FlowNetwork:
     @cython.locals(path=_Path, pair=_Pair, links=tuple, n=cython.longlong,
                    size=cython.longlong, t=cython.double, alpha_s=cython.double,
                    o=cython.double, s=cython.double, free=dict, seq=cython.longlong)
-    cpdef _launch(self, _Flow flow, double now)
+    cpdef _launch(self, _Flow flow, double now, bint paid=*)
+
+    @cython.locals(o=cython.double, s=cython.double, t=cython.double, free=dict)
+    cpdef double send_overhead_end(self, src, dst, double now) except? -1.0
 
     @cython.locals(path=_Path)
     cpdef start_rendezvous(self, src, dst, size_bytes, on_delivery, tag, double send_posted_s,

@@ -104,7 +104,7 @@ _DRAINING = 1  # bytes draining at the max-min rate
 _LATENCY = 2  # last byte left, route latency passing
 _DONE = 3  # delivered
 _TIMER = 4  # not a message: a call_later timer
-_HANDSHAKE = 5  # a rendezvous message whose request-to-send is on its way
+_HANDSHAKE = 5  # a rendezvous message whose request-to-send is on its way (or being sent)
 
 # Wake-ups handled in one simpy step at most (see _on_wake), so a progress-reporting
 # run still gets control back every so often.
@@ -1130,9 +1130,25 @@ class FlowNetwork:
         flow.tag2 = tag2
         return flow
 
-    def _launch(self, flow: _Flow, now: float) -> None:
+    def send_overhead_end(self, src: int, dst: int, now: float) -> float:
+        """When a rendezvous send from endpoint ``src`` to ``dst`` posted at ``now`` (s)
+        has paid LogGP's o for its request-to-send: a sender's messages pay it one after
+        another in the order they are posted (eager ones as they start). ``now`` without
+        a send overhead or to itself. Pass the result to :meth:`rendezvous_on_path` as
+        the send's posting time: its data does not pay o again."""
+        o = self.send_overhead_s
+        if o <= 0.0 or src == dst:
+            return now
+        free = self._send_free
+        s = free.get(src, 0.0)
+        t = (s if s > now else now) + o
+        free[src] = t
+        return t
+
+    def _launch(self, flow: _Flow, now: float, paid: bool = False) -> None:
         """Start a message whose path, size, tag and delivery callback are set, at ``now``
-        (s): what ``start_transfer`` does once it has made the flow."""
+        (s): what ``start_transfer`` does once it has made the flow. ``paid``: its send
+        overhead was paid when it was posted (a rendezvous send's)."""
         path = flow.path
         src = path.src
         size = flow.size_bytes
@@ -1158,7 +1174,7 @@ class FlowNetwork:
         flow.fill_bytes_per_s = -1.0
         alpha_s = self.alpha_s
         o = self.send_overhead_s
-        if o > 0.0 and src != path.dst:
+        if o > 0.0 and src != path.dst and not paid:
             # LogGP's o: the sender's messages pay it one after another, then alpha.
             free = self._send_free
             s = free.get(src, 0.0)
@@ -1187,14 +1203,16 @@ class FlowNetwork:
         tag2: object = _ONE_TAG,
     ) -> None:
         """``start_transfer`` of a rendezvous message whose receive is posted now and
-        whose send was posted at ``send_posted_s`` (s, <= now).
+        whose send was posted at ``send_posted_s`` (s; with a send overhead, when it had
+        paid it: :meth:`send_overhead_end`, which may be later than now).
 
         With ``rendezvous_handshake``, the sender's request-to-send crosses the route
         first, as a zero-byte message (``alpha_s`` + route latency, s); the receiver
         then pulls the data (the get protocol of MPICH's and UCX's rendezvous), so the
         data's transfer starts at ``max(now, send_posted_s + alpha_s + latency)``: one
         extra message latency when both sides post together, none when the receive
-        comes later than the request. Without it, the data starts now.
+        comes later than the request. Without it, the data starts at
+        ``max(now, send_posted_s)``. The data does not pay the send overhead again.
         """
         path = self.path_between(src, dst)
         self.rendezvous_on_path(path, size_bytes, on_delivery, tag, send_posted_s, tag2)
@@ -1219,9 +1237,15 @@ class FlowNetwork:
                 flow.phase = _HANDSHAKE
                 self._set_timer(flow, now + delay)
             else:
-                self._launch(flow, now)
+                self._launch(flow, now, True)
             return
-        self.start_on_path(path, size_bytes, on_delivery, tag, tag2)
+        now = self.env._now + 0.0
+        flow = self._message(path, size_bytes, on_delivery, tag, tag2)
+        if send_posted_s > now:  # its send is still paying its overhead
+            flow.phase = _HANDSHAKE
+            self._set_timer(flow, send_posted_s)
+        else:
+            self._launch(flow, now, True)
 
     def call_later(
         self, delay_s: float, callback: Callable[[object], None], arg: object = None
@@ -1616,7 +1640,7 @@ class FlowNetwork:
                         elif phase == _TIMER:
                             flow.notify(flow.tag)
                         elif phase == _HANDSHAKE:
-                            self._launch(flow, now)
+                            self._launch(flow, now, True)
                         else:
                             self._begin(flow, now)
                     if self._dirty:

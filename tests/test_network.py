@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import random
 import types
+from collections.abc import Callable
 
 import networkx as nx
 import pytest
@@ -281,6 +282,49 @@ def test_send_overhead_is_paid_one_message_after_another_per_sender():
     out = net3.transfer(0, 1, 0)
     env3.run()
     assert (own.value.end_s, out.value.end_s) == (approx(0.25), approx(1.75))
+
+
+def _at_delivery(env: simpy.Environment, out: dict) -> Callable[[object], None]:
+    """A delivery callback recording ``out[tag] = now``."""
+    return lambda tag: out.setdefault(tag, env.now)
+
+
+def test_a_rendezvous_send_pays_its_overhead_when_posted_not_when_matched():
+    # Star as above. Sender 0 posts three rendezvous sends at 0 (o each, one after
+    # another: 1, 2, 3) and one eager message after them (4); the receives come at 5,
+    # matched in reverse order: the data leaves at once, without paying o again.
+    g = nx.DiGraph()
+    for v in (1, 2, 3):
+        g.add_edge(0, v, bandwidth=100.0, latency=0.5)
+    for handshake in (False, True):
+        env, net = make(g, alpha_s=0.25, send_overhead_s=1.0, rendezvous_handshake=handshake)
+        posted = [net.send_overhead_end(0, v, 0.0) for v in (1, 2, 3)]
+        assert posted == [1.0, 2.0, 3.0]
+        eager = net.transfer(0, 1, 0)
+        ends: dict[int, float] = {}
+        env.run(until=5.0)
+        for v, t in reversed(list(zip((1, 2, 3), posted, strict=True))):
+            net.rendezvous_on_path(net.path_between(0, v), 100, _at_delivery(env, ends), v, t)
+        env.run()
+        assert eager.value.end_s == approx(4.0 + 0.25 + 0.5)
+        # Each: alpha + 100/100 + latency from 5 (the request-to-send, alpha + latency
+        # after its posting, arrived long before).
+        assert ends == {v: approx(5.0 + 1.75) for v in (1, 2, 3)}
+    # A receive that comes before the send's overhead is paid waits for it: the data
+    # leaves at 1 without a handshake, at 1 + alpha + latency with one.
+    for handshake, start in ((False, 1.0), (True, 1.75)):
+        env, net = make(line((100.0, 0.5)), alpha_s=0.25, send_overhead_s=1.0,
+                        rendezvous_handshake=handshake)  # fmt: skip
+        done: dict[int, float] = {}
+        net.rendezvous_on_path(
+            net.path_between(0, 1), 100, _at_delivery(env, done), 1,
+            net.send_overhead_end(0, 1, 0.0),
+        )  # fmt: skip
+        env.run()
+        assert done == {1: approx(start + 1.75)}
+    # To itself, a send pays no overhead.
+    env, net = make(line((100.0, 0.5)), send_overhead_s=1.0)
+    assert net.send_overhead_end(0, 0, 2.0) == 2.0
 
 
 def test_injection_bandwidth_limits_a_single_flow():

@@ -742,3 +742,29 @@ def test_a_binomial_reduce_charges_every_receiver_the_reduction_the_root_too(p):
     assert ring == pytest.approx(
         2 * (p - 1) * (2 * lat + block / bw) + (p - 1) * block * gamma, rel=1e-9
     )
+
+
+def test_a_direct_alltoall_pays_the_send_overhead_in_posting_order_eager_or_rendezvous():
+    # Every rank posts its receives, then its sends to r + 1, r + 2, ...: each sender pays
+    # o per message as it posts them, so its last message leaves (p - 1) o after the
+    # first, hidden behind the draining of the others; receives match in another order,
+    # which must not serialise the overheads again (rendezvous paid them when matched).
+    from workload.program import ProgramBuilder
+
+    p, m, o = 8, 1 << 16, 1e-6
+    g = topologies.switch(p, 10e9, 0.0)
+
+    def prog(r: int) -> list:
+        b = ProgramBuilder()
+        q = [b.recv(i, m // 4, tag=1, group="world", blocking=False) for i in range(p) if i != r]
+        q += [
+            b.send((r + d) % p, m // 4, tag=1, group="world", blocking=False) for d in range(1, p)
+        ]
+        b.wait(*q)
+        return b.ops
+
+    for eager in (0, 1 << 30):
+        extra = simnet.program_time(
+            g, prog, send_overhead_s=o, eager_threshold_bytes=eager
+        ) - simnet.program_time(g, prog, eager_threshold_bytes=eager)
+        assert extra == pytest.approx(o, rel=1e-6), eager
