@@ -153,8 +153,8 @@ def add_mpi_options(
         type=float,
         default=DEFAULT_TIMEOUT_S,
         metavar="S",
-        help="abort when one operation blocks longer than S seconds "
-        f"(0: never; default {DEFAULT_TIMEOUT_S:g})",
+        help="abort when one operation blocks longer than S seconds, an emulated compute "
+        f"beyond its own time (0: never; default {DEFAULT_TIMEOUT_S:g})",
     )
     g.add_argument(
         "--force",

@@ -70,9 +70,10 @@ class Watchdog:
         self.limit_s = max(self.timeout_s, self.SETUP_ALLOWANCE_S) if setup else self.timeout_s
         self.what, self.since = what, time.perf_counter()
 
-    def operation(self, what: str, since: float) -> None:
-        """Hot-path form of ``enter`` for one operation of a timed loop."""
-        self.since, self.what, self.limit_s = since, what, self.timeout_s
+    def operation(self, what: str, since: float, planned_s: float = 0.0) -> None:
+        """Hot-path form of ``enter`` for one operation of a timed loop; ``planned_s``:
+        how long it is meant to take (an emulated compute's seconds), not blocking."""
+        self.since, self.what, self.limit_s = since, what, self.timeout_s + planned_s
 
     def _watch(self) -> None:
         period = min(1.0, self.timeout_s / 4)
@@ -81,7 +82,7 @@ class Watchdog:
             stuck = time.perf_counter() - self.since
             if stuck > self.limit_s:
                 sys.stderr.write(
-                    f"error: rank {self.rank} timed out after {stuck:.2f} s (--timeout "
+                    f"error: rank {self.rank} timed out after {stuck:.3g} s (--timeout "
                     f"{self.timeout_s:g}) in {self.what}; aborting the job\n"
                 )
                 sys.stderr.flush()
@@ -421,12 +422,17 @@ class MPIExecutor:
         self._schedule_seq = {}
         calls = [self._compile(op, reqs) for op in ops]
         what = [f"operation #{i} of phase {name!r}: {describe(op)}" for i, op in enumerate(ops)]
+        # An emulated compute is meant to take its time: the watchdog counts what is beyond.
+        planned = [
+            us_to_s(op.duration_us) if type(op) is Compute and self.compute_mode != "none" else 0.0
+            for op in ops
+        ]
         waited = {r for op in ops if isinstance(op, Wait) for r in op.reqs}
         unwaited = [r for r in range(nreq) if r not in waited]
         wd = self.watchdog
         for it in range(warmup):
-            for call, w in zip(calls, what, strict=True):
-                wd.enter(f"{w} (warm-up iteration {it})")
+            for call, w, plan in zip(calls, what, planned, strict=True):
+                wd.operation(f"{w} (warm-up iteration {it})", time.perf_counter(), plan)
                 call()
             self._leftover += [reqs[r] for r in unwaited]
             self.step += 1
@@ -442,7 +448,7 @@ class MPIExecutor:
             run.iteration_starts.append(perf() - t0)
             for i, call in enumerate(calls):
                 t = perf()
-                wd.operation(what[i], t)
+                wd.operation(what[i], t, planned[i])
                 call()
                 starts[i] = t - t0
                 ends[i] = perf() - t0

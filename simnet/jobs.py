@@ -45,6 +45,7 @@ class JobReport:
     ranks: tuple[int, int]  # its combined ranks: first, last + 1
     endpoints: list[int]
     start_s: float
+    scale: float  # its workload's message scale
     alone_s: float  # the job by itself on the network (its phases back to back)
     shared_s: float  # from its start to its last rank's end, with the other jobs
     # (src endpoint, dst endpoint) -> bytes of the shared run, between the job's endpoints
@@ -283,6 +284,7 @@ def simulate_jobs(
                 ranks=(first, last),
                 endpoints=list(eps),
                 start_s=start,
+                scale=job.workload.scale,
                 alone_s=_end_s(res.phases[0], range(len(eps)), 0.0),
                 shared_s=end - start,
                 pair_bytes=traffic,

@@ -310,6 +310,7 @@ def jobs_document(report: Any) -> dict[str, Any]:
                 "ranks": list(j.ranks),
                 "endpoints": j.endpoints,
                 "start_s": j.start_s,
+                "scale": j.scale,
                 "alone_s": j.alone_s,
                 "shared_s": j.shared_s,
                 "slowdown": j.slowdown,

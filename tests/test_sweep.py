@@ -285,3 +285,64 @@ def test_aggregate_sweep_points_and_sim_results(base_file, tmp_path, capsys):
     assert lines[0].startswith("kind,model,world_size,args,scale,iteration_time_s")
     assert len(lines) == 4
     assert aggregate.main([str(tmp_path / "nothing-here"), "-o", str(prefix)]) == 2
+
+
+class _InterruptedPool(InlineExecutor):
+    """Ctrl-C while the second point is being submitted; the first point's worker was
+    writing its file then and finishes it during the shutdown."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def submit(self, fn, /, *args, **kwargs):
+        self.calls.append(args)
+        if len(self.calls) == 2:
+            raise KeyboardInterrupt
+        from concurrent.futures import Future
+
+        return Future()  # running
+
+    def shutdown(self, wait=True, *, cancel_futures=False):
+        simulate_point(*self.calls[0])
+
+
+def test_a_point_finished_during_an_interrupt_is_counted_complete(base_file, tmp_path, capsys):
+    out = tmp_path / "out"
+    plan = sweep.plan_sweep(base_file, json.dumps(GRID), out)
+    said: list[str] = []
+    assert sweep.run_plan(plan, _InterruptedPool(), "test", said.append) == 130
+    assert said[-1] == (
+        "interrupted: 1 of 4 points complete; run the same command again to finish the others"
+    )
+    m = _manifest(out)
+    assert m["complete"] == 1 and m["pending"] == 3
+    assert m["runs"][0]["interrupted"] is True and m["runs"][0]["computed"] == [0]
+    assert [p["status"] for p in m["points"]] == ["complete", "pending", "pending", "pending"]
+
+
+def test_aggregate_names_a_points_grid_keys_and_the_jobs_scales(base_file, tmp_path, capsys):
+    out = tmp_path / "out"
+    grid = '{"topology.num_nodes": [8, 16]}'  # not a column of the table
+    assert sweep.main(["--config", str(base_file), "--grid", grid, "--out", str(out),
+                       "--executor", "serial", "--quiet"]) == 0  # fmt: skip
+    from simnet.output import document
+
+    two = {
+        "distributed": {"num_nodes": 4},
+        "topology": {"type": "switch", "num_nodes": 4},
+        "jobs": [
+            {"name": "a", "workload": {"name": "dlrm", "world_size": 2, "scale": 0.05}},
+            {"name": "b", "workload": {"name": "dlrm", "world_size": 2, "scale": 0.02}},
+        ],
+    }
+    write_json(tmp_path / "sim" / "sim_results.json", document(simnet.simulate(two)))
+    prefix = tmp_path / "table"
+    args = [str(out / "points"), str(tmp_path / "sim"), str(tmp_path / "nothing.json")]
+    assert aggregate.main([*args, "-o", str(prefix), "--quiet"]) == 0
+    rows = json.loads((tmp_path / "table.json").read_text())["rows"]
+    assert [(r["scale"], r.get("point")) for r in rows] == [
+        (0.01, "topology.num_nodes=16"),  # (by the point's text)
+        (0.01, "topology.num_nodes=8"),
+        ("0.02/0.05", None),
+    ]
+    assert "(3 rows, 0 files left out; 1 inputs matched no file)" in capsys.readouterr().err

@@ -41,6 +41,7 @@ COLUMNS = (
     ("samples_per_iteration", "samples/iter"),
     ("throughput_samples_per_s", "throughput (samples/s)"),
     ("phases", "phases"),
+    ("point", "sweep point"),
     ("source", "source"),
 )
 SKIP_SUFFIXES = (".trace.json",)  # Chrome/Perfetto traces: large, never results
@@ -106,7 +107,7 @@ def row_from_prediction(doc: dict[str, Any]) -> dict[str, Any]:
         "model": wl["model"],
         "world_size": wl["world_size"],
         "args": _args_text(wl.get("params", {})),
-        "scale": doc.get("config", {}).get("workload", {}).get("scale", 1.0),
+        "scale": _scale_of_prediction(doc),
         "iteration_time_s": doc["iteration_time_s"],
         "phases": "+".join(ph["phase"] for ph in phases),
     }
@@ -116,6 +117,15 @@ def row_from_prediction(doc: dict[str, Any]) -> dict[str, Any]:
         wl["model"], wl["world_size"], wl.get("params", {}), wl.get("info", {})
     )
     return row
+
+
+def _scale_of_prediction(doc: dict[str, Any]) -> float | str:
+    """The workload's message scale; with several jobs, theirs (one, or each: "a/b")."""
+    jobs = (doc.get("jobs") or {}).get("jobs")
+    if jobs:
+        scales = sorted({float(j.get("scale", 1.0)) for j in jobs})
+        return scales[0] if len(scales) == 1 else "/".join(f"{s:g}" for s in scales)
+    return doc.get("config", {}).get("workload", {}).get("scale", 1.0)
 
 
 def row_from_sweep_point(doc: dict[str, Any]) -> dict[str, Any]:
@@ -131,6 +141,9 @@ def row_from_sweep_point(doc: dict[str, Any]) -> dict[str, Any]:
         "comm_s": r["comm_s"],
         "exposed_comm_s": r["exposed_comm_s"],
         "phases": "+".join(ph["phase"] for ph in r.get("phases", [])),
+        # What this point of the grid sets: points differing in other keys than the
+        # table's columns (a topology's size) are told apart.
+        "point": " ".join(f"{k}={json.dumps(v)}" for k, v in doc.get("point", {}).items()),
     }
     row["samples_per_iteration"] = samples_per_iteration(
         r["model"], r["world_size"], r.get("params", {}), r.get("info", {})
@@ -178,9 +191,10 @@ def collect(files: Iterable[Path]) -> tuple[list[dict[str, Any]], list[tuple[str
         key=lambda r: (
             r["model"],
             r["args"] or "",
-            r["scale"],
+            (0, r["scale"]) if isinstance(r["scale"], (int, float)) else (1, str(r["scale"])),
             r["world_size"],
             r["kind"],
+            r.get("point") or "",
             r["source"],
         )
     )
@@ -262,7 +276,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(text, end="")
     print(
         f"wrote {', '.join(str(p) for p in written)} ({len(rows)} rows, "
-        f"{len(ignored)} files left out)",
+        f"{len(ignored)} files left out"
+        + (f"; {len(empty)} inputs matched no file" if empty else "")
+        + ")",
         file=sys.stderr,
     )
     return 0

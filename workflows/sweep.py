@@ -307,11 +307,23 @@ def run_plan(
     except KeyboardInterrupt:
         for fut in futures:
             fut.cancel()  # queued points; running ones stop with the interrupt
+        say("\ninterrupted: waiting for the points being simulated (Ctrl-C again: at once)")
+        pool.shutdown(wait=True)
+        # A point that was being written when the interrupt came is complete: count it.
+        for pt in todo:
+            if pt.status == "pending":
+                res = read_complete(out / pt.file, pt.config_hash)
+                if res is not None:
+                    pt.status, pt.result = "complete", res
+                    pt.computed_in_run = manifest.run["run"]
+                    manifest.run["computed"].append(pt.index)
+                    done += 1
+        manifest.run["computed"].sort()
         manifest.run["interrupted"] = True
         manifest.run["finished"] = _now()
         manifest.write()
         say(
-            f"\ninterrupted: {done} of {runnable} points complete; run the same command "
+            f"interrupted: {done} of {runnable} points complete; run the same command "
             "again to finish the others"
         )
         return EXIT_INTERRUPTED

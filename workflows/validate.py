@@ -556,7 +556,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the configured proxy for real over MPI, predict it with simnet, "
         "and compare them per phase and operation by operation.",
     )
-    p.add_argument("--config", default="config.json", help="configuration file (JSON)")
+    p.add_argument(
+        "--config",
+        default="config.json",
+        help="configuration file (JSON; default: config.json in this folder)",
+    )
     p.add_argument(
         "--np", type=int, default=None, metavar="N", help="ranks (default: the config's)"
     )
