@@ -15,6 +15,7 @@ from .config import ConfigError, load_config, schema
 from .sizecheck import DENSE_MAX_ENDPOINTS, MATRICES, dense_matrices
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # as a shell reports a command ended by SIGINT
 
 
 def build_parser(subcommands: Sequence[str] = ()) -> argparse.ArgumentParser:
@@ -30,7 +31,12 @@ def build_parser(subcommands: Sequence[str] = ()) -> argparse.ArgumentParser:
         "--schema", action="store_true", help="print the configuration's JSON Schema and exit"
     )
     p.add_argument("--out", default=None, help="results directory (default: logging.log_dir)")
-    p.add_argument("--prefix", default="sim_", help="prefix of every file written")
+    p.add_argument(
+        "--prefix",
+        default="sim_",
+        help="prefix of every file written (the page: report.html, or PREFIXreport.html "
+        "with another prefix)",
+    )
     series = p.add_mutually_exclusive_group()
     series.add_argument(
         "--no-series",
@@ -129,6 +135,9 @@ def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
             hint = "; --matrices sparse leaves the n x n matrices out"
         print(f"error: {e}{hint}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("\ninterrupted: the simulation stopped, nothing was written", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if last[0]:
         # The last line shown may be seconds old: end on the final state.
         print(latest[0].ljust(widest[0]), file=sys.stderr)
@@ -142,5 +151,13 @@ def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
             file=sys.stderr,
             flush=True,
         )
-    write_all(res, out, ns.prefix, say=print, matrices=ns.matrices)
+    try:
+        write_all(res, out, ns.prefix, say=print, matrices=ns.matrices)
+    except KeyboardInterrupt:
+        print(
+            f"\ninterrupted while writing: {out} holds this run's files written so far and "
+            f"no {ns.prefix}summary.txt (an earlier run's files there were removed first)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
     return 0

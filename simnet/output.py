@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import html
+import json
 import math
 import statistics
 from collections.abc import Callable, Sequence
@@ -31,6 +32,9 @@ from . import _compiled, arenas, sizecheck
 from .report import table
 from .simulate import PhaseResult, SimResult
 from .sizecheck import DENSE_MAX_ENDPOINTS
+
+DOCUMENT_KIND = "simnet-prediction"  # the results JSON's kind
+DEFAULT_PREFIX = "sim_"  # of every file a run writes
 
 
 def link_name(key: tuple) -> str:
@@ -270,7 +274,7 @@ def document(res: SimResult, dense: bool = True, prefix: str = "sim_") -> dict[s
             }
         }
     return {
-        "kind": "simnet-prediction",
+        "kind": DOCUMENT_KIND,
         "config": cfg.model_dump(),
         "versions": {
             **versions(),
@@ -376,7 +380,7 @@ def trace(res: SimResult) -> dict[str, Any]:
 
 
 def _fmt_bytes(n: float) -> str:
-    for unit, f in (("GB", GB), ("MB", MB), ("KB", KB)):
+    for unit, f in (("PB", 1e15), ("TB", 1e12), ("GB", GB), ("MB", MB), ("KB", KB)):
         if n >= f:
             return f"{n / f:.3g} {unit}"
     return f"{int(n)} B"
@@ -429,18 +433,20 @@ def summary_text(res: SimResult, files: list[Path] | None = None, notes: Sequenc
             ("exposed_comm_s", "exposed communication"),
         ):
             lines.append(f"  {label:28s} mean {s[key]['mean']:.6f} s  max {s[key]['max']:.6f} s")
+        over = f" (over the {p.iterations} iterations)" if p.iterations > 1 else ""
         lines.append(
-            "  wire bytes by group: "
+            f"  wire bytes by group{over}: "
             + ", ".join(f"{k} {_fmt_bytes(v)}" for k, v in sorted(p.wire_bytes_by_group.items()))
         )
-        lines.append(
-            "  algorithms: "
-            + ", ".join(f"{k}={'/'.join(v)}" for k, v in sorted(p.algorithms.items()))
-        )
+        if p.algorithms:
+            lines.append(
+                "  algorithms: "
+                + ", ".join(f"{k}={'/'.join(v)}" for k, v in sorted(p.algorithms.items()))
+            )
         top = s["links"][:5]
         if top:
             lines.append(
-                "  busiest links: "
+                "  busiest links (share of the time busy): "
                 + ", ".join(f"{t['link']} {100 * t['busy_fraction']:.0f}%" for t in top)
             )
     lines += notes
@@ -452,7 +458,7 @@ def summary_text(res: SimResult, files: list[Path] | None = None, notes: Sequenc
 def write_all(
     res: SimResult,
     out_dir: str | Path,
-    prefix: str = "sim_",
+    prefix: str = DEFAULT_PREFIX,
     say: Callable[[str], None] | None = None,
     matrices: str = "auto",
 ) -> list[Path]:
@@ -487,6 +493,7 @@ def _write_all(
     dense = dense_outputs(res, matrices)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    _remove_previous_run(out, prefix)
     files: list[Path] = []
     rows = pair_rows(res)
     files.append(write_csv(out / f"{prefix}pairs.csv", PAIR_HEADER, rows))
@@ -574,6 +581,7 @@ def _write_all(
             title=f"predicted traffic: {title}\n{_iterations_text(res)}",
             labels=labels,
             axis_name=axis,
+            block=1 if dense else b,
         )
     )
     ach[ach == 0] = np.nan
@@ -623,11 +631,15 @@ def _write_all(
     if res.jobs is not None:
         files += _write_jobs(res, out, prefix, title, dense)
     files.append(write_json(out / f"{prefix}timeline.trace.json", trace(res), indent=None))
-    files.append(write_json(out / f"{prefix}results.json", document(res, dense, prefix)))
-    from .report import REPORT_NAME, write_report
+    from .report import write_report
 
-    text = summary_text(res, [*files, out / f"{prefix}summary.txt", out / REPORT_NAME], notes)
-    files.append(write_text(out / f"{prefix}summary.txt", text + "\n"))
+    last = [out / f"{prefix}results.json", out / f"{prefix}summary.txt", out / report_name(prefix)]
+    doc = document(res, dense, prefix)
+    # Every file of the run, so that the next run into this folder removes them first.
+    doc[RUN_FILES_KEY] = [f.name for f in [*files, *last]]
+    files.append(write_json(last[0], doc))
+    text = summary_text(res, [*files, *last[1:]], notes)
+    files.append(write_text(last[1], text + "\n"))
     before, after = simulation_sections(res)
     files.append(
         write_report(
@@ -638,11 +650,43 @@ def _write_all(
             config=res.config.model_dump(),
             sections=before,
             details=after,
+            name=last[2].name,
         )
     )
     if say:
         say(text)
     return files
+
+
+def report_name(prefix: str) -> str:
+    """The run's page: ``report.html`` with the default prefix, else prefixed like every
+    other file (two runs into one folder under two prefixes keep their pages)."""
+    from .report import REPORT_NAME
+
+    return REPORT_NAME if prefix == DEFAULT_PREFIX else f"{prefix}{REPORT_NAME}"
+
+
+RUN_FILES_KEY = "files"
+"""The results JSON's list of every file its run wrote (names in its folder)."""
+
+
+def _remove_previous_run(out: Path, prefix: str) -> None:
+    """Remove the files an earlier run with ``prefix`` wrote into ``out``, as its results
+    JSON lists them (its summary, results and report first): a run into the same folder
+    leaves none of another run's files beside its own, and an interrupted one leaves no
+    summary of another run. Nothing else is touched."""
+    marker = out / f"{prefix}results.json"
+    try:
+        doc = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return
+    listed = doc.get(RUN_FILES_KEY) if isinstance(doc, dict) else None
+    if doc.get("kind") != DOCUMENT_KIND or not isinstance(listed, list):
+        return
+    first = [f"{prefix}summary.txt", report_name(prefix), marker.name]
+    for name in [*first, *listed]:
+        if isinstance(name, str) and name and Path(name).name == name:
+            (out / name).unlink(missing_ok=True)
 
 
 def _write_jobs(
@@ -692,6 +736,7 @@ def _write_jobs(
                 title=f"predicted traffic of job {j.name} ({j.model}) sharing: {title}",
                 labels=None if b == 1 else [str(i) for i in range(0, n, b)],
                 axis_name="endpoint" if b == 1 else f"endpoint (blocks of {b})",
+                block=b,
             )
         )
     return files

@@ -52,6 +52,7 @@ __all__ = [
 PathLike = str | os.PathLike[str]
 
 DPI = 100
+IMAGE_SIDE_PX_AT_DPI = 560  # a large heatmap's side in pixels at DPI (8.5 x 7 in figure)
 """Pixels per inch of every PNG."""
 
 ANNOTATE_MAX_N = 16
@@ -118,7 +119,7 @@ def _save(fig: Figure, path: PathLike) -> Path:
     try:
         return atomic_write(
             path,
-            lambda f: fig.savefig(f, format="png", dpi=DPI, facecolor="white"),
+            lambda f: fig.savefig(f, format="png", dpi=fig.dpi, facecolor="white"),
             binary=True,
         )
     finally:
@@ -147,6 +148,23 @@ def _tick_indices(n: int, max_ticks: int = 8) -> list[int]:
     else:
         step = next(m * 10**k for k in range(12) for m in (1, 2, 5) if n / (m * 10**k) <= max_ticks)
     return list(range(0, n, step))
+
+
+def _max_pool(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``values`` (NaN: no value) in blocks of ``k`` x ``k`` cells, each block its
+    largest value, and where a block holds none."""
+    if k == 1:
+        return values, np.isnan(values)
+    n = values.shape[0]
+    m = -(-n // k)
+    padded = np.full((m * k, m * k), np.nan)
+    padded[:n, :n] = values
+    blocks = padded.reshape(m, k, m, k)
+    empty = np.isnan(blocks).all(axis=(1, 3))
+    pooled = np.where(
+        empty, np.nan, np.nanmax(np.where(np.isnan(blocks), -np.inf, blocks), axis=(1, 3))
+    )
+    return pooled, empty
 
 
 def _heatmap(
@@ -199,14 +217,20 @@ def _heatmap(
             rasterized=True,
             cbar_kws={"label": cbar_label},
         )
-    else:  # one image instead of n*n quads: ~10x faster, and downsampled properly
+    else:  # one image instead of n*n quads: ~10x faster
+        # More cells than pixels: each pixel shows the largest of its k x k cells (averaged
+        # by the renderer, a matrix's peaks would blend into the grey of its empty cells).
+        k = math.ceil(n / IMAGE_SIDE_PX_AT_DPI)
+        pooled, empty = _max_pool(shown, k)
+        if k > 1:
+            masked_note += f"; each pixel the largest of {k} x {k} cells"
         image = ax.imshow(
-            np.ma.masked_array(shown, mask=mask),
+            np.ma.masked_array(pooled, mask=empty),
             cmap=cmap,
             vmin=0.0,
             vmax=vmax,
             extent=(0, n, n, 0),
-            interpolation="antialiased",
+            interpolation="nearest",
             rasterized=True,
         )
         fig.colorbar(image, ax=ax, label=cbar_label)
@@ -229,8 +253,11 @@ def traffic_heatmap(
     title: str,
     labels: Sequence[str] | None = None,
     axis_name: str = "rank",
+    block: int = 1,
 ) -> Path:
     """Heatmap of bytes sent, row = sender, column = receiver; returns the PNG path.
+    ``block`` > 1: each cell sums a block of ``block`` x ``block`` endpoint pairs, as the
+    colorbar label says.
 
     ``matrix_bytes[i, j]`` is the number of bytes (finite, >= 0) sent from
     ``i`` to ``j``. The whole matrix is shown in one decimal unit chosen from
@@ -251,7 +278,11 @@ def traffic_heatmap(
         m == 0,
         path,
         title=title,
-        cbar_label=f"traffic ({_unit_note(unit, size)})",
+        cbar_label=(
+            f"traffic ({_unit_note(unit, size)})"
+            if block == 1
+            else f"traffic per block of {block} x {block} pairs ({_unit_note(unit, size)})"
+        ),
         masked_note="grey = no traffic (0 B)",
         labels=labels,
         axis_name=axis_name,
@@ -455,13 +486,13 @@ def timeline_bars(
     *,
     title: str,
 ) -> Path:
-    """Stacked horizontal bars per rank: compute, exposed and overlapped communication.
+    """Horizontal bars per rank: compute, then exposed communication, so a bar ends at
+    the rank's time; the communication that overlapped compute is drawn as a thinner
+    band over the end of the compute it ran behind (at most the compute's length).
 
-    Inputs are durations in seconds (>= 0), one per rank. Segments are drawn
-    end to end in that order, so a bar's length is the sum of the three, not
-    the wall time: overlapped communication ran concurrently with compute
-    (it is hatched to say so). The axis is in ms when the longest bar is under
-    1 s, else in s. Many ranks get a handful of tick labels. Returns the PNG path.
+    Inputs are durations in seconds (>= 0), one per rank. The axis is in ms when the
+    longest bar is under 1 s, else in s. Many ranks get a handful of tick labels.
+    Returns the PNG path.
     """
     labels = [str(s) for s in rank_labels]
     parts = [np.asarray(a, dtype=float) for a in (compute_s, exposed_comm_s, overlapped_comm_s)]
@@ -470,26 +501,34 @@ def timeline_bars(
     if any((~np.isfinite(p)).any() or (p < 0).any() for p in parts):
         raise ValueError("durations must be finite and >= 0")
     n = len(labels)
-    total_s = parts[0] + parts[1] + parts[2]
+    compute, exposed = parts[0], parts[1]
+    hidden = np.minimum(parts[2], compute)
+    total_s = compute + exposed
     unit, per_s = ("ms", MS_PER_S) if (total_s.max() if n else 0.0) < 1.0 else ("s", 1.0)
 
     fig = _new_figure(9.0, min(max(2.5, 0.3 * n + 1.6), 12.0))
     ax = fig.add_subplot()
     y = np.arange(n)
-    left = np.zeros(n)
-    styles = (
-        ("compute", "tab:green", None),
-        ("exposed communication", "tab:red", None),
-        ("overlapped communication (concurrent with compute)", "tab:orange", "//"),
+    end = compute * per_s
+    segments = (
+        ("compute", "tab:green", None, np.zeros(n), end, 0.8),
+        ("exposed communication", "tab:red", None, end, end + exposed * per_s, 0.8),
+        (
+            "communication overlapped with compute",
+            "tab:orange",
+            "//",
+            end - hidden * per_s,
+            end,
+            0.35,
+        ),
     )
-    for part, (label, colour, hatch) in zip(parts, styles, strict=True):
-        right = left + part * per_s
+    for label, colour, hatch, left, right, height in segments:
         if n <= BARS_MAX_N:
             ax.barh(
                 y,
                 right - left,
                 left=left,
-                height=0.8,
+                height=height,
                 color=colour,
                 hatch=hatch,
                 edgecolor="white",
@@ -497,7 +536,7 @@ def timeline_bars(
                 label=label,
             )
         else:  # one polygon per segment kind instead of n bars: fast for 1000s of ranks
-            edges = np.column_stack([y - 0.5, y + 0.5]).ravel()
+            edges = np.column_stack([y - height / 2, y + height / 2]).ravel()
             ax.fill_betweenx(
                 edges,
                 np.repeat(left, 2),
@@ -507,7 +546,6 @@ def timeline_bars(
                 aa=False,
                 label=label,
             )
-        left = right
     ticks = list(range(n)) if n <= 48 else _tick_indices(n, 12)
     ax.set_yticks(ticks, [labels[i] for i in ticks], fontsize=8)
     ax.set_ylim(n - 0.5, -0.5)  # first rank at the top

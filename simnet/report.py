@@ -132,14 +132,15 @@ def write_report(
     config: dict[str, Any] | None = None,
     sections: Sequence[tuple[str, str, str]] = (),
     details: Sequence[tuple[str, str, str]] = (),
+    name: str = REPORT_NAME,
 ) -> Path:
-    """Write ``report.html`` into ``out_dir`` (atomically), embedding the PNGs among
-    ``files``; returns its path."""
+    """Write the page ``name`` (``report.html``) into ``out_dir`` (atomically), embedding
+    the PNGs among ``files``; returns its path."""
     figures = [Path(f) for f in files if str(f).endswith(".png") and Path(f).is_file()]
     page = render(
         title, summary, figures=figures, config=config, sections=sections, details=details
     )
-    return write_text(Path(out_dir) / REPORT_NAME, page)
+    return write_text(Path(out_dir) / name, page)
 
 
 def write_run_report(

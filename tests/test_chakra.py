@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SPECS = [
     RunSpec(
         "llm",
-        flags={"preset": "mixtral-8x7b", "tp": 2, "ep": 2, "layers": 2, "zero": 3},
+        flags={"preset": "mixtral-8x7b", "tp": 2, "sp": 1, "ep": 2, "layers": 2, "zero": 3},
         world_size=8,
     ),
     RunSpec(

@@ -411,3 +411,46 @@ def test_identical_link_series_share_one_labelled_line():
     assert [label for label, _, _ in curves] == ["l0 (+7 alike)", "odd"]
     assert list(curves[0][2]) == [0.5, 0.0, 0.0]  # utilisation, until the longest series ends
     assert list(curves[0][1]) == [0.0, 1.0, 2.0]  # ms
+
+
+def test_timeline_bars_end_at_each_ranks_time(tmp_path: Path, monkeypatch) -> None:
+    # Compute 200 ms, exposed 50 ms, 300 ms of communication overlapped (more than the
+    # compute: drawn over the compute only): the bars reach 250 ms, not 550.
+    spans: list[tuple[float, float]] = []
+    real = plots._save
+
+    def spy(fig, path):
+        for patch in fig.axes[0].patches:
+            x, w = patch.get_x(), patch.get_width()
+            spans.append((round(x, 9), round(x + w, 9)))
+        return real(fig, path)
+
+    monkeypatch.setattr(plots, "_save", spy)
+    plots.timeline_bars(
+        ["0", "1"], [0.2, 0.1], [0.05, 0.0], [0.3, 0.04], tmp_path / "b.png", title="b"
+    )
+    assert max(end for _, end in spans) == 250.0
+    assert sorted(set(spans)) == sorted(
+        {(0.0, 200.0), (0.0, 100.0), (200.0, 250.0), (100.0, 100.0), (60.0, 100.0)}
+    )
+
+
+def test_a_big_heatmap_keeps_its_peaks_each_pixel_the_largest_of_its_cells(
+    tmp_path: Path, captured: list[list[AxesSnapshot]]
+) -> None:
+    # 1,024 cells a side on about 560 pixels: alternate cells hold the maximum, the others
+    # a sixth of it; averaged into pixels they would show no maximum at all.
+    m = np.zeros((1024, 1024))
+    m[::2, 1::2] = 240e6
+    m[1::2, ::2] = 40e6
+    out = plots.traffic_heatmap(m, tmp_path / "h.png", title="t")
+    with Image.open(out) as im:
+        rgb = np.asarray(im.convert("RGB")).astype(int)
+    top = np.array(plt.get_cmap(plots._CMAP)(1.0)[:3]) * 255
+    assert (np.abs(rgb - top).sum(axis=2) < 30).sum() > 100_000  # the maximum's colour
+    assert any("each pixel the largest of 2 x 2 cells" in s.xlabel for s in captured[0])
+    nan = np.nan
+    cells = np.array([[1.0, nan, 3.0], [2.0, nan, nan], [nan, nan, nan]])
+    pooled, empty = plots._max_pool(cells, 2)
+    assert pooled[0].tolist() == [2.0, 3.0]
+    assert empty.tolist() == [[False, False], [True, True]]

@@ -366,3 +366,51 @@ def test_the_command_runs_without_the_cyclic_collector_and_restores_it(tmp_path,
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def _run_cli(tmp_path, name: str, config: dict, *extra: str) -> int:
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(config))
+    return cli.main(["--config", str(path), "--quiet", *extra])
+
+
+def test_a_run_into_a_used_folder_leaves_none_of_the_earlier_runs_files(tmp_path):
+    out = tmp_path / "out"
+    # Two phases (ResNet-50): per-phase files; then one phase, sparse: none of them.
+    assert _run_cli(tmp_path, "a", fat_tree_config(), "--out", str(out)) == 0
+    first = {p.name for p in out.iterdir()}
+    assert {"sim_traffic_bytes_allreduce.csv", "sim_rank_breakdown_ring.png"} <= first
+    doc = json.loads((out / "sim_results.json").read_text())
+    assert sorted(doc["files"]) == sorted(first)
+    keep = out / "notes.txt"
+    keep.write_text("mine")
+    one_phase = dict(fat_tree_config(), workload={"name": "dlrm", "world_size": 16, "scale": 0.01})
+    assert _run_cli(tmp_path, "b", one_phase, "--out", str(out), "--matrices", "sparse") == 0
+    second = {p.name for p in out.iterdir()}
+    doc = json.loads((out / "sim_results.json").read_text())
+    assert second == {*doc["files"], "notes.txt"} and keep.read_text() == "mine"
+    assert "sim_traffic_bytes.csv" not in second and "sim_rank_breakdown_ring.png" not in second
+    # Another prefix is another run: both stay, each with its own report.
+    assert _run_cli(tmp_path, "c", one_phase, "--out", str(out), "--prefix", "c_") == 0
+    assert {"report.html", "c_report.html", "sim_summary.txt", "c_summary.txt"} <= {
+        p.name for p in out.iterdir()
+    }
+    assert "c_report.html" in (out / "c_summary.txt").read_text()
+
+
+def test_ctrl_c_while_writing_leaves_no_summary_of_any_run(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    assert _run_cli(tmp_path, "a", fat_tree_config(), "--out", str(out)) == 0
+    from simnet import plots
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(plots, "timeline_bars", interrupted)
+    assert _run_cli(tmp_path, "a", fat_tree_config(), "--out", str(out)) == 130
+    err = capsys.readouterr().err
+    assert f"interrupted while writing: {out} holds this run's files written so far" in err
+    assert "Traceback" not in err
+    left = {p.name for p in out.iterdir()}
+    assert "sim_summary.txt" not in left and "sim_results.json" not in left
+    assert "report.html" not in left and "sim_pairs.csv" in left

@@ -96,10 +96,6 @@ class Layout:
         """Microseconds of ``flops`` split over tp at the sustained rate."""
         return flops / self.tp / self.flops_per_s * 1e6
 
-    @property
-    def backward_factor(self) -> int:
-        return 3 if self.recompute else 2
-
 
 @dataclass(frozen=True)
 class Unit:
@@ -173,7 +169,12 @@ class LLM(Model):
         _flag("zero", 0, "0: DDP allreduce; 1, 2, 3: ZeRO stage"),
         _flag("bucket_mib", 25, "gradient bucket, MiB (2^20 bytes)"),
         _flag("overlap", 1, "1: gradient reductions overlap the backward pass"),
-        _flag("recompute", 0, "1: full activation recomputation (backward = 3 forwards)"),
+        _flag(
+            "recompute",
+            0,
+            "1: full activation recomputation (each layer's forward, collectives too, "
+            "again before its backward)",
+        ),
         _flag("peak_tflops", 989, "device peak, TFLOP/s (989: H100 SXM dense bf16)"),
         _flag("efficiency_pct", 50, "sustained share of the peak, percent"),
         _flag("grad_bytes", 2, "bytes per gradient value reduced (2: bf16, 4: fp32)"),
@@ -225,6 +226,11 @@ class LLM(Model):
         if sp:
             self._divides("seq", s.seq, "tp", tp)
         if s.moe:
+            self._require(
+                tp == 1 or sp,
+                f"MoE with tp = {tp} needs sequence parallelism (--sp 1), as Megatron "
+                "requires: without it every tensor-parallel rank would send all tokens",
+            )
             self._require(
                 1 <= s.top_k <= s.experts,
                 f"top_k must be 1..experts = {s.experts} (got {s.top_k})",
@@ -437,14 +443,7 @@ class _RankProgram:
         if unit.kind == "embedding":
             self._tp_reduce()  # vocabulary-parallel lookup: partial sums
         elif unit.kind == "layer":
-            self._tp_gather()
-            b.compute(lay.us(lay.shape.attention_flops(mb)), "attention_forward")
-            self._tp_reduce()
-            self._tp_gather()
-            self._alltoall("moe_dispatch")
-            b.compute(lay.us(lay.shape.mlp_flops(mb)), "mlp_forward")
-            self._alltoall("moe_combine")
-            self._tp_reduce()
+            self._layer_forward("forward")
         else:
             self._tp_gather()
             b.compute(lay.us(lay.shape.logits_flops(mb)), "logits_forward")
@@ -453,11 +452,29 @@ class _RankProgram:
                 for _ in range(CROSS_ENTROPY_ALLREDUCES):
                     b.allreduce("tp", n, label="cross_entropy_allreduce")
 
+    def _layer_forward(self, what: str) -> None:
+        """A transformer layer's forward: its compute and its collectives (``what``:
+        "forward", or "recompute" when full recomputation runs it again in backward)."""
+        lay, b = self.lay, self.b
+        mb = lay.micro_batch
+        self._tp_gather()
+        b.compute(lay.us(lay.shape.attention_flops(mb)), f"attention_{what}")
+        self._tp_reduce()
+        self._tp_gather()
+        self._alltoall(f"moe_dispatch{'' if what == 'forward' else '_' + what}")
+        b.compute(lay.us(lay.shape.mlp_flops(mb)), f"mlp_{what}")
+        self._alltoall(f"moe_combine{'' if what == 'forward' else '_' + what}")
+        self._tp_reduce()
+
     def _backward_unit(self, unit: Unit, reduce_grads: bool) -> None:
         lay, b = self.lay, self.b
-        mb, k = lay.micro_batch, lay.backward_factor
+        mb, k = lay.micro_batch, 2  # a backward costs two forwards
         self._gather_weights(unit)
         if unit.kind == "layer":
+            if lay.recompute:
+                # Full recomputation: the layer's forward again, collectives and all (the
+                # output layer and the embedding are not recomputed).
+                self._layer_forward("recompute")
             self._tp_gather()
             self._alltoall("moe_combine_backward")
             b.compute(k * lay.us(lay.shape.mlp_flops(mb)), "mlp_backward")
@@ -469,6 +486,11 @@ class _RankProgram:
         elif unit.kind == "head":
             b.compute(k * lay.us(lay.shape.logits_flops(mb)), "logits_backward")
             self._tp_reduce()
+        else:
+            # The embedding's reduce-scatter into the sequence shards (with sequence
+            # parallelism) has an all-gather as its backward: every tensor-parallel rank
+            # updates its vocabulary shard from the whole sequence's gradient.
+            self._tp_gather()
         if reduce_grads:
             self._grads_ready(unit)
 
@@ -561,10 +583,7 @@ class _RankProgram:
             overlapped = reduce_now and lay.overlap
             for unit in reversed(self.units):
                 self._backward_unit(unit, overlapped)
-            if reduce_now and not lay.overlap:
-                for unit in reversed(self.units):
-                    self._grads_ready(unit)
-            if reduce_now and lay.zero != 3:
+            if overlapped and lay.zero != 3:
                 self._flush_grads()
             if not self.first:
                 b.wait(sends["B"], label="pp_send_wait")
@@ -576,6 +595,13 @@ class _RankProgram:
                     blocking=False,
                     label="pp_send_gradient",
                 )
+            if reduce_now and not lay.overlap:
+                # Blocking reductions after the gradient has left for the stage before (as
+                # Megatron reduces once its schedule is done): not on the pipeline's path.
+                for unit in reversed(self.units):
+                    self._grads_ready(unit)
+                if lay.zero != 3:
+                    self._flush_grads()
         b.wait(sends["F"], sends["B"], label="pp_send_wait")
         self._wait_grads()
         if lay.shape.tied_embeddings and lay.pp > 1 and (self.first or self.last):
