@@ -282,6 +282,7 @@ def test_compute_only_iteration_is_the_flops_sum():
         (32, {"tp": 16}, "kv_heads (8) must be a multiple of tp (16); nearest valid tp: 4, 8"),
         (24, {"preset": "llama-2-70b", "pp": 3}, "layers (80) must be a multiple of pp (3)"),
         (4, {"ep": 2}, "ep = 2 needs experts"),
+        (4, {"top_k": 4}, "top_k = 4 needs experts (the llama-3-8b shape has none"),
         (8, {"preset": "mixtral-8x7b", "ep": 3}, "experts (8) must be a multiple of ep (3)"),
         (4, {"zero": 4}, "zero must be 0, 1, 2 or 3 (got 4)"),
         (4, {"preset": "mixtral-8x7b", "tp": 2, "ep": 2}, "MoE with tp = 2 needs sequence"),

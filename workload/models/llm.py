@@ -243,6 +243,11 @@ class LLM(Model):
                 f"ep = {ep} needs experts (the {params['preset']} shape "
                 "has none; give --experts and --top-k)",
             )
+            self._require(
+                not params["top_k"],
+                f"top_k = {params['top_k']} needs experts (the {params['preset']} shape "
+                "has none; give --experts too)",
+            )
         peak = params["peak_tflops"] * 1e12
         return Layout(
             shape=s,
