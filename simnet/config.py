@@ -796,6 +796,25 @@ def _got(value: Any, limit: int = 60) -> str:
     return f" (got {text if len(text) <= limit else text[: limit - 3] + '...'})"
 
 
+def read_json_file(path: str | Path) -> Any:
+    """The JSON document in the file ``path``; raises ConfigError saying why it cannot be
+    read (the caller names the file and the option)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError("no such file") from None
+    except IsADirectoryError:
+        raise ConfigError("a folder; name the configuration file") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read it: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"not UTF-8 text (byte {e.start} is 0x{e.object[e.start]:02x}); save it as UTF-8"
+        ) from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"not valid JSON: {e}") from None
+
+
 def load_config(source: str | Path | dict[str, Any] | Config) -> Config:
     """A Config from a path, a dict or a Config; raises ConfigError with readable text."""
     if isinstance(source, Config):
@@ -804,18 +823,9 @@ def load_config(source: str | Path | dict[str, Any] | Config) -> Config:
     if isinstance(source, (str, Path)):
         name = str(source)
         try:
-            data = json.loads(Path(source).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"{name}: no such file") from None
-        except OSError as e:
-            raise ConfigError(f"{name}: cannot read it: {e.strerror}") from None
-        except UnicodeDecodeError as e:
-            raise ConfigError(
-                f"{name}: not UTF-8 text (byte {e.start} is 0x{e.object[e.start]:02x}); "
-                "save it as UTF-8"
-            ) from None
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{name}: not valid JSON: {e}") from None
+            data = read_json_file(source)
+        except ConfigError as e:
+            raise ConfigError(f"{name}: {e}") from None
     else:
         data = source
     try:

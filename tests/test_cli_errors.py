@@ -129,8 +129,8 @@ def test_a_study_config_that_cannot_be_read_is_one_line(tmp_path):
     grid = ["--grid", '{"workload.scale": [1]}', "--out", str(tmp_path / "o")]
     predict = ["--model", "dlrm", "--np", "none", "--predict-np", "8"]
     for config, message in (
-        (latin, f"--config: {latin} is not UTF-8 text (byte 0 is 0xff); save it as UTF-8"),
-        (tmp_path, f"--config: {tmp_path} is a folder; name the configuration file"),
+        (latin, f"--config: {latin}: not UTF-8 text (byte 0 is 0xff); save it as UTF-8"),
+        (tmp_path, f"--config: {tmp_path}: a folder; name the configuration file"),
     ):
         for cmd in (
             ["sweep", *grid],

@@ -8,7 +8,6 @@ Functions here are top-level so that ``concurrent.futures`` and
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
@@ -17,7 +16,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from simnet.config import ConfigError
+from simnet.config import ConfigError, read_json_file
 from workload.results import versions, write_json
 
 from .util import StudyError
@@ -29,20 +28,9 @@ def read_base_config(path: str | Path) -> dict[str, Any]:
     Raises StudyError naming the problem.
     """
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise StudyError(f"--config: no such file {str(path)!r}") from None
-    except IsADirectoryError:
-        raise StudyError(f"--config: {path} is a folder; name the configuration file") from None
-    except OSError as e:
-        raise StudyError(f"--config: cannot read {path}: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise StudyError(
-            f"--config: {path} is not UTF-8 text (byte {e.start} is 0x{e.object[e.start]:02x}); "
-            "save it as UTF-8"
-        ) from None
-    except json.JSONDecodeError as e:
-        raise StudyError(f"--config: {path} is not valid JSON: {e}") from None
+        data = read_json_file(path)
+    except ConfigError as e:
+        raise StudyError(f"--config: {path}: {e}") from None
     if not isinstance(data, dict):
         raise StudyError(f"--config: {path} must hold a JSON object")
     return data
