@@ -9,6 +9,7 @@ configuration uses it with ``"hosts": {"params_file": ...}``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -147,14 +148,34 @@ class HostCalibration:
             )
         try:
             rows = [HostParams(**r) for r in doc["by_ranks_per_host"]]
+            if not rows:
+                raise ValueError("by_ranks_per_host is empty")
             for r in rows:
-                for name in ("copy_bandwidth_gb_per_s", "rank_copy_bandwidth_gb_per_s"):
-                    v = getattr(r, name)
-                    if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
-                        raise ValueError(f"{name} = {v!r} at {r.ranks_per_host} ranks")
+                _check_row(r)
             return cls(doc["key"], doc["created"], rows, doc.get("fits", []), doc.get("points", []))
         except (KeyError, TypeError, ValueError) as e:
             raise HostCalibrationError(f"{source}: malformed host calibration ({e})") from None
+
+
+_POSITIVE = ("copy_bandwidth_gb_per_s", "rank_copy_bandwidth_gb_per_s")
+
+
+def _check_row(r: HostParams) -> None:
+    """Raises ValueError naming a value no host has: ranks_per_host a count >= 1, the
+    bandwidths numbers > 0, the other parameters numbers >= 0 (never true/false)."""
+    n = r.ranks_per_host
+    if type(n) is not int or n < 1:
+        raise ValueError(f"ranks_per_host = {n!r}: a count >= 1")
+    for f in dataclasses.fields(r)[1:]:
+        v = getattr(r, f.name)
+        least = "> 0" if f.name in _POSITIVE else ">= 0"
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, int | float)
+            or not math.isfinite(v)
+            or (v <= 0 if f.name in _POSITIVE else v < 0)
+        ):
+            raise ValueError(f"{f.name} = {v!r} at {n} ranks: a number {least}")
 
 
 def _values(p: HostParams) -> tuple[float, ...]:

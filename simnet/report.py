@@ -150,12 +150,13 @@ def write_run_report(
     cases: Sequence[dict[str, Any]],
     *,
     config: dict[str, Any] | None = None,
+    files: Sequence[Path] | None = None,
 ) -> Path:
     """``report.html`` of a run that measured and predicted (the main job, validate, the
     testbed): the summary, measured against predicted per case (see
-    :func:`comparison_section`), every PNG in ``out_dir`` and the configuration."""
+    :func:`comparison_section`), the PNGs among ``files`` (the run's; default: every PNG
+    in ``out_dir``) and the configuration."""
     out = Path(out_dir)
     sections = [("comparison", "Measured vs predicted", comparison_section(cases))]
-    return write_report(
-        out, title, summary, sorted(out.glob("*.png")), config=config, sections=sections
-    )
+    figures = sorted(out.glob("*.png")) if files is None else [Path(f) for f in files]
+    return write_report(out, title, summary, figures, config=config, sections=sections)

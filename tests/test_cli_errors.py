@@ -102,6 +102,8 @@ def _run(*argv: str, cwd=None) -> subprocess.CompletedProcess:
             ["simnet", "calibrate", "{file}", "--report", "{file}"],
             "--report: {file} is a file, not a folder: choose another --report",
         ),
+        (["simnet", "calibrate-host", "--ranks", "2", "-o", "{dir}"], "-o/--out {dir}: a folder"),
+        (["simnet", "calibrate-host", "--max-age-days", "-1"], "--max-age-days must be >= 0"),
     ],
     ids=lambda a: " ".join(a[:2]) if isinstance(a, list) else "",
 )

@@ -176,6 +176,34 @@ def test_bad_parameter_files_get_one_clear_line(tmp_path, content, message):
         load_host_calibration(str(path))
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("copy_latency_us", -5, "copy_latency_us = -5 at 2 ranks: a number >= 0"),
+        (
+            "copy_bandwidth_gb_per_s",
+            True,
+            "copy_bandwidth_gb_per_s = True at 2 ranks: a number > 0",
+        ),
+        ("copy_latency_us", "x", "copy_latency_us = 'x' at 2 ranks: a number >= 0"),
+        ("send_overhead_us", float("nan"), "send_overhead_us = nan at 2 ranks: a number >= 0"),
+        ("gamma_s_per_byte", -1e-9, "gamma_s_per_byte = -1e-09 at 2 ranks: a number >= 0"),
+        ("ranks_per_host", 0, "ranks_per_host = 0: a count >= 1"),
+    ],
+)
+def test_a_parameter_no_host_has_is_refused(fitted, field, value, message):
+    doc = fitted.to_json()
+    row = dict(doc["by_ranks_per_host"][0], ranks_per_host=2)
+    row[field] = value
+    doc["by_ranks_per_host"][0] = row
+    with pytest.raises(HostCalibrationError) as e:
+        HostCalibration.from_json(doc)
+    assert str(e.value).startswith(f"host calibration: malformed host calibration ({message}")
+    doc["by_ranks_per_host"] = []
+    with pytest.raises(HostCalibrationError, match="by_ranks_per_host is empty"):
+        HostCalibration.from_json(doc)
+
+
 def test_a_missing_parameter_file_is_named(tmp_path):
     with pytest.raises(HostCalibrationError, match="no such file"):
         load_host_calibration(str(tmp_path / "none.json"))

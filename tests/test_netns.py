@@ -313,3 +313,27 @@ def test_a_run_over_its_time_limit_is_stopped_and_leaves_nothing(tmp_path):
         "error: the testbed's calibration failed: it ran over 3 s and was stopped (raise --timeout)"
     )
     assert not [n for n in set(namespaces()) - before if n.startswith("cs")]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--sizes", "64K,64K,2"], "--sizes: for --microbench only (without it the configured"),
+        (["--microbench", "bogus"], "--microbench: unknown operation 'bogus'; choose from "),
+        (
+            ["--microbench", "allreduce", "--sizes", "4M,64K,2"],
+            "--microbench: nothing to run (no size from 4M to 64K: FIRST must be <= LAST)",
+        ),
+    ],
+)
+def test_testbed_refuses_options_it_would_not_use_in_one_line(tmp_path, extra, message):
+    cfg = tmp_path / "c.json"
+    two = {"distributed": {"num_nodes": 2}, "topology": {"type": "switch", "num_nodes": 2}}
+    cfg.write_text(json.dumps(two))
+    r = subprocess.run(
+        [sys.executable, "-m", "simnet", "testbed", "--config", str(cfg), "--out",
+         str(tmp_path / "tb"), *extra],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.startswith(f"error: {message}") and len(r.stderr.splitlines()) == 1

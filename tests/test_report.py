@@ -100,3 +100,16 @@ def test_report_loads_in_a_real_browser(written, tmp_path):
         check=True,
     )
     assert shot.stat().st_size > 10_000
+
+
+def test_a_run_report_embeds_the_runs_pictures_not_an_earlier_runs(tmp_path):
+    from simnet.plots import timeline_bars
+    from simnet.report import write_run_report
+
+    old = timeline_bars(["0"], [1.0], [0.0], [0.0], tmp_path / "earlier_run.png", title="old")
+    new = timeline_bars(["0"], [2.0], [0.0], [0.0], tmp_path / "this_run.png", title="new")
+    case = [{"name": "x", "measured_s": 1.0, "predicted_s": 1.1, "error_pct": 10.0}]
+    page = write_run_report(tmp_path, "t", "summary", case, files=[new]).read_text()
+    assert page.count("<img") == 1 and "this_run.png" in page and old.name not in page
+    page = write_run_report(tmp_path, "t", "summary", case).read_text()
+    assert page.count("<img") == 2  # without the run's list: every picture in the folder

@@ -382,7 +382,7 @@ def _run(cfg: Config, out: Path, say: Any, machine: ThisMachine | None) -> int:
     )
     files.append(write_json(out / "training_metrics.json", doc))
     files.append(write_text(out / "training_metrics.txt", text))
-    files.append(_report(out, cfg, text, comparison, comparison["time"]["measured_step_s"]))
+    files.append(_report(out, cfg, text, comparison, comparison["time"]["measured_step_s"], files))
     say(text)
     say(
         f"traffic measured == predicted, to the byte: {comparison['equal']}; "
@@ -463,10 +463,16 @@ def run_proxy_workload(cfg: Config, out: Path, say: Any, machine: ThisMachine | 
 
 
 def _report(
-    out: Path, cfg: Config, summary: str, comparison: dict[str, Any], measured_s: float
+    out: Path,
+    cfg: Config,
+    summary: str,
+    comparison: dict[str, Any],
+    measured_s: float,
+    files: list[Path],
 ) -> Path:
     """The run's ``report.html``: each prediction of the step (or iteration) against the
-    measurement, with every picture of the run."""
+    measurement, with every picture of the run (among ``files``: not an earlier run's
+    left in the folder)."""
     from simnet.report import write_run_report
 
     cases = [
@@ -479,7 +485,7 @@ def _report(
         for name, e in comparison["predictions"].items()
     ]
     title = f"main job: {cfg.workload.name} on {cfg.world_size} ranks, measured vs predicted"
-    return write_run_report(out, title, summary, cases, config=cfg.model_dump())
+    return write_run_report(out, title, summary, cases, config=cfg.model_dump(), files=files)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -45,9 +45,10 @@ import numpy as np
 from simnet.hostparams import HostCalibration, HostCalibrationError, HostParams
 from workflows.launcher import mpiexec
 from workload.brief_argparse import BriefParser
-from workload.results import write_json
+from workload.results import output_file_problem, write_json
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # as a shell reports a command ended by SIGINT
 GB = 1e9
 US = 1e6
 DESCRIPTION = (
@@ -761,12 +762,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not ranks or min(ranks) < 2 or ns.iters < 1 or ns.repeats < 1:
         print("error: --ranks must be counts >= 2, --iters and --repeats >= 1", file=sys.stderr)
         return EXIT_USAGE
+    if ns.max_age_days < 0:
+        print(f"error: --max-age-days must be >= 0 (got {ns.max_age_days:g})", file=sys.stderr)
+        return EXIT_USAGE
+    problem = output_file_problem(ns.out, "-o/--out") if ns.out else None
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         options = ("iters", "timeout_s", "stat", "max_age_days", "force", "repeats")
         cal, path = calibrate_host(ranks, **{k: getattr(ns, k) for k in options})
     except HostCalibrationError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted: no calibration written", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(summary_text(cal))
     print(f"parameter file: {path}")
     if ns.out:

@@ -29,6 +29,7 @@ namespace it makes is removed at the end, on error and on Ctrl-C/SIGTERM/SIGHUP.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -77,6 +78,7 @@ MAX_PAYLOAD_SHARE = 1448 / ETHERNET_MTU_FRAME_BYTES
 SMALL_BYTES = 512  # up to here a pingpong's time is the per-message cost
 LARGE_BYTES = 1 << 16  # from here an exchange's time grows with the rate
 DEFAULT_MICROBENCH_SIZES = ("64K", "4M", "4")
+DEFAULTS = {"sizes": ",".join(DEFAULT_MICROBENCH_SIZES), "algorithm": "mpi"}
 
 
 @dataclass
@@ -554,12 +556,13 @@ def microbench_workload(
     try:
         op_list = mb.parse_ops(",".join(ops))
         first, last, factor = (mb.parse_size(sizes[0]), mb.parse_size(sizes[1]), int(sizes[2]))
-    except (ValueError, mb.UsageError) as e:
+    except (ValueError, mb.UsageError, argparse.ArgumentTypeError) as e:
         raise ConfigError(f"--microbench: {e}") from None
     cases, notes = mb.plan_cases(op_list, mb.message_sizes(first, last, factor, 1), world,
                                  algorithm, mb.DEFAULT_WINDOW)  # fmt: skip
     if not cases:
         why = "; ".join(n for ns in notes.values() for n in ns)
+        why = why or f"no size from {sizes[0]} to {sizes[1]}: FIRST must be <= LAST"
         raise ConfigError(f"--microbench: nothing to run ({why})")
     path = out / "measured_microbench.json"
     argv = ["-m", "proxies.microbench", "--ops", ",".join(op_list), "--algorithm", algorithm,
@@ -850,12 +853,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument(
         "--algorithm",
-        default="mpi",
+        default=DEFAULTS["algorithm"],
         help="--microbench: mpi (the library's choice) or a schedule (ring, rabenseifner, ...)",
     )
     p.add_argument(
         "--sizes",
-        default=",".join(DEFAULT_MICROBENCH_SIZES),
+        default=DEFAULTS["sizes"],
         metavar="FIRST,LAST,FACTOR",
         help="--microbench sizes in nccl-tests' terms (default %(default)s)",
     )
@@ -885,6 +888,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigError(problem)
         emulated(cfg)  # refuse a topology it cannot make before any work
         out.mkdir(parents=True, exist_ok=True)
+        if not ns.microbench:
+            given = [f"--{k}" for k in ("sizes", "algorithm") if getattr(ns, k) != DEFAULTS[k]]
+            if given:
+                raise ConfigError(
+                    f"{' and '.join(given)}: for --microbench only (without it the "
+                    "configured workload runs)"
+                )
         if ns.microbench:
             sizes = ns.sizes.split(",")
             if len(sizes) != 3:
