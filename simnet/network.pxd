@@ -257,7 +257,7 @@ cdef class FlowNetwork:
 
     @cython.locals(path=_Path, pair=_Pair, links=tuple, n=cython.longlong,
                    size=cython.longlong, t=cython.double, alpha_s=cython.double,
-                   o=cython.double, s=cython.double, free=dict, seq=cython.longlong)
+                   o=cython.double, seq=cython.longlong)
     cpdef _launch(self, _Flow flow, double now, bint paid=*)
 
     @cython.locals(o=cython.double, s=cython.double, t=cython.double, free=dict)
@@ -267,7 +267,7 @@ cdef class FlowNetwork:
     cpdef start_rendezvous(self, src, dst, size_bytes, on_delivery, tag, double send_posted_s,
                            tag2=*)
 
-    @cython.locals(flow=_Flow, now=cython.double, delay=cython.double)
+    @cython.locals(flow=_Flow, now=cython.double, delay=cython.double, start=cython.double)
     cpdef rendezvous_on_path(self, _Path path, size_bytes, on_delivery, tag,
                              double send_posted_s, tag2=*)
 

@@ -1176,11 +1176,7 @@ class FlowNetwork:
         o = self.send_overhead_s
         if o > 0.0 and src != path.dst and not paid:
             # LogGP's o: the sender's messages pay it one after another, then alpha.
-            free = self._send_free
-            s = free.get(src, 0.0)
-            t = (s if s > now else now) + o
-            free[src] = t
-            t += alpha_s
+            t = self.send_overhead_end(src, path.dst, now) + alpha_s
         elif alpha_s > 0.0:
             t = now + alpha_s
         elif links:
@@ -1227,23 +1223,17 @@ class FlowNetwork:
         tag2: object = _ONE_TAG,
     ) -> None:
         """:meth:`start_rendezvous` on the pair's ``path`` (from :meth:`path_between`)."""
-        if self.rendezvous_handshake and path.src != path.dst:
-            now = self.env._now + 0.0
-            delay = send_posted_s + self.alpha_s + path.latency_s - now
-            flow = self._message(path, size_bytes, on_delivery, tag, tag2)
-            if delay > 0.0:
-                # The message waits as a timer of its own, launched when it fires (as
-                # start_transfer would be then, without a second object).
-                flow.phase = _HANDSHAKE
-                self._set_timer(flow, now + delay)
-            else:
-                self._launch(flow, now, True)
-            return
         now = self.env._now + 0.0
+        start = send_posted_s  # (its send overhead paid: see send_overhead_end)
+        if self.rendezvous_handshake and path.src != path.dst:
+            start = start + self.alpha_s + path.latency_s  # the request-to-send's crossing
+        delay = start - now
         flow = self._message(path, size_bytes, on_delivery, tag, tag2)
-        if send_posted_s > now:  # its send is still paying its overhead
+        if delay > 0.0:
+            # The message waits as a timer of its own, launched when it fires (as
+            # start_transfer would be then, without a second object).
             flow.phase = _HANDSHAKE
-            self._set_timer(flow, send_posted_s)
+            self._set_timer(flow, now + delay)
         else:
             self._launch(flow, now, True)
 

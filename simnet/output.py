@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gc
 import html
-import json
 import math
 import statistics
 from collections.abc import Callable, Sequence
@@ -33,7 +32,6 @@ from .report import table
 from .simulate import PhaseResult, SimResult
 from .sizecheck import DENSE_MAX_ENDPOINTS
 
-DOCUMENT_KIND = "simnet-prediction"  # the results JSON's kind
 DEFAULT_PREFIX = "sim_"  # of every file a run writes
 
 
@@ -274,7 +272,7 @@ def document(res: SimResult, dense: bool = True, prefix: str = "sim_") -> dict[s
             }
         }
     return {
-        "kind": DOCUMENT_KIND,
+        "kind": "simnet-prediction",
         "config": cfg.model_dump(),
         "versions": {
             **versions(),
@@ -671,21 +669,25 @@ RUN_FILES_KEY = "files"
 
 
 def _remove_previous_run(out: Path, prefix: str) -> None:
-    """Remove the files an earlier run with ``prefix`` wrote into ``out``, as its results
-    JSON lists them (its summary, results and report first): a run into the same folder
-    leaves none of another run's files beside its own, and an interrupted one leaves no
-    summary of another run. Nothing else is touched."""
-    marker = out / f"{prefix}results.json"
+    """Remove the files an earlier run with ``prefix`` wrote into ``out``, as the last
+    line of its summary lists them (a small file: its results JSON lists them too, but
+    is megabytes to parse at 1,024 ranks), its summary, results and report first: a run
+    into the same folder leaves none of another run's files beside its own, and an
+    interrupted one leaves no summary of another run. Only files named with ``prefix``
+    (or its report) are touched."""
+    summary = out / f"{prefix}summary.txt"
     try:
-        doc = json.loads(marker.read_text())
+        lines = summary.read_text().splitlines()
     except (OSError, ValueError):
         return
-    listed = doc.get(RUN_FILES_KEY) if isinstance(doc, dict) else None
-    if doc.get("kind") != DOCUMENT_KIND or not isinstance(listed, list):
-        return
-    first = [f"{prefix}summary.txt", report_name(prefix), marker.name]
-    for name in [*first, *listed]:
-        if isinstance(name, str) and name and Path(name).name == name:
+    if not lines or not lines[0].startswith("simnet: "):
+        return  # not a summary this module wrote
+    page = report_name(prefix)
+    listed = [
+        Path(f).name for line in lines if line.startswith("wrote: ") for f in line[7:].split(", ")
+    ]
+    for name in [summary.name, page, f"{prefix}results.json", *listed]:
+        if name.startswith(prefix) or name == page:
             (out / name).unlink(missing_ok=True)
 
 

@@ -859,8 +859,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     problem = output_file_problem(ns.output, "-o/--output")
     for option, folder in (("--plot", ns.plot), ("--report", ns.report)):
         if folder and not problem:
-            problem = output_dir_problem(folder)
-            problem = problem and f"{option}: {problem.replace(' --out', ' ' + option)}"
+            problem = output_dir_problem(folder, option)
+            problem = problem and f"{option}: {problem}"
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE

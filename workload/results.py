@@ -36,16 +36,17 @@ def atomic_write(
     return target
 
 
-def output_dir_problem(path: str | os.PathLike[str]) -> str | None:
+def output_dir_problem(path: str | os.PathLike[str], option: str = "--out") -> str | None:
     """Why results cannot be written into the folder ``path`` (made if missing), or None:
-    for a command to refuse before its work rather than fail after it."""
+    for a command to refuse before its work rather than fail after it. ``option``: the
+    command line's name for the folder."""
     p = Path(path)
     for q in (p, *p.parents):
         if q.exists():
             if not q.is_dir():
-                return f"{q} is a file, not a folder: choose another --out"
+                return f"{q} is a file, not a folder: choose another {option}"
             if not os.access(q, os.W_OK | os.X_OK):
-                return f"cannot write into {q}: choose another --out"
+                return f"cannot write into {q}: choose another {option}"
             return None
     return None
 
