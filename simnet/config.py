@@ -445,6 +445,13 @@ class CollectivesSection(_Strict):
         "thread or offload); false: only while their rank is inside an MPI call (waiting, "
         "testing, or blocked), as in MPICH and Open MPI by default",
     )
+    stream_order: bool | None = Field(
+        None,
+        description="a rank's collectives on one group run one at a time in call order, "
+        "as NCCL runs a communicator's collectives on its CUDA stream; false: non-blocking "
+        "collectives on a group progress together, as in MPI libraries; default: true "
+        "when algorithm or by_op names an NCCL algorithm (nccl_ring, nccl_tree)",
+    )
     step_latency_us: float = Field(
         0.0,
         ge=0,
@@ -458,6 +465,18 @@ class CollectivesSection(_Strict):
         description="op -> cost per step (us) for that collective instead of "
         "step_latency_us (e.g. alltoall, whose library schedule takes more tests per step)",
     )
+
+    @property
+    def names_nccl(self) -> bool:
+        """Whether ``algorithm`` or ``by_op`` names an NCCL algorithm."""
+        from workload.collectives import NCCL_ALGORITHMS
+
+        return any(a in NCCL_ALGORITHMS for a in (self.algorithm, *self.by_op.values()))
+
+    @property
+    def effective_stream_order(self) -> bool:
+        """``stream_order``, or its default: on with NCCL algorithms."""
+        return self.names_nccl if self.stream_order is None else self.stream_order
 
     @model_validator(mode="after")
     def _known(self) -> CollectivesSection:

@@ -445,6 +445,7 @@ class SimExecutor:
         async_progress: bool = True,
         rank_compute_factors: Sequence[float] | None = None,
         compute_noise: Callable[[int], Callable[[], float]] | None = None,
+        stream_order: bool = False,
     ) -> None:
         """``gamma_s_per_byte``: the reduction cost (seconds per byte received in a
         reducing step) of the collectives the MPI library runs, i.e. those whose
@@ -463,7 +464,12 @@ class SimExecutor:
         the background, as with one (or a network that offloads collectives).
         ``rank_compute_factors``: per rank, a multiplier of its compute (stragglers);
         ``compute_noise(rank)`` returns that rank's source of random factors, one drawn
-        per compute operation (a what-if's noise)."""
+        per compute operation (a what-if's noise).
+        ``stream_order``: a rank's collectives on one group run one at a time, in the
+        order it calls them, as NCCL runs a communicator's collectives on its CUDA
+        stream (a non-blocking one called while an earlier one runs starts when that
+        ends; a blocking one waits for the earlier ones too); False: non-blocking
+        collectives on a group progress together, as in MPI libraries."""
         if not gamma_s_per_byte >= 0:
             raise ValueError(f"gamma_s_per_byte must be >= 0 (got {gamma_s_per_byte!r})")
         if not step_latency_s >= 0:
@@ -494,6 +500,7 @@ class SimExecutor:
             None if rank_compute_factors is None else [float(f) for f in rank_compute_factors]
         )
         self.compute_noise = compute_noise
+        self.stream_order = bool(stream_order)
         self._schedules: dict[tuple, tuple[Schedule, str]] = {}
         self._members: dict[tuple[str, int], tuple[tuple[int, ...], int]] = {}
         # id of a group (the workload keeps it) -> {rank: its first index in the group}
@@ -729,6 +736,8 @@ class PhaseSim:
         self._gids: dict[tuple[str, int], int] = {}
         self._gid_names: list[tuple[str, int]] = []
         self._coll_cache: dict[tuple, tuple] = {}  # see _prepare
+        # (group kind, rank) -> its collectives in call order, with ex.stream_order.
+        self._streams: dict[tuple[str, int], _Stream] | None = {} if ex.stream_order else None
         self._group_endpoints: dict[tuple[str, int], tuple[int, ...]] = {}  # see _prepare
         # The paths a group's collectives from step tables send on, kept where the
         # network routes every pair one way: group -> per table row number (see
@@ -889,7 +898,20 @@ class PhaseSim:
 
     # -- collectives -----------------------------------------------------------------
     def _collective(self, rank: int, op: Collective, done: Callable[[], None] | None) -> bool:
-        """Start ``op`` on ``rank``; True if it completed at once, else ``done`` is
+        """Call ``op`` on ``rank``; True if it completed at once, else ``done`` is
+        called when it completes. With stream order it starts once the rank's earlier
+        collectives on its group have completed."""
+        streams = self._streams
+        if streams is None:
+            return self._start_collective(rank, op, done)
+        key = (op.group, rank)
+        stream = streams.get(key)
+        if stream is None:
+            stream = streams[key] = _Stream(self, rank)
+        return stream.call(op, done)
+
+    def _start_collective(self, rank: int, op: Collective, done: Callable[[], None] | None) -> bool:
+        """Start ``op`` on ``rank`` now; True if it completed at once, else ``done`` is
         called when it completes."""
         ckey = (op.group, op.op, op.count_elems, op.algorithm, op.root, rank)
         c = self._coll_cache.get(ckey)
@@ -1019,6 +1041,8 @@ class PhaseSim:
         self._settle_bytes()
         self._tallies = []
         self._coll_cache = {}
+        if self._streams is not None:
+            self._streams = {}
         if self._path_rows is not None:
             self._path_rows = {}
             self._path_tables = set()
@@ -1363,6 +1387,55 @@ class _Coll(_Waiter):
     def _reduced(self, _arg: object = None) -> None:
         """The current step's reduction is done: go on."""
         self.fire()
+
+
+class _Stream:
+    """A rank's collectives on one group, run one at a time in call order (NCCL's CUDA
+    stream of a communicator): a collective called while another runs waits in
+    ``queue`` with the callback of its completion."""
+
+    __slots__ = ("busy", "done", "queue", "rank", "sim")
+
+    def __init__(self, sim: PhaseSim, rank: int) -> None:
+        self.sim = sim
+        self.rank = rank
+        self.busy = False
+        self.done: Callable[[], None] | None = None  # of the running collective
+        self.queue: deque[tuple[Collective, Callable[[], None] | None]] = deque()
+
+    def call(self, op: Collective, done: Callable[[], None] | None) -> bool:
+        """The rank calls ``op``; True if it completed at once, else ``done`` is called
+        when it completes."""
+        if self.busy:
+            self.queue.append((op, done))
+            return False
+        return self._start(op, done)
+
+    def _start(self, op: Collective, done: Callable[[], None] | None) -> bool:
+        self.busy = True
+        self.done = done
+        if self.sim._start_collective(self.rank, op, self._finished):
+            self.busy = False
+            self.done = None
+            return True
+        return False
+
+    def _finished(self) -> None:
+        """The running collective completed: the queued ones start (those completing at
+        once too), then their callers hear of it, earliest first. A collective a
+        callback calls goes behind any still queued."""
+        completed = [self.done]
+        self.busy = False
+        self.done = None
+        queue = self.queue
+        while queue:
+            op, done = queue.popleft()
+            if not self._start(op, done):
+                break
+            completed.append(done)
+        for done in completed:
+            if done is not None:
+                done()
 
 
 class _Rank:

@@ -490,6 +490,12 @@ def simulate(
             f"flows spread over equal-cost routes, hashed per pair (the {cfg.topology.type} "
             "default; topology.ecmp = false for one route per pair)"
         )
+    if cfg.collectives.stream_order is None and cfg.collectives.names_nccl:
+        assumed.append(
+            "a rank's collectives on one group run one at a time, in call order (NCCL's "
+            "stream per communicator; collectives.stream_order = false lets non-blocking "
+            "ones overlap)"
+        )
     router = topologies.Router(graph, ecmp=cfg.topology.effective_ecmp)
     ex = SimExecutor(
         workload,
@@ -510,6 +516,7 @@ def simulate(
         if cfg.whatif.stragglers
         else None,
         compute_noise=_noise(cfg.whatif, noise_streams_from),
+        stream_order=cfg.collectives.effective_stream_order,
     )
     scenario = [*graph.graph.get("whatif", []), *whatif.compute_notes(cfg.whatif)]
     phases = []

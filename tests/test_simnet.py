@@ -768,3 +768,87 @@ def test_a_direct_alltoall_pays_the_send_overhead_in_posting_order_eager_or_rend
             g, prog, send_overhead_s=o, eager_threshold_bytes=eager
         ) - simnet.program_time(g, prog, eager_threshold_bytes=eager)
         assert extra == pytest.approx(o, rel=1e-6), eager
+
+
+def _two_rank_run(ops: list, stream_order: bool) -> tuple[float, list[float]]:
+    """Makespan and rank 0's operation ends (s) of ``ops`` on both ranks of a 2-endpoint
+    switch (10 GB/s, 1 us links), every message eager."""
+    from simnet.executor import SimExecutor
+    from simnet.network import FlowNetwork
+    from workload.program import Phase, Workload
+
+    g = topologies.switch(2, bandwidth_bytes_per_s=10e9, latency_s=1e-6)
+    router = topologies.Router(g)
+    wl = Workload("t", 2, {}, {"world": [(0, 1)]}, [Phase("x", lambda rank: list(ops))])
+    ex = SimExecutor(
+        wl,
+        lambda env: FlowNetwork(env, g, router.path),
+        [0, 1],
+        eager_threshold_bytes=1 << 30,
+        stream_order=stream_order,
+    )
+    sim = ex.run_phase()
+    return sim.makespan_s, sim.timelines[0].ends[0]
+
+
+def test_stream_order_runs_a_groups_collectives_one_at_a_time():
+    from workload.ops import Collective, Compute, Wait
+
+    n = 8 << 20  # bytes per allreduce; ring on 2 ranks: 2 steps of n / 2 over 2 hops
+
+    def allreduce(req: int | None) -> Collective:
+        return Collective("allreduce", "world", n // 4, req=req, algorithm="ring")
+
+    alone = 2 * (2e-6 + n / 2 / 10e9)
+    shared = 2 * (2e-6 + n / 10e9)  # both collectives' steps at half the rate each
+    compute_s = 0.01
+    ops = [allreduce(1), allreduce(2), Wait((1,)), Compute(compute_s * 1e6), Wait((2,))]
+    # NCCL: the second starts when the first ends, so the first is done after `alone`
+    # and the second (2 x alone) under the compute.
+    t, ends = _two_rank_run(ops, stream_order=True)
+    assert ends[2] == pytest.approx(alone, rel=1e-12)
+    assert t == pytest.approx(alone + compute_s, rel=1e-12)
+    # MPI: both progress together, sharing the links: the first ends after `shared`.
+    t, ends = _two_rank_run(ops, stream_order=False)
+    assert ends[2] == pytest.approx(shared, rel=1e-12)
+    assert t == pytest.approx(shared + compute_s, rel=1e-12)
+    # A blocking collective waits for the non-blocking one before it.
+    t, ends = _two_rank_run([allreduce(1), allreduce(None), Wait((1,))], stream_order=True)
+    assert ends[1] == pytest.approx(2 * alone, rel=1e-12)
+
+
+def test_stream_order_defaults_on_with_nccl_algorithms_and_says_so():
+    def run(collectives: dict) -> simnet.SimResult:
+        cfg = {
+            "topology": {"type": "switch", "num_nodes": 8},
+            "distributed": {"num_nodes": 8, "bandwidth_limit_gb_per_s": 25},
+            "workload": {"name": "resnet50", "world_size": 8, "scale": 0.01},
+            "collectives": collectives,
+        }
+        return simnet.simulate(cfg, record_series=False)
+
+    note = "a rank's collectives on one group run one at a time, in call order"
+    for collectives, on, noted in [
+        ({}, False, False),
+        ({"by_op": {"allreduce": "nccl_ring"}}, True, True),
+        ({"algorithm": "nccl_tree", "stream_order": False}, False, False),
+        ({"stream_order": True}, True, False),
+    ]:
+        res = run(collectives)
+        assert res.phases[0].timeline.ex.stream_order is on, collectives
+        assert any(note in a for a in res.assumed) is noted, collectives
+    # A pipeline's gradient buckets (DDP with overlap, 25 MiB each) reduce one after
+    # another: the stage-to-stage sends share their links with one of them, not with
+    # every bucket in flight, and the iteration is shorter.
+    llm = {
+        "topology": {"type": "switch", "num_nodes": 8},
+        "distributed": {"num_nodes": 8, "bandwidth_limit_gb_per_s": 25},
+        "workload": {
+            "name": "llm",
+            "world_size": 8,
+            "flags": {"preset": "llama-3-8b", "pp": 4, "micro_batches": 8},
+        },
+    }
+    serial = simnet.simulate({**llm, "collectives": {"stream_order": True}}, record_series=False)
+    together = simnet.simulate(llm, record_series=False)
+    assert serial.iteration_time_s < 0.99 * together.iteration_time_s
