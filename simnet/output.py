@@ -101,14 +101,18 @@ def matrix_rows(m: np.ndarray) -> list[list[object]]:
 
 def write_matrix_csv(path: Path, m: np.ndarray, corner: str) -> Path:
     """An n x n matrix as CSV: a header of ``corner`` and the column numbers, then per
-    row its number and values (``matrix_rows``; non-finite values as None)."""
+    row its number and values (``matrix_rows``; a non-finite value, such as the route
+    bandwidth from an endpoint to itself, as an empty cell: a missing value to CSV
+    readers)."""
     n = m.shape[0]
     header = [corner, *map(str, range(n))]
     if m.dtype.kind != "f":
         return write_csv(path, header, matrix_rows(m))
-    # The rows write_csv would write, each distinct value's text made once (zeros too
-    # when the matrix holds no -0.0).
-    text = _FloatText({0.0: "0.0"} if not np.signbit(m[m == 0]).any() else {}).__getitem__
+    # Each distinct value's text made once (zeros too when the matrix holds no -0.0).
+    known: dict[float | None, str] = {None: ""}
+    if not np.signbit(m[m == 0]).any():
+        known[0.0] = "0.0"
+    text = _FloatText(known).__getitem__
 
     def w(f: Any) -> None:
         f.write(",".join(header) + "\n")

@@ -149,14 +149,13 @@ def write_run_report(
     summary: str,
     cases: Sequence[dict[str, Any]],
     *,
+    files: Sequence[Path],
     config: dict[str, Any] | None = None,
-    files: Sequence[Path] | None = None,
 ) -> Path:
     """``report.html`` of a run that measured and predicted (the main job, validate, the
-    testbed): the summary, measured against predicted per case (see
-    :func:`comparison_section`), the PNGs among ``files`` (the run's; default: every PNG
-    in ``out_dir``) and the configuration."""
+    testbed, a scaling study): the summary, measured against predicted per case (see
+    :func:`comparison_section`), the PNGs among ``files`` (the run's own: a folder may
+    hold an earlier run's pictures) and the configuration."""
     out = Path(out_dir)
     sections = [("comparison", "Measured vs predicted", comparison_section(cases))]
-    figures = sorted(out.glob("*.png")) if files is None else [Path(f) for f in files]
-    return write_report(out, title, summary, figures, config=config, sections=sections)
+    return write_report(out, title, summary, files, config=config, sections=sections)

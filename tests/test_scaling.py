@@ -241,6 +241,8 @@ def dlrm_study(tmp_path_factory) -> Path:
     cfg = tmp / "cluster.json"
     cfg.write_text(json.dumps(CLUSTER))
     out = tmp / "study"
+    out.mkdir()
+    (out / "earlier_study.png").write_bytes(b"\x89PNG\r\n\x1a\n")  # not this study's
     rc = scaling.main(
         ["--model", "dlrm", "--np", "1,2", "--scale", "0.01", "--iters", "3", "--warmup", "1",
          "--predict-np", "8", "--config", str(cfg), "--timeout", "120", "--workers", "2",
@@ -261,7 +263,8 @@ def test_real_study_writes_every_output(dlrm_study):
     assert not list(out.rglob("*.tmp"))
     page = (out / "report.html").read_text()
     assert '<h2 id="comparison">' in page and "dlrm, P = 2, per iteration" in page
-    assert page.count("data:image/png;base64,") == len(list(out.glob("*.png")))
+    # Its three plots, not the picture an earlier study left in the folder.
+    assert page.count("data:image/png;base64,") == 3 and "earlier_study" not in page
 
 
 def test_real_study_measured_points(dlrm_study):

@@ -206,6 +206,10 @@ def test_results_files_written(tmp_path):
     rows = (tmp_path / "out" / "sim_traffic_bytes.csv").read_text().splitlines()
     assert rows[0] == "src\\dst,0,1,2,3"
     assert rows[1] == f"0,0,{2 * 808960 * 4},0,0"
+    # No route from an endpoint to itself: an empty cell (a missing value), not "None".
+    rows = (tmp_path / "out" / "sim_bandwidth_bytes_per_s.csv").read_text().splitlines()
+    assert [r.split(",")[1 + i] for i, r in enumerate(rows[1:])] == ["", "", "", ""]
+    assert "None" not in "".join(rows)
 
 
 def _write(tmp_path, cfg):

@@ -82,6 +82,12 @@ ROOT = Path(__file__).resolve().parents[1]
             "gradient messages only)",
             "workload.per_tensor is not available for resnet152",
         ),
+        (
+            {"model": "dlrm", "fix_quirks": True},
+            "fix_quirks",
+            "--fix-quirks is not available for dlrm (it reproduces no quirk of its reference)",
+            "workload.fix_quirks is not available for dlrm",
+        ),
         ({"model": "dlrm", "iters": 0}, "iters", "--iters must be >= 1 (got 0)", None),
         ({"model": "dlrm", "warmup": -1}, "warmup", "--warmup must be >= 0 (got -1)", None),
     ],

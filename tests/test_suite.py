@@ -51,5 +51,12 @@ def test_tiny_suite_case_runs_and_writes_its_files(tmp_path):
     assert doc["machine"]["4"]["copy_bandwidth_gb_per_s"] == 10.0
     for name in ("validation_suite.csv", "validation_suite.txt", "validation_suite.png"):
         assert (out / name).stat().st_size > 0, name
-    assert (out / case["case"] / "validation.json").exists()
+    # The case's own documents describe the host model it was predicted on, not the
+    # configured network.
+    one = json.loads((out / case["case"] / "validation.json").read_text())
+    assert one["prediction"]["on"] == "this_machine" and one["prediction"]["network"] is None
+    assert any(a.startswith("this machine: 4 ranks on one host, copy capacity 10 GB/s")
+               for a in one["prediction"]["assumed"])  # fmt: skip
+    text = (out / case["case"] / "validation.txt").read_text()
+    assert "prediction: this machine's host model (every rank on one host, below)" in text
     assert "geometric mean |error|" in (out / "validation_suite.txt").read_text()

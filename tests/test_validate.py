@@ -55,6 +55,8 @@ def dlrm_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("dlrm")
     cfg = config(tmp, "dlrm", [])
     out = tmp / "out"
+    out.mkdir()
+    (out / "earlier_run.png").write_bytes(b"\x89PNG\r\n\x1a\n")  # not this run's
     r = validate(
         "--config", str(cfg), "--np", "2", "--iters", "2", "--warmup", "1", "--out", str(out)
     )
@@ -77,10 +79,12 @@ def test_dlrm_files_and_phase_figures(dlrm_run):
     ):
         assert (out / name).stat().st_size > 0, name
     assert not list(out.glob(".*.tmp"))
+    assert not (out / "RUN_INCOMPLETE.txt").exists()  # a finished run takes its mark away
     doc = json.loads((out / "validation.json").read_text())
     assert doc["kind"] == "validation" and doc["model"] == "dlrm" and doc["world_size"] == 2
     page = (out / "report.html").read_text()
-    assert '<h2 id="comparison">' in page and "data:image/png;base64," in page
+    assert '<h2 id="comparison">' in page
+    assert page.count("data:image/png;base64,") == 1 and "earlier_run" not in page
     assert doc["measured"]["iterations"] == {"warmup": 1, "timed": 2}
     assert doc["prediction"]["iterations"] == 2
     [ph] = doc["phases"]
@@ -141,6 +145,7 @@ def test_gpt2_with_calibrated_link_params(tmp_path):
     r = validate("--config", str(cfg), "--iters", "1", "--out", str(out), "--quiet")
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads((out / "validation.json").read_text())
+    assert doc["prediction"]["on"] == "configured"
     assert doc["prediction"]["network"]["alpha_us"] == 4.0
     assert any("calibrated: network.alpha_us" in a for a in doc["prediction"]["assumed"])
     labels, n_ops = labels_of(cfg)
@@ -217,3 +222,23 @@ def test_compare_ops_against_the_simulation_itself():
     events[0]["args"]["op"] = "something else"
     with pytest.raises(val.ValidationError, match="operation #0"):
         val.compare_ops(sim.name, sim, val.trace_durations({"traceEvents": events}))
+
+
+def test_an_interrupted_run_marks_its_folder_unfinished(tmp_path, monkeypatch, capsys):
+    # An earlier run's validation.json stays in the folder: the mark says it may not be
+    # this run's.
+    cfg = config(tmp_path, "dlrm", [])
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "validation.json").write_text("{}")
+
+    def interrupted(*args, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(val, "real_run", interrupted)
+    assert val.main(["--config", str(cfg), "--np", "2", "--out", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert "RUN_INCOMPLETE.txt marks the folder as an unfinished run's" in err
+    text = (out / "RUN_INCOMPLETE.txt").read_text()
+    assert text.startswith("A run of python -m simnet validate started here at ")
+    assert "has not finished" in text

@@ -12,7 +12,6 @@ run leaves no half-written file.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import sys
 import time
@@ -26,7 +25,16 @@ from simnet.config import Config, ConfigError, load_config
 from simnet.hostparams import HostCalibrationError
 from workload.brief_argparse import BriefParser
 from workload.models import MODELS
-from workload.results import output_dir_problem, versions, write_csv, write_json, write_text
+from workload.results import (
+    UNFINISHED_MARKER,
+    mark_finished,
+    mark_unfinished,
+    output_dir_problem,
+    versions,
+    write_csv,
+    write_json,
+    write_text,
+)
 from workload.run_result import ProxyRun, TrainerRun, TrainerSettings
 from workload.units import MB, MS_PER_S, bytes_per_s_to_gb_per_s
 
@@ -268,25 +276,16 @@ def prediction_lines(comparison: dict[str, Any], per: str) -> list[str]:
 
 
 # -- the job ---------------------------------------------------------------------------
-INCOMPLETE_MARKER = "RUN_INCOMPLETE.txt"
-
-
 def run(cfg: Config, out: Path, say: Any = print, machine: ThisMachine | None = None) -> int:
     """The main job; ``machine``: the calibrated host to predict on as well (None: only
     the configured network). While it runs, ``out/RUN_INCOMPLETE.txt`` says that the
     folder may mix this run's files with an earlier run's; it goes when the run succeeds
     (an interrupted or failed run leaves it)."""
     out.mkdir(parents=True, exist_ok=True)
-    marker = out / INCOMPLETE_MARKER
-    write_text(
-        marker,
-        f"A run of the main job started here at {_dt.datetime.now(_dt.UTC).isoformat()} "
-        "and has not finished: the files in this folder may mix its results with an "
-        "earlier run's. This file goes when a run finishes.\n",
-    )
+    mark_unfinished(out, "the main job")
     rc = _run(cfg, out, say, machine)
     if rc == 0:
-        marker.unlink(missing_ok=True)
+        mark_finished(out)
     return rc
 
 
@@ -449,6 +448,7 @@ def run_proxy_workload(cfg: Config, out: Path, say: Any, machine: ThisMachine | 
             command=cmd,
             notes=notes,
             predict=lambda c: machine_result(c, machine),
+            on_this_machine=True,
         )
         predicted = sum(p["predicted_s"] for p in doc["phases"])
         comparison["predictions"]["this_machine"] = prediction_entry(predicted, measured_s)
@@ -537,7 +537,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(
             "\ninterrupted: every process stopped; files already written are complete, "
-            f"and {INCOMPLETE_MARKER} marks the folder as an unfinished run's",
+            f"and {UNFINISHED_MARKER} marks the folder as an unfinished run's",
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED

@@ -729,7 +729,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bars = plot_breakdown(doc, out)
     if bars:
         files.append(bars)
-    files.append(_report(out, study, text, measured, predicted))
+    files.append(_report(out, study, text, measured, predicted, files))
     print(text, end="")
     say(f"wrote {len(files)} files to {out}/")
     failed = [r for r in measured + predicted if r.get("status") == "failed"]
@@ -742,9 +742,10 @@ def _report(
     text: str,
     measured: list[dict[str, Any]],
     predicted: list[dict[str, Any]],
+    files: list[Path],
 ) -> Path:
     """The study's ``report.html``: the summary, measured against predicted iteration
-    time at every count both have, and every plot."""
+    time at every count both have, and the plots among ``files`` (this study's)."""
     from simnet.report import write_run_report
 
     meas = {r["np"]: r for r in measured if r.get("status") == "ok"}
@@ -759,7 +760,7 @@ def _report(
         if "error_percent" in r and r["np"] in meas
     ]
     title = f"{study.mode} scaling study: {study.model}"
-    return write_run_report(out, title, text, cases)
+    return write_run_report(out, title, text, cases, files=files)
 
 
 def _predict_base(path: str | None) -> tuple[dict[str, Any], list[str]]:

@@ -115,6 +115,7 @@ def run_case(
         command=cmd,
         notes=[*notes, machine.why()],
         predict=lambda c: machine_result(c, machine),
+        on_this_machine=True,
     )
     m = sum(p["measured_s"] for p in doc["phases"])
     p = sum(p["predicted_s"] for p in doc["phases"])

@@ -48,6 +48,9 @@ from proxies.launch import SHARING_CORES_VAR
 from simnet.config import Config, ConfigError, load_config
 from workload.brief_argparse import BriefParser
 from workload.results import (
+    UNFINISHED_MARKER,
+    mark_finished,
+    mark_unfinished,
     output_dir_problem,
     versions,
     write_csv,
@@ -832,6 +835,7 @@ def write_outputs(doc: dict[str, Any], out: Path) -> None:
     from simnet.report import write_run_report
 
     write_run_report(out, "testbed: measured on emulated hosts vs predicted", text, doc["cases"],
+                     files=[out / "testbed_cases.png", out / "testbed_pairs.png"],
                      config=doc.get("config"))  # fmt: skip
 
 
@@ -888,6 +892,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigError(problem)
         emulated(cfg)  # refuse a topology it cannot make before any work
         out.mkdir(parents=True, exist_ok=True)
+        mark_unfinished(out, "python -m simnet testbed")
         if not ns.microbench:
             given = [f"--{k}" for k in ("sizes", "algorithm") if getattr(ns, k) != DEFAULTS[k]]
             if given:
@@ -915,9 +920,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("\ninterrupted: every process stopped, every namespace removed", file=sys.stderr)
+        print(
+            "\ninterrupted: every process stopped, every namespace removed; "
+            f"{UNFINISHED_MARKER} marks the folder as an unfinished run's",
+            file=sys.stderr,
+        )
         return 130
     write_outputs(doc, out)
+    mark_finished(out)
     print(summary_text(doc), end="")
     return 0
 

@@ -45,7 +45,12 @@ import numpy as np
 from simnet.config import Config, ConfigError, apply_link_params, load_config
 from simnet.hostparams import HostCalibrationError
 from workload.brief_argparse import BriefParser
-from workload.results import output_dir_problem
+from workload.results import (
+    UNFINISHED_MARKER,
+    mark_finished,
+    mark_unfinished,
+    output_dir_problem,
+)
 from workload.run_result import ProxyRun
 from workload.units import MS_PER_S as MS  # milliseconds per second, for display
 from workload.units import us_to_s
@@ -264,15 +269,20 @@ def compare_phases(measured: ProxyRun, res: Any) -> list[dict[str, Any]]:
 # -- outputs -------------------------------------------------------------------------
 def summary_text(doc: dict[str, Any]) -> str:
     m = doc["measured"]
+    pred = doc["prediction"]
+    net = pred["network"]
+    on = (
+        "this machine's host model (every rank on one host, below), not the configured network"
+        if net is None
+        else f"{pred['topology']} topology, {net['bandwidth_gb_per_s']:.4g} GB/s links "
+        f"(GB = 1e9 B), {net['link_latency_us']:.4g} us per link, alpha "
+        f"{net['alpha_us']:.4g} us"
+    )
     lines = [
         f"validation: proxies.{doc['model']} on {doc['world_size']} ranks (scale "
         f"{doc['scale']:g}; {m['iterations']['warmup']} warm-up + {m['iterations']['timed']} "
         f"timed iterations; {m['mpi'].get('library', '?')})",
-        f"prediction: {doc['prediction']['topology']} topology, "
-        f"{doc['prediction']['network']['bandwidth_gb_per_s']:.4g} GB/s links (GB = 1e9 B), "
-        f"{doc['prediction']['network']['link_latency_us']:.4g} us per link, alpha "
-        f"{doc['prediction']['network']['alpha_us']:.4g} us; "
-        f"{doc['prediction']['iterations']} simulated iterations",
+        f"prediction: {on}; {pred['iterations']} simulated iterations",
     ]
     lines += [f"  {a}" for a in doc["prediction"]["assumed"]]
     lines += [f"note: {n}" for n in doc["notes"]]
@@ -376,11 +386,14 @@ def analyse(
     command: list[str] | None,
     notes: list[str],
     predict: Callable[[Config], Any] | None = None,
+    on_this_machine: bool = False,
 ) -> tuple[dict[str, Any], str]:
     """Predict, compare, write every output; returns the document and the summary.
 
     ``predict(config) -> SimResult`` makes the prediction (default: simulate the
-    configuration; e.g. the calibrated host instead, ``endtoend.machine_result``).
+    configuration; e.g. the calibrated host instead, ``machine.machine_result``, with
+    ``on_this_machine`` True: the documents then describe the host model, not the
+    configured network).
     """
     from simnet.simulate import simulate
     from workload.results import versions, write_csv, write_json, write_text
@@ -443,8 +456,12 @@ def analyse(
         },
         "prediction": {
             "iterations": timed,
-            "topology": sim_cfg.topology.type,
-            "network": {
+            "on": "this_machine" if on_this_machine else "configured",
+            # On this machine the ranks share one modelled host, described in `assumed`.
+            "topology": "one host" if on_this_machine else sim_cfg.topology.type,
+            "network": None
+            if on_this_machine
+            else {
                 "bandwidth_gb_per_s": res.config.distributed.bandwidth_limit_gb_per_s,
                 "link_latency_us": res.config.topology.link_latency_us,
                 "alpha_us": res.config.network.alpha_us,
@@ -526,6 +543,7 @@ def analyse(
             }
             for p in doc["phases"]
         ],
+        files=[out / "validation_ops.png"],
         config=cfg.model_dump(),
     )
     return doc, text
@@ -690,6 +708,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             def predict(c: Config) -> Any:
                 return machine_result(c, machine)
 
+        mark_unfinished(out, "python -m simnet validate")
         if ns.reuse:
             meas_path, trace_path = out / "measured.json", out / "measured_trace.json"
             missing = [str(p) for p in (meas_path, trace_path) if not p.exists()]
@@ -706,7 +725,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             notes += cmd_notes
         print("== prediction and comparison", flush=True)
-        _, text = analyse(cfg, measured, trace, out, command=cmd, notes=notes, predict=predict)
+        _, text = analyse(
+            cfg,
+            measured,
+            trace,
+            out,
+            command=cmd,
+            notes=notes,
+            predict=predict,
+            on_this_machine=predict is not None,
+        )
+        mark_finished(out)
     except RunFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return e.code
@@ -714,7 +743,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("\ninterrupted: every process stopped", file=sys.stderr)
+        print(
+            f"\ninterrupted: every process stopped; {UNFINISHED_MARKER} marks the folder as "
+            "an unfinished run's",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
     print(text, end="")
     return 0

@@ -154,6 +154,30 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write(path, lambda f: f.write(text))
 
 
+UNFINISHED_MARKER = "RUN_INCOMPLETE.txt"
+"""The file that marks a results folder while a run writes into it."""
+
+
+def mark_unfinished(out: str | os.PathLike[str], what: str) -> Path:
+    """Write ``out/RUN_INCOMPLETE.txt``: a run of ``what`` started and has not finished,
+    so the folder may mix its files with an earlier run's. :func:`mark_finished` takes it
+    away; an interrupted or failed run leaves it."""
+    import datetime
+
+    started = datetime.datetime.now(datetime.UTC).isoformat()
+    return write_text(
+        Path(out) / UNFINISHED_MARKER,
+        f"A run of {what} started here at {started} and has not finished: the files in "
+        "this folder may mix its results with an earlier run's. This file goes when a run "
+        "finishes.\n",
+    )
+
+
+def mark_finished(out: str | os.PathLike[str]) -> None:
+    """The run writing into ``out`` finished: remove its ``RUN_INCOMPLETE.txt``."""
+    (Path(out) / UNFINISHED_MARKER).unlink(missing_ok=True)
+
+
 def write_csv(
     path: str | os.PathLike[str], header: Sequence[str], rows: Iterable[Sequence[object]]
 ) -> Path:

@@ -32,6 +32,7 @@ OPTION_NAMES: dict[str, str | None] = {
     "scale": "--scale",
     "compute": "--compute",
     "per_tensor": "--per-tensor",
+    "fix_quirks": "--fix-quirks",
     "algorithm": "--algorithm",
     "iters": "--iters",
     "warmup": "--warmup",
@@ -44,6 +45,7 @@ CONFIG_NAMES: dict[str, str | None] = {
     "scale": "workload.scale",
     "compute": "workload.compute",
     "per_tensor": "workload.per_tensor",
+    "fix_quirks": "workload.fix_quirks",
     "algorithm": "collectives.algorithm",
     "iters": "workload.iterations",
     "warmup": "workload.warmup",
@@ -167,6 +169,12 @@ class RunSpec:
             m.params(list(self.args))
         except ValueError as e:
             raise SpecError("args", f"{{field}}: {e}") from None
+        if self.fix_quirks and not m.quirks_available:
+            raise SpecError(
+                "fix_quirks",
+                f"{{field}} is not available for {m.name} (it reproduces no quirk of its "
+                "reference)",
+            )
         if self.per_tensor and not m.per_tensor_available:
             raise SpecError(
                 "per_tensor",

@@ -100,6 +100,8 @@ class Model(ABC):
     flags: tuple[Arg, ...] = ()
     counts: Counts = Counts()
     per_tensor_available: bool = False
+    # Whether the model reproduces a quirk of its reference that ``fix_quirks`` repairs.
+    quirks_available: bool = False
 
     # -- throughput: samples one iteration processes over all ranks -------------------
     batch_definition: str = ""

@@ -114,6 +114,7 @@ def pipeline_args(layers: int) -> tuple[Arg, ...]:
 
 
 class PipelineDataParallel(Model):
+    quirks_available = True  # a middle stage's blocking send before its receive
     spec: PipelineSpec
     per_tensor_spec: PipelineSpec | None = None
     microbatch_samples = 1  # sequences in the micro-batch one pipeline message carries
