@@ -565,7 +565,7 @@ def timeline_bars(
 def measured_vs_predicted(
     x: Sequence[float],
     measured: Sequence[float],
-    predicted: Sequence[float],
+    predicted: Sequence[float] | Mapping[str, Sequence[float]],
     path: PathLike,
     *,
     title: str,
@@ -576,7 +576,9 @@ def measured_vs_predicted(
     integer_x: bool = False,
 ) -> Path:
     """Measured and predicted series against ``x``, and their relative error in %.
-    ``integer_x``: ticks at whole numbers only (x counts something, e.g. epochs).
+    ``predicted``: one series, or several by name (e.g. two models of the same run),
+    each with its own error line. ``integer_x``: ticks at whole numbers only (x counts
+    something, e.g. epochs).
 
     Put the units in ``xlabel`` and ``ylabel`` (e.g. "message size (B)",
     "time (ms)"): values are plotted as given. Points are sorted by ``x``.
@@ -584,18 +586,25 @@ def measured_vs_predicted(
     ``measured == 0`` have no relative error and are left out. ``logx``
     applies to both panels, ``logy`` to the upper one. Returns the PNG path.
     """
-    xs, meas, pred = (np.asarray(a, dtype=float) for a in (x, measured, predicted))
-    if not len(xs) == len(meas) == len(pred):
+    named = dict(predicted) if isinstance(predicted, Mapping) else {"predicted": predicted}
+    xs, meas = (np.asarray(a, dtype=float) for a in (x, measured))
+    preds = {k: np.asarray(v, dtype=float) for k, v in named.items()}
+    if not preds or any(not len(xs) == len(meas) == len(p) for p in preds.values()):
         raise ValueError("x, measured and predicted differ in length")
     order = np.argsort(xs, kind="stable")
-    xs, meas, pred = xs[order], meas[order], pred[order]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel_pct = np.where(meas != 0, 100.0 * (pred - meas) / meas, np.nan)
-
+    xs, meas = xs[order], meas[order]
     fig = _new_figure(8.0, 6.5)
     ax, ax_err = fig.subplots(2, 1, sharex=True, height_ratios=[2.2, 1.0])
     ax.plot(xs, meas, "o-", label="measured", color="tab:blue", markersize=5)
-    ax.plot(xs, pred, "s--", label="predicted", color="tab:orange", markersize=5)
+    styles = [("s--", "tab:orange"), ("^--", "tab:green"), ("v--", "tab:purple")]
+    errors = []
+    for k, (name, pred) in enumerate(preds.items()):
+        pred = pred[order]
+        marker, colour = styles[k % len(styles)]
+        ax.plot(xs, pred, marker, label=name, color=colour, markersize=5)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel_pct = np.where(meas != 0, 100.0 * (pred - meas) / meas, np.nan)
+        errors.append((name, rel_pct, colour))
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend()
@@ -603,7 +612,11 @@ def measured_vs_predicted(
     if logy:
         ax.set_yscale("log")
     ax_err.axhline(0.0, color="black", linewidth=0.8)
-    ax_err.plot(xs, rel_pct, "d-", color="tab:red", markersize=4)
+    for name, rel_pct, colour in errors:
+        one = len(errors) == 1
+        ax_err.plot(xs, rel_pct, "d-", color="tab:red" if one else colour, markersize=4, label=name)
+    if len(errors) > 1:
+        ax_err.legend()
     ax_err.set_ylabel("relative error (%)\n(pred − meas) / meas")
     ax_err.set_xlabel(xlabel)
     ax_err.grid(alpha=0.3, which="both")

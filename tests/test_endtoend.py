@@ -296,6 +296,10 @@ def test_both_predictions_side_by_side(tmp_path):
     expect = 2 * 3 * (4 * block / 2e9 + 10e-6 + 10e-6) + 1e-3
     assert preds["this_machine"]["step_time_s"] == pytest.approx(expect, rel=1e-6)
     assert comparison["this_machine"]["copy_bandwidth_gb_per_s"] == 2.0
+    # Per epoch, both predictions (the plot draws both against the measurement).
+    (epoch,) = comparison["time"]["per_epoch"]
+    assert epoch["this_machine_s"] == pytest.approx(2 * preds["this_machine"]["step_time_s"])
+    assert epoch["predicted_s"] == pytest.approx(2 * preds["configured"]["step_time_s"])
     text = (out / "training_metrics.txt").read_text()
     assert "on the configured network" in text and "on this machine" in text
     assert "this_machine is meant to match the run" in text

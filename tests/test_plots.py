@@ -339,6 +339,27 @@ def test_measured_vs_predicted(tmp_path: Path, captured: list[list[AxesSnapshot]
     assert err.xlabel == "size (B)"
     rel = err.lines[-1][1]
     assert rel[0] == pytest.approx(100 * (predicted[0] - measured[0]) / measured[0])
+    # Two predictions of one run (e.g. the configured network and this machine): a line
+    # and an error line each, by name, in x order.
+    plots.measured_vs_predicted(
+        [2, 1],
+        [1.0, 2.0],
+        {"configured": [0.5, 1.0], "this machine": [1.1, 1.8]},
+        tmp_path / "two.png",
+        title="two",
+        xlabel="epoch",
+        ylabel="time (s)",
+    )
+    top, err = captured[-1]
+    assert [name for name, _ in top.lines] == ["measured", "configured", "this machine"]
+    assert top.lines[1][1].tolist() == [1.0, 0.5]
+    errors = {name: y for name, y in err.lines if name in ("configured", "this machine")}
+    assert errors["configured"].tolist() == pytest.approx([-50.0, -50.0])
+    assert errors["this machine"].tolist() == pytest.approx([-10.0, 10.0])
+    with pytest.raises(ValueError, match="differ in length"):
+        plots.measured_vs_predicted(
+            [1], [1.0], {"a": [1.0, 2.0]}, tmp_path / "bad.png", title="", xlabel="", ylabel=""
+        )
     # zero measurements and unsorted x are tolerated
     plots.measured_vs_predicted(
         [3, 1, 2],

@@ -330,6 +330,8 @@ def _run(cfg: Config, out: Path, say: Any, machine: ThisMachine | None) -> int:
         res_m = machine_result(one, machine)
         step_m = res_m.iteration_time_s
         comparison["predictions"]["this_machine"] = prediction_entry(step_m, measured_step)
+        for e in comparison["time"]["per_epoch"]:
+            e["this_machine_s"] = step_m * steps
         comparison["this_machine"] = machine.describe()
         comparison["this_machine_why"] = machine.why()
         if measured.ops:
@@ -349,11 +351,14 @@ def _run(cfg: Config, out: Path, say: Any, machine: ThisMachine | None) -> int:
     from simnet import plots
 
     ep = comparison["time"]["per_epoch"]
+    predicted = {"predicted (configured network)": [e["predicted_s"] for e in ep]}
+    if machine is not None:
+        predicted["predicted (this machine)"] = [e["this_machine_s"] for e in ep]
     files.append(
         plots.measured_vs_predicted(
             [e["epoch"] for e in ep],
             [e["measured_s"] for e in ep],
-            [e["predicted_s"] for e in ep],
+            predicted,
             out / "comparison_epoch_time.png",
             title="time per epoch: measured vs predicted",
             xlabel="epoch",
