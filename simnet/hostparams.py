@@ -192,18 +192,19 @@ def _values(p: HostParams) -> tuple[float, ...]:
     )
 
 
-def load_host_calibration(path: str) -> HostCalibration:
-    """Read a parameter file; raises HostCalibrationError naming the problem."""
+def load_host_calibration(path: str, option: str = "hosts.params_file") -> HostCalibration:
+    """Read a parameter file; raises HostCalibrationError naming the problem and the
+    ``option`` that named the file (a configuration field or a command-line option)."""
     import json
     from pathlib import Path
 
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise HostCalibrationError(f"hosts.params_file: no such file {path!r}") from None
+        raise HostCalibrationError(f"{option}: no such file {path!r}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise HostCalibrationError(f"hosts.params_file: cannot read {path}: {e}") from None
-    return HostCalibration.from_json(doc, f"hosts.params_file {path}")
+        raise HostCalibrationError(f"{option}: cannot read {path}: {e}") from None
+    return HostCalibration.from_json(doc, f"{option} {path}")
 
 
 def apply_host_params(cfg: Any) -> tuple[Any, list[str]]:

@@ -81,6 +81,12 @@ def write_series_csv(path: Path, res: SimResult) -> Path:
     return atomic_write(path, w)
 
 
+def ordinal(n: int) -> str:
+    """``n`` as an English ordinal: 1st, 2nd, 3rd, 4th, 11th, 12th, 13th, 21st, 102nd."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
@@ -563,9 +569,9 @@ def _write_all(
         if b_bw == 1:
             np.fill_diagonal(bw, np.nan)
         bw_labels = [str(i) for i in range(0, n, b_bw)]
-        bw_axis = f"endpoint (every {b_bw}th)" if b_bw > 1 else "endpoint"
+        bw_axis = f"endpoint (every {ordinal(b_bw)})" if b_bw > 1 else "endpoint"
         bw_what = (
-            f"achievable bandwidth, every {b_bw}th endpoint: {res.graph.graph['name']}"
+            f"achievable bandwidth, every {ordinal(b_bw)} endpoint: {res.graph.graph['name']}"
             if b_bw > 1
             else f"achievable point-to-point bandwidth: {res.graph.graph['name']}"
         )
@@ -574,7 +580,7 @@ def _write_all(
             f"{prefix}pairs.csv holds the {len({(r[1], r[2]) for r in rows}):,} endpoint "
             f"pairs that communicated"
             + (f"; traffic heatmaps drawn in blocks of {b} endpoints" if b > 1 else "")
-            + (f", route bandwidth sampled at every {b_bw}th" if b_bw > 1 else "")
+            + (f", route bandwidth sampled at every {ordinal(b_bw)}" if b_bw > 1 else "")
         )
     files.append(
         plots.traffic_heatmap(

@@ -128,9 +128,14 @@ def run_job(config: Path, *extra: str, timeout: float = 240) -> subprocess.Compl
 
 
 def test_real_run_matches_prediction_to_the_byte(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    # An earlier run of three epochs left its third epoch's files: this run writes two.
+    (out / "traffic_epoch_3.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (out / "traffic_epoch_3_allgather_bytes.csv").write_text("src\\dst,0\n0,0\n")
     r = run_job(quick_config(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
-    out = tmp_path / "out"
+    assert not list(out.glob("traffic_epoch_3*"))
     assert not (out / "RUN_INCOMPLETE.txt").exists()  # a finished run takes it away
     comparison = json.loads((out / "comparison.json").read_text())
     assert comparison["equal"] is True
@@ -157,6 +162,11 @@ def test_real_run_matches_prediction_to_the_byte(tmp_path):
         assert (out / name).exists(), name
     rows = (out / "traffic_epoch_1_reduce_scatter_bytes.csv").read_text().splitlines()
     assert len(rows) == 5 and all(len(r.split(",")) == 5 for r in rows)
+    # Measured bandwidth: none from a rank to itself (an empty cell), the others positive.
+    rows = (out / "bandwidth_matrix_bytes_per_s.csv").read_text().splitlines()[1:]
+    cells = [r.split(",")[1:] for r in rows]
+    assert [cells[i][i] for i in range(4)] == [""] * 4
+    assert all(float(c) > 0 for i, row in enumerate(cells) for j, c in enumerate(row) if i != j)
     text = (out / "training_metrics.txt").read_text()
     assert "== bandwidth matrix (GB/s" in text and "total training time" in text
     assert "reduce-scatter" in text and "all-gather" in text
@@ -328,3 +338,78 @@ def test_mpiexec_is_taken_beside_the_python_that_runs(tmp_path, monkeypatch):
     beside.write_text("#!/bin/sh\n")
     beside.chmod(0o755)
     assert launcher.mpiexec() == str(beside)  # an environment that is not activated
+
+
+def test_the_job_runs_a_proxy_workload_with_both_predictions(tmp_path):
+    # `workload.name` a proxy: its real run, both predictions per iteration, the op-by-op
+    # comparison on this machine in this_machine/, and one page with the run's pictures.
+    cfg = tmp_path / "config.json"
+    cfg.write_text(
+        json.dumps(
+            {
+                "distributed": {"num_nodes": 4, "bandwidth_limit_gb_per_s": 10.0},
+                "topology": {"type": "switch", "num_nodes": 4},
+                "logging": {"log_dir": str(tmp_path / "out")},
+                "workload": {"name": "dlrm", "scale": 0.01, "iterations": 2},
+            }
+        )
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "earlier_run.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    r = run_job(cfg, "--host-params", str(host_params_file(tmp_path, 4, 2.0)))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not (out / "RUN_INCOMPLETE.txt").exists()
+    comparison = json.loads((out / "comparison.json").read_text())
+    (phase,) = comparison["phases"]
+    assert phase["measured_s"] > 0 and phase["predicted_s"] > 0
+    preds = comparison["predictions"]
+    assert set(preds) == {"configured", "this_machine"}
+    assert preds["configured"]["step_time_s"] == phase["predicted_s"]
+    this = json.loads((out / "this_machine" / "validation.json").read_text())
+    assert this["prediction"]["on"] == "this_machine"
+    page = (out / "report.html").read_text()
+    assert '<h2 id="comparison">' in page and "earlier_run" not in page
+    assert "predicted_traffic_heatmap.png" in page and "validation_ops.png" in page
+    assert "wrote " in r.stdout and "files to" in r.stdout
+
+
+def test_this_machine_ignores_the_configured_networks_link_calibration(tmp_path):
+    # A link calibration (alpha, bandwidth, latency of the configured links) says nothing
+    # of this host: the host model alone makes the prediction on this machine.
+    import simnet
+    from workflows.machine import ThisMachine, machine_result
+
+    machine = ThisMachine.calibrate(4, print, params_file=str(host_params_file(tmp_path, 4, 2.0)))
+    (tmp_path / "lp.json").write_text(json.dumps({"alpha_us": 100}))
+    base = {
+        "distributed": {"num_nodes": 4, "bandwidth_limit_gb_per_s": 10.0},
+        "topology": {"type": "switch", "num_nodes": 4},
+        "workload": {"name": "dlrm", "scale": 0.01},
+    }
+    with_lp = {**base, "network": {"link_params_file": str(tmp_path / "lp.json")}}
+    plain = machine_result(load_config(base), machine)
+    calibrated = machine_result(load_config(with_lp), machine)
+    assert calibrated.iteration_time_s == plain.iteration_time_s
+    assert not any("alpha_us = 100" in a for a in calibrated.assumed)
+    # The configured network's prediction does use it.
+    assert simnet.simulate(with_lp).iteration_time_s > simnet.simulate(base).iteration_time_s
+
+
+def test_run_training_passes_the_options_after_the_configuration(tmp_path):
+    # The script as the README gives it, with its install step stubbed out.
+    script = tmp_path / "run_training.sh"
+    script.write_text((ROOT / "run_training.sh").read_text())
+    (tmp_path / "install.sh").write_text("#!/usr/bin/env bash\nexit 0\n")
+    (tmp_path / "install.sh").chmod(0o755)
+    r = subprocess.run(
+        ["bash", str(script), str(ROOT / "config.json"), "--no-host-model", "--bogus"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    # The job got both options: it refuses the unknown one by name, after parsing the other.
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "unrecognized arguments: --bogus" in r.stderr
+    assert "--no-host-model" not in r.stderr.split("unrecognized arguments:")[1]

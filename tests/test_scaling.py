@@ -182,6 +182,21 @@ def test_prediction_only_skips_rejected_counts(tmp_path):
     assert p2["speedup"] == 1.0 and p2["efficiency"] == 1.0 and p2["samples_per_iteration"] == 8
 
 
+def test_a_study_leaves_no_earlier_studys_file_it_did_not_write(tmp_path):
+    # Measured only: an earlier study's prediction settings must not stay beside it.
+    out = tmp_path / "study"
+    out.mkdir()
+    (out / "predict_config.json").write_text("{}")
+    rc = scaling.main(
+        ["--model", "dlrm", "--np", "1", "--scale", "0.01", "--iters", "2", "--warmup", "0",
+         "--timeout", "120", "--out", str(out), "--quiet"]
+    )  # fmt: skip
+    assert rc == 0
+    assert not (out / "predict_config.json").exists()
+    assert not (out / "RUN_INCOMPLETE.txt").exists()  # a finished study takes its mark away
+    assert json.loads((out / "scaling.json").read_text())["predicted"] == []
+
+
 def test_run_command_times_out_and_stops_the_group(tmp_path):
     t0 = time.perf_counter()
     res = run_command(["bash", "-c", "sleep 30 & sleep 30"], 0.5, tmp_path / "log.txt")

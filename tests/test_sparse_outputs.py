@@ -417,3 +417,11 @@ def test_ctrl_c_while_writing_leaves_no_summary_of_any_run(tmp_path, monkeypatch
     left = {p.name for p in out.iterdir()}
     assert "sim_summary.txt" not in left and "sim_results.json" not in left
     assert "report.html" not in left and "sim_pairs.csv" in left
+
+
+def test_ordinals_read_as_english():
+    got = [output.ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 102, 111, 1000)]
+    assert got == [
+        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "102nd", "111th",
+        "1000th",
+    ]  # fmt: skip

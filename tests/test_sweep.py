@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -99,6 +100,33 @@ def test_plan_validates_points_and_hashes_configs(base_file, tmp_path):
     bad = sweep.plan_sweep(base_file, '{"workload.world_size": [3, 4]}', tmp_path / "o")
     assert [p.index for p in bad.invalid] == [0]
     assert "must divide 262144" in bad.invalid[0].error
+
+
+def test_a_point_reading_a_calibration_file_changes_hash_with_its_contents(tmp_path):
+    # The same configuration naming a link calibration whose contents changed is another
+    # point: its earlier result must not be reused.
+    lp = tmp_path / "lp.json"
+    lp.write_text(json.dumps({"alpha_us": 1.0}))
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({**BASE, "network": {"link_params_file": "lp.json"}}))
+    first = sweep.plan_sweep(base, '{"workload.scale": [0.01]}', tmp_path / "out")
+    same = sweep.plan_sweep(base, '{"workload.scale": [0.01]}', tmp_path / "out")
+    assert same.points[0].file == first.points[0].file
+    lp.write_text(json.dumps({"alpha_us": 500.0}))
+    changed = sweep.plan_sweep(base, '{"workload.scale": [0.01]}', tmp_path / "out")
+    assert changed.points[0].file != first.points[0].file
+    # Without input files a point's hash is its configuration's, as it always was.
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(BASE))
+    (pt,) = sweep.plan_sweep(plain, '{"workload.scale": [0.01]}', tmp_path / "o").points
+    assert pt.config_hash == sweep.stable_hash(pt.config)
+
+
+def test_a_grid_naming_a_field_by_both_names_is_refused(base_file, tmp_path):
+    grid = '{"distributed.bandwidth_limit": [10], "distributed.bandwidth_limit_gb_per_s": [20]}'
+    twice = re.escape("--grid names 'distributed.bandwidth_limit_gb_per_s' twice")
+    with pytest.raises(StudyError, match=twice):
+        sweep.plan_sweep(base_file, grid, tmp_path / "out")
 
 
 def test_sweep_refuses_bad_input(base_file, tmp_path, capsys):

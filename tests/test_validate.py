@@ -137,6 +137,21 @@ def test_reuse_refuses_a_trace_of_another_workload(dlrm_run, tmp_path):
     assert "error:" in r.stderr and "differ" in r.stderr
 
 
+def test_reuse_refuses_another_rank_count_and_iterations_leaving_the_folder_as_it_was(
+    dlrm_run, tmp_path
+):
+    cfg, out, _ = dlrm_run
+    before = sorted(p.name for p in out.iterdir())
+    wider = config(tmp_path, "dlrm", [], topology={"num_nodes": 4})
+    r = validate("--config", str(wider), "--np", "4", "--out", str(out), "--reuse")
+    assert r.returncode == 2
+    assert "the run has 2 ranks, the configuration 4 (--np 2 matches the run)" in r.stderr
+    r = validate("--config", str(cfg), "--np", "2", "--out", str(out), "--reuse", "--iters", "5")
+    assert r.returncode == 2
+    assert "--reuse compares the run already in --out, with its own" in r.stderr
+    assert sorted(p.name for p in out.iterdir()) == before  # no RUN_INCOMPLETE.txt either
+
+
 def test_gpt2_with_calibrated_link_params(tmp_path):
     lp = tmp_path / "link_params.json"
     lp.write_text(json.dumps({"alpha_us": 4.0, "bandwidth_gb_per_s": 5.0, "link_latency_us": 0}))
@@ -242,3 +257,11 @@ def test_an_interrupted_run_marks_its_folder_unfinished(tmp_path, monkeypatch, c
     text = (out / "RUN_INCOMPLETE.txt").read_text()
     assert text.startswith("A run of python -m simnet validate started here at ")
     assert "has not finished" in text
+
+
+def test_a_missing_host_model_file_is_named_by_its_option(tmp_path):
+    cfg = config(tmp_path, "dlrm", [])
+    r = validate("--config", str(cfg), "--host-params", str(tmp_path / "nope.json"),
+                 "--out", str(tmp_path / "out"))  # fmt: skip
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"error: --host-params: no such file '{tmp_path / 'nope.json'}'"

@@ -1,9 +1,10 @@
-"""The end-to-end job behind ``./run_training.sh [config.json]``.
+"""The end-to-end job behind ``./run_training.sh [config.json [OPTIONS]]``.
 
 1. runs the workload for real: ``num_nodes`` MPI processes of the ring
    trainer (or of any proxy named in ``workload``), which measure the
    bandwidth matrix, train, and count the bytes every pair exchanges;
-2. predicts the same workload with simnet on the configured topology;
+2. predicts the same workload with simnet twice: on the configured topology, and
+   on this machine (its calibrated host model; not with ``--no-host-model``);
 3. writes both and their comparison into ``logging.log_dir``.
 
 Ctrl-C stops every process; results are written atomically, so an interrupted
@@ -176,11 +177,15 @@ def write_measured(out: Path, measured: TrainerRun) -> list[Path]:
     from simnet import plots
     from simnet.output import write_matrix_csv
 
+    # The files named by epoch: an earlier run with more epochs left some this one does
+    # not write again.
+    for old in [*out.glob("traffic_epoch_*.png"), *out.glob("traffic_epoch_*_bytes.csv")]:
+        old.unlink(missing_ok=True)
     files = []
-    bw = np.array(measured.bandwidth_bytes_per_s, dtype=float)
-    files.append(write_matrix_csv(out / "bandwidth_matrix_bytes_per_s.csv", bw, "src\\dst"))
-    shown = bw.copy()
+    # Nothing is measured from a rank to itself: not a zero, an empty cell (as simnet's).
+    shown = np.array(measured.bandwidth_bytes_per_s, dtype=float)
     np.fill_diagonal(shown, np.nan)
+    files.append(write_matrix_csv(out / "bandwidth_matrix_bytes_per_s.csv", shown, "src\\dst"))
     files.append(
         plots.bandwidth_heatmap(
             shown,
@@ -418,7 +423,7 @@ def run_proxy_workload(cfg: Config, out: Path, say: Any, machine: ThisMachine | 
     measured = ProxyRun.load(meas_path)
     say("== prediction ==")
     res = simulate(cfg)
-    write_all(res, out, prefix="predicted_", say=say)
+    files = write_all(res, out, prefix="predicted_", say=say)
     rows = []
     for ph_m, ph_p in zip(measured.phases, res.phases, strict=True):
         m = ProxyRun.slowest_s(ph_m)
@@ -459,11 +464,13 @@ def run_proxy_workload(cfg: Config, out: Path, say: Any, machine: ThisMachine | 
         comparison["predictions"]["this_machine"] = prediction_entry(predicted, measured_s)
         comparison["this_machine"] = machine.describe()
         comparison["this_machine_why"] = machine.why()
-    write_json(out / "comparison.json", comparison)
+        files.append(out / "this_machine" / "validation_ops.png")
+    files.append(write_json(out / "comparison.json", comparison))
     lines = prediction_lines(comparison, "per iteration")
     for line in lines:
         say(line)
-    _report(out, cfg, "\n".join(lines), comparison, measured_s)
+    files.append(_report(out, cfg, "\n".join(lines), comparison, measured_s, files))
+    say(f"wrote {len(files)} files to {out}/")
     return 0
 
 

@@ -28,7 +28,7 @@ class ThisMachine:
         from workflows import hostcal
 
         if params_file:
-            cal, source = load_host_calibration(params_file), params_file
+            cal, source = load_host_calibration(params_file, "--host-params"), params_file
         else:
             ranks = sorted({*hostcal.DEFAULT_RANKS, world_size})
             cal, path = hostcal.calibrate_host(ranks, force=force, say=say)
@@ -53,9 +53,16 @@ class ThisMachine:
             "notes": self.notes,
         }
 
-    def why(self) -> str:
-        """One line: which prediction is meant to match the run, and why."""
+    def why(self, beside_configured: bool = True) -> str:
+        """One line: which prediction is meant to match the run, and why;
+        ``beside_configured`` False: the only prediction made (validate's)."""
         cores = f" of {self.cores} cores" if self.cores else ""
+        if not beside_configured:
+            return (
+                f"predicted on this machine: its {self.params.ranks_per_host} ranks ran on "
+                f"this one host{cores}, sharing its memory copies (calibrated here), not on "
+                "the network the configuration describes"
+            )
         return (
             f"this_machine is meant to match the run: its {self.params.ranks_per_host} ranks "
             f"ran on this one host{cores}, sharing its memory copies (calibrated here); "
@@ -81,6 +88,8 @@ def machine_result(cfg: Config, machine: ThisMachine, **kw: Any):  # -> SimResul
                     "alpha_us": 0.0,
                     "send_overhead_us": p.send_overhead_us,
                     "injection_bandwidth_gb_per_s": None,
+                    # A link calibration describes the configured network, not this host.
+                    "link_params_file": None,
                 }
             ),
         }

@@ -38,7 +38,10 @@ from simnet.config import ConfigError, load_config
 from topologies import DEFAULT_GROUP_SIZE
 from workload.brief_argparse import BriefParser
 from workload.results import (
+    UNFINISHED_MARKER,
     atomic_write,
+    mark_finished,
+    mark_unfinished,
     output_dir_problem,
     versions,
     write_csv,
@@ -640,6 +643,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE
     out.mkdir(parents=True, exist_ok=True)
+    mark_unfinished(out, "python -m simnet scaling")
     if study.mode == "strong":
         notes.append(f"strong scaling anchored at P1 = {base}: " + sm.strong_note(study, base))
     try:
@@ -670,7 +674,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             notes += sim_notes
     except KeyboardInterrupt:
-        print("\ninterrupted: every process stopped", file=sys.stderr)
+        print(
+            f"\ninterrupted: every process stopped; {UNFINISHED_MARKER} marks the folder as "
+            "an unfinished run's",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
     add_metrics(measured, study.mode)
     add_metrics(predicted, study.mode)
@@ -730,10 +738,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if bars:
         files.append(bars)
     files.append(_report(out, study, text, measured, predicted, files))
+    # What an earlier study wrote here and this one did not (a plot it could not draw,
+    # a prediction it did not make) would read as this study's.
+    for name in OPTIONAL_OUTPUTS:
+        if out / name not in files:
+            (out / name).unlink(missing_ok=True)
+    mark_finished(out)
     print(text, end="")
     say(f"wrote {len(files)} files to {out}/")
     failed = [r for r in measured + predicted if r.get("status") == "failed"]
     return 1 if failed else 0
+
+
+OPTIONAL_OUTPUTS = (
+    "predict_config.json",
+    "scaling_speedup.png",
+    "scaling_efficiency.png",
+    "scaling_breakdown.png",
+)
+"""The study's files it writes only when it has what they show."""
 
 
 def _report(

@@ -27,6 +27,9 @@ from typing import Any
 from simnet.config import load_config
 from simnet.hostparams import HostCalibrationError
 from workload.results import (
+    UNFINISHED_MARKER,
+    mark_finished,
+    mark_unfinished,
     output_dir_problem,
     versions,
     write_csv,
@@ -73,6 +76,8 @@ NOT_IN_SUITE = {
     "gpt3_moe": "needs 16 ranks per pipeline stage (P % 16 stages == 0)",
     "gpt3_moe_one_pipe_step": "needs 16 ranks per pipeline stage",
     "alexnet_ring": "validated by the main job (./run_training.sh)",
+    "llm": "a description of its own (shapes and layout flags), not a reference proxy's",
+    "chakra": "replays a given execution trace (no trace is part of the suite)",
 }
 
 
@@ -113,7 +118,7 @@ def run_case(
         trace,
         out,
         command=cmd,
-        notes=[*notes, machine.why()],
+        notes=[*notes, machine.why(beside_configured=False)],
         predict=lambda c: machine_result(c, machine),
         on_this_machine=True,
     )
@@ -202,6 +207,7 @@ def run_suite(
     from workflows.machine import ThisMachine
 
     out.mkdir(parents=True, exist_ok=True)
+    mark_unfinished(out, "python -m simnet validate --suite")
     started = time.perf_counter()
     counts = sorted({c.world_size for c in cases})
     machines: dict[int, ThisMachine] = {}
@@ -272,6 +278,9 @@ def run_suite(
     write_text(out / "validation_suite.txt", text)
     if rows:
         error_plot(doc, out / "validation_suite.png")
+    else:  # no case to draw: an earlier suite's picture must not stand for this one
+        (out / "validation_suite.png").unlink(missing_ok=True)
+    mark_finished(out)
     say(text)
     return doc
 
@@ -323,6 +332,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("\ninterrupted: every process stopped", file=sys.stderr)
+        print(
+            f"\ninterrupted: every process stopped; {UNFINISHED_MARKER} marks the folder as "
+            "an unfinished run's",
+            file=sys.stderr,
+        )
         return 130
     return 0

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import json
 import os
 import re
@@ -136,7 +137,17 @@ def plan_sweep(config_path: str | Path, grid_text: str, out: str | Path) -> Plan
     base = read_base_config(base_path)
     # The base alone need not be valid (the grid may complete it): every point is checked.
     base = current_names(base)  # one name per field, whichever the grid uses
-    grid = {current_key(k): v for k, v in parse_grid(grid_text).items()}
+    given = parse_grid(grid_text)
+    grid: dict[str, list[Any]] = {}
+    named: dict[str, str] = {}
+    for key, values in given.items():
+        now = current_key(key)
+        if now in grid:
+            raise StudyError(
+                f"--grid names {now!r} twice ({named[now]!r} and {key!r}, one field's old "
+                "and current names): give it once"
+            )
+        grid[now], named[now] = values, key
     for key in grid:
         check_dotted_key(Config, key)
     plan = Plan(base_path, grid, [], Path(out))
@@ -153,13 +164,32 @@ def plan_sweep(config_path: str | Path, grid_text: str, out: str | Path) -> Plan
         except ConfigError as e:
             error = _short(str(e))
             full = data
-        h = stable_hash(full)
+        h = stable_hash(_with_inputs(full))
         pt = Point(i, assign, full, h, f"{POINTS_DIR}/point-{h}.json", error)
         plan.points.append(pt)
         if error:
             pt.status = "invalid"
             plan.invalid.append(pt)
     return plan
+
+
+INPUT_FILES = (("network", "link_params_file"), ("hosts", "params_file"))
+"""The configuration's fields naming files whose contents the simulation reads."""
+
+
+def _with_inputs(full: dict[str, Any]) -> dict[str, Any]:
+    """What a point's result depends on: its configuration and, where it names input
+    files (a link or host calibration), their contents, so that a point is computed
+    again when a file it reads changes (a point reading none keeps its old hash)."""
+    files = {}
+    for section, name in INPUT_FILES:
+        path = (full.get(section) or {}).get(name)
+        if path:
+            try:
+                files[path] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+            except OSError as e:
+                files[path] = f"unreadable: {e.strerror}"
+    return {"config": full, "input_files": files} if files else full
 
 
 def _short(message: str) -> str:

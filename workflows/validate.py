@@ -377,6 +377,25 @@ def bar_plot(labels: list[dict[str, Any]], path: Path, title: str) -> Path:
         fig.clear()
 
 
+def check_run(cfg: Config, measured: dict[str, Any] | ProxyRun) -> ProxyRun:
+    """The measured run (``measured.json``'s document or the run), refused with a
+    ValidationError where it is not a run of the configured proxy on its ranks."""
+    if isinstance(measured, dict):
+        if measured.get("kind") != "proxy-run":
+            raise ValidationError("measured.json is not a proxy run (kind != 'proxy-run')")
+        measured = ProxyRun.from_json(measured)
+    if measured.model != cfg.workload.name:
+        raise ValidationError(
+            f"the run is of {measured.model!r}, the configuration of {cfg.workload.name!r}"
+        )
+    if measured.world_size != cfg.world_size:
+        raise ValidationError(
+            f"the run has {measured.world_size} ranks, the configuration "
+            f"{cfg.world_size} (--np {measured.world_size} matches the run)"
+        )
+    return measured
+
+
 def analyse(
     cfg: Config,
     measured: dict[str, Any] | ProxyRun,
@@ -398,19 +417,7 @@ def analyse(
     from simnet.simulate import simulate
     from workload.results import versions, write_csv, write_json, write_text
 
-    if isinstance(measured, dict):
-        if measured.get("kind") != "proxy-run":
-            raise ValidationError("measured.json is not a proxy run (kind != 'proxy-run')")
-        measured = ProxyRun.from_json(measured)
-    if measured.model != cfg.workload.name:
-        raise ValidationError(
-            f"the run is of {measured.model!r}, the configuration of {cfg.workload.name!r}"
-        )
-    if measured.world_size != cfg.world_size:
-        raise ValidationError(
-            f"the run has {measured.world_size} ranks, the configuration "
-            f"{cfg.world_size} (use --np)"
-        )
+    measured = check_run(cfg, measured)
     timed = int(measured.iterations["timed"])
     sim_cfg = cfg.model_copy(
         update={"workload": cfg.workload.model_copy(update={"iterations": timed})}
@@ -685,6 +692,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if v is not None and v < (1 if name == "iters" else 0):
             print(f"error: --{name} must be >= {1 if name == 'iters' else 0}", file=sys.stderr)
             return EXIT_USAGE
+    if ns.reuse and (ns.iters is not None or ns.warmup is not None):
+        print(
+            "error: --iters and --warmup set the real run's iterations; --reuse compares the "
+            "run already in --out, with its own",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     if ns.suite:  # the suite builds on this module: `python -m simnet validate --suite`
         print("error: --suite is run by `python -m simnet validate --suite`", file=sys.stderr)
         return EXIT_USAGE
@@ -703,23 +717,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             from workflows.machine import ThisMachine, machine_result
 
             machine = ThisMachine.calibrate(cfg.world_size, print, params_file=ns.host_params)
-            notes.append(machine.why())
+            notes.append(machine.why(beside_configured=False))
 
             def predict(c: Config) -> Any:
                 return machine_result(c, machine)
 
-        mark_unfinished(out, "python -m simnet validate")
         if ns.reuse:
             meas_path, trace_path = out / "measured.json", out / "measured_trace.json"
             missing = [str(p) for p in (meas_path, trace_path) if not p.exists()]
             if missing:
                 raise ValidationError(f"--reuse: no {', '.join(missing)}; run without --reuse")
-            _, cmd_notes = proxy_command(cfg, meas_path, trace_path, ns.iters, ns.warmup)
+            _, cmd_notes = proxy_command(cfg, meas_path, trace_path, None, None)
             notes += cmd_notes
             cmd = None
-            measured = json.loads(meas_path.read_text())  # analyse checks its kind
+            measured = check_run(cfg, json.loads(meas_path.read_text()))
             trace = json.loads(trace_path.read_text())
+            mark_unfinished(out, "python -m simnet validate")
         else:
+            mark_unfinished(out, "python -m simnet validate")
             cmd, cmd_notes, measured, trace = real_run(
                 cfg, out, ns.iters, ns.warmup, ns.timeout, ns.quiet
             )
