@@ -445,12 +445,21 @@ class CollectivesSection(_Strict):
         "thread or offload); false: only while their rank is inside an MPI call (waiting, "
         "testing, or blocked), as in MPICH and Open MPI by default",
     )
+    library: Literal["mpi", "nccl"] | None = Field(
+        None,
+        description="what runs the collectives: mpi (MPI's protocol: eager and rendezvous "
+        "with the network's handshake, gamma and step latency, non-blocking ones "
+        "progressing together), nccl (as NCCL runs them: GPU kernels, one at a time per "
+        "group in call order, every message waiting for its receiver without a "
+        "handshake, no host reduction cost); default: nccl for the collectives given an "
+        "NCCL algorithm (nccl_ring, nccl_tree), mpi for the others",
+    )
     stream_order: bool | None = Field(
         None,
-        description="a rank's collectives on one group run one at a time in call order, "
-        "as NCCL runs a communicator's collectives on its CUDA stream; false: non-blocking "
-        "collectives on a group progress together, as in MPI libraries; default: true "
-        "when algorithm or by_op names an NCCL algorithm (nccl_ring, nccl_tree)",
+        description="true: a rank's collectives on one group run one at a time in call "
+        "order, as NCCL runs a communicator's collectives on its CUDA stream; false: "
+        "non-blocking collectives on a group progress together, as in MPI libraries; "
+        "default: stream order for the collectives run as NCCL runs them (library)",
     )
     step_latency_us: float = Field(
         0.0,
@@ -472,11 +481,6 @@ class CollectivesSection(_Strict):
         from workload.collectives import NCCL_ALGORITHMS
 
         return any(a in NCCL_ALGORITHMS for a in (self.algorithm, *self.by_op.values()))
-
-    @property
-    def effective_stream_order(self) -> bool:
-        """``stream_order``, or its default: on with NCCL algorithms."""
-        return self.names_nccl if self.stream_order is None else self.stream_order
 
     @model_validator(mode="after")
     def _known(self) -> CollectivesSection:

@@ -40,6 +40,7 @@ cdef class _Coll(_Waiter):
     cdef public object delays
     cdef public object done
     cdef public tuple endpoints
+    cdef public bint handshake
     cdef public tuple hot
     cdef public Py_ssize_t i
     cdef public Py_ssize_t me

@@ -39,10 +39,13 @@ except ImportError:  # no Cython here: this module runs as the Python it is
     from . import _nocython as cython
 
 from workload.collectives import (
+    LIBRARIES,
     NCCL_ALGORITHMS,
     FlatPlan,
     Schedule,
     default_algorithm,
+    in_stream_order,
+    runs_as_nccl,
     schedule_for,
 )
 from workload.ops import Collective, Compute, Op, Recv, Send, Testany, Wait
@@ -95,6 +98,15 @@ class AlgorithmPolicy:
         if not name:
             return default_algorithm(op.op, p, op.count_elems)
         default = default_algorithm(op.op, p, op.count_elems)
+        if (
+            name in NCCL_ALGORITHMS
+            and name not in ALGORITHMS[op.op]
+            and ("nccl_ring" in ALGORITHMS[op.op])
+        ):
+            # NCCL has its tree for allreduce only: it runs the others with its ring.
+            name = self._fallback(
+                op.op, name, "nccl_ring", f"NCCL runs {op.op} with its ring, not a tree"
+            )
         if name not in ALGORITHMS[op.op]:
             return self._fallback(
                 op.op,
@@ -445,7 +457,8 @@ class SimExecutor:
         async_progress: bool = True,
         rank_compute_factors: Sequence[float] | None = None,
         compute_noise: Callable[[int], Callable[[], float]] | None = None,
-        stream_order: bool = False,
+        stream_order: bool | None = None,
+        library: str = "auto",
     ) -> None:
         """``gamma_s_per_byte``: the reduction cost (seconds per byte received in a
         reducing step) of the collectives the MPI library runs, i.e. those whose
@@ -465,11 +478,18 @@ class SimExecutor:
         ``rank_compute_factors``: per rank, a multiplier of its compute (stragglers);
         ``compute_noise(rank)`` returns that rank's source of random factors, one drawn
         per compute operation (a what-if's noise).
-        ``stream_order``: a rank's collectives on one group run one at a time, in the
-        order it calls them, as NCCL runs a communicator's collectives on its CUDA
-        stream (a non-blocking one called while an earlier one runs starts when that
-        ends; a blocking one waits for the earlier ones too); False: non-blocking
-        collectives on a group progress together, as in MPI libraries."""
+        ``library``: what runs the collectives a program leaves to its library (names no
+        algorithm): "mpi" (MPI's protocol: eager below the threshold, rendezvous above,
+        with the network's handshake; gamma and step latency), "nccl" (as NCCL runs
+        them: every message waits for its receiver, no handshake, no host reduction
+        cost or progress steps), or "auto": NCCL's way for those the policy gives an
+        NCCL algorithm (nccl_ring, nccl_tree), MPI's for the others.
+        ``stream_order``: True: a rank's collectives on one group run one at a time, in
+        the order it calls them, as NCCL runs a communicator's collectives on its CUDA
+        stream (one called while an earlier one runs starts when that ends; a blocking
+        one waits for the earlier ones too); False: non-blocking collectives on a group
+        progress together, as in MPI libraries; None: stream order for those run as
+        NCCL runs them. A call with nothing to send (zero elements) returns at once."""
         if not gamma_s_per_byte >= 0:
             raise ValueError(f"gamma_s_per_byte must be >= 0 (got {gamma_s_per_byte!r})")
         if not step_latency_s >= 0:
@@ -500,7 +520,10 @@ class SimExecutor:
             None if rank_compute_factors is None else [float(f) for f in rank_compute_factors]
         )
         self.compute_noise = compute_noise
-        self.stream_order = bool(stream_order)
+        if library not in LIBRARIES:
+            raise ValueError(f"library must be one of {', '.join(LIBRARIES)} (got {library!r})")
+        self.library = library
+        self.stream_order = None if stream_order is None else bool(stream_order)
         self._schedules: dict[tuple, tuple[Schedule, str]] = {}
         self._members: dict[tuple[str, int], tuple[tuple[int, ...], int]] = {}
         # id of a group (the workload keeps it) -> {rank: its first index in the group}
@@ -728,6 +751,7 @@ class PhaseSim:
         # What _Coll.advance needs, in one tuple (each _Coll holds it: no attribute
         # lookups per step).
         self._hot = (self._sends, self._recvs, ex.eager, env)
+        self._hot_nccl = (self._sends, self._recvs, 0, env)  # every message waits (_Coll)
         self._world = ex._world  # the plans' channel pairs use the same multiplier
         self._world2 = self._world * self._world
         # Collective instance k of group id g is number g + k * ngroups; a group's id
@@ -737,7 +761,10 @@ class PhaseSim:
         self._gid_names: list[tuple[str, int]] = []
         self._coll_cache: dict[tuple, tuple] = {}  # see _prepare
         # (group kind, rank) -> its collectives in call order, with ex.stream_order.
-        self._streams: dict[tuple[str, int], _Stream] | None = {} if ex.stream_order else None
+        self._streams: dict[tuple[str, int], _Stream] | None = (
+            None if ex.stream_order is False else {}
+        )
+        self.nccl_ran = False  # a collective ran as NCCL runs it (see _prepare)
         self._group_endpoints: dict[tuple[str, int], tuple[int, ...]] = {}  # see _prepare
         # The paths a group's collectives from step tables send on, kept where the
         # network routes every pair one way: group -> per table row number (see
@@ -901,26 +928,30 @@ class PhaseSim:
         """Call ``op`` on ``rank``; True if it completed at once, else ``done`` is
         called when it completes. With stream order it starts once the rank's earlier
         collectives on its group have completed."""
-        streams = self._streams
-        if streams is None:
-            return self._start_collective(rank, op, done)
-        key = (op.group, rank)
-        stream = streams.get(key)
-        if stream is None:
-            stream = streams[key] = _Stream(self, rank)
-        return stream.call(op, done)
-
-    def _start_collective(self, rank: int, op: Collective, done: Callable[[], None] | None) -> bool:
-        """Start ``op`` on ``rank`` now; True if it completed at once, else ``done`` is
-        called when it completes."""
         ckey = (op.group, op.op, op.count_elems, op.algorithm, op.root, rank)
         c = self._coll_cache.get(ckey)
         if c is None:
             c = self._coll_cache[ckey] = self._prepare(rank, op)
-        seq_key, steps, gid, tally, _, delays, me, endpoints, prows = c
+        # Its instance number is taken now, in call order, whenever it starts: every
+        # member's k-th call on the group is the same collective.
+        seq_key = c[0]
         coll_seq = self.coll_seq
         seq = coll_seq[seq_key]
         coll_seq[seq_key] = seq + 1
+        streams = self._streams
+        if streams is None or not c[9]:
+            return self._start_collective(op, done, c, seq)
+        stream = streams.get(seq_key)
+        if stream is None:
+            stream = streams[seq_key] = _Stream(self)
+        return stream.call(op, done, c, seq)
+
+    def _start_collective(
+        self, op: Collective, done: Callable[[], None] | None, c: tuple, seq: int
+    ) -> bool:
+        """Start instance ``seq`` of ``op`` (prepared as ``c``, see ``_prepare``) now;
+        True if it completed at once, else ``done`` is called when it completes."""
+        _, steps, gid, tally, _, delays, me, endpoints, prows, _, nccl = c
         if steps is None:  # a group of one
             return True
         # Bytes count when the collective starts (all its data will go).
@@ -930,9 +961,9 @@ class PhaseSim:
         # channel numbers are C integers when compiled: below 2**63 while instances
         # number under 2**63 / world**2 (3e10 at 16,384 ranks).
         base = (gid + seq * self._ngroups) * self._world2
-        coll = _Coll(self, steps, base, me, endpoints, done, delays, prows)
+        coll = _Coll(self, steps, base, me, endpoints, done, delays, prows, nccl)
         if op.req is not None and not self.ex.async_progress:
-            coll.owner = self.ranks[rank]
+            coll.owner = self.ranks[c[0][1]]  # the rank of its (group, rank) key
         return coll.advance()
 
     def _prepare(self, rank: int, op: Collective) -> tuple:
@@ -941,16 +972,22 @@ class PhaseSim:
         the tally of its calls' bytes (``_Tally``: adds of (dict, row key, members, bytes
         per member); ``_TableTally`` from a step table) or None when it sends none,
         messages the rank sends, reduction delay per step or None, the rank's index in
-        its group, the group's endpoints in member order)."""
+        its group, the group's endpoints in member order, the kept paths or None, whether
+        its calls run in stream order, whether it runs as NCCL runs it)."""
         ex = self.ex
         members, me = ex._group(op.group, rank)
         p = len(members)
         seq_key = (op.group, rank)
         if p == 1:
-            return seq_key, None, 0, None, 0, None, 0, (), None
+            return seq_key, None, 0, None, 0, None, 0, (), None, False, False
         sched, alg = ex.schedule(op, p, members)
         self.algorithms[op.op].add(alg)
-        library = op.algorithm is None or ex.gamma_named
+        # As NCCL runs it: GPU kernels (no host reduction cost or progress steps), no
+        # rendezvous handshake, one collective at a time per communicator.
+        nccl = runs_as_nccl(op.algorithm, alg, ex.library)
+        if nccl:
+            self.nccl_ran = True
+        library = (op.algorithm is None or ex.gamma_named) and not nccl
         step_s = ex.step_latency_by_op.get(op.op, ex.step_latency)
         costs = (ex.gamma, step_s) if library else (0.0, 0.0)
         plan = ex._plan(sched, me, p, costs)
@@ -984,6 +1021,7 @@ class PhaseSim:
             )
             if adds:
                 tally = _Tally(adds, row)
+        streamed = in_stream_order(ex.stream_order, nccl, sched.num_steps)
         return (
             seq_key,
             steps,
@@ -994,6 +1032,8 @@ class PhaseSim:
             me,
             self._group_endpoints[gkey],
             prows,
+            streamed,
+            nccl,
         )
 
     def _kept_paths(self, table: _StepTable, gkey: tuple[str, int], p: int) -> list:
@@ -1215,6 +1255,7 @@ class _Coll(_Waiter):
         "delays",
         "done",
         "endpoints",
+        "handshake",
         "hot",
         "i",
         "me",
@@ -1237,9 +1278,13 @@ class _Coll(_Waiter):
         done: Callable[[], None] | None,
         delays: list[float] | None = None,
         prows: list | None = None,
+        nccl: bool = False,
     ) -> None:
         self.sim = sim
-        self.hot = sim._hot
+        # As NCCL runs it: every message waits for its receiver (a free buffer slot), as
+        # a rendezvous without the request-to-send (its buffers are set up beforehand).
+        self.hot = sim._hot_nccl if nccl else sim._hot
+        self.handshake = not nccl
         self.net = sim.net
         self.prows = prows
         if type(steps) is _StepTable:
@@ -1330,7 +1375,7 @@ class _Coll(_Waiter):
             return 1
         sc = item[0]  # a rendezvous send waiting: (sender, its kept paths, bytes, posted at)
         path = self._path_of(item[1], sc.me, self.me)
-        self.net.rendezvous_on_path(path, item[2], _delivered2, sc, item[3], self)
+        self.net.rendezvous_on_path(path, item[2], _delivered2, sc, item[3], self, sc.handshake)
         return 1
 
     def _send(self, key: int, plist: list | None, dst: int, size_bytes: int, t_now: float) -> int:
@@ -1350,7 +1395,9 @@ class _Coll(_Waiter):
             if size_bytes <= hot[2]:
                 self.net.start_on_path(path, size_bytes, _delivered2, None, rw)
                 return 0
-            self.net.rendezvous_on_path(path, size_bytes, _delivered2, self, t_now, rw)
+            self.net.rendezvous_on_path(
+                path, size_bytes, _delivered2, self, t_now, rw, self.handshake
+            )
             return 1
         msg = [None, None]
         self.net.start_on_path(path, size_bytes, _delivered, msg)
@@ -1394,27 +1441,27 @@ class _Stream:
     stream of a communicator): a collective called while another runs waits in
     ``queue`` with the callback of its completion."""
 
-    __slots__ = ("busy", "done", "queue", "rank", "sim")
+    __slots__ = ("busy", "done", "queue", "sim")
 
-    def __init__(self, sim: PhaseSim, rank: int) -> None:
+    def __init__(self, sim: PhaseSim) -> None:
         self.sim = sim
-        self.rank = rank
         self.busy = False
         self.done: Callable[[], None] | None = None  # of the running collective
-        self.queue: deque[tuple[Collective, Callable[[], None] | None]] = deque()
+        # (op, its caller's callback, its prepared calls, its instance number)
+        self.queue: deque[tuple[Collective, Callable[[], None] | None, tuple, int]] = deque()
 
-    def call(self, op: Collective, done: Callable[[], None] | None) -> bool:
-        """The rank calls ``op``; True if it completed at once, else ``done`` is called
-        when it completes."""
+    def call(self, op: Collective, done: Callable[[], None] | None, c: tuple, seq: int) -> bool:
+        """The rank calls ``op`` (instance ``seq``, prepared as ``c``); True if it
+        completed at once, else ``done`` is called when it completes."""
         if self.busy:
-            self.queue.append((op, done))
+            self.queue.append((op, done, c, seq))
             return False
-        return self._start(op, done)
+        return self._start(op, done, c, seq)
 
-    def _start(self, op: Collective, done: Callable[[], None] | None) -> bool:
+    def _start(self, op: Collective, done: Callable[[], None] | None, c: tuple, seq: int) -> bool:
         self.busy = True
         self.done = done
-        if self.sim._start_collective(self.rank, op, self._finished):
+        if self.sim._start_collective(op, self._finished, c, seq):
             self.busy = False
             self.done = None
             return True
@@ -1429,8 +1476,8 @@ class _Stream:
         self.done = None
         queue = self.queue
         while queue:
-            op, done = queue.popleft()
-            if not self._start(op, done):
+            op, done, c, seq = queue.popleft()
+            if not self._start(op, done, c, seq):
                 break
             completed.append(done)
         for done in completed:

@@ -269,7 +269,7 @@ cdef class FlowNetwork:
 
     @cython.locals(flow=_Flow, now=cython.double, delay=cython.double, start=cython.double)
     cpdef rendezvous_on_path(self, _Path path, size_bytes, on_delivery, tag,
-                             double send_posted_s, tag2=*)
+                             double send_posted_s, tag2=*, bint handshake=*)
 
     @cython.locals(timer=_Flow, t=cython.double)
     cpdef call_later(self, double delay_s, callback, arg=*)

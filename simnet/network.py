@@ -1221,11 +1221,14 @@ class FlowNetwork:
         tag: object,
         send_posted_s: float,
         tag2: object = _ONE_TAG,
+        handshake: bool = True,
     ) -> None:
-        """:meth:`start_rendezvous` on the pair's ``path`` (from :meth:`path_between`)."""
+        """:meth:`start_rendezvous` on the pair's ``path`` (from :meth:`path_between`);
+        ``handshake`` False: without the request-to-send even where the network has one
+        (a library whose receive buffers are set up beforehand, as NCCL's)."""
         now = self.env._now + 0.0
         start = send_posted_s  # (its send overhead paid: see send_overhead_end)
-        if self.rendezvous_handshake and path.src != path.dst:
+        if handshake and self.rendezvous_handshake and path.src != path.dst:
             start = start + self.alpha_s + path.latency_s  # the request-to-send's crossing
         delay = start - now
         flow = self._message(path, size_bytes, on_delivery, tag, tag2)

@@ -490,12 +490,6 @@ def simulate(
             f"flows spread over equal-cost routes, hashed per pair (the {cfg.topology.type} "
             "default; topology.ecmp = false for one route per pair)"
         )
-    if cfg.collectives.stream_order is None and cfg.collectives.names_nccl:
-        assumed.append(
-            "a rank's collectives on one group run one at a time, in call order (NCCL's "
-            "stream per communicator; collectives.stream_order = false lets non-blocking "
-            "ones overlap)"
-        )
     router = topologies.Router(graph, ecmp=cfg.topology.effective_ecmp)
     ex = SimExecutor(
         workload,
@@ -516,10 +510,12 @@ def simulate(
         if cfg.whatif.stragglers
         else None,
         compute_noise=_noise(cfg.whatif, noise_streams_from),
-        stream_order=cfg.collectives.effective_stream_order,
+        stream_order=cfg.collectives.stream_order,
+        library=cfg.collectives.library or "auto",
     )
     scenario = [*graph.graph.get("whatif", []), *whatif.compute_notes(cfg.whatif)]
     phases = []
+    nccl_ran = False
     for i, ph in enumerate(workload.phases):
         t0 = time.perf_counter()
         report = None
@@ -530,9 +526,21 @@ def simulate(
 
         sim = ex.run_phase(i, cfg.workload.iterations, report)
         phases.append(_phase_result(sim, n_end, cfg.workload.iterations, time.perf_counter() - t0))
+        nccl_ran = nccl_ran or sim.nccl_ran
         sim.release()
     ex.release_plans()
     assumed.extend(ex.policy.fallbacks)
+    if nccl_ran and cfg.collectives.library is None:
+        order = {
+            None: "one at a time per group, in call order (NCCL's stream per communicator)",
+            True: "one at a time per group, in call order (collectives.stream_order)",
+            False: "non-blocking ones on a group together (collectives.stream_order = false)",
+        }[cfg.collectives.stream_order]
+        assumed.append(
+            "collectives given an NCCL algorithm run as NCCL runs them: "
+            f"{order}, every message waiting for its receiver without a handshake, no host "
+            "reduction cost (collectives.library = mpi runs them as MPI messages)"
+        )
 
     def routes() -> tuple[np.ndarray, np.ndarray]:
         if progress is not None and big:

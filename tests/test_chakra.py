@@ -361,6 +361,40 @@ def test_goal_dependencies_point_backwards_and_bytes_match_simnet(tmp_path):
     assert counts["bytes"] == int(res.traffic_bytes.sum())
 
 
+def test_goal_keeps_stream_order_as_simnet_runs_it(tmp_path):
+    # Two non-blocking allreduces on one group: in stream order the second's first
+    # transfers require the first's last ones; otherwise they require only what came
+    # before both.
+    from workload.ops import Collective, Wait
+    from workload.program import Phase, Workload
+
+    def program(rank: int) -> list:
+        return [
+            Collective("allreduce", "world", 1024, req=1, algorithm="ring"),
+            Collective("allreduce", "world", 1024, req=2, algorithm="ring"),
+            Wait((1, 2)),
+        ]
+
+    wl = Workload("t", 4, {}, {"world": [(0, 1, 2, 3)]}, [Phase("x", program)])
+
+    def second_requires_first(**order) -> bool:
+        path = tmp_path / "s.goal"
+        write_goal(wl, path, **order)
+        block = path.read_text().split("rank 1 {")[0]
+        labels = {}
+        for line in block.splitlines():
+            if ": " in line and line.startswith("l"):
+                label, op = line.split(": ")
+                labels[label] = int(op.split()[-1])  # its tag: the collective's number
+        first, second = sorted(set(labels.values()))
+        needs = [ln.split(" requires ") for ln in block.splitlines() if " requires " in ln]
+        return any(labels[a] == second and labels[b] == first for a, b in needs)
+
+    assert second_requires_first(stream_order=True)
+    assert not second_requires_first(stream_order=False)
+    assert not second_requires_first()  # named algorithms: MPI's way, not NCCL's
+
+
 def test_goal_compute_in_nanoseconds(tmp_path):
     text, counts = _goal(RunSpec("alexnet_ring", world_size=2), tmp_path)
     calcs = [op for _, op in iter_goal_ops(text) if op.startswith("calc")]

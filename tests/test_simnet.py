@@ -821,7 +821,7 @@ def test_stream_order_runs_a_groups_collectives_one_at_a_time():
     assert ends[1] == pytest.approx(2 * alone, rel=1e-12)
 
 
-def test_stream_order_defaults_on_with_nccl_algorithms_and_says_so():
+def test_collectives_given_an_nccl_algorithm_run_as_nccl_and_the_summary_says_so():
     def run(collectives: dict) -> simnet.SimResult:
         cfg = {
             "topology": {"type": "switch", "num_nodes": 8},
@@ -831,16 +831,23 @@ def test_stream_order_defaults_on_with_nccl_algorithms_and_says_so():
         }
         return simnet.simulate(cfg, record_series=False)
 
-    note = "a rank's collectives on one group run one at a time, in call order"
-    for collectives, on, noted in [
-        ({}, False, False),
-        ({"by_op": {"allreduce": "nccl_ring"}}, True, True),
-        ({"algorithm": "nccl_tree", "stream_order": False}, False, False),
-        ({"stream_order": True}, True, False),
+    note = "collectives given an NCCL algorithm run as NCCL runs them: "
+    for collectives, order in [
+        ({}, None),
+        ({"stream_order": True}, None),  # no NCCL algorithm ran: nothing to say
+        ({"by_op": {"allreduce": "nccl_ring"}}, "one at a time per group, in call order"),
+        ({"algorithm": "nccl_tree", "stream_order": False}, "non-blocking ones on a group"),
+        ({"algorithm": "nccl_ring", "library": "nccl"}, None),  # asked for: not assumed
+        ({"algorithm": "nccl_ring", "library": "mpi"}, None),
     ]:
-        res = run(collectives)
-        assert res.phases[0].timeline.ex.stream_order is on, collectives
-        assert any(note in a for a in res.assumed) is noted, collectives
+        said = [a for a in run(collectives).assumed if a.startswith(note)]
+        if order is None:
+            assert not said, collectives
+        else:
+            assert len(said) == 1 and said[0][len(note) :].startswith(order), said
+
+
+def test_stream_order_serialises_a_pipelines_gradient_buckets():
     # A pipeline's gradient buckets (DDP with overlap, 25 MiB each) reduce one after
     # another: the stage-to-stage sends share their links with one of them, not with
     # every bucket in flight, and the iteration is shorter.
@@ -856,3 +863,110 @@ def test_stream_order_defaults_on_with_nccl_algorithms_and_says_so():
     serial = simnet.simulate({**llm, "collectives": {"stream_order": True}}, record_series=False)
     together = simnet.simulate(llm, record_series=False)
     assert serial.iteration_time_s < 0.99 * together.iteration_time_s
+
+
+def _library_run(collectives: dict, library: str, **network) -> float:
+    """Seconds of one 25 MiB allreduce the program leaves to its library, on 2 nodes x 8
+    GPUs (rail-optimised), the policy giving it ``collectives`` (AlgorithmPolicy's
+    fields), as ``library`` runs it; MPI's eager threshold (64 KiB) and handshake."""
+    from simnet.executor import AlgorithmPolicy, SimExecutor
+    from simnet.network import FlowNetwork
+    from workload.ops import Collective
+    from workload.program import Phase, Workload
+
+    g = topologies.rail_optimised(2, 8, 300e9, 25e9, 0.5e-6, 1e-6)
+    router = topologies.Router(g)
+    wl = Workload(
+        "t",
+        16,
+        {},
+        {"world": [tuple(range(16))]},
+        [Phase("x", lambda rank: [Collective("allreduce", "world", (25 << 20) // 4)])],
+    )
+    ex = SimExecutor(
+        wl,
+        lambda env: FlowNetwork(env, g, router.path, rendezvous_handshake=True, **network),
+        list(range(16)),
+        policy=AlgorithmPolicy(local_size=8, **collectives),
+        library=library,
+        **({"gamma_s_per_byte": 1e-9, "step_latency_s": 20e-6}),
+    )
+    sim = ex.run_phase()
+    return sim.makespan_s
+
+
+@pytest.mark.parametrize("algorithm", ["nccl_ring", "nccl_tree"])
+def test_an_nccl_algorithm_runs_as_nccl_runs_it(algorithm):
+    # NCCL's messages wait for a free buffer at their receiver, with no request-to-send,
+    # and it reduces on the GPU: what collective_time gives (its messages all wait, no
+    # handshake, no host costs), not MPI's protocol and host costs.
+    g = topologies.rail_optimised(2, 8, 300e9, 25e9, 0.5e-6, 1e-6)
+    alone = simnet.collective_time(g, "allreduce", algorithm, 25 << 20, local_size=8)
+    for library in ("auto", "nccl"):
+        assert _library_run({"fixed": algorithm}, library) == pytest.approx(alone, rel=1e-12)
+    # As MPI messages: a handshake per rendezvous step, gamma and a step latency.
+    assert _library_run({"fixed": algorithm}, "mpi") > 1.05 * alone
+    # An MPI algorithm runs as MPI's either way, unless the library is NCCL's.
+    assert _library_run({"fixed": "ring"}, "auto") == _library_run({"fixed": "ring"}, "mpi")
+    assert _library_run({"fixed": "ring"}, "nccl") < _library_run({"fixed": "ring"}, "mpi")
+
+
+def test_nccl_tree_leaves_the_ops_without_a_tree_to_nccls_ring():
+    from simnet.executor import AlgorithmPolicy
+    from workload.ops import Collective
+
+    policy = AlgorithmPolicy(fixed="nccl_tree", local_size=8)
+    assert policy.choose(Collective("allreduce", "world", 1 << 20), 16) == "nccl_tree"
+    for op in ("reduce_scatter", "allgather"):
+        assert policy.choose(Collective(op, "world", 1 << 20), 16) == "nccl_ring"
+    assert list(policy.fallbacks) == [
+        "reduce_scatter: 'nccl_tree' asked for, 'nccl_ring' used: NCCL runs reduce_scatter "
+        "with its ring, not a tree",
+        "allgather: 'nccl_tree' asked for, 'nccl_ring' used: NCCL runs allgather with its "
+        "ring, not a tree",
+    ]
+
+
+def test_a_call_with_nothing_to_send_returns_at_once_in_stream_order():
+    from workload.ops import Collective, Wait
+
+    big = Collective("allreduce", "world", (8 << 20) // 4, req=1, algorithm="ring")
+    empty = Collective("allreduce", "world", 0, algorithm="ring")
+    _, ends = _two_rank_run([big, empty, Wait((1,))], stream_order=True)
+    assert ends[1] == 0.0 and ends[2] > 0
+
+
+def test_stream_order_matches_every_members_calls_whatever_waits():
+    # Rank 0 calls its second allreduce while its first still runs (it waits in the
+    # stream), rank 1 after a long compute (it starts at once); a call with nothing to
+    # send between them returns at once on both. Each member's k-th call is still the
+    # same collective: the run ends, as it does without the empty call.
+    from simnet.executor import SimExecutor
+    from simnet.network import FlowNetwork
+    from workload.ops import Collective, Compute, Wait
+    from workload.program import Phase, Workload
+
+    n = (8 << 20) // 4
+
+    def program(with_empty: bool):
+        def ops(rank: int) -> list:
+            out = [Collective("allreduce", "world", n, req=1, algorithm="ring")]
+            if rank == 1:
+                out.append(Compute(10_000.0))
+            out.append(Collective("allreduce", "world", n, req=2, algorithm="ring"))
+            if with_empty:
+                out.append(Collective("allreduce", "world", 0, algorithm="ring"))
+            return [*out, Wait((1, 2))]
+
+        return ops
+
+    def run(with_empty: bool) -> float:
+        g = topologies.switch(2, bandwidth_bytes_per_s=10e9, latency_s=1e-6)
+        router = topologies.Router(g)
+        wl = Workload("t", 2, {}, {"world": [(0, 1)]}, [Phase("x", program(with_empty))])
+        ex = SimExecutor(
+            wl, lambda env: FlowNetwork(env, g, router.path), [0, 1], stream_order=True
+        )
+        return ex.run_phase().makespan_s
+
+    assert run(True) == run(False) > 0.01

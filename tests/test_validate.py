@@ -265,3 +265,22 @@ def test_a_missing_host_model_file_is_named_by_its_option(tmp_path):
                  "--out", str(tmp_path / "out"))  # fmt: skip
     assert r.returncode == 2
     assert r.stderr.strip() == f"error: --host-params: no such file '{tmp_path / 'nope.json'}'"
+
+
+def test_a_real_runs_prediction_runs_nccl_algorithms_as_mpi_messages(tmp_path):
+    # The proxies send an NCCL algorithm's schedule as MPI messages: predicting their
+    # run, the collectives run as MPI runs them, and the notes say so.
+    from workflows.launcher import as_mpi_run
+
+    cfg = simnet.load_config(config(tmp_path, "dlrm", [], collectives={"algorithm": "nccl_ring"}))
+    mpi, notes = as_mpi_run(cfg)
+    assert mpi.collectives.library == "mpi" and cfg.collectives.library is None
+    assert notes == [
+        "prediction: collectives as MPI runs them (collectives.library = mpi), as the real "
+        "run sends them, not as NCCL would"
+    ]
+    assert as_mpi_run(simnet.load_config(config(tmp_path, "dlrm", [])))[1] == []
+    said = simnet.load_config(
+        config(tmp_path, "dlrm", [], collectives={"algorithm": "nccl_ring", "library": "nccl"})
+    )
+    assert as_mpi_run(said) == (said, [])  # the configuration's word stands

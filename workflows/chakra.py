@@ -126,6 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     goal_path,
                     _chooser(cfg),
                     _progress("writing GOAL", workload.world_size),
+                    **_order(cfg),
                 )
                 files.append(goal_path)
             write_json(out / f"{ns.prefix}.export.json", doc)
@@ -137,7 +138,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 0
         counts = write_goal(
-            workload, Path(ns.out), _chooser(cfg), _progress("writing GOAL", workload.world_size)
+            workload,
+            Path(ns.out),
+            _chooser(cfg),
+            _progress("writing GOAL", workload.world_size),
+            **_order(cfg),
         )
         print(
             f"wrote {ns.out}: {workload.world_size} ranks, {counts['sends']:,} sends, "
@@ -148,6 +153,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ChakraError, OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def _order(cfg) -> dict:
+    """write_goal's library and stream order, as the configuration gives them."""
+    return {
+        "library": cfg.collectives.library or "auto",
+        "stream_order": cfg.collectives.stream_order,
+    }
 
 
 def _chooser(cfg):

@@ -39,7 +39,7 @@ from workload.results import (
 from workload.run_result import ProxyRun, TrainerRun, TrainerSettings
 from workload.units import MB, MS_PER_S, bytes_per_s_to_gb_per_s
 
-from .launcher import mpiexec, proxy_command, run_proxy
+from .launcher import as_mpi_run, mpiexec, proxy_command, run_proxy
 from .machine import ThisMachine, machine_result
 
 EXIT_USAGE = 2
@@ -422,7 +422,10 @@ def run_proxy_workload(cfg: Config, out: Path, say: Any, machine: ThisMachine | 
         return rc
     measured = ProxyRun.load(meas_path)
     say("== prediction ==")
-    res = simulate(cfg)
+    mpi_cfg, mpi_notes = as_mpi_run(cfg)
+    for n in mpi_notes:
+        say(f"note: {n}")
+    res = simulate(mpi_cfg)
     files = write_all(res, out, prefix="predicted_", say=say)
     rows = []
     for ph_m, ph_p in zip(measured.phases, res.phases, strict=True):

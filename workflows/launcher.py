@@ -35,6 +35,27 @@ def mpiexec() -> str:
     return shutil.which("mpiexec") or "mpiexec"
 
 
+def as_mpi_run(cfg: Config) -> tuple[Config, list[str]]:
+    """The configuration that predicts a real run of the proxies, and a note: the run
+    sends every collective as MPI messages (an NCCL algorithm's schedule too), so the
+    prediction runs them as MPI does (``collectives.library = mpi``) unless the
+    configuration says otherwise."""
+    if cfg.collectives.library is not None:
+        return cfg, []
+    mpi = cfg.model_copy(
+        update={"collectives": cfg.collectives.model_copy(update={"library": "mpi"})}
+    )
+    notes = (
+        [
+            "prediction: collectives as MPI runs them (collectives.library = mpi), as the "
+            "real run sends them, not as NCCL would"
+        ]
+        if cfg.collectives.names_nccl
+        else []
+    )
+    return mpi, notes
+
+
 def proxy_command(
     cfg: Config,
     out_json: Path,

@@ -59,7 +59,7 @@ from workload.results import (
 )
 from workload.run_result import ProxyRun
 
-from .launcher import mpiexec, run_command, stop_on_signals
+from .launcher import as_mpi_run, mpiexec, run_command, stop_on_signals
 from .netns import ETHERNET_MTU_FRAME_BYTES, TCP_FRAME_HEADER_BYTES, Cluster, TestbedError
 
 EXIT_USAGE = 2
@@ -374,8 +374,13 @@ def predict(
             "workload": cfg.workload.model_copy(update={"iterations": iterations}),
         }
     )
+    new, mpi_notes = as_mpi_run(new)
     return simulate(
-        new, record_series=False, topology=graph, topology_notes=notes, workload=workload
+        new,
+        record_series=False,
+        topology=graph,
+        topology_notes=[*notes, *mpi_notes],
+        workload=workload,
     )
 
 

@@ -55,7 +55,7 @@ from workload.run_result import ProxyRun
 from workload.units import MS_PER_S as MS  # milliseconds per second, for display
 from workload.units import us_to_s
 
-from .launcher import EXIT_TIMEOUT, proxy_command, run_proxy
+from .launcher import EXIT_TIMEOUT, as_mpi_run, proxy_command, run_proxy
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -422,6 +422,8 @@ def analyse(
     sim_cfg = cfg.model_copy(
         update={"workload": cfg.workload.model_copy(update={"iterations": timed})}
     )
+    sim_cfg, mpi_notes = as_mpi_run(sim_cfg)
+    notes = [*notes, *mpi_notes]
     res = (predict or simulate)(sim_cfg)
     phases = compare_phases(measured, res)
     events = trace_durations(trace)

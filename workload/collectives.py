@@ -94,6 +94,29 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
 }
 
 NCCL_ALGORITHMS = ("nccl_ring", "nccl_tree")
+
+LIBRARIES = ("auto", "mpi", "nccl")
+"""What runs the collectives a program leaves to its library (see :func:`runs_as_nccl`)."""
+
+
+def runs_as_nccl(named: str | None, chosen: str, library: str) -> bool:
+    """Whether a collective runs as NCCL runs it (GPU kernels, one at a time per
+    communicator, no rendezvous handshake, no host reduction cost): one the program
+    leaves to its library (``named`` None) when the ``library`` is "nccl", or "auto"
+    and its ``chosen`` algorithm is an NCCL one; never one the program names (the
+    proxies send their own schedules as MPI messages) or with library "mpi"."""
+    if named is not None or library == "mpi":
+        return False
+    return library == "nccl" or chosen in NCCL_ALGORITHMS
+
+
+def in_stream_order(stream_order: bool | None, nccl: bool, steps: int) -> bool:
+    """Whether a collective waits for the rank's earlier ones on its group: all with
+    ``stream_order`` True, none with False, those run as NCCL runs them with None; never
+    one whose schedule has no ``steps`` (a call of zero elements returns at once)."""
+    return steps > 0 and (nccl if stream_order is None else stream_order)
+
+
 """The algorithms laid out as NCCL lays them out on GPU nodes (see the NCCL section)."""
 
 # MPICH's historical thresholds (bytes, or processes for _PROCS), see

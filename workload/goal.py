@@ -22,7 +22,9 @@ came before it (the last blocking operation and anything waited for since); a
 non-blocking one requires the same but nothing waits for it until the program's
 Wait; every transfer of a collective's step s requires all of the rank's transfers of
 step s - 1 (each step's receives and sends are posted together and completed
-together). Tags keep communicators and collectives apart, as MPI's contexts do: a
+together); a collective in stream order (as NCCL runs a communicator's: see
+:func:`workload.collectives.in_stream_order`) also requires the rank's previous one on
+its group. Tags keep communicators and collectives apart, as MPI's contexts do: a
 point-to-point message of the k-th group kind (kinds sorted by name, from 0) carries
 ``1,000,000 (k + 1) + tag``; the transfers of a group's n-th collective (from 0) carry
 ``1,000,000,000 + 1000 n + k``, below 2^31 for up to a million collectives per group.
@@ -34,7 +36,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from .collectives import default_algorithm, schedule_for
+from .collectives import default_algorithm, in_stream_order, runs_as_nccl, schedule_for
 from .ops import Collective, Compute, Recv, Send, Testany, Wait
 from .program import Workload
 
@@ -86,10 +88,16 @@ def write_goal(
     path: Path,
     choose: Chooser | None = None,
     progress: Callable[[int], None] | None = None,
+    *,
+    library: str = "auto",
+    stream_order: bool | None = None,
 ) -> dict[str, int]:
     """Write one iteration of every phase of ``workload`` as a GOAL schedule to
     ``path`` (via a temporary file); returns counts of sends, receives, calcs and
-    bytes sent."""
+    bytes sent. ``library`` and ``stream_order``: which collectives wait for the rank's
+    previous one on their group, as simnet runs them (``collectives.library`` and
+    ``collectives.stream_order``)."""
+    order = (library, stream_order)
     choose = choose or default_chooser(workload)
     kinds = {k: i for i, k in enumerate(sorted(workload.groups))}
     if len(kinds) >= MAX_GROUP_KINDS:
@@ -101,7 +109,7 @@ def write_goal(
         out.write(f"num_ranks {workload.world_size}\n")
         for rank in range(workload.world_size):
             out.write(f"\nrank {rank} {{\n")
-            _write_rank(out, workload, rank, kinds, choose, counts)
+            _write_rank(out, workload, rank, kinds, choose, counts, order)
             out.write("}\n")
             if progress is not None:
                 progress(rank)
@@ -116,9 +124,13 @@ def _write_rank(
     kinds: dict[str, int],
     choose: Chooser,
     counts: dict[str, int],
+    order: tuple[str, bool | None],
 ) -> None:
     r = _Rank(out)
     seq: dict[tuple[str, int], int] = {}  # (kind, group's first rank) -> collectives so far
+    # (kind, group's first rank) -> the last operations of the rank's previous collective
+    # in stream order on that group
+    streams: dict[tuple[str, int], list[int]] = {}
     for phase in workload.phases:
         ends: dict[int, list[int]] = {}  # request -> its last operations
         for op in phase.program(rank):
@@ -146,7 +158,9 @@ def _write_rank(
                 else:
                     ends[op.req] = [label]
             else:
-                last = _collective(r, workload, rank, op, kinds, seq, choose, counts)
+                last = _collective(
+                    r, workload, rank, op, kinds, seq, choose, counts, order, streams
+                )
                 if op.req is None:
                     r.after = last or r.after
                 else:
@@ -164,6 +178,8 @@ def _collective(
     seq: dict[tuple[str, int], int],
     choose: Chooser,
     counts: dict[str, int],
+    order: tuple[str, bool | None],
+    streams: dict[tuple[str, int], list[int]],
 ) -> list[int]:
     members = workload.group_of(op.group, rank)
     p = len(members)
@@ -177,6 +193,12 @@ def _collective(
     me = members.index(rank)
     tag = _collective_tag(kinds[op.group], n)
     before = r.after
+    library, stream_order = order
+    streamed = in_stream_order(
+        stream_order, runs_as_nccl(op.algorithm, algorithm, library), schedule.num_steps
+    )
+    if streamed:
+        before = before + [x for x in streams.get(key, []) if x not in before]
     for sends, recvs in schedule.rank_steps(me):
         step = []
         for t in recvs:
@@ -187,6 +209,8 @@ def _collective(
             counts["sends"] += 1
             counts["bytes"] += t.size_bytes
         before = step
+    if streamed:
+        streams[key] = before
     return before
 
 
