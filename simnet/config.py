@@ -129,9 +129,17 @@ def _not_bool(value: Any) -> Any:
     return value
 
 
+def _only_bool(value: Any) -> Any:
+    if not isinstance(value, bool):
+        raise ValueError("true or false is needed")
+    return value
+
+
 # Numbers inside lists and dicts: JSON's true/false are not numbers there either.
 Int = Annotated[int, BeforeValidator(_not_bool)]
 Float = Annotated[float, BeforeValidator(_not_bool)]
+# A switch is true or false: not 1, 0, "yes" or "off", which pydantic would take.
+Bool = Annotated[bool, BeforeValidator(_only_bool)]
 
 
 class _Strict(BaseModel):
@@ -186,7 +194,7 @@ class DistributedSection(_Strict):
     _section: ClassVar[str] = "distributed"
 
     num_nodes: int = Field(10, ge=1, le=MAX_RANKS, description="processes (ranks)")
-    use_localhost: bool = True
+    use_localhost: Bool = True
     host: str = "127.0.0.1"
     port: int = Field(29500, ge=1, le=65535)
     bandwidth_limit_gb_per_s: float = Field(
@@ -229,7 +237,7 @@ class TopologySection(_Strict):
     link_latency_us: float = Field(
         5.0, ge=0, le=MAX_LATENCY_US, description="latency per link (us)"
     )
-    bidirectional: bool = True
+    bidirectional: Bool = True
     group_size: int | None = Field(
         None,
         ge=1,
@@ -269,7 +277,7 @@ class TopologySection(_Strict):
     global_latency_us: float | None = Field(
         None, ge=0, le=MAX_LATENCY_US, description="dragonfly: global link latency (us)"
     )
-    ecmp: bool | None = Field(
+    ecmp: Bool | None = Field(
         None,
         description="spread flows over equal-cost routes (hashed per pair); default: on "
         "for fat_tree, off otherwise; never on hierarchical",
@@ -303,8 +311,8 @@ class WorkloadSection(_Strict):
         None, ge=1, le=MAX_RANKS, description="default: distributed.num_nodes"
     )
     scale: float = Field(1.0, gt=0, le=MAX_SCALE, description="message size multiplier")
-    per_tensor: bool = False
-    fix_quirks: bool = False
+    per_tensor: Bool = False
+    fix_quirks: Bool = False
     iterations: int = Field(
         1, ge=1, le=MAX_ITERATIONS, description="simulated iterations per phase"
     )
@@ -339,7 +347,7 @@ class NetworkSection(_Strict):
         ge=0,
         description="largest message sent eagerly (bytes); larger ones use rendezvous",
     )
-    rendezvous_handshake: bool = Field(
+    rendezvous_handshake: Bool = Field(
         True,
         description="a rendezvous message's data waits for its request-to-send to reach "
         "the receiver (a zero-byte message: alpha_us + the route's latency) after the send "
@@ -439,7 +447,7 @@ class CollectivesSection(_Strict):
         "reducing step of a collective the MPI library runs (the proxies' own schedules "
         "move data without reducing it)",
     )
-    async_progress: bool = Field(
+    async_progress: Bool = Field(
         True,
         description="non-blocking collectives progress in the background (a progress "
         "thread or offload); false: only while their rank is inside an MPI call (waiting, "
@@ -454,7 +462,7 @@ class CollectivesSection(_Strict):
         "handshake, no host reduction cost); default: nccl for the collectives given an "
         "NCCL algorithm (nccl_ring, nccl_tree), mpi for the others",
     )
-    stream_order: bool | None = Field(
+    stream_order: Bool | None = Field(
         None,
         description="true: a rank's collectives on one group run one at a time in call "
         "order, as NCCL runs a communicator's collectives on its CUDA stream; false: "
@@ -510,7 +518,7 @@ class LinkChange(_Strict):
     bandwidth_factor: float = Field(
         gt=0, le=1000, description="multiplier of the link's bandwidth, e.g. 0.5"
     )
-    one_way: bool = Field(False, description="only the direction link[0] -> link[1]")
+    one_way: Bool = Field(False, description="only the direction link[0] -> link[1]")
 
 
 class WhatIfSection(_Strict):
@@ -578,7 +586,7 @@ class JobSection(_Strict):
 
 class LoggingSection(_Strict):
     log_dir: str = "results"
-    enable_metrics: bool = True
+    enable_metrics: Bool = True
 
 
 class Config(_Strict):

@@ -33,6 +33,8 @@ cdef class _StepTable:
     cdef long long[::1] row
     cdef public list rows
 
+    cpdef long long steps_of(self, Py_ssize_t m)
+
 
 cdef class _Coll(_Waiter):
     cdef public long long base  # channel numbers fit 64 bits (see PhaseSim._collective)

@@ -398,6 +398,10 @@ class _StepTable:
         self.nsteps = view(nsteps)
         self.row = view(row)
 
+    def steps_of(self, m: int) -> int:
+        """The steps member ``m`` takes part in."""
+        return self.nsteps[m]
+
 
 def _same(x: object) -> object:
     return x
@@ -1021,7 +1025,9 @@ class PhaseSim:
             )
             if adds:
                 tally = _Tally(adds, row)
-        streamed = in_stream_order(ex.stream_order, nccl, sched.num_steps)
+        # The rank's own steps: the schedule's whole list may never be built (step tables).
+        own = steps.steps_of(me) if type(steps) is _StepTable else len(steps)
+        streamed = in_stream_order(ex.stream_order, nccl, own)
         return (
             seq_key,
             steps,

@@ -187,7 +187,9 @@ def test_sweep_2x2_local_pool_then_resume_recomputes_only_the_missing_point(
     assert len(m["runs"]) == 2
     assert m["runs"][1]["computed"] == [1, 2]
     assert m["runs"][1]["skipped"] == [0, 3]
-    assert [p["computed_in_run"] for p in m["points"]] == [None, 2, 2, None]
+    # Points 0 and 3 were computed by the first run, and are still said to be.
+    assert [p["computed_in_run"] for p in m["points"]] == [1, 2, 2, 1]
+    assert m["runs"][0]["grid"] == m["runs"][1]["grid"] == GRID
     for f in (out / "points").glob("point-*.json"):
         if f.name not in (Path(lost.file).name, Path(corrupt.file).name):
             assert f.stat().st_mtime_ns == mtimes[f.name]  # untouched
@@ -195,6 +197,7 @@ def test_sweep_2x2_local_pool_then_resume_recomputes_only_the_missing_point(
     # Nothing left: a third run simulates nothing.
     assert sweep.main(args) == 0
     assert _manifest(out)["runs"][2]["computed"] == []
+    assert [p["computed_in_run"] for p in _manifest(out)["points"]] == [1, 2, 2, 1]
 
     rows = list(csv.DictReader((out / "sweep.csv").open()))
     assert [r["index"] for r in rows] == ["0", "1", "2", "3"]

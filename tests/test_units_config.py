@@ -305,3 +305,13 @@ def test_a_check_across_fields_names_them_without_pasting_the_config(tmp_path, c
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[1] == "  topology.group_size=3 must divide topology.num_nodes=10"
     assert len(lines) == 2
+
+
+@pytest.mark.parametrize("value", [1, 0, "yes", "off", "1"])
+def test_a_switch_takes_true_or_false_only(value):
+    # pydantic would read 1, "yes" or "off" as a boolean: a typo must not pass as a choice.
+    with pytest.raises(ConfigError, match=r"collectives.stream_order: true or false is needed"):
+        load_config({"collectives": {"stream_order": value}})
+    with pytest.raises(ConfigError, match=r"topology.ecmp: true or false is needed"):
+        load_config({"topology": {"ecmp": value}})
+    assert load_config({"collectives": {"stream_order": False}}).collectives.stream_order is False

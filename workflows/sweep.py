@@ -224,14 +224,20 @@ class Manifest:
         self.plan = plan
         self.path = plan.out / MANIFEST
         self.runs: list[dict[str, Any]] = []
+        # config hash -> the run that computed it, as the earlier manifest says
+        self.computed_by: dict[str, int] = {}
         try:
             old = json.loads(self.path.read_text())
             if isinstance(old, dict) and isinstance(old.get("runs"), list):
                 self.runs = old["runs"]
+            for p in old.get("points", []) if isinstance(old, dict) else []:
+                if isinstance(p, dict) and isinstance(p.get("computed_in_run"), int):
+                    self.computed_by[str(p.get("config_hash"))] = p["computed_in_run"]
         except (OSError, json.JSONDecodeError):
             pass
         self.run: dict[str, Any] = {
             "run": len(self.runs) + 1,
+            "grid": plan.grid,  # its point indices are this grid's
             "started": _now(),
             "finished": None,
             "executor": executor,
@@ -288,6 +294,9 @@ def run_plan(
             todo.append(pt)
     manifest = Manifest(plan, executor)
     manifest.run["skipped"] = [p.index for p in plan.points if p.status == "complete"]
+    for p in plan.points:
+        if p.status == "complete":  # computed by an earlier run, which one if it is known
+            p.computed_in_run = manifest.computed_by.get(p.config_hash)
     manifest.write()
     runnable = len(plan.points) - len(plan.invalid)
     skipped = runnable - len(todo)

@@ -111,9 +111,10 @@ def runs_as_nccl(named: str | None, chosen: str, library: str) -> bool:
 
 
 def in_stream_order(stream_order: bool | None, nccl: bool, steps: int) -> bool:
-    """Whether a collective waits for the rank's earlier ones on its group: all with
-    ``stream_order`` True, none with False, those run as NCCL runs them with None; never
-    one whose schedule has no ``steps`` (a call of zero elements returns at once)."""
+    """Whether a rank's call of a collective waits for its earlier ones on the group:
+    all with ``stream_order`` True, none with False, those run as NCCL runs them with
+    None; never one in which the rank has no ``steps`` (a call of zero elements returns
+    at once)."""
     return steps > 0 and (nccl if stream_order is None else stream_order)
 
 

@@ -194,12 +194,13 @@ def _collective(
     tag = _collective_tag(kinds[op.group], n)
     before = r.after
     library, stream_order = order
+    steps = schedule.rank_steps(me)
     streamed = in_stream_order(
-        stream_order, runs_as_nccl(op.algorithm, algorithm, library), schedule.num_steps
+        stream_order, runs_as_nccl(op.algorithm, algorithm, library), len(steps)
     )
     if streamed:
         before = before + [x for x in streams.get(key, []) if x not in before]
-    for sends, recvs in schedule.rank_steps(me):
+    for sends, recvs in steps:
         step = []
         for t in recvs:
             step.append(r.op(f"recv {t.size_bytes}b from {members[t.src]} tag {tag}", before))
