@@ -341,9 +341,14 @@ def test_report_predicts_pingpong_as_alpha_plus_size_over_bandwidth(tmp_path, ca
 
 
 def test_fit_plots(tmp_path):
+    # An earlier calibration's plot of an op this one did not measure goes.
+    (tmp_path / "fits").mkdir()
+    (tmp_path / "fits" / "fit_allreduce_mpi.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (tmp_path / "fits" / "notes.txt").write_text("kept: not a plot of ours")
     rc, _ = run(tmp_path, doc(synthetic(ops=("pingpong",))), "--plot", str(tmp_path / "fits"))
     assert rc == 0
-    assert [p.name for p in (tmp_path / "fits").iterdir()] == ["fit_pingpong_mpi.png"]
+    names = sorted(p.name for p in (tmp_path / "fits").iterdir())
+    assert names == ["fit_pingpong_mpi.png", "notes.txt"]
 
 
 # ---------------------------------------------------------------- the real micro-benchmark

@@ -652,7 +652,7 @@ def write_report(
     cal: Calibration, out: Path, topology: str = "switch"
 ) -> tuple[list[Path], list[dict[str, Any]]]:
     from simnet import plots
-    from workload.results import write_csv, write_text
+    from workload.results import remove_others, write_csv, write_text
 
     rows = predict(cal, topology)
     files = [
@@ -713,12 +713,14 @@ def write_report(
                     logy=True,
                 )
             )
+    remove_others(out, "calibration_report_*.png", files)
     return files, rows
 
 
 def write_fit_plots(cal: Calibration, out: Path) -> list[Path]:
     """One plot per fitted (op, algorithm): measured vs its own fitted closed form."""
     from simnet import plots
+    from workload.results import remove_others
 
     files = []
     for f in cal.fits:
@@ -743,6 +745,7 @@ def write_fit_plots(cal: Calibration, out: Path) -> list[Path]:
                 logy=True,
             )
         )
+    remove_others(out, "fit_*.png", files)
     return files
 
 

@@ -178,6 +178,16 @@ def mark_finished(out: str | os.PathLike[str]) -> None:
     (Path(out) / UNFINISHED_MARKER).unlink(missing_ok=True)
 
 
+def remove_others(out: str | os.PathLike[str], pattern: str, written: Iterable[Path]) -> None:
+    """Remove the files in ``out`` matching ``pattern`` (a glob) that are not among
+    ``written``: those an earlier run wrote there (one plot per case it had) would read
+    as this run's."""
+    keep = {Path(p).resolve() for p in written}
+    for path in Path(out).glob(pattern):
+        if path.resolve() not in keep:
+            path.unlink(missing_ok=True)
+
+
 def write_csv(
     path: str | os.PathLike[str], header: Sequence[str], rows: Iterable[Sequence[object]]
 ) -> Path:
