@@ -755,7 +755,8 @@ class PhaseSim:
         # What _Coll.advance needs, in one tuple (each _Coll holds it: no attribute
         # lookups per step).
         self._hot = (self._sends, self._recvs, ex.eager, env)
-        self._hot_nccl = (self._sends, self._recvs, 0, env)  # every message waits (_Coll)
+        # Every message waits for its receiver, zero-byte ones too (_Coll).
+        self._hot_nccl = (self._sends, self._recvs, -1, env)
         self._world = ex._world  # the plans' channel pairs use the same multiplier
         self._world2 = self._world * self._world
         # Collective instance k of group id g is number g + k * ngroups; a group's id
@@ -966,7 +967,8 @@ class PhaseSim:
         # number under 2**63 / world**2 (3e10 at 16,384 ranks).
         base = (gid + seq * self._ngroups) * self._world2
         coll = _Coll(self, steps, base, me, endpoints, done, delays, prows, nccl)
-        if op.req is not None and not self.ex.async_progress:
+        if op.req is not None and not self.ex.async_progress and not nccl:
+            # (NCCL's kernels progress on the GPU, whatever the host does.)
             coll.owner = self.ranks[c[0][1]]  # the rank of its (group, rank) key
         return coll.advance()
 
@@ -1390,8 +1392,9 @@ class _Coll(_Waiter):
         the kept paths of its step's row, by member, or None (see ``_path_of``)."""
         hot = self.hot
         rw = _pop(hot[1], key)
-        if size_bytes > hot[2] and self.net.send_overhead_s > 0.0:
-            # Rendezvous: the send pays its overhead now, as it is posted.
+        if size_bytes > hot[2] and self.handshake and self.net.send_overhead_s > 0.0:
+            # Rendezvous: the send pays its overhead now, as it is posted (NCCL's pays
+            # none: no host work per message).
             t_now = self.net.send_overhead_end(self.endpoints[self.me], self.endpoints[dst], t_now)
         if rw is None and size_bytes > hot[2]:
             _push(hot[0], key, (self, plist, size_bytes, t_now))

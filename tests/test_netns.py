@@ -337,3 +337,4 @@ def test_testbed_refuses_options_it_would_not_use_in_one_line(tmp_path, extra, m
     )  # fmt: skip
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.startswith(f"error: {message}") and len(r.stderr.splitlines()) == 1
+    assert not (tmp_path / "tb" / "RUN_INCOMPLETE.txt").exists()  # refused: nothing ran

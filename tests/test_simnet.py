@@ -865,10 +865,11 @@ def test_stream_order_serialises_a_pipelines_gradient_buckets():
     assert serial.iteration_time_s < 0.99 * together.iteration_time_s
 
 
-def _library_run(collectives: dict, library: str, **network) -> float:
-    """Seconds of one 25 MiB allreduce the program leaves to its library, on 2 nodes x 8
-    GPUs (rail-optimised), the policy giving it ``collectives`` (AlgorithmPolicy's
-    fields), as ``library`` runs it; MPI's eager threshold (64 KiB) and handshake."""
+def _library_run(collectives: dict, library: str, ops=None, async_progress=True, **network):
+    """Seconds of one 25 MiB allreduce the program leaves to its library (or of ``ops``),
+    on 2 nodes x 8 GPUs (rail-optimised), the policy giving it ``collectives``
+    (AlgorithmPolicy's fields), as ``library`` runs it; MPI's eager threshold (64 KiB)
+    and handshake."""
     from simnet.executor import AlgorithmPolicy, SimExecutor
     from simnet.network import FlowNetwork
     from workload.ops import Collective
@@ -881,7 +882,7 @@ def _library_run(collectives: dict, library: str, **network) -> float:
         16,
         {},
         {"world": [tuple(range(16))]},
-        [Phase("x", lambda rank: [Collective("allreduce", "world", (25 << 20) // 4)])],
+        [Phase("x", lambda rank: ops or [Collective("allreduce", "world", (25 << 20) // 4)])],
     )
     ex = SimExecutor(
         wl,
@@ -889,6 +890,7 @@ def _library_run(collectives: dict, library: str, **network) -> float:
         list(range(16)),
         policy=AlgorithmPolicy(local_size=8, **collectives),
         library=library,
+        async_progress=async_progress,
         **({"gamma_s_per_byte": 1e-9, "step_latency_s": 20e-6}),
     )
     sim = ex.run_phase()
@@ -909,6 +911,26 @@ def test_an_nccl_algorithm_runs_as_nccl_runs_it(algorithm):
     # An MPI algorithm runs as MPI's either way, unless the library is NCCL's.
     assert _library_run({"fixed": "ring"}, "auto") == _library_run({"fixed": "ring"}, "mpi")
     assert _library_run({"fixed": "ring"}, "nccl") < _library_run({"fixed": "ring"}, "mpi")
+    # No host work per message (LogGP's o), and the kernels progress on the GPU whatever
+    # the host does: a non-blocking one runs under the compute without an MPI call.
+    o = {"send_overhead_s": 50e-6}
+    assert _library_run({"fixed": algorithm}, "auto", **o) == pytest.approx(alone, rel=1e-12)
+    assert _library_run({"fixed": algorithm}, "mpi", **o) > _library_run(
+        {"fixed": algorithm}, "mpi"
+    )
+    from workload.ops import Collective, Compute, Wait
+
+    overlapped = [
+        Collective("allreduce", "world", (25 << 20) // 4, req=1),
+        Compute(0.1 * 1e6),  # 0.1 s, far longer than the allreduce
+        Wait((1,)),
+    ]
+    for library in ("auto", "mpi"):
+        t = _library_run({"fixed": algorithm}, library, overlapped, async_progress=False)
+        if library == "auto":
+            assert t == pytest.approx(0.1, rel=1e-12)
+        else:  # MPI without a progress thread: it moves on only in the Wait
+            assert t > 0.1 + 0.5 * alone
 
 
 def test_nccl_tree_leaves_the_ops_without_a_tree_to_nccls_ring():

@@ -122,6 +122,35 @@ def test_a_point_reading_a_calibration_file_changes_hash_with_its_contents(tmp_p
     assert pt.config_hash == sweep.stable_hash(pt.config)
 
 
+def test_a_host_calibration_is_found_beside_the_base_wherever_the_sweep_runs(tmp_path, monkeypatch):
+    from simnet.hostparams import HostCalibration, HostParams
+
+    cal = HostCalibration(
+        {"hostname": "t"}, "2026-01-01T00:00:00+00:00", [HostParams(2, 5.0, 1.0, 5.0, 0.0)]
+    )
+    where = tmp_path / "cfgdir"
+    where.mkdir()
+    (where / "host.json").write_text(json.dumps(cal.to_json()))
+    base = where / "base.json"
+    hosts = {"params_file": "host.json", "ranks_per_host": 2}
+    base.write_text(json.dumps({**BASE, "hosts": hosts}))
+    monkeypatch.chdir(tmp_path)  # not the base's folder
+    (pt,) = sweep.plan_sweep(base, '{"workload.scale": [0.01]}', tmp_path / "out").points
+    assert pt.error is None
+    assert pt.config["hosts"]["params_file"] == str(where / "host.json")
+
+
+def test_a_trace_sets_files_are_part_of_a_points_hash(tmp_path):
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / "trace.0.et").write_bytes(b"one")
+    point = {"workload": {"name": "chakra", "flags": {"trace_dir": str(traces)}}}
+    before = sweep.stable_hash(sweep._with_inputs(point))
+    assert sweep.stable_hash(sweep._with_inputs(point)) == before
+    (traces / "trace.0.et").write_bytes(b"a longer trace")
+    assert sweep.stable_hash(sweep._with_inputs(point)) != before
+
+
 def test_a_grid_naming_a_field_by_both_names_is_refused(base_file, tmp_path):
     grid = '{"distributed.bandwidth_limit": [10], "distributed.bandwidth_limit_gb_per_s": [20]}'
     twice = re.escape("--grid names 'distributed.bandwidth_limit_gb_per_s' twice")

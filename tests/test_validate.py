@@ -135,6 +135,7 @@ def test_reuse_refuses_a_trace_of_another_workload(dlrm_run, tmp_path):
     r = validate("--config", str(other), "--np", "2", "--out", str(out), "--reuse")
     assert r.returncode == 2
     assert "error:" in r.stderr and "differ" in r.stderr
+    assert not (out / "RUN_INCOMPLETE.txt").exists()  # the earlier results stand as they were
 
 
 def test_reuse_refuses_another_rank_count_and_iterations_leaving_the_folder_as_it_was(

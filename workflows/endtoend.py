@@ -423,8 +423,6 @@ def run_proxy_workload(cfg: Config, out: Path, say: Any, machine: ThisMachine | 
     measured = ProxyRun.load(meas_path)
     say("== prediction ==")
     mpi_cfg, mpi_notes = as_mpi_run(cfg)
-    for n in mpi_notes:
-        say(f"note: {n}")
     res = simulate(mpi_cfg)
     files = write_all(res, out, prefix="predicted_", say=say)
     rows = []
@@ -441,7 +439,7 @@ def run_proxy_workload(cfg: Config, out: Path, say: Any, machine: ThisMachine | 
     measured_s = sum(r["measured_s"] for r in rows)
     comparison: dict[str, Any] = {
         "phases": rows,
-        "assumed": res.assumed,
+        "assumed": [*mpi_notes, *res.assumed],
         "predictions": {"configured": prediction_entry(res.iteration_time_s, measured_s)},
     }
     for r in rows:
@@ -469,7 +467,7 @@ def run_proxy_workload(cfg: Config, out: Path, say: Any, machine: ThisMachine | 
         comparison["this_machine_why"] = machine.why()
         files.append(out / "this_machine" / "validation_ops.png")
     files.append(write_json(out / "comparison.json", comparison))
-    lines = prediction_lines(comparison, "per iteration")
+    lines = [*prediction_lines(comparison, "per iteration"), *(f"note: {n}" for n in mpi_notes)]
     for line in lines:
         say(line)
     files.append(_report(out, cfg, "\n".join(lines), comparison, measured_s, files))

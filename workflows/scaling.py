@@ -54,7 +54,7 @@ from workload.units import MS_PER_S
 from .launcher import mpiexec, run_command
 from .study import models as sm
 from .study.pool import open_pool
-from .study.sim import PointOutcome, absolute_link_params, read_base_config, simulate_point
+from .study.sim import PointOutcome, absolute_input_files, read_base_config, simulate_point
 from .study.util import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -790,7 +790,7 @@ def _predict_base(path: str | None) -> tuple[dict[str, Any], list[str]]:
     if path is None:
         return copy.deepcopy(DEFAULT_PREDICT_CONFIG), [DEFAULT_PREDICT_NOTE]
     data = read_base_config(path)
-    absolute_link_params(data, Path(path).parent)
+    absolute_input_files(data, Path(path).parent)
     return data, []
 
 

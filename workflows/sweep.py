@@ -48,9 +48,10 @@ from workload.results import output_dir_problem, versions, write_csv, write_json
 
 from .study.pool import POOL_KINDS, launch_rank, open_pool
 from .study.sim import (
+    INPUT_FILES,
     PointOutcome,
     PointResult,
-    absolute_link_params,
+    absolute_input_files,
     read_base_config,
     simulate_point,
 )
@@ -155,7 +156,7 @@ def plan_sweep(config_path: str | Path, grid_text: str, out: str | Path) -> Plan
         data = copy.deepcopy(base)
         for key, value in assign.items():
             set_dotted(data, key, value)
-        absolute_link_params(data, base_path.parent)
+        absolute_input_files(data, base_path.parent)
         error = None
         try:
             cfg = load_config(data)
@@ -173,15 +174,12 @@ def plan_sweep(config_path: str | Path, grid_text: str, out: str | Path) -> Plan
     return plan
 
 
-INPUT_FILES = (("network", "link_params_file"), ("hosts", "params_file"))
-"""The configuration's fields naming files whose contents the simulation reads."""
-
-
 def _with_inputs(full: dict[str, Any]) -> dict[str, Any]:
     """What a point's result depends on: its configuration and, where it names input
-    files (a link or host calibration), their contents, so that a point is computed
-    again when a file it reads changes (a point reading none keeps its old hash)."""
-    files = {}
+    files (a link or host calibration: their contents; a Chakra trace set: its files'
+    names, sizes and modification times), those, so that a point is computed again when
+    what it reads changes (a point reading none keeps its old hash)."""
+    files: dict[str, Any] = {}
     for section, name in INPUT_FILES:
         path = (full.get(section) or {}).get(name)
         if path:
@@ -189,6 +187,15 @@ def _with_inputs(full: dict[str, Any]) -> dict[str, Any]:
                 files[path] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
             except OSError as e:
                 files[path] = f"unreadable: {e.strerror}"
+    flags = (full.get("workload") or {}).get("flags") or {}
+    trace_dir = flags.get("trace_dir") if isinstance(flags, dict) else None
+    if trace_dir:
+        folder = Path(trace_dir).expanduser()
+        files[str(trace_dir)] = sorted(
+            (f.name, st.st_size, st.st_mtime_ns)
+            for f in (folder.iterdir() if folder.is_dir() else ())
+            if f.is_file() and (st := f.stat())
+        )
     return {"config": full, "input_files": files} if files else full
 
 

@@ -897,7 +897,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigError(problem)
         emulated(cfg)  # refuse a topology it cannot make before any work
         out.mkdir(parents=True, exist_ok=True)
-        mark_unfinished(out, "python -m simnet testbed")
         if not ns.microbench:
             given = [f"--{k}" for k in ("sizes", "algorithm") if getattr(ns, k) != DEFAULTS[k]]
             if given:
@@ -913,6 +912,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                        cfg.world_size, ns.iters, ns.warmup, out)  # fmt: skip
         else:
             work = proxy_workload(cfg, ns.iters, ns.warmup, out)
+        mark_unfinished(out, "python -m simnet testbed")  # every check passed: it runs
         doc = run(
             cfg,
             out,

@@ -406,13 +406,16 @@ def analyse(
     notes: list[str],
     predict: Callable[[Config], Any] | None = None,
     on_this_machine: bool = False,
+    marking: str | None = None,
 ) -> tuple[dict[str, Any], str]:
     """Predict, compare, write every output; returns the document and the summary.
 
     ``predict(config) -> SimResult`` makes the prediction (default: simulate the
     configuration; e.g. the calibrated host instead, ``machine.machine_result``, with
     ``on_this_machine`` True: the documents then describe the host model, not the
-    configured network).
+    configured network). ``marking``: the run to name in ``RUN_INCOMPLETE.txt``, written
+    once every check of the run against the configuration has passed, before the first
+    file (``mark_unfinished``; the caller removes it).
     """
     from simnet.simulate import simulate
     from workload.results import versions, write_csv, write_json, write_text
@@ -484,6 +487,8 @@ def analyse(
         "longer_than_predicted": longer,
         "top_ops": [_row_dict(r) for r in top],
     }
+    if marking is not None:
+        mark_unfinished(out, marking)
     write_csv(
         out / "validation_ops.csv",
         [
@@ -734,7 +739,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             cmd = None
             measured = check_run(cfg, json.loads(meas_path.read_text()))
             trace = json.loads(trace_path.read_text())
-            mark_unfinished(out, "python -m simnet validate")
         else:
             mark_unfinished(out, "python -m simnet validate")
             cmd, cmd_notes, measured, trace = real_run(
@@ -751,6 +755,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             notes=notes,
             predict=predict,
             on_this_machine=predict is not None,
+            marking="python -m simnet validate",
         )
         mark_finished(out)
     except RunFailed as e:

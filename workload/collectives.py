@@ -94,6 +94,7 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
 }
 
 NCCL_ALGORITHMS = ("nccl_ring", "nccl_tree")
+"""The algorithms laid out as NCCL lays them out on GPU nodes (see the NCCL section)."""
 
 LIBRARIES = ("auto", "mpi", "nccl")
 """What runs the collectives a program leaves to its library (see :func:`runs_as_nccl`)."""
@@ -117,8 +118,6 @@ def in_stream_order(stream_order: bool | None, nccl: bool, steps: int) -> bool:
     at once)."""
     return steps > 0 and (nccl if stream_order is None else stream_order)
 
-
-"""The algorithms laid out as NCCL lays them out on GPU nodes (see the NCCL section)."""
 
 # MPICH's historical thresholds (bytes, or processes for _PROCS), see
 # shared/reference/collective-costs.md; used by MPICH_RULES.
