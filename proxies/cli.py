@@ -41,10 +41,10 @@ def build_parser(model: Model) -> argparse.ArgumentParser:
         p.add_argument(
             "--" + a.name.replace("_", "-"),
             dest=a.name,
-            type=str if a.choices or a.text else int,
+            type=str if a.choices or a.text else float if a.real else int,
             choices=a.choices or None,
             default=None,
-            metavar="PATH" if a.text else "NAME" if a.choices else "N",
+            metavar="PATH" if a.text else "NAME" if a.choices else "X" if a.real else "N",
             help=a.help + (f" ({', '.join(a.choices)}; default {a.default})" if a.choices else ""),
         )
     g = p.add_argument_group("iterations")

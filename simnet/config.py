@@ -317,7 +317,7 @@ class WorkloadSection(_Strict):
         1, ge=1, le=MAX_ITERATIONS, description="simulated iterations per phase"
     )
     compute_scale: float = Field(1.0, ge=0, description="multiplier of emulated compute")
-    flags: dict[str, Int | str] = Field(
+    flags: dict[str, Int | Float | str] = Field(
         default_factory=dict,
         description='model-specific options, e.g. {"scaling_size": 512} or {"preset": '
         '"llama-3-8b", "tp": 8}',

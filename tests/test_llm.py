@@ -408,3 +408,22 @@ def test_blocking_gradient_reductions_come_after_the_gradient_sent_upstream():
     ) / 10e9  # fmt: skip
     # 1.47 here; 4.06 when each stage reduced before sending its gradient upstream.
     assert 0.5 * stage_s < two.iteration_time_s - one < 2 * stage_s
+
+
+def test_peak_and_efficiency_take_fractions_other_options_whole_numbers():
+    from workload.spec import RunSpec, SpecError
+
+    flags = {"preset": "llama-3-8b", "pp": 2, "layers": 2}
+    a = RunSpec("llm", flags={**flags, "peak_tflops": 312.5, "efficiency_pct": 42.5}, world_size=4)
+    b = RunSpec("llm", flags={**flags, "peak_tflops": 312, "efficiency_pct": 50}, world_size=4)
+    wa, wb = a.workload(), b.workload()
+    assert wa.info["peak_flops_per_device"] == 312.5e12
+    # A rank's compute time is FLOPs over peak x efficiency: 312.5 x 0.425 against 312 x 0.5.
+    ca = sum(op.duration_us for op in wa.phases[0].program(0) if hasattr(op, "duration_us"))
+    cb = sum(op.duration_us for op in wb.phases[0].program(0) if hasattr(op, "duration_us"))
+    assert ca / cb == pytest.approx((312 * 0.5) / (312.5 * 0.425), rel=1e-9)
+    with pytest.raises(SpecError, match=r"pp: must be a whole number \(got 2\.5\)"):
+        RunSpec("llm", flags={**flags, "pp": 2.5}, world_size=4)
+    assert RunSpec("llm", flags={**flags, "pp": 2.0}, world_size=4).flags["pp"] == 2
+    ns = build_parser(MODELS["llm"]).parse_args(["--peak-tflops", "312.5", "--pp", "2"])
+    assert ns.peak_tflops == 312.5 and ns.pp == 2

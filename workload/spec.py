@@ -162,9 +162,12 @@ class RunSpec:
                 raise SpecError(
                     "flags", f"{{field}} {name}: {m.name} has no such option (it has: {have})"
                 )
-            problem = known[name].check(self.flags[name])
+            arg, value = known[name], self.flags[name]
+            problem = arg.check(value)
             if problem:
                 raise SpecError("flags", f"{{field}} {name}: {problem}")
+            if isinstance(value, float) and not (arg.real or arg.text or arg.choices):
+                self.flags[name] = int(value)  # a whole number written 4.0 (JSON allows it)
         try:
             m.params(list(self.args))
         except ValueError as e:

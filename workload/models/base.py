@@ -14,14 +14,15 @@ from ..program import BuildOptions, Phase, Workload
 @dataclass(frozen=True)
 class Arg:
     """A positional argument of the reference program (an integer), or a named option:
-    a number, one of ``choices`` (e.g. a preset's name), or with ``text`` any word (a
-    path)."""
+    a whole number, with ``real`` any number (e.g. TFLOP/s), one of ``choices`` (e.g. a
+    preset's name), or with ``text`` any word (a path)."""
 
     name: str
-    default: int | str
+    default: int | float | str
     help: str
     choices: tuple[str, ...] = ()
     text: bool = False  # any non-empty word (e.g. a path) instead of a number
+    real: bool = False  # a number with a fraction allowed, not only a whole one
 
     def check(self, value: object) -> str | None:
         """Why ``value`` cannot be this option's value (None: it can)."""
@@ -35,6 +36,8 @@ class Arg:
             return f"must be one of {', '.join(self.choices)} (got {value!r})"
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return f"must be a number (got {value!r})"
+        if not self.real and isinstance(value, float) and not value.is_integer():
+            return f"must be a whole number (got {value!r})"
         return None
 
 

@@ -129,8 +129,10 @@ class _Buckets:
         return [rest] if rest else []
 
 
-def _flag(name: str, default: int | str, help: str, choices: tuple[str, ...] = ()) -> Arg:
-    return Arg(name, default, help, choices)
+def _flag(
+    name: str, default: int | str, help: str, choices: tuple[str, ...] = (), real: bool = False
+) -> Arg:
+    return Arg(name, default, help, choices, real=real)
 
 
 class LLM(Model):
@@ -175,8 +177,8 @@ class LLM(Model):
             "1: full activation recomputation (each layer's forward, collectives too, "
             "again before its backward)",
         ),
-        _flag("peak_tflops", 989, "device peak, TFLOP/s (989: H100 SXM dense bf16)"),
-        _flag("efficiency_pct", 50, "sustained share of the peak, percent"),
+        _flag("peak_tflops", 989, "device peak, TFLOP/s (989: H100 SXM dense bf16)", real=True),
+        _flag("efficiency_pct", 50, "sustained share of the peak, percent", real=True),
         _flag("grad_bytes", 2, "bytes per gradient value reduced (2: bf16, 4: fp32)"),
     )
 
