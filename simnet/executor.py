@@ -98,11 +98,8 @@ class AlgorithmPolicy:
         if not name:
             return default_algorithm(op.op, p, op.count_elems)
         default = default_algorithm(op.op, p, op.count_elems)
-        if (
-            name in NCCL_ALGORITHMS
-            and name not in ALGORITHMS[op.op]
-            and ("nccl_ring" in ALGORITHMS[op.op])
-        ):
+        algs = ALGORITHMS[op.op]
+        if name in NCCL_ALGORITHMS and name not in algs and "nccl_ring" in algs:
             # NCCL has its tree for allreduce only: it runs the others with its ring.
             name = self._fallback(
                 op.op, name, "nccl_ring", f"NCCL runs {op.op} with its ring, not a tree"

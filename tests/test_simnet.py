@@ -891,7 +891,8 @@ def _library_run(collectives: dict, library: str, ops=None, async_progress=True,
         policy=AlgorithmPolicy(local_size=8, **collectives),
         library=library,
         async_progress=async_progress,
-        **({"gamma_s_per_byte": 1e-9, "step_latency_s": 20e-6}),
+        gamma_s_per_byte=1e-9,
+        step_latency_s=20e-6,
     )
     sim = ex.run_phase()
     return sim.makespan_s

@@ -31,6 +31,7 @@ from workload.results import (
     mark_finished,
     mark_unfinished,
     output_dir_problem,
+    remove_others,
     versions,
     write_csv,
     write_json,
@@ -177,10 +178,6 @@ def write_measured(out: Path, measured: TrainerRun) -> list[Path]:
     from simnet import plots
     from simnet.output import write_matrix_csv
 
-    # The files named by epoch: an earlier run with more epochs left some this one does
-    # not write again.
-    for old in [*out.glob("traffic_epoch_*.png"), *out.glob("traffic_epoch_*_bytes.csv")]:
-        old.unlink(missing_ok=True)
     files = []
     # Nothing is measured from a rank to itself: not a zero, an empty cell (as simnet's).
     shown = np.array(measured.bandwidth_bytes_per_s, dtype=float)
@@ -213,6 +210,9 @@ def write_measured(out: Path, measured: TrainerRun) -> list[Path]:
                 "(reduce-scatter + all-gather)",
             )
         )
+    # The files named by epoch: an earlier run with more epochs left some this one did
+    # not write again.
+    remove_others(out, "traffic_epoch_*", files)
     return files
 
 

@@ -43,6 +43,7 @@ from workload.results import (
     mark_finished,
     mark_unfinished,
     output_dir_problem,
+    remove_others,
     versions,
     write_csv,
     write_json,
@@ -740,23 +741,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     files.append(_report(out, study, text, measured, predicted, files))
     # What an earlier study wrote here and this one did not (a plot it could not draw,
     # a prediction it did not make) would read as this study's.
-    for name in OPTIONAL_OUTPUTS:
-        if out / name not in files:
-            (out / name).unlink(missing_ok=True)
+    for pattern in ("scaling_*.png", "predict_config.json"):
+        remove_others(out, pattern, files)
     mark_finished(out)
     print(text, end="")
     say(f"wrote {len(files)} files to {out}/")
     failed = [r for r in measured + predicted if r.get("status") == "failed"]
     return 1 if failed else 0
-
-
-OPTIONAL_OUTPUTS = (
-    "predict_config.json",
-    "scaling_speedup.png",
-    "scaling_efficiency.png",
-    "scaling_breakdown.png",
-)
-"""The study's files it writes only when it has what they show."""
 
 
 def _report(
