@@ -20,6 +20,7 @@ once; giving both names is an error.
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -859,18 +860,60 @@ def load_config(source: str | Path | dict[str, Any] | Config) -> Config:
             raise ConfigError(f"{name}: {e}") from None
     else:
         data = source
+    if isinstance(source, (str, Path)) and isinstance(data, dict):
+        # Relative to the configuration file, wherever the command runs from.
+        data = copy.deepcopy(data)
+        absolute_input_paths(data, Path(source).parent)
     try:
         cfg = Config.model_validate(data)
     except ValidationError as e:
         raise ConfigError(format_validation_error(e, name)) from None
-    lp = cfg.network.link_params_file
-    if isinstance(source, (str, Path)) and lp and not Path(lp).is_absolute():
-        # Relative to the configuration file, wherever the command runs from.
-        cfg.network.link_params_file = str((Path(source).parent / lp).resolve())
-    hp = cfg.hosts.params_file
-    if isinstance(source, (str, Path)) and hp and not Path(hp).is_absolute():
-        cfg.hosts.params_file = str((Path(source).parent / hp).resolve())
     return cfg
+
+
+INPUT_FILES: tuple[tuple[str, str], ...] = (
+    ("network", "link_params_file"),
+    ("hosts", "params_file"),
+)
+"""(section, field) of the files a configuration reads: a link and a host calibration."""
+
+
+def workload_input_paths(workload: Any) -> list[str]:
+    """Names of the options of a ``workload`` section (a dict, as in the file) that name
+    a file or folder (``Arg.path``: a Chakra trace set's ``trace_dir``)."""
+    if not isinstance(workload, dict) or not isinstance(workload.get("flags"), dict):
+        return []
+    from workload.models import MODELS
+
+    model = MODELS.get(workload.get("name"))  # an unknown name is refused later
+    return [a.name for a in model.flags if a.path] if model is not None else []
+
+
+def _workload_sections(data: dict[str, Any]) -> list[Any]:
+    jobs = data.get("jobs")
+    job_sections = (
+        [j.get("workload") for j in jobs if isinstance(j, dict)] if isinstance(jobs, list) else []
+    )
+    return [data.get("workload"), *job_sections]
+
+
+def absolute_input_paths(data: dict[str, Any], base_dir: str | Path) -> None:
+    """Make every file or folder a configuration (a dict, as in the file) reads absolute,
+    in place: the calibrations of ``INPUT_FILES`` and the workloads' path options (of
+    the workload and of every job), a relative one being taken from ``base_dir`` (the
+    configuration file's folder). Entries of the wrong type are left for validation."""
+
+    def resolve(part: Any, key: str) -> None:
+        if isinstance(part, dict) and isinstance(part.get(key), str) and part[key]:
+            path = Path(part[key]).expanduser()
+            if not path.is_absolute():
+                part[key] = str((Path(base_dir) / path).resolve())
+
+    for section, key in INPUT_FILES:
+        resolve(data.get(section), key)
+    for workload in _workload_sections(data):
+        for key in workload_input_paths(workload):
+            resolve(workload["flags"], key)
 
 
 LINK_PARAM_KEYS: dict[str, str] = {

@@ -215,6 +215,33 @@ def test_a_hand_written_trace_is_imported_and_simulated(tmp_path):
     assert res.traffic_bytes[0, 1] == (1 << 20) + 2 * (2 << 20)
 
 
+def test_a_trace_set_is_found_from_the_configuration_files_folder(tmp_path, monkeypatch):
+    """A relative ``trace_dir`` in a configuration file is taken from the file's folder,
+    for the workload and for every job, wherever the command runs from."""
+    (tmp_path / "study" / "traces").mkdir(parents=True)
+    _hand_trace(tmp_path / "study" / "traces")
+    workload = {"name": "chakra", "world_size": 2, "flags": {"trace_dir": "traces"}}
+    cfg = {
+        "distributed": {"num_nodes": 4, "bandwidth_limit_gb_per_s": 10},
+        "topology": {"type": "ring", "link_latency_us": 0},
+        "collectives": {"algorithm": "ring"},
+        "workload": workload,
+        "jobs": [{"name": "a", "workload": workload}, {"name": "b", "workload": workload}],
+    }
+    (tmp_path / "study" / "config.json").write_text(json.dumps(cfg))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    from simnet.config import load_config
+
+    loaded = load_config(Path("..") / "study" / "config.json")
+    where = str((tmp_path / "study" / "traces").resolve())
+    assert loaded.workload.flags["trace_dir"] == where
+    assert [j.workload.flags["trace_dir"] for j in loaded.jobs] == [where, where]
+    # Given as a dict, a relative path stays as it is (the current folder's).
+    assert load_config(cfg).workload.flags["trace_dir"] == "traces"
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

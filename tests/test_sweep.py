@@ -149,6 +149,11 @@ def test_a_trace_sets_files_are_part_of_a_points_hash(tmp_path):
     assert sweep.stable_hash(sweep._with_inputs(point)) == before
     (traces / "trace.0.et").write_bytes(b"a longer trace")
     assert sweep.stable_hash(sweep._with_inputs(point)) != before
+    # A job's trace set too.
+    jobs = {"jobs": [{"name": "a", "workload": point["workload"]}]}
+    before = sweep.stable_hash(sweep._with_inputs(jobs))
+    (traces / "trace.1.et").write_bytes(b"another rank")
+    assert sweep.stable_hash(sweep._with_inputs(jobs)) != before
 
 
 def test_a_grid_naming_a_field_by_both_names_is_refused(base_file, tmp_path):

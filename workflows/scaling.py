@@ -34,7 +34,7 @@ from concurrent.futures import as_completed
 from pathlib import Path
 from typing import Any
 
-from simnet.config import ConfigError, load_config
+from simnet.config import ConfigError, absolute_input_paths, load_config
 from topologies import DEFAULT_GROUP_SIZE
 from workload.brief_argparse import BriefParser
 from workload.results import (
@@ -55,7 +55,7 @@ from workload.units import MS_PER_S
 from .launcher import mpiexec, run_command
 from .study import models as sm
 from .study.pool import open_pool
-from .study.sim import PointOutcome, absolute_input_files, read_base_config, simulate_point
+from .study.sim import PointOutcome, read_base_config, simulate_point
 from .study.util import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -781,7 +781,7 @@ def _predict_base(path: str | None) -> tuple[dict[str, Any], list[str]]:
     if path is None:
         return copy.deepcopy(DEFAULT_PREDICT_CONFIG), [DEFAULT_PREDICT_NOTE]
     data = read_base_config(path)
-    absolute_input_files(data, Path(path).parent)
+    absolute_input_paths(data, Path(path).parent)
     return data, []
 
 

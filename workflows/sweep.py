@@ -41,20 +41,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from simnet.config import Config, ConfigError, current_key, current_names, load_config
+from simnet.config import (
+    INPUT_FILES,
+    Config,
+    ConfigError,
+    absolute_input_paths,
+    current_key,
+    current_names,
+    load_config,
+    workload_input_paths,
+)
 from simnet.simulate import build_workload
 from workload.brief_argparse import BriefParser
 from workload.results import output_dir_problem, versions, write_csv, write_json, write_text
 
 from .study.pool import POOL_KINDS, launch_rank, open_pool
-from .study.sim import (
-    INPUT_FILES,
-    PointOutcome,
-    PointResult,
-    absolute_input_files,
-    read_base_config,
-    simulate_point,
-)
+from .study.sim import PointOutcome, PointResult, read_base_config, simulate_point
 from .study.util import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -156,7 +158,7 @@ def plan_sweep(config_path: str | Path, grid_text: str, out: str | Path) -> Plan
         data = copy.deepcopy(base)
         for key, value in assign.items():
             set_dotted(data, key, value)
-        absolute_input_files(data, base_path.parent)
+        absolute_input_paths(data, base_path.parent)
         error = None
         try:
             cfg = load_config(data)
@@ -187,15 +189,18 @@ def _with_inputs(full: dict[str, Any]) -> dict[str, Any]:
                 files[path] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
             except OSError as e:
                 files[path] = f"unreadable: {e.strerror}"
-    flags = (full.get("workload") or {}).get("flags") or {}
-    trace_dir = flags.get("trace_dir") if isinstance(flags, dict) else None
-    if trace_dir:
-        folder = Path(trace_dir).expanduser()
-        files[str(trace_dir)] = sorted(
-            (f.name, st.st_size, st.st_mtime_ns)
-            for f in (folder.iterdir() if folder.is_dir() else ())
-            if f.is_file() and (st := f.stat())
-        )
+    jobs = full.get("jobs") if isinstance(full.get("jobs"), list) else []
+    for workload in [full.get("workload"), *(j.get("workload") for j in jobs)]:
+        for key in workload_input_paths(workload):
+            folder = Path(workload["flags"][key])
+            if folder.is_file():
+                files[str(folder)] = hashlib.sha256(folder.read_bytes()).hexdigest()
+            else:
+                files[str(folder)] = sorted(
+                    (f.name, st.st_size, st.st_mtime_ns)
+                    for f in (folder.iterdir() if folder.is_dir() else ())
+                    if f.is_file() and (st := f.stat())
+                )
     return {"config": full, "input_files": files} if files else full
 
 

@@ -36,21 +36,6 @@ def read_base_config(path: str | Path) -> dict[str, Any]:
     return data
 
 
-INPUT_FILES = (("network", "link_params_file"), ("hosts", "params_file"))
-"""The configuration's fields naming files it reads, relative to the configuration."""
-
-
-def absolute_input_files(data: dict[str, Any], base_dir: Path) -> None:
-    """Make the files a configuration names (a link and a host calibration) absolute:
-    they are relative to the base file, wherever the study runs."""
-    for section, name in INPUT_FILES:
-        part = data.get(section)
-        if isinstance(part, dict) and part.get(name):
-            path = Path(part[name])
-            if not path.is_absolute():
-                part[name] = str((base_dir / path).resolve())
-
-
 @dataclass(frozen=True, slots=True)
 class PointResult:
     """The figures a study keeps of one simulated configuration.

@@ -23,10 +23,12 @@ class Arg:
     choices: tuple[str, ...] = ()
     text: bool = False  # any non-empty word (e.g. a path) instead of a number
     real: bool = False  # a number with a fraction allowed, not only a whole one
+    # A file or folder (a text option): in a configuration file, relative to its folder.
+    path: bool = False
 
     def check(self, value: object) -> str | None:
         """Why ``value`` cannot be this option's value (None: it can)."""
-        if self.text:
+        if self.text or self.path:
             if isinstance(value, str) and value:
                 return None
             return f"must be a non-empty string (got {value!r})"

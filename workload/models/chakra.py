@@ -53,7 +53,7 @@ class ChakraTrace(Model):
     order = 130
     no_batch_reason = "a trace has no batch definition"
     counts = Counts(0, 1, 1, 3)
-    flags = (Arg("trace_dir", "", "directory of the trace set", text=True),)
+    flags = (Arg("trace_dir", "", "directory of the trace set", text=True, path=True),)
 
     def _build(self, req: BuildRequest) -> Workload:
         world_size, params, options, _ = req
