@@ -34,6 +34,10 @@ def test_example_simulates_and_reports(path, tmp_path):
     if path.stem == "gpu_cluster":
         assert res.phases[0].algorithms == {"allreduce": ["nccl_ring"]}
         assert not [a for a in res.assumed if "laid out as one node" in a]
+        # Every tensor-parallel group on one node's NVLink: no tp byte on a NIC.
+        node = {r: ep // 8 for r, ep in enumerate(res.config.topology.placement)}
+        for members in res.workload.groups["tp"]:
+            assert len({node[r] for r in members}) == 1
     if path.stem == "llama2_70b":
         # tp 8 inside each node of 8: every tensor-parallel byte stays in its group.
         assert res.workload.groups["tp"][1] == tuple(range(8, 16))
