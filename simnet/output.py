@@ -264,12 +264,21 @@ def document(res: SimResult, dense: bool = True, prefix: str = "sim_") -> dict[s
     ``matrices`` names the pair file that holds the pairs that communicated."""
     cfg = res.config
     if dense:
+        # The matrices of the CSVs and heatmaps, and the route latencies of the pairs
+        # file; a figure that does not exist (NaN: an endpoint's route to itself) is null.
         matrices: dict[str, Any] = {
             "traffic_bytes": res.traffic_bytes,
-            "bandwidth_bytes_per_s": [
-                [v if math.isfinite(v) else None for v in row]
-                for row in res.bandwidth_bytes_per_s.astype(float).tolist()
-            ],
+            **{
+                key: [
+                    [v if math.isfinite(v) else None for v in row]
+                    for row in np.asarray(m, dtype=float).tolist()
+                ]
+                for key, m in (
+                    ("bandwidth_bytes_per_s", res.bandwidth_bytes_per_s),
+                    ("achieved_bytes_per_s", res.achieved_bytes_per_s),
+                    ("route_latency_s", res.latency_s),
+                )
+            },
         }
     else:
         matrices = {
