@@ -171,6 +171,19 @@ def test_real_run_matches_prediction_to_the_byte(tmp_path):
     assert "== bandwidth matrix (GB/s" in text and "total training time" in text
     assert "reduce-scatter" in text and "all-gather" in text
     assert not list(out.glob("*.tmp")) and not list(out.glob(".*.tmp"))
+    # aggregate puts the measured steps beside the prediction of the same run.
+    from workflows import aggregate
+
+    rows, _ = aggregate.collect(sorted(out.glob("*.json")))
+    by_kind = {r["kind"]: r for r in rows}
+    assert set(by_kind) == {"measured", "predicted"}
+    m, p = by_kind["measured"], by_kind["predicted"]
+    assert [m[k] for k in ("model", "world_size", "args", "scale", "phases")] == [
+        p[k] for k in ("model", "world_size", "args", "scale", "phases")
+    ]
+    steps = [e["step_s"]["mean"] for e in measured["epochs"]]
+    assert m["iteration_time_s"] == pytest.approx(sum(steps) / len(steps), rel=1e-12)
+    assert m["source"].endswith("measured.json")
 
 
 def test_bandwidth_limit_holds(tmp_path):

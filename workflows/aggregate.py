@@ -1,10 +1,12 @@
 """``python -m simnet aggregate DIR_OR_GLOB... [-o PREFIX]``: one table of many runs.
 
 Collects the JSON results of real runs (``python -m proxies.<model> --json``,
-kind ``proxy-run``) and of predictions (simnet's ``sim_results.json``, kind
-``simnet-prediction``; sweep points, kind ``simnet-sweep-point``) into one
-table: model, world size, arguments, scale, per-iteration time, compute and
-communication, throughput where the model defines a batch, source file.
+kind ``proxy-run``; the ring trainer's ``measured.json`` of the main job, kind
+``ring-trainer-measurement``, a step its iteration) and of predictions (simnet's
+``sim_results.json``, kind ``simnet-prediction``; sweep points, kind
+``simnet-sweep-point``) into one table: model, world size, arguments, scale,
+per-iteration time, compute and communication, throughput where the model defines a
+batch, source file.
 Writes ``PREFIX.csv``, ``PREFIX.txt`` (aligned) and ``PREFIX.json``, prints
 the text table, and reports files it could not read or that are not run
 results (they are left out). A directory is searched recursively for
@@ -16,6 +18,7 @@ from __future__ import annotations
 import glob
 import json
 import math
+import statistics
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -23,7 +26,7 @@ from typing import Any
 
 from workload.brief_argparse import BriefParser
 from workload.results import versions, write_csv, write_json, write_text
-from workload.run_result import ProxyRun
+from workload.run_result import ProxyRun, TrainerRun
 
 from .study.models import samples_per_iteration
 from .study.util import EXIT_USAGE, csv_cell, text_table
@@ -99,6 +102,36 @@ def row_from_proxy(doc: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def row_from_trainer(doc: dict[str, Any]) -> dict[str, Any]:
+    """The ring trainer's ``measured.json`` (the main job's measurement): an iteration is
+    a training step, its time the mean of the epochs' mean step times."""
+    run = TrainerRun.from_json(doc)
+    st = run.settings
+    compute_us = int(st.compute_us) if float(st.compute_us).is_integer() else st.compute_us
+    params = {  # as a prediction of the same run names them
+        "input_channels": st.input_channels,
+        "num_classes": st.num_classes,
+        "compute_us": compute_us,
+        "hierarchical": st.hierarchical,
+    }
+    if st.world_size is None or not run.epochs:
+        raise ValueError("no world size or no epoch measured")
+    info = run.workload.get("info", {})
+    return {
+        "kind": "measured",
+        "model": "alexnet_ring",
+        "world_size": st.world_size,
+        "args": _args_text(params),
+        "scale": st.scale,
+        "iteration_time_s": statistics.fmean(e["step_s"]["mean"] for e in run.epochs),
+        "phases": "step",  # the model's one phase (the trainer's traffic is by collective)
+        "compute_s": None,  # the trainer times whole steps, not their parts
+        "comm_s": None,
+        "exposed_comm_s": None,
+        "samples_per_iteration": samples_per_iteration("alexnet_ring", st.world_size, params, info),
+    }
+
+
 def row_from_prediction(doc: dict[str, Any]) -> dict[str, Any]:
     wl = doc["workload"]
     phases = doc["phases"]
@@ -153,6 +186,7 @@ def row_from_sweep_point(doc: dict[str, Any]) -> dict[str, Any]:
 
 READERS = {
     "proxy-run": row_from_proxy,
+    "ring-trainer-measurement": row_from_trainer,
     "simnet-prediction": row_from_prediction,
     "simnet-sweep-point": row_from_sweep_point,
 }
