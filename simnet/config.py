@@ -287,6 +287,16 @@ class TopologySection(_Strict):
         None, description="endpoint of each rank (default: identity)"
     )
 
+    def unused_fields(self) -> list[str]:
+        """The fields set here that this topology type does not read (each type's own
+        fields: a dragonfly's links take no intra/inter bandwidth, a fat-tree no dims)."""
+        mine = {f for t, fs in TYPE_FIELDS.items() if t != self.type for f in fs}
+        mine -= TYPE_FIELDS.get(self.type, frozenset())
+        # Against the defaults, not model_fields_set: a configuration dumped and loaded
+        # again (a job's, a sweep point's) has every field set.
+        fields = type(self).model_fields
+        return sorted(f for f in mine if getattr(self, f) != fields[f].get_default())
+
     @property
     def effective_ecmp(self) -> bool:
         """``ecmp``, or the topology's default when unset."""
@@ -301,6 +311,28 @@ class TopologySection(_Strict):
         if self.group_size is not None:
             return self.group_size
         return DEFAULT_GROUP_SIZE if self.type in GROUPED_TOPOLOGIES else None
+
+
+_TWO_LEVELS = frozenset(
+    {"intra_bandwidth_gb_per_s", "inter_bandwidth_gb_per_s", "intra_latency_us", "inter_latency_us"}
+)
+TYPE_FIELDS: dict[str, frozenset[str]] = {
+    "ring": frozenset({"bidirectional"}),
+    "hierarchical": _TWO_LEVELS,
+    "rail_optimised": _TWO_LEVELS,
+    "fat_tree": frozenset({"k", "oversubscription"}),
+    "torus": frozenset({"dims"}),
+    "dragonfly": frozenset(
+        {
+            "routers_per_group",
+            "endpoints_per_router",
+            "global_bandwidth_gb_per_s",
+            "global_latency_us",
+        }
+    ),
+}
+"""The topology fields only some types read (the others: every type, or a workload's
+rings and groups), by type."""
 
 
 class WorkloadSection(_Strict):

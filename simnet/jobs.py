@@ -253,7 +253,7 @@ def simulate_jobs(
     combined = combine(
         workloads,
         [j.workload.iterations for j in cfg.jobs],
-        [j.start_us * 1e-6 for j in cfg.jobs],
+        [j.start_us / 1e6 for j in cfg.jobs],
         [j.workload.compute_scale for j in cfg.jobs],
     )
     data = cfg.model_dump()
@@ -272,7 +272,7 @@ def simulate_jobs(
     first = 0
     for job, eps, res in zip(cfg.jobs, placements, alone, strict=True):
         last = first + len(eps)
-        start = job.start_us * 1e-6
+        start = job.start_us / 1e6
         end = _end_s(phase, range(first, last), start)
         mine = set(eps)
         traffic = {k: b for k, b in pairs.items() if k[0] in mine and k[1] in mine}

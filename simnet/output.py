@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from workload.collectives import NCCL_ALGORITHMS
 from workload.results import (
     atomic_write,
     chrome_trace,
@@ -234,6 +235,7 @@ def phase_summary(p: PhaseResult, dense: bool = True) -> dict[str, Any]:
         "sim_wall_s": p.sim_wall_s,
         "messages_per_wall_s": p.messages / p.sim_wall_s if p.sim_wall_s > 0 else None,
         "algorithms": p.algorithms,
+        "library": p.library,
         "wire_bytes_by_group": p.wire_bytes_by_group,
         "per_rank": p.per_rank,
         "compute_s": _stat(p, "compute_s"),
@@ -328,7 +330,8 @@ def jobs_document(report: Any) -> dict[str, Any]:
             {
                 "name": j.name,
                 "model": j.model,
-                "ranks": list(j.ranks),
+                "first_rank": j.ranks[0],  # of the combined ranks, as in jobs.csv
+                "num_ranks": j.ranks[1] - j.ranks[0],
                 "endpoints": j.endpoints,
                 "start_s": j.start_s,
                 "scale": j.scale,
@@ -363,7 +366,7 @@ def jobs_lines(report: Any, top: int = 5) -> list[str]:
         )
     if report.contended:
         lines.append(
-            f"  contended links: {len(report.contended)}; busiest: "
+            f"  contended links: {len(report.contended)}; most evenly shared first: "
             + "; ".join(
                 f"{link_name(c.link)} ("
                 + ", ".join(f"{k} {_fmt_bytes(b)}" for k, b in c.bytes_by_job.items())
@@ -418,6 +421,17 @@ def throughput_line(info: dict, world_size: int, iteration_s: float) -> str | No
     )
 
 
+def _library_note(p: PhaseResult, library: str | None) -> str:
+    """What ran the phase's collectives, when NCCL could have: the library said
+    (``collectives.library``) or NCCL's way taken for its algorithms."""
+    said = f"collectives.library = {library}" if library else "the default"
+    if p.library == "nccl":
+        return f" (run as NCCL runs them: {said})"
+    if library or any(a in NCCL_ALGORITHMS for v in p.algorithms.values() for a in v):
+        return f" (run as MPI runs them: {said})"
+    return ""
+
+
 def summary_text(res: SimResult, files: list[Path] | None = None, notes: Sequence[str] = ()) -> str:
     w = res.workload
     lines = [
@@ -459,6 +473,7 @@ def summary_text(res: SimResult, files: list[Path] | None = None, notes: Sequenc
             lines.append(
                 "  algorithms: "
                 + ", ".join(f"{k}={'/'.join(v)}" for k, v in sorted(p.algorithms.items()))
+                + _library_note(p, res.config.collectives.library)
             )
         top = s["links"][:5]
         if top:
@@ -637,12 +652,13 @@ def _write_all(
         )
         files.append(
             plots.timeline_bars(
-                [str(r["rank"]) for r in p.per_rank],
+                _rank_labels(res, [r["rank"] for r in p.per_rank]),
                 [r["compute_s"] for r in p.per_rank],
                 [r["exposed_comm_s"] for r in p.per_rank],
                 [max(0.0, r["comm_s"] - r["exposed_comm_s"]) for r in p.per_rank],
                 out / f"{prefix}rank_breakdown{suffix}.png",
                 title=f"per-rank time ({p.name}): {title}",
+                start_s=res.workload.rank_start_s,
             )
         )
     if res.jobs is not None:
@@ -710,6 +726,18 @@ def _remove_previous_run(out: Path, prefix: str) -> None:
             (out / name).unlink(missing_ok=True)
 
 
+def _rank_labels(res: SimResult, ranks: list[int]) -> list[str]:
+    """Each rank's label on the per-rank chart: its number, and with several jobs its
+    job and rank in the job (``12 tune:4``)."""
+    if res.jobs is None:
+        return [str(r) for r in ranks]
+    where = {}
+    for j in res.jobs.jobs:
+        for r in range(*j.ranks):
+            where[r] = f"{r} {j.name}:{r - j.ranks[0]}"
+    return [where.get(r, str(r)) for r in ranks]
+
+
 def _write_jobs(
     res: SimResult, out: Path, prefix: str, title: str, dense: bool = True
 ) -> list[Path]:
@@ -747,16 +775,19 @@ def _write_jobs(
             ],
         ),
     ]
-    n = res.graph.graph["num_endpoints"]
-    b = 1 if dense else block_size(n)
     for j in report.jobs:
+        # The job's own ranks only (the rest of the network is empty in its map).
+        k = len(j.endpoints)
+        rank_of = {e: i for i, e in enumerate(j.endpoints)}
+        mine = {(rank_of[s], rank_of[d]): v for (s, d), v in j.pair_bytes.items()}
+        b = block_size(k)
         files.append(
             plots.traffic_heatmap(
-                j.traffic_bytes if dense else _block_sums(j.pair_bytes, n, b),
+                _block_sums(mine, k, b),
                 out / f"{prefix}traffic_heatmap_{j.name}.png",
                 title=f"predicted traffic of job {j.name} ({j.model}) sharing: {title}",
-                labels=None if b == 1 else [str(i) for i in range(0, n, b)],
-                axis_name="endpoint" if b == 1 else f"endpoint (blocks of {b})",
+                labels=[str(i) for i in range(0, k, b)],
+                axis_name=f"rank of job {j.name}" + ("" if b == 1 else f" (blocks of {b})"),
                 block=b,
             )
         )
@@ -782,7 +813,7 @@ def simulation_sections(
                 (
                     j["name"],
                     j["model"],
-                    j["ranks"][1] - j["ranks"][0],
+                    j["num_ranks"],
                     f"{j['start_s'] * 1e3:.3f}",
                     f"{j['alone_s'] * 1e3:.3f}",
                     f"{j['shared_s'] * 1e3:.3f}",

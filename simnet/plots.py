@@ -485,14 +485,16 @@ def timeline_bars(
     path: PathLike,
     *,
     title: str,
+    start_s: Sequence[float] | None = None,
 ) -> Path:
     """Horizontal bars per rank: compute, then exposed communication, so a bar ends at
     the rank's time; the communication that overlapped compute is drawn as a thinner
     band over the end of the compute it ran behind (at most the compute's length).
 
-    Inputs are durations in seconds (>= 0), one per rank. The axis is in ms when the
-    longest bar is under 1 s, else in s. Many ranks get a handful of tick labels.
-    Returns the PNG path.
+    Inputs are durations in seconds (>= 0), one per rank. ``start_s``: when each rank
+    started (seconds; a job starting later on a shared network), its bar drawn from
+    there; default all at 0. The axis is in ms when the longest bar ends under 1 s,
+    else in s. Many ranks get a handful of tick labels. Returns the PNG path.
     """
     labels = [str(s) for s in rank_labels]
     parts = [np.asarray(a, dtype=float) for a in (compute_s, exposed_comm_s, overlapped_comm_s)]
@@ -503,15 +505,19 @@ def timeline_bars(
     n = len(labels)
     compute, exposed = parts[0], parts[1]
     hidden = np.minimum(parts[2], compute)
-    total_s = compute + exposed
+    start = np.zeros(n) if start_s is None else np.asarray(start_s, dtype=float)
+    if len(start) != n or (~np.isfinite(start)).any() or (start < 0).any():
+        raise ValueError("start_s must give every rank a finite start >= 0")
+    total_s = start + compute + exposed
     unit, per_s = ("ms", MS_PER_S) if (total_s.max() if n else 0.0) < 1.0 else ("s", 1.0)
 
     fig = _new_figure(9.0, min(max(2.5, 0.3 * n + 1.6), 12.0))
     ax = fig.add_subplot()
     y = np.arange(n)
-    end = compute * per_s
+    begin = start * per_s
+    end = begin + compute * per_s
     segments = (
-        ("compute", "tab:green", None, np.zeros(n), end, 0.8),
+        ("compute", "tab:green", None, begin, end, 0.8),
         ("exposed communication", "tab:red", None, end, end + exposed * per_s, 0.8),
         (
             "communication overlapped with compute",
@@ -550,7 +556,7 @@ def timeline_bars(
     ax.set_yticks(ticks, [labels[i] for i in ticks], fontsize=8)
     ax.set_ylim(n - 0.5, -0.5)  # first rank at the top
     ax.set_xlim(left=0)
-    ax.set_xlabel(f"time ({unit})")
+    ax.set_xlabel(f"time ({unit})" if start_s is None else f"time from the run's start ({unit})")
     ax.set_ylabel("rank")
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(title)

@@ -72,6 +72,9 @@ class PhaseResult:
     max_link_overload: float
     sim_wall_s: float
     timeline: PhaseSim | None = field(default=None, repr=False)
+    # Which library ran the phase's collectives: "nccl" (some ran as NCCL runs them),
+    # else "mpi" (collectives.library).
+    library: str = "mpi"
 
     @functools.cached_property
     def traffic_bytes(self) -> np.ndarray:
@@ -225,6 +228,13 @@ def build_topology(cfg: Config) -> tuple[nx.DiGraph, list[str]]:
             g = topologies.torus(tuple(t.dims or ()), bandwidth_bytes_per_s=bw, latency_s=lat)
     except topologies.TopologyError as e:
         raise ConfigError(f"topology: {e}") from None
+    unused = t.unused_fields()
+    if unused:
+        assumed.append(
+            f"not used by a {t.type} topology: "
+            + ", ".join(f"topology.{f}" for f in unused)
+            + " (the README's configuration table says which type reads which)"
+        )
     # What-if link changes apply to the network as configured (its node names), before
     # hosts are added; the graph keeps their notes.
     g, link_notes = whatif.apply_links(g, cfg.whatif)
@@ -541,6 +551,21 @@ def simulate(
             f"{order}, every message waiting for its receiver without a handshake, no host "
             "reduction cost (collectives.library = mpi runs them as MPI messages)"
         )
+    host_costs = [
+        name
+        for name, value in (
+            ("collectives.gamma_s_per_byte", cfg.collectives.gamma_s_per_byte),
+            ("collectives.step_latency_us", cfg.collectives.step_latency_us),
+            ("collectives.step_latency_us_by_op", cfg.collectives.step_latency_us_by_op),
+            ("network.send_overhead_us", cfg.network.send_overhead_us),
+        )
+        if value
+    ]
+    if nccl_ran and host_costs:
+        assumed.append(
+            f"{', '.join(host_costs)}: not paid by the collectives run as NCCL runs them "
+            "(GPU kernels), only by the messages MPI sends"
+        )
 
     def routes() -> tuple[np.ndarray, np.ndarray]:
         if progress is not None and big:
@@ -678,6 +703,7 @@ def _phase_result(sim: PhaseSim, n_end: int, iterations: int, wall_s: float) -> 
         wire_bytes_by_group=dict(sim.wire_bytes_by_group),
         part_pair_bytes=part_pairs,
         algorithms={k: sorted(v) for k, v in sim.algorithms.items()},
+        library="nccl" if sim.nccl_ran else "mpi",
         messages=sim.messages_done,
         link_bytes=links,
         link_busy_s=net.link_busy_s(),

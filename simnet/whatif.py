@@ -69,7 +69,10 @@ def apply_links(graph: nx.DiGraph, whatif: WhatIfSection) -> tuple[nx.DiGraph, l
         dirs = [(u, v)] if change.one_way else [(u, v), (v, u)]
         for a, b in dirs:
             if not g.has_edge(a, b):
-                raise ConfigError(f"{where}: the link {a!r} -> {b!r} is one-way; set one_way")
+                raise ConfigError(
+                    f"{where}: the link {b!r} -> {a!r} is one-way (there is no {a!r} -> "
+                    f"{b!r}); set one_way to change it alone"
+                )
             if (a, b) in changed:
                 raise ConfigError(
                     f"{where}: the link {a!r} -> {b!r} is already changed by "
@@ -117,13 +120,24 @@ def _check_connected(graph: nx.DiGraph, removed: list[tuple[Hashable, Hashable]]
     n = graph.graph["num_endpoints"]
     reach = nx.descendants(graph, 0) | {0}
     back = nx.ancestors(graph, 0) | {0}
-    cut = [e for e in range(n) if e not in reach or e not in back]
-    if cut:
+    unreached = [e for e in range(n) if e not in reach]
+    unreaching = [e for e in range(n) if e not in back]
+    if unreached or unreaching:
+
+        def listed(ends: list[int]) -> str:
+            return f"endpoint(s) {ends[:8]}{'...' if len(ends) > 8 else ''}"
+
         what = ", ".join(f"{u!r} <-> {v!r}" for u, v in removed)
-        more = "..." if len(cut) > 8 else ""
+        lost = []
+        if unreached == unreaching:
+            lost.append(f"endpoint 0 and {listed(unreached)} have no route between them")
+        elif unreached:
+            lost.append(f"endpoint 0 has no route to {listed(unreached)}")
+        if unreaching:
+            lost.append(f"{listed(unreaching)} have no route to endpoint 0")
         raise ConfigError(
-            f"whatif.failed_links: without {what} the network splits: endpoint 0 and "
-            f"endpoint(s) {cut[:8]}{more} have no route between them; fail fewer links"
+            f"whatif.failed_links: without {what} the network splits: {' and '.join(lost)}; "
+            "fail fewer links"
         )
 
 

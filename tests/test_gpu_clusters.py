@@ -262,3 +262,63 @@ def test_nccl_groups_are_laid_out_by_where_their_ranks_sit():
     sched, alg = ex.schedule(op, 4, [3, 11, 19, 27])
     assert alg == "nccl_ring" and sched.total_bytes == 2 * 3 * 4096 * 4  # one ring of 4
     assert not ex.policy.fallbacks
+
+
+def _rails(**extra: dict) -> dict:
+    """2 nodes x 4 GPUs on rails, ResNet-152's allreduces as NCCL rings."""
+    cfg = {
+        "distributed": {"num_nodes": 8, "bandwidth_limit_gb_per_s": 100},
+        "topology": {"type": "rail_optimised", "group_size": 4},
+        "collectives": {"algorithm": "nccl_ring"},
+        "workload": {"name": "resnet152", "world_size": 8, "scale": 0.01},
+    }
+    for section, values in extra.items():
+        cfg.setdefault(section, {}).update(values)
+    return cfg
+
+
+def _said(res: simnet.SimResult, word: str) -> list[str]:
+    from simnet.output import summary_text
+
+    return [line for line in summary_text(res).splitlines() if word in line]
+
+
+def test_host_costs_given_but_not_paid_by_nccl_collectives_are_named():
+    plain = simnet.simulate(_rails(), record_series=False)
+    costs = {"collectives": {"gamma_s_per_byte": 1e-9, "step_latency_us": 50}}
+    res = simnet.simulate(_rails(**costs, network={"send_overhead_us": 5}), record_series=False)
+    # Its collectives are all NCCL rings: the host costs change nothing ...
+    assert res.iteration_time_s == plain.iteration_time_s
+    # ... and the summary says so, naming each.
+    (line,) = _said(res, "not paid")
+    assert line.strip() == (
+        "assumed: collectives.gamma_s_per_byte, collectives.step_latency_us, "
+        "network.send_overhead_us: not paid by the collectives run as NCCL runs them "
+        "(GPU kernels), only by the messages MPI sends"
+    )
+    assert not _said(plain, "not paid")
+
+
+def test_the_summary_names_the_library_that_ran_the_collectives():
+    for library, said in (
+        (None, "(run as NCCL runs them: the default)"),
+        ("nccl", "(run as NCCL runs them: collectives.library = nccl)"),
+        ("mpi", "(run as MPI runs them: collectives.library = mpi)"),
+    ):
+        extra = {"collectives": {"library": library}} if library else {}
+        res = simnet.simulate(_rails(**extra), record_series=False)
+        (line,) = _said(res, "algorithms:")
+        assert line.endswith(said), line
+        assert res.phases[0].library == ("mpi" if library == "mpi" else "nccl")
+
+
+def test_topology_fields_the_type_does_not_read_are_named():
+    extra = {"topology": {"k": 4, "dims": [2, 4], "global_latency_us": 3, "bidirectional": False}}
+    res = simnet.simulate(_rails(**extra), record_series=False)
+    (line,) = _said(res, "not used by")
+    assert "not used by a rail_optimised topology: topology.bidirectional, topology.dims, " \
+        "topology.global_latency_us, topology.k (" in line  # fmt: skip
+    assert res.iteration_time_s == simnet.simulate(_rails(), record_series=False).iteration_time_s
+    # The fields of its own type, and values equal to the defaults, are not named.
+    own = {"topology": {"intra_latency_us": 1, "oversubscription": 1.0}}
+    assert not _said(simnet.simulate(_rails(**own), record_series=False), "not used by")

@@ -165,10 +165,45 @@ def test_jobs_outputs(tmp_path):
     assert float(rows[0]["slowdown"]) == pytest.approx(2.0)
     doc = json.loads((tmp_path / "sim_results.json").read_text())
     assert [j["name"] for j in doc["jobs"]["jobs"]] == ["a", "b"]
+    assert [(j["first_rank"], j["num_ranks"]) for j in doc["jobs"]["jobs"]] == [(0, 2), (2, 2)]
     assert len(doc["jobs"]["contended_links"]) == 4
     summary = (tmp_path / "sim_summary.txt").read_text()
     assert "a (resnet50, 2 ranks, start 0.000 ms)" in summary
     assert "slowdown x2.000" in summary
+
+
+def test_job_pictures_show_the_jobs_own_ranks_from_their_start(tmp_path, monkeypatch):
+    """Each job's heatmap is its own ranks x ranks (not the whole network's endpoints);
+    the per-rank chart draws a later job's bars from its start, labelled with its job."""
+    from simnet import plots
+
+    heatmaps: dict[str, np.ndarray] = {}
+    real_heatmap = plots.traffic_heatmap
+
+    def heatmap(matrix, path, **kw):
+        heatmaps[str(path)] = np.asarray(matrix)
+        return real_heatmap(matrix, path, **kw)
+
+    bars: list[dict] = []
+    real_bars = plots.timeline_bars
+
+    def timeline(labels, compute, exposed, overlapped, path, **kw):
+        bars.append({"labels": list(labels), "start": kw.get("start_s"), "path": str(path)})
+        return real_bars(labels, compute, exposed, overlapped, path, **kw)
+
+    monkeypatch.setattr(plots, "traffic_heatmap", heatmap)
+    monkeypatch.setattr(plots, "timeline_bars", timeline)
+    res = simulate(_two_jobs(start_b_us=1000.0))
+    write_all(res, tmp_path)
+    a, b = res.jobs.jobs
+    for j in (a, b):
+        m = heatmaps[str(tmp_path / f"sim_traffic_heatmap_{j.name}.png")]
+        assert m.shape == (2, 2)  # 2 ranks, on 4 endpoints
+        e0, e1 = j.endpoints
+        assert m[0, 1] == j.pair_bytes[(e0, e1)] and m[1, 0] == j.pair_bytes[(e1, e0)]
+    (chart,) = [c for c in bars if c["path"].endswith("sim_rank_breakdown.png")]
+    assert chart["labels"] == ["0 a:0", "1 a:1", "2 b:0", "3 b:1"]
+    assert list(chart["start"]) == [0.0, 0.0, 1e-3, 1e-3]
 
 
 def test_jobs_without_dense_matrices_build_no_n_by_n_matrix(tmp_path):

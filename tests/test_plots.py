@@ -456,6 +456,31 @@ def test_timeline_bars_end_at_each_ranks_time(tmp_path: Path, monkeypatch) -> No
     )
 
 
+def test_timeline_bars_start_where_each_rank_started(tmp_path: Path, monkeypatch) -> None:
+    spans: list[tuple[float, float]] = []
+    labels: list[str] = []
+    real = plots._save
+
+    def spy(fig, path):
+        for patch in fig.axes[0].patches:
+            x, w = patch.get_x(), patch.get_width()
+            spans.append((round(x, 9), round(x + w, 9)))
+        labels.append(fig.axes[0].get_xlabel())
+        return real(fig, path)
+
+    monkeypatch.setattr(plots, "_save", spy)
+    plots.timeline_bars(
+        ["0", "1"], [0.2, 0.1], [0.05, 0.0], [0.0, 0.0], tmp_path / "b.png", title="b",
+        start_s=[0.0, 0.5],
+    )  # fmt: skip
+    assert (0.0, 200.0) in spans and (200.0, 250.0) in spans  # rank 0 from 0
+    assert (500.0, 600.0) in spans  # rank 1's compute from its start at 500 ms
+    assert labels == ["time from the run's start (ms)"]
+    with pytest.raises(ValueError, match="start_s must give every rank"):
+        plots.timeline_bars(["0"], [1.0], [0.0], [0.0], tmp_path / "x.png", title="x",
+                            start_s=[-1.0])  # fmt: skip
+
+
 def test_a_big_heatmap_keeps_its_peaks_each_pixel_the_largest_of_its_cells(
     tmp_path: Path, captured: list[list[AxesSnapshot]]
 ) -> None:

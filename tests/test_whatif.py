@@ -60,6 +60,32 @@ def test_a_failed_link_reroutes_the_long_way_round():
     assert np.array_equal(res.traffic_bytes, base.traffic_bytes)
 
 
+def test_link_changes_on_a_one_way_ring_name_the_direction():
+    """On a one-way ring (links i -> i + 1 only) the messages say which direction is
+    missing: the reverse of a degraded link, the routes back to endpoint 0 of a cut."""
+    cfg = {
+        "distributed": {"num_nodes": 8},
+        "topology": {"type": "ring", "bidirectional": False},
+        "workload": {"name": "dlrm", "world_size": 8, "scale": 0.01},
+    }
+    with pytest.raises(ConfigError) as e:
+        simnet.simulate(
+            {**cfg, "whatif": {"degraded_links": [{"link": [3, 4], "bandwidth_factor": 0.5}]}}
+        )
+    assert str(e.value) == (
+        "whatif.degraded_links[0]: the link 3 -> 4 is one-way (there is no 4 -> 3); set "
+        "one_way to change it alone"
+    )
+    with pytest.raises(ConfigError) as e:
+        simnet.simulate({**cfg, "whatif": {"failed_links": [[3, 4]]}})
+    # 0 still reaches 1, 2 and 3; 4 .. 7 still reach 0.
+    assert str(e.value) == (
+        "whatif.failed_links: without 3 <-> 4 the network splits: endpoint 0 has no route "
+        "to endpoint(s) [4, 5, 6, 7] and endpoint(s) [1, 2, 3] have no route to endpoint 0; "
+        "fail fewer links"
+    )
+
+
 @pytest.mark.parametrize(
     ("whatif", "needle"),
     [
