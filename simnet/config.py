@@ -673,10 +673,12 @@ class Config(_Strict):
                     f"topology.permutations: rings order the ranks, so the world "
                     f"size ({self.world_size}) must equal topology.num_nodes ({n})"
                 )
+        # The field that set the number of endpoints (for the types that take it).
+        nodes = "topology.num_nodes" if t.num_nodes else "distributed.num_nodes"
         if t.type in GROUPED_TOPOLOGIES:
             g = t.effective_group_size
             if n % g:
-                raise ValueError(f"topology.group_size={g} must divide topology.num_nodes={n}")
+                raise ValueError(f"topology.group_size={g} must divide {nodes}={n}")
         if t.type == "dragonfly":
             if t.routers_per_group is None or t.endpoints_per_router is None:
                 raise ValueError(
@@ -686,13 +688,28 @@ class Config(_Strict):
             per_group = t.routers_per_group * t.endpoints_per_router
             if n % per_group:
                 raise ValueError(
-                    f"topology.num_nodes={n} must be a multiple of routers_per_group * "
+                    f"{nodes}={n} must be a multiple of topology.routers_per_group * "
                     f"endpoints_per_router = {per_group} (the endpoints of one dragonfly group)"
                 )
         if t.type == "fat_tree" and (t.k is None or t.k % 2):
             raise ValueError("topology.k: a fat_tree needs an even switch radix k (e.g. 4)")
         if t.type == "torus" and not t.dims:
             raise ValueError("topology.dims: a torus needs its dimensions, e.g. [4, 4]")
+        if not self.jobs and self.world_size > self.num_rank_endpoints:
+            # Before anything is built or sized (a case too big for memory would be
+            # refused with a size that cannot hold its ranks either).
+            ranks = "workload.world_size" if self.workload.world_size else "distributed.num_nodes"
+            size = {"fat_tree": "topology.k", "torus": "topology.dims"}.get(t.type, nodes)
+            per_host = (
+                f" ({self.num_endpoints:,} x {self.hosts.ranks_per_host} ranks per host)"
+                if self.hosts.ranks_per_host
+                else ""
+            )
+            raise ValueError(
+                f"{ranks}: {self.world_size:,} ranks but the {t.type} topology has only "
+                f"{self.num_rank_endpoints:,} endpoints{per_host}; use a larger topology "
+                f"({size}) or fewer ranks"
+            )
         if self.jobs:
             self._check_jobs()
             if t.placement is not None:

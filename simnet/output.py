@@ -266,20 +266,20 @@ def document(res: SimResult, dense: bool = True, prefix: str = "sim_") -> dict[s
     ``matrices`` names the pair file that holds the pairs that communicated."""
     cfg = res.config
     if dense:
-        # The matrices of the CSVs and heatmaps, and the route latencies of the pairs
-        # file; a figure that does not exist (NaN: an endpoint's route to itself) is null.
+        # Two n x n matrices (as nested lists a 4,096-endpoint one takes over 500 MB while
+        # written): the others are in their CSVs, named here.
         matrices: dict[str, Any] = {
             "traffic_bytes": res.traffic_bytes,
-            **{
-                key: [
-                    [v if math.isfinite(v) else None for v in row]
-                    for row in np.asarray(m, dtype=float).tolist()
-                ]
-                for key, m in (
-                    ("bandwidth_bytes_per_s", res.bandwidth_bytes_per_s),
-                    ("achieved_bytes_per_s", res.achieved_bytes_per_s),
-                    ("route_latency_s", res.latency_s),
-                )
+            "bandwidth_bytes_per_s": [
+                [v if math.isfinite(v) else None for v in row]
+                for row in res.bandwidth_bytes_per_s.astype(float).tolist()
+            ],
+            "matrices": {
+                "written": "dense",
+                "achieved_bytes_per_s_csv": f"{prefix}achieved_bytes_per_s.csv",
+                "pairs_csv": f"{prefix}pairs.csv",
+                "columns": PAIR_HEADER,
+                "phases": "a phase's traffic_bytes is in phases[i] when there are several",
             },
         }
     else:
@@ -318,7 +318,8 @@ def document(res: SimResult, dense: bool = True, prefix: str = "sim_") -> dict[s
         "units": {"time": "seconds", "traffic": "bytes", "bandwidth": "bytes/s"},
         "iteration_time_s": res.iteration_time_s,
         **matrices,
-        "phases": [phase_summary(p, dense) for p in res.phases],
+        # One phase's traffic is the run's (top-level traffic_bytes): not written twice.
+        "phases": [phase_summary(p, dense and len(res.phases) > 1) for p in res.phases],
         **({"jobs": jobs_document(res.jobs)} if res.jobs is not None else {}),
     }
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import networkx as nx
 import numpy as np
@@ -473,8 +473,10 @@ def simulate(
 
         from . import sizecheck
 
-        ops, msgs = _rank0_counts(cfg, workload)
-        est = sizecheck.estimate(cfg, ops, len(workload.phases), msgs, dense_matrices)
+        ops, msgs, ring_msgs = _rank0_counts(cfg, workload)
+        est = sizecheck.estimate(
+            cfg, ops, len(workload.phases), msgs, dense_matrices, ring_run_messages=ring_msgs
+        )
         avail = psutil.virtual_memory().available if available_bytes is None else available_bytes
         why = sizecheck.refusal(cfg, est, len(workload.phases), avail)
         if why:
@@ -492,7 +494,7 @@ def simulate(
         chosen = cfg.topology.placement if topology is None else None
         placement = topologies.apply_placement(world, graph, chosen)
     except topologies.TopologyError as e:
-        raise ConfigError(f"topology.placement: {e}") from None
+        raise ConfigError(f"topology.{e}") from None  # "placement: ..."
     if cfg.network.alpha_us == 0:
         assumed.append("no per-message overhead (network.alpha_us = 0)")
     if cfg.topology.ecmp is None and cfg.topology.effective_ecmp:
@@ -602,12 +604,20 @@ def _noise(w: Any, first: int = 0) -> Callable[[int], Callable[[], float]] | Non
 _COUNT_DIRECTLY = 4096  # ranks of a group up to which its schedule is counted as is
 
 
-def _rank0_counts(cfg: Config, workload: Workload) -> tuple[int, int]:
+class RankCounts(NamedTuple):
+    """What one rank does in an iteration of every phase (the most of a few ranks)."""
+
+    ops: int
+    messages: int  # it sends
+    ring_run_messages: int  # of those, in schedules of ring runs (nothing kept per message)
+
+
+def _rank0_counts(cfg: Config, workload: Workload) -> RankCounts:
     """Operations of a rank and the messages it sends in one iteration of every phase,
     from its own programs and its part of each collective's schedule: the most of ranks
     0, the middle one and the last (a pipeline's end stages do less than its middle
     ones), without building any other rank's."""
-    from workload.collectives import schedule_for
+    from workload.collectives import RING_RUN_SCHEDULES, schedule_for
 
     policy = build_policy(cfg)
     cache: dict[tuple, int] = {}
@@ -620,34 +630,37 @@ def _rank0_counts(cfg: Config, workload: Workload) -> tuple[int, int]:
             cache[key] = sum(len(s) for _, s in sched.rank_plan(me))
         return cache[key]
 
-    def counts(rank: int) -> tuple[int, int]:
-        ops = msgs = 0
+    def counts(rank: int) -> RankCounts:
+        ops = msgs = ring = 0
         for ph in workload.phases:
             for op in ph.program(rank):
-                ops, msgs = ops + 1, msgs + messages(op, rank)
-        return ops, msgs
+                m, in_rings = messages(op, rank)
+                ops, msgs, ring = ops + 1, msgs + m, ring + (m if in_rings else 0)
+        return RankCounts(ops, msgs, ring)
 
-    def messages(op: object, rank: int) -> int:
+    def messages(op: object, rank: int) -> tuple[int, bool]:
+        """The messages ``rank`` sends in ``op``, and whether they are of ring runs."""
         if isinstance(op, Send):
-            return 1
+            return 1, False
         if not isinstance(op, Collective):
-            return 0
+            return 0, False
         members = workload.group_of(op.group, rank)
         p = len(members)
         if p <= 1:
-            return 0
+            return 0, False
         alg = policy.choose(op, p)
+        in_rings = (op.op, alg) in RING_RUN_SCHEDULES
         if p <= _COUNT_DIRECTLY or alg in ("hierarchical", "multiring", "nccl_ring"):
-            return sends(op, alg, p, members.index(rank))
+            return sends(op, alg, p, members.index(rank)), in_rings
         # Some schedules index every rank's transfers (O(p log p) memory: 16.8 GB at
         # 32,768 ranks): count at two smaller sizes and extrapolate as a power of p,
         # which overstates the log p schedules a little.
         a, b = _COUNT_DIRECTLY // 2, _COUNT_DIRECTLY
         m1, m2 = sends(op, alg, a, 0), sends(op, alg, b, 0)
-        return round(m2 * (p / b) ** math.log2(max(m2, 1) / max(m1, 1)))
+        return round(m2 * (p / b) ** math.log2(max(m2, 1) / max(m1, 1))), in_rings
 
     sampled = [counts(r) for r in sorted({0, workload.world_size // 2, workload.world_size - 1})]
-    return max(o for o, _ in sampled), max(m for _, m in sampled)
+    return RankCounts(*(max(c[i] for c in sampled) for i in range(3)))
 
 
 def _progress_line(name: str, sim: PhaseSim, elapsed_s: float, width: int = 24) -> str:

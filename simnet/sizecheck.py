@@ -9,15 +9,26 @@ What grows with the case, in bytes (each figure measured here or counted exactly
 
 - the endpoint-pair matrices: ``n x n`` float64/int64 entries for the route bandwidths
   and latencies and the whole run's traffic, then per phase its traffic, busy time and
-  up to three traffic parts, and the heatmaps' copies: ``8 (6 + 5 phases) n^2``;
+  up to three traffic parts, and the heatmaps' copies: ``8 (6 + 5 phases) n^2``; and
+  while the dense files are written, their rows as Python lists and text: 64 B more per
+  entry (a 4,394-endpoint fat-tree's dense run peaked at 3.3 GiB, 0.9 GiB over the
+  estimate without it; 2,000 endpoints 0.8 GiB, 0.12 over);
 - the network graph: about 400 B per node and per edge (networkx; measured on rings,
-  switches and fat-trees), ``3 n`` nodes and edges on rings and switches, ``1.75 k^3 +
-  1.25 k^2`` on a fat-tree;
+  switches, tori, fat-trees and dragonflies: 310-420 B), and as much again twice over
+  for what is built on it (the router's arrays, the link tables, the sampled routes of
+  a big run's heatmaps): 1,200 B in all (a k = 64 fat-tree, 464 thousand elements, with
+  10 ranks peaked at 0.68 GB, the graph alone 0.15 GB; k = 200 at 13.8 GB); counted exactly per type
+  (:func:`graph_elements`: ``3 n`` on rings and switches, ``1.75 k^3 + 1.25 k^2`` on a
+  fat-tree, and on a dragonfly of G groups a node and three edges per ordered pair of
+  groups, 4 G^2: 2,000 endpoints in 1,000 groups are 4 million elements, 1.4 GiB);
 - the rank programs and their timelines: about 110 B per operation (measured) and 64 B
   per operation and simulated iteration;
 - the messages of one iteration (their plans, flows and records): about 900 B each
   (measured: DLRM on 256, 512 and 1,024 ranks of a switch peaked at 0.19, 0.56 and 2.0
-  GB for 0.14, 0.54 and 2.1 million messages).
+  GB for 0.14, 0.54 and 2.1 million messages), but 32 B for a message of a schedule of
+  ring runs, generated per rank as it runs (ResNet-152 with ring allreduces on 1,024
+  ranks: 21 million messages, 0.31 GB above the interpreter's, 16 B each; with
+  Rabenseifner's 0.2 million messages, 171 B each).
 """
 
 from __future__ import annotations
@@ -30,10 +41,12 @@ from workload.units import GIB
 from .config import Config
 
 MATRIX_ENTRY_BYTES = 8
-GRAPH_ELEMENT_BYTES = 400
+MATRIX_WRITE_BYTES = 64  # per endpoint pair, while the dense files are written
+GRAPH_ELEMENT_BYTES = 1200
 OP_BYTES = 110
 OP_ITERATION_BYTES = 64
 MESSAGE_BYTES = 900
+RING_RUN_MESSAGE_BYTES = 32
 HEADROOM = 0.8  # of the available memory a simulation may plan to use
 
 DENSE_MAX_ENDPOINTS = 2048
@@ -75,19 +88,38 @@ class SizeEstimate:
 
 
 def graph_elements(cfg: Config) -> int:
-    """Nodes plus edges of the configured network graph, hosts included."""
+    """Nodes plus edges of the configured network graph, hosts included (as the
+    builders of ``topologies`` make them)."""
     t = cfg.topology
+    n = cfg.num_endpoints
     if t.type == "fat_tree" and t.k:
         base = int(1.75 * t.k**3 + 1.25 * t.k**2)
-    else:
-        base = 3 * cfg.num_endpoints + 1
+    elif t.type == "torus" and t.dims:
+        # a link each way along every dimension longer than 2; one along one of 2
+        base = n + sum(n if d == 2 else 2 * n for d in t.dims if d > 1)
+    elif t.type in ("hierarchical", "rail_optimised"):
+        # endpoints, four links each, a switch per group (node), and the top switch
+        # (hierarchical) or a switch per rail (rail_optimised: one per GPU of a node)
+        size = t.effective_group_size or n
+        base = 5 * n + n // size + (1 if t.type == "hierarchical" else size)
+    elif t.type == "dragonfly" and t.routers_per_group and t.endpoints_per_router:
+        a = t.routers_per_group
+        groups = n // (a * t.endpoints_per_router)
+        # endpoints and their links, routers and their local links, and per ordered
+        # pair of groups a global link's node and its three edges
+        base = 3 * n + groups * a * a + 4 * groups * (groups - 1)
+    elif t.type == "ring":
+        base = 3 * n if t.bidirectional else 2 * n
+    else:  # a switch
+        base = 3 * n + 1
     # A host adds its ranks' endpoints, its memory and NIC nodes, and their links.
     rph = cfg.hosts.ranks_per_host or 0
     return base + (cfg.num_endpoints * (3 * rph + 8) if rph else 0)
 
 
 def matrix_bytes(endpoints: int, phases: int) -> int:
-    return MATRIX_ENTRY_BYTES * (6 + 5 * phases) * endpoints * endpoints
+    """The dense endpoint-pair matrices of a run of ``phases`` phases, and writing them."""
+    return (MATRIX_ENTRY_BYTES * (6 + 5 * phases) + MATRIX_WRITE_BYTES) * endpoints * endpoints
 
 
 def _no_matrices(endpoints: int, phases: int) -> int:
@@ -100,19 +132,22 @@ def estimate(
     phases: int,
     messages_per_rank: int = 0,
     matrices: bool = True,
+    ring_run_messages: int = 0,
 ) -> SizeEstimate:
     """The memory of simulating ``cfg`` whose ranks run about ``ops_per_rank`` operations
-    and send ``messages_per_rank`` messages per iteration in all (over ``phases`` phases);
-    ``matrices``: with the dense endpoint-pair matrices the outputs build (a simulation
-    alone keeps its pairs sparse)."""
+    and send ``messages_per_rank`` messages per iteration in all (over ``phases`` phases),
+    ``ring_run_messages`` of them in schedules of ring runs; ``matrices``: with the dense
+    endpoint-pair matrices the outputs build (a simulation alone keeps its pairs
+    sparse)."""
     n = cfg.num_rank_endpoints
     ops = ops_per_rank * cfg.world_size
+    others = messages_per_rank - ring_run_messages
     return SizeEstimate(
         n,
         matrix_bytes(n, phases) if matrices else 0,
         GRAPH_ELEMENT_BYTES * graph_elements(cfg),
         ops * (OP_BYTES + OP_ITERATION_BYTES * cfg.workload.iterations),
-        MESSAGE_BYTES * messages_per_rank * cfg.world_size,
+        (MESSAGE_BYTES * others + RING_RUN_MESSAGE_BYTES * ring_run_messages) * cfg.world_size,
     )
 
 
@@ -139,24 +174,58 @@ def refusal(cfg: Config, est: SizeEstimate, phases: int, available_bytes: int) -
         return None
     t = cfg.topology
     matrices = matrix_bytes if est.matrix_bytes else _no_matrices
+    rph = cfg.hosts.ranks_per_host or 1
+    world = cfg.world_size
+    # What the ranks need, whatever the network: programs grow with the ranks, messages
+    # up to quadratically (an alltoall's do).
+    linear, quadratic = est.program_bytes, est.message_bytes
 
-    linear = est.graph_bytes + est.program_bytes
-    # Messages grow up to quadratically with the ranks (an alltoall's do).
-    quadratic = est.message_bytes
-    if t.type == "fat_tree" and t.k:
-        ok = [
-            k
-            for k in range(2, t.k, 2)
-            if matrices(k**3 // 4 * (cfg.hosts.ranks_per_host or 1), phases)
-            + GRAPH_ELEMENT_BYTES * 1.75 * k**3
-            <= budget
-        ]
-        hint = f"topology.k = {ok[-1]} fits" if ok else "no fat-tree fits"
-    elif t.type == "torus":
-        side = largest_fitting(lambda n: matrices(n, phases) <= budget, est.endpoints)
-        hint = f"at most about {side:,} endpoints fit (fewer in topology.dims)" if side else ""
+    def ranks_fit(r: int) -> bool:
+        share = r / world
+        network = est.matrix_bytes + est.graph_bytes
+        return network + linear * share + quadratic * share * share <= budget
+
+    # Where the network's size is set apart from the ranks (k, dims, a world size of its
+    # own), name a network that fits them, else how many ranks fit this network.
+    if t.type in ("fat_tree", "torus") or world != est.endpoints:
+        hint = ""
+        if t.type == "fat_tree" and t.k:
+            ok = [
+                k
+                for k in range(2, t.k, 2)
+                if k**3 // 4 * rph >= world
+                and matrices(k**3 // 4 * rph, phases)
+                + GRAPH_ELEMENT_BYTES * 1.75 * k**3
+                + linear
+                + quadratic
+                <= budget
+            ]
+            hint = f"topology.k = {ok[-1]} fits" if ok else ""
+        else:
+            # A smaller network for the same ranks: its graph grows linearly with the
+            # endpoints, a dragonfly's with the square of its groups.
+            big = max(est.endpoints, 1)
+            power = 2 if t.type == "dragonfly" else 1
+
+            def network_fits(n: int) -> bool:
+                graph = est.graph_bytes * (n / big) ** power
+                return matrices(n, phases) + graph + linear + quadratic <= budget
+
+            side = largest_fitting(network_fits, est.endpoints)
+            if side and side >= world:
+                field = (
+                    "fewer in topology.dims"
+                    if t.type == "torus"
+                    else ("topology.num_nodes" if t.num_nodes else "distributed.num_nodes")
+                )
+                hint = f"at most about {side:,} endpoints fit ({field})"
+        if not hint:
+            r = largest_fitting(ranks_fit, world)
+            field = "workload.world_size" if cfg.workload.world_size else "distributed.num_nodes"
+            hint = f"at most about {r:,} ranks fit ({field})" if r else ""
     else:
         big = max(est.endpoints, 1)
+        linear += est.graph_bytes
         n = largest_fitting(
             lambda n: matrices(n, phases) + linear * n / big + quadratic * (n / big) ** 2 <= budget,
             est.endpoints,

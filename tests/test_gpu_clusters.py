@@ -220,7 +220,8 @@ def test_config_builds_gpu_topologies_and_policy():
         ({"type": "dragonfly"}, "a dragonfly needs both"),
         (
             {"type": "dragonfly", "routers_per_group": 3, "endpoints_per_router": 3},
-            r"must be a multiple of routers_per_group \* endpoints_per_router = 9",
+            r"distributed.num_nodes=16 must be a multiple of topology.routers_per_group \* "
+            r"endpoints_per_router = 9",
         ),
         ({"type": "rail_optimised", "group_size": 5}, "group_size=5 must divide"),
     ],

@@ -273,8 +273,8 @@ def test_a_point_of_another_configuration_is_not_reused(base_file, tmp_path):
 
 
 def test_failed_points_are_reported_and_retried(base_file, tmp_path, capsys):
-    # A fat-tree too small for the world size fails when the topology is built.
-    base = dict(BASE, topology={"type": "fat_tree", "k": 2})
+    # A failed link that splits the network fails when the topology is built.
+    base = dict(BASE, topology={"type": "switch"}, whatif={"failed_links": [[1, "sw"]]})
     base_file.write_text(json.dumps(base))
     out = tmp_path / "out"
     args = ["--config", str(base_file), "--grid", '{"workload.scale": [0.01]}',

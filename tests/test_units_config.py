@@ -191,7 +191,7 @@ def test_hierarchical_group_size_default_in_one_place():
     graph, assumed = build_topology(cfg)
     assert graph.graph["params"]["group_size"] == 4 and "group size 4" in assumed
     assert load_config({"topology": {"type": "ring"}}).topology.effective_group_size is None
-    with pytest.raises(ConfigError, match=r"group_size=4 must divide topology\.num_nodes=6"):
+    with pytest.raises(ConfigError, match=r"group_size=4 must divide distributed\.num_nodes=6"):
         load_config({"distributed": {"num_nodes": 6}, "topology": {"type": "hierarchical"}})
 
 

@@ -262,8 +262,11 @@ def predicted_config(
         notes.append("topology.placement dropped (it is sized for another world)")
     d["workload"] = sm.workload_section(study, p, flags, base.get("workload"))
     if kind in ("fat_tree", "torus"):
+        # Its size, checked here for a study's words (the configuration would refuse
+        # more ranks than endpoints naming the world size).
+        probe = {**d, "workload": {**d["workload"], "world_size": 1}}
         try:
-            n = load_config(d).num_endpoints
+            n = load_config(probe).num_endpoints
         except ConfigError as e:
             raise StudyError(str(e)) from None
         if p > n:

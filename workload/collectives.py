@@ -832,6 +832,11 @@ _RING_ALGORITHMS: dict[tuple[str, str], Callable[..., _RingAlgorithm]] = {
     ("reduce_scatter", "nccl_ring"): _nccl(_multiring_blocks_def(1)),
 }
 
+RING_RUN_SCHEDULES = frozenset(_RING_ALGORITHMS)
+"""(op, algorithm) of the schedules made of ring runs, generated per rank as they run
+(nothing is kept per message: a simulation of millions of their messages holds about 16
+bytes each at its peak, against hundreds for the others)."""
+
 assert set(_BUILDERS) | set(_RING_ALGORITHMS) | {
     ("alltoall", "pairwise"),
     ("alltoall", "direct"),
