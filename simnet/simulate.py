@@ -228,6 +228,13 @@ def build_topology(cfg: Config) -> tuple[nx.DiGraph, list[str]]:
             g = topologies.torus(tuple(t.dims or ()), bandwidth_bytes_per_s=bw, latency_s=lat)
     except topologies.TopologyError as e:
         raise ConfigError(f"topology: {e}") from None
+    for name in ("link_latency_us", "intra_latency_us", "inter_latency_us", "global_latency_us"):
+        value = getattr(t, name)
+        if value and value < 1e-3:  # under a nanosecond: seconds typed as microseconds?
+            assumed.append(
+                f"topology.{name} = {value:g} us is {value * 1e6:g} ps, less than any "
+                "link's latency: latencies here are in microseconds"
+            )
     unused = t.unused_fields()
     if unused:
         assumed.append(

@@ -184,6 +184,7 @@ def test_real_run_matches_prediction_to_the_byte(tmp_path):
     steps = [e["step_s"]["mean"] for e in measured["epochs"]]
     assert m["iteration_time_s"] == pytest.approx(sum(steps) / len(steps), rel=1e-12)
     assert m["source"].endswith("measured.json")
+    assert m["network"] == "measured" and p["network"] == "ring 4"  # the configured one
 
 
 def test_bandwidth_limit_holds(tmp_path):

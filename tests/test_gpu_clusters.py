@@ -323,3 +323,13 @@ def test_topology_fields_the_type_does_not_read_are_named():
     # The fields of its own type, and values equal to the defaults, are not named.
     own = {"topology": {"intra_latency_us": 1, "oversubscription": 1.0}}
     assert not _said(simnet.simulate(_rails(**own), record_series=False), "not used by")
+
+
+def test_a_latency_under_a_nanosecond_is_pointed_out():
+    res = simnet.simulate(_rails(topology={"inter_latency_us": 1e-6}), record_series=False)
+    (line,) = _said(res, "less than any link's latency")
+    assert line.strip() == (
+        "assumed: topology.inter_latency_us = 1e-06 us is 1 ps, less than any link's "
+        "latency: latencies here are in microseconds"
+    )
+    assert not _said(simnet.simulate(_rails(), record_series=False), "less than any link")

@@ -342,3 +342,27 @@ def test_aggregate_collects_the_study_runs(dlrm_study, tmp_path, capsys):
         assert r["scale"] == 0.01
     assert len((tmp_path / "agg" / "table.csv").read_text().splitlines()) == 3
     assert "dlrm" in (tmp_path / "agg" / "table.txt").read_text()
+
+
+def test_breakdown_axis_says_which_bars_are_drawn(tmp_path, monkeypatch):
+    labels: list[str] = []
+    real = scaling._save
+
+    def spy(fig, path):
+        labels.append(fig.axes[0].get_xlabel())
+        return real(fig, path)
+
+    monkeypatch.setattr(scaling, "_save", spy)
+
+    def rec(source: str, np_: int) -> dict:
+        return {"status": "ok", "np": np_, "source": source, "compute_s": 0.1,
+                "exposed_comm_s": 0.05, "iteration_time_s": 0.15}  # fmt: skip
+
+    doc = {"model": "dlrm", "mode": "weak", "measured": [], "predicted": [rec("predicted", 2)]}
+    scaling.plot_breakdown(doc, tmp_path)
+    doc["measured"] = [rec("measured", 2)]
+    scaling.plot_breakdown(doc, tmp_path)
+    assert labels == [
+        "processes P (hatched bars: predicted)",
+        "processes P (left bar: measured, right hatched bar: predicted)",
+    ]

@@ -347,7 +347,8 @@ def test_aggregate_sweep_points_and_sim_results(base_file, tmp_path, capsys):
          "reason": "unreadable: not valid JSON (Expecting ',' delimiter, line 1)"}
     ]  # fmt: skip
     lines = (tmp_path / "table.csv").read_text().splitlines()
-    assert lines[0].startswith("kind,model,world_size,args,scale,iteration_time_s")
+    assert lines[0].startswith("kind,model,world_size,args,scale,network,iteration_time_s")
+    assert [r["network"] for r in rows] == ["hierarchical 8"] * 3
     assert len(lines) == 4
     assert aggregate.main([str(tmp_path / "nothing-here"), "-o", str(prefix)]) == 2
 

@@ -4,9 +4,9 @@ Collects the JSON results of real runs (``python -m proxies.<model> --json``,
 kind ``proxy-run``; the ring trainer's ``measured.json`` of the main job, kind
 ``ring-trainer-measurement``, a step its iteration) and of predictions (simnet's
 ``sim_results.json``, kind ``simnet-prediction``; sweep points, kind
-``simnet-sweep-point``) into one table: model, world size, arguments, scale,
-per-iteration time, compute and communication, throughput where the model defines a
-batch, source file.
+``simnet-sweep-point``) into one table: model, world size, arguments, scale, network
+(a prediction's topology; "measured" for a real run), per-iteration time, compute
+and communication, throughput where the model defines a batch, source file.
 Writes ``PREFIX.csv``, ``PREFIX.txt`` (aligned) and ``PREFIX.json``, prints
 the text table, and reports files it could not read or that are not run
 results (they are left out). A directory is searched recursively for
@@ -37,6 +37,7 @@ COLUMNS = (
     ("world_size", "P"),
     ("args", "args"),
     ("scale", "scale"),
+    ("network", "network"),
     ("iteration_time_s", "iteration (s)"),
     ("compute_s", "compute (s)"),
     ("comm_s", "comm in flight (s)"),
@@ -78,6 +79,21 @@ def find_files(inputs: Sequence[str]) -> tuple[list[Path], list[str]]:
     return unique, empty
 
 
+def network_text(config: dict[str, Any]) -> str:
+    """A prediction's network in a few words: ``fat_tree k=16``, ``torus 4x4``,
+    ``dragonfly 64``, ``ring 8``."""
+    t = config.get("topology") or {}
+    kind = t.get("type", "ring")
+    if kind == "fat_tree":
+        return f"fat_tree k={t.get('k')}" + (
+            f" over {t['oversubscription']:g}" if t.get("oversubscription", 1) != 1 else ""
+        )
+    if kind == "torus":
+        return "torus " + "x".join(str(d) for d in t.get("dims") or ())
+    nodes = t.get("num_nodes") or (config.get("distributed") or {}).get("num_nodes")
+    return f"{kind} {nodes}" if nodes else kind
+
+
 def _args_text(params: dict[str, Any]) -> str | None:
     """``layers=48 stages=4`` (the model's arguments and options); None when it has none."""
     return " ".join(f"{k}={v}" for k, v in params.items()) or None
@@ -91,6 +107,7 @@ def row_from_proxy(doc: dict[str, Any]) -> dict[str, Any]:
         "world_size": run.world_size,
         "args": _args_text(run.params),
         "scale": run.options.get("scale", 1.0),
+        "network": "measured",  # whatever MPI ran on
         "iteration_time_s": run.iteration_time_s,
         "phases": "+".join(run.phase_names),
     }
@@ -123,6 +140,7 @@ def row_from_trainer(doc: dict[str, Any]) -> dict[str, Any]:
         "world_size": st.world_size,
         "args": _args_text(params),
         "scale": st.scale,
+        "network": "measured",
         "iteration_time_s": statistics.fmean(e["step_s"]["mean"] for e in run.epochs),
         "phases": "step",  # the model's one phase (the trainer's traffic is by collective)
         "compute_s": None,  # the trainer times whole steps, not their parts
@@ -141,6 +159,7 @@ def row_from_prediction(doc: dict[str, Any]) -> dict[str, Any]:
         "world_size": wl["world_size"],
         "args": _args_text(wl.get("params", {})),
         "scale": _scale_of_prediction(doc),
+        "network": network_text(doc.get("config", {})),
         "iteration_time_s": doc["iteration_time_s"],
         "phases": "+".join(ph["phase"] for ph in phases),
     }
@@ -169,6 +188,7 @@ def row_from_sweep_point(doc: dict[str, Any]) -> dict[str, Any]:
         "world_size": r["world_size"],
         "args": _args_text(r.get("params", {})),
         "scale": doc.get("config", {}).get("workload", {}).get("scale", 1.0),
+        "network": network_text(doc.get("config", {})),
         "iteration_time_s": r["iteration_time_s"],
         "compute_s": r["compute_s"],
         "comm_s": r["comm_s"],

@@ -539,7 +539,13 @@ def plot_breakdown(doc: dict[str, Any], out: Path) -> Path | None:
             label="iteration time (slowest rank)" if source == "measured" else None,
         )
     ax.set_xticks(range(len(counts)), [str(c) for c in counts])
-    ax.set_xlabel("processes P (left bar: measured, right hatched bar: predicted)")
+    drawn = {r["source"] for r in recs}
+    ax.set_xlabel(
+        "processes P (left bar: measured, right hatched bar: predicted)"
+        if drawn == {"measured", "predicted"}
+        else f"processes P ({'hatched bars: ' if drawn == {'predicted'} else 'bars: '}"
+        f"{'/'.join(sorted(drawn))})"
+    )
     ax.set_ylabel(f"time per iteration ({unit}), mean over ranks")
     ax.set_title(f"{doc['model']}: compute vs exposed communication ({doc['mode']} scaling)")
     ax.grid(axis="y", alpha=0.3)
