@@ -151,8 +151,18 @@ def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
             file=sys.stderr,
             flush=True,
         )
+    shown = last[0]
+
+    def say(summary: str) -> None:
+        if last[0] != shown:  # a progress line was shown while writing: end it first
+            print(latest[0].ljust(widest[0]), file=sys.stderr, flush=True)
+        print(summary)
+
     try:
-        write_all(res, out, ns.prefix, say=print, matrices=ns.matrices)
+        write_all(
+            res, out, ns.prefix, say=say, matrices=ns.matrices,
+            progress=None if ns.quiet else progress,
+        )  # fmt: skip
     except KeyboardInterrupt:
         print(
             f"\ninterrupted while writing: {out} holds this run's files written so far and "

@@ -494,8 +494,10 @@ def write_all(
     prefix: str = DEFAULT_PREFIX,
     say: Callable[[str], None] | None = None,
     matrices: str = "auto",
+    progress: Callable[[str], None] | None = None,
 ) -> list[Path]:
-    """Write every result file into ``out_dir``; returns the paths written.
+    """Write every result file into ``out_dir``; returns the paths written. ``progress``
+    is told each file as it is written (a big run's take minutes).
 
     ``matrices`` (see :func:`dense_outputs`): with the n x n matrices, the traffic,
     route-bandwidth and achieved-rate CSVs, full heatmaps and the matrices in the JSON;
@@ -508,7 +510,7 @@ def write_all(
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _write_all(res, out_dir, prefix, say, matrices)
+        return _write_all(res, out_dir, prefix, say, matrices, progress)
     finally:
         if enabled:
             gc.enable()
@@ -520,6 +522,7 @@ def _write_all(
     prefix: str,
     say: Callable[[str], None] | None,
     matrices: str,
+    progress: Callable[[str], None] | None = None,
 ) -> list[Path]:
     from . import plots
 
@@ -527,7 +530,7 @@ def _write_all(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _remove_previous_run(out, prefix)
-    files: list[Path] = []
+    files: list[Path] = _Written(progress)
     rows = pair_rows(res)
     files.append(write_csv(out / f"{prefix}pairs.csv", PAIR_HEADER, rows))
     n = res.graph.graph["num_endpoints"]
@@ -690,6 +693,24 @@ def _write_all(
     if say:
         say(text)
     return files
+
+
+class _Written(list):
+    """The files written so far, each told to ``progress`` as it is added."""
+
+    def __init__(self, progress: Callable[[str], None] | None) -> None:
+        super().__init__()
+        self._progress = progress
+
+    def append(self, path: Path) -> None:
+        super().append(path)
+        if self._progress is not None:
+            self._progress(f"writing: {len(self)} files, the last {Path(path).name}")
+
+    def __iadd__(self, paths: Any) -> _Written:
+        for p in paths:
+            self.append(p)
+        return self
 
 
 def report_name(prefix: str) -> str:

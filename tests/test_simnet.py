@@ -463,6 +463,27 @@ def test_progress_reports_a_bar_that_reaches_the_exact_message_count():
     assert all(f"/{total:,} messages" in line for line in lines)
 
 
+def test_writing_a_runs_files_is_reported_as_it_goes(tmp_path, capsys, monkeypatch):
+    import itertools
+
+    import simnet.cli
+
+    # A clock that moves 2 s per reading: every progress line is shown.
+    ticks = itertools.count()
+    monkeypatch.setattr(simnet.cli.time, "perf_counter", lambda: 2.0 * next(ticks))
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"distributed": {"num_nodes": 4},
+                               "workload": {"name": "dlrm", "scale": 0.001}}))  # fmt: skip
+    assert simnet.cli.main(["--config", str(cfg), "--out", str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    writing = [s.split("] ", 1)[1].strip() for s in captured.err.split("\r") if "writing: " in s]
+    assert writing[0] == "writing: 1 files, the last sim_pairs.csv"
+    written = len(list((tmp_path / "out").iterdir()))
+    assert writing[-1] == f"writing: {written} files, the last report.html"
+    assert captured.err.endswith("\n")  # the line was ended before the summary
+    assert captured.out.startswith("simnet: dlrm on 4 ranks")
+
+
 def test_the_command_ends_its_progress_line_on_the_final_state(tmp_path, capsys, monkeypatch):
     import itertools
 
