@@ -186,8 +186,10 @@ def spec_from_namespace(model: Model, ns: argparse.Namespace) -> RunSpec:
 
 def check_options(ns: argparse.Namespace) -> str | None:
     """What the run specification does not cover: the MPI safety options."""
-    if ns.timeout < 0:
+    if not ns.timeout >= 0:  # nan too
         return f"--timeout must be >= 0 seconds (got {ns.timeout})"
+    if ns.json == "" or getattr(ns, "trace", None) == "":
+        return "--json and --trace need a file name (got an empty one)"
     return output_files_problem(ns)
 
 

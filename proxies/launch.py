@@ -115,7 +115,9 @@ def prepare_mpi(
     """Apply settings that must precede MPI initialisation.
 
     throttle None: enable MPICH's progress throttle when this host runs more
-    ranks than it has cores. Variables the user already set are left alone.
+    ranks than it has cores; variables the user already set are left alone, and what
+    they say is reported. False: the throttle's variables are removed from this
+    process's environment before MPI reads it, even if the user set them.
     """
     if thread_level not in THREAD_LEVELS:
         raise ValueError(
@@ -129,6 +131,7 @@ def prepare_mpi(
         oversubscribed=info.local_size > info.cores,
         poll_pause_s=poll_pause_s(info.local_size, info.cores),
     )
+    mpich = "MPIR_CVAR_CH4_PROGRESS_THROTTLE"
     if throttle is None:
         throttle = info.local_size > info.cores
         s.throttle_reason = (
@@ -136,11 +139,18 @@ def prepare_mpi(
             if throttle
             else f"{info.local_size} ranks fit {info.cores} cores"
         )
+        if not throttle and os.environ.get(mpich, "0") not in ("", "0"):
+            # The user's exported variable is what MPICH takes: say so.
+            throttle = True
+            s.throttle_reason = f"{mpich}={os.environ[mpich]} in the environment"
     else:
         s.throttle_reason = "requested" if throttle else "disabled by request"
     if throttle:
         for k, v in THROTTLE_VARS.items():
             os.environ.setdefault(k, v)
+    else:
+        for k in THROTTLE_VARS:
+            os.environ.pop(k, None)
     s.throttle = throttle
     s.env = {k: os.environ[k] for k in THROTTLE_VARS if k in os.environ}
     return s

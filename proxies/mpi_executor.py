@@ -670,10 +670,10 @@ def abort_job(comm: MPI.Comm, rank: int) -> None:
         # MPI_Abort would add a line per rank, and MPICH's returns to the caller.
         if rank == 0:
             sys.stderr.write("interrupted (Ctrl-C): the job stops, nothing more is written\n")
-        else:
-            # mpiexec kills the job once one rank has left with an error: leave rank 0
-            # the time to say why first.
-            time.sleep(0.5)
+        # mpiexec kills the ranks still running once one has left with an error (a
+        # "BAD TERMINATION" banner and exit code 9): every rank waits as long before
+        # leaving, so that they leave together, each with 130.
+        time.sleep(0.5)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(EXIT_INTERRUPTED)

@@ -94,6 +94,15 @@ def run(
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     try:
+        if size == 1 and workload.world_size > 1:
+            # A launcher of another MPI (its variables name more ranks than this MPI
+            # gives): each process would run alone, all writing the same files.
+            _stop(
+                comm,
+                f"{model.name}: the launcher says {workload.world_size} ranks but MPI "
+                "started this process alone: launch it with the mpiexec of the MPI "
+                "mpi4py was built with (python -m mpi4py --mpi-lib-version names it)",
+            )
         if size != workload.world_size:
             # The launcher's environment named another size (or none): rebuild.
             try:
@@ -153,7 +162,8 @@ def run(
         if ns.trace and "{rank}" in ns.trace:
             # Each rank its own file: nothing crosses the network for it (the testbed counts
             # every byte between hosts).
-            report.save_trace(ns.trace.format(rank=rank), [report.trace_events(rank, runs_done)])
+            path = ns.trace.replace("{rank}", str(rank))  # as the check before the run
+            report.save_trace(path, [report.trace_events(rank, runs_done)])
         elif ns.trace:
             trace = gather(comm, report.trace_events(rank, runs_done))
         if rank == 0:

@@ -104,6 +104,8 @@ def _run(*argv: str, cwd=None) -> subprocess.CompletedProcess:
         ),
         (["simnet", "calibrate-host", "--ranks", "2", "-o", "{dir}"], "-o/--out {dir}: a folder"),
         (["simnet", "calibrate-host", "--max-age-days", "-1"], "--max-age-days must be >= 0"),
+        (["proxies.dlrm", "--timeout", "nan"], "dlrm: --timeout must be >= 0 seconds (got nan)"),
+        (["proxies.dlrm", "--json", ""], "dlrm: --json and --trace need a file name"),
     ],
     ids=lambda a: " ".join(a[:2]) if isinstance(a, list) else "",
 )
@@ -154,3 +156,22 @@ def test_every_model_has_its_module_and_an_unknown_one_is_named():
     assert r.returncode == 2
     assert r.stderr.strip() == "error: unknown model 'foo'"
     assert "alexnet_ring" in r.stdout
+
+
+def test_a_launcher_of_another_mpi_is_refused(tmp_path):
+    # Open MPI's mpirun sets these; with mpi4py on MPICH each process is a world of one,
+    # and every one would run the whole job alone and write the same --json.
+    import os
+
+    env = {**os.environ, "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "0"}
+    r = subprocess.run(
+        [sys.executable, "-m", "proxies.dlrm", "--iters", "1", "--json", str(tmp_path / "x.json")],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert (
+        r.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: dlrm: the launcher says 4 ranks but MPI started this process alone")
+    )
+    assert not (tmp_path / "x.json").exists()

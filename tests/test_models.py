@@ -396,6 +396,25 @@ def test_oversubscribed_ranks_poll_with_the_pause_of_their_load(monkeypatch):
     assert (s.auto_progress(), s.progress_text()) == ("blocking", "blocking")
 
 
+def test_the_reported_throttle_is_the_one_mpi_reads(monkeypatch):
+    import os
+
+    from proxies.launch import THROTTLE_VARS, LaunchInfo, prepare_mpi
+
+    fits = LaunchInfo(world_size=2, rank=0, local_size=2, cores=2)
+    for k, v in THROTTLE_VARS.items():  # exported by the user
+        monkeypatch.setenv(k, v)
+    s = prepare_mpi(fits)
+    assert s.throttle
+    assert s.throttle_reason == "MPIR_CVAR_CH4_PROGRESS_THROTTLE=1 in the environment"
+    assert s.env == THROTTLE_VARS
+    s = prepare_mpi(fits, throttle=False)  # --throttle off: removed before MPI reads them
+    assert not s.throttle and s.env == {} and s.throttle_reason == "disabled by request"
+    assert not [k for k in THROTTLE_VARS if k in os.environ]
+    s = prepare_mpi(fits)  # nothing exported, ranks fit the cores
+    assert not s.throttle and s.throttle_reason == "2 ranks fit 2 cores"
+
+
 def test_in_place_collectives_over_one_rank_count_no_resident_memory():
     from workload.accounting import BASE_RANK_BYTES, buffer_needs
     from workload.program import Phase, ProgramBuilder, Workload

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import numpy as np
+import pytest
 
 from workload.results import TABLE_MIN_NUMBERS, write_json
 
@@ -84,3 +87,28 @@ def test_large_lists_of_flat_records_take_a_line_per_record(tmp_path):
     rest = {"few": few, "nested": nested}
     inner = json.dumps(rest, indent=1).splitlines()[1:-1]
     assert [line[1:] for line in lines[at + 1102 : -2]] == inner
+
+
+def test_writing_through_a_link_keeps_the_link(tmp_path):
+    (tmp_path / "real").mkdir()
+    link = tmp_path / "out.json"
+    link.symlink_to(tmp_path / "real" / "target.json")
+    assert write_json(link, {"a": 1}) == link
+    assert link.is_symlink() and json.loads((tmp_path / "real" / "target.json").read_text()) == {
+        "a": 1
+    }
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["target.json"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
+def test_writing_to_a_device_node_writes_into_it(tmp_path):
+    # As root, renaming a temporary file over /dev/null replaced the device with a file
+    # for the whole machine: a node of the same device in tmp_path stands in for it.
+    from workload.results import write_text
+
+    null = tmp_path / "null"
+    os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    write_json(null, {"a": 1})
+    write_text(null, "text")
+    assert stat.S_ISCHR(null.stat().st_mode) and null.stat().st_rdev == os.makedev(1, 3)
+    assert [p.name for p in tmp_path.iterdir()] == ["null"]  # no temporary left

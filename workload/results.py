@@ -18,8 +18,18 @@ from typing import IO, Any
 def atomic_write(
     path: str | os.PathLike[str], write: Callable[[IO[Any]], None], binary: bool = False
 ) -> Path:
-    """Call ``write(f)`` on a temp file beside ``path``, then rename it into place."""
+    """Call ``write(f)`` on a temp file beside ``path``, then rename it into place.
+
+    A symbolic link is followed (the file it names is replaced, the link kept); an
+    existing path that is not a regular file (``/dev/null``, a FIFO) is written into as
+    it is: renaming over it would replace a device node with a file, machine-wide."""
     target = Path(path)
+    if target.is_symlink():
+        target = Path(os.path.realpath(target))
+    if target.exists() and not target.is_file() and not target.is_dir():
+        with open(target, "wb" if binary else "w") as f:
+            write(f)
+        return Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
@@ -33,7 +43,7 @@ def atomic_write(
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return target
+    return Path(path)
 
 
 def output_dir_problem(path: str | os.PathLike[str], option: str = "--out") -> str | None:
