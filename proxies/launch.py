@@ -47,6 +47,20 @@ SHARING_CORES_VAR = "COMMSIM_RANKS_SHARING_CORES"
 _LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")
 
 
+MPI_LAUNCHER_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE")
+"""Variables an MPI launcher sets in every process it starts (not Slurm's allocation
+variables, which a process run by hand in a batch script sees too)."""
+
+
+def mpi_launcher_size() -> int | None:
+    """The world size an MPI launcher gave this process, or None if none started it."""
+    for var in MPI_LAUNCHER_SIZE_VARS:
+        v = os.environ.get(var, "")
+        if v.isdigit():
+            return int(v)
+    return None
+
+
 def _slurm_tasks_on_first_node() -> int | None:
     """Tasks on a node from SLURM_TASKS_PER_NODE ("32(x2)", "4,3(x2)": the first count)."""
     v = os.environ.get("SLURM_TASKS_PER_NODE", "")
@@ -115,9 +129,10 @@ def prepare_mpi(
     """Apply settings that must precede MPI initialisation.
 
     throttle None: enable MPICH's progress throttle when this host runs more
-    ranks than it has cores; variables the user already set are left alone, and what
-    they say is reported. False: the throttle's variables are removed from this
-    process's environment before MPI reads it, even if the user set them.
+    ranks than it has cores, unless the user exported MPICH's variable: then the
+    environment is left as it is and what it says is reported. True / False: the
+    throttle's variables are set / removed before MPI reads them, whatever the user
+    exported. ``throttle`` of the result is what MPICH will read.
     """
     if thread_level not in THREAD_LEVELS:
         raise ValueError(
@@ -132,25 +147,27 @@ def prepare_mpi(
         poll_pause_s=poll_pause_s(info.local_size, info.cores),
     )
     mpich = "MPIR_CVAR_CH4_PROGRESS_THROTTLE"
-    if throttle is None:
+    exported = os.environ.get(mpich)
+    if throttle is None and exported is not None:
+        # The user's own setting is what MPICH takes: left as it is, and reported.
+        s.throttle_reason = f"{mpich}={exported} in the environment"
+    elif throttle is None:
         throttle = info.local_size > info.cores
         s.throttle_reason = (
             f"{info.local_size} ranks on {info.cores} cores"
             if throttle
             else f"{info.local_size} ranks fit {info.cores} cores"
         )
-        if not throttle and os.environ.get(mpich, "0") not in ("", "0"):
-            # The user's exported variable is what MPICH takes: say so.
-            throttle = True
-            s.throttle_reason = f"{mpich}={os.environ[mpich]} in the environment"
+        if throttle:
+            for k, v in THROTTLE_VARS.items():
+                os.environ.setdefault(k, v)
+    elif throttle:
+        s.throttle_reason = "requested"
+        os.environ.update(THROTTLE_VARS)
     else:
-        s.throttle_reason = "requested" if throttle else "disabled by request"
-    if throttle:
-        for k, v in THROTTLE_VARS.items():
-            os.environ.setdefault(k, v)
-    else:
+        s.throttle_reason = "disabled by request"
         for k in THROTTLE_VARS:
             os.environ.pop(k, None)
-    s.throttle = throttle
+    s.throttle = os.environ.get(mpich, "0") not in ("", "0")
     s.env = {k: os.environ[k] for k in THROTTLE_VARS if k in os.environ}
     return s

@@ -20,7 +20,7 @@ from workload.timeline import breakdown
 from workload.units import GIB
 
 from . import report
-from .launch import MPISettings
+from .launch import MPISettings, mpi_launcher_size
 from .mpi_executor import (
     MPI,
     MPIExecutor,
@@ -94,12 +94,13 @@ def run(
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     try:
-        if size == 1 and workload.world_size > 1:
+        launched = mpi_launcher_size()
+        if size == 1 and launched is not None and launched > 1:
             # A launcher of another MPI (its variables name more ranks than this MPI
             # gives): each process would run alone, all writing the same files.
             _stop(
                 comm,
-                f"{model.name}: the launcher says {workload.world_size} ranks but MPI "
+                f"{model.name}: the launcher says {launched} ranks but MPI "
                 "started this process alone: launch it with the mpiexec of the MPI "
                 "mpi4py was built with (python -m mpi4py --mpi-lib-version names it)",
             )

@@ -294,8 +294,11 @@ class TopologySection(_Strict):
         mine -= TYPE_FIELDS.get(self.type, frozenset())
         # Against the defaults, not model_fields_set: a configuration dumped and loaded
         # again (a job's, a sweep point's) has every field set.
+        if self.type in ("fat_tree", "torus"):
+            mine.add("num_nodes")  # their size is k or dims
         fields = type(self).model_fields
-        return sorted(f for f in mine if getattr(self, f) != fields[f].get_default())
+        default = {f: fields[f].get_default(call_default_factory=True) for f in mine}
+        return sorted(f for f in mine if getattr(self, f) != default[f])
 
     @property
     def effective_ecmp(self) -> bool:
@@ -317,7 +320,7 @@ _TWO_LEVELS = frozenset(
     {"intra_bandwidth_gb_per_s", "inter_bandwidth_gb_per_s", "intra_latency_us", "inter_latency_us"}
 )
 TYPE_FIELDS: dict[str, frozenset[str]] = {
-    "ring": frozenset({"bidirectional"}),
+    "ring": frozenset({"bidirectional", "permutations"}),
     "hierarchical": _TWO_LEVELS,
     "rail_optimised": _TWO_LEVELS,
     "fat_tree": frozenset({"k", "oversubscription"}),
@@ -331,8 +334,8 @@ TYPE_FIELDS: dict[str, frozenset[str]] = {
         }
     ),
 }
-"""The topology fields only some types read (the others: every type, or a workload's
-rings and groups), by type."""
+"""The topology fields only some types read, by type (the others every type reads, or
+the workloads' groups; ``num_nodes`` all but fat_tree and torus, sized by k and dims)."""
 
 
 class WorkloadSection(_Strict):
@@ -934,16 +937,31 @@ def workload_input_paths(workload: Any) -> list[str]:
         return []
     from workload.models import MODELS
 
-    model = MODELS.get(workload.get("name"))  # an unknown name is refused later
+    name = workload.get("name")  # an unknown name (or not a name) is refused later
+    model = MODELS.get(name) if isinstance(name, str) else None
     return [a.name for a in model.flags if a.path] if model is not None else []
 
 
-def _workload_sections(data: dict[str, Any]) -> list[Any]:
+def workload_sections(data: dict[str, Any]) -> list[Any]:
+    """The ``workload`` sections of a configuration (a dict, as in the file): its own and
+    every job's, whatever their types (validation refuses the wrong ones)."""
     jobs = data.get("jobs")
     job_sections = (
         [j.get("workload") for j in jobs if isinstance(j, dict)] if isinstance(jobs, list) else []
     )
     return [data.get("workload"), *job_sections]
+
+
+def workload_input_files(data: dict[str, Any]) -> list[str]:
+    """The files and folders the workloads of a configuration (a dict) name in their path
+    options, as given (non-empty strings only)."""
+    out = []
+    for workload in workload_sections(data):
+        for key in workload_input_paths(workload):
+            value = workload["flags"].get(key)
+            if isinstance(value, str) and value:
+                out.append(value)
+    return out
 
 
 def absolute_input_paths(data: dict[str, Any], base_dir: str | Path) -> None:
@@ -955,12 +973,11 @@ def absolute_input_paths(data: dict[str, Any], base_dir: str | Path) -> None:
     def resolve(part: Any, key: str) -> None:
         if isinstance(part, dict) and isinstance(part.get(key), str) and part[key]:
             path = Path(part[key]).expanduser()
-            if not path.is_absolute():
-                part[key] = str((Path(base_dir) / path).resolve())
+            part[key] = str(path if path.is_absolute() else (Path(base_dir) / path).resolve())
 
     for section, key in INPUT_FILES:
         resolve(data.get(section), key)
-    for workload in _workload_sections(data):
+    for workload in workload_sections(data):
         for key in workload_input_paths(workload):
             resolve(workload["flags"], key)
 

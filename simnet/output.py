@@ -428,6 +428,8 @@ def _library_note(p: PhaseResult, library: str | None) -> str:
     said = f"collectives.library = {library}" if library else "the default"
     if p.library == "nccl":
         return f" (run as NCCL runs them: {said})"
+    if library == "nccl":  # every one was named by the program
+        return " (run as MPI runs them: the program names their algorithms, sent as MPI messages)"
     if library or any(a in NCCL_ALGORITHMS for v in p.algorithms.values() for a in v):
         return f" (run as MPI runs them: {said})"
     return ""

@@ -667,7 +667,10 @@ def _rank0_counts(cfg: Config, workload: Workload) -> RankCounts:
         return round(m2 * (p / b) ** math.log2(max(m2, 1) / max(m1, 1))), in_rings
 
     sampled = [counts(r) for r in sorted({0, workload.world_size // 2, workload.world_size - 1})]
-    return RankCounts(*(max(c[i] for c in sampled) for i in range(3)))
+    # The most of each kind of message (they cost differently), not of their sum.
+    others = max(c.messages - c.ring_run_messages for c in sampled)
+    ring = max(c.ring_run_messages for c in sampled)
+    return RankCounts(max(c.ops for c in sampled), others + ring, ring)
 
 
 def _progress_line(name: str, sim: PhaseSim, elapsed_s: float, width: int = 24) -> str:

@@ -113,8 +113,13 @@ def graph_elements(cfg: Config) -> int:
     else:  # a switch
         base = 3 * n + 1
     # A host adds its ranks' endpoints, its memory and NIC nodes, and their links.
-    rph = cfg.hosts.ranks_per_host or 0
-    return base + (cfg.num_endpoints * (3 * rph + 8) if rph else 0)
+    return base + host_elements(cfg.num_endpoints, cfg.hosts.ranks_per_host)
+
+
+def host_elements(hosts: int, ranks_per_host: int | None) -> int:
+    """Nodes and edges the host model adds: per host, its ranks' endpoints, its memory
+    and NIC nodes and their links, 5 r + 7 for r ranks (counted on built graphs)."""
+    return hosts * (5 * ranks_per_host + 7) if ranks_per_host else 0
 
 
 def matrix_bytes(endpoints: int, phases: int) -> int:
@@ -180,6 +185,12 @@ def refusal(cfg: Config, est: SizeEstimate, phases: int, available_bytes: int) -
     # up to quadratically (an alltoall's do).
     linear, quadratic = est.program_bytes, est.message_bytes
 
+    def endpoints_hint(n: int, field: str) -> str:
+        """``n`` rank endpoints, named as ``field`` counts them (hosts, with hosts)."""
+        if rph > 1:
+            return f"at most about {n // rph:,} hosts of {rph} ranks fit ({field})"
+        return f"at most about {n:,} endpoints fit ({field})"
+
     def ranks_fit(r: int) -> bool:
         share = r / world
         network = est.matrix_bytes + est.graph_bytes
@@ -195,7 +206,8 @@ def refusal(cfg: Config, est: SizeEstimate, phases: int, available_bytes: int) -
                 for k in range(2, t.k, 2)
                 if k**3 // 4 * rph >= world
                 and matrices(k**3 // 4 * rph, phases)
-                + GRAPH_ELEMENT_BYTES * 1.75 * k**3
+                + GRAPH_ELEMENT_BYTES
+                * (1.75 * k**3 + 1.25 * k**2 + host_elements(k**3 // 4, cfg.hosts.ranks_per_host))
                 + linear
                 + quadratic
                 <= budget
@@ -218,7 +230,7 @@ def refusal(cfg: Config, est: SizeEstimate, phases: int, available_bytes: int) -
                     if t.type == "torus"
                     else ("topology.num_nodes" if t.num_nodes else "distributed.num_nodes")
                 )
-                hint = f"at most about {side:,} endpoints fit ({field})"
+                hint = endpoints_hint(side, field)
         if not hint:
             r = largest_fitting(ranks_fit, world)
             field = "workload.world_size" if cfg.workload.world_size else "distributed.num_nodes"
@@ -231,7 +243,7 @@ def refusal(cfg: Config, est: SizeEstimate, phases: int, available_bytes: int) -
             est.endpoints,
         )
         field = "topology.num_nodes" if t.num_nodes else "distributed.num_nodes"
-        hint = f"at most about {n:,} endpoints fit ({field})" if n else ""
+        hint = endpoints_hint(n, field) if n and n >= rph else ""
     return (
         f"this case would need {est.describe()} but {available_bytes / GIB:.1f} GiB is "
         f"available; {hint or 'nothing this size fits'}, or --force to try anyway"

@@ -133,7 +133,7 @@ def _check_connected(graph: nx.DiGraph, removed: list[tuple[Hashable, Hashable]]
             lost.append(f"endpoint 0 and {listed(unreached)} have no route between them")
         elif unreached:
             lost.append(f"endpoint 0 has no route to {listed(unreached)}")
-        if unreaching:
+        if unreaching and unreaching != unreached:
             lost.append(f"{listed(unreaching)} have no route to endpoint 0")
         raise ConfigError(
             f"whatif.failed_links: without {what} the network splits: {' and '.join(lost)}; "

@@ -175,3 +175,12 @@ def test_a_launcher_of_another_mpi_is_refused(tmp_path):
         .startswith("error: dlrm: the launcher says 4 ranks but MPI started this process alone")
     )
     assert not (tmp_path / "x.json").exists()
+    # A process run by hand in a Slurm allocation (SLURM_NTASKS=4, no MPI launcher) is a
+    # world of one, as MPI says.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI", "SLURM"))}
+    r = subprocess.run(
+        [sys.executable, "-m", "proxies.dlrm", "--iters", "1", "--warmup", "0", "--quiet"],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        env={**env, "SLURM_NTASKS": "4"},
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -313,6 +313,17 @@ def test_the_summary_names_the_library_that_ran_the_collectives():
         assert res.phases[0].library == ("mpi" if library == "mpi" else "nccl")
 
 
+def test_a_library_that_ran_nothing_is_not_blamed():
+    # library nccl, but the program names every algorithm (the ring trainer's rings):
+    # they run as MPI messages because the program names them, not because of the library.
+    doc = {"distributed": {"num_nodes": 4}, "topology": {"type": "switch"},
+           "collectives": {"library": "nccl"}}  # fmt: skip
+    (line,) = _said(simnet.simulate(doc, record_series=False), "algorithms:")
+    assert line.endswith(
+        "(run as MPI runs them: the program names their algorithms, sent as MPI messages)"
+    )
+
+
 def test_topology_fields_the_type_does_not_read_are_named():
     extra = {"topology": {"k": 4, "dims": [2, 4], "global_latency_us": 3, "bidirectional": False}}
     res = simnet.simulate(_rails(**extra), record_series=False)
@@ -320,6 +331,11 @@ def test_topology_fields_the_type_does_not_read_are_named():
     assert "not used by a rail_optimised topology: topology.bidirectional, topology.dims, " \
         "topology.global_latency_us, topology.k (" in line  # fmt: skip
     assert res.iteration_time_s == simnet.simulate(_rails(), record_series=False).iteration_time_s
+    topology = {"type": "torus", "dims": [4, 4], "num_nodes": 99, "permutations": [1]}
+    torus = {"distributed": {"num_nodes": 16}, "topology": topology,
+             "workload": {"name": "dlrm", "world_size": 16}}  # fmt: skip
+    (line,) = _said(simnet.simulate(torus, record_series=False), "not used by")
+    assert "not used by a torus topology: topology.num_nodes, topology.permutations (" in line
     # The fields of its own type, and values equal to the defaults, are not named.
     own = {"topology": {"intra_latency_us": 1, "oversubscription": 1.0}}
     assert not _said(simnet.simulate(_rails(**own), record_series=False), "not used by")

@@ -387,3 +387,15 @@ def test_exchange_capacity_follows_the_largest_exchanges():
     _, cap, fit = hostcal.fit_exchange(rows, ranks, window)
     assert 14.5e9 < cap < 15.5e9, cap
     assert fit["op"] == "exchange" and fit["ranks"] == ranks
+
+
+def test_a_poor_fit_is_flagged_in_the_summary(fitted):
+    import dataclasses
+
+    text = hostcal.summary_text(fitted)
+    assert "poor fit" not in text  # synthetic measurements: every fit exact
+    bad = [dict(f, r2=-6.678) if f["op"] == "exchange" else f for f in fitted.fits]
+    text = hostcal.summary_text(dataclasses.replace(fitted, fits=bad))
+    flagged = [line for line in text.splitlines() if "poor fit" in line]
+    assert flagged and all("R^2 -6.678" in line for line in flagged)
+    assert len(flagged) == sum(f["op"] == "exchange" for f in bad)

@@ -401,18 +401,36 @@ def test_the_reported_throttle_is_the_one_mpi_reads(monkeypatch):
 
     from proxies.launch import THROTTLE_VARS, LaunchInfo, prepare_mpi
 
+    mpich = "MPIR_CVAR_CH4_PROGRESS_THROTTLE"
     fits = LaunchInfo(world_size=2, rank=0, local_size=2, cores=2)
-    for k, v in THROTTLE_VARS.items():  # exported by the user
-        monkeypatch.setenv(k, v)
+    crowded = LaunchInfo(world_size=8, rank=0, local_size=8, cores=2)
+
+    def exported(**values: str) -> None:
+        for k in THROTTLE_VARS:  # recorded, so what prepare_mpi sets is undone afterwards
+            monkeypatch.setenv(k, "")
+            monkeypatch.delenv(k)
+        for k, v in values.items():
+            monkeypatch.setenv(k, v)
+
+    exported(**{mpich: "1"})  # only MPICH's variable: kept as it is, and reported on
     s = prepare_mpi(fits)
-    assert s.throttle
-    assert s.throttle_reason == "MPIR_CVAR_CH4_PROGRESS_THROTTLE=1 in the environment"
-    assert s.env == THROTTLE_VARS
+    assert s.throttle and s.throttle_reason == f"{mpich}=1 in the environment"
+    assert s.env == {mpich: "1"}
+    exported(**{mpich: "0"})  # the user turned it off: auto does not turn it on
+    s = prepare_mpi(crowded)
+    assert not s.throttle and s.throttle_reason == f"{mpich}=0 in the environment"
+    assert os.environ[mpich] == "0"
+    s = prepare_mpi(crowded, throttle=True)  # --throttle on sets it whatever was exported
+    assert s.throttle and s.env == THROTTLE_VARS and s.throttle_reason == "requested"
+    exported(**THROTTLE_VARS)
     s = prepare_mpi(fits, throttle=False)  # --throttle off: removed before MPI reads them
     assert not s.throttle and s.env == {} and s.throttle_reason == "disabled by request"
     assert not [k for k in THROTTLE_VARS if k in os.environ]
-    s = prepare_mpi(fits)  # nothing exported, ranks fit the cores
+    exported()  # nothing exported
+    s = prepare_mpi(fits)
     assert not s.throttle and s.throttle_reason == "2 ranks fit 2 cores"
+    s = prepare_mpi(crowded)
+    assert s.throttle and s.throttle_reason == "8 ranks on 2 cores" and s.env == THROTTLE_VARS
 
 
 def test_in_place_collectives_over_one_rank_count_no_resident_memory():

@@ -112,3 +112,18 @@ def test_writing_to_a_device_node_writes_into_it(tmp_path):
     write_text(null, "text")
     assert stat.S_ISCHR(null.stat().st_mode) and null.stat().st_rdev == os.makedev(1, 3)
     assert [p.name for p in tmp_path.iterdir()] == ["null"]  # no temporary left
+
+
+def test_the_check_before_a_run_follows_links_and_takes_device_nodes(tmp_path):
+    from workload.results import output_file_problem
+
+    assert output_file_problem("/dev/null", "--json") is None
+    (tmp_path / "real").mkdir()
+    (tmp_path / "file").write_text("x")
+    link = tmp_path / "out.json"
+    link.symlink_to(tmp_path / "file" / "target.json")  # through a file: cannot be made
+    problem = output_file_problem(link, "--json")
+    assert problem == f"--json {link}: {tmp_path / 'file'} is a file, not a folder"
+    link.unlink()
+    link.symlink_to(tmp_path / "real" / "target.json")
+    assert output_file_problem(link, "--json") is None

@@ -164,6 +164,10 @@ def test_predicted_config_resizes_the_topology():
     assert notes and "one ring" in notes[0]
     with pytest.raises(StudyError, match="16 endpoints, fewer than 32"):
         scaling.predicted_config({"topology": {"type": "fat_tree", "k": 4}}, study, 32, {})
+    # The size probe of a fat-tree is not refused for a straggler beyond its one rank.
+    slow = {"topology": {"type": "fat_tree", "k": 4}, "whatif": {"stragglers": {"3": 2.0}}}
+    cfg, _ = scaling.predicted_config(slow, study, 8, {})
+    assert cfg["whatif"]["stragglers"] == {"3": 2.0} and cfg["workload"]["world_size"] == 8
 
 
 def test_prediction_only_skips_rejected_counts(tmp_path):

@@ -668,6 +668,42 @@ def test_the_size_check_counts_each_networks_nodes_and_edges(topology):
     cfg = load_config({"distributed": {"num_nodes": 8}, "topology": topology})
     g, _ = build_topology(cfg)
     assert sizecheck.graph_elements(cfg) == g.number_of_nodes() + g.number_of_edges()
+    for rph in (2, 8):  # and with hosts of several ranks
+        hosts = {"ranks_per_host": rph, "copy_bandwidth_gb_per_s": 10,
+                 "rank_copy_bandwidth_gb_per_s": 5}  # fmt: skip
+        doc = {"distributed": {"num_nodes": 8}, "topology": topology, "hosts": hosts}
+        cfg = load_config({**doc, "workload": {"name": "dlrm", "world_size": 8}})
+        g, _ = build_topology(cfg)
+        assert sizecheck.graph_elements(cfg) == g.number_of_nodes() + g.number_of_edges()
+
+
+def test_the_hints_with_hosts_name_hosts_and_a_fat_tree_that_fits():
+    from simnet import sizecheck
+    from simnet.config import load_config
+    from simnet.simulate import _rank0_counts, build_workload
+
+    hosts = {"ranks_per_host": 8, "copy_bandwidth_gb_per_s": 10, "rank_copy_bandwidth_gb_per_s": 5}
+
+    def refusal(doc: dict, avail: int) -> str | None:
+        cfg = load_config(doc)
+        ops, msgs, ring = _rank0_counts(cfg, build_workload(cfg))
+        est = sizecheck.estimate(cfg, ops, 1, msgs, ring_run_messages=ring)
+        return sizecheck.refusal(cfg, est, 1, avail)
+
+    fat = {"distributed": {"num_nodes": 8}, "topology": {"type": "fat_tree", "k": 32},
+           "hosts": hosts}  # fmt: skip
+    fat["workload"] = {"name": "dlrm", "world_size": 256, "scale": 0.01}
+    msg = refusal(fat, 2**30 // 5)
+    k = int(msg.split("topology.k = ")[1].split(" fits")[0])
+    fat["topology"]["k"] = k
+    assert refusal(fat, 2**30 // 5) is None  # the named k does fit
+    switch = {"distributed": {"num_nodes": 512}, "topology": {"type": "switch"},
+              "hosts": hosts, "workload": {"name": "dlrm", "scale": 0.01}}  # fmt: skip
+    msg = refusal(switch, 2**30)
+    n = int(
+        msg.split("at most about ")[1].split(" hosts of 8 ranks fit (distributed.num_nodes)")[0]
+    )
+    assert n < 512
 
 
 @pytest.mark.parametrize(

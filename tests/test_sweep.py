@@ -156,6 +156,27 @@ def test_a_trace_sets_files_are_part_of_a_points_hash(tmp_path):
     assert sweep.stable_hash(sweep._with_inputs(jobs)) != before
 
 
+def test_a_trace_set_under_home_is_hashed_and_broken_points_are_invalid(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "trace.0.et").write_bytes(b"one")
+    point = {"workload": {"name": "chakra", "flags": {"trace_dir": "~/traces"}}}
+    assert sweep._with_inputs(point)["input_files"]["~/traces"] == [
+        ("trace.0.et", 3, (tmp_path / "traces" / "trace.0.et").stat().st_mtime_ns)
+    ]
+    # Points that fail validation are planned as invalid, not a traceback.
+    for base in (
+        {"workload": {"name": "chakra", "flags": {}}},
+        {"workload": {"name": "chakra", "flags": {"trace_dir": 5}}},
+        {"workload": {"name": ["chakra"]}},
+        {"jobs": ["oops"]},
+    ):
+        path = tmp_path / "base.json"
+        path.write_text(json.dumps({**BASE, **base}))
+        plan = sweep.plan_sweep(path, '{"workload.scale": [0.01]}', tmp_path / "out")
+        assert [p.status for p in plan.points] == ["invalid"], base
+
+
 def test_a_grid_naming_a_field_by_both_names_is_refused(base_file, tmp_path):
     grid = '{"distributed.bandwidth_limit": [10], "distributed.bandwidth_limit_gb_per_s": [20]}'
     twice = re.escape("--grid names 'distributed.bandwidth_limit_gb_per_s' twice")

@@ -92,7 +92,7 @@ def test_link_changes_on_a_one_way_ring_name_the_direction():
         (
             {"failed_links": [[1, "sw"]]},
             "whatif.failed_links: without 1 <-> 'sw' the network splits: endpoint 0 and "
-            "endpoint(s) [1] have no route between them",
+            "endpoint(s) [1] have no route between them; fail fewer links",
         ),
         ({"failed_links": [[1, "spine"]]}, "no node 'spine' in the switch topology"),
         ({"failed_links": [[0, 1]]}, "there is no link 0 -> 1"),

@@ -672,6 +672,11 @@ def median_calibration(runs: Sequence[HostCalibration]) -> HostCalibration:
     )
 
 
+POOR_FIT_R2 = 0.9
+"""A fit explaining less of its measurements' variance than this is flagged as poor (a
+negative R^2: worse than their mean)."""
+
+
 def summary_text(cal: HostCalibration) -> str:
     lines = [
         f"host model of {cal.key.get('hostname')} ({cal.key.get('cores')} cores; MPI: "
@@ -694,9 +699,16 @@ def summary_text(cal: HostCalibration) -> str:
             lines.append(f"  repeats   {f['ranks']:>3} ranks  copy GB/s of each: {bw}")
             continue
         r2 = "-" if f.get("r2") is None else f"{f['r2']:.3f}"
+        poor = f.get("r2") is not None and f["r2"] < POOR_FIT_R2
         lines.append(
             f"  {f['op']:<9} {f['ranks']:>3} ranks  R^2 {r2:>6}  max error "
             f"{100 * f['max_rel_error']:.1f}%"
+            + (
+                "  poor fit: times not linear in size here (a noisy machine? more "
+                "--repeats and --iters, or a quieter hour)"
+                if poor
+                else ""
+            )
         )
     if cal.points:
         lines.append("every point simulated with the fitted model (error = predicted vs measured):")

@@ -264,7 +264,7 @@ def predicted_config(
     if kind in ("fat_tree", "torus"):
         # Its size, checked here for a study's words (the configuration would refuse
         # more ranks than endpoints naming the world size).
-        probe = {**d, "workload": {**d["workload"], "world_size": 1}}
+        probe = {**d, "workload": {**d["workload"], "world_size": 1}, "whatif": {}}
         try:
             n = load_config(probe).num_endpoints
         except ConfigError as e:

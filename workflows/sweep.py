@@ -49,7 +49,7 @@ from simnet.config import (
     current_key,
     current_names,
     load_config,
-    workload_input_paths,
+    workload_input_files,
 )
 from simnet.simulate import build_workload
 from workload.brief_argparse import BriefParser
@@ -189,18 +189,19 @@ def _with_inputs(full: dict[str, Any]) -> dict[str, Any]:
                 files[path] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
             except OSError as e:
                 files[path] = f"unreadable: {e.strerror}"
-    jobs = full.get("jobs") if isinstance(full.get("jobs"), list) else []
-    for workload in [full.get("workload"), *(j.get("workload") for j in jobs)]:
-        for key in workload_input_paths(workload):
-            folder = Path(workload["flags"][key])
+    for name in workload_input_files(full):
+        folder = Path(name).expanduser()
+        try:
             if folder.is_file():
-                files[str(folder)] = hashlib.sha256(folder.read_bytes()).hexdigest()
+                files[name] = hashlib.sha256(folder.read_bytes()).hexdigest()
             else:
-                files[str(folder)] = sorted(
+                files[name] = sorted(
                     (f.name, st.st_size, st.st_mtime_ns)
                     for f in (folder.iterdir() if folder.is_dir() else ())
                     if f.is_file() and (st := f.stat())
                 )
+        except OSError as e:
+            files[name] = f"unreadable: {e.strerror}"
     return {"config": full, "input_files": files} if files else full
 
 

@@ -69,6 +69,10 @@ def output_file_problem(path: str | os.PathLike[str], option: str) -> str | None
     p = Path(path)
     if p.is_dir():
         return f"{option} {path}: a folder; name a file (e.g. {p / 'results.json'})"
+    if p.is_symlink():  # as atomic_write: the file it names is written
+        p = Path(os.path.realpath(p))
+    if p.exists() and not p.is_file():  # /dev/null: written into, as it is
+        return None if os.access(p, os.W_OK) else f"{option} {path}: cannot write into it"
     for q in p.parents:
         if q.exists():
             if not q.is_dir():
