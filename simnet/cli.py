@@ -88,6 +88,7 @@ def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
         return 0
     from workload.results import output_dir_problem
 
+    from .executor import ProgramsStuckError
     from .output import write_all
     from .simulate import simulate
 
@@ -134,6 +135,11 @@ def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
         if ns.matrices == "dense" and "endpoint-pair matrices" in str(e):
             hint = "; --matrices sparse leaves the n x n matrices out"
         print(f"error: {e}{hint}", file=sys.stderr)
+        return EXIT_USAGE
+    except ProgramsStuckError as e:  # a workload or trace whose ranks cannot all finish
+        if last[0]:
+            print(file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("\ninterrupted: the simulation stopped, nothing was written", file=sys.stderr)

@@ -68,6 +68,11 @@ _FlatStep = tuple[int, ...]
 _PLAN_CACHE_STEPS = 1 << 22
 
 
+class ProgramsStuckError(RuntimeError):
+    """The rank programs cannot all run to their end: a rank waits for a message nobody
+    sends, or messages are left unmatched (a workload or trace MPI could not run)."""
+
+
 @dataclass
 class AlgorithmPolicy:
     """Which schedule a collective runs.
@@ -1100,13 +1105,13 @@ class PhaseSim:
         self.makespan_s = max(ends) if ends else 0.0
         stuck = [r for r in range(len(self.programs)) if r not in self.iteration_ends]
         if stuck:
-            raise RuntimeError(
+            raise ProgramsStuckError(
                 f"phase {self.name!r}: ranks {stuck[:8]}{'...' if len(stuck) > 8 else ''} "
                 "never finished (deadlock: they wait for messages nobody sends)"
             )
         unmatched = list(self.channels)
         if unmatched:
-            raise RuntimeError(
+            raise ProgramsStuckError(
                 f"phase {self.name!r}: {len(unmatched)} unmatched message channel(s), "
                 f"first {self._channel_name(unmatched[0])}: the rank programs do not pair "
                 "their sends and receives"

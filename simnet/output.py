@@ -309,6 +309,10 @@ def document(res: SimResult, dense: bool = True, prefix: str = "sim_") -> dict[s
             "params": res.workload.params,
             "info": res.workload.info,
         },
+        # tokens/s and MFU where the workload states its tokens and FLOPs (as the summary)
+        "throughput": throughput(
+            res.workload.info, res.workload.world_size, res.iteration_time_s, _scales(res)
+        ),
         "topology": {
             "name": res.graph.graph.get("name"),
             "params": res.graph.graph.get("params"),
@@ -407,18 +411,43 @@ def _fmt_bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
-def throughput_line(info: dict, world_size: int, iteration_s: float) -> str | None:
-    """Tokens per second and model FLOPs utilisation, for a workload whose ``info``
-    gives ``tokens_per_iteration``, ``model_flops_per_iteration`` and
-    ``peak_flops_per_device`` (FLOP/s); None otherwise."""
+def throughput(
+    info: dict, world_size: int, iteration_s: float, scales: tuple[float, float] = (1.0, 1.0)
+) -> dict[str, Any] | None:
+    """Tokens per second and model FLOPs utilisation (a fraction) of a workload whose
+    ``info`` gives ``tokens_per_iteration``, ``model_flops_per_iteration`` and
+    ``peak_flops_per_device`` (FLOP/s); None otherwise. ``scales``: the workload's message
+    and compute scales; away from 1 the figures would not be the full-size job's, and
+    the result says so instead of giving them."""
     keys = ("tokens_per_iteration", "model_flops_per_iteration", "peak_flops_per_device")
     if iteration_s <= 0 or not all(k in info for k in keys):
         return None
+    if scales != (1.0, 1.0):
+        return {
+            "not_given": f"messages at {scales[0]:g}x and compute at {scales[1]:g}x their full "
+            "size (workload.scale, workload.compute_scale): not the full-size job's"
+        }
     tokens, flops, peak = (float(info[k]) for k in keys)
-    mfu = flops / iteration_s / (world_size * peak)
+    return {
+        "tokens_per_s": tokens / iteration_s,
+        "model_flops_utilisation": flops / iteration_s / (world_size * peak),
+        "peak_flops_per_device": peak,
+    }
+
+
+def throughput_line(
+    info: dict, world_size: int, iteration_s: float, scales: tuple[float, float] = (1.0, 1.0)
+) -> str | None:
+    """The summary's line of :func:`throughput`, or None."""
+    t = throughput(info, world_size, iteration_s, scales)
+    if t is None:
+        return None
+    if "not_given" in t:
+        return f"  throughput: not given: {t['not_given']}"
     return (
-        f"  throughput: {tokens / iteration_s:,.0f} tokens/s; model FLOPs utilisation "
-        f"{100 * mfu:.1f}% of {world_size} x {peak / 1e12:g} TFLOP/s"
+        f"  throughput: {t['tokens_per_s']:,.0f} tokens/s; model FLOPs utilisation "
+        f"{100 * t['model_flops_utilisation']:.1f}% of {world_size} x "
+        f"{t['peak_flops_per_device'] / 1e12:g} TFLOP/s"
     )
 
 
@@ -435,6 +464,12 @@ def _library_note(p: PhaseResult, library: str | None) -> str:
     return ""
 
 
+def _scales(res: SimResult) -> tuple[float, float]:
+    """The workload's message and compute scales (several jobs: not one workload)."""
+    w = res.config.workload
+    return (w.scale, w.compute_scale) if res.jobs is None else (1.0, 1.0)
+
+
 def summary_text(res: SimResult, files: list[Path] | None = None, notes: Sequence[str] = ()) -> str:
     w = res.workload
     lines = [
@@ -445,7 +480,7 @@ def summary_text(res: SimResult, files: list[Path] | None = None, notes: Sequenc
         if res.jobs is not None
         else f"predicted iteration time: {res.iteration_time_s:.6f} s",
     ]
-    line = throughput_line(w.info, w.world_size, res.iteration_time_s)
+    line = throughput_line(w.info, w.world_size, res.iteration_time_s, _scales(res))
     if line:
         lines.append(line)
     for a in res.assumed:

@@ -265,12 +265,42 @@ def test_a_trace_set_is_found_from_the_configuration_files_folder(tmp_path, monk
             [_node(3, "c", et.COMM_COLL_NODE, comm_type=et.ALL_REDUCE, comm_size=8, pg_name="4")],
             "process group '4' is not in comm_group.json",
         ),
+        (
+            [_node(3, "c", et.COMM_COLL_NODE, comm_type=et.ALL_REDUCE, pg_name="1")],
+            "node 3 'c' (COMM_COLL_NODE) has no comm_size attribute",
+        ),
+        (
+            [_node(3, "s", et.COMM_SEND_NODE, comm_dst=1, comm_size=-5)],
+            "node 3 's' (COMM_SEND_NODE): comm_size -5 is negative",
+        ),
+        ([_node(1, "again", et.COMP_NODE, duration=5)], "node id 1 is given twice"),
     ],
 )
 def test_unsupported_or_broken_nodes_are_named(tmp_path, extra, message):
     _hand_trace(tmp_path, extra)
     with pytest.raises(ChakraError, match=re.escape(message)):
         read_trace_set(tmp_path)
+
+
+def test_a_trace_whose_ranks_cannot_finish_is_one_error_line(tmp_path, capsys):
+    # Rank 0 also waits for a message from rank 1 that rank 1 never sends.
+    from simnet.cli import main
+
+    waits = _node(3, "never", et.COMM_RECV_NODE, [2], comm_src=1, comm_size=8, comm_tag=9)
+    (tmp_path / "t").mkdir()
+    _hand_trace(tmp_path / "t", [waits])
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({
+        "distributed": {"num_nodes": 2}, "topology": {"type": "ring"},
+        "workload": {"name": "chakra", "world_size": 2, "flags": {"trace_dir": "t"}},
+    }))  # fmt: skip
+    assert main(["--config", str(cfg), "--out", str(tmp_path / "out"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "error: phase 'trace': ranks [0] never finished (deadlock: they wait for messages "
+        "nobody sends)"
+    ]
+    assert not (tmp_path / "out").exists()
 
 
 def test_missing_ranks_and_bad_directories(tmp_path):
@@ -457,8 +487,14 @@ def test_cli_export_show_and_goal(tmp_path):
         )
     )
     out = tmp_path / "et"
+    out.mkdir()
+    # An earlier export of 8 ranks left its files: those of ranks 4..7 go.
+    for rank in range(8):
+        (out / f"trace.{rank}.et").write_bytes(b"old")
+    (out / "other.5.et").write_bytes(b"another prefix's")
     r = _simnet("chakra", "export", "--config", str(cfg), "--out", str(out), "--goal")
     assert r.returncode == 0, r.stderr
+    (out / "other.5.et").unlink()  # kept: not this prefix's
     assert sorted(p.name for p in out.iterdir()) == [
         "comm_group.json",
         "trace.0.et",
@@ -473,6 +509,9 @@ def test_cli_export_show_and_goal(tmp_path):
     assert "wrote 4 Chakra traces of llm" in r.stdout
     r = _simnet("chakra", "show", str(out))
     assert r.returncode == 0 and "4 ranks, phases iteration" in r.stdout
+    # Exported again without --goal: the earlier GOAL file goes too.
+    r = _simnet("chakra", "export", "--config", str(cfg), "--out", str(out))
+    assert r.returncode == 0 and not (out / "trace.goal").exists()
     r = _simnet("chakra", "show", str(tmp_path / "nothing"))
     assert (
         r.returncode == 2

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from proxies.cli import build_parser, spec_from_namespace
-from simnet.output import summary_text, throughput_line
+from simnet.output import document, summary_text, throughput_line
 from simnet.simulate import simulate
 from tests.mpirun import mpirun, run_json
 from workload.layout import LayoutError
@@ -269,8 +269,17 @@ def test_compute_only_iteration_is_the_flops_sum():
     line = throughput_line(res.workload.info, 2, res.iteration_time_s)
     assert line is not None and "model FLOPs utilisation 50.0% of 2 x 312 TFLOP/s" in line
     assert f"{2 * 2 * 4096 / res.iteration_time_s:,.0f} tokens/s" in line
-    assert line in summary_text(res)
     assert throughput_line({"tokens_per_iteration": 1}, 2, 1.0) is None
+    # This run's messages are at 1e-6 of their size: its summary and results give no
+    # throughput, saying why (the figures would not be the full-size job's).
+    said = "messages at 1e-06x and compute at 1x their full size (workload.scale"
+    assert f"  throughput: not given: {said}" in summary_text(res)
+    assert said in document(res)["throughput"]["not_given"]
+    full = simulate({**cfg, "workload": {**cfg["workload"], "scale": 1.0}}, record_series=False)
+    t = document(full)["throughput"]
+    assert t["tokens_per_s"] == pytest.approx(2 * 2 * 4096 / full.iteration_time_s, rel=1e-12)
+    assert 0 < t["model_flops_utilisation"] <= 0.5 and t["peak_flops_per_device"] == 312e12
+    assert throughput_line(full.workload.info, 2, full.iteration_time_s) in summary_text(full)
 
 
 # -- errors ------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ proxies.chakra --trace-dir DIR``.
 from __future__ import annotations
 
 import argparse
+import glob
 import sys
 import time
 from collections import Counter
@@ -130,6 +131,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 files.append(goal_path)
             write_json(out / f"{ns.prefix}.export.json", doc)
+            # An earlier, larger set's rank files (and GOAL file) would read as this set's.
+            written = {f.name for f in files}
+            for old in out.glob(f"{glob.escape(ns.prefix)}.*.et"):
+                rank = old.name[len(ns.prefix) + 1 : -len(".et")]
+                if rank.isdigit() and old.name not in written:
+                    old.unlink()
+            if not ns.goal:
+                (out / f"{ns.prefix}.goal").unlink(missing_ok=True)
             size = sum(f.stat().st_size for f in files)
             _print_summary(
                 f"wrote {workload.world_size} Chakra traces of {workload.model} and "

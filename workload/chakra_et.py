@@ -411,6 +411,10 @@ class _NodeReader:
     def _generic(self, nodes: list[Any]) -> list[tuple[str, Op]]:
         et = self.et
         by_id = {n.id: n for n in nodes}
+        if len(by_id) != len(nodes):
+            seen: set[int] = set()
+            twice = next(n for n in nodes if n.id in seen or seen.add(n.id))
+            raise ChakraError(f"{self._where(twice)}: node id {twice.id} is given twice")
         order = self._topological(nodes, by_id)
         ops: list[tuple[str, Op]] = []
         req_of: dict[int, int] = {}  # node id -> request id, until waited for
@@ -457,15 +461,23 @@ class _NodeReader:
                 if indeg[c] == 0:
                     heapq.heappush(ready, (pos[c], c))
         if len(out) != len(nodes):
-            stuck = next(n for n in nodes if indeg[n.id] > 0)
+            stuck = next((n for n in nodes if indeg[n.id] > 0), nodes[0])
             raise ChakraError(f"{self._where(stuck)} is in a dependency cycle")
         return out
 
     def _comm(self, node: Any, req: int) -> Op:
         et, a = self.et, _attrs(node)
         group = self._group(node, a)
-        size = int(a.get("comm_size", 0))
-        count = math.ceil(size / ELEM_BYTES)
+
+        def size_of() -> int:
+            """The node's comm_size in bytes: required (a barrier's is 0), never negative."""
+            if "comm_size" not in a:
+                raise ChakraError(f"{self._where(node)} has no comm_size attribute")
+            size = int(a["comm_size"])
+            if size < 0:
+                raise ChakraError(f"{self._where(node)}: comm_size {size} is negative")
+            return size
+
         if node.type in (et.COMM_SEND_NODE, et.COMM_RECV_NODE):
             send = node.type == et.COMM_SEND_NODE
             key = "comm_dst" if send else "comm_src"
@@ -479,7 +491,7 @@ class _NodeReader:
             cls = Send if send else Recv
             return cls(
                 peer,
-                count,
+                math.ceil(size_of() / ELEM_BYTES),
                 int(a.get("comm_tag", 0)),
                 group,
                 req,
@@ -503,10 +515,12 @@ class _NodeReader:
             )
         op = ops[name]
         p = len(self._members(group))
-        if op in ("reduce_scatter", "alltoall"):
-            count = math.ceil(size / ELEM_BYTES / p)
         if op == "barrier":
             count = 0
+        elif op in ("reduce_scatter", "alltoall"):
+            count = math.ceil(size_of() / ELEM_BYTES / p)
+        else:
+            count = math.ceil(size_of() / ELEM_BYTES)
         return Collective(op, group, count, req, None, 0, node.name or op)
 
     def _group(self, node: Any, a: dict) -> str:
