@@ -294,6 +294,26 @@ def test_compute_only_iteration_is_the_flops_sum():
         (4, {"top_k": 4}, "top_k = 4 needs experts (the llama-3-8b shape has none"),
         (8, {"preset": "mixtral-8x7b", "ep": 3}, "experts (8) must be a multiple of ep (3)"),
         (4, {"zero": 4}, "zero must be 0, 1, 2 or 3 (got 4)"),
+        # The model's rules come before the world size's, and their suggestions meet
+        # every rule of the option (tp divides heads, kv_heads, ffn and, with sp, seq).
+        (8, {"tp": 3}, "heads (32) must be a multiple of tp (3); nearest valid tp: 2, 4"),
+        (
+            4,
+            {"tp": 4, "sp": 1, "seq": 4097},
+            "seq (4097) must be a multiple of tp (4); nearest valid tp: 1",
+        ),
+        (
+            4,
+            {"tp": 4, "ffn": 14337},
+            "ffn (14337) must be a multiple of tp (4); nearest valid tp: 1",
+        ),
+        (
+            4,
+            {"hidden": 4096 + 8 * 3},
+            "hidden (4120) must be a multiple of heads (32); nearest valid heads: 8, 40",
+        ),
+        (2, {"peak_tflops": 0}, "peak_tflops must be > 0 (got 0)"),
+        (2, {"efficiency_pct": 0}, "efficiency_pct must be above 0 and at most 100 (got 0)"),
         (4, {"preset": "mixtral-8x7b", "tp": 2, "ep": 2}, "MoE with tp = 2 needs sequence"),
     ],
 )
@@ -436,3 +456,18 @@ def test_peak_and_efficiency_take_fractions_other_options_whole_numbers():
     assert RunSpec("llm", flags={**flags, "pp": 2.0}, world_size=4).flags["pp"] == 2
     ns = build_parser(MODELS["llm"]).parse_args(["--peak-tflops", "312.5", "--pp", "2"])
     assert ns.peak_tflops == 312.5 and ns.pp == 2
+
+
+def test_a_device_under_one_tflops_and_a_fractional_efficiency_are_taken():
+    # A CPU socket's 0.5 TFLOP/s at 0.5% of it: 2.5 GFLOP/s sustained.
+    cfg = {
+        "distributed": {"num_nodes": 2, "bandwidth_limit_gb_per_s": 1e6},
+        "topology": {"type": "ring", "link_latency_us": 0},
+        "workload": {"name": "llm", "world_size": 2, "scale": 1e-6, "flags": {
+            "preset": "llama-3-8b", "layers": 1, "micro_batches": 1,
+            "peak_tflops": 0.5, "efficiency_pct": 0.5}},
+    }  # fmt: skip
+    slow = simulate(cfg, record_series=False)
+    cfg["workload"]["flags"].update(peak_tflops=1, efficiency_pct=1)
+    fast = simulate(cfg, record_series=False)
+    assert slow.iteration_time_s == pytest.approx(4 * fast.iteration_time_s, rel=1e-3)

@@ -16,6 +16,7 @@ the data-parallel ranks that hold the same experts.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..layout import LayoutError, require_multiple
@@ -188,8 +189,11 @@ class LLM(Model):
         rule broken, in one line)."""
         shape = PRESETS[params["preset"]].with_overrides(**{k: int(params[k]) for k in SHAPE_FLAGS})
         tp, pp, ep = params["tp"], params["pp"], params["ep"]
-        for name in ("tp", "pp", "ep", "micro_batch", "bucket_mib", "peak_tflops"):
+        for name in ("tp", "pp", "ep", "micro_batch", "bucket_mib"):
             self._require(params[name] >= 1, f"{name} must be >= 1 (got {params[name]})")
+        self._require(
+            params["peak_tflops"] > 0, f"peak_tflops must be > 0 (got {params['peak_tflops']})"
+        )
         for name in ("sp", "overlap", "recompute"):
             self._require(params[name] in (0, 1), f"{name} must be 0 or 1 (got {params[name]})")
         for name in (*SHAPE_FLAGS, "dp", "micro_batches"):
@@ -202,9 +206,22 @@ class LLM(Model):
             f"grad_bytes must be 2 or 4 (got {params['grad_bytes']})",
         )
         self._require(
-            1 <= params["efficiency_pct"] <= 100,
-            f"efficiency_pct must be 1..100 (got {params['efficiency_pct']})",
+            0 < params["efficiency_pct"] <= 100,
+            f"efficiency_pct must be above 0 and at most 100 (got {params['efficiency_pct']})",
         )
+        # The model's own rules first (their suggestions meet all of them), then the
+        # world size, whose suggestion then takes a tp and pp that can work.
+        s = shape
+        sp = bool(params["sp"]) and tp > 1
+        tp_divides = math.gcd(s.heads, s.kv_heads, s.ffn, s.seq if sp else 0)
+        self._divides("hidden", s.hidden, "heads", s.heads, multiple_of=s.kv_heads)
+        self._divides("heads", s.heads, "kv_heads", s.kv_heads)
+        self._divides("heads", s.heads, "tp", tp, common=tp_divides)
+        self._divides("kv_heads", s.kv_heads, "tp", tp, common=tp_divides)
+        self._divides("ffn", s.ffn, "tp", tp, common=tp_divides)
+        self._divides("layers", s.layers, "pp", pp)
+        if sp:
+            self._divides("seq", s.seq, "tp", tp, common=tp_divides)
         require_multiple(
             self.name,
             world_size,
@@ -217,16 +234,6 @@ class LLM(Model):
             f"tp x pp x dp = {tp} x {pp} x {dp} = {tp * pp * dp} must equal the world size "
             f"({world_size})",
         )
-        s = shape
-        self._divides("hidden", s.hidden, "heads", s.heads)
-        self._divides("heads", s.heads, "kv_heads", s.kv_heads)
-        self._divides("heads", s.heads, "tp", tp)
-        self._divides("kv_heads", s.kv_heads, "tp", tp)
-        self._divides("ffn", s.ffn, "tp", tp)
-        self._divides("layers", s.layers, "pp", pp)
-        sp = bool(params["sp"]) and tp > 1
-        if sp:
-            self._divides("seq", s.seq, "tp", tp)
         if s.moe:
             self._require(
                 tp == 1 or sp,
@@ -273,14 +280,32 @@ class LLM(Model):
         if not ok:
             raise LayoutError(f"{self.name}: {rule}")
 
-    def _divides(self, big_name: str, big: int, small_name: str, small: int) -> None:
+    def _divides(
+        self,
+        big_name: str,
+        big: int,
+        small_name: str,
+        small: int,
+        common: int = 0,
+        multiple_of: int = 1,
+    ) -> None:
+        """Refuse unless ``small`` divides ``big``, suggesting the nearest values that
+        divide ``common`` too (every size the same option must divide; 0: ``big`` alone)
+        and are multiples of ``multiple_of``."""
         if small < 1 or big % small:
+            limit = math.gcd(big, common)
             near = sorted(
-                {d for d in range(1, big + 1) if big % d == 0}, key=lambda d: (abs(d - small), d)
+                {d for d in range(1, limit + 1) if limit % d == 0 and d % multiple_of == 0},
+                key=lambda d: (abs(d - small), d),
             )[:2]
+            hint = (
+                f"nearest valid {small_name}: {', '.join(map(str, sorted(near)))}"
+                if near
+                else f"no {small_name} that is a multiple of {multiple_of} divides it"
+            )
             raise LayoutError(
                 f"{self.name}: {big_name} ({big}) must be a multiple of {small_name} "
-                f"({small}); nearest valid {small_name}: {', '.join(map(str, sorted(near)))}"
+                f"({small}); {hint}"
             )
 
     # -- groups ----------------------------------------------------------------------------
