@@ -701,7 +701,11 @@ class Config(_Strict):
         if not self.jobs and self.world_size > self.num_rank_endpoints:
             # Before anything is built or sized (a case too big for memory would be
             # refused with a size that cannot hold its ranks either).
-            ranks = "workload.world_size" if self.workload.world_size else "distributed.num_nodes"
+            ranks = (
+                "workload.world_size"
+                if self.workload.world_size
+                else "distributed.num_nodes (the world size when workload.world_size is not given)"
+            )
             size = {"fat_tree": "topology.k", "torus": "topology.dims"}.get(t.type, nodes)
             per_host = (
                 f" ({self.num_endpoints:,} x {self.hosts.ranks_per_host} ranks per host)"

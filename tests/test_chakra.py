@@ -509,6 +509,7 @@ def test_cli_export_show_and_goal(tmp_path):
     assert "wrote 4 Chakra traces of llm" in r.stdout
     r = _simnet("chakra", "show", str(out))
     assert r.returncode == 0 and "4 ranks, phases iteration" in r.stdout
+    assert "process groups dp: 2 of 2 ranks" in r.stdout
     # Exported again without --goal: the earlier GOAL file goes too.
     r = _simnet("chakra", "export", "--config", str(cfg), "--out", str(out))
     assert r.returncode == 0 and not (out / "trace.goal").exists()

@@ -534,7 +534,8 @@ def test_a_case_too_big_for_the_memory_is_refused_before_it_is_built(doc, hint):
         (
             {"distributed": {"num_nodes": 1024}, "topology": {"type": "fat_tree", "k": 8},
              "workload": {"name": "resnet152"}, "collectives": {"algorithm": "ring"}},
-            "distributed.num_nodes: 1,024 ranks but the fat_tree topology has only 128 "
+            "distributed.num_nodes (the world size when workload.world_size is not given): "
+            "1,024 ranks but the fat_tree topology has only 128 "
             "endpoints; use a larger topology (topology.k) or fewer ranks",
         ),
         (

@@ -90,6 +90,12 @@ def _print_summary(title: str, doc: dict) -> None:
         print(f"  {kind:<16} {n:>10,} operations" + (f"  {b / 1e9:12.6f} GB" if b else ""))
 
 
+def _sizes(groups: list) -> str:
+    """``4``, or ``2-4`` when the groups of a kind differ in size."""
+    sizes = sorted({len(g) for g in groups})
+    return str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
@@ -101,7 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             w = Workload(traces.model, traces.world_size, {}, traces.groups, phases)
             _print_summary(
                 f"{traces.source}: {traces.world_size} ranks, phases {', '.join(traces.phases)}, "
-                f"groups {', '.join(f'{k} ({len(v)})' for k, v in sorted(traces.groups.items()))}",
+                "process groups "
+                + ", ".join(
+                    f"{k}: {len(v)} of {_sizes(v)} ranks" for k, v in sorted(traces.groups.items())
+                ),
                 summary(w),
             )
             return 0
