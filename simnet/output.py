@@ -150,11 +150,16 @@ def dense_outputs(res: SimResult, matrices: str = "auto") -> bool:
     return sizecheck.dense_matrices(res.graph.graph["num_endpoints"], matrices)
 
 
+def pair_header(res: SimResult) -> list[str]:
+    """The pairs file's columns: ``PAIR_HEADER``, and ``job`` when jobs shared the run."""
+    return PAIR_HEADER + (["job"] if res.jobs is not None else [])
+
+
 def pair_rows(res: SimResult) -> list[list[object]]:
-    """Rows of ``PAIR_HEADER``: every (src, dst) endpoint pair that sent messages in a
+    """Rows of :func:`pair_header`: every (src, dst) endpoint pair that sent messages in a
     phase, in (phase, src, dst) order; bytes over all simulated iterations, busy seconds
-    with a message of the pair in flight, their ratio (0 when never busy) and the pair's
-    route (bottleneck bandwidth, latency)."""
+    with a message of the pair in flight, their ratio (0 when never busy), the pair's
+    route (bottleneck bandwidth, latency) and, with jobs, the job whose ranks they are."""
     pairs = sorted({k for p in res.phases for k in p.pair_bytes})
     if not pairs:
         return []
@@ -165,12 +170,18 @@ def pair_rows(res: SimResult) -> list[list[object]]:
             pairs, bw.astype(float).tolist(), lat.astype(float).tolist(), strict=True
         )
     }
+    owner = (
+        {e: j.name for j in res.jobs.jobs for e in j.endpoints} if res.jobs is not None else None
+    )
     rows: list[list[object]] = []
     for p in res.phases:
         for k in sorted(p.pair_bytes):
             b = p.pair_bytes[k]
             busy = p.pair_busy.get(k, 0.0)
-            rows.append([p.name, k[0], k[1], b, busy, b / busy if busy > 0 else 0.0, *route[k]])
+            row = [p.name, k[0], k[1], b, busy, b / busy if busy > 0 else 0.0, *route[k]]
+            if owner is not None:  # jobs' endpoints are disjoint: a pair is one job's
+                row.append(owner[k[0]])
+            rows.append(row)
     return rows
 
 
@@ -278,7 +289,7 @@ def document(res: SimResult, dense: bool = True, prefix: str = "sim_") -> dict[s
                 "written": "dense",
                 "achieved_bytes_per_s_csv": f"{prefix}achieved_bytes_per_s.csv",
                 "pairs_csv": f"{prefix}pairs.csv",
-                "columns": PAIR_HEADER,
+                "columns": pair_header(res),
                 "phases": "a phase's traffic_bytes is in phases[i] when there are several",
             },
         }
@@ -287,7 +298,7 @@ def document(res: SimResult, dense: bool = True, prefix: str = "sim_") -> dict[s
             "matrices": {
                 "written": "sparse",
                 "pairs_csv": f"{prefix}pairs.csv",
-                "columns": PAIR_HEADER,
+                "columns": pair_header(res),
                 "why": f"more than {DENSE_MAX_ENDPOINTS} endpoints, or asked for "
                 "(python -m simnet --matrices dense writes the n x n matrices)",
             }
@@ -569,7 +580,7 @@ def _write_all(
     _remove_previous_run(out, prefix)
     files: list[Path] = _Written(progress)
     rows = pair_rows(res)
-    files.append(write_csv(out / f"{prefix}pairs.csv", PAIR_HEADER, rows))
+    files.append(write_csv(out / f"{prefix}pairs.csv", pair_header(res), rows))
     n = res.graph.graph["num_endpoints"]
     notes: list[str] = []
     if dense:

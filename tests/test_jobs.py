@@ -166,6 +166,16 @@ def test_jobs_outputs(tmp_path):
     doc = json.loads((tmp_path / "sim_results.json").read_text())
     assert [j["name"] for j in doc["jobs"]["jobs"]] == ["a", "b"]
     assert [(j["first_rank"], j["num_ranks"]) for j in doc["jobs"]["jobs"]] == [(0, 2), (2, 2)]
+    # Each pair of the pairs file names its job; their bytes are the job's.
+    with open(tmp_path / "sim_pairs.csv") as f:
+        pairs = list(csv.DictReader(f))
+    assert list(pairs[0])[-1] == "job" and doc["matrices"]["columns"][-1] == "job"
+    a, b = res.jobs.jobs
+    for j in (a, b):
+        mine = {
+            (int(r["src"]), int(r["dst"])): int(r["bytes"]) for r in pairs if r["job"] == j.name
+        }
+        assert mine == j.pair_bytes
     assert len(doc["jobs"]["contended_links"]) == 4
     summary = (tmp_path / "sim_summary.txt").read_text()
     assert "a (resnet50, 2 ranks, start 0.000 ms)" in summary
