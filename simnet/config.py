@@ -20,7 +20,6 @@ once; giving both names is an error.
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
@@ -292,10 +291,10 @@ class TopologySection(_Strict):
         fields: a dragonfly's links take no intra/inter bandwidth, a fat-tree no dims)."""
         mine = {f for t, fs in TYPE_FIELDS.items() if t != self.type for f in fs}
         mine -= TYPE_FIELDS.get(self.type, frozenset())
-        # Against the defaults, not model_fields_set: a configuration dumped and loaded
-        # again (a job's, a sweep point's) has every field set.
         if self.type in ("fat_tree", "torus"):
             mine.add("num_nodes")  # their size is k or dims
+        # Against the defaults, not model_fields_set: a configuration dumped and loaded
+        # again (a job's, a sweep point's) has every field set.
         fields = type(self).model_fields
         default = {f: fields[f].get_default(call_default_factory=True) for f in mine}
         return sorted(f for f in mine if getattr(self, f) != default[f])
@@ -917,8 +916,8 @@ def load_config(source: str | Path | dict[str, Any] | Config) -> Config:
     else:
         data = source
     if isinstance(source, (str, Path)) and isinstance(data, dict):
-        # Relative to the configuration file, wherever the command runs from.
-        data = copy.deepcopy(data)
+        # Relative to the configuration file, wherever the command runs from (the dict
+        # was just read from it: changed in place).
         absolute_input_paths(data, Path(source).parent)
     try:
         cfg = Config.model_validate(data)

@@ -714,7 +714,7 @@ def _write_all(
             )
         )
     if res.jobs is not None:
-        files += _write_jobs(res, out, prefix, title, dense)
+        files += _write_jobs(res, out, prefix, title)
     files.append(write_json(out / f"{prefix}timeline.trace.json", trace(res), indent=None))
     from .report import write_report
 
@@ -808,11 +808,9 @@ def _rank_labels(res: SimResult, ranks: list[int]) -> list[str]:
     return [where.get(r, str(r)) for r in ranks]
 
 
-def _write_jobs(
-    res: SimResult, out: Path, prefix: str, title: str, dense: bool = True
-) -> list[Path]:
-    """The jobs table, the contended links and one traffic heatmap per job (without
-    ``dense``, in blocks of endpoints as the run's own heatmap)."""
+def _write_jobs(res: SimResult, out: Path, prefix: str, title: str) -> list[Path]:
+    """The jobs table, the contended links and one traffic heatmap per job over its own
+    ranks (in blocks of ranks above ``HEATMAP_MAX_SIDE``)."""
     from . import plots
 
     report = res.jobs

@@ -93,7 +93,7 @@ def graph_elements(cfg: Config) -> int:
     t = cfg.topology
     n = cfg.num_endpoints
     if t.type == "fat_tree" and t.k:
-        base = int(1.75 * t.k**3 + 1.25 * t.k**2)
+        base = fat_tree_elements(t.k)
     elif t.type == "torus" and t.dims:
         # a link each way along every dimension longer than 2; one along one of 2
         base = n + sum(n if d == 2 else 2 * n for d in t.dims if d > 1)
@@ -114,6 +114,11 @@ def graph_elements(cfg: Config) -> int:
         base = 3 * n + 1
     # A host adds its ranks' endpoints, its memory and NIC nodes, and their links.
     return base + host_elements(cfg.num_endpoints, cfg.hosts.ranks_per_host)
+
+
+def fat_tree_elements(k: int) -> int:
+    """Nodes and edges of a k-ary fat-tree (k^3 / 4 endpoints)."""
+    return int(1.75 * k**3 + 1.25 * k**2)
 
 
 def host_elements(hosts: int, ranks_per_host: int | None) -> int:
@@ -207,7 +212,7 @@ def refusal(cfg: Config, est: SizeEstimate, phases: int, available_bytes: int) -
                 if k**3 // 4 * rph >= world
                 and matrices(k**3 // 4 * rph, phases)
                 + GRAPH_ELEMENT_BYTES
-                * (1.75 * k**3 + 1.25 * k**2 + host_elements(k**3 // 4, cfg.hosts.ranks_per_host))
+                * (fat_tree_elements(k) + host_elements(k**3 // 4, cfg.hosts.ranks_per_host))
                 + linear
                 + quadratic
                 <= budget
