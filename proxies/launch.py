@@ -62,6 +62,13 @@ def mpi_launcher_size() -> int | None:
     return None
 
 
+def slurm_step_size() -> int | None:
+    """The tasks of the Slurm job step (srun) that started this process, or None outside
+    one (a batch script's own commands are not in a step of several tasks)."""
+    v = os.environ.get("SLURM_STEP_NUM_TASKS", "")
+    return int(v) if v.isdigit() else None
+
+
 def _slurm_tasks_on_first_node() -> int | None:
     """Tasks on a node from SLURM_TASKS_PER_NODE ("32(x2)", "4,3(x2)": the first count)."""
     v = os.environ.get("SLURM_TASKS_PER_NODE", "")

@@ -338,6 +338,15 @@ class Case:
         return f"{self.spec.name} {self.size_bytes} B (S={self.requested_bytes})"
 
 
+def _builds(op: str, algorithm: str, world_size: int) -> bool:
+    """Whether ``algorithm`` has a schedule of ``op`` over ``world_size`` ranks."""
+    try:
+        build_schedule(op, algorithm, world_size, 1)
+    except ValueError:
+        return False
+    return True
+
+
 def plan_cases(
     ops: Sequence[str],
     sizes: Sequence[int],
@@ -366,7 +375,13 @@ def plan_cases(
             try:
                 build_schedule(op, alg, p, 1)
             except ValueError as e:
-                notes[op].append(f"{op} skipped: {e}")
+                # The schedule's own suggestion may name one this tool does not take
+                # (multiring, which needs its rings): suggest those that run here.
+                why = str(e).split("; use one of")[0]
+                usable = [a for a in ALGORITHMS[op] if a not in _PARAMETRISED and _builds(op, a, p)]
+                if usable:
+                    why += f"; use one of {', '.join(usable)}"
+                notes[op].append(f"{op} skipped: {why}")
                 continue
         small = [s for s in sizes if spec.count_elems(s, p) < 1]
         if small:

@@ -20,7 +20,7 @@ from workload.timeline import breakdown
 from workload.units import GIB
 
 from . import report
-from .launch import MPISettings, mpi_launcher_size
+from .launch import MPISettings, mpi_launcher_size, slurm_step_size
 from .mpi_executor import (
     MPI,
     MPIExecutor,
@@ -103,6 +103,17 @@ def run(
                 f"{model.name}: the launcher says {launched} ranks but MPI "
                 "started this process alone: launch it with the mpiexec of the MPI "
                 "mpi4py was built with (python -m mpi4py --mpi-lib-version names it)",
+            )
+        step = slurm_step_size()
+        if size == 1 and step is not None and step > 1:
+            # srun without the process manager this MPI takes: each task is a world of
+            # its own, every one of them writing the same result file.
+            _stop(
+                comm,
+                f"{model.name}: srun started {step} tasks but MPI started this process "
+                "alone: srun does not give this MPI its process manager; add srun's "
+                "--mpi option for your MPI (srun --mpi=list shows them; e.g. pmi2 or pmix "
+                "for MPICH, pmix for Open MPI) or use the MPI's own mpiexec",
             )
         if size != workload.world_size:
             # The launcher's environment named another size (or none): rebuild.

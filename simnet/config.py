@@ -123,8 +123,8 @@ MAX_RANKS = 1_000_000
 MAX_ITERATIONS = 1_000_000
 
 
-def _not_bool(value: Any) -> Any:
-    if isinstance(value, bool):
+def _a_number(value: Any) -> Any:
+    if isinstance(value, bool | str):
         raise ValueError(f"a number is needed, not {json.dumps(value)}")
     return value
 
@@ -136,8 +136,8 @@ def _only_bool(value: Any) -> Any:
 
 
 # Numbers inside lists and dicts: JSON's true/false are not numbers there either.
-Int = Annotated[int, BeforeValidator(_not_bool)]
-Float = Annotated[float, BeforeValidator(_not_bool)]
+Int = Annotated[int, BeforeValidator(_a_number)]
+Float = Annotated[float, BeforeValidator(_a_number)]
 # A switch is true or false: not 1, 0, "yes" or "off", which pydantic would take.
 Bool = Annotated[bool, BeforeValidator(_only_bool)]
 
@@ -154,20 +154,27 @@ class _Strict(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _no_bool_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        # JSON's true/false are not numbers (pydantic would read true as 1).
+    def _only_numbers_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # JSON's true/false and strings are not numbers (pydantic would read true as 1
+        # and "16" as 16: a quoted number is more often a mistake elsewhere too).
+        if not isinstance(value, bool | str):
+            return value
         f = cls.model_fields.get(info.field_name or "")
-        if isinstance(value, bool) and f is not None and _is_number(f.annotation):
+        if f is not None and _is_number(f.annotation):
             raise ValueError(f"a number is needed, not {json.dumps(value)}")
         return value
 
 
 def _is_number(annotation: Any) -> bool:
-    """An int or float field (possibly optional) that takes no bool."""
+    """An int or float field, possibly optional (``X | None``), that takes no bool or
+    string."""
+    import types
     import typing
 
+    if typing.get_origin(annotation) not in (None, typing.Union, types.UnionType):
+        return False  # a list, dict, Literal, ...
     kinds = {annotation, *typing.get_args(annotation)}
-    return bool(kinds & {int, float}) and bool not in kinds
+    return bool(kinds & {int, float}) and not kinds & {bool, str}
 
 
 class ModelSection(_Strict):
@@ -185,7 +192,8 @@ class TrainingSection(_Strict):
     compute_us_per_step: float | None = Field(
         None,
         ge=0,
-        description="emulated compute per training step (us); "
+        le=1e9,
+        description="emulated compute per training step (us, at most 1e9: 1,000 s); "
         "default: the ring trainer's documented estimate",
     )
 
@@ -261,7 +269,7 @@ class TopologySection(_Strict):
     intra_latency_us: float | None = Field(None, ge=0, le=MAX_LATENCY_US)
     inter_latency_us: float | None = Field(None, ge=0, le=MAX_LATENCY_US)
     k: int | None = Field(None, ge=2, description="fat_tree: switch radix (even)")
-    oversubscription: float = Field(1.0, ge=1.0)
+    oversubscription: float = Field(1.0, ge=1.0, le=1000.0)
     dims: list[Int] | None = Field(None, description="torus dimensions, e.g. [4, 4]")
     routers_per_group: int | None = Field(None, ge=1, description="dragonfly: routers per group")
     endpoints_per_router: int | None = Field(
@@ -351,7 +359,7 @@ class WorkloadSection(_Strict):
     iterations: int = Field(
         1, ge=1, le=MAX_ITERATIONS, description="simulated iterations per phase"
     )
-    compute_scale: float = Field(1.0, ge=0, description="multiplier of emulated compute")
+    compute_scale: float = Field(1.0, ge=0, le=1000, description="multiplier of emulated compute")
     flags: dict[str, Int | Float | str] = Field(
         default_factory=dict,
         description='model-specific options, e.g. {"scaling_size": 512} or {"preset": '
@@ -423,19 +431,31 @@ class HostsSection(_Strict):
     cores: int | None = Field(None, ge=1, description="cores per host (reported)")
     copy_bandwidth_gb_per_s: float | None = Field(
         None,
-        gt=0,
+        ge=MIN_GB_PER_S,
+        le=MAX_GB_PER_S,
         description="memory-copy capacity of a host, shared by its intra-host messages, GB/s",
     )
     rank_copy_bandwidth_gb_per_s: float | None = Field(
-        None, gt=0, description="fastest copy of one rank, GB/s (default: the host's capacity)"
+        None,
+        ge=MIN_GB_PER_S,
+        le=MAX_GB_PER_S,
+        description="fastest copy of one rank, GB/s (default: the host's capacity)",
     )
     copy_latency_us: float | None = Field(
-        None, ge=0, description="per-message cost of an intra-host message (us; default 0)"
+        None,
+        ge=0,
+        le=MAX_LATENCY_US,
+        description="per-message cost of an intra-host message (us; default 0)",
     )
     nic_bandwidth_gb_per_s: float | None = Field(
-        None, gt=0, description="each host's NIC per direction, GB/s (default: its links)"
+        None,
+        ge=MIN_GB_PER_S,
+        le=MAX_GB_PER_S,
+        description="each host's NIC per direction, GB/s (default: its links)",
     )
-    nic_latency_us: float = Field(0.0, ge=0, description="NIC latency per direction (us)")
+    nic_latency_us: float = Field(
+        0.0, ge=0, le=MAX_LATENCY_US, description="NIC latency per direction (us)"
+    )
     compute_overhead_us: float = Field(
         0.0,
         ge=0,
@@ -620,7 +640,8 @@ class JobSection(_Strict):
 
 
 class LoggingSection(_Strict):
-    log_dir: str = "results"
+    # ("" would write every output into the current folder)
+    log_dir: str = Field("results", min_length=1, description="the outputs' folder")
     enable_metrics: Bool = True
 
 
@@ -883,11 +904,32 @@ def _got(value: Any, limit: int = 60) -> str:
     return f" (got {text if len(text) <= limit else text[: limit - 3] + '...'})"
 
 
+class _KeyTwice(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _no_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's dict, refusing a key given twice (json keeps the last)."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _KeyTwice(k)
+        out[k] = v
+    return out
+
+
 def read_json_file(path: str | Path) -> Any:
     """The JSON document in the file ``path``; raises ConfigError saying why it cannot be
     read (the caller names the file and the option)."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
+        return json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=_no_twice)
+    except _KeyTwice as e:
+        raise ConfigError(
+            f"{json.dumps(e.key)} is given twice in one object (JSON would keep the last "
+            "silently); keep one"
+        ) from None
     except FileNotFoundError:
         raise ConfigError("no such file") from None
     except IsADirectoryError:

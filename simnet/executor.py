@@ -772,6 +772,10 @@ class PhaseSim:
             None if ex.stream_order is False else {}
         )
         self.nccl_ran = False  # a collective ran as NCCL runs it (see _prepare)
+        # a collective's program named no algorithm (the configured choice applied), and
+        # one ran as the MPI library runs it (the host costs applied)
+        self.chosen_ran = False
+        self.library_ran = False
         self._group_endpoints: dict[tuple[str, int], tuple[int, ...]] = {}  # see _prepare
         # The paths a group's collectives from step tables send on, kept where the
         # network routes every pair one way: group -> per table row number (see
@@ -990,12 +994,16 @@ class PhaseSim:
             return seq_key, None, 0, None, 0, None, 0, (), None, False, False
         sched, alg = ex.schedule(op, p, members)
         self.algorithms[op.op].add(alg)
+        if op.algorithm is None:
+            self.chosen_ran = True
         # As NCCL runs it: GPU kernels (no host reduction cost or progress steps), no
         # rendezvous handshake, one collective at a time per communicator.
         nccl = runs_as_nccl(op.algorithm, alg, ex.library)
         if nccl:
             self.nccl_ran = True
         library = (op.algorithm is None or ex.gamma_named) and not nccl
+        if library:
+            self.library_ran = True
         step_s = ex.step_latency_by_op.get(op.op, ex.step_latency)
         costs = (ex.gamma, step_s) if library else (0.0, 0.0)
         plan = ex._plan(sched, me, p, costs)

@@ -301,9 +301,9 @@ def simulate_jobs(
 
 def _contended(reports: list[JobReport], phase: Any) -> tuple[list[ContendedLink], list[tuple]]:
     """The links two or more jobs send over while both run (by their alone runs' link
-    bytes and their times in the shared run), the links they meet on most evenly (the
-    least a sharer sends) first, then the busiest; and the links jobs send over only at
-    different times."""
+    bytes and their times in the shared run), first those where the job sending least there
+    sends most (the heaviest meeting, not the most even), then the busiest; and the links
+    jobs send over only at different times."""
     window = {r.name: (r.start_s, r.start_s + r.shared_s) for r in reports}
 
     def overlaps(a: str, b: str) -> bool:

@@ -382,7 +382,8 @@ def jobs_lines(report: Any, top: int = 5) -> list[str]:
         )
     if report.contended:
         lines.append(
-            f"  contended links: {len(report.contended)}; most evenly shared first: "
+            f"  contended links: {len(report.contended)}; first those where the job "
+            "sending least there sends most: "
             + "; ".join(
                 f"{link_name(c.link)} ("
                 + ", ".join(f"{k} {_fmt_bytes(b)}" for k, b in c.bytes_by_job.items())

@@ -247,6 +247,19 @@ def build_topology(cfg: Config) -> tuple[nx.DiGraph, list[str]]:
     g, link_notes = whatif.apply_links(g, cfg.whatif)
     if cfg.hosts.ranks_per_host:
         g = add_hosts(cfg, g, assumed)
+    else:
+        # (a calibration file fills these for hosts; the compute fields apply without)
+        idle = [
+            f"hosts.{f}"
+            for f in ("cores", "copy_bandwidth_gb_per_s", "rank_copy_bandwidth_gb_per_s",
+                      "copy_latency_us", "nic_bandwidth_gb_per_s", "nic_latency_us")
+            if getattr(cfg.hosts, f)
+        ]  # fmt: skip
+        if idle:
+            assumed.append(
+                f"{', '.join(idle)}: not used without hosts.ranks_per_host (every rank "
+                "then has an endpoint of its own)"
+            )
     g.graph["whatif"] = link_notes
     return g, assumed
 
@@ -266,6 +279,16 @@ def _two_levels(cfg: Config, assumed: list[str]) -> tuple[int, float, float, flo
         assumed.append(f"group size {size}" if hier else f"{size} GPUs per node")
     intra_lat = t.intra_latency_us if t.intra_latency_us is not None else t.link_latency_us / 10
     inter_lat = t.inter_latency_us if t.inter_latency_us is not None else t.link_latency_us
+    if t.type == "hierarchical" and intra_lat > inter_lat:
+        given = {
+            "intra": "" if t.intra_latency_us is not None else ", link_latency_us / 10",
+            "inter": "" if t.inter_latency_us is not None else ", link_latency_us",
+        }
+        raise ConfigError(
+            f"topology.intra_latency_us ({intra_lat:g} us{given['intra']}) must be at most "
+            f"topology.inter_latency_us ({inter_lat:g} us{given['inter']}): shortest routes "
+            "would take traffic inside a group through the top switch"
+        )
     return (
         size,
         gb_per_s_to_bytes_per_s(t.intra_bandwidth_gb_per_s or d.bandwidth_limit_gb_per_s),
@@ -289,6 +312,13 @@ def add_hosts(cfg: Config, graph: nx.DiGraph, assumed: list[str]) -> nx.DiGraph:
         assumed.append("NICs as fast as their hosts' links (hosts.nic_bandwidth_gb_per_s unset)")
     nic = h.nic_bandwidth_gb_per_s
     rank_bw = h.rank_copy_bandwidth_gb_per_s
+    if rank_bw is not None and rank_bw > h.copy_bandwidth_gb_per_s:
+        # (a calibration's separate fits can cross; the host's capacity caps a rank anyway)
+        assumed.append(
+            f"hosts.rank_copy_bandwidth_gb_per_s ({rank_bw:g}) is above the host's "
+            f"hosts.copy_bandwidth_gb_per_s ({h.copy_bandwidth_gb_per_s:g}): one rank copies "
+            "at most at its host's rate"
+        )
     try:
         return with_hosts(
             graph,
@@ -504,10 +534,20 @@ def simulate(
         raise ConfigError(f"topology.{e}") from None  # "placement: ..."
     if cfg.network.alpha_us == 0:
         assumed.append("no per-message overhead (network.alpha_us = 0)")
+    if cfg.distributed.buffer_size_bytes is not None:
+        assumed.append(
+            "distributed.buffer_size_bytes: not modelled, messages go whole (the main "
+            "job's ring trainer reports transfers above it as overruns)"
+        )
     if cfg.topology.ecmp is None and cfg.topology.effective_ecmp:
         assumed.append(
             f"flows spread over equal-cost routes, hashed per pair (the {cfg.topology.type} "
             "default; topology.ecmp = false for one route per pair)"
+        )
+    if cfg.topology.ecmp and cfg.topology.type in ("hierarchical", "switch"):
+        assumed.append(
+            f"topology.ecmp: a {cfg.topology.type} topology has one shortest route per "
+            "pair, so ecmp changes nothing"
         )
     router = topologies.Router(graph, ecmp=cfg.topology.effective_ecmp)
     ex = SimExecutor(
@@ -534,7 +574,7 @@ def simulate(
     )
     scenario = [*graph.graph.get("whatif", []), *whatif.compute_notes(cfg.whatif)]
     phases = []
-    nccl_ran = False
+    nccl_ran = chosen_ran = library_ran = False
     for i, ph in enumerate(workload.phases):
         t0 = time.perf_counter()
         report = None
@@ -546,6 +586,8 @@ def simulate(
         sim = ex.run_phase(i, cfg.workload.iterations, report)
         phases.append(_phase_result(sim, n_end, cfg.workload.iterations, time.perf_counter() - t0))
         nccl_ran = nccl_ran or sim.nccl_ran
+        chosen_ran = chosen_ran or sim.chosen_ran
+        library_ran = library_ran or sim.library_ran
         sim.release()
     ex.release_plans()
     assumed.extend(ex.policy.fallbacks)
@@ -574,6 +616,44 @@ def simulate(
         assumed.append(
             f"{', '.join(host_costs)}: not paid by the collectives run as NCCL runs them "
             "(GPU kernels), only by the messages MPI sends"
+        )
+    had_collectives = any(p.algorithms for p in phases)
+    costs = [c for c in host_costs if c.startswith("collectives.")]
+    if costs and had_collectives and not (nccl_ran or library_ran):
+        assumed.append(
+            f"{', '.join(costs)}: not paid, the workload's collectives run their own "
+            "schedules (as its proxy does), which move data without the library's "
+            "reduction and progress"
+        )
+    if (cfg.whatif.stragglers or cfg.whatif.compute_noise) and not any(
+        r["compute_s"] for p in phases for r in p.per_rank
+    ):
+        scenario.append("the workload computes nothing: stragglers and noise change nothing")
+    choice = [
+        name
+        for name, value in (
+            ("collectives.algorithm", cfg.collectives.algorithm),
+            ("collectives.by_op", cfg.collectives.by_op),
+        )
+        if value
+    ]
+    if choice and had_collectives and not chosen_ran:
+        assumed.append(
+            f"{', '.join(choice)}: not used, the workload's collectives name their own "
+            "algorithms (see algorithms:)"
+        )
+    nccl_only = [
+        name
+        for name, value in (
+            ("collectives.channels", cfg.collectives.channels),
+            ("collectives.pipeline_chunks", cfg.collectives.pipeline_chunks),
+        )
+        if value is not None
+    ]
+    if nccl_only and had_collectives and not nccl_ran:
+        assumed.append(
+            f"{', '.join(nccl_only)}: not used, only NCCL algorithms (nccl_ring, nccl_tree) "
+            "read them and none ran"
         )
 
     def routes() -> tuple[np.ndarray, np.ndarray]:

@@ -36,6 +36,11 @@ def _node(graph: nx.DiGraph, name: int | str, where: str) -> Hashable:
         return name
     if isinstance(name, str) and name.isdigit() and int(name) in graph:
         return int(name)
+    # With hosts, the outputs name endpoint h "host<h>" (the what-ifs apply before the
+    # hosts are added, to the topology's endpoints).
+    host = name[4:] if isinstance(name, str) and name.startswith("host") else ""
+    if host.isdigit() and int(host) in graph:
+        return int(host)
     switches = sorted(str(n) for n, k in graph.nodes(data="kind") if k == "switch")
     some = ", ".join(switches[:8]) + (", ..." if len(switches) > 8 else "")
     n = graph.graph.get("num_endpoints", 0)

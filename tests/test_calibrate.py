@@ -327,11 +327,11 @@ def test_report_predicts_pingpong_as_alpha_plus_size_over_bandwidth(tmp_path, ca
     for r in pp:
         want = a + int(r["size_bytes"]) / bw
         assert float(r["predicted_s"]) == pytest.approx(want, rel=1e-9)
-        assert abs(float(r["error_percent"])) < 1.0
+        assert abs(float(r["error_pct"])) < 1.0
     # Collectives simulated on a switch with the calibrated parameters match the
     # synthetic (closed-form) measurements: simnet reproduces the closed forms.
     for r in rows:
-        assert abs(float(r["error_percent"])) < 1.0, r
+        assert abs(float(r["error_pct"])) < 1.0, r
     assert len(rows) == len(P2P_SIZES) + 2 * len(COLL_SIZES)
     for op in ("pingpong", "allreduce", "allgather"):
         assert (rep / f"calibration_report_{op}.png").stat().st_size > 0

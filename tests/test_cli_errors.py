@@ -158,6 +158,24 @@ def test_every_model_has_its_module_and_an_unknown_one_is_named():
     assert "alexnet_ring" in r.stdout
 
 
+def test_srun_without_the_mpis_process_manager_is_refused(tmp_path):
+    # What each of srun's 4 tasks sees when srun does not give MPICH its PMI (no --mpi):
+    # Slurm's step variables and a world of one.
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI", "SLURM"))}
+    env.update(SLURM_NTASKS="4", SLURM_STEP_NUM_TASKS="4", SLURM_PROCID="2")
+    r = subprocess.run(
+        [sys.executable, "-m", "proxies.dlrm", "--iters", "1", "--json", str(tmp_path / "x.json")],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stdout + r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: dlrm: srun started 4 tasks but MPI started this process alone")
+    assert "srun's --mpi option" in last
+    assert not (tmp_path / "x.json").exists()
+
+
 def test_a_launcher_of_another_mpi_is_refused(tmp_path):
     # Open MPI's mpirun sets these; with mpi4py on MPICH each process is a world of one,
     # and every one would run the whole job alone and write the same --json.

@@ -294,6 +294,8 @@ def test_compute_only_iteration_is_the_flops_sum():
         (4, {"top_k": 4}, "top_k = 4 needs experts (the llama-3-8b shape has none"),
         (8, {"preset": "mixtral-8x7b", "ep": 3}, "experts (8) must be a multiple of ep (3)"),
         (4, {"zero": 4}, "zero must be 0, 1, 2 or 3 (got 4)"),
+        (4, {"zero": 2, "pp": 2}, "zero = 2 with pp = 2: ZeRO-2 and ZeRO-3 do not work"),
+        (4, {"zero": 3, "pp": 2}, "zero = 3 with pp = 2: ZeRO-2 and ZeRO-3 do not work"),
         # The model's rules come before the world size's, and their suggestions meet
         # every rule of the option (tp divides heads, kv_heads, ffn and, with sp, seq).
         (8, {"tp": 3}, "heads (32) must be a multiple of tp (3); nearest valid tp: 2, 4"),

@@ -269,3 +269,14 @@ def test_send_buffer_left_on_the_zero_page_as_the_proxies_have_it(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["options"]["send_buffer"] == "zero"
     assert [g["size_bytes"] for g in rows_of(doc, "exchange")] == [1024, 4096]
+
+
+def test_a_skipped_algorithm_suggests_only_those_the_tool_runs():
+    from proxies.microbench import plan_cases
+
+    _, notes = plan_cases(["allgather"], [1 << 20], 3, "recursive_doubling", 1)
+    # (the schedules' own message also names multiring, which needs rings it has not)
+    assert notes["allgather"] == [
+        "allgather skipped: group_size must be a power of two for allgather "
+        "'recursive_doubling' (got 3); use one of ring, bruck, nccl_ring"
+    ]

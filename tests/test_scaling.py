@@ -186,6 +186,50 @@ def test_prediction_only_skips_rejected_counts(tmp_path):
     assert p2["speedup"] == 1.0 and p2["efficiency"] == 1.0 and p2["samples_per_iteration"] == 8
 
 
+def test_config_what_ifs_and_jobs_are_said_and_counts_they_do_not_fit_skipped(tmp_path):
+    # A straggler at rank 3 fits 4 and 8 ranks, not 2: that count is skipped with the
+    # reason (as a count the layout rejects), the others run and the what-if is said; a
+    # compute_scale of the file is said too, and jobs of the file are not run.
+    cfg = tmp_path / "c.json"
+    cfg.write_text(
+        json.dumps(
+            {
+                "topology": {"type": "switch"},
+                "workload": {"compute_scale": 3.0},
+                "whatif": {"stragglers": {"3": 2.0}},
+                "jobs": [{"name": "other", "workload": {"name": "dlrm", "world_size": 2}}],
+            }
+        )
+    )
+    out = tmp_path / "pred"
+    rc = scaling.main(
+        ["--model", "dlrm", "--scale", "0.001", "--np", "none", "--predict-np", "2,4,8",
+         "--config", str(cfg), "--workers", "1", "--out", str(out), "--quiet"]
+    )  # fmt: skip
+    assert rc == 0
+    doc = json.loads((out / "scaling.json").read_text())
+    status = {r["np"]: r["status"] for r in doc["predicted"]}
+    assert status == {2: "skipped", 4: "ok", 8: "ok"}
+    assert "rank 3 does not exist" in doc["predicted"][0]["note"]
+    notes = "\n".join(doc["notes"])
+    assert "what-if: rank 3 computes 2x as long" in notes
+    assert "workload.compute_scale = 3.0 applies to every predicted count" in notes
+    assert "its jobs are not used" in notes
+    assert all(r["topology"]["name"].startswith("switch") for r in doc["predicted"][1:])
+
+
+def test_a_config_that_fits_no_count_is_an_error(tmp_path, capsys):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"whatif": {"stragglers": {"30": 2.0}}}))
+    rc = scaling.main(
+        ["--model", "dlrm", "--np", "none", "--predict-np", "2,4", "--config", str(cfg),
+         "--out", str(tmp_path / "o")]
+    )  # fmt: skip
+    assert rc == 2
+    assert "rank 30 does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_study_leaves_no_earlier_studys_file_it_did_not_write(tmp_path):
     # Measured only: an earlier study's prediction settings must not stay beside it.
     out = tmp_path / "study"
@@ -315,8 +359,8 @@ def test_real_study_predicted_points_and_errors(dlrm_study):
         want = (
             100 * (p[n]["iteration_time_s"] - m[n]["iteration_time_s"]) / m[n]["iteration_time_s"]
         )
-        assert p[n]["error_percent"] == pytest.approx(want)
-    assert "error_percent" not in p[8]
+        assert p[n]["error_pct"] == pytest.approx(want)
+    assert "error_pct" not in p[8]
     rows = list(csv.DictReader((dlrm_study / "scaling.csv").open()))
     assert [(r["source"], r["np"]) for r in rows] == [
         ("measured", "1"), ("measured", "2"),

@@ -286,6 +286,21 @@ def test_cli_bad_config_exit_2(tmp_path):
     assert "Traceback" not in r.stderr
 
 
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    # `python -m simnet --schema | head`: the pipe closes before the schema is written.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "simnet", "--schema"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    proc.stdout.close()
+    try:
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=60) == 141
+    finally:
+        proc.kill()
+    assert err == ""
+
+
 def test_schema_export():
     r = subprocess.run(
         [sys.executable, "-m", "simnet", "--schema"], capture_output=True, text=True, timeout=60
@@ -413,6 +428,81 @@ def test_fallback_from_a_configured_algorithm_is_reported_as_assumed():
         "(it has direct, pairwise)"
     ]
     assert res.phases[0].algorithms == {"allreduce": ["ring"], "alltoall": ["direct"]}
+
+
+def test_settings_the_run_cannot_use_are_said_and_change_nothing():
+    # The ring trainer's collectives name their algorithm (its rings) and move data as
+    # its proxy does, without the library's reduction: an algorithm, host costs and NCCL
+    # channels configured for it are said to be unused, and the time is the same.
+    base = {"distributed": {"num_nodes": 4}, "training": {"steps_per_epoch": 1}}
+    plain = simnet.simulate(base)
+    cfg = {
+        **base,
+        "topology": {"type": "switch", "ecmp": True},
+        "collectives": {"algorithm": "recursive_doubling", "gamma_s_per_byte": 1e-9,
+                        "channels": 4},
+        "distributed": {"num_nodes": 4, "buffer_size_bytes": 1000},
+    }  # fmt: skip
+    res = simnet.simulate(cfg)
+    said = [a for a in res.assumed if a.split(":")[0].startswith(("collectives.", "topology.",
+                                                                  "distributed."))]  # fmt: skip
+    assert said == [
+        "distributed.buffer_size_bytes: not modelled, messages go whole (the main job's ring "
+        "trainer reports transfers above it as overruns)",
+        "topology.ecmp: a switch topology has one shortest route per pair, so ecmp changes nothing",
+        "collectives.gamma_s_per_byte: not paid, the workload's collectives run their own "
+        "schedules (as its proxy does), which move data without the library's reduction "
+        "and progress",
+        "collectives.algorithm: not used, the workload's collectives name their own "
+        "algorithms (see algorithms:)",
+        "collectives.channels: not used, only NCCL algorithms (nccl_ring, nccl_tree) read "
+        "them and none ran",
+    ]
+    switch = simnet.simulate({**base, "topology": {"type": "switch"}})
+    assert res.iteration_time_s == switch.iteration_time_s != plain.iteration_time_s
+    # A workload whose collectives the library runs pays gamma, and hears nothing of it.
+    dlrm = {
+        "distributed": {"num_nodes": 4},
+        "workload": {"name": "dlrm", "scale": 0.01, "compute_scale": 0.0},
+    }
+    paid = simnet.simulate({**dlrm, "collectives": {"gamma_s_per_byte": 1e-9}})
+    assert not any("gamma" in a for a in paid.assumed)
+    assert paid.iteration_time_s > simnet.simulate(dlrm).iteration_time_s
+
+
+def test_host_fields_without_hosts_and_a_rank_above_its_host_are_said():
+    alone = simnet.simulate(
+        {
+            "distributed": {"num_nodes": 4},
+            "hosts": {"copy_bandwidth_gb_per_s": 10, "nic_latency_us": 1},
+        }
+    )
+    assert [a for a in alone.assumed if a.startswith("hosts.")] == [
+        "hosts.copy_bandwidth_gb_per_s, hosts.nic_latency_us: not used without "
+        "hosts.ranks_per_host (every rank then has an endpoint of its own)"
+    ]
+    hosts = {"ranks_per_host": 2, "copy_bandwidth_gb_per_s": 10}
+    cfg = {"distributed": {"num_nodes": 4}, "topology": {"type": "switch", "num_nodes": 2}}
+    fast = simnet.simulate({**cfg, "hosts": {**hosts, "rank_copy_bandwidth_gb_per_s": 50}})
+    assert (
+        "hosts.rank_copy_bandwidth_gb_per_s (50) is above the host's "
+        "hosts.copy_bandwidth_gb_per_s (10): one rank copies at most at its host's rate"
+    ) in fast.assumed
+    # The host caps it: as fast as a rank at the host's own rate.
+    capped = simnet.simulate({**cfg, "hosts": {**hosts, "rank_copy_bandwidth_gb_per_s": 10}})
+    assert fast.iteration_time_s == capped.iteration_time_s
+
+
+def test_stragglers_on_a_workload_without_compute_are_said_to_change_nothing():
+    cfg = {"distributed": {"num_nodes": 4}, "whatif": {"stragglers": {"3": 1.5}}}
+    gpt2 = {**cfg, "workload": {"name": "gpt2", "args": [8, 2, 1], "scale": 0.01}}
+    res = simnet.simulate(gpt2)
+    assert res.scenario[-1] == (
+        "the workload computes nothing: stragglers and noise change nothing"
+    )
+    assert res.iteration_time_s == simnet.simulate({**gpt2, "whatif": {}}).iteration_time_s
+    dlrm = simnet.simulate({**cfg, "workload": {"name": "dlrm", "scale": 0.01}})
+    assert dlrm.scenario == ["rank 3 computes 1.5x as long"]
 
 
 def test_multi_phase_workload_gets_plots_per_phase(tmp_path):

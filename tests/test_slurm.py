@@ -55,7 +55,9 @@ def test_scaling_scripts_one_per_count(tmp_path, capsys):
         "#SBATCH --time=00:30:00",
         "#SBATCH --partition=gpu",
         "#SBATCH --account=proj42",
-        "#SBATCH --output=logs/%x_%j.out",
+        # Absolute: the job runs in the scripts' folder wherever it is submitted from.
+        f"#SBATCH --chdir={out}",
+        f"#SBATCH --output={out}/logs/%x_%j.out",
     ]
     assert _srun_lines(s8) == [
         "srun python -m proxies.dlrm --scale 0.5 --iters 20 --json results/dlrm_weak_8.json"
@@ -156,7 +158,8 @@ def test_sweep_job_array(tmp_path):
         "#SBATCH --ntasks-per-node=4",
         "#SBATCH --time=20",
         "#SBATCH --array=0-3%2",
-        "#SBATCH --output=logs/%x_%A_%a.out",
+        f"#SBATCH --chdir={out}",
+        f"#SBATCH --output={out}/logs/%x_%A_%a.out",
     ]
     assert _srun_lines(script) == [
         'srun python -m proxies.gpt2 ${ARGV[@]+"${ARGV[@]}"} '
@@ -207,6 +210,45 @@ def test_sweep_array_tasks_run_their_row(tmp_path):
     r = subprocess.run(["bash", "gpt2_sweep.sbatch"], cwd=out, capture_output=True, text=True,
                        timeout=30, env={**env, "SLURM_ARRAY_TASK_ID": "4"})  # fmt: skip
     assert r.returncode == 2 and "no row 4" in r.stderr
+
+
+def test_sweep_paths_with_spaces_and_relative_ones_reach_the_proxy_whole(tmp_path, monkeypatch):
+    # A trace folder with a space stays one argument; a relative one is made absolute
+    # (the job runs in the scripts' folder); the script runs from any folder, as sbatch
+    # runs it, and Slurm's log folder exists before any job (Slurm makes none).
+    from workload.chakra_et import export_trace_set
+    from workload.spec import RunSpec
+
+    for name in ("tr dir", "rel"):
+        export_trace_set(RunSpec("dlrm", world_size=4, scale=0.001).workload(), tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+    grid = json.dumps({"trace_dir": [str(tmp_path / "tr dir"), "rel"]})
+    assert slurm.main(["sweep", "--model", "chakra", "--ntasks", "4", "--grid", grid,
+                       "--out", "sw"]) == 0  # fmt: skip
+    out = tmp_path / "sw"
+    assert (out / "logs").is_dir() and (out / "results").is_dir()
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "srun").write_text('#!/bin/bash\nprintf "%s|" "$@"\n')
+    (fake / "srun").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    got = []
+    for i in (0, 1):
+        r = subprocess.run(
+            ["bash", "sw/chakra_sweep.sbatch"], cwd=tmp_path, capture_output=True, text=True,
+            timeout=30, env={**env, "SLURM_ARRAY_TASK_ID": str(i)},
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        argv = r.stdout.rstrip("|").split("|")
+        got.append(argv[argv.index("--trace-dir") + 1])
+    assert got == [str(tmp_path / "tr dir"), str(tmp_path / "rel")]
+
+
+def test_an_out_folder_slurm_cannot_name_is_refused(tmp_path, capsys):
+    out = tmp_path / "a b"
+    assert slurm.main(["scaling", "--model", "dlrm", "--np", "2", "--out", str(out)]) == 2
+    assert "#SBATCH lines cannot hold a path with spaces" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_sweep_rejects_points_the_layout_cannot_run(tmp_path, capsys):

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -275,8 +276,11 @@ def test_a_point_result_is_typed_and_its_file_format_is_kept(tmp_path):
     assert list(doc["result"]) == [
         "model", "world_size", "params", "info", "iteration_time_s", "compute_s", "comm_s",
         "exposed_comm_s", "wire_bytes_by_group", "traffic_bytes_total", "phases", "topology",
-        "assumed", "sim_wall_s",
+        "assumed", "sim_wall_s", "scenario",
     ]  # fmt: skip
+    # A point written before "scenario" was kept still reads (it has none).
+    old = {k: v for k, v in doc["result"].items() if k != "scenario"}
+    assert PointResult.from_json(old) == replace(r, scenario=[])
     assert PointResult.from_json(doc["result"]) == r
     assert PointResult.from_json({"model": "dlrm"}) is None
     failed = simulate_point(dict(BASE, topology={"type": "fat_tree", "k": 2}))
@@ -306,6 +310,12 @@ def test_failed_points_are_reported_and_retried(base_file, tmp_path, capsys):
     assert m["points"][0]["status"] == "failed" and m["runs"][0]["failed"] == [0]
     assert sweep.main(args) == 1  # retried, not skipped
     assert _manifest(out)["runs"][1]["failed"] == [0]
+    # The table: the error whole in its own column, no file for it.
+    with open(out / "sweep.csv", newline="") as f:
+        (row,) = list(csv.DictReader(f))
+    assert row["status"] == "failed" and row["file"] == ""
+    assert row["error"] == m["points"][0]["error"].replace("\n", "; ")
+    assert "splits" in row["error"] or "no path" in row["error"] or "sw" in row["error"]
 
 
 def test_auto_executor_is_local_without_a_launcher(monkeypatch):
@@ -405,6 +415,66 @@ def test_a_point_finished_during_an_interrupt_is_counted_complete(base_file, tmp
     assert m["complete"] == 1 and m["pending"] == 3
     assert m["runs"][0]["interrupted"] is True and m["runs"][0]["computed"] == [0]
     assert [p["status"] for p in m["points"]] == ["complete", "pending", "pending", "pending"]
+
+
+def test_sigterm_records_the_sweep_and_leaves_no_worker(tmp_path):
+    # kill, timeout and a Slurm time limit send SIGTERM to the driver alone: it records
+    # what finished, as on Ctrl-C, and its pool's workers end with it (they were left
+    # waiting forever on their queue).
+    import signal
+    import time
+
+    import psutil
+
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({
+        "topology": {"type": "fat_tree", "k": 16},
+        "workload": {"name": "resnet152", "world_size": 1024, "iterations": 20},
+    }))  # fmt: skip
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "simnet", "sweep", "--config", str(base), "--grid",
+         '{"workload.scale": [0.5, 0.6, 0.7, 0.8]}', "--out", str(out), "--workers", "2"],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        driver = psutil.Process(proc.pid)
+        while len(driver.children()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        workers = driver.children()
+        assert len(workers) == 2
+        time.sleep(1.0)  # (into the points)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "terminated: stopping the points being simulated" in err
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive
+    run = _manifest(out)["runs"][0]
+    assert run["interrupted"] is True and run["finished"] is not None
+    # SIGKILL leaves the driver no say: its workers still end (they ask the kernel for a
+    # signal when their parent dies).
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "simnet", "sweep", "--config", str(base), "--grid",
+         '{"workload.scale": [0.9, 1.0]}', "--out", str(out), "--workers", "2"],
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        driver = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 60
+        while len(driver.children()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        workers = driver.children()
+        assert len(workers) == 2
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive
 
 
 def test_aggregate_names_a_points_grid_keys_and_the_jobs_scales(base_file, tmp_path, capsys):

@@ -256,6 +256,17 @@ BAD_CONFIGS = [
     ({"collectives": {"step_latency_us_by_op": {"alltoall": True}}}, f"alltoall: {NAN} true"),
     ({"topology": {"type": "torus", "dims": [True, 4]}}, f"topology.dims.0: {NAN} true"),
     ({"workload": {"compute_scale": math.inf}}, "compute_scale: Input should be a finite number"),
+    # A quoted number is a number in the wrong place (pydantic alone would take it).
+    ({"distributed": {"num_nodes": "16"}}, f'distributed.num_nodes: {NAN} "16"'),
+    ({"topology": {"type": "torus", "dims": ["4", 4]}}, f'topology.dims.0: {NAN} "4"'),
+    ({"network": {"alpha_us": "5"}}, f'network.alpha_us: {NAN} "5"'),
+    ({"hosts": {"copy_bandwidth_gb_per_s": 1e12}}, f"hosts.copy_bandwidth_gb_per_s: {LE}"),
+    ({"hosts": {"nic_bandwidth_gb_per_s": 1e-12}}, f"hosts.nic_bandwidth_gb_per_s: {GE}"),
+    ({"hosts": {"copy_latency_us": 1e12}}, f"hosts.copy_latency_us: {LE}"),
+    ({"workload": {"compute_scale": 1e9}}, f"workload.compute_scale: {LE} 1000"),
+    ({"topology": {"type": "fat_tree", "oversubscription": 1e9}}, f"oversubscription: {LE}"),
+    ({"training": {"compute_us_per_step": 1e15}}, f"compute_us_per_step: {LE}"),
+    ({"logging": {"log_dir": ""}}, "logging.log_dir: String should have at least 1 character"),
 ]
 
 
@@ -268,6 +279,16 @@ def test_nonsense_values_are_refused_with_exit_2(tmp_path, capsys, doc, message)
     assert main(["--config", str(path), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert message in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_key_given_twice_is_refused_with_exit_2(tmp_path, capsys):
+    from simnet.cli import main
+
+    path = tmp_path / "dup.json"
+    path.write_text('{"distributed": {"num_nodes": 8, "num_nodes": 16}}')
+    assert main(["--config", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert '"num_nodes" is given twice in one object' in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 
@@ -290,6 +311,22 @@ def test_an_out_that_is_a_file_is_refused_before_simulating(tmp_path, capsys):
     assert main(["--config", str(path), "--out", str(target)]) == 2
     assert f"{target} is a file, not a folder: choose another --out" in capsys.readouterr().err
     assert target.read_text() == "keep me"
+
+
+def test_hierarchical_latencies_are_checked_in_the_configurations_words(tmp_path, capsys):
+    from simnet.cli import main
+
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({
+        "distributed": {"num_nodes": 8},
+        "topology": {"type": "hierarchical", "intra_latency_us": 10},
+    }))  # fmt: skip
+    assert main(["--config", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: topology.intra_latency_us (10 us) must be at most topology.inter_latency_us "
+        "(5 us, link_latency_us): shortest routes would take traffic inside a group through "
+        "the top switch"
+    )
 
 
 def test_a_check_across_fields_names_them_without_pasting_the_config(tmp_path, capsys):

@@ -91,7 +91,7 @@ def test_dlrm_files_and_phase_figures(dlrm_run):
     assert ph["phase"] == "iteration"
     assert ph["measured_s"] > 0 and ph["predicted_s"] > 0
     want = 100 * (ph["predicted_s"] - ph["measured_s"]) / ph["measured_s"]
-    assert ph["error_percent"] == pytest.approx(want)
+    assert ph["error_pct"] == pytest.approx(want)
     # The summary is printed and saved.
     text = (out / "validation.txt").read_text()
     assert text in r.stdout

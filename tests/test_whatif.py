@@ -202,8 +202,25 @@ def test_the_summary_and_results_say_what_was_changed(tmp_path):
     assert res.scenario == [
         "rank 1 computes 1.5x as long",
         "every compute takes d (1 + X), X exponential with mean 0.1 (seed 0)",
+        # (a ping-pong has no compute)
+        "the workload computes nothing: stragglers and noise change nothing",
     ]
     from simnet.output import document, summary_text
 
     assert document(res)["whatif"] == res.scenario
     assert "  what-if: rank 1 computes 1.5x as long" in summary_text(res)
+
+
+def test_with_hosts_a_what_if_names_a_host_as_the_outputs_do():
+    # sim_links.csv shows "host0->sw": the same name works in a what-if, for endpoint 0.
+    def run(link: list) -> simnet.SimResult:
+        return simnet.simulate({
+            "distributed": {"num_nodes": 4},
+            "topology": {"type": "switch", "num_nodes": 2},
+            "hosts": {"ranks_per_host": 2, "copy_bandwidth_gb_per_s": 10},
+            "whatif": {"degraded_links": [{"link": link, "bandwidth_factor": 0.5}]},
+        })  # fmt: skip
+
+    by_name, by_number = run(["host0", "sw"]), run([0, "sw"])
+    assert by_name.scenario == ["link 0 <-> 'sw' at 0.5x bandwidth (10 GB/s -> 5 GB/s)"]
+    assert by_name.iteration_time_s == by_number.iteration_time_s

@@ -607,7 +607,7 @@ def predict(cal: Calibration, topology: str = "switch") -> list[dict[str, Any]]:
                     "measured_s": r.time_s,
                     "predicted_s": pred,
                     "closed_form_s": closed,
-                    "error_percent": err,
+                    "error_pct": err,
                     "note": note,
                 }
             )
@@ -636,13 +636,13 @@ def report_text(cal: Calibration, rows: list[dict[str, Any]], topology: str) -> 
     ]
     for r in rows:
         pred = "-" if r["predicted_s"] is None else f"{r['predicted_s'] * US:15.3f}"
-        err = "-" if r["error_percent"] is None else f"{r['error_percent']:+7.1f}%"
+        err = "-" if r["error_pct"] is None else f"{r['error_pct']:+7.1f}%"
         lines.append(
             f"{r['op']:15s} {r['algorithm']:12s} {r['simulated_algorithm']:20s} "
             f"{r['size_bytes']:11d} {r['measured_s'] * US:14.3f} {pred:>15s} {err:>8s}"
             + (f"  {r['note']}" if r["note"] else "")
         )
-    errs = [abs(r["error_percent"]) for r in rows if r["error_percent"] is not None]
+    errs = [abs(r["error_pct"]) for r in rows if r["error_pct"] is not None]
     if errs:
         lines += ["", f"max |error| {max(errs):.1f}%, median {float(np.median(errs)):.1f}%"]
     return "\n".join(lines) + "\n"
@@ -667,7 +667,7 @@ def write_report(
                 "measured_s",
                 "predicted_s",
                 "closed_form_s",
-                "error_percent",
+                "error_pct",
             ],
             (
                 [
@@ -679,7 +679,7 @@ def write_report(
                     repr(r["measured_s"]),
                     "" if r["predicted_s"] is None else repr(r["predicted_s"]),
                     repr(r["closed_form_s"]),
-                    "" if r["error_percent"] is None else f"{r['error_percent']:.3f}",
+                    "" if r["error_pct"] is None else f"{r['error_pct']:.3f}",
                 ]
                 for r in rows
             ),
@@ -885,7 +885,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rdir = Path(ns.report)
         files, rows = write_report(cal, rdir, ns.topology)
         files.append(write_text(rdir / "calibration.txt", text))
-        errs = [abs(r["error_percent"]) for r in rows if r["error_percent"] is not None]
+        errs = [abs(r["error_pct"]) for r in rows if r["error_pct"] is not None]
         worst = f"; max |error| {max(errs):.1f}%" if errs else ""
         print(f"prediction report: {len(rows)} rows{worst}; wrote {len(files)} files to {rdir}/")
     return 0

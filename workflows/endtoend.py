@@ -322,7 +322,7 @@ def _run(cfg: Config, out: Path, say: Any, machine: ThisMachine | None) -> int:
     comparison["time"] = {
         "measured_step_s": total / n_steps,
         "predicted_step_s": step_pred,
-        "error_percent": 100 * (step_pred - total / n_steps) / (total / n_steps),
+        "error_pct": 100 * (step_pred - total / n_steps) / (total / n_steps),
         "per_epoch": [
             {"epoch": e["epoch"], "measured_s": e["time_s"], "predicted_s": step_pred * steps}
             for e in measured.epochs
@@ -433,7 +433,7 @@ def run_proxy_workload(cfg: Config, out: Path, say: Any, machine: ThisMachine | 
                 "phase": ph_p.name,
                 "measured_s": m,
                 "predicted_s": ph_p.iteration_time_s,
-                "error_percent": 100 * (ph_p.iteration_time_s - m) / m,
+                "error_pct": 100 * (ph_p.iteration_time_s - m) / m,
             }
         )
     measured_s = sum(r["measured_s"] for r in rows)
@@ -445,7 +445,7 @@ def run_proxy_workload(cfg: Config, out: Path, say: Any, machine: ThisMachine | 
     for r in rows:
         say(
             f"{r['phase']}: measured {r['measured_s']:.6f} s, predicted "
-            f"{r['predicted_s']:.6f} s, error {r['error_percent']:+.1f}%"
+            f"{r['predicted_s']:.6f} s, error {r['error_pct']:+.1f}%"
         )
     if machine is not None:
         from workflows import validate

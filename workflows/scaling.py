@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import as_completed
@@ -199,12 +200,13 @@ def measure(
         cmd = sm.proxy_command(
             study, p, flags, str(json_path), mpiexec=mpiexec, iters=iters, warmup=warmup
         )
-        rec["command"] = " ".join(cmd)
+        rec["command"] = shlex.join(cmd)
         rec["flags"] = flags
         notes = []
         if p > cores:
             notes.append(f"oversubscribed: {p} ranks on {cores} cores")
-        say(f"  np {p}: running {' '.join(cmd[3:])}" + (f" ({notes[0]})" if notes else ""))
+        # The whole command, launcher too: copied, it runs the same P ranks.
+        say(f"  np {p}: running {rec['command']}" + (f" ({notes[0]})" if notes else ""))
         res = run_command(cmd, timeout_s, out / "runs" / f"{study.model}_np{p}.log")
         rec["wall_s"] = res.wall_s
         if res.timed_out:
@@ -328,6 +330,7 @@ def predict(
                         sim_wall_s=r.sim_wall_s,
                     )
                     notes.update(r.assumed)
+                    notes.update(f"what-if: {w}" for w in r.scenario)
                     say(f"  np {p}: predicted {r.iteration_time_s:.6f} s per iteration")
                 else:
                     status = "skipped" if res.kind == "config" else "failed"
@@ -357,7 +360,7 @@ def add_errors(measured: list[dict[str, Any]], predicted: list[dict[str, Any]]) 
     for r in predicted:
         m = meas.get(r["np"])
         if r.get("status") == "ok" and m is not None:
-            r["error_percent"] = (
+            r["error_pct"] = (
                 100.0 * (r["iteration_time_s"] - m["iteration_time_s"]) / (m["iteration_time_s"])
             )
 
@@ -375,7 +378,7 @@ COLUMNS = (
     ("compute_s", "compute (s)"),
     ("exposed_comm_s", "exposed comm (s)"),
     ("comm_s", "comm in flight (s)"),
-    ("error_percent", "pred. error (%)"),
+    ("error_pct", "pred. error (%)"),
 )
 
 
@@ -639,11 +642,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 + "; ".join(f"{p}: {r}" for p, r in reasons.items())
             )
         if predicting:
-            # The file is resized for every count: check it resized for the smallest.
-            try:
-                load_config(predicted_config(base_cfg, study, base, sm.weak_flags(study))[0])
-            except ConfigError as e:
-                raise StudyError(f"--config {ns.config or '(default)'}: {e}") from None
+            # The file is resized for every count: a count it cannot take (a straggler's
+            # rank beyond it, a failed link's node not in it) is skipped with its reason,
+            # as a count the layout rejects; one that fits none is an error.
+            _check_base(base_cfg, study, all_counts if to_predict else counts, base, ns.config)
     except StudyError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
@@ -725,7 +727,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "iteration_time_s": "measured: runtime per iteration of the slowest rank, summed "
             "over phases; predicted: simulated makespan per iteration",
             "compute_s, comm_s, exposed_comm_s": "per iteration, mean over ranks",
-            "error_percent": "100 (predicted - measured) / measured iteration time",
+            "error_pct": "100 (predicted - measured) / measured iteration time",
         },
         "predicted_topology": topo,
         "predict_config": base_cfg if predicting else None,
@@ -777,21 +779,55 @@ def _report(
             "name": f"{study.model}, P = {r['np']}, per iteration",
             "measured_s": meas[r["np"]]["iteration_time_s"],
             "predicted_s": r["iteration_time_s"],
-            "error_pct": r["error_percent"],
+            "error_pct": r["error_pct"],
         }
         for r in predicted
-        if "error_percent" in r and r["np"] in meas
+        if "error_pct" in r and r["np"] in meas
     ]
     title = f"{study.mode} scaling study: {study.model}"
     return write_run_report(out, title, text, cases, files=files)
 
 
 def _predict_base(path: str | None) -> tuple[dict[str, Any], list[str]]:
+    """The configuration predictions start from, and notes on what of it is not used or
+    changes the workload."""
     if path is None:
         return copy.deepcopy(DEFAULT_PREDICT_CONFIG), [DEFAULT_PREDICT_NOTE]
     data = read_base_config(path)
     absolute_input_paths(data, Path(path).parent)
-    return data, []
+    notes = []
+    if data.pop("jobs", None):
+        notes.append(
+            f"--config {path}: its jobs are not used (a scaling study predicts its own "
+            "model alone, on the configuration's network)"
+        )
+    wl = data.get("workload")
+    if isinstance(wl, dict):
+        scale = wl.get("compute_scale", 1.0)
+        if scale != 1.0:
+            notes.append(
+                f"--config {path}: workload.compute_scale = {scale} applies to every "
+                "predicted count (the rest of its workload section is the study's)"
+            )
+    return data, notes
+
+
+def _check_base(
+    base_cfg: dict[str, Any], study: sm.Study, counts: Sequence[int], base: int, path: str | None
+) -> None:
+    """Raise StudyError if the configuration, resized, is valid for none of ``counts``."""
+    first = None
+    for p in counts:
+        flags = sm.point_flags(study, p, base)
+        if sm.layout_problem(study, p, flags):
+            continue
+        try:
+            load_config(predicted_config(base_cfg, study, p, flags)[0])
+            return
+        except (ConfigError, StudyError) as e:
+            first = first or f"{e} (at {p} ranks)"
+    if first is not None:
+        raise StudyError(f"--config {path or '(default)'}: {first}")
 
 
 if __name__ == "__main__":

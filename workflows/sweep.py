@@ -55,7 +55,14 @@ from simnet.simulate import build_workload
 from workload.brief_argparse import BriefParser
 from workload.results import output_dir_problem, versions, write_csv, write_json, write_text
 
-from .study.pool import POOL_KINDS, launch_rank, open_pool
+from .study.pool import (
+    POOL_KINDS,
+    Terminated,
+    launch_rank,
+    open_pool,
+    sigterm_interrupts,
+    stop_workers,
+)
 from .study.sim import PointOutcome, PointResult, read_base_config, simulate_point
 from .study.util import (
     EXIT_INTERRUPTED,
@@ -356,11 +363,18 @@ def run_plan(
                     force=finished == runnable,
                 )
             write_later("")
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         for fut in futures:
             fut.cancel()  # queued points; running ones stop with the interrupt
-        say("\ninterrupted: waiting for the points being simulated (Ctrl-C again: at once)")
-        pool.shutdown(wait=True)
+        if isinstance(e, Terminated):
+            # Only this process got it (kill, timeout, Slurm): the workers would finish
+            # their points unseen; a time limit's SIGKILL follows soon.
+            say("\nterminated: stopping the points being simulated")
+            stop_workers(pool)
+            pool.shutdown(wait=False, cancel_futures=True)
+        else:
+            say("\ninterrupted: waiting for the points being simulated (Ctrl-C again: at once)")
+            pool.shutdown(wait=True)
         # A point that was being written when the interrupt came is complete: count it.
         for pt in todo:
             if pt.status == "pending":
@@ -400,6 +414,7 @@ def table_rows(plan: Plan) -> tuple[list[str], list[list[Any]]]:
         "exposed_comm_s",
         *(f"wire_bytes_{g}" for g in groups),
         "file",
+        "error",
     ]
     rows = []
     for p in plan.points:
@@ -421,7 +436,9 @@ def table_rows(plan: Plan) -> tuple[list[str], list[list[Any]]]:
                 *(_cell(p.assign[k]) for k in keys),
                 p.status,
                 *figures,
-                p.file if r else (p.error or "").splitlines()[0][:60] or None,
+                p.file if r else None,
+                # (one line: a configuration error's lines joined)
+                "; ".join(ln.strip() for ln in (p.error or "").splitlines() if ln.strip()) or None,
             ]
         )
     return headers, rows
@@ -434,10 +451,13 @@ def _cell(v: Any) -> Any:
 def write_table(plan: Plan) -> list[Path]:
     headers, rows = table_rows(plan)
     csv = write_csv(plan.out / "sweep.csv", headers, ([csv_cell(v) for v in r] for r in rows))
+    # The text table keeps the start of an error (the whole is in sweep.csv).
+    short = [[*r[:-1], r[-1] if r[-1] is None or len(r[-1]) <= 80 else r[-1][:77] + "..."]
+             for r in rows]  # fmt: skip
     text = (
         f"simnet sweep of {plan.base_path} over {json.dumps(plan.grid)}\n"
         "times in seconds per iteration; wire bytes per iteration, all ranks\n\n"
-        + text_table(headers, rows)
+        + text_table(headers, short)
     )
     txt = write_text(plan.out / "sweep.txt", text)
     return [csv, txt]
@@ -473,7 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     workers = ns.workers or min(os.cpu_count() or 1, max(1, len(plan.points)))
     try:
-        with open_pool(ns.executor, workers) as (pool, desc):
+        with sigterm_interrupts(), open_pool(ns.executor, workers) as (pool, desc):
             if pool is None:  # an MPI rank that served as a worker
                 return 0
             return run_plan(plan, pool, desc, say, quiet=ns.quiet)

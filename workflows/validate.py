@@ -227,7 +227,7 @@ def by_label(rows: list[OpRow]) -> list[dict[str, Any]]:
     for d in out.values():
         d["difference_s"] = d["measured_s"] - d["predicted_s"]
         m = d["measured_s"]
-        d["error_percent"] = 100.0 * (d["predicted_s"] - m) / m if m > 0 else None
+        d["error_pct"] = 100.0 * (d["predicted_s"] - m) / m if m > 0 else None
     return list(out.values())
 
 
@@ -251,7 +251,7 @@ def compare_phases(measured: ProxyRun, res: Any) -> list[dict[str, Any]]:
             "measured_slowest_rank": slow.get("slowest_rank"),
             "measured_iteration_s": m.get("iteration_s"),
             "predicted_s": ph.iteration_time_s,
-            "error_percent": 100.0 * (ph.iteration_time_s - measured_s) / measured_s,
+            "error_pct": 100.0 * (ph.iteration_time_s - measured_s) / measured_s,
             "breakdown": {},
         }
         for key in ("compute_s", "comm_s", "exposed_comm_s"):
@@ -295,7 +295,7 @@ def summary_text(doc: dict[str, Any]) -> str:
             f"{p['measured_slowest_rank']}; slowest per iteration mean "
             f"{it.get('mean', float('nan')) * MS:.3f}, min {it.get('min', float('nan')) * MS:.3f}"
             f", max {it.get('max', float('nan')) * MS:.3f}), predicted "
-            f"{p['predicted_s'] * MS:.3f} ms, error {p['error_percent']:+.1f}%"
+            f"{p['predicted_s'] * MS:.3f} ms, error {p['error_pct']:+.1f}%"
         )
         for key, name in (
             ("compute_s", "compute"),
@@ -315,7 +315,7 @@ def summary_text(doc: dict[str, Any]) -> str:
         f"{'predicted (ms)':>15s} {'diff (ms)':>10s} {'error':>8s}",
     ]
     for d in doc["labels"]:
-        err = "-" if d["error_percent"] is None else f"{d['error_percent']:+.1f}%"
+        err = "-" if d["error_pct"] is None else f"{d['error_pct']:+.1f}%"
         lines.append(
             f"  {d['phase']:12s} {d['label']:28s} {'/'.join(d['kinds']):16s} {d['ops']:5d} "
             f"{d['measured_s'] * MS:14.3f} {d['predicted_s'] * MS:15.3f} "
@@ -553,7 +553,7 @@ def analyse(
                 "name": f"phase {p['phase']}, per iteration",
                 "measured_s": p["measured_s"],
                 "predicted_s": p["predicted_s"],
-                "error_pct": p["error_percent"],
+                "error_pct": p["error_pct"],
             }
             for p in doc["phases"]
         ],

@@ -16,6 +16,7 @@ the same on a laptop and on a cluster. mpi4py is imported only for ``mpi``.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
@@ -25,6 +26,53 @@ from typing import Any
 from proxies.launch import launch_info
 
 POOL_KINDS = ("auto", "local", "mpi", "serial")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, ``timeout``, a Slurm time limit), taken as an interrupt that
+    does not wait for the work under way."""
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """While inside, SIGTERM raises :class:`Terminated` in the main thread (so a study
+    records what it finished, as on Ctrl-C, instead of vanishing); the previous handler
+    is restored after."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _die_with_parent(parent: int) -> None:
+    """A local worker's initializer: end when the process that started it ends, however
+    it ends (SIGKILL too), instead of waiting forever for tasks (Linux; elsewhere the
+    workers end when their queue closes)."""
+    # (a handler of the parent's, e.g. sigterm_interrupts', is copied by fork: a worker
+    # just ends)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it ended before the line above
+        os._exit(1)
+
+
+def stop_workers(pool: Executor) -> None:
+    """End a local pool's worker processes now (the tasks they run are lost; their
+    files are written atomically, so none is left half-written)."""
+    procs = getattr(pool, "_processes", None) or {}  # (ProcessPoolExecutor's own)
+    for proc in list(procs.values()):
+        proc.terminate()
 
 
 class InlineExecutor(Executor):
@@ -85,7 +133,9 @@ def open_pool(
         return
     if kind == "local":
         n = max(1, workers or os.cpu_count() or 1)
-        ex = ProcessPoolExecutor(max_workers=n)
+        ex = ProcessPoolExecutor(
+            max_workers=n, initializer=_die_with_parent, initargs=(os.getpid(),)
+        )
         try:
             yield ex, f"local process pool ({n} workers)"
         except BaseException:

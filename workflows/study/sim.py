@@ -12,7 +12,7 @@ import os
 import statistics
 import time
 import traceback
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,7 @@ class PointResult:
     topology: dict[str, Any]
     assumed: list[str]
     sim_wall_s: float
+    scenario: list[str] = field(default_factory=list)  # its what-ifs, as the summary says
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of a point file's ``"result"`` (keys in field order)."""
@@ -70,9 +71,9 @@ class PointResult:
         """The result :meth:`to_json` wrote; None if ``doc`` is not one."""
         if not isinstance(doc, dict):
             return None
-        try:
-            return cls(**{f.name: doc[f.name] for f in fields(cls)})
-        except KeyError:
+        try:  # (a point written before a field with a default was added has it not)
+            return cls(**{f.name: doc[f.name] for f in fields(cls) if f.name in doc})
+        except TypeError:
             return None
 
 
@@ -130,6 +131,7 @@ def summarise(res: Any) -> PointResult:
         },
         assumed=list(res.assumed),
         sim_wall_s=sum(p.sim_wall_s for p in res.phases),
+        scenario=list(res.scenario),
     )
 
 

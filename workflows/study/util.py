@@ -128,9 +128,11 @@ def parse_grid(text: str, what: str = "--grid") -> dict[str, list[Any]]:
         raise StudyError(f"{what}: give a non-empty JSON object mapping keys to lists of values")
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
+            # (a single value is the likelier slip: suggest it in a list; [] has none)
+            example = f"; e.g. [{json.dumps(values)}]" if values != [] else ""
             raise StudyError(
                 f"{what}: the value of {key!r} must be a non-empty list of values "
-                f"(got {json.dumps(values)}); e.g. [{json.dumps(values)}]"
+                f"(got {json.dumps(values)}){example}"
             )
     return grid
 

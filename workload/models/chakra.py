@@ -26,8 +26,9 @@ def load(trace_dir: str) -> TraceSet:
 
     path = Path(trace_dir).expanduser().resolve()
     try:
-        stamp = max(p.stat().st_mtime for p in path.iterdir()) if path.is_dir() else 0.0
-    except FileNotFoundError:
+        # (an empty folder: read_trace_set says it holds no traces)
+        stamp = max((p.stat().st_mtime for p in path.iterdir()), default=0.0)
+    except (FileNotFoundError, NotADirectoryError):
         stamp = 0.0
     key = (str(path), stamp)
     if key not in _CACHE:

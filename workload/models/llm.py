@@ -201,6 +201,15 @@ class LLM(Model):
         self._require(
             params["zero"] in ZERO_STAGES, f"zero must be 0, 1, 2 or 3 (got {params['zero']})"
         )
+        # DeepSpeed refuses these with its pipeline engine: ZeRO-2 keeps only a shard of
+        # the gradients that pipeline micro-batches accumulate into, ZeRO-3 partitions the
+        # weights the stages hold. (ZeRO-1, the optimizer's state, works with pp; so does
+        # Megatron's distributed optimizer, which is ZeRO-1.)
+        self._require(
+            params["zero"] < 2 or pp == 1,
+            f"zero = {params['zero']} with pp = {pp}: ZeRO-2 and ZeRO-3 do not work with "
+            "pipeline parallelism (DeepSpeed refuses them); use --zero 1 or --pp 1",
+        )
         self._require(
             params["grad_bytes"] in (2, 4),
             f"grad_bytes must be 2 or 4 (got {params['grad_bytes']})",
