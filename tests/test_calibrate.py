@@ -141,6 +141,19 @@ def test_recovers_alpha_and_bandwidth(tmp_path, noise, capsys):
     assert "alpha = " in text and "folded into alpha" in text
 
 
+def test_a_poor_fit_is_flagged(tmp_path, capsys):
+    # Times tenfold apart from one size to the next: R^2 far below 0.9.
+    rows = [row("pingpong", s, s // 4, hockney(s) * (3.0 if i % 2 else 0.3))
+            for i, s in enumerate(P2P_SIZES)]  # fmt: skip
+    rc, _ = run(tmp_path, doc(rows))
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "  poor fit: the point-to-point times are not alpha + size / bandwidth here" in text
+    # A good fit is not flagged.
+    run(tmp_path, doc(synthetic()))
+    assert "poor fit" not in capsys.readouterr().out
+
+
 def test_stream_rows_when_no_pingpong(tmp_path):
     rc, out = run(tmp_path, doc(synthetic(ops=("stream",))))
     assert rc == 0

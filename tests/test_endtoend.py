@@ -285,9 +285,10 @@ def test_a_killed_job_takes_its_mpi_processes_with_it(tmp_path):
 def host_params_file(tmp_path: Path, ranks: int, copy_gb_per_s: float) -> Path:
     """A host calibration of known parameters (no measurement)."""
     from simnet.hostparams import HostCalibration, HostParams
+    from workflows.hostcal import host_key
 
     cal = HostCalibration(
-        {"hostname": "test", "cores": 2},
+        host_key(),  # (made here: one made elsewhere is said to be)
         "2026-01-01T00:00:00+00:00",
         [HostParams(ranks, copy_gb_per_s, 10.0, copy_gb_per_s, 0.0)],
     )
@@ -427,3 +428,27 @@ def test_run_training_passes_the_options_after_the_configuration(tmp_path):
     assert r.returncode == 2, r.stdout + r.stderr
     assert "unrecognized arguments: --bogus" in r.stderr
     assert "--no-host-model" not in r.stderr.split("unrecognized arguments:")[1]
+
+
+def test_a_host_calibration_made_elsewhere_is_said_to_be(tmp_path):
+    # A file from another machine describes that machine: the notes name what differs,
+    # and the line saying which prediction is meant to match says whose host it is.
+    from simnet.hostparams import HostCalibration, HostParams
+    from workflows.hostcal import host_key
+    from workflows.machine import ThisMachine
+
+    key = host_key() | {"hostname": "othernode", "cores": 64}
+    path = tmp_path / "other.json"
+    cal = HostCalibration(key, "2026-01-01T00:00:00+00:00", [HostParams(4, 2.0, 10.0, 2.0, 0.0)])
+    path.write_text(json.dumps(cal.to_json()))
+    machine = ThisMachine.calibrate(4, print, params_file=str(path))
+    here = host_key()
+    assert machine.notes == [
+        f"the host calibration {path} was not made on this machine: hostname othernode "
+        f"(here {here['hostname']}), cores 64 (here {here['cores']})"
+    ]
+    assert machine.why().startswith(
+        "this_machine is meant to match the run, but is predicted on the host its calibration "
+        "describes (othernode, 64 cores; not this machine)"
+    )
+    assert "calibrated here" not in machine.why(beside_configured=False)

@@ -297,22 +297,38 @@ def test_emulated_compute_takes_its_overhead_and_stretch():
     assert slow.iteration_time_s == pytest.approx(total_s * 1.02 + 80e-6 * len(ops), rel=1e-9)
 
 
-def test_repeated_calibrations_take_each_parameter_median(fitted):
+def test_repeated_calibrations_keep_the_typical_run_whole(fitted):
+    # Per rank count, the run of median copy bandwidth is kept whole: its step latency
+    # and gamma (fitted together, trading off) stay together, not each field's median
+    # (3,841 us here, a step latency no run paired with its gamma).
     from dataclasses import replace
 
+    sets = [(10.0, 0.0, 3e-10), (30.0, 3841.0, 1e-11), (12.0, 4000.0, 2e-11)]
     runs = [
         HostCalibration(
             fitted.key,
             fitted.created,
-            [replace(p, copy_bandwidth_gb_per_s=c) for p in fitted.by_ranks],
+            [
+                replace(p, copy_bandwidth_gb_per_s=c, step_latency_us=s, gamma_s_per_byte=g)
+                for p in fitted.by_ranks
+            ],
+            [{"op": "allreduce", "ranks": n, "r2": 1.0, "max_rel_error": 0.0, "run": i}
+             for n in fitted.ranks()],
+            [{"op": "allreduce", "ranks": n, "error_pct": float(i)} for n in fitted.ranks()],
         )
-        for c in (10.0, 30.0, 12.0)
-    ]
+        for i, (c, s, g) in enumerate(sets)
+    ]  # fmt: skip
     cal = hostcal.median_calibration(runs)
-    assert [p.copy_bandwidth_gb_per_s for p in cal.by_ranks] == [12.0, 12.0, 12.0]
+    assert [(p.copy_bandwidth_gb_per_s, p.step_latency_us, p.gamma_s_per_byte)
+            for p in cal.by_ranks] == [sets[2]] * len(fitted.ranks())  # fmt: skip
     assert cal.at(4)[0].copy_latency_us == pytest.approx(A[4] * 1e6, rel=0.01)
+    # The fits and points shown are the kept run's.
+    assert {f["run"] for f in cal.fits if f["op"] == "allreduce"} == {2}
+    assert {p["error_pct"] for p in cal.points} == {2.0}
     (rep4,) = [f for f in cal.fits if f["op"] == "repeats" and f["ranks"] == 4]
     assert rep4["copy_bandwidth_gb_per_s"] == [10.0, 30.0, 12.0]
+    assert rep4["step_latency_us"] == [0.0, 3841.0, 4000.0]
+    assert "step us: 0, 3841, 4000" in hostcal.summary_text(cal)
 
 
 def test_without_a_progress_thread_a_collective_moves_on_only_in_mpi_calls():

@@ -236,6 +236,76 @@ def test_testbed_refuses_what_it_cannot_emulate_in_one_line(tmp_path):
         "error: testbed: topology.ecmp spreads flows over routes per message, which static "
         "routes cannot follow; set it to false (a fat_tree has it on unless told)"
     )
+    # The default 10 GB/s links: far beyond what this machine forwards.
+    cfg.write_text(json.dumps({"topology": {"type": "switch", "num_nodes": 10}}))
+    r = subprocess.run(
+        [sys.executable, "-m", "simnet", "testbed", "--config", str(cfg), "--out",
+         str(tmp_path / "o")],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert r.returncode == 2
+    assert r.stderr.startswith(
+        "error: testbed: links of 80,000 Mbit/s; this machine forwards at most about "
+        "1,000 Mbit/s per emulated link"
+    )
+    # A layout the world size cannot take: refused before namespaces or a calibration.
+    cfg.write_text(json.dumps({
+        "distributed": {"num_nodes": 2, "bandwidth_limit_gb_per_s": 0.0125},
+        "topology": {"type": "switch", "num_nodes": 2},
+        "workload": {"name": "gpt2", "args": [8, 3]},
+    }))  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "simnet", "testbed", "--config", str(cfg), "--out",
+         str(tmp_path / "o")],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert r.returncode == 2
+    assert r.stderr.startswith("error: workload: gpt2: the world size must be a multiple of")
+    assert not (tmp_path / "o").exists()
+
+
+@needs_root
+def test_namespaces_a_killed_run_left_are_removed_and_a_running_ones_kept(tmp_path):
+    # SIGKILL leaves a cluster's namespaces behind; the next testbed removes those whose
+    # maker has ended, never those of one still running (its owner file names it).
+    from workflows import netns
+
+    stale, live = "cs0f0f0fh0", "cs0e0e0eh0"
+    made = []
+    try:
+        for name in (stale, live):
+            subprocess.run(["ip", "netns", "add", name], check=True, timeout=20)
+            made.append(name)
+        os.makedirs(netns.OWNERS_DIR, exist_ok=True)
+        Path(netns.OWNERS_DIR, "cs0e0e0e.pid").write_text(f"{os.getpid()}\n")
+        Path(netns.OWNERS_DIR, "cs0f0f0f.pid").write_text("999999999\n")  # (no such pid)
+        assert netns.remove_stale() == [stale]
+        assert stale not in namespaces() and live in namespaces()
+        assert not Path(netns.OWNERS_DIR, "cs0f0f0f.pid").exists()
+    finally:
+        for name in made:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)
+        for tag in ("cs0e0e0e", "cs0f0f0f"):
+            Path(netns.OWNERS_DIR, f"{tag}.pid").unlink(missing_ok=True)
+
+
+@needs_root
+def test_a_topology_too_big_to_emulate_is_refused_before_any_work(tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"distributed": {"num_nodes": 33},
+                               "topology": {"type": "switch", "num_nodes": 33}}))  # fmt: skip
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "simnet", "testbed", "--config", str(cfg), "--out",
+         str(tmp_path / "o")],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert r.returncode == 2
+    assert r.stderr.strip() == (
+        "error: testbed: the topology has 33 hosts and 34 nodes; this machine emulates at "
+        "most 32 hosts and 96 nodes; use fewer (topology.num_nodes)"
+    )
+    assert time.monotonic() - t0 < 60  # (no host calibration of 33 ranks first)
 
 
 def _slow_two_hosts(tmp_path) -> Path:
@@ -324,11 +394,20 @@ def test_a_run_over_its_time_limit_is_stopped_and_leaves_nothing(tmp_path):
             ["--microbench", "allreduce", "--sizes", "4M,64K,2"],
             "--microbench: nothing to run (no size from 4M to 64K: FIRST must be <= LAST)",
         ),
+        (
+            ["--microbench", "allreduce", "--sizes", "64K,1M,0.5"],
+            "--sizes 64K,1M,0.5: FIRST must be at least 1 byte and FACTOR a whole number >= 2",
+        ),
+        (["--microbench", "allreduce", "--sizes", "64K,1M,x2"], "--sizes 64K,1M,x2: FIRST"),
+        (["--host-params", "nonexist.json"], "--host-params: no such file 'nonexist.json'"),
+        (["--timeout", "-1"], "--timeout must be a number of seconds > 0 (got -1)"),
+        (["--gso-max-segs", "-1"], "--gso-max-segs must be 1..65535 (got -1)"),
     ],
 )
 def test_testbed_refuses_options_it_would_not_use_in_one_line(tmp_path, extra, message):
     cfg = tmp_path / "c.json"
-    two = {"distributed": {"num_nodes": 2}, "topology": {"type": "switch", "num_nodes": 2}}
+    two = {"distributed": {"num_nodes": 2, "bandwidth_limit_gb_per_s": 0.0125},
+           "topology": {"type": "switch", "num_nodes": 2}}  # fmt: skip
     cfg.write_text(json.dumps(two))
     r = subprocess.run(
         [sys.executable, "-m", "simnet", "testbed", "--config", str(cfg), "--out",

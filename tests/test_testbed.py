@@ -81,6 +81,7 @@ def test_the_payload_is_the_frames_less_their_headers():
     assert a["payload_bytes"] == 1448 * 100 and a["error_pct"] == pytest.approx(0.0)
     # the acknowledgements' pair carries no payload worth counting: not in the worst
     assert b["payload_bytes"] == 200 - 66 and doc["max_pair_error_pct"] == pytest.approx(0.0)
+    assert b["error_pct"] is None  # nothing predicted there: no error, not -100%
     assert doc["control_network_bytes"] == 1234
     assert doc["total_payload_bytes"] == 144800 + 134
 

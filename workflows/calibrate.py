@@ -461,10 +461,16 @@ def calibrate(bench: Microbench, stat: str = "avg", p2p_source: str = "auto") ->
     p = bench.world_size
     groups = group_rows(bench.rows)
     present = [op for op in P2P_OPS if any(k[0] == op for k in groups)]
+    if not present:
+        raise CalibrationError(
+            f"{bench.path}: no point-to-point rows ({', '.join(P2P_OPS)}) to fit alpha and "
+            "bandwidth from; run the micro-benchmark with --ops pingpong too"
+        )
     source = present[0] if p2p_source == "auto" else p2p_source
     if source not in present:
         raise CalibrationError(
-            f"{bench.path}: no {source!r} rows (point-to-point rows present: {', '.join(present)})"
+            f"{bench.path}: no {source!r} rows (point-to-point rows present: "
+            f"{', '.join(present)}); use --p2p {present[0]} or --p2p auto"
         )
     fits, skipped = [], []
     for (op, alg), rows in groups.items():
@@ -757,6 +763,11 @@ def _bw_text(bw: float | None) -> str:
     return f"{bytes_per_s_to_gb_per_s(bw):.4g} GB/s"
 
 
+POOR_FIT_R2 = 0.9
+"""A fit explaining less of its times' variance than this is flagged (as calibrate-host
+flags its own)."""
+
+
 def summary_text(cal: Calibration, out_path: Path | None) -> str:
     b, p2p = cal.bench, cal.p2p
     sizes = [r.size_bytes for r in p2p.rows]
@@ -770,6 +781,12 @@ def summary_text(cal: Calibration, out_path: Path | None) -> str:
         "  the route latency is folded into alpha (the file sets link_latency_us = 0)",
     ]
     lines += [f"  note: {n}" for n in p2p.notes]
+    if p2p.r2 is not None and p2p.r2 < POOR_FIT_R2:
+        lines.append(
+            f"  poor fit: the point-to-point times are not alpha + size / bandwidth here (R^2 "
+            f"{_r2_text(p2p.r2)} < {POOR_FIT_R2}); the file's alpha and bandwidth describe "
+            "them badly (a noisy run? more iterations, a quieter hour; times in seconds?)"
+        )
     lines += [
         "",
         "effective alpha and bandwidth per (op, algorithm), fitted to the closed form "
@@ -786,9 +803,10 @@ def summary_text(cal: Calibration, out_path: Path | None) -> str:
         perr = (
             "-" if f.p2p_model_max_rel_error is None else f"{100 * f.p2p_model_max_rel_error:.1f}%"
         )
+        poor = f.r2 is not None and f.r2 < POOR_FIT_R2
         lines.append(
             f"  {f.op:15s} {f.algorithm:20s} {len(f.rows):4d} {alpha:>11s} {bw:>10s} "
-            f"{_r2_text(f.r2):>8s} {err:>8s} {perr:>8s}"
+            f"{_r2_text(f.r2):>8s} {err:>8s} {perr:>8s}" + ("  poor fit" if poor else "")
         )
         if f.op not in P2P_OPS and f.algorithm == "mpi":
             used = ", ".join(f"{k} x{v}" for k, v in f.algorithms_used.items())

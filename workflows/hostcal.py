@@ -577,8 +577,9 @@ def calibrate_host(
     say: Callable[[str], None] = print,
 ) -> tuple[HostCalibration, Path]:
     """A fresh calibration of this host at ``ranks`` (cached), measuring only when needed:
-    ``repeats`` independent measurements, each parameter their median (one measurement
-    on a shared machine varies by 10-30%)."""
+    ``repeats`` independent measurements, per rank count the one of median copy bandwidth
+    kept whole (one measurement on a shared machine varies by 10-30%; see
+    :func:`median_calibration`)."""
     key = host_key()
     kept: HostCalibration | None = None
     if not force:
@@ -642,34 +643,41 @@ def merge_calibrations(old: HostCalibration, new: HostCalibration) -> HostCalibr
 
 
 def median_calibration(runs: Sequence[HostCalibration]) -> HostCalibration:
-    """Each parameter the median over ``runs`` (per rank count); the fits and points of
-    the run closest to that median, and every run's parameters under ``fits``."""
-    by_n: dict[int, list[HostParams]] = {}
-    for run in runs:
+    """Per rank count, the whole parameter set of one run: the run whose copy bandwidth
+    there is the median of the runs' (a typical measurement), with that run's fits and
+    simulated points at that count, so that what is saved is what the points check.
+    Parameters fitted together stay together: gamma and the step latency trade off
+    against each other (one run's 0 us and another's 3.8 ms, with gammas to match), and
+    a median of each alone was a model no run measured. Every run's parameters are kept
+    under ``fits`` (op "repeats")."""
+    by_n: dict[int, list[tuple[int, HostParams]]] = {}
+    for i, run in enumerate(runs):
         for p in run.by_ranks:
-            by_n.setdefault(p.ranks_per_host, []).append(p)
+            by_n.setdefault(p.ranks_per_host, []).append((i, p))
     names = [f.name for f in fields(HostParams) if f.name != "ranks_per_host"]
-    median = [
-        HostParams(n, **{f: float(np.median([getattr(p, f) for p in ps])) for f in names})
-        for n, ps in sorted(by_n.items())
-    ]
-
-    def distance(run: HostCalibration) -> float:
-        mine = {p.ranks_per_host: p for p in run.by_ranks}
-        return sum(
-            abs(mine[m.ranks_per_host].copy_bandwidth_gb_per_s / m.copy_bandwidth_gb_per_s - 1)
-            for m in median
-        )
-
-    closest = min(runs, key=distance)
+    chosen: list[HostParams] = []
+    fits: list[dict[str, Any]] = []
+    points: list[dict[str, Any]] = []
+    first_run = None
+    for n, ips in sorted(by_n.items()):
+        med = float(np.median([p.copy_bandwidth_gb_per_s for _, p in ips]))
+        i, p = min(ips, key=lambda ip: (abs(ip[1].copy_bandwidth_gb_per_s - med), ip[0]))
+        first_run = i if first_run is None else first_run
+        chosen.append(p)
+        fits += [f for f in runs[i].fits if f.get("ranks") == n]
+        points += [q for q in runs[i].points if q.get("ranks") == n]
+    # Fits of no rank count of the table (the sleep's, of one rank) from the run chosen
+    # at the smallest count.
+    counts = set(by_n)
+    if first_run is not None:
+        fits += [f for f in runs[first_run].fits if f.get("ranks") not in counts]
     spread = [
-        {"op": "repeats", "ranks": p.ranks_per_host, "r2": None, "max_rel_error": 0.0}
-        | {f: [getattr(q, f) for q in by_n[p.ranks_per_host]] for f in names}
-        for p in median
+        {"op": "repeats", "ranks": n, "r2": None, "max_rel_error": 0.0}
+        | {f: [getattr(q, f) for _, q in by_n[n]] for f in names}
+        for n in sorted(by_n)
     ]
-    return HostCalibration(
-        closest.key, closest.created, median, closest.fits + spread, closest.points
-    )
+    base = runs[first_run if first_run is not None else 0]
+    return HostCalibration(base.key, base.created, chosen, fits + spread, points)
 
 
 POOR_FIT_R2 = 0.9
@@ -696,7 +704,12 @@ def summary_text(cal: HostCalibration) -> str:
     for f in cal.fits:
         if f["op"] == "repeats":
             bw = ", ".join(f"{v:.1f}" for v in f["copy_bandwidth_gb_per_s"])
-            lines.append(f"  repeats   {f['ranks']:>3} ranks  copy GB/s of each: {bw}")
+            step = ", ".join(f"{v:.0f}" for v in f.get("step_latency_us", []))
+            gamma = ", ".join(f"{v * 1e9:.2f}" for v in f.get("gamma_s_per_byte", []))
+            lines.append(
+                f"  repeats   {f['ranks']:>3} ranks  copy GB/s of each: {bw}; step us: "
+                f"{step}; gamma ns/B: {gamma} (the saved set: the run of median copy GB/s)"
+            )
             continue
         r2 = "-" if f.get("r2") is None else f"{f['r2']:.3f}"
         poor = f.get("r2") is not None and f["r2"] < POOR_FIT_R2
@@ -751,7 +764,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--repeats",
         type=int,
         default=DEFAULT_REPEATS,
-        help=f"independent measurements, each parameter their median (default {DEFAULT_REPEATS})",
+        help="independent measurements; per rank count the one of median copy bandwidth is "
+        f"kept (default {DEFAULT_REPEATS})",
     )
     p.add_argument(
         "--timeout",

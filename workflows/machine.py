@@ -18,6 +18,9 @@ class ThisMachine:
     source: str  # the parameter file
     notes: list[str]
     cores: int | None
+    # Where the calibration was made, when not on this machine ("othernode, 64 cores"):
+    # it then describes that host, and the descriptions say so.
+    elsewhere: str | None = None
 
     @classmethod
     def calibrate(
@@ -34,7 +37,20 @@ class ThisMachine:
             cal, path = hostcal.calibrate_host(ranks, force=force, say=say)
             source = str(path)
         params, note = cal.at(world_size)
-        return cls(params, source, [note] if note else [], cal.key.get("cores"))
+        notes = [note] if note else []
+        here = hostcal.host_key()
+        differs = [
+            f"{k} {cal.key[k]} (here {here[k]})"
+            for k in ("hostname", "cores", "machine", "mpich", "openmpi")
+            if k in cal.key and cal.key[k] != here[k]
+        ]
+        elsewhere = None
+        if differs:
+            elsewhere = f"{cal.key.get('hostname')}, {cal.key.get('cores')} cores"
+            notes.append(
+                f"the host calibration {source} was not made on this machine: " + ", ".join(differs)
+            )
+        return cls(params, source, notes, cal.key.get("cores"), elsewhere)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -57,6 +73,19 @@ class ThisMachine:
         """One line: which prediction is meant to match the run, and why;
         ``beside_configured`` False: the only prediction made (validate's)."""
         cores = f" of {self.cores} cores" if self.cores else ""
+        if self.elsewhere:
+            where = f"the host its calibration describes ({self.elsewhere}; not this machine)"
+            if not beside_configured:
+                return (
+                    f"predicted on {where}: its {self.params.ranks_per_host} ranks on one "
+                    "host, sharing its memory copies, not on the network the configuration "
+                    "describes"
+                )
+            return (
+                f"this_machine is meant to match the run, but is predicted on {where}; "
+                "configured predicts the network the configuration describes, which this run "
+                "did not use"
+            )
         if not beside_configured:
             return (
                 f"predicted on this machine: its {self.params.ranks_per_host} ranks ran on "

@@ -92,6 +92,73 @@ def namespaces() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
+# A cluster's namespaces: its tag ("cs" and 6 hex digits), then h<i>, s<i> or c.
+_OUR_NAME = re.compile(rf"^({PREFIX}[0-9a-f]{{6}})(?:[hs]\d+|c)$")
+OWNERS_DIR = "/run/commsim-testbed"
+"""Where a cluster records the process that made it (``<tag>.pid``), so that namespaces
+a killed run left behind can be told from a running one's."""
+
+
+def _owner_file(tag: str) -> str:
+    return os.path.join(OWNERS_DIR, f"{tag}.pid")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale() -> list[str]:
+    """Remove the namespaces of clusters whose maker is gone (a run killed with SIGKILL
+    cannot remove its own): those of this module's names whose owner file is missing or
+    names a process that has ended. Returns the names removed."""
+    tags: dict[str, list[str]] = {}
+    for name in namespaces():
+        m = _OUR_NAME.match(name)
+        if m:
+            tags.setdefault(m[1], []).append(name)
+    removed = []
+    for tag, names in sorted(tags.items()):
+        try:
+            with open(_owner_file(tag)) as f:
+                pid = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            pid = 0
+        if pid and _alive(pid):
+            continue  # a running testbed's
+        for name in names:
+            r = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True,
+                               timeout=20)  # fmt: skip
+            for p in (int(x) for x in r.stdout.split() if x.isdigit()):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, signal.SIGKILL)
+        for name in sorted(names, reverse=True):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)
+        with contextlib.suppress(OSError):
+            os.unlink(_owner_file(tag))
+        removed += sorted(names)
+    return removed
+
+
+def size_problem(graph: nx.DiGraph) -> str | None:
+    """Why this machine cannot emulate ``graph`` (too many hosts or nodes), or None."""
+    from topologies.routing import endpoints
+
+    hosts = len(endpoints(graph))
+    nodes = graph.number_of_nodes()
+    if hosts > MAX_HOSTS or nodes > MAX_NODES:
+        return (
+            f"the topology has {hosts} hosts and {nodes} nodes; this machine emulates at "
+            f"most {MAX_HOSTS} hosts and {MAX_NODES} nodes; use fewer (topology.num_nodes)"
+        )
+    return None
+
+
 COUNTING = 3  # handle of the counting HTB of every link
 
 
@@ -140,12 +207,9 @@ class Cluster:
         hosts = endpoints(self.graph)
         if len(hosts) < 2:
             raise TestbedError(f"a testbed needs at least 2 hosts (got {len(hosts)})")
-        if len(hosts) > MAX_HOSTS or self.graph.number_of_nodes() > MAX_NODES:
-            raise TestbedError(
-                f"the topology has {len(hosts)} hosts and {self.graph.number_of_nodes()} "
-                f"nodes; this machine emulates at most {MAX_HOSTS} hosts and {MAX_NODES} "
-                "nodes; use fewer (topology.num_nodes)"
-            )
+        too_big = size_problem(self.graph)
+        if too_big:
+            raise TestbedError(too_big)
         for u, v, d in self.graph.edges(data=True):
             if not self.graph.has_edge(v, u):
                 raise TestbedError(
@@ -220,6 +284,10 @@ class Cluster:
         self.remove()
 
     def _add_ns(self, name: str) -> None:
+        if not self.made:  # the first: say who made them (see remove_stale)
+            os.makedirs(OWNERS_DIR, exist_ok=True)
+            with open(_owner_file(self.tag), "w") as f:
+                f.write(f"{os.getpid()}\n")
         _run(["ip", "netns", "add", name])
         self.made.append(name)
         # Every node routes; the model's routes may come back asymmetric, so no reverse
@@ -366,6 +434,8 @@ class Cluster:
         self.made = left
         if left:
             raise TestbedError(f"could not remove namespaces {', '.join(left)}")
+        with contextlib.suppress(OSError):
+            os.unlink(_owner_file(self.tag))
 
     # -- counters -------------------------------------------------------------------------
 

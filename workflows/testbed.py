@@ -46,6 +46,7 @@ import numpy as np
 
 from proxies.launch import SHARING_CORES_VAR
 from simnet.config import Config, ConfigError, load_config
+from simnet.hostparams import HostCalibrationError, load_host_calibration
 from workload.brief_argparse import BriefParser
 from workload.results import (
     UNFINISHED_MARKER,
@@ -60,10 +61,19 @@ from workload.results import (
 from workload.run_result import ProxyRun
 
 from .launcher import as_mpi_run, mpiexec, run_command, stop_on_signals
-from .netns import ETHERNET_MTU_FRAME_BYTES, TCP_FRAME_HEADER_BYTES, Cluster, TestbedError
+from .netns import (
+    ETHERNET_MTU_FRAME_BYTES,
+    TCP_FRAME_HEADER_BYTES,
+    Cluster,
+    TestbedError,
+    check_available,
+    remove_stale,
+    size_problem,
+)
 
 EXIT_USAGE = 2
 MAX_RANKS_PER_HOST = 8
+MAX_GSO_SEGS = 65535  # the kernel's largest gso_max_segs
 OPS_SHOWN = 8  # operations in the summary, longest first
 # MPI over TCP on the shaped interfaces only: e0 holds each host's address.
 MPI_OVER_TCP = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "e0"}
@@ -115,6 +125,18 @@ def emulated(cfg: Config) -> Emulated:
         raise TestbedError("testbed: ranks are placed host-major; leave topology.placement unset")
     net = cfg.model_copy(update={"hosts": cfg.hosts.model_copy(update={"ranks_per_host": None})})
     graph, _ = build_topology(net)
+    too_big = size_problem(graph)
+    if too_big:
+        raise TestbedError(f"testbed: {too_big}")
+    fastest = max(d["bandwidth"] for _u, _v, d in graph.edges(data=True)) * 8
+    if fastest > MAX_LINK_BIT_PER_S:
+        raise TestbedError(
+            f"testbed: links of {fastest / 1e6:,.0f} Mbit/s; this machine forwards at most "
+            f"about {MAX_LINK_BIT_PER_S / 1e6:,.0f} Mbit/s per emulated link (the payload "
+            "would be a few percent of the rate, and the comparison about its processor): "
+            "give the rates in GB/s, e.g. distributed.bandwidth_limit_gb_per_s = 0.0125 "
+            "for 100 Mbit/s"
+        )
     hosts = int(graph.graph["num_endpoints"])
     if cfg.world_size != hosts * k:
         raise TestbedError(
@@ -248,6 +270,11 @@ class LinkCalibration:
 
 
 MAX_CALIBRATION_PAIRS = 3
+# The fastest link the testbed emulates: this machine's two cores forward 400 Mbit/s
+# at 71-91% payload (README), and well above it only a few percent.
+MAX_LINK_BIT_PER_S = 1e9
+# A calibrated payload share below this says the links ran slower than their rates.
+LOW_EFFICIENCY = 0.5
 
 
 def calibration_peers(cluster: Cluster) -> list[int]:
@@ -452,7 +479,9 @@ def traffic_document(
                 "packets": packets,
                 "payload_bytes": payload,
                 "predicted_bytes": pred,
-                "error_pct": _error_pct(pred, payload) if pred or payload else 0.0,
+                # None where the program sends nothing (the library's own set-up and
+                # acknowledgements): -100% would read as a prediction that failed.
+                "error_pct": _error_pct(pred, payload) if pred else None,
             }
         )
     busy = [p for p in pairs if p["predicted_bytes"] or p["payload_bytes"] > 1 << 16]
@@ -461,7 +490,9 @@ def traffic_document(
     pred = sum(p["predicted_bytes"] for p in pairs)
     return {
         "pairs": pairs,
-        "max_pair_error_pct": max((abs(p["error_pct"]) for p in busy), default=0.0),
+        "max_pair_error_pct": max(
+            (100.0 if p["error_pct"] is None else abs(p["error_pct"]) for p in busy), default=0.0
+        ),
         "total_wire_bytes": wire,
         "total_payload_bytes": payload,
         "total_predicted_bytes": pred,
@@ -527,7 +558,10 @@ def proxy_workload(cfg: Config, iters: int, warmup: int, out: Path) -> TestbedWo
             f"workload.name: unknown model {cfg.workload.name!r}; known: {', '.join(MODELS)}"
         )
     if MODELS[cfg.workload.name].trainer_module is not None:
-        return trainer_workload(cfg, out)
+        # --iters training steps in one epoch: the configured training (500 steps by
+        # default) on links of 100 Mbit/s would take hours.
+        steps = cfg.training.model_copy(update={"num_epochs": 1, "steps_per_epoch": iters})
+        return trainer_workload(cfg.model_copy(update={"training": steps}), out)
     spec = RunSpec(
         model=cfg.workload.name,
         args=tuple(cfg.workload.args),
@@ -537,6 +571,10 @@ def proxy_workload(cfg: Config, iters: int, warmup: int, out: Path) -> TestbedWo
         iters=iters,
         warmup=warmup,
     )
+    try:
+        spec.workload()  # a layout the world size cannot take is refused before any work
+    except ValueError as e:
+        raise ConfigError(f"workload: {e}") from None
     path = out / "measured.json"
 
     def measured(result: Path) -> list[tuple[str, float]]:
@@ -563,11 +601,24 @@ def microbench_workload(
 
     try:
         op_list = mb.parse_ops(",".join(ops))
-        first, last, factor = (mb.parse_size(sizes[0]), mb.parse_size(sizes[1]), int(sizes[2]))
     except (ValueError, mb.UsageError, argparse.ArgumentTypeError) as e:
         raise ConfigError(f"--microbench: {e}") from None
-    cases, notes = mb.plan_cases(op_list, mb.message_sizes(first, last, factor, 1), world,
-                                 algorithm, mb.DEFAULT_WINDOW)  # fmt: skip
+    try:
+        first, last = mb.parse_size(sizes[0]), mb.parse_size(sizes[1])
+    except (ValueError, argparse.ArgumentTypeError) as e:
+        raise ConfigError(f"--sizes: {e}") from None
+    factor = int(sizes[2]) if sizes[2].strip().isdigit() else 0
+    if factor < 2 or first < 1:
+        raise ConfigError(
+            f"--sizes {','.join(sizes)}: FIRST must be at least 1 byte and FACTOR a whole "
+            "number >= 2 (each size FACTOR times the last), e.g. 64K,16M,4"
+        )
+    try:
+        visited = mb.message_sizes(first, last, factor, 1)
+    except ValueError:
+        raise ConfigError(f"--sizes {','.join(sizes)}: more than {mb.MAX_SIZES} sizes") from None
+    cases, notes = mb.plan_cases(op_list, visited, world, algorithm,
+                                 mb.DEFAULT_WINDOW)  # fmt: skip
     if not cases:
         why = "; ".join(n for ns in notes.values() for n in ns)
         why = why or f"no size from {sizes[0]} to {sizes[1]}: FIRST must be <= LAST"
@@ -620,6 +671,13 @@ def run(
     # progress throttle and on polling as the ranks of one machine would.
     env = dict(os.environ, **MPI_OVER_TCP, **{SHARING_CORES_VAR: str(cfg.world_size)})
     out.mkdir(parents=True, exist_ok=True)
+    check_available()
+    stale = remove_stale()
+    if stale:
+        say(
+            f"removed {len(stale)} namespace(s) an earlier testbed left when it was killed: "
+            + ", ".join(stale)
+        )
     machine = ThisMachine.calibrate(cfg.world_size, say, params_file=host_params)
     with (
         stop_on_signals(),
@@ -648,6 +706,15 @@ def run(
             return json.loads(path.read_text())
 
         links = calibrate_links(pair, cluster)
+        warnings = []
+        low = {r: e for r, e in links.efficiency_by_rate.items() if e < LOW_EFFICIENCY}
+        if low:
+            warnings.append(
+                f"the links carried {links.describe_efficiency()} of their rates: this "
+                "machine cannot forward that fast, so the comparison tells about its "
+                "forwarding more than about the links (slower links, or a quieter machine)"
+            )
+            say(f"warning: {warnings[-1]}")
         work.result_json.unlink(missing_ok=True)
         if work.trace is not None:
             for rank in range(cfg.world_size):
@@ -748,6 +815,7 @@ def run(
         "traffic": traffic,
         "workload_argv": ["python", *work.argv],
         "cpu_note": f"processor effects at {cpu.ranks_per_host} ranks on this machine",
+        "warnings": warnings,
     }
 
 
@@ -790,6 +858,9 @@ def summary_text(doc: dict[str, Any]) -> str:
         f"{t['control_network_bytes']:,} B on the control network; "
         f"{t['retransmitted_segments']} TCP segments sent again"
     )
+    host = doc["parameters"]["processor and copies inside a host"]["value"]
+    lines += [f"note: {n}" for n in host.get("notes", [])]  # (interpolated, from elsewhere)
+    lines += [f"warning: {w}" for w in doc.get("warnings", [])]
     return "\n".join(lines) + "\n"
 
 
@@ -813,7 +884,8 @@ def write_outputs(doc: dict[str, Any], out: Path) -> None:
         out / "testbed_pairs.csv",
         ["src", "dst", "wire_bytes", "packets", "payload_bytes", "predicted_bytes", "error_pct"],
         [[p["src"], p["dst"], p["wire_bytes"], p["packets"], p["payload_bytes"],
-          p["predicted_bytes"], p["error_pct"]] for p in pairs],
+          p["predicted_bytes"], "" if p["error_pct"] is None else p["error_pct"]]
+         for p in pairs],
     )  # fmt: skip
     text = summary_text(doc)
     write_text(out / "testbed.txt", text)
@@ -850,7 +922,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--out", default=None, help="results directory (default: logging.log_dir/testbed)"
     )
-    p.add_argument("--iters", type=int, default=5, help="timed iterations (default 5)")
+    p.add_argument(
+        "--iters",
+        type=int,
+        default=5,
+        help="timed iterations; the ring trainer's training steps, in one epoch (default 5)",
+    )
     p.add_argument("--warmup", type=int, default=1, help="warm-up iterations (default 1)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per MPI run")
     p.add_argument(
@@ -890,13 +967,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in ("iters", "warmup"):
             if getattr(ns, name) < (1 if name == "iters" else 0):
                 raise ConfigError(f"--{name} must be >= {1 if name == 'iters' else 0}")
+        if not ns.timeout > 0:
+            raise ConfigError(f"--timeout must be a number of seconds > 0 (got {ns.timeout:g})")
+        g = ns.gso_max_segs
+        if g is not None and not 1 <= g <= MAX_GSO_SEGS:
+            raise ConfigError(f"--gso-max-segs must be 1..{MAX_GSO_SEGS} (got {g})")
+        if ns.host_params:  # read now: a wrong file is refused before any work
+            load_host_calibration(ns.host_params, "--host-params")
         cfg = load_config(ns.config)
         out = Path(ns.out or Path(cfg.logging.log_dir) / "testbed")
         problem = output_dir_problem(out)
         if problem:
             raise ConfigError(problem)
         emulated(cfg)  # refuse a topology it cannot make before any work
-        out.mkdir(parents=True, exist_ok=True)
         if not ns.microbench:
             given = [f"--{k}" for k in ("sizes", "algorithm") if getattr(ns, k) != DEFAULTS[k]]
             if given:
@@ -912,6 +995,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                        cfg.world_size, ns.iters, ns.warmup, out)  # fmt: skip
         else:
             work = proxy_workload(cfg, ns.iters, ns.warmup, out)
+        out.mkdir(parents=True, exist_ok=True)
         mark_unfinished(out, "python -m simnet testbed")  # every check passed: it runs
         doc = run(
             cfg,
@@ -921,7 +1005,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             gso_max_segs=ns.gso_max_segs,
             host_params=ns.host_params,
         )
-    except (ConfigError, TestbedError) as e:
+    except (ConfigError, TestbedError, HostCalibrationError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

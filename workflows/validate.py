@@ -709,6 +709,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.suite:  # the suite builds on this module: `python -m simnet validate --suite`
         print("error: --suite is run by `python -m simnet validate --suite`", file=sys.stderr)
         return EXIT_USAGE
+    if ns.cases is not None:
+        print("error: --cases chooses cases of the suite: give --suite too", file=sys.stderr)
+        return EXIT_USAGE
+    if not ns.timeout > 0:
+        print(f"error: --timeout must be seconds > 0 (got {ns.timeout:g})", file=sys.stderr)
+        return EXIT_USAGE
     try:
         cfg, notes = prepare_config(ns.config, ns.np)
         out = Path(ns.out) if ns.out else Path(cfg.logging.log_dir) / "validation"
@@ -737,8 +743,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             _, cmd_notes = proxy_command(cfg, meas_path, trace_path, None, None)
             notes += cmd_notes
             cmd = None
-            measured = check_run(cfg, json.loads(meas_path.read_text()))
-            trace = json.loads(trace_path.read_text())
+            docs = []
+            for path in (meas_path, trace_path):
+                try:
+                    docs.append(json.loads(path.read_text()))
+                except (OSError, ValueError) as e:
+                    raise ValidationError(
+                        f"--reuse: {path} cannot be read ({e}); run without --reuse to "
+                        "measure again"
+                    ) from None
+            measured = check_run(cfg, docs[0])
+            trace = docs[1]
         else:
             mark_unfinished(out, "python -m simnet validate")
             cmd, cmd_notes, measured, trace = real_run(
