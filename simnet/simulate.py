@@ -527,6 +527,13 @@ def simulate(
     assumed = [*calibrated, *host_notes, *assumed]
     n_end = graph.graph["num_endpoints"]
     world = cfg.world_size
+    k = cfg.hosts.ranks_per_host
+    if k and topology is None and world < n_end and cfg.topology.placement is None:
+        used = -(-world // k)
+        assumed.append(
+            f"hosts: {world} ranks on {n_end // k} hosts of {k} fill the first {used} "
+            f"host(s) (host-major); workload.world_size = {n_end} fills them all"
+        )
     try:
         chosen = cfg.topology.placement if topology is None else None
         placement = topologies.apply_placement(world, graph, chosen)

@@ -493,6 +493,15 @@ def test_host_fields_without_hosts_and_a_rank_above_its_host_are_said():
     assert fast.iteration_time_s == capped.iteration_time_s
 
 
+def test_fewer_ranks_than_hosts_hold_are_said_to_fill_the_first_hosts():
+    hosts = {"ranks_per_host": 4, "copy_bandwidth_gb_per_s": 10}
+    res = simnet.simulate({"distributed": {"num_nodes": 2}, "hosts": hosts})
+    assert (
+        "hosts: 2 ranks on 2 hosts of 4 fill the first 1 host(s) (host-major); "
+        "workload.world_size = 8 fills them all"
+    ) in res.assumed
+
+
 def test_stragglers_on_a_workload_without_compute_are_said_to_change_nothing():
     cfg = {"distributed": {"num_nodes": 4}, "whatif": {"stragglers": {"3": 1.5}}}
     gpt2 = {**cfg, "workload": {"name": "gpt2", "args": [8, 2, 1], "scale": 0.01}}

@@ -43,10 +43,12 @@ def test_unit_constants_and_conversions():
     assert units.elems_to_bytes(1000) == 4000
 
 
-def test_conversions_keep_the_arithmetic_of_the_code_they_replaced():
-    # x * 1e-6 and x / 1e6 differ in the last bit for some x: the former is kept.
-    assert 5.0 / 1e6 == 5e-06
-    assert units.us_to_s(5.0) == 4.9999999999999996e-06  # 5.0 * 1e-6, as before
+def test_microseconds_become_the_seconds_they_are_written_as():
+    # x * 1e-6 and x / 1e6 differ in the last bit for some x: dividing by 1e6 (exact in
+    # binary) gives the value as written, so outputs read 5e-06, not 4.9999999999999996e-06.
+    assert 5.0 * 1e-6 == 4.9999999999999996e-06
+    assert units.us_to_s(5.0) == 5e-06
+    assert all(units.us_to_s(x) == float(f"{x}e-6") for x in (0.5, 1.0, 3.0, 7.0, 25.0, 1e3))
 
 
 # ---------------------------------------------------------------- field names

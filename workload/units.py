@@ -47,8 +47,9 @@ def elems_to_bytes(count_elems: int) -> int:
 
 
 def us_to_s(us: float) -> float:
-    """Microseconds to seconds."""
-    return us * S_PER_US
+    """Microseconds to seconds (divided by 1e6, which is exact in binary: 5 us is 5e-06 s,
+    where multiplying by 1e-6, which is not, gave 4.9999999999999996e-06)."""
+    return us / US_PER_S
 
 
 def s_to_us(s: float) -> float:
