@@ -445,6 +445,22 @@ def distinct_curves(
     return out
 
 
+RATE_BINS = 200
+"""A link's rate series with more change points than twice this is drawn as its mean
+over this many equal time bins."""
+
+
+def _binned_means(t: np.ndarray, v: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """The step function ``v`` (value ``v[i]`` from ``t[i]`` to ``t[i + 1]``, the last
+    one a point) averaged over ``bins`` equal bins of ``[t[0], t[-1]]``: the bins' left
+    edges and their means (the last repeated at the right edge, for a post step)."""
+    area = np.concatenate(([0.0], np.cumsum(v[:-1] * np.diff(t))))
+    edges = np.linspace(t[0], t[-1], bins + 1)
+    # The integral of a step function is piecewise linear between its change points.
+    means = np.diff(np.interp(edges, t, area)) / np.diff(edges)
+    return edges, np.append(means, means[-1])
+
+
 def _utilisation_panel(
     ax: Axes,
     top_names: Sequence[str],
@@ -463,8 +479,17 @@ def _utilisation_panel(
             0.5, 0.5, "no series for these links", ha="center", va="center", transform=ax.transAxes
         )
         return
+    binned = False
     for label, t_ms, shown in curves:
-        ax.step(t_ms, shown, where="post", label=label, linewidth=1.2)
+        t, v = np.asarray(t_ms, dtype=float), np.asarray(shown, dtype=float)
+        if len(t) > 2 * RATE_BINS:
+            t, v = _binned_means(t, v, RATE_BINS)
+            binned = True
+        ax.step(t, v, where="post", label=label, linewidth=1.2)
+    if binned:
+        # A link that switches on and off thousands of times would draw a solid block at
+        # its peak: the mean per bin shows how much of the time it is busy.
+        ax.set_title(ax.get_title() + f"; mean over {RATE_BINS} equal time bins")
     if capacities_bytes_per_s is not None:
         ax.set_ylim(bottom=0, top=max(1.05, ax.get_ylim()[1]))
     else:

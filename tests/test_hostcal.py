@@ -415,3 +415,8 @@ def test_a_poor_fit_is_flagged_in_the_summary(fitted):
     flagged = [line for line in text.splitlines() if "poor fit" in line]
     assert flagged and all("R^2 -6.678" in line for line in flagged)
     assert len(flagged) == sum(f["op"] == "exchange" for f in bad)
+
+
+def test_the_time_estimate_grows_with_the_ranks():
+    assert hostcal.estimate_s([2, 4, 8, 10], 1) == pytest.approx(26.4)
+    assert hostcal.estimate_s([2, 33], 5) == pytest.approx(5 * (3 + 1.2 + 3 + 19.8))

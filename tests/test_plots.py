@@ -500,3 +500,19 @@ def test_a_big_heatmap_keeps_its_peaks_each_pixel_the_largest_of_its_cells(
     pooled, empty = plots._max_pool(cells, 2)
     assert pooled[0].tolist() == [2.0, 3.0]
     assert empty.tolist() == [[False, False], [True, True]]
+
+
+def test_a_long_rate_series_is_drawn_as_its_mean_per_time_bin():
+    # A link busy every other microsecond for 2 ms: drawn point by point it is a solid
+    # block at 1; its mean per bin is 0.5 everywhere.
+    from simnet.plots import RATE_BINS, _binned_means
+
+    t = np.arange(2001, dtype=float) * 1e-3  # ms
+    v = np.where(np.arange(2001) % 2 == 0, 1.0, 0.0)
+    edges, means = _binned_means(t, v, RATE_BINS)
+    assert len(edges) == len(means) == RATE_BINS + 1
+    assert edges[0] == 0.0 and edges[-1] == pytest.approx(2.0)
+    np.testing.assert_allclose(means, 0.5, rtol=1e-9)
+    # Uneven steps: the time-weighted mean.
+    edges, means = _binned_means(np.array([0.0, 3.0, 4.0]), np.array([1.0, 0.0, 0.0]), 1)
+    assert means[0] == pytest.approx(0.75)

@@ -414,3 +414,26 @@ def test_breakdown_axis_says_which_bars_are_drawn(tmp_path, monkeypatch):
         "processes P (hatched bars: predicted)",
         "processes P (left bar: measured, right hatched bar: predicted)",
     ]
+
+
+def test_speedup_on_a_log_p_axis_is_log_too_and_efficiency_has_room_above_100(
+    tmp_path, monkeypatch
+):
+    # On log P a linear speedup axis bent the ideal line; a superlinear point above 100%
+    # efficiency must stay in the plot.
+    axes: dict[str, tuple] = {}
+    real = scaling._save
+
+    def spy(fig, path):
+        ax = fig.axes[0]  # (read before saving, which clears the figure)
+        axes[path.name] = (ax.get_xscale(), ax.get_yscale(), ax.get_ylim())
+        return real(fig, path)
+
+    monkeypatch.setattr(scaling, "_save", spy)
+    pred = [{"np": p, "speedup": p / 2, "ideal_speedup": p / 2, "efficiency": e}
+            for p, e in ((2, 1.0), (8, 1.3), (32, 0.9))]  # fmt: skip
+    doc = {"model": "dlrm", "mode": "weak", "measured": [], "predicted": pred,
+           "predicted_topology": "switch"}  # fmt: skip
+    scaling.plot_curves(doc, tmp_path)
+    assert axes["scaling_speedup.png"][:2] == ("log", "log")
+    assert axes["scaling_efficiency.png"][2][1] >= 130 * 1.05 - 1e-9

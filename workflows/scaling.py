@@ -440,6 +440,13 @@ def _save(fig: Any, path: Path) -> Path:
         fig.clear()
 
 
+def _plain_ticks() -> Any:
+    """Tick labels as plain numbers (1, 2, 4, 0.5), not powers of the log axis's base."""
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _pos: f"{v:g}")
+
+
 def _xaxis(ax: Any, counts: Sequence[int]) -> None:
     if counts and max(counts) / min(counts) >= 8:
         ax.set_xscale("log", base=2)
@@ -482,11 +489,19 @@ def plot_curves(doc: dict[str, Any], out: Path) -> list[Path]:
             ax.plot(xs, [ideal[x] for x in xs], "k:", label="ideal")
         else:
             ax.axhline(100.0, color="black", linestyle=":", label="ideal (100%)")
-            ax.set_ylim(bottom=0)
+            # Room above 100% for the points there (a superlinear point).
+            shown = [y * scale for r in (meas, pred) for y in _series(r, key)[1]]
+            top = max([110.0, *(1.05 * y for y in shown)])
+            ax.set_ylim(0, top)
         _xaxis(ax, counts)
+        if key == "speedup" and ax.get_xscale() == "log":
+            # On log P, a linear speedup axis bends the ideal line: log both (it is straight).
+            ax.set_yscale("log", base=2)
+            ax.yaxis.set_major_formatter(_plain_ticks())
         ax.set_ylabel(ylabel)
         ax.set_title(f"{doc['model']}: {doc['mode']} scaling, {key}")
-        ax.legend(fontsize=8)
+        # Efficiency falls from 100% with P: its legend goes below, off the curves' start.
+        ax.legend(fontsize=8, loc="lower left" if key == "efficiency" else "upper left")
         files.append(_save(fig, out / name))
     return files
 
