@@ -63,10 +63,19 @@ def mpi_launcher_size() -> int | None:
 
 
 def slurm_step_size() -> int | None:
-    """The tasks of the Slurm job step (srun) that started this process, or None outside
-    one (a batch script's own commands are not in a step of several tasks)."""
+    """The tasks of the Slurm job step (srun) that started this very process, or None
+    when srun did not start it directly: outside a step, or under a shell or launcher a
+    task of the step runs (``srun -n 2 --pty bash``, then ``mpiexec ...``), which inherit
+    the step's variables."""
     v = os.environ.get("SLURM_STEP_NUM_TASKS", "")
-    return int(v) if v.isdigit() else None
+    if not v.isdigit() or "SLURM_PROCID" not in os.environ:
+        return None
+    try:
+        with open(f"/proc/{os.getppid()}/comm") as f:
+            parent = f.read().strip()
+    except OSError:
+        return None
+    return int(v) if parent == "slurmstepd" else None
 
 
 def _slurm_tasks_on_first_node() -> int | None:

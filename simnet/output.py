@@ -600,10 +600,12 @@ def _write_all(
                 out / f"{prefix}bandwidth_bytes_per_s.csv", res.bandwidth_bytes_per_s, "src\\dst"
             )
         )
+        # A pair that sent nothing has no rate: an empty cell, as the route bandwidth of
+        # an endpoint to itself (0.0 would read as a pair that got nowhere).
+        achieved = res.achieved_bytes_per_s.astype(float)
+        achieved[res.traffic_bytes == 0] = np.nan
         files.append(
-            write_matrix_csv(
-                out / f"{prefix}achieved_bytes_per_s.csv", res.achieved_bytes_per_s, "src\\dst"
-            )
+            write_matrix_csv(out / f"{prefix}achieved_bytes_per_s.csv", achieved, "src\\dst")
         )
     files.append(
         write_csv(

@@ -165,15 +165,28 @@ def test_srun_without_the_mpis_process_manager_is_refused(tmp_path):
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI", "SLURM"))}
     env.update(SLURM_NTASKS="4", SLURM_STEP_NUM_TASKS="4", SLURM_PROCID="2")
-    r = subprocess.run(
-        [sys.executable, "-m", "proxies.dlrm", "--iters", "1", "--json", str(tmp_path / "x.json")],
-        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, env=env,
-    )  # fmt: skip
+    # srun's task is a child of slurmstepd: a stand-in of that name runs it.
+    stepd = tmp_path / "slurmstepd"
+    stepd.write_text('#!/bin/bash\n"$@"\n')
+    stepd.chmod(0o755)
+    argv = [sys.executable, "-m", "proxies.dlrm", "--iters", "1", "--warmup", "0",
+            "--json", str(tmp_path / "x.json")]  # fmt: skip
+    r = subprocess.run([str(stepd), *argv], capture_output=True, text=True, timeout=60,
+                       stdin=subprocess.DEVNULL, env=env)  # fmt: skip
     assert r.returncode == 2, r.stdout + r.stderr
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("error: dlrm: srun started 4 tasks but MPI started this process alone")
     assert "srun's --mpi option" in last
     assert not (tmp_path / "x.json").exists()
+    # Run from a shell inside the step (srun -n 4 --pty bash), the step's variables are
+    # inherited: a one-rank run of one's own is not refused.
+    shell = tmp_path / "bash_in_step"
+    shell.write_text('#!/bin/bash\n"$@"\n')
+    shell.chmod(0o755)
+    r = subprocess.run([str(shell), *argv], capture_output=True, text=True, timeout=120,
+                       stdin=subprocess.DEVNULL, env=env)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "x.json").exists()
 
 
 def test_a_launcher_of_another_mpi_is_refused(tmp_path):

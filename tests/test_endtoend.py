@@ -452,3 +452,20 @@ def test_a_host_calibration_made_elsewhere_is_said_to_be(tmp_path):
         "describes (othernode, 64 cores; not this machine)"
     )
     assert "calibrated here" not in machine.why(beside_configured=False)
+
+
+def test_a_host_calibration_made_here_with_other_mpi_software_says_only_that(tmp_path):
+    from simnet.hostparams import HostCalibration, HostParams
+    from workflows.hostcal import host_key
+    from workflows.machine import ThisMachine
+
+    key = host_key() | {"mpich": "0.0-old"}
+    path = tmp_path / "old.json"
+    cal = HostCalibration(key, "2026-01-01T00:00:00+00:00", [HostParams(4, 2.0, 10.0, 2.0, 0.0)])
+    path.write_text(json.dumps(cal.to_json()))
+    machine = ThisMachine.calibrate(4, print, params_file=str(path))
+    assert machine.notes == [
+        f"the host calibration {path} was made here with other MPI software: mpich 0.0-old "
+        f"(here {host_key()['mpich']})"
+    ]
+    assert machine.elsewhere is None and "calibrated here" in machine.why()

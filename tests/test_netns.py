@@ -267,26 +267,35 @@ def test_testbed_refuses_what_it_cannot_emulate_in_one_line(tmp_path):
 @needs_root
 def test_namespaces_a_killed_run_left_are_removed_and_a_running_ones_kept(tmp_path):
     # SIGKILL leaves a cluster's namespaces behind; the next testbed removes those whose
-    # maker has ended, never those of one still running (its owner file names it).
+    # lock nobody holds (their maker ended), never those of one still running (it holds
+    # its lock), and leaves alone those no lock file speaks for.
+    import fcntl
+
     from workflows import netns
 
-    stale, live = "cs0f0f0fh0", "cs0e0e0eh0"
+    stale, live, unknown = "cs0f0f0fh0", "cs0e0e0eh0", "cs0d0d0dh0"
     made = []
+    held = None
     try:
-        for name in (stale, live):
+        for name in (stale, live, unknown):
             subprocess.run(["ip", "netns", "add", name], check=True, timeout=20)
             made.append(name)
         os.makedirs(netns.OWNERS_DIR, exist_ok=True)
-        Path(netns.OWNERS_DIR, "cs0e0e0e.pid").write_text(f"{os.getpid()}\n")
-        Path(netns.OWNERS_DIR, "cs0f0f0f.pid").write_text("999999999\n")  # (no such pid)
-        assert netns.remove_stale() == [stale]
-        assert stale not in namespaces() and live in namespaces()
-        assert not Path(netns.OWNERS_DIR, "cs0f0f0f.pid").exists()
+        Path(netns.OWNERS_DIR, "cs0f0f0f.lock").write_text("")
+        held = os.open(Path(netns.OWNERS_DIR, "cs0e0e0e.lock"), os.O_RDWR | os.O_CREAT)
+        fcntl.flock(held, fcntl.LOCK_EX)
+        removed, unknowns = netns.remove_stale()
+        assert stale in removed and live not in removed and unknown not in removed
+        assert unknown in unknowns and live not in unknowns
+        assert stale not in namespaces() and {live, unknown} <= set(namespaces())
+        assert not Path(netns.OWNERS_DIR, "cs0f0f0f.lock").exists()
     finally:
+        if held is not None:
+            os.close(held)
         for name in made:
             subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)
         for tag in ("cs0e0e0e", "cs0f0f0f"):
-            Path(netns.OWNERS_DIR, f"{tag}.pid").unlink(missing_ok=True)
+            Path(netns.OWNERS_DIR, f"{tag}.lock").unlink(missing_ok=True)
 
 
 @needs_root

@@ -210,6 +210,10 @@ def test_results_files_written(tmp_path):
     rows = (tmp_path / "out" / "sim_bandwidth_bytes_per_s.csv").read_text().splitlines()
     assert [r.split(",")[1 + i] for i, r in enumerate(rows[1:])] == ["", "", "", ""]
     assert "None" not in "".join(rows)
+    # A pair that sent nothing has no achieved rate either: empty, the sender's a number.
+    rows = (tmp_path / "out" / "sim_achieved_bytes_per_s.csv").read_text().splitlines()
+    first = rows[1].split(",")
+    assert first[1] == first[3] == first[4] == "" and float(first[2]) > 0
 
 
 def _write(tmp_path, cfg):

@@ -247,8 +247,17 @@ def test_sweep_paths_with_spaces_and_relative_ones_reach_the_proxy_whole(tmp_pat
 def test_an_out_folder_slurm_cannot_name_is_refused(tmp_path, capsys):
     out = tmp_path / "a b"
     assert slurm.main(["scaling", "--model", "dlrm", "--np", "2", "--out", str(out)]) == 2
-    assert "#SBATCH lines cannot hold a path with spaces" in capsys.readouterr().err
+    assert "#SBATCH lines and the job's file names cannot hold spaces" in capsys.readouterr().err
     assert not out.exists()
+    # Nor a log or results folder Slurm or the shell would read otherwise.
+    for opt, bad in (
+        ("--logs-dir", "my logs"),
+        ("--logs-dir", "l%j"),
+        ("--results-dir", 'r$(id)"'),
+    ):
+        args = ["scaling", "--model", "dlrm", "--np", "2", "--out", str(tmp_path / "ok"), opt, bad]
+        assert slurm.main(args) == 2
+        assert f"{opt} {bad!r}: #SBATCH lines" in capsys.readouterr().err
 
 
 def test_sweep_rejects_points_the_layout_cannot_run(tmp_path, capsys):

@@ -91,3 +91,16 @@ def test_a_fitted_payload_share_above_a_full_frame_is_noise_and_capped():
     c = Cluster(g)
     cal = calibrate_links(lambda peer: _doc(10e-6, 0.0, 2, 12.5e6, 12.6e6), c)
     assert cal.efficiency_by_rate == pytest.approx({100e6 / 8: 1448 / 1514})
+
+
+def test_the_ring_trainer_on_the_testbed_runs_iters_steps_and_records_them():
+    from simnet.config import ConfigError, load_config
+    from workflows.testbed import trainer_config
+
+    cfg = load_config({"distributed": {"num_nodes": 2}})  # the ring trainer, 5 x 100 steps
+    ran = trainer_config(cfg, 3, None)
+    assert (ran.training.num_epochs, ran.training.steps_per_epoch) == (1, 3)
+    with pytest.raises(ConfigError, match="--warmup: the ring trainer runs its own warm-up"):
+        trainer_config(cfg, 3, 1)
+    proxy = load_config({"distributed": {"num_nodes": 2}, "workload": {"name": "dlrm"}})
+    assert trainer_config(proxy, 3, 1) is proxy

@@ -764,8 +764,8 @@ def _bw_text(bw: float | None) -> str:
 
 
 POOR_FIT_R2 = 0.9
-"""A fit explaining less of its times' variance than this is flagged (as calibrate-host
-flags its own)."""
+"""A fit explaining less of its measurements' variance than this is flagged as poor (a
+negative R^2: worse than their mean); calibrate-host flags its fits by it too."""
 
 
 def summary_text(cal: Calibration, out_path: Path | None) -> str:

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from simnet.hostparams import HostCalibration, HostCalibrationError, HostParams
+from workflows.calibrate import POOR_FIT_R2
 from workflows.launcher import mpiexec
 from workload.brief_argparse import BriefParser
 from workload.results import output_file_problem, write_json
@@ -90,8 +91,10 @@ def _dist_version(name: str) -> str | None:
 # makes earlier calibrations stale. 2: the proxies' buffers became private mappings
 # (shared ones had cost MPICH's single-copy transfers a third of their speed) and
 # collectives send from a separate buffer, and the calibration measures with a
-# never-written send buffer as they have.
-METHOD = 2
+# never-written send buffer as they have. 3: a calibration keeps per rank count one
+# repeat's parameters whole (2 saved each parameter's median over the repeats, a model
+# no repeat measured).
+METHOD = 3
 
 
 def host_key() -> dict[str, Any]:
@@ -649,6 +652,10 @@ def merge_calibrations(old: HostCalibration, new: HostCalibration) -> HostCalibr
     )
 
 
+RUN_FIELDS = ("rank_copy_bandwidth_gb_per_s", "compute_overhead_us", "compute_stretch")
+"""Parameters a calibration run measures once, whatever the rank count."""
+
+
 def median_calibration(runs: Sequence[HostCalibration]) -> HostCalibration:
     """Per rank count, the whole parameter set of one run: the run whose copy bandwidth
     there is the median of the runs' (a typical measurement), with that run's fits and
@@ -662,6 +669,8 @@ def median_calibration(runs: Sequence[HostCalibration]) -> HostCalibration:
         for p in run.by_ranks:
             by_n.setdefault(p.ranks_per_host, []).append((i, p))
     names = [f.name for f in fields(HostParams) if f.name != "ranks_per_host"]
+    # Each run's parameters at its smallest count (where its run-level fits are).
+    by_run = {i: min(run.by_ranks, key=lambda q: q.ranks_per_host) for i, run in enumerate(runs)}
     chosen: list[HostParams] = []
     fits: list[dict[str, Any]] = []
     points: list[dict[str, Any]] = []
@@ -669,7 +678,14 @@ def median_calibration(runs: Sequence[HostCalibration]) -> HostCalibration:
     for n, ips in sorted(by_n.items()):
         med = float(np.median([p.copy_bandwidth_gb_per_s for _, p in ips]))
         i, p = min(ips, key=lambda ip: (abs(ip[1].copy_bandwidth_gb_per_s - med), ip[0]))
-        first_run = i if first_run is None else first_run
+        if first_run is None:
+            first_run = i
+        else:
+            # What a run measures once for every count (the sleep; the 2-rank pingpong's
+            # rank copy rate) is the run's chosen at the smallest count, whose fits of
+            # them are kept: the same at every count.
+            once = {f: getattr(by_run[first_run], f) for f in RUN_FIELDS}
+            p = replace(p, **once)
         chosen.append(p)
         fits += [f for f in runs[i].fits if f.get("ranks") == n]
         points += [q for q in runs[i].points if q.get("ranks") == n]
@@ -685,11 +701,6 @@ def median_calibration(runs: Sequence[HostCalibration]) -> HostCalibration:
     ]
     base = runs[first_run if first_run is not None else 0]
     return HostCalibration(base.key, base.created, chosen, fits + spread, points)
-
-
-POOR_FIT_R2 = 0.9
-"""A fit explaining less of its measurements' variance than this is flagged as poor (a
-negative R^2: worse than their mean)."""
 
 
 def summary_text(cal: HostCalibration) -> str:

@@ -39,16 +39,26 @@ class ThisMachine:
         params, note = cal.at(world_size)
         notes = [note] if note else []
         here = hostcal.host_key()
-        differs = [
-            f"{k} {cal.key[k]} (here {here[k]})"
-            for k in ("hostname", "cores", "machine", "mpich", "openmpi")
-            if k in cal.key and cal.key[k] != here[k]
-        ]
+
+        def differ(keys: tuple[str, ...]) -> list[str]:
+            return [
+                f"{k} {cal.key[k]} (here {here[k]})"
+                for k in keys
+                if k in cal.key and cal.key[k] != here[k]
+            ]
+
+        host, software = differ(("hostname", "cores", "machine")), differ(("mpich", "openmpi"))
         elsewhere = None
-        if differs:
+        if host:
             elsewhere = f"{cal.key.get('hostname')}, {cal.key.get('cores')} cores"
             notes.append(
-                f"the host calibration {source} was not made on this machine: " + ", ".join(differs)
+                f"the host calibration {source} was not made on this machine: "
+                + ", ".join(host + software)
+            )
+        elif software:
+            notes.append(
+                f"the host calibration {source} was made here with other MPI software: "
+                + ", ".join(software)
             )
         return cls(params, source, notes, cal.key.get("cores"), elsewhere)
 

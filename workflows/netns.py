@@ -33,6 +33,7 @@ Units: edge bandwidths in bytes/s as the graph holds them, rates in bits per sec
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import secrets
@@ -95,54 +96,67 @@ def namespaces() -> list[str]:
 # A cluster's namespaces: its tag ("cs" and 6 hex digits), then h<i>, s<i> or c.
 _OUR_NAME = re.compile(rf"^({PREFIX}[0-9a-f]{{6}})(?:[hs]\d+|c)$")
 OWNERS_DIR = "/run/commsim-testbed"
-"""Where a cluster records the process that made it (``<tag>.pid``), so that namespaces
-a killed run left behind can be told from a running one's."""
+"""Where a cluster keeps ``<tag>.lock``, locked (flock) by the process that made it for
+as long as the cluster exists: namespaces whose lock nobody holds were left by a run that
+was killed (the kernel drops a dead process's locks; no pid is compared, so neither a
+reused pid nor another PID namespace misleads it)."""
 
 
 def _owner_file(tag: str) -> str:
-    return os.path.join(OWNERS_DIR, f"{tag}.pid")
+    return os.path.join(OWNERS_DIR, f"{tag}.lock")
 
 
-def _alive(pid: int) -> bool:
+def _take_lock(path: str) -> int | None:
+    """An fd holding ``path``'s exclusive lock, or None if another process holds it."""
+    fd = os.open(path, os.O_RDWR)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
-def remove_stale() -> list[str]:
-    """Remove the namespaces of clusters whose maker is gone (a run killed with SIGKILL
-    cannot remove its own): those of this module's names whose owner file is missing or
-    names a process that has ended. Returns the names removed."""
+def remove_stale() -> tuple[list[str], list[str]]:
+    """Remove the namespaces of clusters whose maker has ended (a run killed with SIGKILL
+    cannot remove its own): those of this module's names whose lock file nobody holds.
+    Returns (the names removed, the names of this module's pattern left alone because no
+    lock file says whose they are, e.g. made by an older version)."""
     tags: dict[str, list[str]] = {}
     for name in namespaces():
         m = _OUR_NAME.match(name)
         if m:
             tags.setdefault(m[1], []).append(name)
-    removed = []
+    removed: list[str] = []
+    unknown: list[str] = []
     for tag, names in sorted(tags.items()):
         try:
-            with open(_owner_file(tag)) as f:
-                pid = int(f.read().strip() or 0)
-        except (OSError, ValueError):
-            pid = 0
-        if pid and _alive(pid):
+            fd = _take_lock(_owner_file(tag))
+        except OSError:  # no lock file: whose they are is not known
+            unknown += sorted(names)
+            continue
+        if fd is None:
             continue  # a running testbed's
-        for name in names:
-            r = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True,
-                               timeout=20)  # fmt: skip
-            for p in (int(x) for x in r.stdout.split() if x.isdigit()):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(p, signal.SIGKILL)
-        for name in sorted(names, reverse=True):
-            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=20)
-        with contextlib.suppress(OSError):
-            os.unlink(_owner_file(tag))
-        removed += sorted(names)
-    return removed
+        try:
+            for name in names:
+                for pid in _netns_pids(name):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            for name in sorted(names, reverse=True):
+                r = subprocess.run(["ip", "netns", "del", name], capture_output=True,
+                                   timeout=20)  # fmt: skip
+                if r.returncode == 0:
+                    removed.append(name)
+            if set(names) <= set(removed):
+                os.unlink(_owner_file(tag))
+        finally:
+            os.close(fd)
+    return sorted(removed), unknown
+
+
+def _netns_pids(name: str) -> list[int]:
+    r = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True, timeout=20)
+    return [int(p) for p in r.stdout.split() if p.isdigit()]
 
 
 def size_problem(graph: nx.DiGraph) -> str | None:
@@ -284,10 +298,14 @@ class Cluster:
         self.remove()
 
     def _add_ns(self, name: str) -> None:
-        if not self.made:  # the first: say who made them (see remove_stale)
-            os.makedirs(OWNERS_DIR, exist_ok=True)
-            with open(_owner_file(self.tag), "w") as f:
-                f.write(f"{os.getpid()}\n")
+        if not self.made:  # the first: hold the cluster's lock (see remove_stale)
+            try:
+                os.makedirs(OWNERS_DIR, exist_ok=True)
+                fd = os.open(_owner_file(self.tag), os.O_RDWR | os.O_CREAT, 0o644)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                self._owner_fd = fd
+            except OSError:
+                pass  # (an unwritable /run: a killed run's namespaces stay as unknown)
         _run(["ip", "netns", "add", name])
         self.made.append(name)
         # Every node routes; the model's routes may come back asymmetric, so no reverse
@@ -415,17 +433,12 @@ class Cluster:
                 out.setdefault(port.ns, []).append(line)
         return out
 
-    def _pids(self, name: str) -> list[int]:
-        r = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True,
-                           timeout=20)  # fmt: skip
-        return [int(p) for p in r.stdout.split() if p.isdigit()]
-
     def remove(self) -> None:
         """Kill what still runs in the namespaces this cluster made, delete them (their
         links go with them), then check that none is left; raises TestbedError naming
         any that is."""
         for name in self.made:
-            for pid in self._pids(name):
+            for pid in _netns_pids(name):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         for name in reversed(self.made):
@@ -434,8 +447,12 @@ class Cluster:
         self.made = left
         if left:
             raise TestbedError(f"could not remove namespaces {', '.join(left)}")
-        with contextlib.suppress(OSError):
-            os.unlink(_owner_file(self.tag))
+        fd = getattr(self, "_owner_fd", None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(_owner_file(self.tag))
+            os.close(fd)
+            self._owner_fd = None
 
     # -- counters -------------------------------------------------------------------------
 

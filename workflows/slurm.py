@@ -143,11 +143,17 @@ def _script_dir(ns: argparse.Namespace) -> str:
     wherever they are submitted from. Slurm's ``#SBATCH`` lines hold no quoting, so the
     path must be one word."""
     where = os.path.abspath(os.path.expanduser(ns.out))
-    if any(c.isspace() for c in where) or "#" in where:
-        raise StudyError(
-            f"--out {where!r}: #SBATCH lines cannot hold a path with spaces or '#'; "
-            "choose another folder"
-        )
+    for opt, path in (
+        ("--out", where),
+        ("--logs-dir", ns.logs_dir),
+        ("--results-dir", ns.results_dir),
+    ):
+        # (Slurm expands % in its file names; the results folder goes into a shell line)
+        if not path or any(c.isspace() or c in "#%$`\"'\\" for c in path):
+            raise StudyError(
+                f"{opt} {path!r}: #SBATCH lines and the job's file names cannot hold "
+                "spaces, quotes or any of # % $ `; choose another folder"
+            )
     return where
 
 

@@ -36,6 +36,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, as_completed
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -60,6 +61,7 @@ from .study.pool import (
     Terminated,
     launch_rank,
     open_pool,
+    resolve_kind,
     sigterm_interrupts,
     stop_workers,
 )
@@ -375,8 +377,13 @@ def run_plan(
         else:
             say("\ninterrupted: waiting for the points being simulated (Ctrl-C again: at once)")
             pool.shutdown(wait=True)
-        # A point that was being written when the interrupt came is complete: count it.
+        # A point that was being written when the interrupt came is complete: count it
+        # (and one the interrupt caught between its status and its count).
         for pt in todo:
+            if pt.status == "complete" and pt.index not in manifest.run["computed"]:
+                pt.computed_in_run = manifest.run["run"]
+                manifest.run["computed"].append(pt.index)
+                done += 1
             if pt.status == "pending":
                 res = read_complete(out / pt.file, pt.config_hash)
                 if res is not None:
@@ -492,8 +499,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"error: --workers must be >= 1 (got {ns.workers})")
         return EXIT_USAGE
     workers = ns.workers or min(os.cpu_count() or 1, max(1, len(plan.points)))
+    # SIGTERM is taken as an interrupt by a local pool's driver, which can stop its
+    # workers; MPI ranks keep the default (the launcher ends them all).
+    on_term = sigterm_interrupts() if resolve_kind(ns.executor) != "mpi" else nullcontext()
     try:
-        with sigterm_interrupts(), open_pool(ns.executor, workers) as (pool, desc):
+        with on_term, open_pool(ns.executor, workers) as (pool, desc):
             if pool is None:  # an MPI rank that served as a worker
                 return 0
             return run_plan(plan, pool, desc, say, quiet=ns.quiet)

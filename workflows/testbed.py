@@ -34,6 +34,7 @@ import json
 import math
 import os
 import shlex
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -481,7 +482,8 @@ def traffic_document(
                 "predicted_bytes": pred,
                 # None where the program sends nothing (the library's own set-up and
                 # acknowledgements): -100% would read as a prediction that failed.
-                "error_pct": _error_pct(pred, payload) if pred else None,
+                # (and where nothing was counted: no relative error to give)
+                "error_pct": _error_pct(pred, payload) if pred and payload > 0 else None,
             }
         )
     busy = [p for p in pairs if p["predicted_bytes"] or p["payload_bytes"] > 1 << 16]
@@ -548,6 +550,21 @@ def trainer_workload(cfg: Config, out: Path) -> TestbedWorkload:
     return TestbedWorkload(argv, path, measured, None, [], [], steps + settings.warmup, 1)
 
 
+def trainer_config(cfg: Config, iters: int, warmup: int | None) -> Config:
+    """The configuration the testbed runs: the ring trainer's training as ``iters`` steps
+    in one epoch (the configured 500 steps by default, on links of 100 Mbit/s, would take
+    hours), so that the recorded configuration is what ran; others as they are."""
+    from workload.models import MODELS
+
+    model = MODELS.get(cfg.workload.name)
+    if model is None or model.trainer_module is None:
+        return cfg
+    if warmup is not None:
+        raise ConfigError("--warmup: the ring trainer runs its own warm-up step; leave it out")
+    steps = cfg.training.model_copy(update={"num_epochs": 1, "steps_per_epoch": iters})
+    return cfg.model_copy(update={"training": steps})
+
+
 def proxy_workload(cfg: Config, iters: int, warmup: int, out: Path) -> TestbedWorkload:
     """The configured proxy (or the ring trainer) with ``iters`` timed iterations."""
     from workload.models import MODELS
@@ -558,10 +575,7 @@ def proxy_workload(cfg: Config, iters: int, warmup: int, out: Path) -> TestbedWo
             f"workload.name: unknown model {cfg.workload.name!r}; known: {', '.join(MODELS)}"
         )
     if MODELS[cfg.workload.name].trainer_module is not None:
-        # --iters training steps in one epoch: the configured training (500 steps by
-        # default) on links of 100 Mbit/s would take hours.
-        steps = cfg.training.model_copy(update={"num_epochs": 1, "steps_per_epoch": iters})
-        return trainer_workload(cfg.model_copy(update={"training": steps}), out)
+        return trainer_workload(cfg, out)  # (as trainer_config sized it)
     spec = RunSpec(
         model=cfg.workload.name,
         args=tuple(cfg.workload.args),
@@ -672,11 +686,21 @@ def run(
     env = dict(os.environ, **MPI_OVER_TCP, **{SHARING_CORES_VAR: str(cfg.world_size)})
     out.mkdir(parents=True, exist_ok=True)
     check_available()
-    stale = remove_stale()
+    try:
+        stale, unknown = remove_stale()
+    except (OSError, subprocess.SubprocessError) as e:
+        stale, unknown = [], []
+        say(f"note: could not look for namespaces a killed testbed left ({e})")
     if stale:
         say(
             f"removed {len(stale)} namespace(s) an earlier testbed left when it was killed: "
             + ", ".join(stale)
+        )
+    if unknown:
+        say(
+            f"note: namespaces {', '.join(unknown)} look like a testbed's but no lock says "
+            "whose (an older version's?); if no testbed runs, remove them with "
+            "`ip netns del NAME`"
         )
     machine = ThisMachine.calibrate(cfg.world_size, say, params_file=host_params)
     with (
@@ -928,7 +952,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=5,
         help="timed iterations; the ring trainer's training steps, in one epoch (default 5)",
     )
-    p.add_argument("--warmup", type=int, default=1, help="warm-up iterations (default 1)")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        help="warm-up iterations (default 1; not with the "
+        "ring trainer, which runs its own warm-up step)",
+    )
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per MPI run")
     p.add_argument(
         "--microbench",
@@ -965,7 +995,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = p.parse_args(argv)
     try:
         for name in ("iters", "warmup"):
-            if getattr(ns, name) < (1 if name == "iters" else 0):
+            v = getattr(ns, name)
+            if v is not None and v < (1 if name == "iters" else 0):
                 raise ConfigError(f"--{name} must be >= {1 if name == 'iters' else 0}")
         if not ns.timeout > 0:
             raise ConfigError(f"--timeout must be a number of seconds > 0 (got {ns.timeout:g})")
@@ -992,9 +1023,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if len(sizes) != 3:
                 raise ConfigError(f"--sizes: FIRST,LAST,FACTOR (got {ns.sizes!r})")
             work = microbench_workload(ns.microbench.split(","), ns.algorithm, sizes,
-                                       cfg.world_size, ns.iters, ns.warmup, out)  # fmt: skip
+                                       cfg.world_size, ns.iters,
+                                       1 if ns.warmup is None else ns.warmup, out)  # fmt: skip
         else:
-            work = proxy_workload(cfg, ns.iters, ns.warmup, out)
+            cfg = trainer_config(cfg, ns.iters, ns.warmup)
+            work = proxy_workload(cfg, ns.iters, 1 if ns.warmup is None else ns.warmup, out)
         out.mkdir(parents=True, exist_ok=True)
         mark_unfinished(out, "python -m simnet testbed")  # every check passed: it runs
         doc = run(

@@ -15,6 +15,7 @@ the same on a laptop and on a cluster. mpi4py is imported only for ``mpi``.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import sys
@@ -133,8 +134,15 @@ def open_pool(
         return
     if kind == "local":
         n = max(1, workers or os.cpu_count() or 1)
+        # Forked workers (as Linux's default was before Python 3.14, which forks a
+        # server that starts them): their parent is this process, the one whose end
+        # _die_with_parent watches for.
+        fork = "fork" in multiprocessing.get_all_start_methods()
         ex = ProcessPoolExecutor(
-            max_workers=n, initializer=_die_with_parent, initargs=(os.getpid(),)
+            max_workers=n,
+            mp_context=multiprocessing.get_context("fork") if fork else None,
+            initializer=_die_with_parent if fork else None,
+            initargs=(os.getpid(),) if fork else (),
         )
         try:
             yield ex, f"local process pool ({n} workers)"
