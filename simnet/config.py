@@ -863,6 +863,20 @@ def ring_orders(permutations: list[int | list[int]], n: int) -> list[list[int]]:
     return orders
 
 
+def same_links(orders: list[list[int]]) -> list[tuple[int, int]]:
+    """Pairs (i, j), i < j, of ring orders that are one cycle in the same direction (a
+    rotation of it): their hops are the same links, so splitting data over them adds no
+    path."""
+
+    def hops(order: list[int]) -> frozenset[tuple[int, int]]:
+        return frozenset(zip(order, order[1:] + order[:1], strict=True))
+
+    edges = [hops(o) for o in orders]
+    return [
+        (i, j) for i in range(len(edges)) for j in range(i + 1, len(edges)) if edges[i] == edges[j]
+    ]
+
+
 class ConfigError(ValueError):
     """A configuration problem, worded for the user (field and fix)."""
 

@@ -902,11 +902,19 @@ class PhaseSim:
         if eager:
             if rw is not None:
                 self.net.start_transfer(pl[src], pl[dst], size_bytes, _delivered2, None, rw)
-                return True
-            # The data leaves now and the send completes at once.
-            msg = [None, None]
-            self.net.start_transfer(pl[src], pl[dst], size_bytes, _delivered, msg)
-            _push(self._p2p_sends, c, msg)
+            else:
+                msg = [None, None]
+                self.net.start_transfer(pl[src], pl[dst], size_bytes, _delivered, msg)
+                _push(self._p2p_sends, c, msg)
+            # The send completes when its sender has paid LogGP's o for it (the data
+            # leaves then; the sender's messages pay it one after another), at once
+            # without one.
+            net = self.net
+            if net.send_overhead_s > 0.0 and pl[src] != pl[dst]:
+                delay = net._send_free[pl[src]] - self.env.now
+                if delay > 0.0:
+                    net.call_later(delay, _overhead_paid, waiter)
+                    return False
             return True
         # Rendezvous: the send pays its overhead now, as it is posted (its request-to-send).
         posted = self.net.send_overhead_end(pl[src], pl[dst], self.env.now)
@@ -1185,6 +1193,12 @@ def _delivered2(sw: _Waiter | None, rw: _Waiter) -> None:
     _tick(rw)
     if sw is not None:
         _tick(sw)
+
+
+def _overhead_paid(w: _Waiter) -> None:
+    """An eager send's sender has paid its overhead: the send is complete (a Python-level
+    callable for the network's timer, where ``_tick`` is a C function when compiled)."""
+    _tick(w)
 
 
 def _tick(w: _Waiter) -> None:

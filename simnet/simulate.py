@@ -6,6 +6,7 @@ machine could run (e.g. the GPT-3 proxy at 384 ranks).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import math
@@ -39,6 +40,7 @@ from .config import (
     apply_link_params,
     load_config,
     ring_orders,
+    same_links,
 )
 from .executor import AlgorithmPolicy, PhaseSim, SimExecutor
 from .hostparams import HostCalibrationError, apply_host_params
@@ -182,6 +184,14 @@ def build_topology(cfg: Config) -> tuple[nx.DiGraph, list[str]]:
             g = topologies.ring(
                 n, bandwidth_bytes_per_s=bw, latency_s=lat, bidirectional=t.bidirectional
             )
+            if len(t.permutations) > 1:
+                with contextlib.suppress(ValueError):  # (refused where the rings are read)
+                    for i, j in same_links(ring_orders(t.permutations, n)):
+                        assumed.append(
+                            f"topology.permutations[{j}] is ring {i} rotated: the same links "
+                            "in the same direction, so the data split over them takes one "
+                            "ring's path (a reversed or reordered ring adds links)"
+                        )
         elif t.type in ("hierarchical", "rail_optimised"):
             size, intra, inter, intra_lat, inter_lat = _two_levels(cfg, assumed)
             if t.type == "hierarchical":

@@ -469,3 +469,45 @@ def test_a_host_calibration_made_here_with_other_mpi_software_says_only_that(tmp
         f"(here {host_key()['mpich']})"
     ]
     assert machine.elsewhere is None and "calibrated here" in machine.why()
+
+
+def test_this_machine_caps_the_ring_trainers_pairs_at_its_pacing(tmp_path):
+    # The trainer paces every pair to the limit: below the host's copy rate, the host
+    # model's ranks copy no faster (its prediction was 7.5 ms against 56 ms measured at
+    # 0.5 GB/s); above it, the limit changes nothing.
+    from workflows.machine import ThisMachine, machine_result
+
+    machine = ThisMachine.calibrate(2, print, params_file=str(host_params_file(tmp_path, 2, 20.0)))
+    base = {"distributed": {"num_nodes": 2}, "topology": {"type": "ring", "num_nodes": 2},
+            "training": {"steps_per_epoch": 1}, "workload": {"scale": 0.1}}  # fmt: skip
+
+    def run(limit: float):
+        cfg = {**base, "distributed": {"num_nodes": 2, "bandwidth_limit_gb_per_s": limit}}
+        return machine_result(load_config(cfg), machine)
+
+    slow, fast, faster = run(0.5), run(15.0), run(100.0)
+    assert (
+        "the ring trainer paces every pair to 0.5 GB/s: a rank's copies capped there (the "
+        "host copies 20 GB/s for one rank)"
+    ) in slow.assumed
+    assert not any("paces" in a for a in faster.assumed)
+    assert slow.iteration_time_s > 5 * faster.iteration_time_s
+    assert fast.iteration_time_s >= faster.iteration_time_s
+
+
+def test_a_trainer_world_smaller_than_the_topology_compares_its_ranks_pairs(tmp_path):
+    # 2 ranks on the first 2 of 4 ring endpoints: the measured 2 x 2 matrices against the
+    # predicted pairs of those endpoints (it was a shapes (2,2) (4,4) traceback).
+    cfg = quick_config(
+        tmp_path,
+        training={"num_epochs": 1, "steps_per_epoch": 2},
+        topology={"permutations": [0]},
+        workload={"world_size": 2},
+    )
+    r = run_job(cfg)
+    assert r.returncode == 0, r.stdout + r.stderr
+    comparison = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    assert comparison["equal"] is True
+    (epoch,) = comparison["epochs"]
+    assert epoch["reduce_scatter"]["measured_bytes"] == epoch["reduce_scatter"]["predicted_bytes"]
+    assert epoch["reduce_scatter"]["measured_bytes"] > 0

@@ -82,15 +82,23 @@ def trainer_command(cfg: Config, out_dir: Path) -> list[str]:
 
 # -- metrics ----------------------------------------------------------------------------
 def traffic_comparison(
-    measured: TrainerRun, predicted_parts: dict[str, np.ndarray], steps: int
+    measured: TrainerRun,
+    predicted_parts: dict[str, np.ndarray],
+    steps: int,
+    placement: list[int] | None = None,
 ) -> dict[str, Any]:
-    """Measured per-epoch pair bytes against simnet's (one step x steps), per phase."""
+    """Measured per-epoch pair bytes against simnet's (one step x steps), per phase;
+    ``placement``: each rank's endpoint in the predicted matrices (default: rank r on
+    endpoint r), so that a world smaller than the topology compares its ranks' pairs."""
     out: dict[str, Any] = {"epochs": [], "equal": True}
     for e in measured.epochs:
         row = {"epoch": e["epoch"]}
         for phase, part in PHASE_PARTS.items():
             meas = np.array(e["traffic_bytes"][phase], dtype=np.int64)
-            pred = predicted_parts.get(part, np.zeros_like(meas)) * steps
+            n = len(meas)
+            at = np.asarray(placement if placement is not None else range(n))[:n]
+            full = predicted_parts.get(part)
+            pred = np.zeros_like(meas) if full is None else full[np.ix_(at, at)] * steps
             diff = int(np.abs(meas - pred).max()) if meas.size else 0
             row[phase] = {
                 "measured_bytes": int(meas.sum()),
@@ -168,6 +176,11 @@ def metrics_text(
         for o in measured.buffer_overruns
     ]
     warnings += [f"assumed in the prediction: {a}" for a in assumed]
+    # (the host model's own: the calibration it came from, an interpolated rank count, a
+    # file from elsewhere, the trainer's pacing)
+    warnings += [
+        f"assumed on this machine: {a}" for a in comparison.get("this_machine_assumed", [])
+    ]
     if not comparison["equal"]:
         warnings.append("measured and predicted traffic differ (see comparison.json)")
     lines += warnings or ["none"]
@@ -315,7 +328,7 @@ def _run(cfg: Config, out: Path, say: Any, machine: ThisMachine | None) -> int:
     files += write_measured(out, measured)
     steps = cfg.training.steps_per_epoch
     parts = res.phases[0].part_traffic_bytes
-    comparison = traffic_comparison(measured, parts, steps)
+    comparison = traffic_comparison(measured, parts, steps, res.placement)
     step_pred = res.iteration_time_s
     total = measured.total_time_s
     n_steps = cfg.training.num_epochs * steps
@@ -339,6 +352,7 @@ def _run(cfg: Config, out: Path, say: Any, machine: ThisMachine | None) -> int:
             e["this_machine_s"] = step_m * steps
         comparison["this_machine"] = machine.describe()
         comparison["this_machine_why"] = machine.why()
+        comparison["this_machine_assumed"] = res_m.assumed
         if measured.ops:
             comparison["this_machine_ops"] = op_comparison(measured, res_m)
     comparison["assumed"] = res.assumed

@@ -113,10 +113,25 @@ class ThisMachine:
 def machine_result(cfg: Config, machine: ThisMachine, **kw: Any):  # -> SimResult
     """The configured workload simulated on the calibrated host: every rank on it, the
     host's copy capacity and per-message cost, and its reduction cost."""
+    from dataclasses import replace
+
     from simnet.simulate import simulate
     from workflows import hostcal
+    from workload.models import MODELS
 
     p = machine.params
+    paced = []
+    limit = cfg.distributed.bandwidth_limit_gb_per_s
+    model = MODELS.get(cfg.workload.name)
+    trainer = model is not None and model.trainer_module is not None
+    # The ring trainer paces every pair to the limit, and a rank sends to one peer at a
+    # time in its rings: its copies go no faster than that, however fast the host.
+    if trainer and 0 < limit < p.rank_copy_bandwidth_gb_per_s:
+        paced.append(
+            f"the ring trainer paces every pair to {limit:g} GB/s: a rank's copies capped "
+            f"there (the host copies {p.rank_copy_bandwidth_gb_per_s:.3g} GB/s for one rank)"
+        )
+        p = replace(p, rank_copy_bandwidth_gb_per_s=limit)
     cpu = p.processor_updates()
     mcfg = cfg.model_copy(
         update={
@@ -141,6 +156,7 @@ def machine_result(cfg: Config, machine: ThisMachine, **kw: Any):  # -> SimResul
         f"library's collectives ({p.alltoall_step_latency_us:.3g} us for alltoall), "
         f"from {machine.source}",
         *machine.notes,
+        *paced,
     ]
     return simulate(
         mcfg, record_series=False, topology=hostcal.host_graph(p), topology_notes=notes, **kw
