@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import gc
 import json
 import sys
@@ -82,6 +83,16 @@ def main(argv: Sequence[str] | None = None, subcommands: Sequence[str] = ()) -> 
 
 def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if subcommands and args and not args[0].startswith("-"):
+        # A word where an option or a subcommand is due: a mistyped subcommand, likeliest.
+        near = difflib.get_close_matches(args[0], subcommands, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        print(
+            f"python -m simnet: error: unknown subcommand {args[0]!r}{hint} (subcommands: "
+            f"{', '.join(subcommands)}; a simulation: python -m simnet --config FILE)",
+            file=sys.stderr,
+        )
+        return 2
     ns = build_parser(subcommands).parse_args(args)
     if ns.schema:
         print(json.dumps(schema(), indent=1))

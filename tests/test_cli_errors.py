@@ -215,3 +215,12 @@ def test_a_launcher_of_another_mpi_is_refused(tmp_path):
         env={**env, "SLURM_NTASKS": "4"},
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_mistyped_subcommand_is_named_with_the_nearest():
+    r = _run("simnet", "swep")
+    assert r.returncode == 2
+    assert r.stderr.strip().startswith(
+        "python -m simnet: error: unknown subcommand 'swep'; did you mean 'sweep'? "
+        "(subcommands: calibrate, "
+    )

@@ -181,8 +181,9 @@ def test_real_run_matches_prediction_to_the_byte(tmp_path):
     assert [m[k] for k in ("model", "world_size", "args", "scale", "phases")] == [
         p[k] for k in ("model", "world_size", "args", "scale", "phases")
     ]
-    steps = [e["step_s"]["mean"] for e in measured["epochs"]]
-    assert m["iteration_time_s"] == pytest.approx(sum(steps) / len(steps), rel=1e-12)
+    # The step as the job's "measured per step": the training's total over its steps.
+    comparison = json.loads((out / "comparison.json").read_text())
+    assert m["iteration_time_s"] == pytest.approx(comparison["time"]["measured_step_s"], rel=1e-12)
     assert m["source"].endswith("measured.json")
     assert m["network"] == "measured" and p["network"] == "ring 4"  # the configured one
 
@@ -219,7 +220,9 @@ def test_buffer_overrun_reported_with_step_and_pair(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     text = (tmp_path / "out" / "training_metrics.txt").read_text()
     assert "buffer overrun: reduce_scatter step 0 rank 0 -> rank 1:" in text
-    assert "> buffer 1000 B" in text
+    # A ring's reduce-scatter sends p - 1 = 3 blocks to the next rank per step: over the
+    # timed step and the warm-up's, 6 times, and said so.
+    assert "> buffer 1000 B (6 times, the warm-up step's included)" in text
 
 
 def _left_running(tmp_path: Path, within_s: float = 20.0) -> str:
@@ -366,6 +369,7 @@ def test_the_job_runs_a_proxy_workload_with_both_predictions(tmp_path):
                 "topology": {"type": "switch", "num_nodes": 4},
                 "logging": {"log_dir": str(tmp_path / "out")},
                 "workload": {"name": "dlrm", "scale": 0.01, "iterations": 2},
+                "training": {"steps_per_epoch": 3},  # the trainer's: said to be unused
             }
         )
     )
@@ -374,6 +378,9 @@ def test_the_job_runs_a_proxy_workload_with_both_predictions(tmp_path):
     (out / "earlier_run.png").write_bytes(b"\x89PNG\r\n\x1a\n")
     r = run_job(cfg, "--host-params", str(host_params_file(tmp_path, 4, 2.0)))
     assert r.returncode == 0, r.stdout + r.stderr
+    assert "note: training.steps_per_epoch: the ring trainer's; the proxy runs its own" in (
+        r.stdout + r.stderr
+    )
     assert not (out / "RUN_INCOMPLETE.txt").exists()
     comparison = json.loads((out / "comparison.json").read_text())
     (phase,) = comparison["phases"]
@@ -511,3 +518,11 @@ def test_a_trainer_world_smaller_than_the_topology_compares_its_ranks_pairs(tmp_
     (epoch,) = comparison["epochs"]
     assert epoch["reduce_scatter"]["measured_bytes"] == epoch["reduce_scatter"]["predicted_bytes"]
     assert epoch["reduce_scatter"]["measured_bytes"] > 0
+
+
+def test_recalibrating_without_a_host_model_is_refused(tmp_path):
+    r = run_job(quick_config(tmp_path), "--no-host-model", "--recalibrate")
+    assert r.returncode == 2
+    assert r.stderr.strip() == (
+        "error: --recalibrate measures this host for its prediction; --no-host-model makes none"
+    )

@@ -172,7 +172,7 @@ def metrics_text(
     warnings = [
         f"buffer overrun: {o['op']} step {o['first_step']} rank {o['src']} -> rank "
         f"{o['dst']}: {o['size_bytes']} B > buffer {o['buffer_bytes']} B "
-        f"({o['count']} times)"
+        f"({o['count']} times, the warm-up step's included)"
         for o in measured.buffer_overruns
     ]
     warnings += [f"assumed in the prediction: {a}" for a in assumed]
@@ -428,6 +428,12 @@ def run_proxy_workload(cfg: Config, out: Path, say: Any, machine: ThisMachine | 
     meas_path = out / "measured_proxy.json"
     say(f"== real run: {cfg.world_size} processes of proxies.{cfg.workload.name} ==")
     cmd, notes = proxy_command(cfg, meas_path, out / "measured_proxy.trace.json", None, None)
+    unused = sorted({"num_epochs", "steps_per_epoch"} & cfg.training.model_fields_set)
+    if unused:
+        notes.append(
+            f"{', '.join(f'training.{f}' for f in unused)}: the ring trainer's; the proxy "
+            "runs its own iterations (python -m simnet validate --iters N chooses them)"
+        )
     for n in notes:
         say(f"note: {n}")
     rc, _ = run_proxy(cmd, timeout_s=0)
@@ -534,6 +540,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--recalibrate", action="store_true", help="measure this host again")
     ns = p.parse_args(argv)
+    if ns.no_host_model and ns.recalibrate:
+        print(
+            "error: --recalibrate measures this host for its prediction; --no-host-model "
+            "makes none",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     try:
         cfg = load_config(ns.config)
     except ConfigError as e:
