@@ -381,6 +381,9 @@ def test_the_job_runs_a_proxy_workload_with_both_predictions(tmp_path):
     assert "note: training.steps_per_epoch: the ring trainer's; the proxy runs its own" in (
         r.stdout + r.stderr
     )
+    # The op-by-op comparison on this machine is printed under its heading, as written.
+    printed = r.stdout.split("== prediction on this machine (calibrated host), op by op ==")[1]
+    assert (out / "this_machine" / "validation.txt").read_text().strip() in printed
     assert not (out / "RUN_INCOMPLETE.txt").exists()
     comparison = json.loads((out / "comparison.json").read_text())
     (phase,) = comparison["phases"]

@@ -92,6 +92,16 @@ def test_dlrm_files_and_phase_figures(dlrm_run):
     assert ph["measured_s"] > 0 and ph["predicted_s"] > 0
     want = 100 * (ph["predicted_s"] - ph["measured_s"]) / ph["measured_s"]
     assert ph["error_pct"] == pytest.approx(want)
+    # Each label's error in its CSV, as in the JSON.
+    import csv
+
+    with open(out / "validation_labels.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row, d in zip(rows, doc["labels"], strict=True):
+        if d["error_pct"] is None:
+            assert row["error_pct"] == ""
+        else:
+            assert float(row["error_pct"]) == pytest.approx(d["error_pct"])
     # The summary is printed and saved.
     text = (out / "validation.txt").read_text()
     assert text in r.stdout

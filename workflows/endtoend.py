@@ -471,7 +471,7 @@ def run_proxy_workload(cfg: Config, out: Path, say: Any, machine: ThisMachine | 
         from workflows import validate
 
         say("== prediction on this machine (calibrated host), op by op ==")
-        doc, _ = validate.analyse(
+        doc, op_text = validate.analyse(
             cfg,
             measured,
             json.loads((out / "measured_proxy.trace.json").read_text()),
@@ -481,6 +481,7 @@ def run_proxy_workload(cfg: Config, out: Path, say: Any, machine: ThisMachine | 
             predict=lambda c: machine_result(c, machine),
             on_this_machine=True,
         )
+        say(op_text.rstrip())  # (also this_machine/validation.txt)
         predicted = sum(p["predicted_s"] for p in doc["phases"])
         comparison["predictions"]["this_machine"] = prediction_entry(predicted, measured_s)
         comparison["this_machine"] = machine.describe()

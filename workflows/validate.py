@@ -519,7 +519,16 @@ def analyse(
     )
     write_csv(
         out / "validation_labels.csv",
-        ["phase", "label", "kinds", "ops", "measured_s", "predicted_s", "difference_s"],
+        [
+            "phase",
+            "label",
+            "kinds",
+            "ops",
+            "measured_s",
+            "predicted_s",
+            "difference_s",
+            "error_pct",
+        ],
         (
             [
                 d["phase"],
@@ -529,6 +538,7 @@ def analyse(
                 repr(d["measured_s"]),
                 repr(d["predicted_s"]),
                 repr(d["difference_s"]),
+                "" if d["error_pct"] is None else repr(d["error_pct"]),
             ]
             for d in labels
         ),
