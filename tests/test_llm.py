@@ -473,3 +473,18 @@ def test_a_device_under_one_tflops_and_a_fractional_efficiency_are_taken():
     cfg["workload"]["flags"].update(peak_tflops=1, efficiency_pct=1)
     fast = simulate(cfg, record_series=False)
     assert slow.iteration_time_s == pytest.approx(4 * fast.iteration_time_s, rel=1e-3)
+
+
+def test_the_shape_that_ran_is_recorded_and_aggregated():
+    # Flags of 0 mean "the preset's" (or "derived"): the workload records what ran, and
+    # aggregate shows those values, not the zeros.
+    from workflows.aggregate import _args_text
+    from workload.spec import RunSpec
+
+    w = RunSpec("llm", flags={"preset": "llama-3-8b", "layers": 2}, world_size=4).workload()
+    assert w.info["shape"] == {"layers": 2, "hidden": 4096, "heads": 32, "kv_heads": 8,
+                               "ffn": 14336, "seq": 8192, "vocab": 128256, "experts": 0,
+                               "top_k": 0}  # fmt: skip
+    text = _args_text(w.params, w.info)
+    assert "hidden=4096" in text and "dp=4" in text and "micro_batches=4" in text
+    assert "hidden=0" not in text

@@ -93,9 +93,14 @@ def network_text(config: dict[str, Any]) -> str:
     return f"{kind} {nodes}" if nodes else kind
 
 
-def _args_text(params: dict[str, Any]) -> str | None:
-    """``layers=48 stages=4`` (the model's arguments and options); None when it has none."""
-    return " ".join(f"{k}={v}" for k, v in params.items()) or None
+def _args_text(params: dict[str, Any], info: dict[str, Any] | None = None) -> str | None:
+    """``layers=48 stages=4`` (the model's arguments and options); None when it has none.
+    With ``info`` (an LLM's: its ``shape``, ``dp``, ``micro_batches``), a 0 that meant "the
+    preset's" or "derived" is the value that ran (``hidden=4096``, not ``hidden=0``)."""
+    info = info or {}
+    ran = {**{k: v for k, v in info.items() if isinstance(v, int)}, **(info.get("shape") or {})}
+    shown = {k: ran.get(k, v) if v == 0 else v for k, v in params.items()}
+    return " ".join(f"{k}={v}" for k, v in shown.items()) or None
 
 
 def row_from_proxy(doc: dict[str, Any]) -> dict[str, Any]:
@@ -104,7 +109,7 @@ def row_from_proxy(doc: dict[str, Any]) -> dict[str, Any]:
         "kind": "measured",
         "model": run.model,
         "world_size": run.world_size,
-        "args": _args_text(run.params),
+        "args": _args_text(run.params, run.info),
         "scale": run.options.get("scale", 1.0),
         "network": "measured",  # whatever MPI ran on
         "iteration_time_s": run.iteration_time_s,
@@ -157,7 +162,7 @@ def row_from_prediction(doc: dict[str, Any]) -> dict[str, Any]:
         "kind": "predicted",
         "model": wl["model"],
         "world_size": wl["world_size"],
-        "args": _args_text(wl.get("params", {})),
+        "args": _args_text(wl.get("params", {}), wl.get("info")),
         "scale": _scale_of_prediction(doc),
         "network": network_text(doc.get("config", {})),
         "iteration_time_s": doc["iteration_time_s"],
@@ -186,7 +191,7 @@ def row_from_sweep_point(doc: dict[str, Any]) -> dict[str, Any]:
         "kind": "predicted",
         "model": r["model"],
         "world_size": r["world_size"],
-        "args": _args_text(r.get("params", {})),
+        "args": _args_text(r.get("params", {}), r.get("info")),
         "scale": doc.get("config", {}).get("workload", {}).get("scale", 1.0),
         "network": network_text(doc.get("config", {})),
         "iteration_time_s": r["iteration_time_s"],

@@ -374,6 +374,8 @@ class LLM(Model):
         model_flops = 3 * fwd * global_batch  # forward + backward, no recomputation
         info = {
             "preset": params["preset"],
+            # The shape that ran (params hold 0 for "the preset's"):
+            "shape": {k: getattr(s, k) for k in SHAPE_FLAGS},
             "total_params_billions": round(s.total_params / 1e9, 3),
             "tp": lay.tp,
             "pp": lay.pp,
