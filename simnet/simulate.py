@@ -619,59 +619,11 @@ def simulate(
             f"{order}, every message waiting for its receiver without a handshake, no host "
             "reduction cost (collectives.library = mpi runs them as MPI messages)"
         )
-    host_costs = [
-        name
-        for name, value in (
-            ("collectives.gamma_s_per_byte", cfg.collectives.gamma_s_per_byte),
-            ("collectives.step_latency_us", cfg.collectives.step_latency_us),
-            ("collectives.step_latency_us_by_op", cfg.collectives.step_latency_us_by_op),
-            ("network.send_overhead_us", cfg.network.send_overhead_us),
-        )
-        if value
-    ]
-    if nccl_ran and host_costs:
-        assumed.append(
-            f"{', '.join(host_costs)}: not paid by the collectives run as NCCL runs them "
-            "(GPU kernels), only by the messages MPI sends"
-        )
-    had_collectives = any(p.algorithms for p in phases)
-    costs = [c for c in host_costs if c.startswith("collectives.")]
-    if costs and had_collectives and not (nccl_ran or library_ran):
-        assumed.append(
-            f"{', '.join(costs)}: not paid, the workload's collectives run their own "
-            "schedules (as its proxy does), which move data without the library's "
-            "reduction and progress"
-        )
+    assumed += _unused_settings(cfg, phases, nccl_ran, chosen_ran, library_ran)
     if (cfg.whatif.stragglers or cfg.whatif.compute_noise) and not any(
         r["compute_s"] for p in phases for r in p.per_rank
     ):
         scenario.append("the workload computes nothing: stragglers and noise change nothing")
-    choice = [
-        name
-        for name, value in (
-            ("collectives.algorithm", cfg.collectives.algorithm),
-            ("collectives.by_op", cfg.collectives.by_op),
-        )
-        if value
-    ]
-    if choice and had_collectives and not chosen_ran:
-        assumed.append(
-            f"{', '.join(choice)}: not used, the workload's collectives name their own "
-            "algorithms (see algorithms:)"
-        )
-    nccl_only = [
-        name
-        for name, value in (
-            ("collectives.channels", cfg.collectives.channels),
-            ("collectives.pipeline_chunks", cfg.collectives.pipeline_chunks),
-        )
-        if value is not None
-    ]
-    if nccl_only and had_collectives and not nccl_ran:
-        assumed.append(
-            f"{', '.join(nccl_only)}: not used, only NCCL algorithms (nccl_ring, nccl_tree) "
-            "read them and none ran"
-        )
 
     def routes() -> tuple[np.ndarray, np.ndarray]:
         if progress is not None and big:
@@ -714,6 +666,60 @@ class RankCounts(NamedTuple):
     ops: int
     messages: int  # it sends
     ring_run_messages: int  # of those, in schedules of ring runs (nothing kept per message)
+
+
+def _given(
+    fields: Sequence[tuple[str, object]], given: Callable[[object], bool] = bool
+) -> list[str]:
+    """The names of ``(name, value)`` whose value is given."""
+    return [name for name, value in fields if given(value)]
+
+
+def _unused_settings(
+    cfg: Config, phases: Sequence[PhaseResult], nccl_ran: bool, chosen_ran: bool, library_ran: bool
+) -> list[str]:
+    """Notes on settings of the configuration the run could not use: host costs the
+    collectives run as NCCL's or by their own schedules do not pay, an algorithm choice
+    the workload's collectives override, NCCL options without an NCCL algorithm."""
+    c = cfg.collectives
+    notes = []
+    host_costs = _given(
+        (
+            ("collectives.gamma_s_per_byte", c.gamma_s_per_byte),
+            ("collectives.step_latency_us", c.step_latency_us),
+            ("collectives.step_latency_us_by_op", c.step_latency_us_by_op),
+            ("network.send_overhead_us", cfg.network.send_overhead_us),
+        )
+    )
+    if nccl_ran and host_costs:
+        notes.append(
+            f"{', '.join(host_costs)}: not paid by the collectives run as NCCL runs them "
+            "(GPU kernels), only by the messages MPI sends"
+        )
+    had_collectives = any(p.algorithms for p in phases)
+    costs = [name for name in host_costs if name.startswith("collectives.")]
+    if costs and had_collectives and not (nccl_ran or library_ran):
+        notes.append(
+            f"{', '.join(costs)}: not paid, the workload's collectives run their own "
+            "schedules (as its proxy does), which move data without the library's "
+            "reduction and progress"
+        )
+    choice = _given((("collectives.algorithm", c.algorithm), ("collectives.by_op", c.by_op)))
+    if choice and had_collectives and not chosen_ran:
+        notes.append(
+            f"{', '.join(choice)}: not used, the workload's collectives name their own "
+            "algorithms (see algorithms:)"
+        )
+    nccl_only = _given(
+        (("collectives.channels", c.channels), ("collectives.pipeline_chunks", c.pipeline_chunks)),
+        lambda v: v is not None,
+    )
+    if nccl_only and had_collectives and not nccl_ran:
+        notes.append(
+            f"{', '.join(nccl_only)}: not used, only NCCL algorithms (nccl_ring, nccl_tree) "
+            "read them and none ran"
+        )
+    return notes
 
 
 def _rank0_counts(cfg: Config, workload: Workload) -> RankCounts:

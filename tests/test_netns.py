@@ -236,31 +236,29 @@ def test_testbed_refuses_what_it_cannot_emulate_in_one_line(tmp_path):
         "error: testbed: topology.ecmp spreads flows over routes per message, which static "
         "routes cannot follow; set it to false (a fat_tree has it on unless told)"
     )
+
+    def refusal(config: dict) -> str:
+        cfg.write_text(json.dumps(config))
+        r = subprocess.run(
+            [sys.executable, "-m", "simnet", "testbed", "--config", str(cfg), "--out",
+             str(tmp_path / "o")],
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert r.returncode == 2, r.stdout + r.stderr
+        return r.stderr
+
     # The default 10 GB/s links: far beyond what this machine forwards.
-    cfg.write_text(json.dumps({"topology": {"type": "switch", "num_nodes": 10}}))
-    r = subprocess.run(
-        [sys.executable, "-m", "simnet", "testbed", "--config", str(cfg), "--out",
-         str(tmp_path / "o")],
-        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    assert r.returncode == 2
-    assert r.stderr.startswith(
+    assert refusal({"topology": {"type": "switch", "num_nodes": 10}}).startswith(
         "error: testbed: links of 80,000 Mbit/s; this machine forwards at most about "
         "1,000 Mbit/s per emulated link"
     )
     # A layout the world size cannot take: refused before namespaces or a calibration.
-    cfg.write_text(json.dumps({
+    gpt2 = {
         "distributed": {"num_nodes": 2, "bandwidth_limit_gb_per_s": 0.0125},
         "topology": {"type": "switch", "num_nodes": 2},
         "workload": {"name": "gpt2", "args": [8, 3]},
-    }))  # fmt: skip
-    r = subprocess.run(
-        [sys.executable, "-m", "simnet", "testbed", "--config", str(cfg), "--out",
-         str(tmp_path / "o")],
-        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    assert r.returncode == 2
-    assert r.stderr.startswith("error: workload: gpt2: the world size must be a multiple of")
+    }
+    assert refusal(gpt2).startswith("error: workload: gpt2: the world size must be a multiple of")
     assert not (tmp_path / "o").exists()
 
 
