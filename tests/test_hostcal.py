@@ -418,5 +418,7 @@ def test_a_poor_fit_is_flagged_in_the_summary(fitted):
 
 
 def test_the_time_estimate_grows_with_the_ranks():
-    assert hostcal.estimate_s([2, 4, 8, 10], 1) == pytest.approx(26.4)
-    assert hostcal.estimate_s([2, 33], 5) == pytest.approx(5 * (3 + 1.2 + 3 + 19.8))
+    # Measured here: a repeat at 2, 4, 8 and 10 ranks took about 24 s; one at 2 and 33
+    # ranks about 40 s (202 s for 5), where the old estimate said 12 s.
+    assert hostcal.estimate_s([2, 4, 8, 10], 1) == pytest.approx(24, rel=0.25)
+    assert hostcal.estimate_s([2, 33], 5) == pytest.approx(202, rel=0.4)

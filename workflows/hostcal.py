@@ -669,8 +669,6 @@ def median_calibration(runs: Sequence[HostCalibration]) -> HostCalibration:
         for p in run.by_ranks:
             by_n.setdefault(p.ranks_per_host, []).append((i, p))
     names = [f.name for f in fields(HostParams) if f.name != "ranks_per_host"]
-    # Each run's parameters at its smallest count (where its run-level fits are).
-    by_run = {i: min(run.by_ranks, key=lambda q: q.ranks_per_host) for i, run in enumerate(runs)}
     chosen: list[HostParams] = []
     fits: list[dict[str, Any]] = []
     points: list[dict[str, Any]] = []
@@ -684,7 +682,7 @@ def median_calibration(runs: Sequence[HostCalibration]) -> HostCalibration:
             # What a run measures once for every count (the sleep; the 2-rank pingpong's
             # rank copy rate) is the run's chosen at the smallest count, whose fits of
             # them are kept: the same at every count.
-            once = {f: getattr(by_run[first_run], f) for f in RUN_FIELDS}
+            once = {f: getattr(chosen[0], f) for f in RUN_FIELDS}
             p = replace(p, **once)
         chosen.append(p)
         fits += [f for f in runs[i].fits if f.get("ranks") == n]

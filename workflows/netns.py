@@ -213,6 +213,8 @@ class Cluster:
     gso_max_segs: int | None = None
     tag: str = field(default_factory=lambda: PREFIX + secrets.token_hex(3))
     made: list[str] = field(default_factory=list)
+    # The fd holding the cluster's lock while its namespaces exist (see remove_stale).
+    owner_fd: int | None = field(default=None, init=False, repr=False)
     delay_emulated: bool = True
 
     def __post_init__(self) -> None:
@@ -303,7 +305,7 @@ class Cluster:
                 os.makedirs(OWNERS_DIR, exist_ok=True)
                 fd = os.open(_owner_file(self.tag), os.O_RDWR | os.O_CREAT, 0o644)
                 fcntl.flock(fd, fcntl.LOCK_EX)
-                self._owner_fd = fd
+                self.owner_fd = fd
             except OSError:
                 pass  # (an unwritable /run: a killed run's namespaces stay as unknown)
         _run(["ip", "netns", "add", name])
@@ -447,12 +449,11 @@ class Cluster:
         self.made = left
         if left:
             raise TestbedError(f"could not remove namespaces {', '.join(left)}")
-        fd = getattr(self, "_owner_fd", None)
-        if fd is not None:
+        if self.owner_fd is not None:
             with contextlib.suppress(OSError):
                 os.unlink(_owner_file(self.tag))
-            os.close(fd)
-            self._owner_fd = None
+            os.close(self.owner_fd)
+            self.owner_fd = None
 
     # -- counters -------------------------------------------------------------------------
 

@@ -377,20 +377,18 @@ def run_plan(
         else:
             say("\ninterrupted: waiting for the points being simulated (Ctrl-C again: at once)")
             pool.shutdown(wait=True)
-        # A point that was being written when the interrupt came is complete: count it
-        # (and one the interrupt caught between its status and its count).
+        # A point that was being written when the interrupt came is complete, and one
+        # the interrupt caught between its status and its count: count them.
+        counted = set(manifest.run["computed"])
         for pt in todo:
-            if pt.status == "complete" and pt.index not in manifest.run["computed"]:
-                pt.computed_in_run = manifest.run["run"]
-                manifest.run["computed"].append(pt.index)
-                done += 1
             if pt.status == "pending":
                 res = read_complete(out / pt.file, pt.config_hash)
                 if res is not None:
                     pt.status, pt.result = "complete", res
-                    pt.computed_in_run = manifest.run["run"]
-                    manifest.run["computed"].append(pt.index)
-                    done += 1
+            if pt.status == "complete" and pt.index not in counted:
+                pt.computed_in_run = manifest.run["run"]
+                manifest.run["computed"].append(pt.index)
+                done += 1
         manifest.run["computed"].sort()
         manifest.run["interrupted"] = True
         manifest.run["finished"] = _now()
