@@ -10,7 +10,7 @@ from typing import Any
 
 from workload.models import Model
 from workload.program import Workload
-from workload.results import chrome_trace, versions, write_json
+from workload.results import chrome_trace, counted, versions, write_json
 from workload.run_result import ProxyRun
 from workload.timeline import Breakdown, op_events
 
@@ -164,7 +164,7 @@ def emit(workload: Workload, doc: dict[str, Any], quiet: bool = False) -> None:
     for ph in doc["phases"]:
         it = ph["iteration_s"]
         print(
-            f"\nphase {ph['phase']}: {ph['iterations']} timed iterations "
+            f"\nphase {ph['phase']}: {counted(ph['iterations'], 'timed iteration')} "
             f"(times in seconds; GB = 1e9 bytes)"
         )
         print(

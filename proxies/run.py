@@ -15,6 +15,7 @@ from workload.hostmem import available_memory_bytes, peak_rss_bytes
 from workload.layout import LayoutError
 from workload.models import Model
 from workload.program import Workload
+from workload.results import counted
 from workload.spec import RunSpec
 from workload.timeline import breakdown
 from workload.units import GIB
@@ -154,8 +155,8 @@ def run(
                 f"{thread_level_name(MPI.Query_thread())}, progress throttle "
                 f"{'on' if settings.throttle else 'off'} ({settings.throttle_reason}), "
                 f"progress {settings.progress_text()}, "
-                f"scale {spec.scale:g}, compute {spec.compute}, {warmup} warm-up + {runs} timed "
-                f"iterations; {library_version()}"
+                f"scale {spec.scale:g}, compute {spec.compute}, {warmup} warm-up + "
+                f"{counted(runs, 'timed iteration')}; {library_version()}"
             )
         runs_done = [ex.run_phase(ph.name, warmup, runs, say) for ph in workload.phases]
         local = [report.rank_figures(r, breakdown) for r in runs_done]

@@ -9,7 +9,7 @@ import stat
 import numpy as np
 import pytest
 
-from workload.results import TABLE_MIN_NUMBERS, write_json
+from workload.results import TABLE_MIN_NUMBERS, counted, write_json
 
 
 def test_a_document_without_large_tables_is_written_as_json_indents_it(tmp_path):
@@ -127,3 +127,11 @@ def test_the_check_before_a_run_follows_links_and_takes_device_nodes(tmp_path):
     link.unlink()
     link.symlink_to(tmp_path / "real" / "target.json")
     assert output_file_problem(link, "--json") is None
+
+
+def test_counted_says_one_thing_in_the_singular():
+    assert counted(1, "timed iteration") == "1 timed iteration"
+    assert counted(0, "timed iteration") == "0 timed iterations"
+    assert counted(3, "timed iteration") == "3 timed iterations"
+    assert counted(2, "process", "processes") == "2 processes"
+    assert counted(1, "process", "processes") == "1 process"

@@ -409,12 +409,20 @@ def test_a_point_finished_during_an_interrupt_is_counted_complete(base_file, tmp
     said: list[str] = []
     assert sweep.run_plan(plan, _InterruptedPool(), "test", said.append) == 130
     assert said[-1] == (
-        "interrupted: 1 of 4 points complete; run the same command again to finish the others"
+        "interrupted: 1 of 4 points complete (in sweep.csv; the others pending); run the "
+        "same command again to finish the others"
     )
     m = _manifest(out)
     assert m["complete"] == 1 and m["pending"] == 3
     assert m["runs"][0]["interrupted"] is True and m["runs"][0]["computed"] == [0]
     assert [p["status"] for p in m["points"]] == ["complete", "pending", "pending", "pending"]
+    # The table so far: the complete point's figures, the others pending and empty.
+    rows = list(csv.DictReader((out / "sweep.csv").open()))
+    assert [r["status"] for r in rows] == ["complete", "pending", "pending", "pending"]
+    point = json.loads((out / m["points"][0]["file"]).read_text())
+    assert float(rows[0]["iteration_time_s"]) == point["result"]["iteration_time_s"]
+    assert rows[1]["iteration_time_s"] == "" and rows[1]["file"] == ""
+    assert "pending" in (out / "sweep.txt").read_text()
 
 
 def test_sigterm_records_the_sweep_and_leaves_no_worker(tmp_path):

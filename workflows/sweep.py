@@ -393,9 +393,12 @@ def run_plan(
         manifest.run["interrupted"] = True
         manifest.run["finished"] = _now()
         manifest.write()
+        # The table of what is complete so far (the others' status says pending), so an
+        # interrupted sweep can be read before it is finished.
+        write_table(plan)
         say(
-            f"interrupted: {done} of {runnable} points complete; run the same command "
-            "again to finish the others"
+            f"interrupted: {done} of {runnable} points complete (in sweep.csv; the others "
+            "pending); run the same command again to finish the others"
         )
         return EXIT_INTERRUPTED
     manifest.run["computed"].sort()

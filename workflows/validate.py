@@ -47,6 +47,7 @@ from simnet.hostparams import HostCalibrationError
 from workload.brief_argparse import BriefParser
 from workload.results import (
     UNFINISHED_MARKER,
+    counted,
     mark_finished,
     mark_unfinished,
     output_dir_problem,
@@ -280,9 +281,10 @@ def summary_text(doc: dict[str, Any]) -> str:
     )
     lines = [
         f"validation: proxies.{doc['model']} on {doc['world_size']} ranks (scale "
-        f"{doc['scale']:g}; {m['iterations']['warmup']} warm-up + {m['iterations']['timed']} "
-        f"timed iterations; {m['mpi'].get('library', '?')})",
-        f"prediction: {on}; {pred['iterations']} simulated iterations",
+        f"{doc['scale']:g}; {m['iterations']['warmup']} warm-up + "
+        f"{counted(m['iterations']['timed'], 'timed iteration')}; "
+        f"{m['mpi'].get('library', '?')})",
+        f"prediction: {on}; {counted(pred['iterations'], 'simulated iteration')}",
     ]
     lines += [f"  {a}" for a in doc["prediction"]["assumed"]]
     lines += [f"note: {n}" for n in doc["notes"]]

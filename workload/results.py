@@ -164,6 +164,12 @@ def _mark(tables: dict[str, str], text: str) -> str:
     return mark
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and the noun, singular for one: ``counted(1, "timed iteration")`` is
+    "1 timed iteration", ``counted(3, "timed iteration")`` "3 timed iterations"."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
 def write_text(path: str | os.PathLike[str], text: str) -> Path:
     return atomic_write(path, lambda f: f.write(text))
 
