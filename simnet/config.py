@@ -39,6 +39,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from topologies.builders import DEFAULT_GROUP_SIZE
+from workload.collectives import MAX_NCCL_CHANNELS, MAX_PIPELINE_CHUNKS
 from workload.spec import MAX_SCALE
 from workload.units import GB  # noqa: F401  (re-exported: the config's GB)
 
@@ -483,14 +484,14 @@ class CollectivesSection(_Strict):
     channels: int | None = Field(
         None,
         ge=1,
-        le=64,
+        le=MAX_NCCL_CHANNELS,
         description="nccl_ring: rings, nccl_tree: tree pairs, each with an equal share "
-        "(default: GPUs per node of either)",
+        "(default: GPUs per node of either; 1 where a group is laid out as one node)",
     )
     pipeline_chunks: int | None = Field(
         None,
         ge=1,
-        le=1024,
+        le=MAX_PIPELINE_CHUNKS,
         description="nccl_tree: chunks each tree's share is pipelined in (default: its share "
         "in 512 KiB chunks, 1 to 64)",
     )

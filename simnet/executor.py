@@ -44,12 +44,14 @@ from workload.collectives import (
     FlatPlan,
     Schedule,
     default_algorithm,
+    default_channels,
     in_stream_order,
     runs_as_nccl,
     schedule_for,
 )
 from workload.ops import Collective, Compute, Op, Recv, Send, Testany, Wait
 from workload.program import Workload
+from workload.results import counted
 from workload.step_table import StepTable
 from workload.units import S_PER_US
 
@@ -95,6 +97,8 @@ class AlgorithmPolicy:
     pipeline_chunks: int | None = None
     # Why an asked-for algorithm was not used, one line per distinct case (in order).
     fallbacks: dict[str, None] = field(default_factory=dict)
+    # How the NCCL algorithms laid their groups out, one line per distinct case.
+    layouts: dict[str, None] = field(default_factory=dict)
 
     def choose(self, op: Collective, p: int, per_node: int | None = None) -> str:
         from workload.collectives import ALGORITHMS
@@ -140,9 +144,10 @@ class AlgorithmPolicy:
 
     def _nccl_local(self, p: int, per_node: int | None) -> int | None:
         """GPUs per node of a group of ``p`` for the NCCL algorithms: as the group sits on
-        the nodes (``per_node``), else the node size if it divides ``p``, else None."""
+        the nodes (``per_node``; 0: unevenly, laid out as one node: None), else (where
+        it is not known) the node size if it divides ``p``, else None."""
         if per_node is not None:
-            return per_node
+            return per_node or None
         local = self.local_size
         return local if local and p % local == 0 else None
 
@@ -156,6 +161,19 @@ class AlgorithmPolicy:
             "channels": self.channels,
             "pipeline_chunks": self.pipeline_chunks,
         }
+
+    def note_layout(self, op: str, alg: str, p: int, params: dict[str, Any]) -> None:
+        """Record how an NCCL algorithm lays out a group of ``p`` (``params`` as
+        :meth:`params` made them): its nodes and channels."""
+        local = params["nccl_local_size"]
+        c = params["channels"] or default_channels(local)
+        nodes = "one node" if local is None or local == p else f"{p // local} nodes of {local}"
+        kind = "tree pair" if alg == "nccl_tree" else "ring"
+        given = "" if params["channels"] else " (the default)"
+        self.layouts[
+            f"{op} {alg} over {p} ranks: {nodes}, {counted(c, 'channel')}{given}, a {kind} "
+            "per channel"
+        ] = None
 
     def _fallback(self, op: str, asked: str, used: str, why: str) -> str:
         self.fallbacks[f"{op}: {asked!r} asked for, {used!r} used: {why}"] = None
@@ -571,12 +589,15 @@ class SimExecutor:
             params = self.policy.params(p, per_node)
             sched = schedule_for(op.op, alg, p, op.count_elems, root=op.root, params=params)
             hit = self._schedules[key] = (sched, alg)
+            if alg in NCCL_ALGORITHMS:
+                self.policy.note_layout(op.op, alg, p, params)
         return hit
 
     def _gpus_per_node(self, members: Sequence[int]) -> int | None:
         """How many of ``members`` each node holds, when the group is node-major (its
-        members on each node consecutive, as many on every node); None otherwise or
-        without a node size. Nodes are blocks of ``policy.local_size`` endpoints."""
+        members on each node consecutive, as many on every node); 0 when it is not (the
+        NCCL algorithms lay it out as one node); None without a node size. Nodes are
+        blocks of ``policy.local_size`` endpoints."""
         g = self.policy.local_size
         if not g:
             return None
@@ -585,10 +606,10 @@ class SimExecutor:
         while k < len(nodes) and nodes[k] == nodes[0]:
             k += 1
         if len(nodes) % k:
-            return None
+            return 0
         blocks = [nodes[i : i + k] for i in range(0, len(nodes), k)]
         if any(len(set(b)) != 1 for b in blocks) or len({b[0] for b in blocks}) != len(blocks):
-            return None
+            return 0
         return k
 
     def _plan(

@@ -172,6 +172,19 @@ def _rate(traffic_bytes: np.ndarray, busy_s: np.ndarray) -> np.ndarray:
 
 
 # -- building blocks from a configuration -------------------------------------------
+def _used_endpoints(cfg: Config, graph: nx.DiGraph) -> list[int] | None:
+    """The network's endpoints the ranks sit on (None with hosts, which are added after
+    the what-if changes, or when the placement is not one this network can take: its
+    own check says why)."""
+    if cfg.hosts.ranks_per_host:
+        return None
+    n = graph.graph["num_endpoints"]
+    used = cfg.topology.placement or range(cfg.world_size)
+    if not used or any(not 0 <= e < n for e in used):
+        return None
+    return list(used)
+
+
 def build_topology(cfg: Config) -> tuple[nx.DiGraph, list[str]]:
     """The networkx graph a configuration describes, and what was assumed."""
     t, d = cfg.topology, cfg.distributed
@@ -254,7 +267,7 @@ def build_topology(cfg: Config) -> tuple[nx.DiGraph, list[str]]:
         )
     # What-if link changes apply to the network as configured (its node names), before
     # hosts are added; the graph keeps their notes.
-    g, link_notes = whatif.apply_links(g, cfg.whatif)
+    g, link_notes = whatif.apply_links(g, cfg.whatif, _used_endpoints(cfg, g))
     if cfg.hosts.ranks_per_host:
         g = add_hosts(cfg, g, assumed)
     else:
@@ -608,6 +621,7 @@ def simulate(
         sim.release()
     ex.release_plans()
     assumed.extend(ex.policy.fallbacks)
+    assumed.extend(ex.policy.layouts)
     if nccl_ran and cfg.collectives.library is None:
         order = {
             None: "one at a time per group, in call order (NCCL's stream per communicator)",
@@ -845,11 +859,23 @@ def route_matrices(
     graph: nx.DiGraph, ecmp: bool | None = None, router: topologies.Router | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Achievable point-to-point bandwidth (bytes/s, the route's bottleneck) and
-    route latency (s) between every pair of endpoints; the diagonal is inf / 0.
+    route latency (s) between every pair of endpoints; the diagonal is inf / 0, and
+    0 / inf to or from an endpoint failed links cut off (``graph.graph["cut_off"]``).
     ``router`` (one on ``graph`` with the same ``ecmp``) reuses its searches."""
     n = graph.graph["num_endpoints"]
     if router is None:
         router = topologies.Router(graph, ecmp=ecmp)
+    cut = set(graph.graph.get("cut_off", ()))
+    if cut:
+        keep = [e for e in range(n) if e not in cut]
+        m = len(keep)
+        got = router.route_metrics_pairs([(s, d) for s in keep for d in keep])
+        bw, lat = np.zeros((n, n)), np.full((n, n), np.inf)
+        np.fill_diagonal(bw, np.inf)
+        np.fill_diagonal(lat, 0.0)
+        rows = np.ix_(keep, keep)
+        bw[rows], lat[rows] = got[0].reshape(m, m), got[1].reshape(m, m)
+        return bw, lat
     tree = router.tree if router.routes_are_trees else None
     if tree is None or n == 1:
         # Each pair's own (ECMP-hashed or dimension-ordered) route (inf / 0.0 to

@@ -11,12 +11,13 @@ describes them. Every change is stated in a note for the summary and the results
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Collection, Hashable
 
 import networkx as nx
 import numpy as np
 
 import topologies
+from workload.results import counted
 from workload.units import bytes_per_s_to_gb_per_s, gb_per_s_to_bytes_per_s
 
 from .config import MIN_GB_PER_S, ConfigError, WhatIfSection
@@ -58,11 +59,14 @@ def _edge(graph: nx.DiGraph, link: list, where: str) -> tuple[Hashable, Hashable
     return u, v
 
 
-def apply_links(graph: nx.DiGraph, whatif: WhatIfSection) -> tuple[nx.DiGraph, list[str]]:
+def apply_links(
+    graph: nx.DiGraph, whatif: WhatIfSection, used: Collection[int] | None = None
+) -> tuple[nx.DiGraph, list[str]]:
     """``graph`` with the degraded links' bandwidths scaled and the failed links removed
     (a copy; ``graph`` is unchanged when there is nothing to apply), and one note per
-    change. Raises ConfigError naming an unknown node or link, or the endpoints a
-    failure separates."""
+    change. ``used``: the endpoints ranks sit on (None: every endpoint), which must
+    still reach one another; others the failures cut off are noted. Raises ConfigError
+    naming an unknown node or link, or the used endpoints a failure separates."""
     if not whatif.degraded_links and not whatif.failed_links:
         return graph, []
     g = graph.copy()
@@ -115,51 +119,75 @@ def apply_links(graph: nx.DiGraph, whatif: WhatIfSection) -> tuple[nx.DiGraph, l
             g.remove_edge(v, u)
         removed.append((u, v))
     if removed:
-        _check_connected(g, removed)
         what = ", ".join(f"{u!r} <-> {v!r}" for u, v in removed)
-        notes.append(f"failed: {what}; {_rerouted(graph, g)}")
+        idle = _check_connected(g, what, used)
+        notes.append(f"failed: {what}; {_rerouted(graph, g, idle)}")
+        if idle:
+            notes.append(f"{_listed(idle)} cut off by the failures (no rank there)")
+            g.graph["cut_off"] = idle  # (no routes to or from them: see route_matrices)
     return g, notes
 
 
-def _check_connected(graph: nx.DiGraph, removed: list[tuple[Hashable, Hashable]]) -> None:
+def _listed(ends: list[int]) -> str:
+    return f"endpoint(s) {ends[:8]}{'...' if len(ends) > 8 else ''}"
+
+
+def _check_connected(graph: nx.DiGraph, what: str, used: Collection[int] | None) -> list[int]:
+    """Check that the ``used`` endpoints (None: all) still reach one another; returns
+    the unused endpoints that the failures (``what``) cut off from them."""
     n = graph.graph["num_endpoints"]
-    reach = nx.descendants(graph, 0) | {0}
-    back = nx.ancestors(graph, 0) | {0}
-    unreached = [e for e in range(n) if e not in reach]
-    unreaching = [e for e in range(n) if e not in back]
+    ends = sorted(set(range(n) if used is None else used))
+    root = ends[0]
+    reach = nx.descendants(graph, root) | {root}
+    back = nx.ancestors(graph, root) | {root}
+    unreached = [e for e in ends if e not in reach]
+    unreaching = [e for e in ends if e not in back]
     if unreached or unreaching:
-
-        def listed(ends: list[int]) -> str:
-            return f"endpoint(s) {ends[:8]}{'...' if len(ends) > 8 else ''}"
-
-        what = ", ".join(f"{u!r} <-> {v!r}" for u, v in removed)
         lost = []
         if unreached == unreaching:
-            lost.append(f"endpoint 0 and {listed(unreached)} have no route between them")
+            # Name the smaller side: the endpoints cut off, not the rest of the network.
+            rest = [e for e in ends if e in reach]
+            small, big = (unreached, rest) if len(unreached) <= len(rest) else (rest, unreached)
+            rest = counted(len(big), *_ranked(used))
+            lost.append(f"{_listed(small)} have no route to the rest ({rest})")
         elif unreached:
-            lost.append(f"endpoint 0 has no route to {listed(unreached)}")
+            lost.append(f"endpoint {root} has no route to {_listed(unreached)}")
         if unreaching and unreaching != unreached:
-            lost.append(f"{listed(unreaching)} have no route to endpoint 0")
+            lost.append(f"{_listed(unreaching)} have no route to endpoint {root}")
         raise ConfigError(
             f"whatif.failed_links: without {what} the network splits: {' and '.join(lost)}; "
             "fail fewer links"
         )
+    if used is None:
+        return []
+    return [e for e in range(n) if e not in reach or e not in back]
 
 
-def _rerouted(before: nx.DiGraph, after: nx.DiGraph) -> str:
-    """How many endpoint pairs' routes the failures lengthened (counted on small graphs)."""
+def _ranked(used: Collection[int] | None) -> tuple[str, str]:
+    return (
+        ("endpoint", "endpoints")
+        if used is None
+        else ("endpoint with ranks", "endpoints with ranks")
+    )
+
+
+def _rerouted(before: nx.DiGraph, after: nx.DiGraph, cut: list[int]) -> str:
+    """How many endpoint pairs' routes the failures lengthened (counted on small graphs;
+    pairs with an endpoint ``cut`` off left out)."""
     n = before.graph["num_endpoints"]
     if n > _REROUTE_CHECK_MAX_ENDPOINTS:
         return "traffic rerouted on the remaining shortest routes"
     r0, r1 = topologies.Router(before), topologies.Router(after)
     changed = longer = 0
-    for s in range(n):
-        for d in range(n):
+    ends = [e for e in range(n) if e not in set(cut)]
+    for s in ends:
+        for d in ends:
             if s != d:
                 a, b = r0.path(s, d), r1.path(s, d)
                 changed += a != b
                 longer += len(b) > len(a)
-    return f"{changed} of {n * (n - 1)} endpoint pairs rerouted ({longer} on longer routes)"
+    m = len(ends)
+    return f"{changed} of {m * (m - 1)} endpoint pairs rerouted ({longer} on longer routes)"
 
 
 def compute_factors(whatif: WhatIfSection, world_size: int) -> list[float]:

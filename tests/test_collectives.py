@@ -356,7 +356,11 @@ def test_nccl_ring_channels_enter_nodes_at_their_gpu():
     assert nccl_ring_orders(8, 4, 2) == [[0, 1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 0, 5, 6, 7, 4]]
     # More channels than GPUs per node wrap around.
     assert nccl_ring_orders(4, 2, 3)[2] == [0, 1, 2, 3]
-    assert nccl_ring_orders(3) == [[0, 1, 2], [1, 2, 0], [2, 0, 1]]
+    # One node (no GPUs per node given): one channel by default, more when asked.
+    assert nccl_ring_orders(3) == [[0, 1, 2]]
+    assert nccl_ring_orders(3, None, 3) == [[0, 1, 2], [1, 2, 0], [2, 0, 1]]
+    # Nodes of 80 GPUs: 64 channels by default (NCCL's most).
+    assert len(nccl_ring_orders(160, 80)) == 64
 
 
 def test_nccl_double_binary_tree_by_hand():

@@ -257,12 +257,50 @@ def test_nccl_groups_are_laid_out_by_where_their_ranks_sit():
     assert ex._gpus_per_node([3, 11, 19, 27]) == 1
     assert ex._gpus_per_node([0, 1, 2, 3]) == 4
     assert ex._gpus_per_node([6, 7, 8, 9]) == 2
-    assert ex._gpus_per_node([0, 8, 1, 9]) is None
-    assert ex._gpus_per_node([0, 1, 8]) is None
+    assert ex._gpus_per_node([0, 8, 1, 9]) == 0
+    assert ex._gpus_per_node([0, 1, 8]) == 0
     op = Collective("allreduce", "tp", 4096, algorithm="nccl_ring")
     sched, alg = ex.schedule(op, 4, [3, 11, 19, 27])
     assert alg == "nccl_ring" and sched.total_bytes == 2 * 3 * 4096 * 4  # one ring of 4
     assert not ex.policy.fallbacks
+
+
+def test_nccl_group_spread_unevenly_over_nodes_is_one_node_and_said():
+    # 16 ranks on nodes of 8: 8 on node 0, 4 on node 1, 4 on node 2. 8 divides 16, but
+    # ranks 8-15 are no node of 8: laid out as one node (one channel, the ring in rank
+    # order), as the documentation says, and said so; before, two nodes of 8 were
+    # assumed without a word.
+    from simnet.executor import AlgorithmPolicy, SimExecutor
+    from workload.collectives import nccl_ring_orders, schedule_for
+    from workload.program import Workload
+
+    placement = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 16, 17, 18, 19]
+    wl = Workload("t", 16, {}, {"world": [tuple(range(16))]}, [])
+    ex = SimExecutor(wl, lambda env: None, placement, policy=AlgorithmPolicy(local_size=8))
+    op = Collective("allreduce", "dp", 1 << 20, algorithm="nccl_ring")
+    sched, alg = ex.schedule(op, 16, list(range(16)))
+    assert alg == "nccl_ring"
+    one_node = schedule_for("allreduce", "nccl_ring", 16, 1 << 20)
+    assert sched.rank_plan(3) == one_node.rank_plan(3)
+    assert nccl_ring_orders(16) == [list(range(16))]
+    assert list(ex.policy.fallbacks) == [
+        "allreduce: 'nccl_ring' over 16 ranks that are not the same number of consecutive "
+        "ranks on each node of 8 GPUs: laid out as one node"
+    ]
+
+
+def test_nccl_channel_limits_are_the_configurations():
+    from workload.collectives import MAX_NCCL_CHANNELS, MAX_PIPELINE_CHUNKS, schedule_for
+
+    g = topologies.rail_optimised(2, 4, 100e9, 25e9, 0.5e-6, 1e-6)
+    with pytest.raises(ValueError, match="channels must be an integer from 1 to 64"):
+        simnet.collective_time(g, "allreduce", "nccl_ring", 1 << 20, channels=100)
+    with pytest.raises(ValueError, match="pipeline_chunks must be an integer from 1 to 1024"):
+        schedule_for("allreduce", "nccl_tree", 8, 1024, params={"pipeline_chunks": 1025})
+    assert MAX_NCCL_CHANNELS == 64 and MAX_PIPELINE_CHUNKS == 1024
+    for key, value, most in (("channels", 65, 64), ("pipeline_chunks", 1025, 1024)):
+        with pytest.raises(Exception, match=f"less than or equal to {most}"):
+            load_config({"collectives": {key: value}})
 
 
 def _rails(**extra: dict) -> dict:
@@ -349,3 +387,23 @@ def test_a_latency_under_a_nanosecond_is_pointed_out():
         "latency: latencies here are in microseconds"
     )
     assert not _said(simnet.simulate(_rails(), record_series=False), "less than any link")
+
+
+def test_nccl_layouts_and_channels_are_said():
+    res = simnet.simulate(_rails(), record_series=False)
+    assert _said(res, "channel") == [
+        "  assumed: allreduce nccl_ring over 8 ranks: 2 nodes of 4, 4 channels (the default), "
+        "a ring per channel"
+    ]
+    res = simnet.simulate(_rails(collectives={"channels": 2}), record_series=False)
+    assert "2 nodes of 4, 2 channels, a ring per channel" in _said(res, "channel")[0]
+    # Ranks 0-3 on node 0, 4-5 on node 1, 6-7 on node 2: laid out as one node, one ring.
+    uneven = _rails(topology={"placement": [0, 1, 2, 3, 4, 5, 8, 9]})
+    uneven["distributed"]["num_nodes"] = 12
+    said = _said(simnet.simulate(uneven, record_series=False), "one node")
+    assert [line.strip() for line in said] == [
+        "assumed: allreduce: 'nccl_ring' over 8 ranks that are not the same number of "
+        "consecutive ranks on each node of 4 GPUs: laid out as one node",
+        "assumed: allreduce nccl_ring over 8 ranks: one node, 1 channel (the default), a ring "
+        "per channel",
+    ]

@@ -91,8 +91,8 @@ def test_link_changes_on_a_one_way_ring_name_the_direction():
     [
         (
             {"failed_links": [[1, "sw"]]},
-            "whatif.failed_links: without 1 <-> 'sw' the network splits: endpoint 0 and "
-            "endpoint(s) [1] have no route between them; fail fewer links",
+            "whatif.failed_links: without 1 <-> 'sw' the network splits: endpoint(s) [1] "
+            "have no route to the rest (1 endpoint with ranks); fail fewer links",
         ),
         ({"failed_links": [[1, "spine"]]}, "no node 'spine' in the switch topology"),
         ({"failed_links": [[0, 1]]}, "there is no link 0 -> 1"),
@@ -224,3 +224,47 @@ def test_with_hosts_a_what_if_names_a_host_as_the_outputs_do():
     by_name, by_number = run(["host0", "sw"]), run([0, "sw"])
     assert by_name.scenario == ["link 0 <-> 'sw' at 0.5x bandwidth (10 GB/s -> 5 GB/s)"]
     assert by_name.iteration_time_s == by_number.iteration_time_s
+
+
+def test_a_failure_cutting_off_endpoints_without_ranks_is_noted_not_refused():
+    # 16 endpoints on a switch, 8 ranks on 0..7: endpoint 15 down is a normal what-if.
+    cfg = {
+        "distributed": {"num_nodes": 16},
+        "topology": {"type": "switch"},
+        "workload": {"name": "dlrm", "world_size": 8, "scale": 0.01},
+    }
+    plain = simnet.simulate(cfg, record_series=False)
+    res = simnet.simulate({**cfg, "whatif": {"failed_links": [[15, "sw"]]}}, record_series=False)
+    assert res.iteration_time_s == plain.iteration_time_s
+    assert "endpoint(s) [15] cut off by the failures (no rank there)" in res.scenario
+    # Its routes: none (0 bandwidth, infinite latency); the others' as before.
+    bw, lat = res.bandwidth_bytes_per_s, res.latency_s
+    assert (bw[15, :15] == 0).all() and (bw[:15, 15] == 0).all() and bw[15, 15] == np.inf
+    assert np.isinf(lat[15, :15]).all() and lat[15, 15] == 0.0
+    assert np.array_equal(bw[:15, :15], plain.bandwidth_bytes_per_s[:15, :15])
+    assert np.array_equal(lat[:15, :15], plain.latency_s[:15, :15])
+    # A rank's endpoint cut off is refused, naming the side cut off (not the others).
+    with pytest.raises(ConfigError) as e:
+        simnet.simulate({**cfg, "whatif": {"failed_links": [[6, "sw"]]}}, record_series=False)
+    assert str(e.value) == (
+        "whatif.failed_links: without 6 <-> 'sw' the network splits: endpoint(s) [6] have no "
+        "route to the rest (7 endpoints with ranks); fail fewer links"
+    )
+    # Placed ranks: the check follows the placement.
+    placed = {**cfg, "topology": {"type": "switch", "placement": [8, 9, 10, 11, 12, 13, 14, 15]}}
+    res = simnet.simulate({**placed, "whatif": {"failed_links": [[0, "sw"]]}}, record_series=False)
+    assert "endpoint(s) [0] cut off by the failures (no rank there)" in res.scenario
+
+
+def test_a_split_fat_tree_names_the_endpoints_cut_off():
+    cfg = {
+        "topology": {"type": "fat_tree", "k": 4},
+        "workload": {"name": "dlrm", "world_size": 16, "scale": 0.01},
+        "whatif": {"failed_links": [["edge0.0", "agg0.0"], ["edge0.0", "agg0.1"]]},
+    }
+    with pytest.raises(
+        ConfigError,
+        match=r"endpoint\(s\) \[0, 1\] have no route to the "
+        r"rest \(14 endpoints with ranks\)",
+    ):
+        simnet.simulate(cfg, record_series=False)

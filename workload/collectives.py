@@ -686,6 +686,13 @@ def _one_ring(multiring: Callable[..., _RingAlgorithm]) -> Callable[..., _RingAl
 #   rank at depth d sending chunk k to its children in step k + H + d (H the root's
 #   height), so the reduction and the broadcast overlap as in NCCL.
 
+MAX_NCCL_CHANNELS = 64
+"""The most channels the NCCL algorithms take (NCCL's own limit, MAXCHANNELS)."""
+
+MAX_PIPELINE_CHUNKS = 1024
+"""The most chunks per tree "nccl_tree" takes (``pipeline_chunks``): a deeper pipeline
+only adds messages to a simulation."""
+
 DEFAULT_NCCL_TREE_CHUNKS = 64
 """The most chunks per tree of "nccl_tree" when ``pipeline_chunks`` is not given (a deep
 enough pipeline that a tree's fill and drain, 2 H steps, is a small part of it)."""
@@ -701,10 +708,19 @@ def nccl_ring_orders(
 ) -> list[list[int]]:
     """The ring orders of "nccl_ring": channel c visits every node in turn, entering it
     at GPU ``c mod local_size`` (ranks are GPUs, node-major; ``local_size`` GPUs per
-    node, default ``p``: one node). ``channels`` defaults to ``local_size``."""
+    node, default ``p``: one node). ``channels`` defaults to :func:`default_channels`."""
     g = p if local_size is None else local_size
-    c = g if channels is None else channels
+    c = default_channels(local_size) if channels is None else channels
     return [[m * g + (ch + i) % g for m in range(p // g) for i in range(g)] for ch in range(c)]
+
+
+def default_channels(local_size: int | None) -> int:
+    """Channels of the NCCL algorithms when none are given: one per GPU of a node
+    (``local_size``), so that on a rail-optimised network every NIC carries one, at
+    most :data:`MAX_NCCL_CHANNELS`; one where the group is laid out as one node
+    (``local_size`` None), whose channels would all take the same ring's links (and a
+    tree's chains nearly so): more would only multiply the messages."""
+    return 1 if local_size is None else min(local_size, MAX_NCCL_CHANNELS)
 
 
 def _btree_parents(m: int) -> list[int]:
@@ -763,7 +779,7 @@ def _allreduce_nccl_tree(
     **_: object,
 ) -> Built:
     g = p if local_size is None else local_size
-    c = g if channels is None else channels
+    c = default_channels(local_size) if channels is None else channels
     if pipeline_chunks is None:
         share_bytes = -(-count * ELEM_BYTES // (2 * c))
         k = max(1, min(DEFAULT_NCCL_TREE_CHUNKS, -(-share_bytes // NCCL_TREE_CHUNK_BYTES)))
@@ -1404,10 +1420,12 @@ def build_schedule(
     dividing ``group_size``) by allreduce "hierarchical" and, as GPUs per node
     (default: all ranks on one node), by "nccl_ring" and "nccl_tree"; ``rings``
     (rank orders, each a permutation of ``range(group_size)``) only by
-    "multiring"; ``channels`` by the NCCL algorithms (default: ``local_size``
-    rings or tree pairs) and ``pipeline_chunks`` (chunks per tree; default: a
-    tree's share in :data:`NCCL_TREE_CHUNK_BYTES` chunks, 1 to
-    :data:`DEFAULT_NCCL_TREE_CHUNKS`) by "nccl_tree".
+    "multiring"; ``channels`` by the NCCL algorithms (1 to
+    :data:`MAX_NCCL_CHANNELS`; default: :func:`default_channels`, ``local_size``
+    rings or tree pairs, one on one node) and ``pipeline_chunks`` (chunks per tree,
+    1 to :data:`MAX_PIPELINE_CHUNKS`; default: a tree's share in
+    :data:`NCCL_TREE_CHUNK_BYTES` chunks, 1 to :data:`DEFAULT_NCCL_TREE_CHUNKS`) by
+    "nccl_tree".
     Raises ValueError on invalid input.
     """
     _check_op(op)
@@ -1437,9 +1455,9 @@ def build_schedule(
             f"local_size is only used by algorithms 'hierarchical', 'nccl_ring' and "
             f"'nccl_tree' (got {local_size!r} with {algorithm!r}); pass None"
         )
-    for name, value, users in (
-        ("channels", channels, NCCL_ALGORITHMS),
-        ("pipeline_chunks", pipeline_chunks, ("nccl_tree",)),
+    for name, value, users, most in (
+        ("channels", channels, NCCL_ALGORITHMS, MAX_NCCL_CHANNELS),
+        ("pipeline_chunks", pipeline_chunks, ("nccl_tree",), MAX_PIPELINE_CHUNKS),
     ):
         if value is None:
             continue
@@ -1448,8 +1466,8 @@ def build_schedule(
                 f"{name} is only used by algorithm(s) {', '.join(users)} (got {value!r} "
                 f"with {algorithm!r}); pass None"
             )
-        if not _is_int(value) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1 (got {value!r})")
+        if not _is_int(value) or not 1 <= value <= most:
+            raise ValueError(f"{name} must be an integer from 1 to {most} (got {value!r})")
     if algorithm == "multiring":
         ring_list = _check_rings(rings, p)
     elif rings is not None:
