@@ -30,6 +30,7 @@ from workload.program import Phase, Workload
 
 from .config import Config, ConfigError, JobSection, load_config
 from .pairs import dense_matrix
+from .whatif import NO_COMPUTE
 
 # Request ids of a job's phase k become k * _REQ_STRIDE + id in the combined program,
 # so that phases run back to back never share an id.
@@ -237,7 +238,11 @@ def simulate_jobs(
         one_cfg, one = _one_program(sub, w, job)
         alone.append(run(one_cfg, progress=progress, workload=one, noise_streams_from=first))
         first += len(eps)
-    notes = []
+    notes = [
+        f"job {job.name}: {NO_COMPUTE}"
+        for job, res in zip(cfg.jobs, alone, strict=True)
+        if NO_COMPUTE in res.scenario
+    ]
     if "workload" in cfg.model_fields_set:
         notes.append(
             "workload: the top-level section is not run; with jobs, each job runs its own "

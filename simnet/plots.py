@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -167,6 +168,10 @@ def _max_pool(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return pooled, empty
 
 
+TITLE_WRAP_CHARS = 60
+"""Characters per line of a heatmap's title (longer ones wrap)."""
+
+
 def _heatmap(
     values: np.ndarray,
     mask: np.ndarray,
@@ -242,7 +247,8 @@ def _heatmap(
     ax.set_yticks([i + 0.5 for i in ticks], [names[i] for i in ticks], rotation=0, fontsize=font)
     ax.set_xlabel(f"receiver {axis_name}\n({masked_note})")
     ax.set_ylabel(f"sender {axis_name}")
-    ax.set_title(title)
+    # Long titles (a job's, naming every job it shares with) wrap within the figure.
+    ax.set_title("\n".join(textwrap.wrap(title, TITLE_WRAP_CHARS)))
     return _save(fig, path)
 
 

@@ -548,6 +548,11 @@ def simulate(
     else:
         graph, assumed = topology, list(topology_notes)
     assumed = [*calibrated, *host_notes, *assumed]
+    if "jobs" in cfg.model_fields_set and not cfg.jobs and "workload" not in cfg.model_fields_set:
+        assumed.append(
+            f"jobs: [] lists no jobs: the workload section's default runs "
+            f"({cfg.workload.name} on {cfg.world_size} ranks)"
+        )
     n_end = graph.graph["num_endpoints"]
     world = cfg.world_size
     k = cfg.hosts.ranks_per_host
@@ -637,7 +642,7 @@ def simulate(
     if (cfg.whatif.stragglers or cfg.whatif.compute_noise) and not any(
         r["compute_s"] for p in phases for r in p.per_rank
     ):
-        scenario.append("the workload computes nothing: stragglers and noise change nothing")
+        scenario.append(whatif.NO_COMPUTE)
 
     def routes() -> tuple[np.ndarray, np.ndarray]:
         if progress is not None and big:

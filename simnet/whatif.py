@@ -59,6 +59,10 @@ def _edge(graph: nx.DiGraph, link: list, where: str) -> tuple[Hashable, Hashable
     return u, v
 
 
+NO_COMPUTE = "the workload computes nothing: stragglers and noise change nothing"
+"""Said among the what-ifs when stragglers or noise are set on a workload without compute."""
+
+
 def apply_links(
     graph: nx.DiGraph, whatif: WhatIfSection, used: Collection[int] | None = None
 ) -> tuple[nx.DiGraph, list[str]]:

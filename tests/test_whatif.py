@@ -7,6 +7,7 @@ import pytest
 
 import simnet
 import topologies
+from simnet import whatif
 from simnet.config import ConfigError, load_config
 from simnet.executor import SimExecutor
 from simnet.network import FlowNetwork
@@ -268,3 +269,32 @@ def test_a_split_fat_tree_names_the_endpoints_cut_off():
         r"rest \(14 endpoints with ranks\)",
     ):
         simnet.simulate(cfg, record_series=False)
+
+
+def test_an_empty_jobs_list_says_the_default_workload_runs():
+    res = simnet.simulate(
+        {"distributed": {"num_nodes": 4}, "topology": {"type": "switch"}, "jobs": []},
+        record_series=False,
+    )
+    assert (
+        "jobs: [] lists no jobs: the workload section's default runs (alexnet_ring on 4 ranks)"
+        in res.assumed
+    )
+    # A configuration dumped from a run (its workload and an empty jobs list) says nothing.
+    again = simnet.simulate(res.config.model_dump(), record_series=False)
+    assert not [a for a in again.assumed if a.startswith("jobs:")]
+
+
+def test_a_job_that_computes_nothing_is_said_to_ignore_its_stragglers():
+    cfg = {
+        "distributed": {"num_nodes": 8},
+        "topology": {"type": "switch"},
+        "jobs": [
+            {"name": "a", "workload": {"name": "resnet50", "world_size": 4, "scale": 0.01}},
+            {"name": "b", "workload": {"name": "resnet152", "world_size": 4, "scale": 0.01}},
+        ],
+        "whatif": {"stragglers": {"1": 3}},
+    }
+    res = simnet.simulate(cfg, record_series=False)
+    assert f"job a: {whatif.NO_COMPUTE}" in res.assumed
+    assert not [a for a in res.assumed if a.startswith("job b:")]
