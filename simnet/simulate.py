@@ -1076,7 +1076,7 @@ def program_time(
     gamma_s_per_byte: float = 0.0,
     step_latency_s: float = 0.0,
     send_overhead_s: float = 0.0,
-    eager_threshold_bytes: int = 0,
+    eager_threshold_bytes: int = -1,
     rendezvous_handshake: bool = False,
     policy: AlgorithmPolicy | None = None,
     library_algorithm: bool = False,
@@ -1084,8 +1084,10 @@ def program_time(
     """Simulated seconds of one iteration of ``program(rank)`` (rank programs of
     ``workload.ops``) on every endpoint of ``topology``, one group ``"world"``.
 
-    Messages above ``eager_threshold_bytes`` (bytes; default 0: all but zero-byte ones)
-    use rendezvous, with its request-to-send if ``rendezvous_handshake``."""
+    Messages above ``eager_threshold_bytes`` (bytes; default -1: every message, a
+    zero-byte one too, so that a step whose blocks are empty waits for its receiver as
+    the others do, as a closed form of steps assumes) use rendezvous, with its
+    request-to-send if ``rendezvous_handshake``."""
     p = topology.graph["num_endpoints"]
     wl = Workload("program", p, {}, {"world": [tuple(range(p))]}, [Phase(name, program)])
     router = topologies.Router(topology)

@@ -407,3 +407,15 @@ def test_nccl_layouts_and_channels_are_said():
         "assumed: allreduce nccl_ring over 8 ranks: one node, 1 channel (the default), a ring "
         "per channel",
     ]
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "nccl_ring"])
+def test_a_tiny_ring_allreduce_pays_every_step_at_the_slowest_hop_whatever_its_blocks(algorithm):
+    # 2 nodes x 2 GPUs: hops 0.5 + 0.5 us inside a node, 0.5 + 1 + 1 + 0.5 us between
+    # nodes (NVLink to the switch and back, NIC to the rail and back). collective_time's
+    # steps wait for their receivers, so 6 steps cost 6 x 3 us however many of the 4
+    # blocks are empty (a 4-byte vector has 3 empty ones; they cost 1-2 us less each).
+    g = topologies.rail_optimised(2, 2, 300e9, 25e9, 0.5e-6, 1e-6)
+    kw = {"channels": 1} if algorithm == "nccl_ring" else {}
+    times = [simnet.collective_time(g, "allreduce", algorithm, s, **kw) for s in (4, 8, 12, 16)]
+    assert times == pytest.approx([6 * 3e-6] * 4, abs=5e-9)
