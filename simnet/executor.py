@@ -550,6 +550,9 @@ class SimExecutor:
         self.stream_order = None if stream_order is None else bool(stream_order)
         self._schedules: dict[tuple, tuple[Schedule, str]] = {}
         self._members: dict[tuple[str, int], tuple[tuple[int, ...], int]] = {}
+        # id of a group (the workload keeps it) -> how it sits on the nodes
+        # (_gpus_per_node: worked out once, not once per member)
+        self._node_layouts: dict[int, int | None] = {}
         # id of a group (the workload keeps it) -> {rank: its first index in the group}
         self._positions: dict[int, dict[int, int]] = {}
         # Member plans: (schedule id, member, costs) -> _Plan; schedule id -> _StepTable
@@ -581,7 +584,13 @@ class SimExecutor:
         """The schedule of ``op`` over a group of ``p`` ranks and the algorithm's name;
         ``members`` (global ranks, in group order) let the NCCL algorithms see how the
         group sits on the nodes."""
-        per_node = self._gpus_per_node(members) if members is not None else None
+        per_node = None
+        if members is not None:
+            # (members: the workload's group, kept by it, so its id is stable)
+            known = self._node_layouts
+            per_node = known.get(id(members), -1)
+            if per_node == -1:
+                per_node = known[id(members)] = self._gpus_per_node(members)
         key = (op.op, op.algorithm, p, op.count_elems, op.root, per_node)
         hit = self._schedules.get(key)
         if hit is None:

@@ -817,3 +817,33 @@ def test_route_counts_past_int64_stay_with_python_integers(monkeypatch):
     r, got, got_counts = _all_routes(g, True)
     assert r._no_arrays and not any(type(s) is routing._FullSearch for s in r._searches.values())
     assert got == want and got_counts == want_counts
+
+
+@pytest.mark.parametrize(
+    ("groups", "size", "intra_lat", "inter_lat", "intra"),
+    [
+        (4, 3, 1e-6, 2e-6, "switch"),
+        (4, 3, 2e-6, 2e-6, "switch"),  # equal latencies: the group switch by node order
+        (3, 4, 5e-6, 1e-6, "direct"),  # one intra hop beats two, whatever the latency
+        (1, 5, 0.0, 0.0, "switch"),
+        (6, 1, 0.0, 1e-6, "switch"),
+    ],
+)
+def test_hierarchical_routes_are_known_without_searches(groups, size, intra_lat, inter_lat, intra):
+    g = topologies.hierarchical(groups, size, 100e9, 10e9, intra_lat, inter_lat, intra=intra)
+    fast = topologies.Router(g)
+    assert fast._hier == (size, intra == "direct")
+    searched = topologies.Router(g)
+    searched._hier = None
+    n = groups * size
+    for s in range(n):
+        for d in range(n):
+            assert fast.path(s, d) == searched.path(s, d), (s, d)
+            assert fast.path_uncached(s, d) == searched.path(s, d)
+    assert not fast._searches  # none made
+    # A degraded link routes as before; a failed one (or another shape) by search.
+    g.edges[0, "top"]["bandwidth"] = 1e9
+    assert topologies.Router(g)._hier is not None
+    g.remove_edge(0, "top")
+    assert topologies.Router(g)._hier is None
+    assert topologies.Router(topologies.switch(4, 1e9))._hier is None

@@ -674,6 +674,9 @@ class Router:
             n for n, kind in graph.nodes(data="kind") if kind == "endpoint" and type(n) is int
         )
         self._ecmp_paths: dict[tuple[Hashable, Hashable, int], Path] = {}
+        # A hierarchical graph as its builder made it: (group size, direct intra links),
+        # whose routes are known without a search (see _hierarchical_shape).
+        self._hier = _hierarchical_shape(graph) if not self.ecmp else None
 
     # -- public -------------------------------------------------------------------------------
 
@@ -1094,6 +1097,8 @@ class Router:
         canonical_key = _canonical_flow_key(flow_key) if self.ecmp else None
         if src == dst:
             return ()
+        if self._hier is not None and type(src) is int and type(dst) is int:
+            return self._hierarchical_route(src, dst)
         search = self._searched(src, dst)
         if not self.ecmp:
             if self._coord:
@@ -1107,6 +1112,20 @@ class Router:
         if route is None:
             route = self._ecmp_paths[memo] = self._unrank(search, src, dst, index)
         return route
+
+    def _hierarchical_route(self, src: int, dst: int) -> Path:
+        """The route between two endpoints of a hierarchical graph as its builder made
+        it, the one a search finds (see ``topologies.hierarchical``): inside a group its
+        direct link, or through its group switch (no more latency than through "top", and
+        before it in node order); between groups through "top"."""
+        size, direct = self._hier  # type: ignore[misc]
+        edge = self._edges
+        if src // size != dst // size:
+            return (edge[(src, "top")], edge[("top", dst)])
+        if direct:
+            return (edge[(src, dst)],)
+        sw = f"g{src // size}"
+        return (edge[(src, sw)], edge[(sw, dst)])
 
     def _walk(self, search: _Search, src: Hashable, dst: Hashable, choose: Any) -> Path:
         """The route from ``src`` back from ``dst``: ``choose(v, preds)`` picks the
@@ -1280,6 +1299,40 @@ def _pick(count_of: Any, preds: tuple, index: int) -> tuple[Hashable, int]:
             break
         index -= n
     return u, index
+
+
+def _hierarchical_shape(graph: nx.DiGraph) -> tuple[int, bool] | None:
+    """(group size, whether groups are fully connected) of a graph exactly as
+    ``topologies.hierarchical`` builds it: its endpoints, links and latencies (through a
+    group switch, an intra link's no more than an inter one's), bandwidths aside (a
+    degraded link routes as before); None for anything else (a failed link, added
+    hosts), which routes by search.
+    At 4,096 ranks a search from every endpoint (each has two ways out, so none is
+    shared) held 4.8 GB."""
+    params = graph.graph.get("params") or {}
+    if graph.graph.get("name") != "hierarchical" or "group_size" not in params:
+        return None
+    size, groups = params["group_size"], params["num_groups"]
+    intra_lat, inter_lat = params["intra_latency_s"], params["inter_latency_s"]
+    direct = params.get("intra") == "direct"
+    n = graph.graph.get("num_endpoints")
+    if n != size * groups or graph.number_of_nodes() != n + 1 + (0 if direct else groups):
+        return None
+    expected = 2 * n + (groups * size * (size - 1) if direct else 2 * n)
+    if graph.number_of_edges() != expected or (intra_lat > inter_lat and not direct):
+        return None
+    edges = graph.edges
+    for e in range(n):
+        g = e // size
+        ups = [(e, "top", inter_lat), ("top", e, inter_lat)]
+        if direct:
+            ups += [(e, m, intra_lat) for m in range(g * size, (g + 1) * size) if m != e]
+        else:
+            ups += [(e, f"g{g}", intra_lat), (f"g{g}", e, intra_lat)]
+        for u, v, lat in ups:
+            if (u, v) not in edges or float(edges[u, v]["latency"]) != lat:
+                return None
+    return size, direct
 
 
 def _leaves(graph: nx.DiGraph) -> dict[Hashable, tuple[Hashable, float]]:
