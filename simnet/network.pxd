@@ -42,6 +42,7 @@ cdef Py_ssize_t _OPEN_RUNS  # the length of _KeyQueue's open_tail and open_key
 # globals they would be a dictionary lookup and a boxed comparison at each use.
 cdef int _ALPHA, _DRAINING, _LATENCY, _DONE, _TIMER, _HANDSHAKE
 cdef Py_ssize_t _FAST_FORWARD_HOPS
+cdef long long _FAST_FORWARD_RATES
 cdef double _INF, _RATE_RTOL, _KEEP_RTOL
 cdef object _ONE_TAG
 cdef unsigned long long _HASH_MUL
@@ -289,7 +290,7 @@ cdef class FlowNetwork:
                    phase=cython.int, now=cython.double, t=cython.double, limit=cython.double,
                    rate=cython.double,
                    target=cython.double, nt=cython.double, hops=Py_ssize_t, queue=list,
-                   due=cython.double, j=Py_ssize_t)
+                   due=cython.double, j=Py_ssize_t, rated_until=cython.longlong)
     cpdef _on_wake(self, ev)
 
     @cython.locals(link=_Link, nl=Py_ssize_t, j=Py_ssize_t, n=cython.longlong,

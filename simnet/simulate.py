@@ -795,15 +795,27 @@ def _rank0_counts(cfg: Config, workload: Workload) -> RankCounts:
     return RankCounts(max(c.ops for c in sampled), others + ring, ring)
 
 
+PROGRESS_IN_FLIGHT_MIN = 1000
+"""Messages in flight at once from which the progress line counts them."""
+
+
 def _progress_line(name: str, sim: PhaseSim, elapsed_s: float, width: int = 24) -> str:
     """``phase: [#####.....]  42.0% 1,234/2,940 messages, simulated 1.234 ms, ~3 s left``."""
     done, total = sim.messages_done, sim.expected_messages
     frac = min(done / total, 1.0) if total else 1.0
     fill = int(frac * width)
     left = f", ~{elapsed_s * (1 - frac) / frac:.0f} s left" if 0 < frac < 1 else ""
+    # Thousands of messages in flight on shared links are where a contended fabric's
+    # time goes (each one's end shares its links' capacity out again): said, so that a
+    # count standing still while they drain does not look like a hang.
+    net = sim.net
+    flows = net.transfers_started - net.transfers_completed if 0 < frac < 1 else 0
+    draining = f" ({flows:,} in flight)" if flows >= PROGRESS_IN_FLIGHT_MIN else ""
+    if draining and flows > total - done:
+        left = ""  # (the end is their draining, which the count does not measure)
     return (
         f"{name}: [{'#' * fill}{'.' * (width - fill)}] {frac:6.1%} {done:,}/{total:,} "
-        f"messages, simulated {sim.env.now * MS_PER_S:.3f} ms{left}"
+        f"messages{draining}, simulated {sim.env.now * MS_PER_S:.3f} ms{left}"
     )
 
 

@@ -1300,3 +1300,23 @@ def test_a_rotated_ring_is_said_to_take_the_same_links():
         "so the data split over them takes one ring's path (a reversed or reordered ring "
         "adds links)"
     ]
+
+
+def test_the_progress_line_counts_messages_in_flight_and_drops_its_estimate_for_them():
+    from types import SimpleNamespace
+
+    from simnet.simulate import _progress_line
+
+    def sim(done, total, started, completed):
+        net = SimpleNamespace(transfers_started=started, transfers_completed=completed)
+        return SimpleNamespace(
+            messages_done=done, expected_messages=total, env=SimpleNamespace(now=0.003), net=net
+        )
+
+    # An alltoall draining: 65,252 in flight, 3,840 not started: the count stands still
+    # while they drain, so it is said and the estimate (from the count) dropped.
+    line = _progress_line("iteration", sim(134_912, 138_752, 200_000, 134_748), 10.0)
+    assert line.endswith("97.2% 134,912/138,752 messages (65,252 in flight), simulated 3.000 ms")
+    # Few in flight: the estimate from the count, as before.
+    line = _progress_line("iteration", sim(50, 100, 60, 50), 10.0)
+    assert line.endswith("50.0% 50/100 messages, simulated 3.000 ms, ~10 s left")
