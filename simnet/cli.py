@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import gc
 import json
+import signal
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from workload.brief_argparse import BriefParser
 
@@ -175,11 +178,19 @@ def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
             print(latest[0].ljust(widest[0]), file=sys.stderr, flush=True)
         print(summary)
 
+    def written(msg: str) -> None:
+        # An interrupt that came inside a callback Python ignores exceptions from (the
+        # plots' weakref callbacks) is seen here, at the next file.
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        if not ns.quiet:
+            progress(msg)
+
     try:
-        write_all(
-            res, out, ns.prefix, say=say, matrices=ns.matrices,
-            progress=None if ns.quiet else progress,
-        )  # fmt: skip
+        with _interrupts_recorded() as interrupted:
+            write_all(res, out, ns.prefix, say=say, matrices=ns.matrices, progress=written)
+            if interrupted.is_set():  # (during the last file, and ignored there)
+                raise KeyboardInterrupt
     except KeyboardInterrupt:
         print(
             f"\ninterrupted while writing: {out} holds this run's files written so far and "
@@ -188,3 +199,28 @@ def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
         )
         return EXIT_INTERRUPTED
     return 0
+
+
+@contextlib.contextmanager
+def _interrupts_recorded() -> Iterator[threading.Event]:
+    """While inside, Ctrl-C (SIGINT) also sets the event it yields, besides raising
+    KeyboardInterrupt as always: a raise inside a callback whose exceptions Python
+    ignores is otherwise lost. Outside the main thread, or with a handler of the
+    caller's own, the event is never set."""
+    seen = threading.Event()
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.default_int_handler or (
+        threading.current_thread() is not threading.main_thread()
+    ):
+        yield seen
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        seen.set()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -551,7 +551,7 @@ def timeline_bars(
         ("compute", "tab:green", None, begin, end, 0.8),
         ("exposed communication", "tab:red", None, end, end + exposed * per_s, 0.8),
         (
-            "communication overlapped with compute",
+            "communication overlapped with compute (drawn over it)",
             "tab:orange",
             "//",
             end - hidden * per_s,
@@ -574,11 +574,14 @@ def timeline_bars(
             )
         else:  # one polygon per segment kind instead of n bars: fast for 1000s of ranks
             edges = np.column_stack([y - height / 2, y + height / 2]).ravel()
+            # (Ranks a pixel apart merge their bars into one area: the overlapped band
+            # would hide the compute under it, and read as communication after it.)
             ax.fill_betweenx(
                 edges,
                 np.repeat(left, 2),
                 np.repeat(right, 2),
                 color=colour,
+                alpha=0.45 if hatch else 1.0,
                 lw=0,
                 aa=False,
                 label=label,

@@ -240,6 +240,9 @@ def refusal(cfg: Config, est: SizeEstimate, phases: int, available_bytes: int) -
             r = largest_fitting(ranks_fit, world)
             field = "workload.world_size" if cfg.workload.world_size else "distributed.num_nodes"
             hint = f"at most about {r:,} ranks fit ({field})" if r else ""
+            if r and r & (r - 1):
+                # Many workloads take only some counts (DLRM's divide 2^18): name one.
+                hint += f"; the largest power of two below is {1 << (r.bit_length() - 1):,}"
     else:
         big = max(est.endpoints, 1)
         linear += est.graph_bytes
