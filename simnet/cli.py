@@ -114,7 +114,9 @@ def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
     def progress(msg: str) -> None:
         now = time.perf_counter()
         latest[0] = f"\r[{now - started:6.1f} s] {msg}"
-        if now - last[0] >= 1.0:
+        # At most a line a second, but one announcing a long step (" ...") at once: the
+        # line shown stays up while the step runs.
+        if now - last[0] >= 1.0 or msg.endswith(" ..."):
             last[0] = now
             widest[0] = max(widest[0], len(latest[0]))
             print(latest[0], end="", file=sys.stderr, flush=True)

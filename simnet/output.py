@@ -579,7 +579,8 @@ def _write_all(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _remove_previous_run(out, prefix)
-    files: list[Path] = _Written(progress)
+    files = _Written(progress)
+    files.starting(f"{prefix}pairs.csv", f"{sum(len(p.pair_bytes) for p in res.phases):,} rows")
     rows = pair_rows(res)
     files.append(write_csv(out / f"{prefix}pairs.csv", pair_header(res), rows))
     n = res.graph.graph["num_endpoints"]
@@ -627,6 +628,7 @@ def _write_all(
     )
     if any(p.link_series for p in res.phases):
         # Piecewise constant: each rate holds from its time to the link's next point.
+        files.starting(f"{prefix}link_series.csv")
         files.append(write_series_csv(out / f"{prefix}link_series.csv", res))
     title = f"{res.workload.model}, {res.workload.world_size} ranks, {res.graph.graph['name']}"
     if dense:
@@ -718,6 +720,7 @@ def _write_all(
         )
     if res.jobs is not None:
         files += _write_jobs(res, out, prefix, title)
+    files.starting(f"{prefix}timeline.trace.json")
     files.append(write_json(out / f"{prefix}timeline.trace.json", trace(res), indent=None))
     from .report import write_report
 
@@ -757,6 +760,13 @@ class _Written(list):
         super().append(path)
         if self._progress is not None:
             self._progress(f"writing: {len(self)} files, the last {Path(path).name}")
+
+    def starting(self, name: str, what: str = "") -> None:
+        """Say that a file that may take seconds to make is next (its line ends in
+        " ...", which a progress printer shows at once)."""
+        if self._progress is not None:
+            more = f" ({what})" if what else ""
+            self._progress(f"writing: {len(self)} files, now {name}{more} ...")
 
     def __iadd__(self, paths: Any) -> _Written:
         for p in paths:

@@ -580,11 +580,31 @@ def test_writing_a_runs_files_is_reported_as_it_goes(tmp_path, capsys, monkeypat
     assert simnet.cli.main(["--config", str(cfg), "--out", str(tmp_path / "out")]) == 0
     captured = capsys.readouterr()
     writing = [s.split("] ", 1)[1].strip() for s in captured.err.split("\r") if "writing: " in s]
-    assert writing[0] == "writing: 1 files, the last sim_pairs.csv"
+    # Files that may take long are announced first (DLRM's 4 ranks send to every other:
+    # 12 pairs).
+    assert writing[:2] == [
+        "writing: 0 files, now sim_pairs.csv (12 rows) ...",
+        "writing: 1 files, the last sim_pairs.csv",
+    ]
+    assert "writing: 11 files, now sim_timeline.trace.json ..." in writing
     written = len(list((tmp_path / "out").iterdir()))
     assert writing[-1] == f"writing: {written} files, the last report.html"
     assert captured.err.endswith("\n")  # the line was ended before the summary
     assert captured.out.startswith("simnet: dlrm on 4 ranks")
+
+
+def test_a_long_step_of_the_writing_is_announced_at_once(tmp_path, capsys, monkeypatch):
+    import simnet.cli
+
+    # A clock that stands still: lines are at most one a second, but not an announcement.
+    monkeypatch.setattr(simnet.cli.time, "perf_counter", lambda: 5.0)
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"distributed": {"num_nodes": 4},
+                               "workload": {"name": "dlrm", "scale": 0.001}}))  # fmt: skip
+    assert simnet.cli.main(["--config", str(cfg), "--out", str(tmp_path / "out")]) == 0
+    shown = [s.split("] ", 1)[1].strip() for s in capsys.readouterr().err.split("\r") if "] " in s]
+    assert "writing: 0 files, now sim_pairs.csv (12 rows) ..." in shown
+    assert not [s for s in shown if s.startswith("writing: ") and "the last" in s][:-1]
 
 
 def test_the_command_ends_its_progress_line_on_the_final_state(tmp_path, capsys, monkeypatch):
