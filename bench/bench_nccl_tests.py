@@ -15,8 +15,10 @@ its share of the node's NIC bandwidth (what a rail of that node carries when eve
 channel uses it evenly).
 
 Prints, per case, the measured and predicted bus bandwidth (nccl-tests' busbw, GB/s
-of 1e9 bytes: algbw * 2 (n - 1) / n) and the error; writes ``nccl_tests.json`` and
-``nccl_tests.csv`` into ``--out``. Takes a few seconds.
+of 1e9 bytes: algbw * 2 (n - 1) / n) and the error; then the A3 Mega run's smaller sizes
+beside their predictions, and a line t = a + b S fitted from 16 MiB up to the published
+times and to the predicted ones (the fixed cost a and the slope's busbw of each); writes
+``nccl_tests.json`` and ``nccl_tests.csv`` into ``--out``. Takes a few seconds.
 """
 
 from __future__ import annotations
@@ -140,6 +142,38 @@ def predict(case: Case) -> dict[str, float]:
     return {"time_s": t, "busbw_gb_per_s": busbw}
 
 
+FIT_MIN_BYTES = 16 << 20
+"""Sizes from which the A3 Mega times are fitted with a line (below, NCCL's protocols
+and the pipeline's fill change with the size)."""
+
+
+def size_fit(case: Case, smaller: list[dict]) -> dict[str, tuple[float, float]]:
+    """Least-squares ``t = a + b S`` over ``case``'s machine's published times (the
+    smaller sizes' and the target cases', from ``FIT_MIN_BYTES`` up) and over the
+    predicted ones: ``{"published": (a in s, busbw of b in GB/s), "predicted": ...}``,
+    busbw as nccl-tests gives it (``2 (n - 1) / n / b / 1e9``)."""
+    import numpy as np
+
+    p = case.nodes * case.gpus_per_node
+    factor = 2 * (p - 1) / p
+    sizes, published, predicted = [], [], []
+    for row in smaller:
+        if row["size_bytes"] >= FIT_MIN_BYTES:
+            sizes.append(row["size_bytes"])
+            published.append(row["published_us"] * 1e-6)
+            predicted.append(row["predicted_us"] * 1e-6)
+    for c in CASES:
+        if c.name.split(",")[0] == case.name.split(",")[0]:
+            sizes.append(c.size_bytes)
+            published.append(c.size_bytes * factor / (c.measured_busbw_gb_per_s * 1e9))
+            predicted.append(predict(c)["time_s"])
+    out = {}
+    for key, times in (("published", published), ("predicted", predicted)):
+        b, a = np.polyfit(np.array(sizes, float), np.array(times), 1)
+        out[key] = (float(a), factor / float(b) / 1e9)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="results/bench_nccl_tests")
@@ -174,6 +208,17 @@ def main() -> int:
         smaller.append({"size_bytes": size, "published_us": published_us, "predicted_us": t_us})
         ratio = published_us / t_us
         print(f"{size >> 20:>5} MiB {published_us:>15.1f} {t_us:>15.1f} {ratio:>6.2f}")
+    fit = size_fit(a3, smaller)
+    print(
+        f"\n{a3.name.split(',')[0]} from {FIT_MIN_BYTES >> 20} MiB up, least squares t = a + b S "
+        f"(S bytes; b as busbw, GB/s):\n"
+        f"  published: a = {fit['published'][0] * 1e3:.3f} ms, busbw {fit['published'][1]:.1f}"
+        f"\n  predicted: a = {fit['predicted'][0] * 1e3:.3f} ms, busbw {fit['predicted'][1]:.1f}"
+        f"\n  (the slopes' busbw {100 * (fit['predicted'][1] / fit['published'][1] - 1):+.1f}%"
+        f" apart; the published times carry "
+        f"{(fit['published'][0] - fit['predicted'][0]) * 1e3:.2f} ms more of fixed cost, "
+        "which no link rate gives: the 1 and 2 GiB misses)"
+    )
     write_json(
         out / "nccl_tests.json",
         {
@@ -181,6 +226,11 @@ def main() -> int:
             "geomean_abs_error_pct": gm,
             "max_abs_error_pct": worst,
             "a3_mega_below_target": smaller,
+            "a3_mega_fit": {
+                "min_bytes": FIT_MIN_BYTES,
+                "units": "fixed_s: seconds; busbw: GB/s (1e9 B) of t's slope",
+                **{k: {"fixed_s": a, "busbw_gb_per_s": b} for k, (a, b) in fit.items()},
+            },
         },
     )
     header = list(rows[0]) if rows else ["name"]
