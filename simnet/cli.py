@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from workload.brief_argparse import BriefParser
 
@@ -194,11 +195,19 @@ def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
             if interrupted.is_set():  # (during the last file, and ignored there)
                 raise KeyboardInterrupt
     except KeyboardInterrupt:
-        print(
-            f"\ninterrupted while writing: {out} holds this run's files written so far and "
-            f"no {ns.prefix}summary.txt (an earlier run's files there were removed first)",
-            file=sys.stderr,
-        )
+        if (Path(out) / f"{ns.prefix}summary.txt").exists():  # (an earlier run's went first)
+            print(
+                f"\ninterrupted as the last files were written: {out} holds this run's "
+                f"{ns.prefix}summary.txt and the files it lists",
+                file=sys.stderr,
+            )
+        else:
+            print(
+                f"\ninterrupted while writing: {out} holds this run's files written so far "
+                f"and no {ns.prefix}summary.txt (an earlier run's files there were removed "
+                "first)",
+                file=sys.stderr,
+            )
         return EXIT_INTERRUPTED
     return 0
 

@@ -167,7 +167,10 @@ class AlgorithmPolicy:
         :meth:`params` made them): its nodes and channels."""
         local = params["nccl_local_size"]
         c = params["channels"] or default_channels(local)
-        nodes = "one node" if local is None or local == p else f"{p // local} nodes of {local}"
+        if local is None:  # (no node structure, or a group spread unevenly)
+            nodes = "laid out as one node"
+        else:
+            nodes = f"one node of {p}" if local == p else f"{p // local} nodes of {local}"
         kind = "tree pair" if alg == "nccl_tree" else "ring"
         given = "" if params["channels"] else " (the default)"
         self.layouts[
@@ -550,9 +553,10 @@ class SimExecutor:
         self.stream_order = None if stream_order is None else bool(stream_order)
         self._schedules: dict[tuple, tuple[Schedule, str]] = {}
         self._members: dict[tuple[str, int], tuple[tuple[int, ...], int]] = {}
-        # id of a group (the workload keeps it) -> how it sits on the nodes
-        # (_gpus_per_node: worked out once, not once per member)
-        self._node_layouts: dict[int, int | None] = {}
+        # id of a group -> (the group, how it sits on the nodes): _gpus_per_node worked
+        # out once per group, not once per member (the group is kept, so its id stays
+        # its own)
+        self._node_layouts: dict[int, tuple[Sequence[int], int | None]] = {}
         # id of a group (the workload keeps it) -> {rank: its first index in the group}
         self._positions: dict[int, dict[int, int]] = {}
         # Member plans: (schedule id, member, costs) -> _Plan; schedule id -> _StepTable
@@ -586,11 +590,12 @@ class SimExecutor:
         group sits on the nodes."""
         per_node = None
         if members is not None:
-            # (members: the workload's group, kept by it, so its id is stable)
-            known = self._node_layouts
-            per_node = known.get(id(members), -1)
-            if per_node == -1:
-                per_node = known[id(members)] = self._gpus_per_node(members)
+            known = self._node_layouts.get(id(members))
+            if known is not None and known[0] is members:
+                per_node = known[1]
+            else:
+                per_node = self._gpus_per_node(members)
+                self._node_layouts[id(members)] = (members, per_node)
         key = (op.op, op.algorithm, p, op.count_elems, op.root, per_node)
         hit = self._schedules.get(key)
         if hit is None:

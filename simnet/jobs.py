@@ -238,11 +238,13 @@ def simulate_jobs(
         one_cfg, one = _one_program(sub, w, job)
         alone.append(run(one_cfg, progress=progress, workload=one, noise_streams_from=first))
         first += len(eps)
-    notes = [
+    # (with the what-ifs, as a single workload's)
+    idle = [
         f"job {job.name}: {NO_COMPUTE}"
         for job, res in zip(cfg.jobs, alone, strict=True)
         if NO_COMPUTE in res.scenario
     ]
+    notes = []
     if "workload" in cfg.model_fields_set:
         notes.append(
             "workload: the top-level section is not run; with jobs, each job runs its own "
@@ -301,6 +303,7 @@ def simulate_jobs(
     contended, apart = _contended(reports, phase)
     shared.jobs = JobsReport(reports, contended, notes, apart)
     shared.assumed.extend(notes)
+    shared.scenario.extend(idle)
     return shared
 
 

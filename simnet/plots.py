@@ -172,6 +172,12 @@ TITLE_WRAP_CHARS = 60
 """Characters per line of a heatmap's title (longer ones wrap)."""
 
 
+def wrapped(title: str, width: int = TITLE_WRAP_CHARS) -> str:
+    """``title`` with its long lines (a job's, naming every job it shares with) broken
+    at ``width`` characters; its own line breaks kept."""
+    return "\n".join(w for line in title.split("\n") for w in textwrap.wrap(line, width) or [""])
+
+
 def _heatmap(
     values: np.ndarray,
     mask: np.ndarray,
@@ -247,8 +253,7 @@ def _heatmap(
     ax.set_yticks([i + 0.5 for i in ticks], [names[i] for i in ticks], rotation=0, fontsize=font)
     ax.set_xlabel(f"receiver {axis_name}\n({masked_note})")
     ax.set_ylabel(f"sender {axis_name}")
-    # Long titles (a job's, naming every job it shares with) wrap within the figure.
-    ax.set_title("\n".join(textwrap.wrap(title, TITLE_WRAP_CHARS)))
+    ax.set_title(wrapped(title))
     return _save(fig, path)
 
 

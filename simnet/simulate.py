@@ -173,13 +173,16 @@ def _rate(traffic_bytes: np.ndarray, busy_s: np.ndarray) -> np.ndarray:
 
 # -- building blocks from a configuration -------------------------------------------
 def _used_endpoints(cfg: Config, graph: nx.DiGraph) -> list[int] | None:
-    """The network's endpoints the ranks sit on (None with hosts, which are added after
-    the what-if changes, or when the placement is not one this network can take: its
-    own check says why)."""
+    """The network's endpoints the ranks sit on, every job's with jobs (None with hosts,
+    which are added after the what-if changes, or when the placement is not one this
+    network can take: its own check says why)."""
     if cfg.hosts.ranks_per_host:
         return None
     n = graph.graph["num_endpoints"]
-    used = cfg.topology.placement or range(cfg.world_size)
+    if cfg.jobs:
+        used = [e for placement in cfg.job_placements() for e in placement]
+    else:
+        used = cfg.topology.placement or range(cfg.world_size)
     if not used or any(not 0 <= e < n for e in used):
         return None
     return list(used)
@@ -518,6 +521,10 @@ def simulate(
             available_bytes=available_bytes,
             dense_matrices=dense_matrices,
         )
+        if cfg.whatif.failed_links:
+            # Checked against every job's endpoints before any job runs alone (each
+            # alone sees only its own).
+            build_topology(cfg)
         return simulate_jobs(cfg, run, build_workload, progress)
     base = Path(config).parent if isinstance(config, (str, Path)) else Path(".")
     cfg, calibrated = apply_link_params(cfg, base)
@@ -883,17 +890,17 @@ def route_matrices(
     if router is None:
         router = topologies.Router(graph, ecmp=ecmp)
     cut = set(graph.graph.get("cut_off", ()))
-    if cut:
+    tree = router.tree if router.routes_are_trees else None
+    if cut and tree is None:
+        # Each pair's own route, between the endpoints still reached (0 / inf for the
+        # others: no route).
         keep = [e for e in range(n) if e not in cut]
         m = len(keep)
         got = router.route_metrics_pairs([(s, d) for s in keep for d in keep])
-        bw, lat = np.zeros((n, n)), np.full((n, n), np.inf)
-        np.fill_diagonal(bw, np.inf)
-        np.fill_diagonal(lat, 0.0)
+        bw, lat = _no_routes(n)
         rows = np.ix_(keep, keep)
         bw[rows], lat[rows] = got[0].reshape(m, m), got[1].reshape(m, m)
         return bw, lat
-    tree = router.tree if router.routes_are_trees else None
     if tree is None or n == 1:
         # Each pair's own (ECMP-hashed or dimension-ordered) route (inf / 0.0 to
         # itself, as the matrices hold); a torus routes dimension by dimension: its
@@ -907,7 +914,11 @@ def route_matrices(
     # per source gives every route's bottleneck (min) and latency. The latency is
     # kept exact, as non-overlapping partial sums (Shewchuk), so that math.fsum of
     # them equals topologies.path_latency_s (math.fsum of the route's edges).
+    if cut:
+        bw, lat = _no_routes(n)
     for s in range(n):
+        if s in cut:
+            continue
         router.num_paths(s, s)  # checks that s is an endpoint
         node_bw: dict = {s: math.inf}
         node_lat: dict = {s: ()}
@@ -929,10 +940,21 @@ def route_matrices(
         row_bw, row_lat = bw[s], lat[s]
         for d in range(n):
             if d != s:
+                if d in cut:
+                    continue  # (0 / inf: no route)
                 if d not in node_bw:
                     router.path(s, d)  # raises: no route
                 row_bw[d] = node_bw[d]
                 row_lat[d] = math.fsum(node_lat[d])
+    return bw, lat
+
+
+def _no_routes(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Route matrices of ``n`` endpoints none of which reaches another: bandwidth 0 and
+    latency inf, but inf / 0 on the diagonal (an endpoint to itself)."""
+    bw, lat = np.zeros((n, n)), np.full((n, n), np.inf)
+    np.fill_diagonal(bw, np.inf)
+    np.fill_diagonal(lat, 0.0)
     return bw, lat
 
 
@@ -961,8 +983,9 @@ def pair_route_metrics(
     routed: Callable[[int, int], tuple | None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Bottleneck bandwidth (bytes/s) and latency (s) of the route of each ``(src, dst)``
-    endpoint pair, as ``route_matrices`` gives them (inf / 0 for ``src == dst``;
-    ``injection_bytes_per_s`` caps the others' bandwidth): the routes of the pairs asked
+    endpoint pair, as ``route_matrices`` gives them (inf / 0 for ``src == dst``, 0 / inf
+    to or from an endpoint failed links cut off; ``injection_bytes_per_s`` caps the
+    others' bandwidth): the routes of the pairs asked
     only, so a workload's pairs cost what it routed, not n^2 routes. ``routed(src, dst)``
     gives the links of a pair's route where one is known, the one ``router`` gives (a
     simulation's, made by it; see ``_routed_by``): the same minimum and ``math.fsum`` of
@@ -970,7 +993,11 @@ def pair_route_metrics(
     bw = np.full(len(pairs), np.inf)
     lat = np.zeros(len(pairs))
     rest: list[int] = []
+    cut = set(router.graph.graph.get("cut_off", ()))
     for i, (s, d) in enumerate(pairs):
+        if cut and s != d and (s in cut or d in cut):
+            bw[i], lat[i] = 0.0, math.inf  # cut off by failed links: no route
+            continue
         links = routed(s, d) if routed is not None and s != d else None
         if links:
             b = min([link.capacity_bytes_per_s for link in links])

@@ -153,7 +153,7 @@ def _check_connected(graph: nx.DiGraph, what: str, used: Collection[int] | None)
             rest = [e for e in ends if e in reach]
             small, big = (unreached, rest) if len(unreached) <= len(rest) else (rest, unreached)
             rest = counted(len(big), *_ranked(used))
-            lost.append(f"{_listed(small)} have no route to the rest ({rest})")
+            lost.append(f"{_listed(small)} and the other {rest} have no route between them")
         elif unreached:
             lost.append(f"endpoint {root} has no route to {_listed(unreached)}")
         if unreaching and unreaching != unreached:

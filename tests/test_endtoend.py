@@ -501,6 +501,12 @@ def test_this_machine_caps_the_ring_trainers_pairs_at_its_pacing(tmp_path):
         "host copies 20 GB/s for one rank)"
     ) in slow.assumed
     assert not any("paces" in a for a in faster.assumed)
+    # Its 1 MiB chunks are said, whatever the limit.
+    chunks = (
+        "the ring trainer sends every transfer in paced chunks of 1 MiB, the prediction "
+        "whole: what the chunks cost beyond their per-message costs is not modelled"
+    )
+    assert chunks in slow.assumed and chunks in faster.assumed
     assert slow.iteration_time_s > 5 * faster.iteration_time_s
     assert fast.iteration_time_s >= faster.iteration_time_s
 

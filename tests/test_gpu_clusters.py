@@ -263,6 +263,12 @@ def test_nccl_groups_are_laid_out_by_where_their_ranks_sit():
     sched, alg = ex.schedule(op, 4, [3, 11, 19, 27])
     assert alg == "nccl_ring" and sched.total_bytes == 2 * 3 * 4096 * 4  # one ring of 4
     assert not ex.policy.fallbacks
+    # Each group's layout is its own, however its list is made (a list freed and another
+    # made at its address is another group).
+    op8 = Collective("allreduce", "dp", 4096, algorithm="nccl_ring")
+    a, _ = ex.schedule(op8, 8, list(range(8)))  # 1 node of 8
+    b, _ = ex.schedule(op8, 8, [0, 8, 1, 9, 2, 10, 3, 11])  # interleaved: one node
+    assert a is not b and list(ex.policy.fallbacks)
 
 
 def test_nccl_group_spread_unevenly_over_nodes_is_one_node_and_said():
@@ -404,9 +410,14 @@ def test_nccl_layouts_and_channels_are_said():
     assert [line.strip() for line in said] == [
         "assumed: allreduce: 'nccl_ring' over 8 ranks that are not the same number of "
         "consecutive ranks on each node of 4 GPUs: laid out as one node",
-        "assumed: allreduce nccl_ring over 8 ranks: one node, 1 channel (the default), a ring "
-        "per channel",
+        "assumed: allreduce nccl_ring over 8 ranks: laid out as one node, 1 channel (the "
+        "default), a ring per channel",
     ]
+    # A group that is one whole node: a channel per GPU, as on many nodes.
+    one = _rails()
+    one["distributed"]["num_nodes"] = one["workload"]["world_size"] = 4
+    said = _said(simnet.simulate(one, record_series=False), "channel")
+    assert "allreduce nccl_ring over 4 ranks: one node of 4, 4 channels (the default)" in said[0]
 
 
 @pytest.mark.parametrize("algorithm", ["ring", "nccl_ring"])

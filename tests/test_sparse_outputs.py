@@ -468,6 +468,22 @@ def test_ctrl_c_lost_inside_a_callback_still_interrupts_the_writing(tmp_path, mo
     assert not (out / "sim_summary.txt").exists()
     # Outside the command, Ctrl-C is Python's own again.
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Lost while the last file (the page) was written: the summary is there, and said.
+    from simnet import report
+
+    monkeypatch.setattr(plots, "timeline_bars", original)
+    page = report.write_report
+
+    def lost_in_page(*a, **k):
+        with contextlib.suppress(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        return page(*a, **k)
+
+    monkeypatch.setattr(report, "write_report", lost_in_page)
+    assert _run_cli(tmp_path, "a", fat_tree_config(), "--out", str(out)) == 130
+    err = capsys.readouterr().err
+    assert f"interrupted as the last files were written: {out} holds this run's" in err
+    assert (out / "sim_summary.txt").is_file() and (out / "report.html").is_file()
 
 
 def test_ordinals_read_as_english():

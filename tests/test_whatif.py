@@ -93,7 +93,7 @@ def test_link_changes_on_a_one_way_ring_name_the_direction():
         (
             {"failed_links": [[1, "sw"]]},
             "whatif.failed_links: without 1 <-> 'sw' the network splits: endpoint(s) [1] "
-            "have no route to the rest (1 endpoint with ranks); fail fewer links",
+            "and the other 1 endpoint with ranks have no route between them; fail fewer links",
         ),
         ({"failed_links": [[1, "spine"]]}, "no node 'spine' in the switch topology"),
         ({"failed_links": [[0, 1]]}, "there is no link 0 -> 1"),
@@ -248,8 +248,8 @@ def test_a_failure_cutting_off_endpoints_without_ranks_is_noted_not_refused():
     with pytest.raises(ConfigError) as e:
         simnet.simulate({**cfg, "whatif": {"failed_links": [[6, "sw"]]}}, record_series=False)
     assert str(e.value) == (
-        "whatif.failed_links: without 6 <-> 'sw' the network splits: endpoint(s) [6] have no "
-        "route to the rest (7 endpoints with ranks); fail fewer links"
+        "whatif.failed_links: without 6 <-> 'sw' the network splits: endpoint(s) [6] and the "
+        "other 7 endpoints with ranks have no route between them; fail fewer links"
     )
     # Placed ranks: the check follows the placement.
     placed = {**cfg, "topology": {"type": "switch", "placement": [8, 9, 10, 11, 12, 13, 14, 15]}}
@@ -265,8 +265,8 @@ def test_a_split_fat_tree_names_the_endpoints_cut_off():
     }
     with pytest.raises(
         ConfigError,
-        match=r"endpoint\(s\) \[0, 1\] have no route to the "
-        r"rest \(14 endpoints with ranks\)",
+        match=r"endpoint\(s\) \[0, 1\] and the other 14 endpoints with ranks have no "
+        "route between them",
     ):
         simnet.simulate(cfg, record_series=False)
 
@@ -296,5 +296,47 @@ def test_a_job_that_computes_nothing_is_said_to_ignore_its_stragglers():
         "whatif": {"stragglers": {"1": 3}},
     }
     res = simnet.simulate(cfg, record_series=False)
-    assert f"job a: {whatif.NO_COMPUTE}" in res.assumed
-    assert not [a for a in res.assumed if a.startswith("job b:")]
+    assert f"job a: {whatif.NO_COMPUTE}" in res.scenario
+    assert not [a for a in res.scenario if a.startswith("job b:")]
+
+
+def test_a_failure_is_checked_against_every_jobs_endpoints_before_any_runs():
+    cfg = {
+        "distributed": {"num_nodes": 16},
+        "topology": {"type": "switch"},
+        "jobs": [
+            {"name": "a", "workload": {"name": "dlrm", "world_size": 4, "scale": 0.01}},
+            {"name": "b", "workload": {"name": "dlrm", "world_size": 4, "scale": 0.01}},
+        ],
+        "whatif": {"failed_links": [[6, "sw"]]},  # job b's third rank
+    }
+    with pytest.raises(ConfigError) as e:
+        simnet.simulate(cfg, record_series=False)
+    assert "endpoint(s) [6] and the other 7 endpoints with ranks" in str(e.value)
+    cfg["whatif"]["failed_links"] = [[15, "sw"]]
+    res = simnet.simulate(cfg, record_series=False)
+    assert "endpoint(s) [15] cut off by the failures (no rank there)" in res.scenario
+
+
+def test_outputs_of_a_run_with_an_endpoint_cut_off_are_written_sparse_and_dense(tmp_path):
+    # The sparse outputs sample routes from endpoint 0 to every block (here every
+    # endpoint): the one cut off has none (it raised, after the simulation).
+    import json
+
+    from simnet import cli
+
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({
+        "distributed": {"num_nodes": 16}, "topology": {"type": "switch"},
+        "workload": {"name": "dlrm", "world_size": 8, "scale": 0.01},
+        "whatif": {"failed_links": [[15, "sw"]]},
+    }))  # fmt: skip
+    for matrices in ("sparse", "dense"):
+        out = tmp_path / matrices
+        args = ["--config", str(cfg), "--out", str(out), "--quiet", "--matrices", matrices]
+        assert cli.main(args) == 0
+        assert (out / "sim_summary.txt").is_file()
+    rows = [r.split(",") for r in (tmp_path / "dense" / "sim_bandwidth_bytes_per_s.csv")
+            .read_text().splitlines()]  # fmt: skip
+    assert float(rows[1][16]) == 0.0 and [float(x) for x in rows[16][1:4]] == [0.0] * 3
+    assert float(rows[1][2]) == 10e9  # (the others' routes as before)

@@ -1310,7 +1310,8 @@ def _hierarchical_shape(graph: nx.DiGraph) -> tuple[int, bool] | None:
     At 4,096 ranks a search from every endpoint (each has two ways out, so none is
     shared) held 4.8 GB."""
     params = graph.graph.get("params") or {}
-    if graph.graph.get("name") != "hierarchical" or "group_size" not in params:
+    keys = ("group_size", "num_groups", "intra_latency_s", "inter_latency_s")
+    if graph.graph.get("name") != "hierarchical" or any(k not in params for k in keys):
         return None
     size, groups = params["group_size"], params["num_groups"]
     intra_lat, inter_lat = params["intra_latency_s"], params["inter_latency_s"]

@@ -396,9 +396,10 @@ def run_plan(
         # The table of what is complete so far (the others' status says pending), so an
         # interrupted sweep can be read before it is finished.
         write_table(plan)
+        failed_now = f", {failed} failed" if failed else ""
         say(
-            f"interrupted: {done} of {runnable} points complete (in sweep.csv; the others "
-            "pending); run the same command again to finish the others"
+            f"interrupted: {done} of {runnable} points complete (in sweep.csv{failed_now}; "
+            "the others pending); run the same command again to finish the others"
         )
         return EXIT_INTERRUPTED
     manifest.run["computed"].sort()
