@@ -455,13 +455,16 @@ def test_ctrl_c_lost_inside_a_callback_still_interrupts_the_writing(tmp_path, mo
     out = tmp_path / "out"
     original = plots.timeline_bars
 
-    def swallowing(*a, **k):
-        # (lost, as Python loses a weakref callback's exception)
-        with contextlib.suppress(KeyboardInterrupt):
-            signal.raise_signal(signal.SIGINT)
-        return original(*a, **k)
+    def losing_an_interrupt(fn):
+        def call(*a, **k):
+            # (lost, as Python loses a weakref callback's exception)
+            with contextlib.suppress(KeyboardInterrupt):
+                signal.raise_signal(signal.SIGINT)
+            return fn(*a, **k)
 
-    monkeypatch.setattr(plots, "timeline_bars", swallowing)
+        return call
+
+    monkeypatch.setattr(plots, "timeline_bars", losing_an_interrupt(original))
     assert _run_cli(tmp_path, "a", fat_tree_config(), "--out", str(out)) == 130
     err = capsys.readouterr().err
     assert f"interrupted while writing: {out} holds this run's files written so far" in err
@@ -472,14 +475,7 @@ def test_ctrl_c_lost_inside_a_callback_still_interrupts_the_writing(tmp_path, mo
     from simnet import report
 
     monkeypatch.setattr(plots, "timeline_bars", original)
-    page = report.write_report
-
-    def lost_in_page(*a, **k):
-        with contextlib.suppress(KeyboardInterrupt):
-            signal.raise_signal(signal.SIGINT)
-        return page(*a, **k)
-
-    monkeypatch.setattr(report, "write_report", lost_in_page)
+    monkeypatch.setattr(report, "write_report", losing_an_interrupt(report.write_report))
     assert _run_cli(tmp_path, "a", fat_tree_config(), "--out", str(out)) == 130
     err = capsys.readouterr().err
     assert f"interrupted as the last files were written: {out} holds this run's" in err

@@ -285,31 +285,28 @@ def test_an_empty_jobs_list_says_the_default_workload_runs():
     assert not [a for a in again.assumed if a.startswith("jobs:")]
 
 
-def test_a_job_that_computes_nothing_is_said_to_ignore_its_stragglers():
-    cfg = {
-        "distributed": {"num_nodes": 8},
+def _two_jobs(a: str, b: str, nodes: int, **what_if: object) -> dict:
+    """Jobs a and b of 4 ranks (models ``a`` and ``b``) on a switch of ``nodes``."""
+    return {
+        "distributed": {"num_nodes": nodes},
         "topology": {"type": "switch"},
         "jobs": [
-            {"name": "a", "workload": {"name": "resnet50", "world_size": 4, "scale": 0.01}},
-            {"name": "b", "workload": {"name": "resnet152", "world_size": 4, "scale": 0.01}},
+            {"name": "a", "workload": {"name": a, "world_size": 4, "scale": 0.01}},
+            {"name": "b", "workload": {"name": b, "world_size": 4, "scale": 0.01}},
         ],
-        "whatif": {"stragglers": {"1": 3}},
+        "whatif": what_if,
     }
+
+
+def test_a_job_that_computes_nothing_is_said_to_ignore_its_stragglers():
+    cfg = _two_jobs("resnet50", "resnet152", 8, stragglers={"1": 3})
     res = simnet.simulate(cfg, record_series=False)
     assert f"job a: {whatif.NO_COMPUTE}" in res.scenario
     assert not [a for a in res.scenario if a.startswith("job b:")]
 
 
 def test_a_failure_is_checked_against_every_jobs_endpoints_before_any_runs():
-    cfg = {
-        "distributed": {"num_nodes": 16},
-        "topology": {"type": "switch"},
-        "jobs": [
-            {"name": "a", "workload": {"name": "dlrm", "world_size": 4, "scale": 0.01}},
-            {"name": "b", "workload": {"name": "dlrm", "world_size": 4, "scale": 0.01}},
-        ],
-        "whatif": {"failed_links": [[6, "sw"]]},  # job b's third rank
-    }
+    cfg = _two_jobs("dlrm", "dlrm", 16, failed_links=[[6, "sw"]])  # job b's third rank
     with pytest.raises(ConfigError) as e:
         simnet.simulate(cfg, record_series=False)
     assert "endpoint(s) [6] and the other 7 endpoints with ranks" in str(e.value)
