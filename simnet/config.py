@@ -367,6 +367,17 @@ class WorkloadSection(_Strict):
         '"llama-3-8b", "tp": 8}',
     )
 
+    @field_validator("flags", mode="before")
+    @classmethod
+    def _no_nulls(cls, value: Any) -> Any:
+        # (null matched none of a flag's types, and the first one's complaint, "a valid
+        # integer", was all that was said, even of a string option)
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if v is None:
+                    raise ValueError(f"{k}: null is no value; leave it out for its default")
+        return value
+
 
 class NetworkSection(_Strict):
     _section: ClassVar[str] = "network"

@@ -491,10 +491,19 @@ def test_cli_export_show_and_goal(tmp_path):
     # An earlier export of 8 ranks left its files: those of ranks 4..7 go.
     for rank in range(8):
         (out / f"trace.{rank}.et").write_bytes(b"old")
+    # Another set in the folder: refused (its comm_group.json would be replaced, and a
+    # folder is read as one set), and it is left as it was.
     (out / "other.5.et").write_bytes(b"another prefix's")
     r = _simnet("chakra", "export", "--config", str(cfg), "--out", str(out), "--goal")
+    assert r.returncode == 2
+    assert r.stderr.strip() == (
+        f"error: {out} holds the trace set 'other' (its other.<rank>.et and comm_group.json); "
+        "a folder holds one set: export 'trace' into another folder, or remove that set first"
+    )
+    assert (out / "other.5.et").read_bytes() == b"another prefix's"
+    (out / "other.5.et").unlink()
+    r = _simnet("chakra", "export", "--config", str(cfg), "--out", str(out), "--goal")
     assert r.returncode == 0, r.stderr
-    (out / "other.5.et").unlink()  # kept: not this prefix's
     assert sorted(p.name for p in out.iterdir()) == [
         "comm_group.json",
         "trace.0.et",
@@ -518,3 +527,18 @@ def test_cli_export_show_and_goal(tmp_path):
         r.returncode == 2
         and r.stderr.strip() == f"error: {tmp_path / 'nothing'}: no such directory"
     )
+
+
+def test_a_set_without_its_process_group_file_says_so(tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({
+        "topology": {"type": "hierarchical", "num_nodes": 4, "group_size": 2},
+        "workload": {"name": "llm", "world_size": 4, "scale": 0.001,
+                     "flags": {"preset": "llama-3-8b", "tp": 2, "layers": 2}},
+    }))  # fmt: skip
+    out = tmp_path / "et"
+    assert _simnet("chakra", "export", "--config", str(cfg), "--out", str(out)).returncode == 0
+    (out / "comm_group.json").unlink()
+    r = _simnet("chakra", "show", str(out))
+    assert r.returncode == 2
+    assert "(the set's folder has no comm_group.json)" in r.stderr

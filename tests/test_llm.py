@@ -317,6 +317,10 @@ def test_compute_only_iteration_is_the_flops_sum():
         (2, {"peak_tflops": 0}, "peak_tflops must be > 0 (got 0)"),
         (2, {"efficiency_pct": 0}, "efficiency_pct must be above 0 and at most 100 (got 0)"),
         (4, {"preset": "mixtral-8x7b", "tp": 2, "ep": 2}, "MoE with tp = 2 needs sequence"),
+        # Shapes no model has, refused before a program is built (a billion layers ran out
+        # of memory in a traceback; a huge hidden made the divisor search hang).
+        (4, {"layers": 10**9}, "layers must be at most 10,000 (got 1000000000)"),
+        (4, {"hidden": 10**12}, "hidden must be at most 10,000,000 (got 1000000000000)"),
     ],
 )
 def test_layout_errors_name_the_rule(world, flags, message):

@@ -354,3 +354,9 @@ def test_a_switch_takes_true_or_false_only(value):
     with pytest.raises(ConfigError, match=r"topology.ecmp: true or false is needed"):
         load_config({"topology": {"ecmp": value}})
     assert load_config({"collectives": {"stream_order": False}}).collectives.stream_order is False
+
+
+def test_a_null_flag_is_named_as_null_not_as_a_wrong_number():
+    with pytest.raises(ConfigError) as e:
+        load_config({"workload": {"name": "llm", "flags": {"preset": None}}})
+    assert "workload.flags: preset: null is no value; leave it out for its default" in str(e.value)

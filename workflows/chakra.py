@@ -23,7 +23,7 @@ from pathlib import Path
 from simnet.config import ConfigError, load_config
 from simnet.simulate import build_policy, build_workload
 from workload.brief_argparse import BriefParser
-from workload.chakra_et import ChakraError, export_trace_set, read_trace_set
+from workload.chakra_et import COMM_GROUP_FILE, ChakraError, export_trace_set, read_trace_set
 from workload.goal import write_goal
 from workload.ops import Collective, Recv, Send, call_bytes
 from workload.program import Phase, Workload
@@ -117,6 +117,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         workload, cfg = _workload(ns.config)
         if ns.action == "export":
             out = Path(ns.out)
+            others = sorted({p.name.rsplit(".", 2)[0] for p in out.glob("*.*.et")} - {ns.prefix})
+            if others:
+                # A folder holds one set: comm_group.json is the set's, not the prefix's,
+                # and would be replaced under the other set's rank files.
+                raise ChakraError(
+                    f"{out} holds the trace set {others[0]!r} (its {others[0]}.<rank>.et and "
+                    f"{COMM_GROUP_FILE}); a folder holds one set: export {ns.prefix!r} into "
+                    f"another folder, or remove that set first"
+                )
             files = export_trace_set(
                 workload, out, ns.prefix, _progress("writing traces", workload.world_size)
             )

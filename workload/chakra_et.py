@@ -360,7 +360,10 @@ def _groups(
             seen.update(g)
         out[kind] = sorted(groups, key=min) + [(r,) for r in range(p) if r not in seen]
     for kind in used - set(out):
-        raise ChakraError(f"a node names process group {kind!r}, which {COMM_GROUP_FILE} lacks")
+        raise ChakraError(
+            f"a node names process group {kind!r}, which {COMM_GROUP_FILE} lacks"
+            + ("" if pg_ranks else f" (the set's folder has no {COMM_GROUP_FILE})")
+        )
     return out
 
 
@@ -531,6 +534,7 @@ class _NodeReader:
         if pg not in self.pg_ranks:
             raise ChakraError(
                 f"{self._where(node)}: process group {pg!r} is not in {COMM_GROUP_FILE}"
+                + ("" if self.pg_ranks else f" (the set's folder has no {COMM_GROUP_FILE})")
             )
         if self.rank not in self.pg_ranks[pg]:
             raise ChakraError(

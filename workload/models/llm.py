@@ -33,6 +33,16 @@ CROSS_ENTROPY_ALLREDUCES = 3  # max, sum of exponentials, target logit: b s fp32
 ZERO_STAGES = (0, 1, 2, 3)
 SHAPE_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "seq", "vocab", "experts", "top_k")
 
+MAX_LAYERS = 10_000
+"""The most transformer layers (the largest models have a few hundred): every stage's
+program holds a unit per layer, built before the memory check can weigh it (a billion
+layers ran out of memory in a traceback)."""
+
+MAX_DIMENSION = 10_000_000
+"""The largest of the other shape values (hidden, heads, ffn, seq, vocab, experts): a
+layout check that does not hold looks for the nearest that would among their
+divisors."""
+
 
 def elems(nbytes: int) -> int:
     """Bytes as the project's 4-byte elements, rounded up."""
@@ -198,6 +208,10 @@ class LLM(Model):
             self._require(params[name] in (0, 1), f"{name} must be 0 or 1 (got {params[name]})")
         for name in (*SHAPE_FLAGS, "dp", "micro_batches"):
             self._require(params[name] >= 0, f"{name} must be >= 0 (got {params[name]})")
+        for name in SHAPE_FLAGS:
+            most = MAX_LAYERS if name == "layers" else MAX_DIMENSION
+            got = getattr(shape, name)
+            self._require(got <= most, f"{name} must be at most {most:,} (got {got})")
         self._require(
             params["zero"] in ZERO_STAGES, f"zero must be 0, 1, 2 or 3 (got {params['zero']})"
         )
