@@ -889,6 +889,9 @@ def route_matrices(
     n = graph.graph["num_endpoints"]
     if router is None:
         router = topologies.Router(graph, ecmp=ecmp)
+    closed = router.hierarchical_matrices()
+    if closed is not None:
+        return closed
     cut = set(graph.graph.get("cut_off", ()))
     tree = router.tree if router.routes_are_trees else None
     if cut and tree is None:

@@ -150,10 +150,10 @@ def _check_connected(graph: nx.DiGraph, what: str, used: Collection[int] | None)
         lost = []
         if unreached == unreaching:
             # Name the smaller side: the endpoints cut off, not the rest of the network.
-            rest = [e for e in ends if e in reach]
-            small, big = (unreached, rest) if len(unreached) <= len(rest) else (rest, unreached)
-            rest = counted(len(big), *_ranked(used))
-            lost.append(f"{_listed(small)} and the other {rest} have no route between them")
+            reached = [e for e in ends if e in reach]
+            small, big = sorted((unreached, reached), key=len)
+            others = counted(len(big), *_ranked(used))
+            lost.append(f"{_listed(small)} and the other {others} have no route between them")
         elif unreached:
             lost.append(f"endpoint {root} has no route to {_listed(unreached)}")
         if unreaching and unreaching != unreached:
@@ -183,7 +183,8 @@ def _rerouted(before: nx.DiGraph, after: nx.DiGraph, cut: list[int]) -> str:
         return "traffic rerouted on the remaining shortest routes"
     r0, r1 = topologies.Router(before), topologies.Router(after)
     changed = longer = 0
-    ends = [e for e in range(n) if e not in set(cut)]
+    off = set(cut)
+    ends = [e for e in range(n) if e not in off]
     for s in ends:
         for d in ends:
             if s != d:

@@ -841,9 +841,20 @@ def test_hierarchical_routes_are_known_without_searches(groups, size, intra_lat,
             assert fast.path(s, d) == searched.path(s, d), (s, d)
             assert fast.path_uncached(s, d) == searched.path(s, d)
     assert not fast._searches  # none made
-    # A degraded link routes as before; a failed one (or another shape) by search.
-    g.edges[0, "top"]["bandwidth"] = 1e9
-    assert topologies.Router(g)._hier is not None
+    # The route matrices too, to the bit (one search per source, against none).
+    from simnet.simulate import route_matrices
+
+    def matrices(router):
+        bw, lat = route_matrices(g, router=router)
+        return bw.tobytes() + lat.tobytes()
+
+    g.edges[0, "top"]["bandwidth"] = 1e9  # a degraded link routes as before
+    fast, searched = topologies.Router(g), topologies.Router(g)
+    searched._hier = None
+    assert fast.hierarchical_matrices() is not None and searched.hierarchical_matrices() is None
+    assert matrices(fast) == matrices(searched)
+    assert not fast._searches
+    # A failed link (or another shape) routes by search.
     g.remove_edge(0, "top")
     assert topologies.Router(g)._hier is None
     assert topologies.Router(topologies.switch(4, 1e9))._hier is None

@@ -990,6 +990,38 @@ class Router:
             }
         return self._edge_attrs
 
+    def hierarchical_matrices(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Of a hierarchical graph as its builder made it (see ``_hierarchical_shape``;
+        None for any other graph): the bottleneck bandwidth (bytes/s) and latency (s) of
+        every endpoint pair's route, as one search per source would give them (inf / 0
+        on the diagonal; a two-edge route's latency the sum of two floats, which is
+        their ``math.fsum``), without the searches (2 GB at 2,048 endpoints)."""
+        if self._hier is None:
+            return None
+        size, direct = self._hier
+        n = self.graph.graph["num_endpoints"]
+        attrs = self.edge_metrics()
+        up = np.array([attrs[(e, "top")] for e in range(n)], dtype=float)
+        down = np.array([attrs[("top", e)] for e in range(n)], dtype=float)
+        bw = np.minimum.outer(up[:, 0], down[:, 0])
+        lat = np.add.outer(up[:, 1], down[:, 1])
+        for g0 in range(0, n, size):
+            group = range(g0, g0 + size)
+            block = np.ix_(group, group)
+            if direct:
+                pairs = [[attrs.get((a, b), (np.inf, 0.0)) for b in group] for a in group]
+                cells = np.array(pairs, dtype=float).reshape(size, size, 2)
+                bw[block], lat[block] = cells[..., 0], cells[..., 1]
+            else:
+                sw = f"g{g0 // size}"
+                into = np.array([attrs[(e, sw)] for e in group], dtype=float)
+                out_of = np.array([attrs[(sw, e)] for e in group], dtype=float)
+                bw[block] = np.minimum.outer(into[:, 0], out_of[:, 0])
+                lat[block] = np.add.outer(into[:, 1], out_of[:, 1])
+        np.fill_diagonal(bw, np.inf)
+        np.fill_diagonal(lat, 0.0)
+        return bw, lat
+
     @property
     def routes_are_trees(self) -> bool:
         """Whether one source's routes form a tree, so that :meth:`tree` gives them all:
