@@ -24,6 +24,8 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+
 # bench_simnet's cases, imported from this folder, not as bench.bench_simnet: putting the
 # checkout's root on the path would import its simnet where --against must measure DIR's.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -38,6 +40,18 @@ def _digest(items: object) -> str:
     return hashlib.sha256(repr(items).encode()).hexdigest()[:16]
 
 
+def _series_points(series: dict) -> list:
+    """Per link its change points as tuples, links sorted: the same whether a checkout
+    keeps them as lists of tuples or as ``(n, 2)`` arrays (since 2026-11-27)."""
+    return sorted(
+        (
+            (k, [tuple(p) for p in np.asarray(v, dtype=float).reshape(-1, 2).tolist()])
+            for k, v in series.items()
+        ),
+        key=repr,
+    )
+
+
 def _phase_digests(ph: object) -> dict[str, str]:
     """Digests of one phase's outputs (a ``simnet.PhaseResult``)."""
     net = ph.timeline.net if ph.timeline is not None else None  # type: ignore[attr-defined]
@@ -48,7 +62,7 @@ def _phase_digests(ph: object) -> dict[str, str]:
         "pair_busy": _digest(sorted(ph.pair_busy.items())),  # type: ignore[attr-defined]
         "link_bytes": _digest(sorted(ph.link_bytes.items(), key=repr)),  # type: ignore[attr-defined]
         "link_busy_s": _digest(sorted(ph.link_busy_s.items(), key=repr)),  # type: ignore[attr-defined]
-        "link_series": _digest(sorted(ph.link_series.items(), key=repr)),  # type: ignore[attr-defined]
+        "link_series": _digest(_series_points(ph.link_series)),  # type: ignore[attr-defined]
         "messages": str(ph.messages),  # type: ignore[attr-defined]
     }
     if net is not None:

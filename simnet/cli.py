@@ -17,7 +17,13 @@ from pathlib import Path
 from workload.brief_argparse import BriefParser
 
 from .config import ConfigError, load_config, schema
-from .sizecheck import DENSE_MAX_ENDPOINTS, MATRICES, dense_matrices
+from .sizecheck import (
+    DENSE_MAX_ENDPOINTS,
+    MATRICES,
+    SERIES_CSV_MAX_POINTS,
+    TRACE_MAX_EVENTS,
+    dense_matrices,
+)
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # as a shell reports a command ended by SIGINT
@@ -51,7 +57,17 @@ def build_parser(subcommands: Sequence[str] = ()) -> argparse.ArgumentParser:
     series.add_argument(
         "--series",
         action="store_true",
-        help=f"record them above {DENSE_MAX_ENDPOINTS:,} endpoints too (not by default there)",
+        help=f"record them above {DENSE_MAX_ENDPOINTS:,} endpoints too (not by default there) "
+        f"and write their CSV whatever its size (by default up to "
+        f"{SERIES_CSV_MAX_POINTS:,} change points)",
+    )
+    p.add_argument(
+        "--trace-ranks",
+        default="auto",
+        metavar="RANKS",
+        help=f"ranks of the timeline trace: all, none, or a list such as 0-63,517 (default: "
+        f"all up to {TRACE_MAX_EVENTS:,} events, else the ranks from 0 up that fit and the "
+        "last rank to finish)",
     )
     p.add_argument(
         "--matrices",
@@ -68,6 +84,15 @@ def build_parser(subcommands: Sequence[str] = ()) -> argparse.ArgumentParser:
         help="simulate even when the memory estimate exceeds what this machine has",
     )
     return p
+
+
+def _check_trace_ranks(text: str, world_size: int) -> None:
+    from .output import parse_ranks
+
+    try:
+        parse_ranks(text, world_size)
+    except ValueError as e:
+        raise ConfigError(f"--trace-ranks: {e}") from None
 
 
 def main(argv: Sequence[str] | None = None, subcommands: Sequence[str] = ()) -> int:
@@ -129,6 +154,9 @@ def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
         problem = output_dir_problem(ns.out or cfg.logging.log_dir)
         if problem:
             raise ConfigError(problem)
+        if ns.trace_ranks != "auto":
+            # Before simulating; with jobs their ranks together are known after.
+            _check_trace_ranks(ns.trace_ranks, 1 << 62 if cfg.jobs else cfg.world_size)
         n = cfg.num_rank_endpoints
         large = n > DENSE_MAX_ENDPOINTS
         record_series = ns.series or not (ns.no_series or large)
@@ -161,6 +189,12 @@ def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: the simulation stopped, nothing was written", file=sys.stderr)
         return EXIT_INTERRUPTED
+    if ns.trace_ranks != "auto":
+        try:
+            _check_trace_ranks(ns.trace_ranks, res.workload.world_size)
+        except ConfigError as e:
+            print(f"\nerror: {e}; nothing was written", file=sys.stderr)
+            return EXIT_USAGE
     if last[0]:
         # The last line shown may be seconds old: end on the final state.
         print(latest[0].ljust(widest[0]), file=sys.stderr)
@@ -191,7 +225,16 @@ def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
 
     try:
         with _interrupts_recorded() as interrupted:
-            write_all(res, out, ns.prefix, say=say, matrices=ns.matrices, progress=written)
+            write_all(
+                res,
+                out,
+                ns.prefix,
+                say=say,
+                matrices=ns.matrices,
+                progress=written,
+                trace_ranks=ns.trace_ranks,
+                series_csv=True if ns.series else None,
+            )
             if interrupted.is_set():  # (during the last file, and ignored there)
                 raise KeyboardInterrupt
     except KeyboardInterrupt:

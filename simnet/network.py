@@ -65,6 +65,7 @@ from heapq import heappop, heappush
 from typing import NamedTuple, SupportsIndex
 
 import networkx as nx
+import numpy as np
 import simpy
 
 try:
@@ -73,6 +74,7 @@ except ImportError:  # no Cython here: this module runs as the Python it is
     from . import _nocython as cython
 
 if cython.compiled:
+    from cython.cimports.cpython.bytes import PyBytes_FromStringAndSize
     from cython.cimports.cpython.mem import PyMem_Free, PyMem_Realloc
     from cython.cimports.cpython.ref import Py_DECREF, Py_INCREF, PyObject
 
@@ -624,6 +626,23 @@ class _Series:
         if cython.compiled:
             return [(self.t[i], self.v[i]) for i in range(self.n)]
         return list(zip(self.ts, self.vs, strict=True))
+
+    def array(self) -> np.ndarray:
+        """The change points, oldest first, as an ``(n, 2)`` float64 array of
+        ``time_s, rate_bytes_per_s`` rows: 16 bytes a point, where ``points``' tuples
+        take about 110 (a 1,152-rank GPT-3 run records 16 million points)."""
+        out = np.empty((self.n, 2))
+        if cython.compiled:
+            if self.n:
+                size = self.n * cython.sizeof(cython.double)
+                t = PyBytes_FromStringAndSize(cython.cast(cython.p_char, self.t), size)
+                v = PyBytes_FromStringAndSize(cython.cast(cython.p_char, self.v), size)
+                out[:, 0] = np.frombuffer(t)
+                out[:, 1] = np.frombuffer(v)
+        else:
+            out[:, 0] = self.ts
+            out[:, 1] = self.vs
+        return out
 
 
 class _Link:
@@ -1367,6 +1386,18 @@ class FlowNetwork:
             )
         return {
             k: link.series.points() if link.series is not None else []
+            for k, link in self._links.items()
+        }
+
+    def link_series_arrays(self) -> dict[LinkKey, np.ndarray]:
+        """``link_series`` as ``(n, 2)`` float64 arrays of ``time_s,
+        total_rate_bytes_per_s`` rows (the same points, 16 bytes each)."""
+        if not self.record_link_series:
+            raise RuntimeError(
+                "link series were not recorded: build FlowNetwork(..., record_link_series=True)"
+            )
+        return {
+            k: link.series.array() if link.series is not None else np.empty((0, 2))
             for k, link in self._links.items()
         }
 

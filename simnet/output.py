@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import html
+import json
 import math
 import statistics
 from collections.abc import Callable, Sequence
@@ -18,6 +19,7 @@ import numpy as np
 
 from workload.collectives import NCCL_ALGORITHMS
 from workload.results import (
+    _jsonable,
     atomic_write,
     chrome_trace,
     versions,
@@ -31,7 +33,7 @@ from workload.units import GB, KB, MB
 from . import _compiled, arenas, sizecheck
 from .report import table
 from .simulate import PhaseResult, SimResult
-from .sizecheck import DENSE_MAX_ENDPOINTS
+from .sizecheck import DENSE_MAX_ENDPOINTS, SERIES_CSV_MAX_POINTS, TRACE_MAX_EVENTS
 
 DEFAULT_PREFIX = "sim_"  # of every file a run writes
 
@@ -71,10 +73,10 @@ def write_series_csv(path: Path, res: SimResult) -> Path:
         for p in res.phases:
             for k in sorted(p.link_series, key=link_name):
                 points = p.link_series[k]
-                if not points:
+                if not len(points):
                     continue
                 head, cap = f"{p.name},{link_name(k)}", p.link_capacity_bytes_per_s[k]
-                times, rates = zip(*points, strict=True)
+                times, rates = points[:, 0].tolist(), points[:, 1].tolist()
                 shares = [r / cap for r in rates]
                 cells = zip(repeat(head), map(text, times), map(text, rates), map(text, shares))
                 f.write("\n".join(map(",".join, cells)) + "\n")
@@ -400,6 +402,149 @@ def jobs_lines(report: Any, top: int = 5) -> list[str]:
     return lines
 
 
+def trace_events_per_rank(res: SimResult) -> list[int]:
+    """Per rank, the timeline trace's events: its operations times its iterations,
+    over the phases."""
+    counts = [0] * res.workload.world_size
+    for p in res.phases:
+        sim = p.timeline
+        if sim is None:
+            continue
+        for rank, ops in enumerate(sim.programs):
+            counts[rank] += len(ops) * len(sim.timelines[rank].starts)
+    return counts
+
+
+def last_rank_to_finish(res: SimResult) -> int:
+    """The rank whose last operation ends latest in the last phase with a timeline (the
+    lowest such rank on a tie)."""
+    for p in reversed(res.phases):
+        sim = p.timeline
+        if sim is None:
+            continue
+        ends = {
+            r: max((e[-1] for e in tl.ends if len(e)), default=0.0)
+            for r, tl in sim.timelines.items()
+        }
+        return max(sorted(ends), key=lambda r: (ends[r], -r))
+    return 0
+
+
+def parse_ranks(text: str, world_size: int) -> list[int]:
+    """``"0-63,517"`` -> the ranks it names, sorted, each once; ``"all"`` every rank,
+    ``"none"`` none. Raises ValueError naming what is wrong."""
+    text = text.strip()
+    if text == "all":
+        return list(range(world_size))
+    if text == "none":
+        return []
+    ranks: set[int] = set()
+    for part in text.split(","):
+        lo, dash, hi = part.strip().partition("-")
+        try:
+            a = int(lo)
+            b = int(hi) if dash else a
+        except ValueError:
+            raise ValueError(
+                f"{part.strip()!r} is not a rank or a range of ranks (e.g. 0-63,517, all, none)"
+            ) from None
+        if a > b:
+            raise ValueError(f"{part.strip()!r}: the range runs backwards")
+        if a < 0 or b >= world_size:
+            raise ValueError(
+                f"{part.strip()!r}: ranks are 0 to {world_size - 1} ({world_size} ranks)"
+            )
+        ranks.update(range(a, b + 1))
+    return sorted(ranks)
+
+
+def spans(ranks: Sequence[int]) -> str:
+    """Sorted ranks as ``0-171, 1040``."""
+    out: list[str] = []
+    i = 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        out.append(f"{ranks[i]}-{ranks[j]}" if j > i else f"{ranks[i]}")
+        i = j + 1
+    return ", ".join(out)
+
+
+def choose_trace_ranks(
+    res: SimResult, wanted: str | Sequence[int] = "auto", max_events: int = TRACE_MAX_EVENTS
+) -> tuple[list[int], str | None]:
+    """The ranks the timeline trace holds, and a note when they are not all of them.
+    ``wanted``: ``"auto"`` (every rank when their events are at most ``max_events``,
+    else the ranks from 0 up that fit with the last rank to finish), ``"all"``,
+    ``"none"``, a rank list text (:func:`parse_ranks`) or the ranks themselves."""
+    n = res.workload.world_size
+    counts = trace_events_per_rank(res)
+    total = sum(counts)
+    if wanted != "auto":
+        ranks = parse_ranks(wanted, n) if isinstance(wanted, str) else sorted(set(wanted))
+        if len(ranks) == n:
+            return ranks, None
+        held = sum(counts[r] for r in ranks)
+        return ranks, (
+            f"  timeline trace: ranks {spans(ranks)} of {n:,} ({held:,} of {total:,} events)"
+            if ranks
+            else "  timeline trace not written (asked for no rank)"
+        )
+    if total <= max_events:
+        return list(range(n)), None
+    last = last_rank_to_finish(res)
+    room = max_events - counts[last]
+    chosen = {last}
+    for r in range(n):
+        if r == last:
+            continue
+        if counts[r] > room:
+            break
+        room -= counts[r]
+        chosen.add(r)
+    ranks = sorted(chosen)
+    held = sum(counts[r] for r in ranks)
+    return ranks, (
+        f"  timeline trace: ranks {spans(ranks)} of {n:,} ({held:,} of {total:,} events; "
+        f"rank {last} finishes last; at most {max_events:,} by default, --trace-ranks all "
+        "writes every rank's)"
+    )
+
+
+def write_trace(path: Path, res: SimResult, ranks: Sequence[int] | None = None) -> Path:
+    """The simulated operations of ``ranks`` (default: every rank) as a Chrome/Perfetto
+    trace (see :func:`trace`), written a rank at a time: its memory is one rank's
+    events, not the run's."""
+    chosen = range(res.workload.world_size) if ranks is None else sorted(set(ranks))
+    compact = {"separators": (",", ":"), "default": _jsonable}
+
+    def w(f: Any) -> None:
+        f.write('{"traceEvents":[')
+        head = chrome_trace([], {r: f"rank {r}" for r in chosen})["traceEvents"]
+        first = not head
+        if head:
+            f.write(json.dumps(head, **compact)[1:-1])
+        offset = 0.0
+        for p in res.phases:
+            sim = p.timeline
+            if sim is None:
+                continue
+            described: dict = {}  # the ranks' programs share operation objects
+            for rank in chosen:
+                tl = sim.timelines[rank]
+                events = op_events(
+                    rank, p.name, sim.programs[rank], tl.starts, tl.ends, offset, described
+                )
+                if events:
+                    f.write(("" if first else ",") + json.dumps(events, **compact)[1:-1])
+                    first = False
+            offset += p.makespan_s
+        f.write('],"displayTimeUnit":"ms"}')
+
+    return atomic_write(path, w)
+
+
 def trace(res: SimResult) -> dict[str, Any]:
     """Every simulated operation of every rank, Chrome/Perfetto format."""
     events = []
@@ -544,9 +689,16 @@ def write_all(
     say: Callable[[str], None] | None = None,
     matrices: str = "auto",
     progress: Callable[[str], None] | None = None,
+    trace_ranks: str | Sequence[int] = "auto",
+    series_csv: bool | None = None,
 ) -> list[Path]:
     """Write every result file into ``out_dir``; returns the paths written. ``progress``
     is told each file as it is written (a big run's take minutes).
+
+    ``trace_ranks``: the ranks of the timeline trace (see :func:`choose_trace_ranks`;
+    by default all up to :data:`TRACE_MAX_EVENTS` events). ``series_csv``: write the link
+    series CSV (True), not (False), or when it has at most
+    :data:`SERIES_CSV_MAX_POINTS` points (None).
 
     ``matrices`` (see :func:`dense_outputs`): with the n x n matrices, the traffic,
     route-bandwidth and achieved-rate CSVs, full heatmaps and the matrices in the JSON;
@@ -559,7 +711,7 @@ def write_all(
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _write_all(res, out_dir, prefix, say, matrices, progress)
+        return _write_all(res, out_dir, prefix, say, matrices, progress, trace_ranks, series_csv)
     finally:
         if enabled:
             gc.enable()
@@ -572,6 +724,8 @@ def _write_all(
     say: Callable[[str], None] | None,
     matrices: str,
     progress: Callable[[str], None] | None = None,
+    trace_ranks: str | Sequence[int] = "auto",
+    series_csv: bool | None = None,
 ) -> list[Path]:
     from . import plots
 
@@ -626,10 +780,22 @@ def _write_all(
             ],
         )
     )
-    if any(p.link_series for p in res.phases):
+    points = sum(len(v) for p in res.phases for v in p.link_series.values())
+    if points and (series_csv or (series_csv is None and points <= SERIES_CSV_MAX_POINTS)):
         # Piecewise constant: each rate holds from its time to the link's next point.
-        files.starting(f"{prefix}link_series.csv")
+        files.starting(f"{prefix}link_series.csv", f"{points:,} rows")
         files.append(write_series_csv(out / f"{prefix}link_series.csv", res))
+    elif points:
+        notes.append(
+            f"  link series CSV not written ({points:,} change points, about "
+            f"{points * 50 / MB:,.0f} MB; "
+            + (
+                "not asked for"
+                if series_csv is False
+                else f"at most {SERIES_CSV_MAX_POINTS:,} by default, --series writes them"
+            )
+            + "): the utilisation plot draws the busiest links' series"
+        )
     title = f"{res.workload.model}, {res.workload.world_size} ranks, {res.graph.graph['name']}"
     if dense:
         traffic = res.traffic_bytes
@@ -720,14 +886,19 @@ def _write_all(
         )
     if res.jobs is not None:
         files += _write_jobs(res, out, prefix, title)
-    files.starting(f"{prefix}timeline.trace.json")
-    files.append(write_json(out / f"{prefix}timeline.trace.json", trace(res), indent=None))
+    ranks, note = choose_trace_ranks(res, trace_ranks)
+    if note:
+        notes.append(note)
+    if ranks:
+        files.starting(f"{prefix}timeline.trace.json")
+        files.append(write_trace(out / f"{prefix}timeline.trace.json", res, ranks))
     from .report import write_report
 
     last = [out / f"{prefix}results.json", out / f"{prefix}summary.txt", out / report_name(prefix)]
     doc = document(res, dense, prefix)
     # Every file of the run, so that the next run into this folder removes them first.
     doc[RUN_FILES_KEY] = [f.name for f in [*files, *last]]
+    doc["output_notes"] = [n.strip() for n in notes]  # what was left out, and why
     files.append(write_json(last[0], doc))
     text = summary_text(res, [*files, *last[1:]], notes)
     files.append(write_text(last[1], text + "\n"))

@@ -70,7 +70,9 @@ class PhaseResult:
     link_bytes: dict[tuple, int]
     link_busy_s: dict[tuple, float]
     link_capacity_bytes_per_s: dict[tuple, float]
-    link_series: dict[tuple, list[tuple[float, float]]]
+    # Per link, its load's change points as an (n, 2) float64 array of time_s,
+    # rate_bytes_per_s rows (``FlowNetwork.link_series_arrays``); {} when not recorded.
+    link_series: dict[tuple, np.ndarray]
     max_link_overload: float
     sim_wall_s: float
     timeline: PhaseSim | None = field(default=None, repr=False)
@@ -872,7 +874,7 @@ def _phase_result(sim: PhaseSim, n_end: int, iterations: int, wall_s: float) -> 
         link_bytes=links,
         link_busy_s=net.link_busy_s(),
         link_capacity_bytes_per_s={k: net.link_capacity_bytes_per_s(k) for k in links},
-        link_series=net.link_series() if net.record_link_series else {},
+        link_series=net.link_series_arrays() if net.record_link_series else {},
         max_link_overload=net.max_overload_ratio(),
         sim_wall_s=wall_s,
         timeline=sim,

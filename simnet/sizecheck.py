@@ -56,6 +56,19 @@ CSV), and the route of every pair costs more than the simulation itself."""
 MATRICES = ("auto", "dense", "sparse")  # what --matrices accepts (simnet.output)
 
 
+TRACE_MAX_EVENTS = 1_000_000
+"""The timeline trace's events by default (100-210 bytes each in the file, by how long
+an operation's description is): a trace of every rank's operations beyond this (a
+1,152-rank GPT-3 run has 2.6 million, a 556 MB file that took 25 s and 3 GB to write)
+is more than a trace viewer opens well; by default the trace then holds the ranks from
+0 up that fit, and the last rank to finish."""
+
+SERIES_CSV_MAX_POINTS = 4_000_000
+"""The link series CSV's change points by default (about 50 bytes a row): beyond this
+the CSV is not written unless asked for (``--series``); the utilisation plot still
+draws the busiest links' series."""
+
+
 def dense_matrices(num_endpoints: int, matrices: str = "auto") -> bool:
     """Whether n x n endpoint matrices are written: ``"dense"`` always, ``"sparse"``
     never, ``"auto"`` up to :data:`DENSE_MAX_ENDPOINTS` endpoints."""

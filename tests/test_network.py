@@ -801,8 +801,8 @@ def test_kept_rates_give_the_times_of_filling_everything_again(monkeypatch, case
     assert kept.link_bytes == full.link_bytes and kept.link_busy_s == full.link_busy_s
     assert kept.link_series.keys() == full.link_series.keys()
     for link, series in kept.link_series.items():
-        other = dict(full.link_series[link])
-        for t, load in series:
+        other = dict(full.link_series[link].tolist())
+        for t, load in series.tolist():
             if t in other:  # a change point of rounding size may be in one only
                 assert load == pytest.approx(other[t], rel=1e-13, abs=1e-3)
 
@@ -1104,3 +1104,7 @@ def test_a_links_series_keeps_change_points_as_a_list_of_points_would():
             s.record(now, load)
         assert s.points() == reference(events)
         assert s.n == len(s.points())
+        # The array form holds the same points, bit for bit, in (time_s, rate) rows.
+        a = s.array()
+        assert a.shape == (s.n, 2) and a.dtype == float
+        assert [tuple(row) for row in a.tolist()] == s.points()

@@ -319,7 +319,7 @@ def test_the_link_series_csv_holds_every_change_point_as_csv_writes_them(tmp_pat
         [p.name, output.link_name(k), str(t), str(r), str(r / p.link_capacity_bytes_per_s[k])]
         for p in res.phases
         for k in sorted(p.link_series, key=output.link_name)
-        for t, r in p.link_series[k]
+        for t, r in p.link_series[k].tolist()
     ]
     assert len(want) > 100 and rows[1:] == want
     # A value's text is made once, but 0.0 and -0.0 (equal keys) each keep their own.
@@ -488,3 +488,104 @@ def test_ordinals_read_as_english():
         "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "102nd", "111th",
         "1000th",
     ]  # fmt: skip
+
+
+def test_the_trace_written_a_rank_at_a_time_is_the_whole_document_byte_for_byte(tmp_path):
+    from workload.results import write_json
+
+    res = simnet.simulate(fat_tree_config(), dense_matrices=False)
+    whole = write_json(tmp_path / "whole.json", output.trace(res), indent=None)
+    streamed = output.write_trace(tmp_path / "streamed.json", res)
+    assert streamed.read_bytes() == whole.read_bytes()
+    # Some ranks: their names and events only, in the same order.
+    doc = json.loads(output.write_trace(tmp_path / "some.json", res, [5, 2, 5]).read_text())
+    full = output.trace(res)["traceEvents"]
+    assert doc["traceEvents"] == [e for e in full if e["pid"] in (2, 5)]
+    assert json.loads(output.write_trace(tmp_path / "none.json", res, []).read_text()) == {
+        "traceEvents": [],
+        "displayTimeUnit": "ms",
+    }
+
+
+def test_a_trace_over_its_budget_holds_the_first_ranks_that_fit_and_the_last_to_finish():
+    res = simnet.simulate(fat_tree_config(), dense_matrices=False)
+    counts = output.trace_events_per_rank(res)
+    # resnet50: two phases of one collective each per rank, over the phase's iterations.
+    want = [
+        sum(len(p.timeline.programs[r]) * len(p.timeline.timelines[r].starts) for p in res.phases)
+        for r in range(16)
+    ]
+    assert counts == want and sum(counts) == len(
+        [e for e in output.trace(res)["traceEvents"] if e["ph"] == "X"]
+    )
+    assert output.choose_trace_ranks(res) == (list(range(16)), None)
+    last = output.last_rank_to_finish(res)
+    sim = res.phases[-1].timeline
+    ends = [sim.timelines[r].ends[-1][-1] for r in range(16)]
+    assert ends[last] == max(ends) and last == ends.index(max(ends))
+    budget = counts[last] + sum(counts[:3]) + counts[3] // 2  # room for 3 more ranks
+    ranks, note = output.choose_trace_ranks(res, max_events=budget)
+    assert ranks == sorted({0, 1, 2, last} if last > 2 else {0, 1, 2, 3})
+    held = sum(counts[r] for r in ranks)
+    assert note.startswith(f"  timeline trace: ranks {output.spans(ranks)} of 16 ({held:,} of ")
+    assert f"rank {last} finishes last; at most {budget:,} by default" in note
+    # Asked for: exactly those, said; all of them, nothing to say.
+    assert output.choose_trace_ranks(res, "3-5,9")[0] == [3, 4, 5, 9]
+    assert output.choose_trace_ranks(res, "all") == (list(range(16)), None)
+    assert output.choose_trace_ranks(res, "none") == (
+        [],
+        "  timeline trace not written (asked for no rank)",
+    )
+
+
+def test_rank_lists_are_parsed_and_refused_by_what_is_wrong():
+    assert output.parse_ranks("0-3, 9,2", 16) == [0, 1, 2, 3, 9]
+    assert output.spans([0, 1, 2, 3, 9, 11, 12]) == "0-3, 9, 11-12"
+    for text, said in (
+        ("x", "'x' is not a rank or a range of ranks (e.g. 0-63,517, all, none)"),
+        ("5-2", "'5-2': the range runs backwards"),
+        ("0-16", "'0-16': ranks are 0 to 15 (16 ranks)"),
+        ("-1", "'-1' is not a rank"),
+    ):
+        with pytest.raises(ValueError) as e:
+            output.parse_ranks(text, 16)
+        assert str(e.value).startswith(said)
+
+
+def test_trace_ranks_and_a_series_over_its_budget_from_the_command_line(
+    tmp_path, capsys, monkeypatch
+):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps(fat_tree_config()))
+    # A bad list is refused before anything is simulated.
+    assert (
+        cli.main(["--config", str(cfg), "--out", str(tmp_path / "x"), "--trace-ranks", "3-99"]) == 2
+    )
+    err = capsys.readouterr().err
+    assert "error: --trace-ranks: '3-99': ranks are 0 to 15 (16 ranks)" in err
+    assert not (tmp_path / "x").exists()
+    monkeypatch.setattr(output, "SERIES_CSV_MAX_POINTS", 10)
+    out = tmp_path / "a"
+    assert cli.main(["--config", str(cfg), "--out", str(out), "--trace-ranks", "0,15"]) == 0
+    text = capsys.readouterr().out
+    doc = json.loads((out / "sim_results.json").read_text())
+    points = sum(
+        len(v) for p in simnet.simulate(fat_tree_config()).phases for v in p.link_series.values()
+    )
+    assert points > 10
+    note = (
+        f"link series CSV not written ({points:,} change points, about "
+        f"{points * 50 / 1e6:,.0f} MB; at most 10 by default, --series writes them): the "
+        "utilisation plot draws the busiest links' series"
+    )
+    assert note in text and note in doc["output_notes"]
+    assert not (out / "sim_link_series.csv").exists()
+    events = json.loads((out / "sim_timeline.trace.json").read_text())["traceEvents"]
+    assert {e["pid"] for e in events} == {0, 15}
+    assert "timeline trace: ranks 0, 15 of 16 (" in text
+    assert cli.main(["--config", str(cfg), "--out", str(out), "--series", "--quiet"]) == 0
+    assert len((out / "sim_link_series.csv").read_text().splitlines()) == points + 1
+    assert (
+        "sim_timeline.trace.json"
+        in json.loads((out / "sim_results.json").read_text())[output.RUN_FILES_KEY]
+    )
