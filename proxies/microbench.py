@@ -43,7 +43,7 @@ from workload.collectives import ALGORITHMS, build_schedule
 from workload.layout import world_groups
 from workload.ops import ELEM_BYTES, Op
 from workload.program import BuildOptions, Phase, ProgramBuilder, Workload
-from workload.results import versions, write_json
+from workload.results import counted, versions, write_json
 from workload.units import GB, GIB, KIB, MIB, s_to_us
 
 from .cli import EXIT_USAGE, add_mpi_options, fail, output_files_problem, parse_quietly
@@ -390,11 +390,23 @@ def plan_cases(
                 f"{op}: {len(small)} size(s) below {spec.min_bytes(p)} B skipped "
                 f"(less than one float32 element{per}): {', '.join(map(str, small))}"
             )
+        seen: dict[int, list[int]] = {}  # array bytes -> the sizes asked that give it
         for s in sizes:
             count = spec.count_elems(s, p)
             if count >= 1:
+                size = spec.array_bytes(count, p)
+                if size in seen:  # rounded to whole elements, it is a size measured already
+                    seen[size].append(s)
+                    continue
+                seen[size] = [s]
                 w = window if op == "stream" else exchange_window if op == "exchange" else 1
-                cases.append(Case(spec, alg, s, count, spec.array_bytes(count, p), w))
+                cases.append(Case(spec, alg, s, count, size, w))
+        for size, asked in seen.items():
+            if len(asked) > 1:
+                notes[op].append(
+                    f"{op}: sizes {', '.join(map(str, asked))} B are all {size} B in whole "
+                    f"float32 elements{' per rank' if spec.per_rank else ''}: measured once"
+                )
     return cases, notes
 
 
@@ -697,7 +709,8 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
             if not todo:
                 continue
             say(
-                f"{op}: {len(todo)} sizes, {todo[0].size_bytes} .. {todo[-1].size_bytes} B "
+                f"{op}: {counted(len(todo), 'size')}, {todo[0].size_bytes} .. "
+                f"{todo[-1].size_bytes} B "
                 f"(bus factor {spec.bus_rule} = {spec.bus_factor(p):.3f})"
             )
             for c in todo:

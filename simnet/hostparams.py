@@ -83,6 +83,9 @@ class HostCalibration:
     by_ranks: list[HostParams]
     fits: list[dict[str, Any]] = field(default_factory=list)
     points: list[dict[str, Any]] = field(default_factory=list)
+    # How it was measured: {"stat", "iters", "repeats"} (None in files made before
+    # they were recorded).
+    settings: dict[str, Any] | None = None
 
     def ranks(self) -> list[int]:
         return sorted(p.ranks_per_host for p in self.by_ranks)
@@ -129,6 +132,7 @@ class HostCalibration:
                 "compute_stretch": "extra emulated compute per unit of compute",
                 "send_overhead_us": "microseconds per message at its sender, serialised",
             },
+            "settings": self.settings,
             "by_ranks_per_host": [asdict(p) for p in self.by_ranks],
             "fits": self.fits,
             "points": self.points,
@@ -152,7 +156,17 @@ class HostCalibration:
                 raise ValueError("by_ranks_per_host is empty")
             for r in rows:
                 _check_row(r)
-            return cls(doc["key"], doc["created"], rows, doc.get("fits", []), doc.get("points", []))
+            settings = doc.get("settings")
+            if settings is not None and not isinstance(settings, dict):
+                raise ValueError(f"settings = {settings!r}: an object")
+            return cls(
+                doc["key"],
+                doc["created"],
+                rows,
+                doc.get("fits", []),
+                doc.get("points", []),
+                settings,
+            )
         except (KeyError, TypeError, ValueError) as e:
             raise HostCalibrationError(f"{source}: malformed host calibration ({e})") from None
 

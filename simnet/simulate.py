@@ -1048,6 +1048,8 @@ def collective_time(
     gamma_s_per_byte: float = 0.0,
     step_latency_s: float = 0.0,
     send_overhead_s: float = 0.0,
+    eager_threshold_bytes: int = -1,
+    rendezvous_handshake: bool = False,
     **schedule_kw: Any,
 ) -> float:
     """Simulated seconds of one collective over all endpoints of ``topology``.
@@ -1058,7 +1060,10 @@ def collective_time(
     be a multiple of 4 (float32 elements). ``gamma_s_per_byte`` is the reduction
     cost (seconds per reduced byte) and ``step_latency_s`` the cost per step (seconds)
     of a collective the MPI library runs; ``send_overhead_s`` LogGP's o (seconds per
-    message at its sender, one message after another). ``schedule_kw``: ``local_size``
+    message at its sender, one message after another). Messages above
+    ``eager_threshold_bytes`` (default -1: all) wait for their receiver, after a
+    request-to-send with ``rendezvous_handshake`` (as :func:`simulate` sends them).
+    ``schedule_kw``: ``local_size``
     (ranks per node; default: the topology's ``gpus_per_node`` or ``group_size``, where
     its builder records one), ``rings``, ``channels``, ``pipeline_chunks``.
     """
@@ -1106,6 +1111,8 @@ def collective_time(
         gamma_s_per_byte=gamma_s_per_byte,
         step_latency_s=step_latency_s,
         send_overhead_s=send_overhead_s,
+        eager_threshold_bytes=eager_threshold_bytes,
+        rendezvous_handshake=rendezvous_handshake,
         policy=policy,
         library_algorithm=True,
     )
@@ -1195,9 +1202,12 @@ def message_time(
     size_bytes: int,
     alpha_s: float = 0.0,
     send_overhead_s: float = 0.0,
+    eager_threshold_bytes: int = -1,
+    rendezvous_handshake: bool = False,
 ) -> float:
     """Seconds for one message of ``size_bytes`` from endpoint ``src`` to another
-    endpoint ``dst``."""
+    endpoint ``dst`` (its receive posted first; above ``eager_threshold_bytes`` with a
+    request-to-send first if ``rendezvous_handshake``, as :func:`collective_time`)."""
     count = _elements(size_bytes)
     p = topology.graph["num_endpoints"]
     for name, e in (("src", src), ("dst", dst)):
@@ -1215,5 +1225,11 @@ def message_time(
         return b.ops
 
     return program_time(
-        topology, program, name="message", alpha_s=alpha_s, send_overhead_s=send_overhead_s
+        topology,
+        program,
+        name="message",
+        alpha_s=alpha_s,
+        send_overhead_s=send_overhead_s,
+        eager_threshold_bytes=eager_threshold_bytes,
+        rendezvous_handshake=rendezvous_handshake,
     )

@@ -89,18 +89,22 @@ print(json.dumps({"status": status, "before": before, "grown": grown, "inside": 
     assert got["status"].startswith("on (object arenas; transparent huge pages: ")
     grown, freed, again = got["grown"], got["freed"], got["again"]
     assert grown["arena_bytes"] == 1 << 20  # CPython 3.10+ on 64-bit
-    # A million 16-byte objects fill at least 15 MiB of new arenas, all in the region,
-    # committed 64 MiB at a time.
-    assert grown["arenas_bytes"] - got["before"]["arenas_bytes"] >= 15 << 20
+    # A million 16-byte objects (15.3 MiB) fill new arenas, all in the region, committed
+    # 64 MiB at a time: at least 13 MiB of them (the rest goes into the room the arenas
+    # made before the install still had, 1-2 MiB by what the imports allocated).
+    assert grown["arenas_bytes"] - got["before"]["arenas_bytes"] >= 13 << 20
     assert grown["committed_bytes"] % (64 << 20) == 0
     assert grown["arenas_bytes"] <= grown["committed_bytes"]
     # (the first few fill the free room of arenas made before the install)
     assert got["inside"] >= 900
     assert grown["arenas_outside"] == 0
     # Freed arenas are kept, and the same objects made again take them, not new ones.
-    assert freed["free_arenas_bytes"] >= 14 << 20
+    new_arenas = grown["arenas_bytes"] - got["before"]["arenas_bytes"]
+    assert freed["free_arenas_bytes"] >= new_arenas - (2 << 20)  # (but those others share)
     assert freed["arenas_bytes"] == grown["arenas_bytes"]
-    assert again["arenas_bytes"] == grown["arenas_bytes"]
+    # (within one arena: how much room the arenas made before the install have left
+    # depends on what the imports allocated; not reused, it would be 15 MiB more)
+    assert again["arenas_bytes"] - grown["arenas_bytes"] <= grown["arena_bytes"]
     assert again["free_arenas_bytes"] < freed["free_arenas_bytes"]
 
 

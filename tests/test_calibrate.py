@@ -45,22 +45,36 @@ def row(op, size_bytes, count_elems, t, algorithm="mpi"):
     }
 
 
-def hockney(size_bytes, a=ALPHA_S, bw=BW):
-    return a + size_bytes / bw
+EAGER = 65536  # simnet's default eager threshold: larger messages pay a request-to-send
+
+
+def rts(*message_sizes, a=ALPHA_S):
+    """The request-to-sends of a critical path of messages: one alpha each above EAGER."""
+    return a * sum(1 for m in message_sizes if m > EAGER)
+
+
+def hockney(size_bytes, a=ALPHA_S, bw=BW, handshake=True):
+    return a + size_bytes / bw + (rts(size_bytes, a=a) if handshake else 0.0)
 
 
 def allreduce_time(n, p=P, a=ALPHA_S, bw=BW):
-    """MPICH's choice at a power-of-two p: recursive doubling up to 2 KB, else Rabenseifner."""
-    lg = math.log2(p)
+    """MPICH's choice at a power-of-two p: recursive doubling up to 2 KB, else Rabenseifner
+    (reduce-scatter halving n/2, n/4, ..., allgather doubling back)."""
+    lg = int(math.log2(p))
     if n <= 2048 or n // 4 < p:
-        return lg * (a + n / bw)
-    return 2 * lg * a + 2 * (p - 1) / p * n / bw
+        return lg * (a + n / bw) + rts(*[n] * lg, a=a)
+    halves = [n / 2**k for k in range(1, lg + 1)]
+    return 2 * lg * a + 2 * (p - 1) / p * n / bw + rts(*halves, *halves, a=a)
 
 
 def allgather_time(total, p=P, a=ALPHA_S, bw=BW):
-    """n = total gathered; recursive doubling below 512 KB (power-of-two p), else ring."""
-    k = math.log2(p) if total < 524288 else p - 1
-    return k * a + (p - 1) / p * total / bw
+    """n = total gathered; recursive doubling below 512 KB (power-of-two p: blocks of
+    total/p, 2 total/p, ...), else ring (p - 1 blocks of total/p)."""
+    if total < 524288:
+        sizes = [total / p * 2**k for k in range(int(math.log2(p)))]
+    else:
+        sizes = [total / p] * (p - 1)
+    return len(sizes) * a + (p - 1) / p * total / bw + rts(*sizes, a=a)
 
 
 def doc(rows, world_size=P, kind="microbench"):
@@ -89,7 +103,7 @@ def synthetic(noise=0.0, ops=("pingpong", "allreduce", "allgather")):
             add(row("pingpong", s, s // 4, hockney(s)))
     if "stream" in ops:
         for s in P2P_SIZES:
-            add(row("stream", s, s // 4, hockney(s, a=1e-6, bw=2 * BW)))
+            add(row("stream", s, s // 4, hockney(s, a=1e-6, bw=2 * BW, handshake=False)))
     if "allreduce" in ops:
         for s in COLL_SIZES:
             add(row("allreduce", s, s // 4, allreduce_time(s)))
@@ -192,7 +206,9 @@ def test_link_params_file_keys_and_fit_section(tmp_path):
     assert {f["op"] for f in fit["ops"]} == {"pingpong", "allreduce", "allgather"}
     for f in fit["ops"]:
         assert {"alpha_us", "bandwidth_gb_per_s", "r2", "max_rel_error", "rows"} <= set(f)
-    assert "eager_threshold_bytes" in fit["not_calibrated"]
+    # The threshold whose request-to-sends the fits counted, for simnet to count them too.
+    assert lp["eager_threshold_bytes"] == EAGER
+    assert "eager_threshold_bytes" not in fit["not_calibrated"]
     assert not list(tmp_path.glob(".*.tmp"))  # written atomically
 
 
@@ -310,6 +326,50 @@ def test_closed_forms_match_the_project_schedules(p, op, alg):
     assert kb == pytest.approx(alpha_beta_time_s(s, 0.0, 1.0), rel=1e-9)
 
 
+@pytest.mark.parametrize("p", [3, 5, 6, 7, 12])
+def test_rabenseifner_on_other_p_folds_to_the_largest_power_of_two(p):
+    # The vector in, Rabenseifner among p' = 2^floor(lg p), the result out: (2 (p'-1)/p'
+    # + 2) n bytes on the critical path (at p = 3: 3 n), as the schedule sends them.
+    count = 3 * 1024
+    q = 1 << (p.bit_length() - 1)
+    ka, kb = cal.cost_terms("allreduce", "rabenseifner", p, count)
+    assert kb == pytest.approx((2 * (q - 1) / q + 2) * 4 * count)
+    s = schedule_for("allreduce", "rabenseifner", p, count)
+    assert ka == alpha_beta_time_s(s, 1.0, 0.0)
+    assert kb == pytest.approx(alpha_beta_time_s(s, 0.0, 1.0), rel=1e-9)
+
+
+def test_request_to_sends_are_counted_on_the_critical_path():
+    # A pingpong above the threshold: one; 4 ranks' Rabenseifner of 1 MiB: its four
+    # messages (512, 256, 256, 512 KiB) all above 64 KiB, and with a threshold of 300 KB
+    # only the two halves; a stream's window pays its side by side: none counted.
+    assert cal.handshakes("pingpong", "message", 2, 16384, 65536) == 0.0
+    assert cal.handshakes("pingpong", "message", 2, 16385, 65536) == 1.0
+    assert cal.handshakes("stream", "message", 2, 1 << 20, 65536) == 0.0
+    assert cal.handshakes("allreduce", "rabenseifner", 4, 1 << 18, 65536) == 4.0
+    assert cal.handshakes("allreduce", "rabenseifner", 4, 1 << 18, 300_000) == 2.0
+    assert cal.handshakes("allreduce", "rabenseifner", 4, 1 << 18, -1) == 0.0
+    # MPICH's Bruck alltoall is costed on its stand-in's schedule (every block at once).
+    assert cal.handshakes("alltoall", "bruck", 8, 1 << 16, 65536) == 1.0
+
+
+def test_without_a_threshold_no_request_to_send_is_fitted(tmp_path):
+    # --eager-threshold -1 (a configuration without the handshake): the fits are the
+    # closed forms alone, and the file leaves the threshold to the configuration.
+    rows = [row("pingpong", s, s // 4, hockney(s, handshake=False)) for s in P2P_SIZES]
+    rc, out = run(tmp_path, doc(rows), "--eager-threshold", "-1")
+    assert rc == 0
+    lp = json.loads(out.read_text())
+    assert lp["alpha_us"] == pytest.approx(ALPHA_S * 1e6, rel=1e-6)
+    assert lp["eager_threshold_bytes"] is None
+    assert [r["k_alpha"] for r in lp["fit"]["point_to_point"]["rows"]] == [1.0] * len(P2P_SIZES)
+    # With the default, the rows above 64 KiB count two alphas.
+    rc, out = run(tmp_path, doc(rows))
+    fitted = json.loads(out.read_text())["fit"]["point_to_point"]["rows"]
+    assert [r["k_alpha"] for r in fitted] == [1.0 + (s > EAGER) for s in P2P_SIZES]
+    assert run(tmp_path, doc(rows), "--eager-threshold", "-2")[0] == 2
+
+
 def test_mpich_choice_thresholds():
     assert cal.mpich_algorithm("allreduce", 4, 512) == "recursive_doubling"  # 2 KB
     assert cal.mpich_algorithm("allreduce", 4, 513) == "rabenseifner"
@@ -338,7 +398,8 @@ def test_report_predicts_pingpong_as_alpha_plus_size_over_bandwidth(tmp_path, ca
     pp = [r for r in rows if r["op"] == "pingpong"]
     assert len(pp) == len(P2P_SIZES)
     for r in pp:
-        want = a + int(r["size_bytes"]) / bw
+        size = int(r["size_bytes"])
+        want = a + size / bw + (a if size > EAGER else 0.0)  # and a request-to-send above
         assert float(r["predicted_s"]) == pytest.approx(want, rel=1e-9)
         assert abs(float(r["error_pct"])) < 1.0
     # Collectives simulated on a switch with the calibrated parameters match the
@@ -441,3 +502,19 @@ def test_rows_of_an_op_not_modelled_are_one_note(tmp_path, capsys):
     text = out.out + out.err
     assert text.count("'exchange'") == 1
     assert "op 'exchange': 3 rows not modelled (results[" in text
+
+
+def test_times_in_another_unit_are_warned_of(tmp_path, capsys):
+    # Microseconds written where seconds belong: a fine fit of alpha = 3.7 s and
+    # bandwidth 6.5 kB/s, which no network has.
+    rows = [row("pingpong", s, s // 4, hockney(s) * 1e6) for s in P2P_SIZES]
+    rc, _ = run(tmp_path, doc(rows))
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert (
+        "  warning: alpha 3,700,000 us and bandwidth 6.5e-06 GB/s is no network's (alpha "
+        "above 100,000 us, bandwidth below 1 MB/s): the file's times are read as seconds "
+        "(time_s); were they written in another unit?"
+    ) in out
+    run(tmp_path, doc(synthetic()))
+    assert "warning:" not in capsys.readouterr().out

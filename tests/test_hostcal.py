@@ -219,6 +219,47 @@ def test_stale_caches_say_why(fitted):
     assert "days old" in hostcal.stale_reason(old, key, [2], 7.0)
 
 
+def test_a_calibration_made_otherwise_than_asked_is_stale(fitted, tmp_path, monkeypatch):
+    # calibrate-host --stat min after a default calibration measures again (it reused the
+    # avg one without a word), and the file says how it was made.
+    monkeypatch.setenv("COMMSIM_CACHE_DIR", str(tmp_path))
+    key = hostcal.host_key()
+    made = {"stat": "avg", "iters": 10, "repeats": 5}
+    cal = HostCalibration(key, fitted.created, fitted.by_ranks, settings=made)
+    hostcal.cache_path(key).write_text(json.dumps(cal.to_json()))
+    assert hostcal.load_cached([2], settings=dict(made))[0] is not None
+    asked = {"stat": "min", "iters": 3, "repeats": 1}
+    got, line = hostcal.load_cached([2], settings=asked)
+    assert got is None
+    assert line.endswith(
+        "is stale: made with stat avg, 10 iterations, 5 repeats, asked for stat min, "
+        "3 iterations, 1 repeats"
+    )
+    unrecorded = HostCalibration(key, fitted.created, fitted.by_ranks)
+    assert "made with settings not recorded" in hostcal.stale_reason(
+        unrecorded, key, [2], 7.0, made
+    )
+    assert HostCalibration.from_json(cal.to_json()).settings == made
+    with pytest.raises(HostCalibrationError, match="settings = 3: an object"):
+        HostCalibration.from_json(cal.to_json() | {"settings": 3})
+    # A calibration made now records its settings, and is reused when asked the same.
+    monkeypatch.setattr(hostcal, "measure", lambda wanted, iters, timeout_s, say: {})
+    sleep_fit = {"op": "sleep", "ranks": 1, "r2": None, "max_rel_error": 0.0}
+    monkeypatch.setattr(hostcal, "measure_sleep", lambda: (0.0, 0.0, sleep_fit))
+    monkeypatch.setattr(
+        hostcal,
+        "fit_host",
+        lambda docs, stat, k, sleep: HostCalibration(k, fitted.created, fitted.by_ranks),
+    )
+    lines: list[str] = []
+    new, path = hostcal.calibrate_host([2], stat="min", iters=3, repeats=1, say=lines.append)
+    assert new.settings == asked and json.loads(path.read_text())["settings"] == asked
+    assert any("asked for stat min" in x for x in lines)
+    again, _ = hostcal.calibrate_host([2], stat="min", iters=3, repeats=1, say=lines.append)
+    assert lines[-1].startswith("host calibration reused from")
+    assert "(stat min, 3 iterations, 1 repeats)" in hostcal.summary_text(again)
+
+
 def test_a_calibration_by_an_older_method_is_stale(fitted):
     key = hostcal.host_key()
     older = HostCalibration(key | {"method": hostcal.METHOD - 1}, fitted.created, fitted.by_ranks)
@@ -241,7 +282,10 @@ def test_a_calibration_at_new_counts_keeps_the_cached_ones(fitted, tmp_path, mon
     # measures only what the cache lacks (and 2) and keeps the rest.
     monkeypatch.setenv("COMMSIM_CACHE_DIR", str(tmp_path))
     key = hostcal.host_key()
-    cached = HostCalibration(key, fitted.created, fitted.by_ranks, [{"op": "x", "ranks": 8}])
+    made = {"stat": hostcal.DEFAULT_STAT, "iters": 10, "repeats": 1}  # as asked below
+    cached = HostCalibration(
+        key, fitted.created, fitted.by_ranks, [{"op": "x", "ranks": 8}], settings=made
+    )
     hostcal.cache_path(key).write_text(json.dumps(cached.to_json()))
     measured = []
 

@@ -280,3 +280,23 @@ def test_a_skipped_algorithm_suggests_only_those_the_tool_runs():
         "allgather skipped: group_size must be a power of two for allgather "
         "'recursive_doubling' (got 3); use one of ring, bruck, nccl_ring"
     ]
+
+
+def test_sizes_that_round_to_one_array_are_measured_once_and_said():
+    # 12..15 B over 3 ranks: one float32 element per rank each, a 12 B array: one row
+    # (four identical rows had left calibrate with "one message size"), and a note.
+    from proxies.microbench import plan_cases
+
+    cases, notes = plan_cases(["allgather", "pingpong"], [12, 13, 14, 15, 16], 3, "mpi", 1)
+    assert [(c.spec.name, c.size_bytes) for c in cases] == [
+        ("allgather", 12),
+        ("pingpong", 12),
+        ("pingpong", 16),
+    ]
+    assert notes["allgather"] == [
+        "allgather: sizes 12, 13, 14, 15, 16 B are all 12 B in whole float32 elements "
+        "per rank: measured once"
+    ]
+    assert notes["pingpong"] == [
+        "pingpong: sizes 12, 13, 14, 15 B are all 12 B in whole float32 elements: measured once"
+    ]

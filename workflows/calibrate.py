@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from simnet.config import LINK_PARAM_KEYS
+from simnet.config import LINK_PARAM_KEYS, NetworkSection
 from workload import collectives
 from workload.brief_argparse import BriefParser
 from workload.units import ELEM_BYTES, GB, KB, MB, bytes_per_s_to_gb_per_s
@@ -65,6 +65,13 @@ P2P_OPS = ("pingpong", "stream")
 COLLECTIVE_OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "bcast", "reduce")
 KNOWN_OPS = (*COLLECTIVE_OPS, *P2P_OPS)
 STATS = ("avg", "min", "max")
+PLAUSIBLE_ALPHA_S = 0.1
+PLAUSIBLE_BANDWIDTH_BYTES_PER_S = 1e6
+"""Beyond these a fit is told to be suspect (times in another unit than seconds, most
+likely): no network has a per-message cost of 0.1 s, or moves less than 1 MB/s."""
+EAGER_THRESHOLD_BYTES: int = NetworkSection.model_fields["eager_threshold_bytes"].default
+"""simnet's default eager threshold (bytes): the calibration's closed forms count a
+request-to-send for every message above it, as the simulator does."""
 TOPOLOGIES = ("switch", "ring")
 
 
@@ -133,7 +140,12 @@ def cost_terms(op: str, algorithm: str, p: int, count_elems: int) -> tuple[float
         if algorithm == "rabenseifner":
             if _pow2(p):
                 return 2 * _lg(p), 2 * f * n
-            return 2.0 * _floor_lg(p) + 2, (2 * f + 2) * n
+            # Folded to p' = 2^floor(lg p) ranks: the vector in, Rabenseifner among p',
+            # the result out. collective-costs.md writes 2 (p-1)/p for the middle term;
+            # the ranks that exchange are p' (at p = 3: 3 n, not 3.33 n), as MPICH and
+            # the simulator run it.
+            q = 1 << _floor_lg(p)
+            return 2.0 * _floor_lg(p) + 2, (2 * (q - 1) / q + 2) * n
     elif op in ("allgather", "reduce_scatter"):
         n = p * c  # total gathered / whole vector
         steps = {
@@ -170,6 +182,38 @@ def cost_terms(op: str, algorithm: str, p: int, count_elems: int) -> tuple[float
         if algorithm == "rabenseifner" and _pow2(p):
             return 2 * _lg(p), 2 * f * n
     return _schedule_terms(*key, p, count_elems)
+
+
+def handshakes(
+    op: str, algorithm: str, p: int, count_elems: int, eager_threshold_bytes: int
+) -> float:
+    """How many rendezvous request-to-sends (each one more alpha in simnet) lie on the
+    critical path of ``op`` with ``algorithm`` (MPICH's name or one of the project's):
+    the messages above ``eager_threshold_bytes`` along it. A pingpong's one message
+    has one when it is larger; a stream's window of messages posted together pays
+    theirs side by side, counted as none; a collective's are counted on the project's
+    schedule of that algorithm (or of its stand-in, :data:`NEAREST_IMPLEMENTED`)."""
+    if p < 2 or eager_threshold_bytes < 0:
+        return 0.0
+    if op == "pingpong":
+        return 1.0 if count_elems * ELEM_BYTES > eager_threshold_bytes else 0.0
+    if op in P2P_OPS:
+        return 0.0
+    from workload.collectives import (
+        ALGORITHMS,
+        NEAREST_IMPLEMENTED,
+        alpha_beta_time_s,
+        schedule_for,
+    )
+
+    alg = algorithm
+    if alg not in ALGORITHMS.get(op, ()):
+        alg = NEAREST_IMPLEMENTED.get((op, alg), alg)
+    try:
+        s = schedule_for(op, alg, p, count_elems)
+    except (ValueError, TypeError, KeyError):
+        return 0.0  # (cost_terms says what has no model)
+    return alpha_beta_time_s(s, 0.0, 0.0, 1.0, eager_threshold_bytes)
 
 
 def _schedule_terms(op: str, algorithm: str, p: int, count_elems: int) -> tuple[float, float]:
@@ -397,18 +441,29 @@ def group_rows(rows: list[Row]) -> dict[tuple[str, str], list[Row]]:
     return groups
 
 
-def make_fit(op: str, algorithm: str, rows: list[Row], p: int) -> Fit:
-    """A Fit with its cost coefficients (not yet fitted)."""
+def make_fit(
+    op: str,
+    algorithm: str,
+    rows: list[Row],
+    p: int,
+    eager_threshold_bytes: int = EAGER_THRESHOLD_BYTES,
+) -> Fit:
+    """A Fit with its cost coefficients (not yet fitted): the closed form, plus one
+    alpha per rendezvous request-to-send on its critical path (:func:`handshakes`), as
+    simnet adds them (``network.rendezvous_handshake``, on by default) to messages
+    above ``eager_threshold_bytes`` (-1: none counted)."""
     ka, kb, used = [], [], {}
     for r in rows:
         if op in P2P_OPS:
             alg = "message"
             terms = (1.0, float(r.size_bytes))
+            extra = handshakes(op, alg, p, r.count_elems, eager_threshold_bytes)
         else:
             alg = mpich_algorithm(op, p, r.count_elems) if algorithm == "mpi" else algorithm
             terms = cost_terms(op, alg, p, r.count_elems)
+            extra = handshakes(op, alg, p, r.count_elems, eager_threshold_bytes)
         used[alg] = used.get(alg, 0) + 1
-        ka.append(terms[0])
+        ka.append(terms[0] + extra)
         kb.append(terms[1])
     if op in P2P_OPS:
         model = "alpha + size / bandwidth (route latency folded into alpha)"
@@ -418,6 +473,11 @@ def make_fit(op: str, algorithm: str, rows: list[Row], p: int) -> Fit:
         )
     else:
         model = f"closed form of {algorithm}"
+    if eager_threshold_bytes >= 0 and op != "stream":
+        model += (
+            f", plus alpha per rendezvous request-to-send (messages above "
+            f"{eager_threshold_bytes:,} B) on the critical path"
+        )
     return Fit(op, algorithm, model, rows, np.array(ka), np.array(kb), algorithms_used=used)
 
 
@@ -444,6 +504,7 @@ class Calibration:
     p2p: Fit
     fits: list[Fit]  # every (op, algorithm), the point-to-point one included
     notes: list[str]
+    eager_threshold_bytes: int = -1  # messages above pay a request-to-send (-1: none)
 
     @property
     def alpha_s(self) -> float:
@@ -456,8 +517,15 @@ class Calibration:
         return self.p2p.bandwidth_bytes_per_s
 
 
-def calibrate(bench: Microbench, stat: str = "avg", p2p_source: str = "auto") -> Calibration:
-    """Fit every (op, algorithm) group; the point-to-point one gives alpha and bandwidth."""
+def calibrate(
+    bench: Microbench,
+    stat: str = "avg",
+    p2p_source: str = "auto",
+    eager_threshold_bytes: int = EAGER_THRESHOLD_BYTES,
+) -> Calibration:
+    """Fit every (op, algorithm) group; the point-to-point one gives alpha and bandwidth.
+    ``eager_threshold_bytes``: messages above it pay a request-to-send (one more alpha)
+    in the closed forms, as in simnet with that threshold (-1: no handshake counted)."""
     p = bench.world_size
     groups = group_rows(bench.rows)
     present = [op for op in P2P_OPS if any(k[0] == op for k in groups)]
@@ -475,13 +543,17 @@ def calibrate(bench: Microbench, stat: str = "avg", p2p_source: str = "auto") ->
     fits, skipped = [], []
     for (op, alg), rows in groups.items():
         try:
-            fits.append(fit_group(make_fit(op, alg, rows, p)))
+            fits.append(fit_group(make_fit(op, alg, rows, p, eager_threshold_bytes)))
         except CalibrationError as e:  # e.g. a schedule that needs parameters
             skipped.append(f"{op} ({alg}): not fitted: {e}")
     p2p_fits = [f for f in fits if f.op == source]
     if len(p2p_fits) > 1:  # one p2p op measured with several algorithms: fit them together
         rows = [r for f in p2p_fits for r in f.rows]
-        p2p = fit_group(make_fit(source, "+".join(f.algorithm for f in p2p_fits), rows, p))
+        p2p = fit_group(
+            make_fit(
+                source, "+".join(f.algorithm for f in p2p_fits), rows, p, eager_threshold_bytes
+            )
+        )
     else:
         p2p = p2p_fits[0]
     if (
@@ -503,10 +575,23 @@ def calibrate(bench: Microbench, stat: str = "avg", p2p_source: str = "auto") ->
         f"times: the {stat} over iterations of each row",
         "collectives: effective alpha and bandwidth against the closed form; "
         "the reduction cost (gamma) is folded into the effective bandwidth",
+        (
+            f"rendezvous: messages above {eager_threshold_bytes:,} B pay one more alpha "
+            "(their request-to-send) in every fit, as simnet adds it; the file sets "
+            "eager_threshold_bytes to that"
+            if eager_threshold_bytes >= 0
+            else "rendezvous: no request-to-send counted (--eager-threshold -1)"
+        ),
         *bench.skipped,
         *skipped,
     ]
-    return Calibration(bench, stat, p2p, fits, notes)
+    if bench.options.get("send_buffer", "filled") == "filled":
+        notes.append(
+            "send buffers: filled before timing (the micro-benchmark's default, as "
+            "nccl-tests and OSU); the proxies send from never-written buffers, which copies "
+            "read faster: to predict their runs measure with --send-buffer zero"
+        )
+    return Calibration(bench, stat, p2p, fits, notes, eager_threshold_bytes)
 
 
 # -- the link-parameter file ---------------------------------------------------------
@@ -517,6 +602,8 @@ def link_params_document(cal: Calibration, topology: str = "switch") -> dict[str
     doc["alpha_us"] = cal.alpha_s * US
     doc["bandwidth_limit_gb_per_s"] = bytes_per_s_to_gb_per_s(cal.bandwidth_bytes_per_s)
     doc["link_latency_us"] = 0.0
+    if cal.eager_threshold_bytes >= 0:
+        doc["eager_threshold_bytes"] = cal.eager_threshold_bytes
     from workload.results import versions
 
     doc["fit"] = {
@@ -529,8 +616,9 @@ def link_params_document(cal: Calibration, topology: str = "switch") -> dict[str
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "statistic": cal.stat,
         "topology": topology,
-        "model": "time = alpha + size / bandwidth per message; alpha includes the route "
-        "latency, so link_latency_us is 0",
+        "model": "time = alpha + size / bandwidth per message, one alpha more for a "
+        "rendezvous message's request-to-send (above eager_threshold_bytes); alpha includes "
+        "the route latency, so link_latency_us is 0",
         "units": {
             "alpha_us": "microseconds",
             "bandwidth_limit_gb_per_s": "GB/s, GB = 1e9 bytes",
@@ -554,19 +642,26 @@ def build_graph(topology: str, p: int, bandwidth_bytes_per_s: float):  # -> nx.D
 
 
 def message_time_s(
-    graph: Any, size_bytes: int, alpha_s: float, src: int = 0, dst: int = 1
+    graph: Any,
+    size_bytes: int,
+    alpha_s: float,
+    src: int = 0,
+    dst: int = 1,
+    eager_threshold_bytes: int = -1,
 ) -> float:
-    """Simulated time of one message from ``src`` to ``dst`` on an idle network."""
-    import simpy
+    """Simulated time of one message from ``src`` to ``dst`` on an idle network (with
+    a request-to-send above ``eager_threshold_bytes``, -1: none)."""
+    from simnet.simulate import message_time
 
-    import topologies
-    from simnet.network import FlowNetwork
-
-    env = simpy.Environment()
-    net = FlowNetwork(env, graph, topologies.Router(graph).path, alpha_s=alpha_s)
-    done = net.transfer(src, dst, size_bytes)
-    env.run(until=done)
-    return float(env.now)
+    return message_time(
+        graph,
+        src,
+        dst,
+        size_bytes,
+        alpha_s,
+        eager_threshold_bytes=eager_threshold_bytes,
+        rendezvous_handshake=eager_threshold_bytes >= 0,
+    )
 
 
 def predict(cal: Calibration, topology: str = "switch") -> list[dict[str, Any]]:
@@ -575,6 +670,7 @@ def predict(cal: Calibration, topology: str = "switch") -> list[dict[str, Any]]:
 
     p = cal.bench.world_size
     bw, alpha = cal.bandwidth_bytes_per_s, cal.alpha_s
+    thr = cal.eager_threshold_bytes
     graph = build_graph(topology, p, bw)
     out = []
     for f in cal.fits:
@@ -582,8 +678,11 @@ def predict(cal: Calibration, topology: str = "switch") -> list[dict[str, Any]]:
             note = ""
             if r.op in P2P_OPS:
                 sim_alg = "one message"
-                pred: float | None = message_time_s(graph, r.size_bytes, alpha)
-                closed = alpha + r.size_bytes / bw
+                pred: float | None = message_time_s(
+                    graph, r.size_bytes, alpha, eager_threshold_bytes=thr
+                )
+                closed = (1 + handshakes(r.op, sim_alg, p, r.count_elems, thr)) * alpha
+                closed += r.size_bytes / bw
             else:
                 sim_alg = (
                     collectives.default_algorithm(r.op, p, r.count_elems)
@@ -591,7 +690,15 @@ def predict(cal: Calibration, topology: str = "switch") -> list[dict[str, Any]]:
                     else r.algorithm
                 )
                 try:
-                    pred = collective_time(graph, r.op, sim_alg, r.count_elems * ELEM_BYTES, alpha)
+                    pred = collective_time(
+                        graph,
+                        r.op,
+                        sim_alg,
+                        r.count_elems * ELEM_BYTES,
+                        alpha,
+                        eager_threshold_bytes=thr,
+                        rendezvous_handshake=thr >= 0,
+                    )
                 except (ValueError, TypeError, KeyError) as e:
                     pred, note = None, f"not simulated: {e}"
                 mpich = (
@@ -599,6 +706,7 @@ def predict(cal: Calibration, topology: str = "switch") -> list[dict[str, Any]]:
                 )
                 try:
                     ka, kb = cost_terms(r.op, mpich, p, r.count_elems)
+                    ka += handshakes(r.op, mpich, p, r.count_elems, thr)
                     closed = ka * alpha + kb / bw
                 except CalibrationError:
                     closed = math.nan
@@ -787,6 +895,19 @@ def summary_text(cal: Calibration, out_path: Path | None) -> str:
             f"{_r2_text(p2p.r2)} < {POOR_FIT_R2}); the file's alpha and bandwidth describe "
             "them badly (a noisy run? more iterations, a quieter hour; times in seconds?)"
         )
+    implausible = []
+    if p2p.alpha_s is not None and p2p.alpha_s > PLAUSIBLE_ALPHA_S:
+        implausible.append(f"alpha {p2p.alpha_s * US:,.0f} us")
+    bw = p2p.bandwidth_bytes_per_s
+    if bw is not None and bw < PLAUSIBLE_BANDWIDTH_BYTES_PER_S:
+        implausible.append(f"bandwidth {bytes_per_s_to_gb_per_s(bw):.3g} GB/s")
+    if implausible:
+        lines.append(
+            f"  warning: {' and '.join(implausible)} is no network's (alpha above "
+            f"{PLAUSIBLE_ALPHA_S * US:,.0f} us, bandwidth below "
+            f"{PLAUSIBLE_BANDWIDTH_BYTES_PER_S / 1e6:g} MB/s): the file's times are read as "
+            "seconds (time_s); were they written in another unit?"
+        )
     lines += [
         "",
         "effective alpha and bandwidth per (op, algorithm), fitted to the closed form "
@@ -865,6 +986,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="which time of each row to fit (default: avg, as nccl-tests)",
     )
     p.add_argument(
+        "--eager-threshold",
+        type=int,
+        default=EAGER_THRESHOLD_BYTES,
+        metavar="BYTES",
+        help="messages above it are sent by rendezvous and pay a request-to-send (one more "
+        "alpha) in the fits and the report, as simnet adds it; written to the file as "
+        f"eager_threshold_bytes (default: simnet's, {EAGER_THRESHOLD_BYTES:,}; -1: no "
+        "handshake counted, for a configuration with rendezvous_handshake false)",
+    )
+    p.add_argument(
         "--p2p",
         choices=("auto", *P2P_OPS),
         default="auto",
@@ -887,7 +1018,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         bench = load_microbench(ns.microbench, ns.stat)
-        cal = calibrate(bench, ns.stat, ns.p2p)
+        if ns.eager_threshold < -1:
+            raise CalibrationError(
+                f"--eager-threshold: {ns.eager_threshold} is no size (bytes >= 0, or -1)"
+            )
+        cal = calibrate(bench, ns.stat, ns.p2p, ns.eager_threshold)
     except CalibrationError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -125,13 +125,32 @@ def cache_path(key: dict[str, Any]) -> Path:
     return cache_dir() / f"host-calibration-{digest}.json"
 
 
+def settings_text(settings: dict[str, Any] | None) -> str:
+    """``{"stat": "avg", "iters": 10, "repeats": 5}`` as ``stat avg, 10 iterations, 5
+    repeats``."""
+    if not settings:
+        return "settings not recorded"
+    return (
+        f"stat {settings.get('stat')}, {settings.get('iters')} iterations, "
+        f"{settings.get('repeats')} repeats"
+    )
+
+
 def stale_reason(
-    cal: HostCalibration, key: dict[str, Any], ranks: Sequence[int], max_age_days: float
+    cal: HostCalibration,
+    key: dict[str, Any],
+    ranks: Sequence[int],
+    max_age_days: float,
+    settings: dict[str, Any] | None = None,
 ) -> str | None:
-    """Why a cached calibration cannot be reused, or None."""
+    """Why a cached calibration cannot be reused, or None. ``settings``: how the caller
+    would measure (:func:`calibrate_host`'s stat, iters, repeats); a calibration made
+    otherwise is not what it asked for."""
     if cal.key != key:
         changed = sorted(k for k in set(key) | set(cal.key) if key.get(k) != cal.key.get(k))
         return f"made for another host or MPI ({', '.join(changed)} changed)"
+    if settings is not None and cal.settings != settings:
+        return f"made with {settings_text(cal.settings)}, asked for {settings_text(settings)}"
     try:
         created = _dt.datetime.fromisoformat(cal.created)
     except ValueError:
@@ -146,9 +165,12 @@ def stale_reason(
 
 
 def load_cached(
-    ranks: Sequence[int], max_age_days: float = DEFAULT_MAX_AGE_DAYS
+    ranks: Sequence[int],
+    max_age_days: float = DEFAULT_MAX_AGE_DAYS,
+    settings: dict[str, Any] | None = None,
 ) -> tuple[HostCalibration | None, str]:
-    """The cached calibration of this host if fresh, else None; and a line saying which."""
+    """The cached calibration of this host if fresh (and made with ``settings``, when
+    given), else None; and a line saying which."""
     key = host_key()
     path = cache_path(key)
     if not path.is_file():
@@ -157,7 +179,7 @@ def load_cached(
         cal = HostCalibration.from_json(json.loads(path.read_text()), str(path))
     except (OSError, json.JSONDecodeError, HostCalibrationError) as e:
         return None, f"cached host calibration unusable: {e}"
-    why = stale_reason(cal, key, ranks, max_age_days)
+    why = stale_reason(cal, key, ranks, max_age_days, settings)
     if why:
         return None, f"cached host calibration {path} is stale: {why}"
     return cal, f"host calibration reused from {path} (made {cal.created})"
@@ -553,7 +575,10 @@ def measure(
                 op = "exchange" if name == SINGLE else name
                 path = Path(tmp) / f"{name}-{n}.json"
                 cmd = microbench_command(n, [op], sizes, iters, path, window)
-                say(f"  {n} ranks: {op} (window {window}), {sizes[0]} .. {sizes[1]} B ...")
+                first, last, factor = sizes
+                while last >= first * factor:  # the last size measured: first x factor^k
+                    first *= factor
+                say(f"  {n} ranks: {op} (window {window}), {sizes[0]} .. {first} B ...")
                 res = run_command(cmd, timeout_s)
                 if res.timed_out or res.returncode != 0 or not path.is_file():
                     tail = "\n".join(res.output.strip().splitlines()[-5:])
@@ -584,13 +609,14 @@ def calibrate_host(
     kept whole (one measurement on a shared machine varies by 10-30%; see
     :func:`median_calibration`)."""
     key = host_key()
+    settings = {"stat": stat, "iters": iters, "repeats": repeats}
     kept: HostCalibration | None = None
     if not force:
-        cal, line = load_cached(ranks, max_age_days)
+        cal, line = load_cached(ranks, max_age_days, settings)
         say(line)
         if cal is not None:
             return cal, cache_path(cal.key)
-        kept = _fresh_cached(key, max_age_days)
+        kept = _fresh_cached(key, max_age_days, settings)
     wanted = sorted(set(ranks) | {2})
     if kept is not None:
         # Keep what the cache holds for other rank counts (the main job's and the
@@ -612,6 +638,7 @@ def calibrate_host(
     cal = median_calibration(runs)
     if kept is not None:
         cal = merge_calibrations(kept, cal)
+    cal.settings = settings
     path = write_json(cache_path(key), cal.to_json())
     return cal, path
 
@@ -623,14 +650,17 @@ def estimate_s(ranks: Sequence[int], repeats: int) -> float:
     return repeats * sum(3.0 + 0.6 * n for n in ranks)
 
 
-def _fresh_cached(key: dict[str, Any], max_age_days: float) -> HostCalibration | None:
-    """This host's cached calibration if it is fresh, whatever rank counts it holds."""
+def _fresh_cached(
+    key: dict[str, Any], max_age_days: float, settings: dict[str, Any] | None = None
+) -> HostCalibration | None:
+    """This host's cached calibration if it is fresh (and made with ``settings``),
+    whatever rank counts it holds."""
     path = cache_path(key)
     try:
         cal = HostCalibration.from_json(json.loads(path.read_text()), str(path))
     except (OSError, json.JSONDecodeError, HostCalibrationError):
         return None
-    return cal if stale_reason(cal, key, [], max_age_days) is None else None
+    return cal if stale_reason(cal, key, [], max_age_days, settings) is None else None
 
 
 def merge_calibrations(old: HostCalibration, new: HostCalibration) -> HostCalibration:
@@ -704,7 +734,8 @@ def median_calibration(runs: Sequence[HostCalibration]) -> HostCalibration:
 def summary_text(cal: HostCalibration) -> str:
     lines = [
         f"host model of {cal.key.get('hostname')} ({cal.key.get('cores')} cores; MPI: "
-        f"mpich {cal.key.get('mpich')}, openmpi {cal.key.get('openmpi')}), made {cal.created}",
+        f"mpich {cal.key.get('mpich')}, openmpi {cal.key.get('openmpi')}), made {cal.created} "
+        f"({settings_text(cal.settings)})",
         f"{'ranks':>5}  {'copy GB/s':>9}  {'copy lat us':>11}  {'rank GB/s':>9}  "
         f"{'o us':>7}  {'gamma ns/B':>10}  {'step us':>8}  {'a2a us':>8}  {'sleep +us':>9}",
     ]
@@ -722,9 +753,11 @@ def summary_text(cal: HostCalibration) -> str:
             bw = ", ".join(f"{v:.1f}" for v in f["copy_bandwidth_gb_per_s"])
             step = ", ".join(f"{v:.0f}" for v in f.get("step_latency_us", []))
             gamma = ", ".join(f"{v * 1e9:.2f}" for v in f.get("gamma_s_per_byte", []))
+            rank = ", ".join(f"{v:.1f}" for v in f.get("rank_copy_bandwidth_gb_per_s", []))
             lines.append(
-                f"  repeats   {f['ranks']:>3} ranks  copy GB/s of each: {bw}; step us: "
-                f"{step}; gamma ns/B: {gamma} (the saved set: the run of median copy GB/s)"
+                f"  repeats   {f['ranks']:>3} ranks  copy GB/s of each: {bw}; rank GB/s: "
+                f"{rank}; step us: {step}; gamma ns/B: {gamma} (the saved set: the run of "
+                "median copy GB/s)"
             )
             continue
         r2 = "-" if f.get("r2") is None else f"{f['r2']:.3f}"

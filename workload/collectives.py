@@ -1621,22 +1621,33 @@ def default_algorithm(op: str, group_size: int, count_elems: int) -> str:
     return NEAREST_IMPLEMENTED.get((op, algorithm), algorithm)
 
 
-def alpha_beta_time_s(schedule: Schedule, alpha_s: float, beta_s_per_byte: float) -> float:
+def alpha_beta_time_s(
+    schedule: Schedule,
+    alpha_s: float,
+    beta_s_per_byte: float,
+    handshake_s: float = 0.0,
+    eager_threshold_bytes: int = -1,
+) -> float:
     """Hockney time of ``schedule`` with no contention (seconds).
 
     Steps run in order; a transfer of step s starts when both its ends are
-    ready (as of before step s) and takes ``alpha_s + size_bytes * beta``;
-    a rank is ready after step s at the latest end of its transfers in it.
+    ready (as of before step s) and takes ``alpha_s + size_bytes * beta``, plus
+    ``handshake_s`` when it is larger than ``eager_threshold_bytes`` (a rendezvous
+    message's request-to-send); a rank is ready after step s at the latest end of its
+    transfers in it.
     """
-    if alpha_s < 0 or beta_s_per_byte < 0:
+    if alpha_s < 0 or beta_s_per_byte < 0 or handshake_s < 0:
         raise ValueError(
-            f"alpha_s and beta_s_per_byte must be >= 0 (got {alpha_s}, {beta_s_per_byte})"
+            f"alpha_s, beta_s_per_byte and handshake_s must be >= 0 (got {alpha_s}, "
+            f"{beta_s_per_byte}, {handshake_s})"
         )
     ready = [0.0] * schedule.group_size
     for step in schedule.steps:
         after: dict[int, float] = {}
         for t in step:
             end = max(ready[t.src], ready[t.dst]) + alpha_s + t.size_bytes * beta_s_per_byte
+            if t.size_bytes > eager_threshold_bytes:
+                end += handshake_s
             for r in (t.src, t.dst):
                 if end > after.get(r, -1.0):
                     after[r] = end
