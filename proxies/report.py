@@ -13,6 +13,7 @@ from workload.program import Workload
 from workload.results import chrome_trace, counted, versions, write_json
 from workload.run_result import ProxyRun
 from workload.timeline import Breakdown, op_events
+from workload.units import format_bytes
 
 from .mpi_executor import PhaseRun
 
@@ -138,14 +139,6 @@ def document(
     ).to_json()
 
 
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.3g} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1000
-    return f"{n} B"
-
-
 def emit(workload: Workload, doc: dict[str, Any], quiet: bool = False) -> None:
     """Print the reference's summary line(s) and, unless quiet, a table."""
     for ph in doc["phases"]:
@@ -187,7 +180,7 @@ def emit(workload: Workload, doc: dict[str, Any], quiet: bool = False) -> None:
         for kind in sorted(g["calls_by_group"]):
             print(
                 f"  {kind:8s} {g['calls_by_group'][kind]:12d} "
-                f"{_fmt_bytes(g['call_bytes_by_group'][kind]):>16s}"
+                f"{format_bytes(g['call_bytes_by_group'][kind]):>16s}"
             )
     print(f"wall time {doc['wall_s']:.1f} s", flush=True)
 

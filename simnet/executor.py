@@ -43,11 +43,13 @@ from workload.collectives import (
     NCCL_ALGORITHMS,
     FlatPlan,
     Schedule,
-    default_algorithm,
     default_channels,
     in_stream_order,
+    mpich_algorithm,
     runs_as_nccl,
     schedule_for,
+    stand_in,
+    stand_in_note,
 )
 from workload.ops import Collective, Compute, Op, Recv, Send, Testany, Wait
 from workload.program import Workload
@@ -99,14 +101,21 @@ class AlgorithmPolicy:
     fallbacks: dict[str, None] = field(default_factory=dict)
     # How the NCCL algorithms laid their groups out, one line per distinct case.
     layouts: dict[str, None] = field(default_factory=dict)
+    # Where MPICH's default is not implemented and a stand-in ran, one line per case.
+    stand_ins: dict[str, None] = field(default_factory=dict)
 
     def choose(self, op: Collective, p: int, per_node: int | None = None) -> str:
         from workload.collectives import ALGORITHMS
 
         name = op.algorithm or self.by_op.get(op.op) or self.fixed
+        mpich = mpich_algorithm(op.op, p, op.count_elems)
+        default = stand_in(op.op, mpich, p)
         if not name:
-            return default_algorithm(op.op, p, op.count_elems)
-        default = default_algorithm(op.op, p, op.count_elems)
+            if mpich != default:
+                note = stand_in_note(op.op, mpich, default)
+                if note:
+                    self.stand_ins[note] = None
+            return default
         algs = ALGORITHMS[op.op]
         if name in NCCL_ALGORITHMS and name not in algs and "nccl_ring" in algs:
             # NCCL has its tree for allreduce only: it runs the others with its ring.
@@ -851,12 +860,21 @@ class PhaseSim:
 
     @property
     def wire_bytes_by_group(self) -> dict[str, int]:
-        """Bytes of all messages started, per group kind."""
+        """Bytes of all messages started between two ranks, per group kind (a rank's
+        messages to itself cross no wire: :attr:`self_bytes`)."""
         self._settle_bytes()
         out: dict[str, int] = defaultdict(int)
+        w1 = self._world + 1
         for (group, _), acct in self._bytes.items():
-            out[group] += sum(acct.values())
+            out[group] += sum(b for k, b in acct.items() if k % w1)
         return out
+
+    @property
+    def self_bytes(self) -> int:
+        """Bytes of the messages a rank sent to itself (a copy; in no wire's count)."""
+        self._settle_bytes()
+        w1 = self._world + 1
+        return sum(b for acct in self._bytes.values() for k, b in acct.items() if not k % w1)
 
     @property
     def part_bytes(self) -> dict[str, dict[tuple[int, int], int]]:

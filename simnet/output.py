@@ -28,7 +28,7 @@ from workload.results import (
     write_text,
 )
 from workload.timeline import op_events
-from workload.units import GB, KB, MB
+from workload.units import MB, format_bytes
 
 from . import _compiled, arenas, sizecheck
 from .report import table
@@ -250,6 +250,7 @@ def phase_summary(p: PhaseResult, dense: bool = True) -> dict[str, Any]:
         "algorithms": p.algorithms,
         "library": p.library,
         "wire_bytes_by_group": p.wire_bytes_by_group,
+        "self_bytes": p.self_bytes,  # a rank's messages to itself: copies, in no wire count
         "per_rank": p.per_rank,
         "compute_s": _stat(p, "compute_s"),
         "comm_s": _stat(p, "comm_s"),
@@ -388,7 +389,7 @@ def jobs_lines(report: Any, top: int = 5) -> list[str]:
             "sending least there sends most: "
             + "; ".join(
                 f"{link_name(c.link)} ("
-                + ", ".join(f"{k} {_fmt_bytes(b)}" for k, b in c.bytes_by_job.items())
+                + ", ".join(f"{k} {format_bytes(b)}" for k, b in c.bytes_by_job.items())
                 + ")"
                 for c in report.contended[:top]
             )
@@ -561,13 +562,6 @@ def trace(res: SimResult) -> dict[str, Any]:
     return chrome_trace(events, {r: f"rank {r}" for r in range(res.workload.world_size)})
 
 
-def _fmt_bytes(n: float) -> str:
-    for unit, f in (("PB", 1e15), ("TB", 1e12), ("GB", GB), ("MB", MB), ("KB", KB)):
-        if n >= f:
-            return f"{n / f:.3g} {unit}"
-    return f"{int(n)} B"
-
-
 def throughput(
     info: dict, world_size: int, iteration_s: float, scales: tuple[float, float] = (1.0, 1.0)
 ) -> dict[str, Any] | None:
@@ -662,7 +656,17 @@ def summary_text(res: SimResult, files: list[Path] | None = None, notes: Sequenc
         over = f" (over the {p.iterations} iterations)" if p.iterations > 1 else ""
         lines.append(
             f"  wire bytes by group{over}: "
-            + ", ".join(f"{k} {_fmt_bytes(v)}" for k, v in sorted(p.wire_bytes_by_group.items()))
+            + (
+                ", ".join(
+                    f"{k} {format_bytes(v)}" for k, v in sorted(p.wire_bytes_by_group.items())
+                )
+                or "none (no message)"
+            )
+            + (
+                f"; a rank to itself (a copy, no wire): {format_bytes(p.self_bytes)}"
+                if p.self_bytes
+                else ""
+            )
         )
         if p.algorithms:
             lines.append(

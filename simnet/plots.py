@@ -38,7 +38,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from workload.results import atomic_write
-from workload.units import GB, KB, MB, MS_PER_S
+from workload.units import BYTE_UNITS, GB, MS_PER_S, format_bytes
 
 __all__ = [
     "bandwidth_heatmap",
@@ -74,7 +74,7 @@ BARS_MAX_N = 64
 MAX_LINES = 8
 """At most this many links are drawn in the utilisation-over-time panel."""
 
-_UNITS: tuple[tuple[str, float], ...] = (("GB", GB), ("MB", MB), ("KB", KB), ("B", 1.0))
+_UNITS = BYTE_UNITS
 _MASKED_COLOUR = "#d0d0d0"  # light grey, unlike any colour of the colormap
 _CMAP = "viridis"
 
@@ -82,8 +82,8 @@ _CMAP = "viridis"
 def choose_unit(max_bytes: float) -> tuple[str, float]:
     """The decimal unit in which to show values up to ``max_bytes`` bytes.
 
-    Returns ``(name, bytes_per_unit)``: the largest of B, KB (1e3 B), MB (1e6 B)
-    and GB (1e9 B) whose size does not exceed ``max_bytes``; "B" for values
+    Returns ``(name, bytes_per_unit)``: the largest of B, KB (1e3 B), MB (1e6 B),
+    GB (1e9 B), TB and PB whose size does not exceed ``max_bytes``; "B" for values
     below 1000 (including 0). Values are then displayed as ``bytes / bytes_per_unit``.
     """
     value = float(max_bytes)
@@ -93,12 +93,6 @@ def choose_unit(max_bytes: float) -> tuple[str, float]:
         if value >= size:
             return name, size
     return "B", 1.0
-
-
-def format_bytes(n_bytes: float) -> str:
-    """``n_bytes`` in its own decimal unit, 3 significant digits: ``"1.23 GB"``."""
-    unit, size = choose_unit(abs(n_bytes))
-    return f"{n_bytes / size:.3g} {unit}"
 
 
 def _unit_note(unit: str, size: float) -> str:
@@ -491,8 +485,14 @@ def _utilisation_panel(
         )
         return
     binned = False
+    # Seconds once the run is 10 s or longer (a time axis of 100,000 ms reads badly).
+    seconds = max(float(np.max(t_ms)) for _, t_ms, _ in curves) >= 10 * MS_PER_S
+    if seconds:
+        ax.set_xlabel("time (s)")
     for label, t_ms, shown in curves:
         t, v = np.asarray(t_ms, dtype=float), np.asarray(shown, dtype=float)
+        if seconds:
+            t = t / MS_PER_S
         if len(t) > 2 * RATE_BINS:
             t, v = _binned_means(t, v, RATE_BINS)
             binned = True

@@ -79,6 +79,8 @@ class PhaseResult:
     # Which library ran the phase's collectives: "nccl" (some ran as NCCL runs them),
     # else "mpi" (collectives.library).
     library: str = "mpi"
+    # Bytes of the messages ranks sent to themselves (copies: not in wire_bytes_by_group).
+    self_bytes: int = 0
 
     @functools.cached_property
     def traffic_bytes(self) -> np.ndarray:
@@ -636,6 +638,7 @@ def simulate(
     ex.release_plans()
     assumed.extend(ex.policy.fallbacks)
     assumed.extend(ex.policy.layouts)
+    assumed.extend(ex.policy.stand_ins)
     if nccl_ran and cfg.collectives.library is None:
         order = {
             None: "one at a time per group, in call order (NCCL's stream per communicator)",
@@ -867,6 +870,7 @@ def _phase_result(sim: PhaseSim, n_end: int, iterations: int, wall_s: float) -> 
         pair_busy=net.pair_busy_s,
         per_rank=per_rank,
         wire_bytes_by_group=dict(sim.wire_bytes_by_group),
+        self_bytes=sim.self_bytes,
         part_pair_bytes=part_pairs,
         algorithms={k: sorted(v) for k, v in sim.algorithms.items()},
         library="nccl" if sim.nccl_ran else "mpi",

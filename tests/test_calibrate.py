@@ -315,7 +315,10 @@ def test_cli_dispatch_and_exit_code(tmp_path):
         ("reduce_scatter", "recursive_halving"),
         ("alltoall", "pairwise"),
         ("bcast", "binomial"),
+        ("bcast", "scatter_recursive_doubling_allgather"),
+        ("bcast", "scatter_ring_allgather"),
         ("reduce", "binomial"),
+        ("reduce", "rabenseifner"),
     ],
 )
 def test_closed_forms_match_the_project_schedules(p, op, alg):

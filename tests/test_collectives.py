@@ -70,9 +70,9 @@ def cases(p: int) -> list[tuple[str, str, dict]]:
     out: list[tuple[str, str, dict]] = []
     for op, algs in ALGORITHMS.items():
         for alg in algs:
-            pow2_only = alg == "recursive_halving" or (op, alg) == (
-                "allgather",
-                "recursive_doubling",
+            pow2_only = alg == "recursive_halving" or (op, alg) in (
+                ("allgather", "recursive_doubling"),
+                ("bcast", "scatter_recursive_doubling_allgather"),
             )
             if pow2_only and not is_pow2(p):
                 continue
@@ -294,13 +294,31 @@ def test_bytes_sent_match_closed_form(case):
             else:
                 msgs = sum(len(snd) for snd, _ in s.rank_steps(r))
                 assert abs(got - want) <= 2 * ELEM_BYTES * msgs, (r, got, want)
-        if op in ("bcast", "reduce"):
+        if op in ("bcast", "reduce") and alg == "binomial":
             n = ELEM_BYTES * count
             root = kw["root"]
             moved = s.bytes_received if op == "bcast" else s.bytes_sent
             for r in range(p):
                 assert moved(r) == (0 if r == root else n)
             assert s.total_bytes == (p - 1) * n
+        if op == "bcast" and alg != "binomial" and count == EXACT_COUNT:
+            # The scatter hands relative rank v its subtree's pieces (min(v & -v, p - v)
+            # of the p), then the allgather brings each rank, the root too, the p - 1
+            # pieces it lacks.
+            piece = ELEM_BYTES * count // p
+            for r in range(p):
+                v = (r - kw["root"]) % p
+                subtree = min(v & -v, p - v) if v else 0
+                assert s.bytes_received(r) == (subtree + p - 1) * piece, r
+        if op == "reduce" and alg == "rabenseifner" and count == EXACT_COUNT:
+            # Folded in (rem vectors), halved (each of pof2 ranks sends (pof2 - 1) of its
+            # pof2 blocks), gathered (n/2 a step over lg pof2 steps), and handed to a
+            # root that sat out.
+            n, q = ELEM_BYTES * count, pof2_of(p)
+            rem, root = p - q, kw["root"]
+            sat_out = root < 2 * rem and root % 2 == 0
+            want = rem * n + (q - 1) * n + round(lg(q)) * n // 2 + sat_out * n
+            assert s.total_bytes == want
 
 
 @pytest.mark.parametrize("p,g,c", [(8, 4, 1), (8, 4, 2), (16, 2, 1), (12, 4, 2), (6, 6, 3)])
@@ -486,7 +504,13 @@ def expected_steps(op, alg, p, kw) -> int:
         ("alltoall", "pairwise"): p - 1,
         ("alltoall", "direct"): 1,
         ("bcast", "binomial"): ceil_lg(p),
+        ("bcast", "scatter_recursive_doubling_allgather"): 2 * round(lg(p)),
+        ("bcast", "scatter_ring_allgather"): ceil_lg(p) + p - 1,
         ("reduce", "binomial"): ceil_lg(p),
+        ("reduce", "rabenseifner"): pof2_steps
+        + math.floor(lg(p))
+        - (0 if is_pow2(p) else 1)
+        + (kw.get("root", 0) < 2 * (p - pof2_of(p)) and kw.get("root", 0) % 2 == 0),
         ("barrier", "dissemination"): ceil_lg(p),
     }[(op, alg)]
 
@@ -529,8 +553,15 @@ def closed_form_time(op, alg, p, count, a, b) -> float | None:
     if op == "alltoall" and alg == "pairwise":
         n = (p - 1) * vec  # total a process sends
         return (p - 1) * a + n * b
-    if op in ("bcast", "reduce"):
+    if op in ("bcast", "reduce") and alg == "binomial":
         return ceil_lg(p) * (a + vec * b)
+    if is_pow2(p) and (op, alg) in (
+        ("bcast", "scatter_recursive_doubling_allgather"),
+        ("reduce", "rabenseifner"),
+    ):
+        return 2 * lg(p) * a + 2 * (p - 1) / p * vec * b
+    if is_pow2(p) and (op, alg) == ("bcast", "scatter_ring_allgather"):
+        return (lg(p) + p - 1) * a + 2 * (p - 1) / p * vec * b
     return None
 
 
@@ -605,8 +636,16 @@ def test_alpha_beta_hand_example():
         ("reduce_scatter", 6, 10, "ring"),
         ("alltoall", 16, 8192, "direct"),  # 32,768 B per destination
         ("alltoall", 16, 8193, "pairwise"),
-        ("bcast", 64, 1 << 20, "binomial"),
-        ("reduce", 64, 1 << 20, "binomial"),
+        ("bcast", 64, 1 << 20, "scatter_ring_allgather"),  # 4 MiB
+        ("bcast", 64, 3071, "binomial"),  # 12,284 B
+        ("bcast", 64, 3072, "scatter_recursive_doubling_allgather"),  # 12,288 B
+        ("bcast", 48, 3072, "scatter_ring_allgather"),  # (not a power of two)
+        ("bcast", 6, 1 << 20, "binomial"),  # fewer than 8 ranks
+        ("bcast", 2048, 1 << 20, "binomial"),  # the ring's p (p - 1) transfers: stand-in
+        ("reduce", 64, 1 << 20, "rabenseifner"),
+        ("reduce", 64, 512, "binomial"),  # 2,048 B
+        ("reduce", 64, 513, "rabenseifner"),
+        ("reduce", 1024, 600, "binomial"),  # count < pof2
         ("barrier", 64, 0, "dissemination"),
     ],
 )

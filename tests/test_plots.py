@@ -110,7 +110,8 @@ def traffic(n: int, seed: int = 0) -> np.ndarray:
         (999_999_999, ("MB", 1e6)),
         (1e9, ("GB", 1e9)),
         (2.5e9, ("GB", 1e9)),
-        (7e15, ("GB", 1e9)),
+        (7e12, ("TB", 1e12)),  # (the summary's units: a plot said 7,000 GB)
+        (7e15, ("PB", 1e15)),
     ],
 )
 def test_choose_unit_exact(max_bytes: float, expected: tuple[str, float]) -> None:
@@ -128,6 +129,12 @@ def test_format_bytes() -> None:
     assert plots.format_bytes(999) == "999 B"
     assert plots.format_bytes(1500) == "1.5 KB"
     assert plots.format_bytes(2.5e9) == "2.5 GB"
+    assert plots.format_bytes(1.5e15) == "1.5 PB"
+    # Rounded up to 1,000 of a unit: the next unit (it said "1e+03 KB").
+    assert plots.format_bytes(999_999) == "1 MB"
+    assert plots.format_bytes(999_499) == "999 KB"
+    assert plots.format_bytes(999_950_000) == "1 GB"
+    assert plots.format_bytes(999.6) == "1 KB"
 
 
 def test_tick_indices_are_few_and_round() -> None:
@@ -516,3 +523,14 @@ def test_a_long_rate_series_is_drawn_as_its_mean_per_time_bin():
     # Uneven steps: the time-weighted mean.
     edges, means = _binned_means(np.array([0.0, 3.0, 4.0]), np.array([1.0, 0.0, 0.0]), 1)
     assert means[0] == pytest.approx(0.75)
+
+
+def test_a_long_runs_link_rates_are_drawn_against_seconds() -> None:
+    from matplotlib.figure import Figure
+
+    for end_s, label, right in ((20.0, "time (s)", 20.0), (2.0, "time (ms)", 2000.0)):
+        ax = Figure().subplots()
+        series = {"a->b": [(0.0, 5e9), (end_s / 2, 0.0), (end_s, 5e9)]}
+        plots._utilisation_panel(ax, ["a->b"], series, {"a->b": 1e10})
+        assert ax.get_xlabel() == label
+        assert max(ax.lines[0].get_xdata()) == right

@@ -15,6 +15,8 @@ from workflows.launcher import run_command
 from workflows.study import models as sm
 from workflows.study.util import StudyError, parse_counts, text_table
 
+ROOT = Path(__file__).resolve().parent.parent
+
 # -- the arithmetic -----------------------------------------------------------------------
 
 
@@ -437,3 +439,32 @@ def test_speedup_on_a_log_p_axis_is_log_too_and_efficiency_has_room_above_100(
     scaling.plot_curves(doc, tmp_path)
     assert axes["scaling_speedup.png"][:2] == ("log", "log")
     assert axes["scaling_efficiency.png"][2][1] >= 130 * 1.05 - 1e-9
+
+
+def test_a_configs_workload_is_said_replaced_and_notes_of_some_counts_name_them(tmp_path):
+    # The dragonfly what-if file's workload (scale 0.1) is the study's (scale 1) in every
+    # prediction: said, and predict_config.json holds only what the predictions used; a
+    # failed link reroutes another number of pairs at each count: each note names its.
+    out = tmp_path / "p"
+    rc = scaling.main(
+        ["--model", "dlrm", "--np", "none", "--predict-np", "4..64", "--config",
+         str(ROOT / "examples" / "dragonfly_whatif.json"), "--workers", "1", "--out",
+         str(out), "--quiet"]
+    )  # fmt: skip
+    assert rc == 0
+    doc = json.loads((out / "scaling.json").read_text())
+    notes = doc["notes"]
+    assert any(
+        n.endswith("its workload's scale 0.1 replaced by the study's (scale 1.0; --model, "
+                   "--args, --scale and --flag set them)")
+        for n in notes
+    )  # fmt: skip
+    assert json.loads((out / "predict_config.json").read_text())["workload"] == {}
+    rerouted = [n for n in notes if "pairs rerouted" in n]
+    assert [n.rsplit("(at P = ", 1)[1] for n in rerouted] == ["32)", "64)"]
+    assert "what-if: rank 5 computes 1.3x as long" in notes  # (at every count)
+    # P1 of the speedups is the smallest count that ran, not the layout's (4, skipped).
+    assert doc["base_np"] == 4 and doc["speedup_base_np"] == {"measured": None, "predicted": 32}
+    assert "P1 = 32 (predicted)" in (out / "scaling.txt").read_text()
+    skipped = {r["np"]: r["note"] for r in doc["predicted"] if r["status"] == "skipped"}
+    assert skipped[4].startswith("distributed.num_nodes=4 must be a multiple of")

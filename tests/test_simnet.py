@@ -60,6 +60,33 @@ def test_switch_collectives_match_thakur_rabenseifner_gropp(p, n):
     per_peer = n // p
     close(t("alltoall", "pairwise", per_peer), (p - 1) * a + (p - 1) * per_peer * b)
     close(t("bcast", "binomial", n), math.ceil(math.log2(p)) * (a + n * b))
+    # MPICH's long-vector bcasts and reduce: scatter + allgather, reduce-scatter + gather.
+    scatter_gather = 2 * lg(p) * a + 2 * (p - 1) / p * n * b
+    close(t("bcast", "scatter_recursive_doubling_allgather", n), scatter_gather)
+    close(t("bcast", "scatter_ring_allgather", n), (lg(p) + p - 1) * a + 2 * (p - 1) / p * n * b)
+    close(t("reduce", "rabenseifner", n), scatter_gather)
+
+
+def test_a_stand_in_for_mpichs_choice_is_said():
+    # DLRM's 132 B per peer on 8 ranks: MPICH would run Bruck's alltoall; 'direct' runs,
+    # and the summary says what that changes. A vector MPICH reduces by Rabenseifner
+    # runs as it (no line).
+    cfg = {
+        "distributed": {"num_nodes": 8},
+        "topology": {"type": "switch"},
+        "workload": {"name": "dlrm", "scale": 0.001},
+    }
+    res = simnet.simulate(cfg)
+    said = [a for a in res.assumed if "stands in" in a]
+    assert said == [
+        "alltoall: MPICH's default here is 'bruck', not implemented: 'direct' stands in "
+        "(each block goes straight to its peer, p - 1 messages a rank, where Bruck sends "
+        "ceil(lg p) messages of about half the array, to ranks r + 2^k, forwarding blocks: "
+        "fewer messages, more bytes, other pairs)"
+    ]
+    assert "alltoall" in res.phases[0].algorithms and res.phases[0].algorithms["alltoall"] == [
+        "direct"
+    ]
 
 
 @pytest.mark.parametrize(("groups", "size"), [(2, 4), (4, 4), (3, 2)])
@@ -1344,3 +1371,29 @@ def test_the_progress_line_counts_messages_in_flight_and_drops_its_estimate_for_
     # Few in flight: the estimate from the count, as before.
     line = _progress_line("iteration", sim(50, 100, 40), 10.0)
     assert line.endswith("50.0% 50/100 messages, simulated 3.000 ms, ~10 s left")
+
+
+def test_a_ranks_messages_to_itself_are_copies_not_wire_bytes(tmp_path):
+    # One rank of ResNet-50: its ring phase sends 6 messages to itself (102,236,324 B),
+    # which cross no wire; its allreduce phase sends none. Said so, and the pair CSV has
+    # an empty cell for the route of an endpoint to itself (it said "None").
+    cfg = {
+        "distributed": {"num_nodes": 1},
+        "topology": {"type": "switch", "num_nodes": 2},
+        "workload": {"name": "resnet50"},
+        "logging": {"log_dir": str(tmp_path)},
+    }
+    res = simnet.simulate(cfg)
+    ring = next(p for p in res.phases if p.name == "ring")
+    assert ring.self_bytes == 102_236_324 and ring.wire_bytes_by_group == {"world": 0}
+    from simnet.output import write_all
+
+    files = write_all(res, tmp_path)
+    text = (tmp_path / "sim_summary.txt").read_text()
+    assert "  wire bytes by group: none (no message)" in text
+    assert "wire bytes by group: world 0 B; a rank to itself (a copy, no wire): 102 MB" in text
+    rows = (tmp_path / "sim_pairs.csv").read_text().splitlines()
+    assert rows[1] == "ring,0,0,102236324,0.0,0.0,,0.0"
+    doc = json.loads((tmp_path / "sim_results.json").read_text())
+    assert [p["self_bytes"] for p in doc["phases"]] == [0, 102_236_324]
+    assert files

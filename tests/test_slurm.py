@@ -283,3 +283,33 @@ def test_sweep_model_flags_in_the_grid(tmp_path):
         "--compute none --scaling-size 256",
         "--compute none --scaling-size 512",
     ]
+
+
+def test_setup_lines_run_without_nounset_and_generated_options_are_not_given_twice(
+    tmp_path, capsys
+):
+    out = tmp_path / "s"
+    rc = slurm.main(
+        ["scaling", "--model", "dlrm", "--np", "4", "--tasks-per-node", "4", "--time",
+         "00:10:00", "--setup", "conda activate x", "--out", str(out)]
+    )  # fmt: skip
+    assert rc == 0
+    script = next(out.glob("*.sbatch")).read_text().splitlines()
+    i = script.index("conda activate x")
+    assert script[i - 1 : i + 2] == ["set +u", "conda activate x", "set -u"]
+    assert script.index("set -euo pipefail") < i - 1
+    for extra, name in (("--sbatch=--ntasks=8", "--ntasks"), ("--sbatch=--time=1:00", "--time")):
+        rc = slurm.main(
+            ["scaling", "--model", "dlrm", "--np", "4", "--tasks-per-node", "4", "--time",
+             "00:10:00", extra, "--out", str(tmp_path / "t")]
+        )  # fmt: skip
+        assert rc == 2
+        assert f"the script sets {name} itself" in capsys.readouterr().err
+    rc = slurm.main(
+        ["scaling", "--model", "dlrm", "--np", "4", "--time", "00:10:00", "--job-name",
+         "my job", "--out", str(tmp_path / "u")]
+    )  # fmt: skip
+    assert rc == 2
+    assert "--job-name 'my job': give letters, digits, '_', '.' or '-' (e.g. my_job)" in (
+        capsys.readouterr().err
+    )

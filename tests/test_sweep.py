@@ -511,3 +511,57 @@ def test_aggregate_names_a_points_grid_keys_and_the_jobs_scales(base_file, tmp_p
         ("0.02/0.05", None),
     ]
     assert "(3 rows, 0 files left out; 1 inputs matched no file)" in capsys.readouterr().err
+
+
+def test_a_sweep_into_a_folder_of_another_sweep_says_so_and_aggregate_keeps_them_apart(
+    base_file, tmp_path, capsys
+):
+    # The same folder, a changed base: the first sweep's point stays on disk, is said,
+    # and aggregate reads the last sweep's point only (it listed both, with no word).
+    out = tmp_path / "w"
+    grid = json.dumps({"workload.scale": [0.01]})
+    args = ["--config", str(base_file), "--grid", grid, "--out", str(out),
+            "--executor", "serial"]  # fmt: skip
+    assert sweep.main(args) == 0
+    changed = tmp_path / "base_c.json"
+    slow = {"num_nodes": 8, "bandwidth_limit_gb_per_s": 0.5}
+    changed.write_text(json.dumps({**BASE, "distributed": slow}))
+    capsys.readouterr()
+    assert sweep.main(["--config", str(changed), *args[2:]]) == 0
+    err = capsys.readouterr().err
+    assert f"note: {out / 'points'} also holds 1 point file(s) of earlier sweeps" in err
+    assert "wrote sweep.csv, sweep.txt to" in err and "(1 simulated now, 0 from earlier" in err
+    runs = _manifest(out)["runs"]
+    assert [r["base_config"] for r in runs] == [str(base_file), str(changed)]
+    assert runs[0]["base_config_hash"] != runs[1]["base_config_hash"] is not None
+    rc = aggregate.main([str(out), "-o", str(tmp_path / "agg"), "--quiet"])
+    assert rc == 0
+    rows = json.loads((tmp_path / "agg.json").read_text())["rows"]
+    assert len(rows) == 1
+    assert rows[0]["iteration_time_s"] == simnet.simulate(changed).iteration_time_s
+    assert "a point of an earlier sweep into this folder" in capsys.readouterr().err
+
+
+def test_a_grid_giving_one_configuration_twice_is_refused(base_file, tmp_path, capsys):
+    grid = json.dumps({"workload.scale": [0.1, 0.1]})
+    rc = sweep.main(["--config", str(base_file), "--grid", grid, "--out", str(tmp_path / "d")])
+    assert rc == 2
+    assert (
+        'error: --grid: points 0 {"workload.scale": 0.1} and 1 {"workload.scale": 0.1} are '
+        "the same configuration: give each value once"
+    ) in capsys.readouterr().err
+
+
+def test_aggregate_refuses_an_output_it_cannot_write_and_says_what_it_found(tmp_path, capsys):
+    (tmp_path / "afile").write_text("")
+    assert aggregate.main([str(tmp_path), "-o", str(tmp_path / "afile" / "x")]) == 2
+    assert "afile is a file, not a folder" in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "RUN_INCOMPLETE.txt").write_text("")
+    assert aggregate.main([str(empty), "-o", str(tmp_path / "agg")]) == 2
+    err = capsys.readouterr().err
+    assert f"warning: {empty}: a folder without JSON files" in err
+    assert f"warning: {empty} holds RUN_INCOMPLETE.txt: the run that wrote it did not finish" in err
+    assert aggregate.main([str(tmp_path / "nothing_here"), "-o", str(tmp_path / "agg")]) == 2
+    assert "nothing_here: no such file, directory or match" in capsys.readouterr().err

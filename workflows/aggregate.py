@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from workload.brief_argparse import BriefParser
-from workload.results import versions, write_csv, write_json, write_text
+from workload.results import (
+    UNFINISHED_MARKER,
+    output_file_problem,
+    versions,
+    write_csv,
+    write_json,
+    write_text,
+)
 from workload.run_result import ProxyRun, TrainerRun
 
 from .study.models import samples_per_iteration
@@ -51,13 +58,17 @@ SKIP_SUFFIXES = (".trace.json",)  # Chrome/Perfetto traces: large, never results
 
 
 def find_files(inputs: Sequence[str]) -> tuple[list[Path], list[str]]:
-    """JSON files named by directories, files or glob patterns; and inputs that matched nothing."""
+    """JSON files named by directories, files or glob patterns; and, for the inputs
+    that gave none, why (no such path, or a folder without JSON files)."""
     found: list[Path] = []
     empty: list[str] = []
     for item in inputs:
         p = Path(item)
         if p.is_dir():
             matches = sorted(q for q in p.rglob("*.json") if q.is_file())
+            if not matches:
+                empty.append(f"{item}: a folder without JSON files")
+                continue
         elif p.is_file():
             matches = [p]
         else:
@@ -66,7 +77,7 @@ def find_files(inputs: Sequence[str]) -> tuple[list[Path], list[str]]:
             for d in dirs:
                 matches += sorted(q for q in d.rglob("*.json") if q.is_file())
         if not matches:
-            empty.append(item)
+            empty.append(f"{item}: no such file, directory or match")
         found += matches
     seen: set[Path] = set()
     unique = []
@@ -217,9 +228,25 @@ READERS = {
 }
 
 
+def _sweep_hashes(point_file: Path, cache: dict[Path, set[str] | None]) -> set[str] | None:
+    """The config hashes of the points the manifest of a sweep point's folder lists
+    (``DIR/manifest.json`` for ``DIR/points/point-*.json``); None without a manifest."""
+    manifest = point_file.parent.parent / "manifest.json"
+    if manifest not in cache:
+        try:
+            doc = json.loads(manifest.read_text())
+            cache[manifest] = {str(p.get("config_hash")) for p in doc.get("points", [])}
+        except (OSError, ValueError, AttributeError, TypeError):
+            cache[manifest] = None
+    return cache[manifest]
+
+
 def collect(files: Iterable[Path]) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
-    """Rows of the run results among ``files``; and (file, reason) of the others."""
+    """Rows of the run results among ``files``; and (file, reason) of the others. A
+    sweep point its folder's manifest does not list (a point of an earlier sweep into
+    the same folder, with another grid or base configuration) is left out, said."""
     rows, ignored = [], []
+    manifests: dict[Path, set[str] | None] = {}
     for f in files:
         try:
             doc = json.loads(f.read_text())
@@ -235,6 +262,17 @@ def collect(files: Iterable[Path]) -> tuple[list[dict[str, Any]], list[tuple[str
             what = f"kind {kind!r}" if kind else "no 'kind' field"
             ignored.append((str(f), f"not a run result ({what})"))
             continue
+        if kind == "simnet-sweep-point":
+            listed = _sweep_hashes(f, manifests)
+            if listed is not None and str(doc.get("config_hash")) not in listed:
+                ignored.append(
+                    (
+                        str(f),
+                        "a point of an earlier sweep into this folder: its manifest.json "
+                        "(the last sweep's grid and base configuration) does not list it",
+                    )
+                )
+                continue
         try:
             row = reader(doc)
         except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError) as e:
@@ -290,13 +328,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--quiet", action="store_true", help="do not print the table")
     ns = ap.parse_args(argv)
-    files, empty = find_files(ns.inputs)
     prefix = output_prefix(ns.output)
+    problem = output_file_problem(_with(prefix, ".csv"), "-o/--output")
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    files, empty = find_files(ns.inputs)
     own = {_with(prefix, ".json").resolve()}
     files = [f for f in files if f.resolve() not in own]
     rows, ignored = collect(files)
     for item in empty:
-        print(f"warning: {item}: no such file, directory or match", file=sys.stderr)
+        print(f"warning: {item}", file=sys.stderr)
+    unfinished = sorted(
+        {str(f.parent) for f in files if (f.parent / UNFINISHED_MARKER).is_file()}
+        | {i for i in ns.inputs if (Path(i) / UNFINISHED_MARKER).is_file()}
+    )
+    for folder in unfinished:
+        print(
+            f"warning: {folder} holds {UNFINISHED_MARKER}: the run that wrote it did not "
+            "finish, and its files may mix with an earlier run's",
+            file=sys.stderr,
+        )
     for name, reason in ignored:
         print(f"ignored {name}: {reason}", file=sys.stderr)
     if not rows:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import shlex
 import sys
@@ -287,7 +288,7 @@ def predict(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Simulate every count (in a local process pool when workers > 1)."""
     records: dict[int, dict[str, Any]] = {}
-    notes: set[str] = set()
+    notes: dict[str, set[int]] = {}  # note -> the counts it holds at
     jobs: dict[int, dict[str, Any]] = {}
     for p in counts:
         rec: dict[str, Any] = {"source": "predicted", "np": p}
@@ -301,7 +302,8 @@ def predict(
         except StudyError as e:
             rec.update(status="skipped", note=str(e))
             continue
-        notes.update(n)
+        for note in n:
+            notes.setdefault(note, set()).add(p)
         rec["flags"] = flags
         jobs[p] = cfg
     if jobs:
@@ -329,14 +331,27 @@ def predict(
                         topology=r.topology,
                         sim_wall_s=r.sim_wall_s,
                     )
-                    notes.update(r.assumed)
-                    notes.update(f"what-if: {w}" for w in r.scenario)
+                    for note in [*r.assumed, *(f"what-if: {w}" for w in r.scenario)]:
+                        notes.setdefault(note, set()).add(p)
                     say(f"  np {p}: predicted {r.iteration_time_s:.6f} s per iteration")
                 else:
                     status = "skipped" if res.kind == "config" else "failed"
-                    rec.update(status=status, note=res.error)
-                    say(f"  np {p}: prediction {status}: {res.error}")
-    return [records[p] for p in sorted(records)], sorted(notes)
+                    # (a configuration's error in one line, without its header)
+                    why = "; ".join(
+                        ln.strip()
+                        for ln in (res.error or "unknown error").splitlines()
+                        if not ln.rstrip().endswith("invalid configuration")
+                    )
+                    rec.update(status=status, note=why)
+                    say(f"  np {p}: prediction {status}: {why}")
+    # A note of every simulated count as it is; one of some counts names them (a
+    # what-if's rerouted pairs differ with the network's size), in order of count.
+    every = {p for p, r in records.items() if r.get("status") == "ok"} or set(jobs)
+    lines = [
+        (min(at), n if at >= every else f"{n} (at P = {', '.join(map(str, sorted(at)))})")
+        for n, at in notes.items()
+    ]
+    return [records[p] for p in sorted(records)], [n for _, n in sorted(lines)]
 
 
 # -- putting it together ----------------------------------------------------------------
@@ -392,7 +407,13 @@ def report_text(doc: dict[str, Any]) -> str:
         f"{doc['model']} {doc['mode']} scaling study (arguments: {args}, "
         f"scale {doc['scale']:g}, compute {doc['compute']})",
         f"samples: {doc['batch_definition']}",
-        "speedup = throughput(P) / throughput(P1); ideal = "
+        "speedup = throughput(P) / throughput(P1)"
+        + "".join(
+            f", P1 = {p1} ({name})"
+            for name, p1 in doc.get("speedup_base_np", {}).items()
+            if p1 is not None
+        )
+        + "; ideal = "
         + ("samples(P) / samples(P1)" if doc["mode"] == "weak" else "P / P1")
         + "; efficiency = "
         + ("t(P1) / t(P)" if doc["mode"] == "weak" else "speedup / (P / P1)")
@@ -647,7 +668,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not counts and not to_predict:
             raise StudyError("nothing to do: give --np and/or --predict-np")
         predicting = bool(to_predict) or ns.config is not None
-        base_cfg, notes = _predict_base(ns.config) if predicting else ({}, [])
+        base_cfg, notes = _predict_base(ns.config, study) if predicting else ({}, [])
         all_counts = sorted(set(counts) | set(to_predict))
         base = sm.base_count(study, all_counts)
         if base is None:
@@ -732,11 +753,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "compute": study.compute,
         "per_tensor": study.per_tensor,
         "fix_quirks": study.fix_quirks,
+        # The count the study's per-count options are derived from (the smallest the
+        # layout takes); the speedups' P1 is each series' smallest count that ran.
         "base_np": base,
+        "speedup_base_np": {
+            name: min((r["np"] for r in recs if "speedup" in r), default=None)
+            for name, recs in (("measured", measured), ("predicted", predicted))
+        },
         "batch_definition": sm.batch_definition(study.model),
         "definitions": {
             "throughput_samples_per_s": "samples per iteration / iteration time",
-            "speedup": "throughput(P) / throughput(P1), P1 the smallest count of the series",
+            "speedup": "throughput(P) / throughput(P1), P1 the smallest count of the series "
+            "that ran (speedup_base_np)",
             "ideal_speedup": "samples(P) / samples(P1) (weak) or P / P1 (strong)",
             "efficiency": "t(P1) / t(P)" if study.mode == "weak" else "speedup / (P / P1)",
             "iteration_time_s": "measured: runtime per iteration of the slowest rank, summed "
@@ -766,9 +794,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         files.append(bars)
     files.append(_report(out, study, text, measured, predicted, files))
     # What an earlier study wrote here and this one did not (a plot it could not draw,
-    # a prediction it did not make) would read as this study's.
-    for pattern in ("scaling_*.png", "predict_config.json"):
-        remove_others(out, pattern, files)
+    # a prediction it did not make, a count it did not run) would read as this study's.
+    runs = [
+        out / "runs" / f"{study.model}_np{r['np']}.{ext}"
+        for r in measured
+        if "command" in r
+        for ext in ("json", "log")
+    ]
+    for pattern in ("scaling_*.png", "predict_config.json", "runs/*"):
+        remove_others(out, pattern, [*files, *runs])
     mark_finished(out)
     print(text, end="")
     say(f"wrote {len(files)} files to {out}/")
@@ -803,9 +837,15 @@ def _report(
     return write_run_report(out, title, text, cases, files=files)
 
 
-def _predict_base(path: str | None) -> tuple[dict[str, Any], list[str]]:
-    """The configuration predictions start from, and notes on what of it is not used or
-    changes the workload."""
+KEPT_WORKLOAD_KEYS = ("compute_scale", "iterations")
+"""What predictions take from a --config file's workload section: the rest is the
+study's (:func:`workflows.study.models.workload_section`)."""
+
+
+def _predict_base(path: str | None, study: sm.Study) -> tuple[dict[str, Any], list[str]]:
+    """The configuration predictions start from (its workload section cut to what they
+    use, so that ``predict_config.json`` holds what was simulated), and notes on what of
+    it is not used or changes the workload."""
     if path is None:
         return copy.deepcopy(DEFAULT_PREDICT_CONFIG), [DEFAULT_PREDICT_NOTE]
     data = read_base_config(path)
@@ -818,6 +858,20 @@ def _predict_base(path: str | None) -> tuple[dict[str, Any], list[str]]:
         )
     wl = data.get("workload")
     if isinstance(wl, dict):
+        ours = sm.workload_section(study, 1, {}, wl)
+        replaced = {
+            k: v
+            for k, v in wl.items()
+            if k not in KEPT_WORKLOAD_KEYS and k != "world_size" and ours.get(k, v) != v
+        }
+        if replaced:
+            theirs = ", ".join(f"{k} {json.dumps(v)}" for k, v in replaced.items())
+            study_has = ", ".join(f"{k} {json.dumps(ours.get(k))}" for k in replaced)
+            notes.append(
+                f"--config {path}: its workload's {theirs} replaced by the study's "
+                f"({study_has}; --model, --args, --scale and --flag set them)"
+            )
+        data["workload"] = {k: wl[k] for k in KEPT_WORKLOAD_KEYS if k in wl}
         scale = wl.get("compute_scale", 1.0)
         if scale != 1.0:
             notes.append(

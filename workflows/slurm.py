@@ -101,8 +101,29 @@ def sbatch_header(
     for opt in extra:
         if "\n" in opt or not opt.startswith("--"):
             raise StudyError(f"--sbatch {opt!r}: give one option such as --gres=gpu:4")
+        name = opt.split("=", 1)[0].split()[0]
+        if name in GENERATED_OPTIONS:
+            raise StudyError(
+                f"--sbatch {opt!r}: the script sets {name} itself ({GENERATED_OPTIONS[name]}); "
+                "a second one would contradict it"
+            )
         lines.append(f"#SBATCH {opt}")
     return lines
+
+
+GENERATED_OPTIONS = {
+    "--job-name": "--job-name",
+    "--nodes": "from --np / --ntasks and --tasks-per-node",
+    "--ntasks": "--np / --ntasks",
+    "--ntasks-per-node": "--tasks-per-node",
+    "--time": "--time",
+    "--array": "one task per grid row",
+    "--partition": "--partition",
+    "--account": "--account",
+    "--chdir": "the output folder",
+    "--output": "--logs-dir",
+}
+"""The #SBATCH options the scripts write from their own arguments."""
 
 
 def setup_lines(setup: Sequence[str]) -> list[str]:
@@ -114,7 +135,9 @@ def setup_lines(setup: Sequence[str]) -> list[str]:
             "# environment: none requested (--setup 'module load ...' or "
             "--setup 'source venv/bin/activate')"
         ]
-    return list(setup)
+    # Activation scripts and module files may read unset variables (conda's do):
+    # not under set -u.
+    return ["set +u", *setup, "set -u"]
 
 
 def _umask() -> int:
@@ -131,10 +154,13 @@ def write_file(path: Path, text: str, executable: bool = False) -> Path:
     return path
 
 
-def _job_name(text: str) -> str:
+def _job_name(text: str, given: bool = True) -> str:
+    """A job name: ``text`` when it is one (letters, digits, '_', '.', '-'); a given one
+    that is not is refused, a default made one."""
     name = NAME_RE.sub("_", text).strip("_")
-    if not name:
-        raise StudyError("--job-name: give letters, digits, '_', '.' or '-'")
+    if not name or (given and name != text):
+        hint = f" (e.g. {name})" if name else ""
+        raise StudyError(f"--job-name {text!r}: give letters, digits, '_', '.' or '-'{hint}")
     return name
 
 
@@ -186,7 +212,7 @@ def scaling_scripts(ns: argparse.Namespace) -> tuple[dict[str, str], list[str], 
     base = sm.base_count(study, counts)
     if base is None:
         raise StudyError(f"{study.model} accepts none of the process counts {ns.np}")
-    job = _job_name(ns.job_name or f"{study.model}_{study.mode}")
+    job = _job_name(ns.job_name or f"{study.model}_{study.mode}", ns.job_name is not None)
     files: dict[str, str] = {}
     notes: list[str] = []
     plan: dict[str, Any] = {
@@ -331,7 +357,7 @@ def sweep_scripts(ns: argparse.Namespace) -> tuple[dict[str, str], list[str], di
     if not rows:
         raise StudyError("no grid point left to run")
     where = _script_dir(ns)
-    job = _job_name(ns.job_name or f"{ns.model}_sweep")
+    job = _job_name(ns.job_name or f"{ns.model}_sweep", ns.job_name is not None)
     keys = list(grid)
     table = f"{job}_grid.tsv"
     tsv = ["#index\tproxy_args\t" + "\t".join(keys)]

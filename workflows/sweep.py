@@ -177,6 +177,13 @@ def plan_sweep(config_path: str | Path, grid_text: str, out: str | Path) -> Plan
             error = _short(str(e))
             full = data
         h = stable_hash(_with_inputs(full))
+        twin = next((q for q in plan.points if q.config_hash == h), None)
+        if twin is not None:
+            # (two workers would write one file at once, and the table list it twice)
+            raise StudyError(
+                f"--grid: points {twin.index} {json.dumps(twin.assign)} and {i} "
+                f"{json.dumps(assign)} are the same configuration: give each value once"
+            )
         pt = Point(i, assign, full, h, f"{POINTS_DIR}/point-{h}.json", error)
         plan.points.append(pt)
         if error:
@@ -257,8 +264,14 @@ class Manifest:
                     self.computed_by[str(p.get("config_hash"))] = p["computed_in_run"]
         except (OSError, json.JSONDecodeError):
             pass
+        try:
+            base_hash: str | None = stable_hash(read_base_config(plan.base_path))
+        except (StudyError, ConfigError, OSError):
+            base_hash = None
         self.run: dict[str, Any] = {
             "run": len(self.runs) + 1,
+            "base_config": str(plan.base_path),
+            "base_config_hash": base_hash,  # which base (and grid) made the run's points
             "grid": plan.grid,  # its point indices are this grid's
             "started": _now(),
             "finished": None,
@@ -326,6 +339,15 @@ def run_plan(
         f"sweep: {len(plan.points)} points ({len(plan.invalid)} invalid), {skipped} already "
         f"complete, {len(todo)} to simulate on {executor}"
     )
+    ours = {pt.file.rsplit("/", 1)[-1] for pt in plan.points}
+    others = sorted(f.name for f in (out / POINTS_DIR).glob("point-*.json") if f.name not in ours)
+    if others:
+        say(
+            f"note: {out / POINTS_DIR} also holds {len(others)} point file(s) of earlier "
+            "sweeps with another grid or base configuration: they are not in this sweep's "
+            "table, and aggregate leaves them out (its manifest.json lists this sweep's); "
+            "a fresh --out keeps sweeps apart"
+        )
     started = time.perf_counter()
     progress = Throttle(lambda m: say(m), 1.0)
     done = skipped
@@ -406,7 +428,13 @@ def run_plan(
     manifest.run["finished"] = _now()
     manifest.write()
     files = write_table(plan)
-    say(f"wrote {len(files)} files and {runnable - failed} point results to {out}/")
+    computed = len(manifest.run["computed"])
+    say(
+        f"wrote {', '.join(f.name for f in files)} to {out}/: {runnable - failed} point "
+        f"results ({computed} simulated now, {skipped} from earlier runs"
+        + (f", {failed} failed" if failed else "")
+        + ")"
+    )
     return 1 if failed else 0
 
 

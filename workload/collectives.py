@@ -88,8 +88,8 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
     "allgather": ("ring", "recursive_doubling", "bruck", "multiring", "nccl_ring"),
     "reduce_scatter": ("ring", "recursive_halving", "multiring", "nccl_ring"),
     "alltoall": ("pairwise", "direct"),
-    "bcast": ("binomial",),
-    "reduce": ("binomial",),
+    "bcast": ("binomial", "scatter_recursive_doubling_allgather", "scatter_ring_allgather"),
+    "reduce": ("binomial", "rabenseifner"),
     "barrier": ("dissemination",),
 }
 
@@ -127,6 +127,7 @@ BCAST_MIN_PROCS = 8
 ALLGATHER_LONG_MSG_BYTES = 524_288
 ALLGATHER_SHORT_MSG_BYTES = 81_920
 ALLREDUCE_SHORT_MSG_BYTES = 2_048
+REDUCE_SHORT_MSG_BYTES = 2_048
 REDSCAT_LONG_MSG_BYTES = 524_288
 ALLTOALL_SHORT_MSG_BYTES = 256
 ALLTOALL_MIN_PROCS = 8
@@ -551,6 +552,70 @@ def _reduce_binomial(p: int, count: int, *, root: int, **_: object) -> Built:
     return b
 
 
+def _reduce_rabenseifner(p: int, count: int, *, root: int, **_: object) -> Built:
+    """MPICH's reduce for long vectors (reduce-scatter then gather): folded to pof2
+    ranks as the allreduce is, a recursive-halving reduce-scatter (distance 1 first),
+    then a binomial gather of the blocks to the root, finest blocks first; a root that
+    sat out of the fold gets the result from its odd neighbour."""
+    pof2, rem, real = _fold(p)
+    b = _Builder(_split(count, pof2))
+    step = 0
+    if rem:
+        for r in range(rem):
+            b.add(0, 2 * r, 2 * r + 1, 0, pof2, True)
+        step = 1
+    up = _masks(pof2)
+    step, held = _halving(b, step, pof2, real, 1, up)
+    # The new rank that gathers: the root's, or its odd neighbour's if it sat out.
+    at = root + 1 if root < 2 * rem and root % 2 == 0 else root
+    new_root = at // 2 if at < 2 * rem else at - rem
+    active = [True] * pof2
+    size = 1
+    for mask in up[::-1]:
+        for nr in range(pof2):
+            if active[nr] and (nr ^ new_root) & mask:
+                b.add(step, real(nr), real(nr ^ mask), held[nr], size, False)
+                held[nr ^ mask] = min(held[nr], held[nr ^ mask])
+                active[nr] = False
+        size *= 2
+        step += 1
+    if at != root:
+        b.add(step, at, root, 0, pof2, False)
+    return b
+
+
+def _scatter(b: _Builder, p: int, root: int) -> int:
+    """MPICH's binomial scatter of a bcast's vector in ``p`` chunks, chunk v for the
+    rank ``v`` after the root (relative rank): each rank hands the part of its subtree
+    below it on, halves first. Returns the next step."""
+    levels = _ceil_lg(p)
+    for step in range(levels):
+        m = 1 << (levels - 1 - step)
+        for vr in range(0, p - m, 2 * m):
+            b.add(step, (vr + root) % p, (vr + m + root) % p, vr + m, min(m, p - vr - m), False)
+    return levels
+
+
+def _bcast_scatter_doubling(p: int, count: int, *, root: int, **_: object) -> Built:
+    """MPICH's bcast for medium vectors on a power of two: the binomial scatter, then a
+    recursive-doubling allgather of the pieces among the ranks relative to the root."""
+    b = _Builder(_split(count, p))
+    step = _scatter(b, p, root)
+    _doubling_allgather(b, step, p, lambda vr: (vr + root) % p, 1)
+    return b
+
+
+def _bcast_scatter_ring(p: int, count: int, *, root: int, **_: object) -> Built:
+    """MPICH's bcast for long vectors: the binomial scatter, then a ring allgather of
+    the pieces (p - 1 steps, each relative rank passing on what it last received)."""
+    b = _Builder(_split(count, p))
+    step = _scatter(b, p, root)
+    for s in range(p - 1):
+        for vr in range(p):
+            b.add(step + s, (vr + root) % p, (vr + 1 + root) % p, (vr - s) % p, 1, False)
+    return b
+
+
 def _barrier_dissemination(p: int, count: int, **_: object) -> Built:
     b = _Builder(())
     for step in range(_ceil_lg(p)):
@@ -567,11 +632,18 @@ _BUILDERS: dict[tuple[str, str], Callable[..., Built]] = {
     ("allgather", "bruck"): _allgather_bruck,
     ("reduce_scatter", "recursive_halving"): _reduce_scatter_recursive_halving,
     ("bcast", "binomial"): _bcast_binomial,
+    ("bcast", "scatter_recursive_doubling_allgather"): _bcast_scatter_doubling,
+    ("bcast", "scatter_ring_allgather"): _bcast_scatter_ring,
     ("reduce", "binomial"): _reduce_binomial,
+    ("reduce", "rabenseifner"): _reduce_rabenseifner,
     ("barrier", "dissemination"): _barrier_dissemination,
 }
 
-_POW2_ONLY = {("allgather", "recursive_doubling"), ("reduce_scatter", "recursive_halving")}
+_POW2_ONLY = {
+    ("allgather", "recursive_doubling"),
+    ("reduce_scatter", "recursive_halving"),
+    ("bcast", "scatter_recursive_doubling_allgather"),
+}
 
 
 # ---------------------------------------------------------------- ring algorithms
@@ -1562,7 +1634,14 @@ MPICH_RULES: tuple[MpichRule, ...] = (
         lambda p, c, n: n < BCAST_LONG_MSG_BYTES and _is_pow2(p),
     ),
     ("bcast", "scatter_ring_allgather", _always),
-    ("reduce", "binomial", _always),
+    # reduce (a built-in, commutative operation): MPICH's reduce-scatter + gather above
+    # its short-message size, and only when every rank of pof2 gets an element.
+    (
+        "reduce",
+        "binomial",
+        lambda p, c, n: n <= REDUCE_SHORT_MSG_BYTES or c < 1 << (p.bit_length() - 1),
+    ),
+    ("reduce", "rabenseifner", _always),
     ("barrier", "dissemination", _always),
 )
 """MPICH's historical default choice, the one table of it: for an op, the first
@@ -1575,8 +1654,10 @@ two decisions where that document leaves a gap:
   neither this project's schedules nor the document's cost table describe
   (their recursive halving is for powers of two). Non-power-of-two groups
   therefore get pairwise exchange, whose cost row is the ring's.
-- reduce and barrier are not in the document's list: binomial tree and
-  dissemination are assumed.
+- reduce and barrier are not in the document's list: reduce follows MPICH's
+  MPIR_Reduce defaults (binomial up to 2,048 B, MPIR_CVAR_REDUCE_SHORT_MSG_SIZE, and
+  below one element per rank of the power of two; reduce-scatter + gather, the
+  document's "reduce, Rabenseifner" row, above), barrier is dissemination.
 """
 
 NEAREST_IMPLEMENTED: dict[tuple[str, str], str] = {
@@ -1584,11 +1665,35 @@ NEAREST_IMPLEMENTED: dict[tuple[str, str], str] = {
     ("reduce_scatter", "pairwise"): "ring",
     # Bruck's log-step alltoall is not implemented: every block posted at once
     ("alltoall", "bruck"): "direct",
-    # scatter + allgather broadcasts are not implemented
-    ("bcast", "scatter_recursive_doubling_allgather"): "binomial",
-    ("bcast", "scatter_ring_allgather"): "binomial",
 }
 """(op, MPICH's algorithm) -> the implemented algorithm that stands in for it."""
+
+RING_BCAST_MAX_RANKS = 1024
+"""The scatter + ring allgather bcast builds its p (p - 1) transfers at once: above
+this many ranks the default policy runs the binomial bcast instead (and says so)."""
+
+_STAND_IN_EFFECTS: dict[tuple[str, str], str | None] = {
+    # the same steps and bytes per rank, other partners: not worth a line per run
+    ("reduce_scatter", "pairwise"): None,
+    ("alltoall", "bruck"): "each block goes straight to its peer, p - 1 messages a rank, "
+    "where Bruck sends ceil(lg p) messages of about half the array, to ranks r + 2^k, "
+    "forwarding blocks: fewer messages, more bytes, other pairs",
+    ("bcast", "scatter_ring_allgather"): f"above {RING_BCAST_MAX_RANKS:,} ranks: the whole "
+    "vector down a binomial tree, ceil(lg p) times on the root's path, where the scatter "
+    "and ring allgather move 2 (p - 1) / p of it between ring neighbours",
+}
+
+
+def stand_in_note(op: str, mpich: str, used: str) -> str | None:
+    """A line saying that ``used`` ran where MPICH's default, ``mpich``, is not
+    implemented, and what that changes (times and traffic); None where it changes
+    neither the steps nor the bytes."""
+    effect = _STAND_IN_EFFECTS.get((op, mpich), "other steps and pairs")
+    if effect is None:
+        return None
+    return (
+        f"{op}: MPICH's default here is {mpich!r}, not implemented: {used!r} stands in ({effect})"
+    )
 
 
 def mpich_algorithm(op: str, group_size: int, count_elems: int) -> str:
@@ -1611,14 +1716,22 @@ def default_algorithm(op: str, group_size: int, count_elems: int) -> str:
     """MPICH's default choice (:func:`mpich_algorithm`) among the implemented algorithms.
 
     Where MPICH would pick an algorithm not implemented here the nearest
-    implemented one is returned (:data:`NEAREST_IMPLEMENTED`): bcast is always
-    "binomial" (MPICH switches to scatter + allgather for n >= 12,288 B and
-    p >= 8); reduce_scatter's pairwise exchange is "ring" (same cost); alltoall
-    uses "direct" (isend/irecv of all blocks) where MPICH would use Bruck
-    (<= 256 B per destination, p >= 8).
+    implemented one is returned (:func:`stand_in`): reduce_scatter's pairwise exchange
+    is "ring" (same cost); alltoall uses "direct" (isend/irecv of all blocks) where
+    MPICH would use Bruck (<= 256 B per destination, p >= 8); the scatter + ring
+    allgather bcast above :data:`RING_BCAST_MAX_RANKS` ranks is "binomial".
     """
     algorithm = mpich_algorithm(op, group_size, count_elems)
-    return NEAREST_IMPLEMENTED.get((op, algorithm), algorithm)
+    return stand_in(op, algorithm, group_size)
+
+
+def stand_in(op: str, mpich: str, group_size: int) -> str:
+    """The implemented algorithm that runs for MPICH's choice ``mpich``: itself, or
+    :data:`NEAREST_IMPLEMENTED`'s stand-in (the binomial bcast for the scatter + ring
+    allgather above :data:`RING_BCAST_MAX_RANKS` ranks)."""
+    if (op, mpich) == ("bcast", "scatter_ring_allgather") and group_size > RING_BCAST_MAX_RANKS:
+        return "binomial"
+    return NEAREST_IMPLEMENTED.get((op, mpich), mpich)
 
 
 def alpha_beta_time_s(

@@ -213,7 +213,8 @@ def write_csv(
 ) -> Path:
     def w(f: IO[str]) -> None:
         f.write(",".join(header) + "\n")
-        f.writelines([",".join(map(str, r)) + "\n" for r in rows])
+        # A missing value (None) is an empty cell, as CSV readers take it.
+        f.writelines([",".join(["" if v is None else str(v) for v in r]) + "\n" for r in rows])
 
     return atomic_write(path, w)
 

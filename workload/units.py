@@ -41,6 +41,32 @@ MS_PER_S = 1e3
 """Milliseconds per second, for display."""
 
 
+BYTE_UNITS: tuple[tuple[str, float], ...] = (
+    ("PB", 1e15),
+    ("TB", 1e12),
+    ("GB", GB),
+    ("MB", MB),
+    ("KB", KB),
+    ("B", 1.0),
+)
+"""Decimal byte units for display, largest first."""
+
+
+def format_bytes(n_bytes: float) -> str:
+    """``n_bytes`` in the largest decimal unit it fills, 3 significant digits:
+    ``"1.23 GB"``, ``"999 B"``; a value that rounds up to 1000 of a unit is shown in the
+    next (999,999 B is ``"1 MB"``, not ``"1e+03 KB"``)."""
+    n = float(n_bytes)
+    for i, (unit, size) in enumerate(BYTE_UNITS):
+        if abs(n) >= size or unit == "B":
+            text = f"{n / size:.3g}"
+            if abs(float(text)) >= 1000 and i > 0:  # rounded up to the next unit
+                unit, size = BYTE_UNITS[i - 1]
+                text = f"{n / size:.3g}"
+            return f"{text} {unit}"
+    raise AssertionError("unreachable")
+
+
 def elems_to_bytes(count_elems: int) -> int:
     """Bytes of ``count_elems`` float32 elements."""
     return count_elems * ELEM_BYTES
