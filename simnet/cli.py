@@ -86,11 +86,12 @@ def build_parser(subcommands: Sequence[str] = ()) -> argparse.ArgumentParser:
     return p
 
 
-def _check_trace_ranks(text: str, world_size: int) -> None:
-    from .output import parse_ranks
+def _check_trace_ranks(text: str, world_size: int | None) -> None:
+    """--trace-ranks as a ConfigError if malformed or (with ``world_size``) out of range."""
+    from .output import parse_ranks, rank_spans
 
     try:
-        parse_ranks(text, world_size)
+        rank_spans(text) if world_size is None else parse_ranks(text, world_size)
     except ValueError as e:
         raise ConfigError(f"--trace-ranks: {e}") from None
 
@@ -155,8 +156,9 @@ def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
         if problem:
             raise ConfigError(problem)
         if ns.trace_ranks != "auto":
-            # Before simulating; with jobs their ranks together are known after.
-            _check_trace_ranks(ns.trace_ranks, 1 << 62 if cfg.jobs else cfg.world_size)
+            # Before simulating: the form, and the ranks where they are known (with jobs,
+            # theirs together are known after).
+            _check_trace_ranks(ns.trace_ranks, None if cfg.jobs else cfg.world_size)
         n = cfg.num_rank_endpoints
         large = n > DENSE_MAX_ENDPOINTS
         record_series = ns.series or not (ns.no_series or large)

@@ -424,22 +424,21 @@ def last_rank_to_finish(res: SimResult) -> int:
         if sim is None:
             continue
         ends = {
-            r: max((e[-1] for e in tl.ends if len(e)), default=0.0)
+            r: max((max(e) for e in tl.ends if len(e)), default=0.0)
             for r, tl in sim.timelines.items()
         }
         return max(sorted(ends), key=lambda r: (ends[r], -r))
     return 0
 
 
-def parse_ranks(text: str, world_size: int) -> list[int]:
-    """``"0-63,517"`` -> the ranks it names, sorted, each once; ``"all"`` every rank,
-    ``"none"`` none. Raises ValueError naming what is wrong."""
-    text = text.strip()
-    if text == "all":
-        return list(range(world_size))
-    if text == "none":
-        return []
-    ranks: set[int] = set()
+def rank_spans(text: str) -> list[tuple[int, int]] | str:
+    """``"0-63,517"`` as ranges ``[(0, 63), (517, 517)]``, or ``"all"`` / ``"none"``
+    (any case); checked for form only (numbers, ranges that run forwards). Raises
+    ValueError naming what is wrong."""
+    word = text.strip().lower()
+    if word in ("all", "none"):
+        return word
+    spans_: list[tuple[int, int]] = []
     for part in text.split(","):
         lo, dash, hi = part.strip().partition("-")
         try:
@@ -451,10 +450,24 @@ def parse_ranks(text: str, world_size: int) -> list[int]:
             ) from None
         if a > b:
             raise ValueError(f"{part.strip()!r}: the range runs backwards")
+        spans_.append((a, b))
+    return spans_
+
+
+def parse_ranks(text: str, world_size: int) -> list[int]:
+    """``"0-63,517"`` -> the ranks it names, sorted, each once; ``"all"`` every rank,
+    ``"none"`` none. Raises ValueError naming what is wrong (a rank out of 0 ..
+    world_size - 1 too)."""
+    got = rank_spans(text)
+    if got == "all":
+        return list(range(world_size))
+    if got == "none":
+        return []
+    ranks: set[int] = set()
+    for a, b in got:
         if a < 0 or b >= world_size:
-            raise ValueError(
-                f"{part.strip()!r}: ranks are 0 to {world_size - 1} ({world_size} ranks)"
-            )
+            given = f"{a}-{b}" if a != b else str(a)
+            raise ValueError(f"{given!r}: ranks are 0 to {world_size - 1} ({world_size} ranks)")
         ranks.update(range(a, b + 1))
     return sorted(ranks)
 
@@ -483,7 +496,13 @@ def choose_trace_ranks(
     counts = trace_events_per_rank(res)
     total = sum(counts)
     if wanted != "auto":
-        ranks = parse_ranks(wanted, n) if isinstance(wanted, str) else sorted(set(wanted))
+        if isinstance(wanted, str):
+            ranks = parse_ranks(wanted, n)
+        else:
+            ranks = sorted(set(wanted))
+            wrong = [r for r in ranks if not 0 <= r < n]
+            if wrong:
+                raise ValueError(f"rank {wrong[0]} is none of the {n} ranks (0 to {n - 1})")
         if len(ranks) == n:
             return ranks, None
         held = sum(counts[r] for r in ranks)

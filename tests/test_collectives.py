@@ -312,13 +312,15 @@ def test_bytes_sent_match_closed_form(case):
                 assert s.bytes_received(r) == (subtree + p - 1) * piece, r
         if op == "reduce" and alg == "rabenseifner" and count == EXACT_COUNT:
             # Folded in (rem vectors), halved (each of pof2 ranks sends (pof2 - 1) of its
-            # pof2 blocks), gathered (n/2 a step over lg pof2 steps), and handed to a
-            # root that sat out.
+            # pof2 blocks), gathered (n/2 a step over lg pof2 steps); a root that sat out
+            # of the fold (an odd one below 2 rem, in MPICH's reduce) first gets block 0.
             n, q = ELEM_BYTES * count, pof2_of(p)
             rem, root = p - q, kw["root"]
-            sat_out = root < 2 * rem and root % 2 == 0
-            want = rem * n + (q - 1) * n + round(lg(q)) * n // 2 + sat_out * n
+            sat_out = root < 2 * rem and root % 2 == 1
+            want = rem * n + (q - 1) * n + round(lg(q)) * n // 2 + sat_out * n // q
             assert s.total_bytes == want
+            # No message reaches the root after the gather: the root gathers itself.
+            assert p == 1 or all(t.dst == root for t in s.steps[-1])
 
 
 @pytest.mark.parametrize("p,g,c", [(8, 4, 1), (8, 4, 2), (16, 2, 1), (12, 4, 2), (6, 6, 3)])
@@ -507,10 +509,9 @@ def expected_steps(op, alg, p, kw) -> int:
         ("bcast", "scatter_recursive_doubling_allgather"): 2 * round(lg(p)),
         ("bcast", "scatter_ring_allgather"): ceil_lg(p) + p - 1,
         ("reduce", "binomial"): ceil_lg(p),
-        ("reduce", "rabenseifner"): pof2_steps
-        + math.floor(lg(p))
-        - (0 if is_pow2(p) else 1)
-        + (kw.get("root", 0) < 2 * (p - pof2_of(p)) and kw.get("root", 0) % 2 == 0),
+        ("reduce", "rabenseifner"): (0 if is_pow2(p) else 1)
+        + 2 * math.floor(lg(p))
+        + (kw.get("root", 0) < 2 * (p - pof2_of(p)) and kw.get("root", 0) % 2 == 1),
         ("barrier", "dissemination"): ceil_lg(p),
     }[(op, alg)]
 
@@ -637,9 +638,11 @@ def test_alpha_beta_hand_example():
         ("alltoall", 16, 8192, "direct"),  # 32,768 B per destination
         ("alltoall", 16, 8193, "pairwise"),
         ("bcast", 64, 1 << 20, "scatter_ring_allgather"),  # 4 MiB
-        ("bcast", 64, 3071, "binomial"),  # 12,284 B
-        ("bcast", 64, 3072, "scatter_recursive_doubling_allgather"),  # 12,288 B
-        ("bcast", 48, 3072, "scatter_ring_allgather"),  # (not a power of two)
+        ("bcast", 64, 3072, "binomial"),  # 12,288 B: MPICH's tuning file takes it as short
+        ("bcast", 64, 3073, "scatter_recursive_doubling_allgather"),
+        ("bcast", 64, 131072, "scatter_recursive_doubling_allgather"),  # 524,288 B
+        ("bcast", 64, 131073, "scatter_ring_allgather"),
+        ("bcast", 48, 3073, "scatter_ring_allgather"),  # (not a power of two)
         ("bcast", 6, 1 << 20, "binomial"),  # fewer than 8 ranks
         ("bcast", 2048, 1 << 20, "binomial"),  # the ring's p (p - 1) transfers: stand-in
         ("reduce", 64, 1 << 20, "rabenseifner"),
@@ -789,3 +792,22 @@ def test_recursive_allreduce_rank_parts_equal_the_built_steps(alg):
                 assert lazy.rank_steps(r) == eager.rank_steps(r), (p, count, r)
                 assert lazy.rank_step_indices(r) == eager.rank_step_indices(r), (p, count, r)
                 assert lazy.rank_plan(r) == eager.rank_plan(r), (p, count, r)
+
+
+def test_rabenseifner_reduce_on_six_ranks_is_mpichs():
+    # MPICH's reduce_scatter_gather at p = 6 (rem 2): the odd ranks 1, 3 hand their
+    # vector to 0, 2; 0, 2, 4, 5 halve (distance 1 first) and gather, finest first.
+    # Root 0 gathers with no extra message; an odd root that sat out (1) first gets
+    # block 0 from rank 0 and gathers in its place. 24 elements: 96 B, blocks of 24 B.
+    def steps(root):
+        s = build_schedule("reduce", "rabenseifner", 6, 24, root=root)
+        return [sorted((t.src, t.dst, t.size_bytes) for t in st) for st in s.steps]
+
+    common = [
+        [(1, 0, 96), (3, 2, 96)],
+        [(0, 2, 48), (2, 0, 48), (4, 5, 48), (5, 4, 48)],
+        [(0, 4, 24), (2, 5, 24), (4, 0, 24), (5, 2, 24)],
+    ]
+    assert steps(0) == [*common, [(4, 0, 24), (5, 2, 24)], [(2, 0, 48)]]
+    assert steps(2) == [*common, [(4, 0, 24), (5, 2, 24)], [(0, 2, 48)]]
+    assert steps(1) == [*common, [(0, 1, 24)], [(4, 1, 24), (5, 2, 24)], [(2, 1, 48)]]

@@ -232,17 +232,24 @@ def test_a_config_that_fits_no_count_is_an_error(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
-def test_a_study_leaves_no_earlier_studys_file_it_did_not_write(tmp_path):
-    # Measured only: an earlier study's prediction settings must not stay beside it.
+def test_a_study_leaves_no_earlier_studys_file_it_did_not_write(tmp_path, capsys):
+    # Measured only: an earlier study's prediction settings and runs must not stay beside
+    # it (aggregate would list them as this study's); the runs removed are named.
     out = tmp_path / "study"
-    out.mkdir()
+    (out / "runs").mkdir(parents=True)
     (out / "predict_config.json").write_text("{}")
+    (out / "runs" / "dlrm_np4.json").write_text("{}")
     rc = scaling.main(
         ["--model", "dlrm", "--np", "1", "--scale", "0.01", "--iters", "2", "--warmup", "0",
-         "--timeout", "120", "--out", str(out), "--quiet"]
+         "--timeout", "120", "--out", str(out)]
     )  # fmt: skip
     assert rc == 0
     assert not (out / "predict_config.json").exists()
+    assert sorted(f.name for f in (out / "runs").iterdir()) == ["dlrm_np1.json", "dlrm_np1.log"]
+    assert (
+        f"note: removed 1 run file(s) of an earlier study from {out / 'runs'} (dlrm_np4.json)"
+        in capsys.readouterr().err
+    )
     assert not (out / "RUN_INCOMPLETE.txt").exists()  # a finished study takes its mark away
     assert json.loads((out / "scaling.json").read_text())["predicted"] == []
 
@@ -468,3 +475,41 @@ def test_a_configs_workload_is_said_replaced_and_notes_of_some_counts_name_them(
     assert "P1 = 32 (predicted)" in (out / "scaling.txt").read_text()
     skipped = {r["np"]: r["note"] for r in doc["predicted"] if r["status"] == "skipped"}
     assert skipped[4].startswith("distributed.num_nodes=4 must be a multiple of")
+
+
+def test_a_study_from_results_made_elsewhere_gives_the_same_table(dlrm_study, tmp_path, capsys):
+    # The runs a Slurm study's jobs would write (here: the local study's), read instead
+    # of run: the same measured points and speedups; a result of another scale and an
+    # unreadable file are left out, said.
+    results = tmp_path / "results"
+    results.mkdir()
+    for f in (dlrm_study / "runs").glob("*.json"):
+        (results / f.name).write_text(f.read_text())
+    other = json.loads((results / "dlrm_np1.json").read_text())
+    other["options"]["scale"] = 0.5
+    (results / "sub").mkdir()
+    (results / "sub" / "dlrm_other.json").write_text(json.dumps(other))
+    (results / "broken.json").write_text("{")
+    out = tmp_path / "from"
+    rc = scaling.main(
+        ["--model", "dlrm", "--scale", "0.01", "--from", str(results), "--out", str(out),
+         "--quiet"]
+    )  # fmt: skip
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert f"note: {results / 'sub' / 'dlrm_other.json'}: left out (dlrm at scale 0.5" in err
+    assert f"note: {results / 'broken.json'}: left out (not a proxy result" in err
+    here = json.loads((dlrm_study / "scaling.json").read_text())["measured"]
+    there = json.loads((out / "scaling.json").read_text())["measured"]
+    keys = ("np", "status", "iteration_time_s", "speedup", "efficiency", "samples_per_iteration")
+    assert [{k: r[k] for k in keys} for r in there] == [{k: r[k] for k in keys} for r in here]
+    assert all(Path(r["file"]).parent == results for r in there)
+    assert (results / "dlrm_np1.json").exists()  # (read, never removed)
+    # Counts come from the results: --np with --from is refused.
+    rc = scaling.main(["--model", "dlrm", "--np", "1", "--from", str(results), "--out",
+                       str(tmp_path / "x")])  # fmt: skip
+    assert rc == 2
+    assert "--np and --from" in capsys.readouterr().err
+    rc = scaling.main(["--model", "gpt2", "--from", str(results), "--out", str(tmp_path / "y")])
+    assert rc == 2
+    assert "no gpt2 result at scale 1" in capsys.readouterr().err

@@ -304,7 +304,12 @@ def test_setup_lines_run_without_nounset_and_generated_options_are_not_given_twi
              "00:10:00", extra, "--out", str(tmp_path / "t")]
         )  # fmt: skip
         assert rc == 2
-        assert f"the script sets {name} itself" in capsys.readouterr().err
+        assert f"the script sets {name} itself (use " in capsys.readouterr().err
+    # One the script does not set here is added as it is.
+    header = slurm.sbatch_header(
+        job_name="j", ntasks=4, tasks_per_node=4, time="10", output="o", extra=["--partition=gpu"]
+    )
+    assert header[-1] == "#SBATCH --partition=gpu"
     rc = slurm.main(
         ["scaling", "--model", "dlrm", "--np", "4", "--time", "00:10:00", "--job-name",
          "my job", "--out", str(tmp_path / "u")]

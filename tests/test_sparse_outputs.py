@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,8 @@ import simnet
 import topologies
 from simnet import cli, output, sizecheck
 from simnet.simulate import pair_route_metrics, route_matrices
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def fat_tree_config(ranks: int = 16, **network):
@@ -589,3 +592,22 @@ def test_trace_ranks_and_a_series_over_its_budget_from_the_command_line(
         "sim_timeline.trace.json"
         in json.loads((out / "sim_results.json").read_text())[output.RUN_FILES_KEY]
     )
+
+
+def test_trace_ranks_with_jobs_are_checked_for_form_first_and_for_range_after(tmp_path, capsys):
+    # With jobs the ranks are known after the simulation: "all" (any case) must not be
+    # expanded against a bound before it (it ran out of memory), a malformed list is
+    # refused at once, a rank beyond the jobs' after, with nothing written.
+    cfg = str(ROOT / "examples" / "two_jobs.json")
+    assert cli.main(["--config", cfg, "--out", str(tmp_path / "a"), "--trace-ranks", "ALL",
+                     "--quiet"]) == 0  # fmt: skip
+    events = json.loads((tmp_path / "a" / "sim_timeline.trace.json").read_text())["traceEvents"]
+    assert {e["pid"] for e in events} == set(range(16))
+    assert cli.main(["--config", cfg, "--out", str(tmp_path / "b"), "--trace-ranks", "3-1"]) == 2
+    assert "error: --trace-ranks: '3-1': the range runs backwards" in capsys.readouterr().err
+    assert cli.main(["--config", cfg, "--out", str(tmp_path / "c"), "--trace-ranks", "0-99"]) == 2
+    assert "'0-99': ranks are 0 to 15 (16 ranks); nothing was written" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
+    res = simnet.simulate(fat_tree_config(), dense_matrices=False)
+    with pytest.raises(ValueError, match="rank 16 is none of the 16 ranks"):
+        output.choose_trace_ranks(res, [0, 16])

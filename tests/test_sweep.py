@@ -565,3 +565,30 @@ def test_aggregate_refuses_an_output_it_cannot_write_and_says_what_it_found(tmp_
     assert f"warning: {empty} holds RUN_INCOMPLETE.txt: the run that wrote it did not finish" in err
     assert aggregate.main([str(tmp_path / "nothing_here"), "-o", str(tmp_path / "agg")]) == 2
     assert "nothing_here: no such file, directory or match" in capsys.readouterr().err
+
+
+def test_a_point_of_an_older_simulator_is_simulated_again(base_file, tmp_path, capsys):
+    out = tmp_path / "v"
+    args = ["--config", str(base_file), "--grid", json.dumps({"workload.scale": [0.01]}),
+            "--out", str(out), "--executor", "serial"]  # fmt: skip
+    assert sweep.main(args) == 0
+    point = next((out / "points").glob("point-*.json"))
+    doc = json.loads(point.read_text())
+    assert doc["result_version"] == sweep.RESULT_VERSION
+    doc["result_version"] = sweep.RESULT_VERSION - 1
+    point.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert sweep.main(args) == 0
+    assert "0 already complete, 1 to simulate" in capsys.readouterr().err
+    assert json.loads(point.read_text())["result_version"] == sweep.RESULT_VERSION
+
+
+def test_aggregate_finds_an_unfinished_runs_mark_above_its_files(tmp_path, capsys):
+    # A study's marker sits in its folder, its results in runs/ below.
+    study = tmp_path / "results" / "study"
+    (study / "runs").mkdir(parents=True)
+    (study / "RUN_INCOMPLETE.txt").write_text("")
+    run = {"kind": "simnet-sweep-point", "result": {}}
+    (study / "runs" / "x.json").write_text(json.dumps(run))
+    aggregate.main([str(tmp_path / "results"), "-o", str(tmp_path / "agg")])
+    assert f"warning: {study.resolve()} holds RUN_INCOMPLETE.txt" in capsys.readouterr().err

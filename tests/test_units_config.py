@@ -218,13 +218,20 @@ def test_hierarchical_group_size_default_in_one_place():
         (
             "bcast",
             8,
-            3072,
+            3073,
             "scatter_recursive_doubling_allgather",
             "scatter_recursive_doubling_allgather",
-        ),  # 12,288 B
-        ("bcast", 8, 3071, "binomial", "binomial"),
-        ("bcast", 12, 3072, "scatter_ring_allgather", "scatter_ring_allgather"),
-        ("bcast", 8, 131072, "scatter_ring_allgather", "scatter_ring_allgather"),  # 524,288 B
+        ),  # 12,292 B
+        ("bcast", 8, 3072, "binomial", "binomial"),  # 12,288 B (MPICH's tuning file: <=)
+        ("bcast", 12, 3073, "scatter_ring_allgather", "scatter_ring_allgather"),
+        (
+            "bcast",
+            8,
+            131072,
+            "scatter_recursive_doubling_allgather",
+            "scatter_recursive_doubling_allgather",
+        ),  # 524,288 B
+        ("bcast", 8, 131073, "scatter_ring_allgather", "scatter_ring_allgather"),
         ("bcast", 1030, 131072, "scatter_ring_allgather", "binomial"),  # p (p - 1) transfers
         ("reduce", 8, 512, "binomial", "binomial"),  # 2,048 B
         ("reduce", 8, 513, "rabenseifner", "rabenseifner"),

@@ -339,10 +339,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows, ignored = collect(files)
     for item in empty:
         print(f"warning: {item}", file=sys.stderr)
-    unfinished = sorted(
-        {str(f.parent) for f in files if (f.parent / UNFINISHED_MARKER).is_file()}
-        | {i for i in ns.inputs if (Path(i) / UNFINISHED_MARKER).is_file()}
-    )
+    # A run's marker sits in its own folder, above its files (a study's runs/ too):
+    # looked for from each file up to the input that named it.
+    roots = [Path(i).resolve() for i in ns.inputs]
+    marked: set[str] = {i for i in ns.inputs if (Path(i) / UNFINISHED_MARKER).is_file()}
+    for f in files:
+        for folder in f.resolve().parents:
+            if (folder / UNFINISHED_MARKER).is_file():
+                marked.add(str(folder))
+            if folder in roots or not any(r in folder.parents for r in roots):
+                break
+    unfinished = sorted(marked)
     for folder in unfinished:
         print(
             f"warning: {folder} holds {UNFINISHED_MARKER}: the run that wrote it did not "

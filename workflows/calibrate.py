@@ -174,7 +174,9 @@ def cost_terms(op: str, algorithm: str, p: int, count_elems: int) -> tuple[float
         if algorithm == "scatter_recursive_doubling_allgather":
             return 2 * _lg(p), 2 * f * n
         if algorithm == "scatter_ring_allgather":
-            return _lg(p) + p - 1, 2 * f * n
+            # (the scatter's binomial tree has ceil(lg p) levels: collective-costs.md's
+            # lg p is for a power of two, and MPICH runs this one at any p)
+            return float(_ceil_lg(p) + p - 1), 2 * f * n
     elif op == "reduce":
         n = c
         if algorithm == "binomial":
@@ -192,23 +194,19 @@ def handshakes(
     the messages above ``eager_threshold_bytes`` along it. A pingpong's one message
     has one when it is larger; a stream's window of messages posted together pays
     theirs side by side, counted as none; a collective's are counted on the project's
-    schedule of that algorithm (or of its stand-in, :data:`NEAREST_IMPLEMENTED`)."""
+    schedule of that algorithm (or of the stand-in simnet runs for it,
+    :func:`workload.collectives.stand_in`)."""
     if p < 2 or eager_threshold_bytes < 0:
         return 0.0
     if op == "pingpong":
         return 1.0 if count_elems * ELEM_BYTES > eager_threshold_bytes else 0.0
     if op in P2P_OPS:
         return 0.0
-    from workload.collectives import (
-        ALGORITHMS,
-        NEAREST_IMPLEMENTED,
-        alpha_beta_time_s,
-        schedule_for,
-    )
+    from workload.collectives import ALGORITHMS, alpha_beta_time_s, schedule_for, stand_in
 
-    alg = algorithm
+    alg = stand_in(op, algorithm, p)  # as simnet runs MPICH's choice
     if alg not in ALGORITHMS.get(op, ()):
-        alg = NEAREST_IMPLEMENTED.get((op, alg), alg)
+        return 0.0
     try:
         s = schedule_for(op, alg, p, count_elems)
     except (ValueError, TypeError, KeyError):
@@ -577,8 +575,8 @@ def calibrate(
         "the reduction cost (gamma) is folded into the effective bandwidth",
         (
             f"rendezvous: messages above {eager_threshold_bytes:,} B pay one more alpha "
-            "(their request-to-send) in every fit, as simnet adds it; the file sets "
-            "eager_threshold_bytes to that"
+            "(their request-to-send) in every fit but a stream's (its window pays them side "
+            "by side), as simnet adds it; the file sets eager_threshold_bytes to that"
             if eager_threshold_bytes >= 0
             else "rendezvous: no request-to-send counted (--eager-threshold -1)"
         ),

@@ -234,6 +234,44 @@ def measure(
     return records
 
 
+def read_measured(study: sm.Study, folder: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The measured points of ``folder``: every proxy ``--json`` result in it (searched
+    recursively; a Slurm scaling study's ``results/``), one record per process count;
+    and notes on the files left out (another model or scale, unreadable, a count given
+    twice: the newest file kept)."""
+    records: dict[int, dict[str, Any]] = {}
+    notes: list[str] = []
+    files = sorted(
+        (f for f in folder.rglob("*.json") if f.is_file() and not f.name.endswith(".trace.json")),
+        key=lambda f: f.stat().st_mtime,
+    )
+    for f in files:
+        try:
+            run = ProxyRun.load(f)
+        except (OSError, KeyError, ValueError, TypeError) as e:
+            notes.append(f"{f}: left out (not a proxy result: {e})")
+            continue
+        scale = run.options.get("scale", 1.0)
+        if run.model != study.model or scale != study.scale:
+            notes.append(
+                f"{f}: left out ({run.model} at scale {scale:g}; the study is {study.model} "
+                f"at scale {study.scale:g})"
+            )
+            continue
+        if run.world_size in records:
+            notes.append(
+                f"{records[run.world_size]['file']}: left out (a newer result of "
+                f"{run.world_size} processes: {f})"
+            )
+        rec: dict[str, Any] = {"source": "measured", "np": run.world_size, "file": str(f)}
+        try:
+            rec.update(read_proxy_json(f), status="ok")
+        except (OSError, KeyError, ValueError, TypeError) as e:
+            rec.update(status="failed", note=f"unreadable result {f}: {e}")
+        records[run.world_size] = rec
+    return [records[p] for p in sorted(records)], notes
+
+
 # -- predicted points -------------------------------------------------------------------
 def predicted_config(
     base: dict[str, Any], study: sm.Study, p: int, flags: dict[str, int]
@@ -602,9 +640,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_options(p)
     p.add_argument(
         "--np",
-        default="1,2,4",
+        default=None,
         help="process counts to run here, e.g. 1,2,4 or 1..8 (doubling); "
         "'none': prediction only (default 1,2,4)",
+    )
+    p.add_argument(
+        "--from",
+        dest="from_dir",
+        default=None,
+        metavar="DIR",
+        help="take the measured points from the proxy --json results in DIR (e.g. the "
+        "results/ of a `slurm scaling` study run on a cluster) instead of running them",
     )
     p.add_argument(
         "--mode",
@@ -659,7 +705,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         study = sm.Study.from_options(ns)
         sm.check_study(study)
-        counts = [] if ns.np.strip().lower() == "none" else parse_counts(ns.np, "--np")
+        found: list[dict[str, Any]] = []
+        if ns.from_dir is not None:
+            if ns.np is not None:
+                raise StudyError("--np and --from: the counts are those of the results in --from")
+            folder = Path(ns.from_dir)
+            if not folder.is_dir():
+                raise StudyError(f"--from {ns.from_dir}: no such folder")
+            found, from_notes = read_measured(study, folder)
+            for n in from_notes:
+                print(f"note: {n}", file=sys.stderr)
+            if not found:
+                raise StudyError(
+                    f"--from {ns.from_dir}: no {study.model} result at scale {study.scale:g} "
+                    "(proxy --json documents)"
+                )
+            counts = [r["np"] for r in found]
+        else:
+            np_text = ns.np if ns.np is not None else "1,2,4"
+            counts = [] if np_text.strip().lower() == "none" else parse_counts(np_text, "--np")
         to_predict = parse_counts(ns.predict_np, "--predict-np")
         for name in ("iters", "warmup"):
             v = getattr(ns, name)
@@ -695,9 +759,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if study.mode == "strong":
         notes.append(f"strong scaling anchored at P1 = {base}: " + sm.strong_note(study, base))
     try:
-        measured: list[dict[str, Any]] = []
-        if counts:
-            say(f"scaling: {study.model}, {study.mode}, measuring at {ns.np}")
+        measured: list[dict[str, Any]] = found
+        if counts and not found:
+            say(f"scaling: {study.model}, {study.mode}, measuring at {ns.np or '1,2,4'}")
             measured = measure(
                 study,
                 counts,
@@ -737,10 +801,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             "cores (the proxies then poll); their times include the time-sharing"
         )
     if measured and predicted:
+        where = (
+            f"the results in {ns.from_dir}"
+            if ns.from_dir is not None
+            else "this machine (shared-memory MPI)"
+        )
         notes.append(
-            "measured times come from this machine (shared-memory MPI); predicted ones from "
-            "the modelled topology: the prediction error compares the two systems unless "
-            "--config models this machine"
+            f"measured times come from {where}; predicted ones from the modelled topology: "
+            "the prediction error compares the two systems unless --config models the one "
+            "measured"
         )
     topo = next((r["topology"]["name"] for r in predicted if r.get("topology")), None)
     doc = {
@@ -801,6 +870,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "command" in r
         for ext in ("json", "log")
     ]
+    if ns.from_dir is not None:  # (never the results read, wherever they are)
+        runs += [Path(r["file"]) for r in measured if r.get("file")]
+    keep = {Path(f).resolve() for f in [*files, *runs]}
+    earlier = sorted(f.name for f in (out / "runs").glob("*") if f.resolve() not in keep)
+    if earlier:
+        say(
+            f"note: removed {len(earlier)} run file(s) of an earlier study from {out / 'runs'} "
+            f"({', '.join(earlier[:6])}{', ...' if len(earlier) > 6 else ''}): they are not "
+            "this study's; give another --out to keep a study"
+        )
     for pattern in ("scaling_*.png", "predict_config.json", "runs/*"):
         remove_others(out, pattern, [*files, *runs])
     mark_finished(out)

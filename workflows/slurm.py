@@ -14,7 +14,8 @@ The scripts run in DIR, by its absolute path (``#SBATCH --chdir``, a ``cd``, the
 log pattern, file options of the model such as a trace folder), so they can be
 submitted from anywhere (``sbatch DIR/x.sbatch``, or ``bash DIR/submit_all.sh``
 for all): generate them where the cluster's nodes see that path. Collect the
-results with ``python -m simnet aggregate DIR/results``.
+results with ``python -m simnet scaling ... --from DIR/results`` (a scaling study's table:
+speedup and efficiency) or ``python -m simnet aggregate DIR/results``.
 
 Every file is written atomically; scripts are made executable. Nothing here
 talks to Slurm.
@@ -102,28 +103,29 @@ def sbatch_header(
         if "\n" in opt or not opt.startswith("--"):
             raise StudyError(f"--sbatch {opt!r}: give one option such as --gres=gpu:4")
         name = opt.split("=", 1)[0].split()[0]
-        if name in GENERATED_OPTIONS:
+        if any(line.split("=", 1)[0] == f"#SBATCH {name}" for line in lines):
             raise StudyError(
-                f"--sbatch {opt!r}: the script sets {name} itself ({GENERATED_OPTIONS[name]}); "
-                "a second one would contradict it"
+                f"--sbatch {opt!r}: the script sets {name} itself"
+                + (f" (use {GENERATED_FROM[name]})" if name in GENERATED_FROM else "")
+                + "; a second one would contradict it"
             )
         lines.append(f"#SBATCH {opt}")
     return lines
 
 
-GENERATED_OPTIONS = {
+GENERATED_FROM = {
     "--job-name": "--job-name",
-    "--nodes": "from --np / --ntasks and --tasks-per-node",
+    "--nodes": "--np / --ntasks and --tasks-per-node",
     "--ntasks": "--np / --ntasks",
     "--ntasks-per-node": "--tasks-per-node",
     "--time": "--time",
-    "--array": "one task per grid row",
+    "--array": "the grid: one task per row",
     "--partition": "--partition",
     "--account": "--account",
-    "--chdir": "the output folder",
+    "--chdir": "--out",
     "--output": "--logs-dir",
 }
-"""The #SBATCH options the scripts write from their own arguments."""
+"""Where the #SBATCH options a script writes come from."""
 
 
 def setup_lines(setup: Sequence[str]) -> list[str]:
@@ -533,10 +535,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     for n in notes:
         print(f"note: {n}", file=sys.stderr)
     print(f"wrote {len(written)} files to {out}/: {', '.join(sorted(p.name for p in written))}")
-    print(
-        f"submit: bash {shlex.quote(str(out / 'submit_all.sh'))}  "
-        f"(then: python -m simnet aggregate {shlex.quote(str(out / ns.results_dir))})"
-    )
+    results = shlex.quote(str(out / ns.results_dir))
+    if ns.what == "scaling":
+        # The study's own table (speedup, efficiency, against predictions if wanted) of
+        # the results the jobs write.
+        then = shlex.join(
+            ["python", "-m", "simnet", "scaling", "--model", ns.model, "--mode", ns.mode]
+            + (["--args", *map(str, ns.args)] if ns.args else [])
+            + [f"--flag={f}" for f in ns.flag]
+            + (["--scale", f"{ns.scale:g}"] if ns.scale != 1.0 else [])
+            + ["--from", str(out / ns.results_dir)]
+        )
+    else:
+        then = f"python -m simnet aggregate {results}"
+    print(f"submit: bash {shlex.quote(str(out / 'submit_all.sh'))}  (then: {then})")
     return 0
 
 

@@ -65,7 +65,13 @@ from .study.pool import (
     sigterm_interrupts,
     stop_workers,
 )
-from .study.sim import PointOutcome, PointResult, read_base_config, simulate_point
+from .study.sim import (
+    RESULT_VERSION,
+    PointOutcome,
+    PointResult,
+    read_base_config,
+    simulate_point,
+)
 from .study.util import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -228,7 +234,8 @@ def _short(message: str) -> str:
 
 
 def read_complete(path: Path, config_hash: str) -> PointResult | None:
-    """The result stored in a point file, if the file is complete and for this config."""
+    """The result stored in a point file, if the file is complete, for this config and
+    of this simulator's :data:`RESULT_VERSION`."""
     try:
         doc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
@@ -237,6 +244,7 @@ def read_complete(path: Path, config_hash: str) -> PointResult | None:
         isinstance(doc, dict)
         and doc.get("complete") is True
         and doc.get("config_hash") == config_hash
+        and doc.get("result_version") == RESULT_VERSION  # (an older simulator's: again)
     ):
         return PointResult.from_json(doc.get("result"))
     return None

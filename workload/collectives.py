@@ -553,41 +553,58 @@ def _reduce_binomial(p: int, count: int, *, root: int, **_: object) -> Built:
 
 
 def _reduce_rabenseifner(p: int, count: int, *, root: int, **_: object) -> Built:
-    """MPICH's reduce for long vectors (reduce-scatter then gather): folded to pof2
-    ranks as the allreduce is, a recursive-halving reduce-scatter (distance 1 first),
-    then a binomial gather of the blocks to the root, finest blocks first; a root that
-    sat out of the fold gets the result from its odd neighbour."""
-    pof2, rem, real = _fold(p)
+    """MPICH's reduce for long vectors (MPIR_Reduce_intra_reduce_scatter_gather): of the
+    first 2 rem ranks the odd ones hand their vector to the even one below and sit out
+    (the reverse of the allreduce's fold, so that root 0 takes part), a recursive-halving
+    reduce-scatter among the pof2 others (distance 1 first), then a binomial gather of the
+    blocks to the root, finest blocks first. A root that sat out first gets block 0 from
+    rank 0 and takes rank 0's place in the gather."""
+    pof2 = 1 << (p.bit_length() - 1)
+    rem = p - pof2
+
+    def real(nr: int) -> int:
+        return 2 * nr if nr < rem else nr + rem
+
     b = _Builder(_split(count, pof2))
     step = 0
     if rem:
         for r in range(rem):
-            b.add(0, 2 * r, 2 * r + 1, 0, pof2, True)
+            b.add(0, 2 * r + 1, 2 * r, 0, pof2, True)
         step = 1
     up = _masks(pof2)
     step, held = _halving(b, step, pof2, real, 1, up)
-    # The new rank that gathers: the root's, or its odd neighbour's if it sat out.
-    at = root + 1 if root < 2 * rem and root % 2 == 0 else root
-    new_root = at // 2 if at < 2 * rem else at - rem
+    gather_real = real
+    if root < 2 * rem and root % 2:
+        # Block 0 (new rank 0's after the halving) to the root, which gathers as it.
+        b.add(step, real(0), root, held[0], 1, False)
+        step += 1
+        new_root = 0
+
+        def gather_real(nr: int) -> int:
+            return root if nr == 0 else real(nr)
+
+    else:
+        new_root = root // 2 if root < 2 * rem else root - rem
     active = [True] * pof2
     size = 1
     for mask in up[::-1]:
         for nr in range(pof2):
             if active[nr] and (nr ^ new_root) & mask:
-                b.add(step, real(nr), real(nr ^ mask), held[nr], size, False)
+                b.add(step, gather_real(nr), gather_real(nr ^ mask), held[nr], size, False)
                 held[nr ^ mask] = min(held[nr], held[nr ^ mask])
                 active[nr] = False
         size *= 2
         step += 1
-    if at != root:
-        b.add(step, at, root, 0, pof2, False)
     return b
 
 
 def _scatter(b: _Builder, p: int, root: int) -> int:
     """MPICH's binomial scatter of a bcast's vector in ``p`` chunks, chunk v for the
     rank ``v`` after the root (relative rank): each rank hands the part of its subtree
-    below it on, halves first. Returns the next step."""
+    below it on, halves first. Returns the next step. (MPICH cuts the bytes into pieces
+    of ceil(bytes / p), the last shorter, and skips empty ones; here the pieces are whole
+    elements, as numpy.array_split cuts them, and an empty one is still sent: each piece
+    differs by under 4 bytes, and a piece is empty only below one element per rank.)"""
     levels = _ceil_lg(p)
     for step in range(levels):
         m = 1 << (levels - 1 - step)
@@ -1627,11 +1644,13 @@ MPICH_RULES: tuple[MpichRule, ...] = (
     ),
     ("alltoall", "direct", lambda p, c, n: n <= ALLTOALL_MEDIUM_MSG_BYTES),
     ("alltoall", "pairwise", _always),
-    ("bcast", "binomial", lambda p, c, n: n < BCAST_SHORT_MSG_BYTES or p < BCAST_MIN_PROCS),
+    # bcast: MPICH's tuning file (maint/tuning/coll/mpir/generic.json) takes the sizes
+    # inclusively ("avg_msg_size<=12288"), where collective-costs.md writes "<".
+    ("bcast", "binomial", lambda p, c, n: n <= BCAST_SHORT_MSG_BYTES or p < BCAST_MIN_PROCS),
     (
         "bcast",
         "scatter_recursive_doubling_allgather",
-        lambda p, c, n: n < BCAST_LONG_MSG_BYTES and _is_pow2(p),
+        lambda p, c, n: n <= BCAST_LONG_MSG_BYTES and _is_pow2(p),
     ),
     ("bcast", "scatter_ring_allgather", _always),
     # reduce (a built-in, commutative operation): MPICH's reduce-scatter + gather above

@@ -139,6 +139,13 @@ def _int_if_whole(v: float) -> float | int:
     return int(v) if float(v).is_integer() else v
 
 
+RESULT_VERSION = 2
+"""What a point's figures mean: a resumed sweep simulates again the points of another
+version. Raise it when the same configuration would give other figures: 2 (2026-11-27):
+a rank's messages to itself left the wire bytes; MPICH's scatter + allgather bcasts and
+reduce-scatter + gather reduce are the defaults where MPICH runs them."""
+
+
 def simulate_point(
     config: dict[str, Any], out_path: str | None = None, extra: dict[str, Any] | None = None
 ) -> PointOutcome:
@@ -163,6 +170,7 @@ def simulate_point(
         )
     doc = {
         "kind": "simnet-sweep-point",
+        "result_version": RESULT_VERSION,
         **(extra or {}),
         "result": result.to_json(),
         "config": cfg,
