@@ -766,6 +766,14 @@ def summary_text(cal: HostCalibration) -> str:
             f"  {f['op']:<9} {f['ranks']:>3} ranks  R^2 {r2:>6}  max error "
             f"{100 * f['max_rel_error']:.1f}%"
             + (
+                # Its line gives one rank's copy rate only; the model's per-message costs
+                # are the joint fit's, checked below with the other points.
+                "  (of alpha + size / B: the model keeps B, rank GB/s; its per-message "
+                "costs come from the joint fit)"
+                if f["op"] == "pingpong"
+                else ""
+            )
+            + (
                 "  poor fit: times not linear in size here (a noisy machine? more "
                 "--repeats and --iters, or a quieter hour)"
                 if poor
