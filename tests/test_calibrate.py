@@ -314,6 +314,7 @@ def test_cli_dispatch_and_exit_code(tmp_path):
         ("reduce_scatter", "ring"),
         ("reduce_scatter", "recursive_halving"),
         ("alltoall", "pairwise"),
+        ("alltoall", "bruck"),
         ("bcast", "binomial"),
         ("bcast", "scatter_recursive_doubling_allgather"),
         ("bcast", "scatter_ring_allgather"),
@@ -324,6 +325,7 @@ def test_cli_dispatch_and_exit_code(tmp_path):
 def test_closed_forms_match_the_project_schedules(p, op, alg):
     count = 3 * 1024
     pow2_only = {
+        ("alltoall", "bruck"),  # (collective-costs.md's row: p / 2 blocks a step)
         ("allgather", "recursive_doubling"),
         ("reduce_scatter", "recursive_halving"),
         ("bcast", "scatter_recursive_doubling_allgather"),
@@ -359,8 +361,10 @@ def test_request_to_sends_are_counted_on_the_critical_path():
     assert cal.handshakes("allreduce", "rabenseifner", 4, 1 << 18, 65536) == 4.0
     assert cal.handshakes("allreduce", "rabenseifner", 4, 1 << 18, 300_000) == 2.0
     assert cal.handshakes("allreduce", "rabenseifner", 4, 1 << 18, -1) == 0.0
-    # MPICH's Bruck alltoall is costed on its stand-in's schedule (every block at once).
-    assert cal.handshakes("alltoall", "bruck", 8, 1 << 16, 65536) == 1.0
+    # Bruck's alltoall of 64 Ki elements a peer on 8 ranks: 3 messages of 4 blocks, each
+    # above the threshold; 'direct' posts every block at once: one on the path.
+    assert cal.handshakes("alltoall", "bruck", 8, 1 << 16, 65536) == 3.0
+    assert cal.handshakes("alltoall", "direct", 8, 1 << 16, 65536) == 1.0
 
 
 def test_without_a_threshold_no_request_to_send_is_fitted(tmp_path):

@@ -169,6 +169,29 @@ def run_symbolic(s: Schedule) -> State:
     return state
 
 
+def check_bruck(s: Schedule) -> None:
+    """Bruck's all-to-all moved as MPICH moves it: after the rotation, position k of rank
+    i holds the block from i to i + k; in step t each rank sends i + 2^t the blocks at
+    the positions with bit t set (their count times the block, in one message). At the
+    end position k of rank r holds the block from r - k to r: every block arrived."""
+    p, c = s.group_size, s.count_elems
+    held = [{k: (i, (i + k) % p) for k in range(p)} for i in range(p)]
+    steps = [st for st in s.steps]
+    assert len(steps) == (math.ceil(math.log2(p)) if p > 1 and c else 0)
+    for t, step in enumerate(steps):
+        d = 1 << t
+        moving = [k for k in range(p) if k & d]
+        assert sorted((x.src, x.dst, x.count_elems) for x in step) == sorted(
+            (i, (i + d) % p, c * len(moving)) for i in range(p)
+        )
+        sent = [{k: held[i][k] for k in moving} for i in range(p)]
+        for i in range(p):
+            held[(i + d) % p].update(sent[i])
+    if c:
+        for r in range(p):
+            assert held[r] == {k: ((r - k) % p, r) for k in range(p)}, r
+
+
 def check_semantics(s: Schedule) -> None:
     p = s.group_size
     everyone = Counter(range(p))
@@ -226,7 +249,10 @@ def test_semantics_and_structure(case, count):
             assert t.size_bytes == ELEM_BYTES * t.count_elems
     if p == 1:
         assert s.steps == ()
-    check_semantics(s)
+    if (op, alg) == ("alltoall", "bruck"):
+        check_bruck(s)
+    else:
+        check_semantics(s)
     # rank views partition the transfers, in step order
     sends = [t for r in range(p) for snd, _ in s.rank_steps(r) for t in snd]
     recvs = [t for r in range(p) for _, rcv in s.rank_steps(r) for t in rcv]
@@ -237,10 +263,11 @@ def test_semantics_and_structure(case, count):
         assert all(snd or rcv for snd, rcv in s.rank_steps(r))
     assert sum(s.pair_bytes().values()) == s.total_bytes == sum(s.bytes_sent(r) for r in range(p))
     assert s.total_bytes == sum(s.bytes_received(r) for r in range(p))
-    # element ranges cover exactly count_elems
+    # element ranges cover exactly count_elems (Bruck's blocks are no range: sizes only)
     for step in s.steps:
         for t in step:
-            assert sum(b - a for a, b in s.element_ranges(t)) == t.count_elems
+            covered = sum(b - a for a, b in s.element_ranges(t))
+            assert covered == (0 if (op, alg) == ("alltoall", "bruck") else t.count_elems)
 
 
 # ---------------------------------------------------------------- volumes
@@ -270,6 +297,8 @@ def expected_sent_bytes(op, alg, p, count, r, kw) -> float | None:
         total = p * n  # gathered / reduced vector
         return (p - 1) / p * total
     if op == "alltoall":
+        if alg == "bruck":  # per step, the blocks at the positions with that bit set
+            return n * sum(sum(1 for k in range(p) if k >> t & 1) for t in range(ceil_lg(p)))
         return (p - 1) * n
     if op == "barrier":
         return 0
@@ -505,6 +534,7 @@ def expected_steps(op, alg, p, kw) -> int:
         ("reduce_scatter", "recursive_halving"): round(lg(p)),
         ("alltoall", "pairwise"): p - 1,
         ("alltoall", "direct"): 1,
+        ("alltoall", "bruck"): ceil_lg(p),
         ("bcast", "binomial"): ceil_lg(p),
         ("bcast", "scatter_recursive_doubling_allgather"): 2 * round(lg(p)),
         ("bcast", "scatter_ring_allgather"): ceil_lg(p) + p - 1,

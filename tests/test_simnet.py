@@ -67,25 +67,30 @@ def test_switch_collectives_match_thakur_rabenseifner_gropp(p, n):
     close(t("reduce", "rabenseifner", n), scatter_gather)
 
 
-def test_a_stand_in_for_mpichs_choice_is_said():
-    # DLRM's 132 B per peer on 8 ranks: MPICH would run Bruck's alltoall; 'direct' runs,
-    # and the summary says what that changes. A vector MPICH reduces by Rabenseifner
-    # runs as it (no line).
+def test_mpichs_choice_runs_and_a_stand_in_is_said():
+    # DLRM's 132 B per peer on 8 ranks: MPICH runs Bruck's alltoall, and so does the
+    # simulation (3 messages a rank of 4 blocks each, not 7 of one), with nothing to say.
+    from simnet.executor import AlgorithmPolicy
+    from workload.ops import Collective
+
     cfg = {
         "distributed": {"num_nodes": 8},
         "topology": {"type": "switch"},
         "workload": {"name": "dlrm", "scale": 0.001},
     }
     res = simnet.simulate(cfg)
-    said = [a for a in res.assumed if "stands in" in a]
-    assert said == [
-        "alltoall: MPICH's default here is 'bruck', not implemented: 'direct' stands in "
-        "(each block goes straight to its peer, p - 1 messages a rank, where Bruck sends "
-        "ceil(lg p) messages of about half the array, to ranks r + 2^k, forwarding blocks: "
-        "fewer messages, more bytes, other pairs)"
-    ]
-    assert "alltoall" in res.phases[0].algorithms and res.phases[0].algorithms["alltoall"] == [
-        "direct"
+    assert not [a for a in res.assumed if "stands in" in a]
+    assert res.phases[0].algorithms["alltoall"] == ["bruck"]
+    # The scatter + ring allgather bcast over more than 1,024 ranks: binomial, said.
+    policy = AlgorithmPolicy()
+    assert policy.choose(Collective("bcast", "world", 1 << 20, None, None, 0, "b"), 2048) == (
+        "binomial"
+    )
+    assert list(policy.stand_ins) == [
+        "bcast: MPICH's default here is 'scatter_ring_allgather'; 'binomial' stands in "
+        "(above 1,024 ranks: the whole vector down a binomial tree, "
+        "ceil(lg p) times on the root's path, where the scatter and ring allgather move "
+        "2 (p - 1) / p of it between ring neighbours)"
     ]
 
 
@@ -401,7 +406,7 @@ def test_collective_time_refuses_an_algorithm_it_cannot_run():
         simnet.collective_time(g, "allreduce", "hierarchical", 4096)
     with pytest.raises(ValueError, match="group size 4 does not divide 6 ranks"):
         simnet.collective_time(g, "allreduce", "hierarchical", 4096, local_size=4)
-    with pytest.raises(ValueError, match=r"alltoall has no 'ring' schedule \(it has direct, "):
+    with pytest.raises(ValueError, match=r"alltoall has no 'ring' schedule \(it has bruck, "):
         simnet.collective_time(g, "alltoall", "ring", 4096)
     assert simnet.collective_time(g, "allreduce", "hierarchical", 4096, local_size=3) > 0
     with pytest.raises(ValueError, match=r"^collective_time: allreduce cannot run 'ringg': "):
@@ -454,11 +459,12 @@ def test_fallback_from_a_configured_algorithm_is_reported_as_assumed():
     }
     res = simnet.simulate(cfg)
     notes = [a for a in res.assumed if "asked for" in a]
+    # (MPICH's default for 33 elements a peer on 8 ranks: Bruck's)
     assert notes == [
-        "alltoall: 'ring' asked for, 'direct' used: alltoall has no 'ring' schedule "
-        "(it has direct, pairwise)"
+        "alltoall: 'ring' asked for, 'bruck' used: alltoall has no 'ring' schedule "
+        "(it has bruck, direct, pairwise)"
     ]
-    assert res.phases[0].algorithms == {"allreduce": ["ring"], "alltoall": ["direct"]}
+    assert res.phases[0].algorithms == {"allreduce": ["ring"], "alltoall": ["bruck"]}
 
 
 def test_settings_the_run_cannot_use_are_said_and_change_nothing():
@@ -655,7 +661,9 @@ def test_the_command_ends_its_progress_line_on_the_final_state(tmp_path, capsys,
     assert simnet.cli.main(["--config", str(cfg), "--out", str(tmp_path / "out")]) == 0
     shown = capsys.readouterr().err.split("\r")
     final = [s for s in shown if "messages" in s][-1].splitlines()[0]
-    assert "100.0% 368/368 messages" in final and final.rstrip().endswith(" ms")
+    # Every message of the two iterations (MPICH's Bruck alltoall at 33 elements a peer).
+    want = sum(p.messages for p in simnet.simulate(str(cfg)).phases)
+    assert f"100.0% {want}/{want} messages" in final and final.rstrip().endswith(" ms")
 
 
 @pytest.mark.parametrize(
@@ -861,16 +869,17 @@ def test_the_hints_with_hosts_name_hosts_and_a_fat_tree_that_fits():
     ("doc", "hint"),
     [
         # DLRM's alltoalls on 4,096 ranks: its messages, not the fat-tree, are too big
-        # (the hint named ever smaller k, none of which holds 4,096 ranks).
+        # (the hint named ever smaller k, none of which holds 4,096 ranks). At scale 2,
+        # 512 B a peer: every block its own message (at 256 B, Bruck's 12 a rank fit).
         (
             {"distributed": {"num_nodes": 4096}, "topology": {"type": "fat_tree", "k": 26},
-             "workload": {"name": "dlrm"}},
+             "workload": {"name": "dlrm", "scale": 2.0}},
             "ranks fit (distributed.num_nodes)",
         ),
         # A torus whose ranks' messages are too big: not "999,999 endpoints fit".
         (
             {"distributed": {"num_nodes": 4096}, "topology": {"type": "torus", "dims": [64, 64]},
-             "workload": {"name": "dlrm", "world_size": 4096}},
+             "workload": {"name": "dlrm", "world_size": 4096, "scale": 2.0}},
             "ranks fit (workload.world_size)",
         ),
     ],

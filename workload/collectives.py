@@ -87,7 +87,7 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
     ),
     "allgather": ("ring", "recursive_doubling", "bruck", "multiring", "nccl_ring"),
     "reduce_scatter": ("ring", "recursive_halving", "multiring", "nccl_ring"),
-    "alltoall": ("pairwise", "direct"),
+    "alltoall": ("pairwise", "direct", "bruck"),
     "bcast": ("binomial", "scatter_recursive_doubling_allgather", "scatter_ring_allgather"),
     "reduce": ("binomial", "rabenseifner"),
     "barrier": ("dissemination",),
@@ -945,6 +945,7 @@ bytes each at its peak, against hundreds for the others)."""
 assert set(_BUILDERS) | set(_RING_ALGORITHMS) | {
     ("alltoall", "pairwise"),
     ("alltoall", "direct"),
+    ("alltoall", "bruck"),
 } == {(op, a) for op, algs in ALGORITHMS.items() for a in algs}
 
 # A ring as the generators use it: order, position of each group index, blocks by
@@ -1101,14 +1102,32 @@ class _AlltoallRanks:
     (both send each other at once), otherwise rank i sends to ``i + d`` and receives
     from ``i - d``; "direct" all in one step, by distance. The whole steps are the
     ranks' sends put together in rank order.
+
+    "bruck" (MPICH's MPIR_Alltoall_intra_brucks, for short blocks): after a local
+    rotation, position k of rank i holds the block for rank i + k; in step t every rank
+    sends rank i + 2^t the blocks at the positions with bit t set, packed in one message,
+    and receives as many from i - 2^t into the same positions, so a block crosses
+    ceil(lg p) messages at most. Those positions are no one range of chunks: its
+    transfers carry their sizes only (``num_chunks`` 0; :func:`bruck_positions` names
+    the blocks).
     """
 
-    __slots__ = ("count", "direct", "p")
+    __slots__ = ("bruck", "count", "direct", "p")
 
-    def __init__(self, p: int, count: int, direct: bool) -> None:
+    def __init__(self, p: int, count: int, direct: bool, bruck: bool = False) -> None:
         self.p = p
         self.count = count
         self.direct = direct
+        self.bruck = bruck
+
+    def _bruck_step(self, r: int, t: int) -> tuple[Transfer, Transfer]:
+        """Rank r's send and receive of Bruck's step t."""
+        p, dist = self.p, 1 << t
+        size = self.count * len(bruck_positions(p, t))
+        return (
+            Transfer(r, (r + dist) % p, size, 0, 0, False),
+            Transfer((r - dist) % p, r, size, 0, 0, False),
+        )
 
     def _block(self, i: int, j: int) -> Transfer:
         return Transfer(i, j, self.count, i * self.p + j, 1, False)
@@ -1124,6 +1143,8 @@ class _AlltoallRanks:
 
     def _sends(self, r: int) -> list[tuple[Transfer, ...]]:
         """Rank r's sends, per step."""
+        if self.bruck:
+            return [(self._bruck_step(r, t)[0],) for t in range(_ceil_lg(self.p))]
         if self.direct:
             return [tuple(self._block(r, (r + d) % self.p) for d in range(1, self.p))]
         return [(self._block(r, self._to(r, d)),) for d in range(1, self.p)]
@@ -1138,7 +1159,9 @@ class _AlltoallRanks:
         """``(step index, (sends, recvs))`` of rank r, as ``Schedule._by_rank`` has them."""
         p = self.p
         sends = self._sends(r)
-        if self.direct:
+        if self.bruck:
+            recvs = [(self._bruck_step(r, t)[1],) for t in range(_ceil_lg(p))]
+        elif self.direct:
             recvs = [tuple(self._block(i, r) for i in range(p) if i != r)]
         else:
             recvs = [(self._block(self._from(r, d), r),) for d in range(1, p)]
@@ -1147,6 +1170,14 @@ class _AlltoallRanks:
     def rank_plan(self, r: int) -> tuple[PlanStep, ...]:
         """``Schedule.rank_plan(r)``, generated directly."""
         p, size = self.p, ELEM_BYTES * self.count
+        if self.bruck:
+            return tuple(
+                (
+                    ((r - (1 << t)) % p,),
+                    (((r + (1 << t)) % p, size * len(bruck_positions(p, t)), False),),
+                )
+                for t in range(_ceil_lg(p))
+            )
         if self.direct:
             return (
                 (
@@ -1155,6 +1186,13 @@ class _AlltoallRanks:
                 ),
             )
         return tuple(((self._from(r, d),), ((self._to(r, d), size, False),)) for d in range(1, p))
+
+
+def bruck_positions(p: int, t: int) -> range | list[int]:
+    """The block positions (0 .. p - 1, after Bruck's rotation) a rank sends in step t
+    of Bruck's all-to-all: those with bit t set."""
+    dist = 1 << t
+    return [k for k in range(p) if k & dist]
 
 
 class _RecursiveRanks:
@@ -1575,7 +1613,9 @@ def build_schedule(
         lazy = _RingRanks(p, chunks, ring_alg)
     elif op == "alltoall":
         chunks = [count_elems] * (p * p)
-        lazy = _AlltoallRanks(p, count_elems, direct=algorithm == "direct")
+        lazy = _AlltoallRanks(
+            p, count_elems, direct=algorithm == "direct", bruck=algorithm == "bruck"
+        )
     else:
         b = _BUILDERS[(op, algorithm)](
             p,
@@ -1682,8 +1722,6 @@ two decisions where that document leaves a gap:
 NEAREST_IMPLEMENTED: dict[tuple[str, str], str] = {
     # the same cost row in collective-costs.md ("pairwise exchange / ring")
     ("reduce_scatter", "pairwise"): "ring",
-    # Bruck's log-step alltoall is not implemented: every block posted at once
-    ("alltoall", "bruck"): "direct",
 }
 """(op, MPICH's algorithm) -> the implemented algorithm that stands in for it."""
 
@@ -1694,9 +1732,6 @@ this many ranks the default policy runs the binomial bcast instead (and says so)
 _STAND_IN_EFFECTS: dict[tuple[str, str], str | None] = {
     # the same steps and bytes per rank, other partners: not worth a line per run
     ("reduce_scatter", "pairwise"): None,
-    ("alltoall", "bruck"): "each block goes straight to its peer, p - 1 messages a rank, "
-    "where Bruck sends ceil(lg p) messages of about half the array, to ranks r + 2^k, "
-    "forwarding blocks: fewer messages, more bytes, other pairs",
     ("bcast", "scatter_ring_allgather"): f"above {RING_BCAST_MAX_RANKS:,} ranks: the whole "
     "vector down a binomial tree, ceil(lg p) times on the root's path, where the scatter "
     "and ring allgather move 2 (p - 1) / p of it between ring neighbours",
@@ -1704,15 +1739,13 @@ _STAND_IN_EFFECTS: dict[tuple[str, str], str | None] = {
 
 
 def stand_in_note(op: str, mpich: str, used: str) -> str | None:
-    """A line saying that ``used`` ran where MPICH's default, ``mpich``, is not
-    implemented, and what that changes (times and traffic); None where it changes
-    neither the steps nor the bytes."""
+    """A line saying that ``used`` ran where MPICH's default is ``mpich`` (not
+    implemented, or not run at this size), and what that changes (times and traffic);
+    None where it changes neither the steps nor the bytes."""
     effect = _STAND_IN_EFFECTS.get((op, mpich), "other steps and pairs")
     if effect is None:
         return None
-    return (
-        f"{op}: MPICH's default here is {mpich!r}, not implemented: {used!r} stands in ({effect})"
-    )
+    return f"{op}: MPICH's default here is {mpich!r}; {used!r} stands in ({effect})"
 
 
 def mpich_algorithm(op: str, group_size: int, count_elems: int) -> str:
