@@ -101,7 +101,8 @@ class AlgorithmPolicy:
     fallbacks: dict[str, None] = field(default_factory=dict)
     # How the NCCL algorithms laid their groups out, one line per distinct case.
     layouts: dict[str, None] = field(default_factory=dict)
-    # Where MPICH's default is not implemented and a stand-in ran, one line per case.
+    # Where MPICH's default is not run (not implemented, or not at this size) and a
+    # stand-in ran, one line per case.
     stand_ins: dict[str, None] = field(default_factory=dict)
 
     def choose(self, op: Collective, p: int, per_node: int | None = None) -> str:

@@ -10,7 +10,7 @@ import html
 import json
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import repeat
 from pathlib import Path
 from typing import Any
@@ -545,40 +545,36 @@ def write_trace(path: Path, res: SimResult, ranks: Sequence[int] | None = None) 
         first = not head
         if head:
             f.write(json.dumps(head, **compact)[1:-1])
-        offset = 0.0
-        for p in res.phases:
-            sim = p.timeline
-            if sim is None:
-                continue
-            described: dict = {}  # the ranks' programs share operation objects
-            for rank in chosen:
-                tl = sim.timelines[rank]
-                events = op_events(
-                    rank, p.name, sim.programs[rank], tl.starts, tl.ends, offset, described
-                )
-                if events:
-                    f.write(("" if first else ",") + json.dumps(events, **compact)[1:-1])
-                    first = False
-            offset += p.makespan_s
+        for events in _rank_events(res, chosen):
+            if events:
+                f.write(("" if first else ",") + json.dumps(events, **compact)[1:-1])
+                first = False
         f.write('],"displayTimeUnit":"ms"}')
 
     return atomic_write(path, w)
 
 
-def trace(res: SimResult) -> dict[str, Any]:
-    """Every simulated operation of every rank, Chrome/Perfetto format."""
-    events = []
+def _rank_events(res: SimResult, ranks: Iterable[int]) -> Iterator[list[dict]]:
+    """The trace events of each of ``ranks`` in each phase, a rank's list at a time
+    (phases one after another: each phase's times from the end of the one before)."""
+    chosen = list(ranks)
     offset = 0.0
     for p in res.phases:
         sim = p.timeline
         if sim is None:
             continue
         described: dict = {}  # the ranks' programs share operation objects
-        for rank, ops in enumerate(sim.programs):
+        for rank in chosen:
             tl = sim.timelines[rank]
-            events += op_events(rank, p.name, ops, tl.starts, tl.ends, offset, described)
+            yield op_events(rank, p.name, sim.programs[rank], tl.starts, tl.ends, offset, described)
         offset += p.makespan_s
-    return chrome_trace(events, {r: f"rank {r}" for r in range(res.workload.world_size)})
+
+
+def trace(res: SimResult) -> dict[str, Any]:
+    """Every simulated operation of every rank, Chrome/Perfetto format."""
+    n = res.workload.world_size
+    events = [e for rank in _rank_events(res, range(n)) for e in rank]
+    return chrome_trace(events, {r: f"rank {r}" for r in range(n)})
 
 
 def throughput(

@@ -325,7 +325,6 @@ def test_cli_dispatch_and_exit_code(tmp_path):
 def test_closed_forms_match_the_project_schedules(p, op, alg):
     count = 3 * 1024
     pow2_only = {
-        ("alltoall", "bruck"),  # (collective-costs.md's row: p / 2 blocks a step)
         ("allgather", "recursive_doubling"),
         ("reduce_scatter", "recursive_halving"),
         ("bcast", "scatter_recursive_doubling_allgather"),

@@ -489,7 +489,11 @@ def test_a_study_from_results_made_elsewhere_gives_the_same_table(dlrm_study, tm
     other["options"]["scale"] = 0.5
     (results / "sub").mkdir()
     (results / "sub" / "dlrm_other.json").write_text(json.dumps(other))
+    tensor = json.loads((results / "dlrm_np1.json").read_text())
+    tensor["options"]["per_tensor"] = True
+    (results / "sub" / "dlrm_tensor.json").write_text(json.dumps(tensor))
     (results / "broken.json").write_text("{")
+    (results / "a_list.json").write_text("[1, 2]")
     out = tmp_path / "from"
     rc = scaling.main(
         ["--model", "dlrm", "--scale", "0.01", "--from", str(results), "--out", str(out),
@@ -497,8 +501,12 @@ def test_a_study_from_results_made_elsewhere_gives_the_same_table(dlrm_study, tm
     )  # fmt: skip
     assert rc == 0
     err = capsys.readouterr().err
-    assert f"note: {results / 'sub' / 'dlrm_other.json'}: left out (dlrm at scale 0.5" in err
+    sub = results / "sub"
+    assert f"note: {sub / 'dlrm_other.json'}: left out (scale 0.5 (the study's 0.01))" in err
+    tensor_note = "left out (per_tensor True (the study's False))"
+    assert f"note: {sub / 'dlrm_tensor.json'}: {tensor_note}" in err
     assert f"note: {results / 'broken.json'}: left out (not a proxy result" in err
+    assert f"note: {results / 'a_list.json'}: left out (not a proxy result" in err
     here = json.loads((dlrm_study / "scaling.json").read_text())["measured"]
     there = json.loads((out / "scaling.json").read_text())["measured"]
     keys = ("np", "status", "iteration_time_s", "speedup", "efficiency", "samples_per_iteration")

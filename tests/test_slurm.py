@@ -318,3 +318,18 @@ def test_setup_lines_run_without_nounset_and_generated_options_are_not_given_twi
     assert "--job-name 'my job': give letters, digits, '_', '.' or '-' (e.g. my_job)" in (
         capsys.readouterr().err
     )
+
+
+def test_the_printed_follow_up_runs_the_same_study_from_the_results(tmp_path, capsys):
+    out = tmp_path / "s"
+    rc = slurm.main(
+        ["scaling", "--model", "gpt2", "--np", "2,4", "--scale", "0.00123456789",
+         "--compute", "none", "--per-tensor", "--time", "10", "--out", str(out)]
+    )  # fmt: skip
+    assert rc == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    then = line.split("(then: ", 1)[1].rstrip(")")
+    assert then == (
+        "python -m simnet scaling --model gpt2 --mode weak --scale 0.00123456789 --compute "
+        f"none --per-tensor --from {out / 'results'}"
+    )

@@ -99,9 +99,9 @@ def _pow2(p: int) -> bool:
 def mpich_algorithm(op: str, p: int, count_elems: int) -> str:
     """The algorithm MPICH's historical defaults choose: the one table of them,
     :data:`workload.collectives.MPICH_RULES` (its docstring states the choices),
-    in MPICH's names (e.g. alltoall "bruck", reduce_scatter "pairwise"), whose
-    closed forms :func:`cost_terms` knows. The simulator runs the implemented
-    stand-in of the same choice (:func:`workload.collectives.default_algorithm`).
+    in MPICH's names (e.g. reduce_scatter "pairwise"), whose closed forms
+    :func:`cost_terms` knows. The simulator runs it, or the stand-in of the same
+    choice (:func:`workload.collectives.default_algorithm`).
 
     ``count_elems`` has MPI count semantics (workload.ops).
     """
@@ -164,7 +164,12 @@ def cost_terms(op: str, algorithm: str, p: int, count_elems: int) -> tuple[float
         if algorithm == "pairwise":
             return float(p - 1), float((p - 1) * m)
         if algorithm == "bruck":
-            return float(_ceil_lg(p)), p * m / 2 * _ceil_lg(p)
+            # collective-costs.md's p m / 2 a step holds for a power of two; MPICH sends
+            # the blocks at the positions with bit t set, fewer on other p
+            from workload.collectives import bruck_blocks
+
+            steps = _ceil_lg(p)
+            return float(steps), float(m * sum(bruck_blocks(p, t) for t in range(steps)))
         if algorithm == "direct":
             return 1.0, float((p - 1) * m)
     elif op == "bcast":
@@ -639,32 +644,9 @@ def build_graph(topology: str, p: int, bandwidth_bytes_per_s: float):  # -> nx.D
     return topologies.switch(p, bandwidth_bytes_per_s=bandwidth_bytes_per_s, latency_s=0.0)
 
 
-def message_time_s(
-    graph: Any,
-    size_bytes: int,
-    alpha_s: float,
-    src: int = 0,
-    dst: int = 1,
-    eager_threshold_bytes: int = -1,
-) -> float:
-    """Simulated time of one message from ``src`` to ``dst`` on an idle network (with
-    a request-to-send above ``eager_threshold_bytes``, -1: none)."""
-    from simnet.simulate import message_time
-
-    return message_time(
-        graph,
-        src,
-        dst,
-        size_bytes,
-        alpha_s,
-        eager_threshold_bytes=eager_threshold_bytes,
-        rendezvous_handshake=eager_threshold_bytes >= 0,
-    )
-
-
 def predict(cal: Calibration, topology: str = "switch") -> list[dict[str, Any]]:
     """Measured vs simulated time of every row (seconds)."""
-    from simnet.simulate import collective_time
+    from simnet.simulate import collective_time, message_time
 
     p = cal.bench.world_size
     bw, alpha = cal.bandwidth_bytes_per_s, cal.alpha_s
@@ -676,8 +658,14 @@ def predict(cal: Calibration, topology: str = "switch") -> list[dict[str, Any]]:
             note = ""
             if r.op in P2P_OPS:
                 sim_alg = "one message"
-                pred: float | None = message_time_s(
-                    graph, r.size_bytes, alpha, eager_threshold_bytes=thr
+                pred: float | None = message_time(
+                    graph,
+                    0,
+                    1,
+                    r.size_bytes,
+                    alpha,
+                    eager_threshold_bytes=thr,
+                    rendezvous_handshake=thr >= 0,
                 )
                 closed = (1 + handshakes(r.op, sim_alg, p, r.count_elems, thr)) * alpha
                 closed += r.size_bytes / bw

@@ -237,8 +237,8 @@ def measure(
 def read_measured(study: sm.Study, folder: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """The measured points of ``folder``: every proxy ``--json`` result in it (searched
     recursively; a Slurm scaling study's ``results/``), one record per process count;
-    and notes on the files left out (another model or scale, unreadable, a count given
-    twice: the newest file kept)."""
+    and notes on the files left out (another model, scale, compute, --per-tensor,
+    --fix-quirks or a named algorithm; unreadable; a count given twice: the newest kept)."""
     records: dict[int, dict[str, Any]] = {}
     notes: list[str] = []
     files = sorted(
@@ -248,15 +248,29 @@ def read_measured(study: sm.Study, folder: Path) -> tuple[list[dict[str, Any]], 
     for f in files:
         try:
             run = ProxyRun.load(f)
-        except (OSError, KeyError, ValueError, TypeError) as e:
-            notes.append(f"{f}: left out (not a proxy result: {e})")
+            run.timed_iterations  # noqa: B018 (a document without phases fails here)
+        except (OSError, KeyError, ValueError, TypeError, AttributeError, IndexError) as e:
+            notes.append(f"{f}: left out (not a proxy result: {e!r})")
             continue
-        scale = run.options.get("scale", 1.0)
-        if run.model != study.model or scale != study.scale:
-            notes.append(
-                f"{f}: left out ({run.model} at scale {scale:g}; the study is {study.model} "
-                f"at scale {study.scale:g})"
-            )
+        # What the study runs, as the proxy records it (a run with other options is not
+        # one of its points).
+        wanted = {
+            "model": study.model,
+            "scale": study.scale,
+            "compute": study.compute,
+            "per_tensor": study.per_tensor,
+            "fix_quirks": study.fix_quirks,
+            "algorithm": None,
+        }
+        got = {
+            "model": run.model,
+            **{k: run.options.get(k, wanted[k]) for k in wanted if k != "model"},
+        }
+        differ = [
+            f"{k} {got[k]!r} (the study's {wanted[k]!r})" for k in wanted if got[k] != wanted[k]
+        ]
+        if differ:
+            notes.append(f"{f}: left out ({', '.join(differ)})")
             continue
         if run.world_size in records:
             notes.append(
@@ -266,7 +280,7 @@ def read_measured(study: sm.Study, folder: Path) -> tuple[list[dict[str, Any]], 
         rec: dict[str, Any] = {"source": "measured", "np": run.world_size, "file": str(f)}
         try:
             rec.update(read_proxy_json(f), status="ok")
-        except (OSError, KeyError, ValueError, TypeError) as e:
+        except (OSError, KeyError, ValueError, TypeError, AttributeError, IndexError) as e:
             rec.update(status="failed", note=f"unreadable result {f}: {e}")
         records[run.world_size] = rec
     return [records[p] for p in sorted(records)], notes

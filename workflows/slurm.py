@@ -543,7 +543,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             ["python", "-m", "simnet", "scaling", "--model", ns.model, "--mode", ns.mode]
             + (["--args", *map(str, ns.args)] if ns.args else [])
             + [f"--flag={f}" for f in ns.flag]
-            + (["--scale", f"{ns.scale:g}"] if ns.scale != 1.0 else [])
+            + (["--scale", repr(ns.scale)] if ns.scale != 1.0 else [])
+            + (["--compute", ns.compute] if ns.compute != "sleep" else [])
+            + (["--per-tensor"] if ns.per_tensor else [])
+            + (["--fix-quirks"] if ns.fix_quirks else [])
             + ["--from", str(out / ns.results_dir)]
         )
     else:
