@@ -390,7 +390,7 @@ def test_mpich_choice_thresholds():
     assert cal.mpich_algorithm("allgather", 6, 1000) == "bruck"
     assert cal.mpich_algorithm("allgather", 4, 2**17) == "ring"
     assert cal.mpich_algorithm("alltoall", 8, 64) == "bruck"
-    assert cal.mpich_algorithm("alltoall", 4, 64) == "direct"
+    assert cal.mpich_algorithm("alltoall", 4, 64) == "scattered"
     assert cal.mpich_algorithm("alltoall", 4, 8193) == "pairwise"
     assert cal.mpich_algorithm("bcast", 4, 2**20) == "binomial"
     assert cal.mpich_algorithm("bcast", 8, 2**12) == "scatter_recursive_doubling_allgather"

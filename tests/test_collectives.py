@@ -534,6 +534,8 @@ def expected_steps(op, alg, p, kw) -> int:
         ("reduce_scatter", "recursive_halving"): round(lg(p)),
         ("alltoall", "pairwise"): p - 1,
         ("alltoall", "direct"): 1,
+        # MPICH's batches of 32 distances, the first counting the rank itself
+        ("alltoall", "scattered"): math.ceil(p / 32),
         ("alltoall", "bruck"): ceil_lg(p),
         ("bcast", "binomial"): ceil_lg(p),
         ("bcast", "scatter_recursive_doubling_allgather"): 2 * round(lg(p)),
@@ -665,7 +667,7 @@ def test_alpha_beta_hand_example():
         ("reduce_scatter", 8, 16383, "recursive_halving"),
         ("reduce_scatter", 8, 16384, "ring"),
         ("reduce_scatter", 6, 10, "ring"),
-        ("alltoall", 16, 8192, "direct"),  # 32,768 B per destination
+        ("alltoall", 16, 8192, "scattered"),  # 32,768 B per destination
         ("alltoall", 16, 8193, "pairwise"),
         ("bcast", 64, 1 << 20, "scatter_ring_allgather"),  # 4 MiB
         ("bcast", 64, 3072, "binomial"),  # 12,288 B: MPICH's tuning file takes it as short
@@ -841,3 +843,16 @@ def test_rabenseifner_reduce_on_six_ranks_is_mpichs():
     assert steps(0) == [*common, [(4, 0, 24), (5, 2, 24)], [(2, 0, 48)]]
     assert steps(2) == [*common, [(4, 0, 24), (5, 2, 24)], [(0, 2, 48)]]
     assert steps(1) == [*common, [(0, 1, 24)], [(4, 1, 24), (5, 2, 24)], [(2, 1, 48)]]
+
+
+def test_scattered_alltoall_goes_in_mpichs_batches_of_32():
+    # 70 ranks: distances 1-31 (with the rank's own block, 32), 32-63, 64-69; each batch
+    # sent to r + d and received from r - d, waited for before the next.
+    s = build_schedule("alltoall", "scattered", 70, 2)
+    steps = s.rank_steps(5)
+    assert [len(snd) for snd, _ in steps] == [31, 32, 6]
+    assert [t.dst for t in steps[2][0]] == [(5 + d) % 70 for d in range(64, 70)]
+    assert sorted(t.src for t in steps[2][1]) == sorted((5 - d) % 70 for d in range(64, 70))
+    # Up to 32 ranks it is the direct alltoall: one batch.
+    d = build_schedule("alltoall", "direct", 32, 2)
+    assert build_schedule("alltoall", "scattered", 32, 2).steps == d.steps

@@ -462,7 +462,7 @@ def test_fallback_from_a_configured_algorithm_is_reported_as_assumed():
     # (MPICH's default for 33 elements a peer on 8 ranks: Bruck's)
     assert notes == [
         "alltoall: 'ring' asked for, 'bruck' used: alltoall has no 'ring' schedule "
-        "(it has bruck, direct, pairwise)"
+        "(it has bruck, direct, pairwise, scattered)"
     ]
     assert res.phases[0].algorithms == {"allreduce": ["ring"], "alltoall": ["bruck"]}
 

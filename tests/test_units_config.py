@@ -212,8 +212,8 @@ def test_hierarchical_group_size_default_in_one_place():
         ("reduce_scatter", 6, 10, "pairwise", "ring"),  # no folded recursive halving
         ("reduce_scatter", 8, 16384, "pairwise", "ring"),  # 524,288 B vector
         ("alltoall", 8, 64, "bruck", "bruck"),  # 256 B per destination, p >= 8
-        ("alltoall", 8, 65, "direct", "direct"),  # 260 B
-        ("alltoall", 4, 64, "direct", "direct"),  # p < 8
+        ("alltoall", 8, 65, "scattered", "scattered"),  # 260 B: batches of 32 peers
+        ("alltoall", 4, 64, "scattered", "scattered"),  # p < 8
         ("alltoall", 4, 8193, "pairwise", "pairwise"),  # 32,772 B
         (
             "bcast",

@@ -172,6 +172,10 @@ def cost_terms(op: str, algorithm: str, p: int, count_elems: int) -> tuple[float
             return float(steps), float(m * sum(bruck_blocks(p, t) for t in range(steps)))
         if algorithm == "direct":
             return 1.0, float((p - 1) * m)
+        if algorithm == "scattered":  # MPICH's batches of ALLTOALL_THROTTLE, one alpha each
+            from workload.collectives import ALLTOALL_THROTTLE
+
+            return float(-(-p // ALLTOALL_THROTTLE)), float((p - 1) * m)
     elif op == "bcast":
         n = c
         if algorithm == "binomial":

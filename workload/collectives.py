@@ -87,7 +87,7 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
     ),
     "allgather": ("ring", "recursive_doubling", "bruck", "multiring", "nccl_ring"),
     "reduce_scatter": ("ring", "recursive_halving", "multiring", "nccl_ring"),
-    "alltoall": ("pairwise", "direct", "bruck"),
+    "alltoall": ("pairwise", "scattered", "direct", "bruck"),
     "bcast": ("binomial", "scatter_recursive_doubling_allgather", "scatter_ring_allgather"),
     "reduce": ("binomial", "rabenseifner"),
     "barrier": ("dissemination",),
@@ -132,6 +132,10 @@ REDSCAT_LONG_MSG_BYTES = 524_288
 ALLTOALL_SHORT_MSG_BYTES = 256
 ALLTOALL_MIN_PROCS = 8
 ALLTOALL_MEDIUM_MSG_BYTES = 32_768
+ALLTOALL_THROTTLE = 32
+"""MPIR_CVAR_ALLTOALL_THROTTLE: the requests MPICH's medium-size ("scattered") alltoall
+has outstanding at once, a batch of peers at a time (the first batch counts the rank's
+own block)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -946,6 +950,7 @@ assert set(_BUILDERS) | set(_RING_ALGORITHMS) | {
     ("alltoall", "pairwise"),
     ("alltoall", "direct"),
     ("alltoall", "bruck"),
+    ("alltoall", "scattered"),
 } == {(op, a) for op, algs in ALGORITHMS.items() for a in algs}
 
 # A ring as the generators use it: order, position of each group index, blocks by
@@ -1100,8 +1105,11 @@ class _AlltoallRanks:
     Rank i sends rank j the block (chunk) ``i * p + j``: "pairwise" one peer per
     step, as MPICH: with p a power of two the peer of step d (1 .. p-1) is ``i ^ d``
     (both send each other at once), otherwise rank i sends to ``i + d`` and receives
-    from ``i - d``; "direct" all in one step, by distance. The whole steps are the
-    ranks' sends put together in rank order.
+    from ``i - d``; "direct" all in one step, by distance; "scattered" (MPICH's
+    MPIR_Alltoall_intra_scattered, for medium blocks) by distance too, in batches of
+    :data:`ALLTOALL_THROTTLE` distances (0 .. 31, the rank's own block, then 32 .. 63,
+    ...), each batch waited for before the next. The whole steps are the ranks' sends
+    put together in rank order.
 
     "bruck" (MPICH's MPIR_Alltoall_intra_brucks, for short blocks): after a local
     rotation, position k of rank i holds the block for rank i + k; in step t every rank
@@ -1112,13 +1120,21 @@ class _AlltoallRanks:
     the blocks).
     """
 
-    __slots__ = ("bruck", "count", "direct", "p")
+    __slots__ = ("batches", "bruck", "count", "direct", "p")
 
-    def __init__(self, p: int, count: int, direct: bool, bruck: bool = False) -> None:
+    def __init__(
+        self, p: int, count: int, direct: bool, bruck: bool = False, throttle: int = 0
+    ) -> None:
         self.p = p
         self.count = count
-        self.direct = direct
+        self.direct = direct or throttle > 0
         self.bruck = bruck
+        # "direct": one batch of every distance; "scattered": MPICH's batches of
+        # ``throttle`` distances, the first counting the rank itself (0 .. throttle - 1).
+        width = throttle or max(p, 1)
+        self.batches = [
+            range(max(1, b), min(p, b + width)) for b in range(0, p, width) if min(p, b + width) > 1
+        ] or [range(1, 1)]
 
     def _bruck_step(self, r: int, t: int) -> tuple[Transfer, Transfer]:
         """Rank r's send and receive of Bruck's step t."""
@@ -1146,7 +1162,7 @@ class _AlltoallRanks:
         if self.bruck:
             return [(self._bruck_step(r, t)[0],) for t in range(_ceil_lg(self.p))]
         if self.direct:
-            return [tuple(self._block(r, (r + d) % self.p) for d in range(1, self.p))]
+            return [tuple(self._block(r, (r + d) % self.p) for d in ds) for ds in self.batches]
         return [(self._block(r, self._to(r, d)),) for d in range(1, self.p)]
 
     def build_steps(self) -> tuple[tuple[Transfer, ...], ...]:
@@ -1162,7 +1178,10 @@ class _AlltoallRanks:
         if self.bruck:
             recvs = [(self._bruck_step(r, t)[1],) for t in range(_ceil_lg(p))]
         elif self.direct:
-            recvs = [tuple(self._block(i, r) for i in range(p) if i != r)]
+            recvs = [
+                tuple(self._block(i, r) for i in sorted((r - d) % p for d in ds))
+                for ds in self.batches
+            ]
         else:
             recvs = [(self._block(self._from(r, d), r),) for d in range(1, p)]
         return tuple(enumerate(zip(sends, recvs, strict=True)))
@@ -1179,11 +1198,12 @@ class _AlltoallRanks:
                 for t in range(_ceil_lg(p))
             )
         if self.direct:
-            return (
+            return tuple(
                 (
-                    tuple(i for i in range(p) if i != r),
-                    tuple(((r + d) % p, size, False) for d in range(1, p)),
-                ),
+                    tuple(sorted((r - d) % p for d in ds)),
+                    tuple(((r + d) % p, size, False) for d in ds),
+                )
+                for ds in self.batches
             )
         return tuple(((self._from(r, d),), ((self._to(r, d), size, False),)) for d in range(1, p))
 
@@ -1623,7 +1643,11 @@ def build_schedule(
         # at 4,096 ranks)
         chunks = [] if algorithm == "bruck" else [count_elems] * (p * p)
         lazy = _AlltoallRanks(
-            p, count_elems, direct=algorithm == "direct", bruck=algorithm == "bruck"
+            p,
+            count_elems,
+            direct=algorithm == "direct",
+            bruck=algorithm == "bruck",
+            throttle=ALLTOALL_THROTTLE if algorithm == "scattered" else 0,
         )
     else:
         b = _BUILDERS[(op, algorithm)](
@@ -1691,7 +1715,7 @@ MPICH_RULES: tuple[MpichRule, ...] = (
         "bruck",
         lambda p, c, n: n <= ALLTOALL_SHORT_MSG_BYTES and p >= ALLTOALL_MIN_PROCS,
     ),
-    ("alltoall", "direct", lambda p, c, n: n <= ALLTOALL_MEDIUM_MSG_BYTES),
+    ("alltoall", "scattered", lambda p, c, n: n <= ALLTOALL_MEDIUM_MSG_BYTES),
     ("alltoall", "pairwise", _always),
     # bcast: MPICH's tuning file (maint/tuning/coll/mpir/generic.json) takes the sizes
     # inclusively ("avg_msg_size<=12288"), where collective-costs.md writes "<".
