@@ -191,11 +191,15 @@ def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: the simulation stopped, nothing was written", file=sys.stderr)
         return EXIT_INTERRUPTED
-    if ns.trace_ranks != "auto":
+    trace_ranks: str | list[int] = ns.trace_ranks
+    if trace_ranks != "auto":
+        # Parsed once, against the ranks that ran (the jobs' together).
+        from .output import parse_ranks
+
         try:
-            _check_trace_ranks(ns.trace_ranks, res.workload.world_size)
-        except ConfigError as e:
-            print(f"\nerror: {e}; nothing was written", file=sys.stderr)
+            trace_ranks = parse_ranks(ns.trace_ranks, res.workload.world_size)
+        except ValueError as e:
+            print(f"\nerror: --trace-ranks: {e}; nothing was written", file=sys.stderr)
             return EXIT_USAGE
     if last[0]:
         # The last line shown may be seconds old: end on the final state.
@@ -234,7 +238,7 @@ def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
                 say=say,
                 matrices=ns.matrices,
                 progress=written,
-                trace_ranks=ns.trace_ranks,
+                trace_ranks=trace_ranks,
                 series_csv=True if ns.series else None,
             )
             if interrupted.is_set():  # (during the last file, and ignored there)

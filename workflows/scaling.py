@@ -241,6 +241,16 @@ def read_measured(study: sm.Study, folder: Path) -> tuple[list[dict[str, Any]], 
     --fix-quirks or a named algorithm; unreadable; a count given twice: the newest kept)."""
     records: dict[int, dict[str, Any]] = {}
     notes: list[str] = []
+    # What the study runs, as a proxy records it (a run with other options is not one
+    # of its points).
+    wanted = {
+        "model": study.model,
+        "scale": study.scale,
+        "compute": study.compute,
+        "per_tensor": study.per_tensor,
+        "fix_quirks": study.fix_quirks,
+        "algorithm": None,
+    }
     files = sorted(
         (f for f in folder.rglob("*.json") if f.is_file() and not f.name.endswith(".trace.json")),
         key=lambda f: f.stat().st_mtime,
@@ -252,16 +262,6 @@ def read_measured(study: sm.Study, folder: Path) -> tuple[list[dict[str, Any]], 
         except (OSError, KeyError, ValueError, TypeError, AttributeError, IndexError) as e:
             notes.append(f"{f}: left out (not a proxy result: {e!r})")
             continue
-        # What the study runs, as the proxy records it (a run with other options is not
-        # one of its points).
-        wanted = {
-            "model": study.model,
-            "scale": study.scale,
-            "compute": study.compute,
-            "per_tensor": study.per_tensor,
-            "fix_quirks": study.fix_quirks,
-            "algorithm": None,
-        }
         got = {
             "model": run.model,
             **{k: run.options.get(k, wanted[k]) for k in wanted if k != "model"},

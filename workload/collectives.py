@@ -458,16 +458,18 @@ def _doubling_allgather(
     return step
 
 
-def _fold(p: int) -> tuple[int, int, Callable[[int], int]]:
+def _fold(p: int, evens: bool = False) -> tuple[int, int, Callable[[int], int]]:
     """MPICH non-power-of-two folding: (pof2, rem, new rank -> group index). Of the first
     2 rem ranks the even ones hand their data to the next (odd) rank and sit out; the odd
     ones and the ranks from 2 rem on go on as new ranks 0 .. pof2-1 (the testbed's byte
-    counts per host pair show MPICH's odd survivors)."""
+    counts per host pair show MPICH's odd survivors). ``evens``: the other way round, as
+    MPICH's reduce folds (the odd ones hand down, so that rank 0 takes part)."""
     pof2 = 1 << (p.bit_length() - 1)
     rem = p - pof2
+    odd = 0 if evens else 1
 
     def real(nr: int) -> int:
-        return 2 * nr + 1 if nr < rem else nr + rem
+        return 2 * nr + odd if nr < rem else nr + rem
 
     return pof2, rem, real
 
@@ -563,12 +565,7 @@ def _reduce_rabenseifner(p: int, count: int, *, root: int, **_: object) -> Built
     reduce-scatter among the pof2 others (distance 1 first), then a binomial gather of the
     blocks to the root, finest blocks first. A root that sat out first gets block 0 from
     rank 0 and takes rank 0's place in the gather."""
-    pof2 = 1 << (p.bit_length() - 1)
-    rem = p - pof2
-
-    def real(nr: int) -> int:
-        return 2 * nr if nr < rem else nr + rem
-
+    pof2, rem, real = _fold(p, evens=True)
     b = _Builder(_split(count, pof2))
     step = 0
     if rem:
@@ -1116,7 +1113,7 @@ class _AlltoallRanks:
     sends rank i + 2^t the blocks at the positions with bit t set, packed in one message,
     and receives as many from i - 2^t into the same positions, so a block crosses
     ceil(lg p) messages at most. Those positions are no one range of chunks: its
-    transfers carry their sizes only (``num_chunks`` 0; :func:`bruck_positions` names
+    transfers carry their sizes only (``num_chunks`` 0; :func:`bruck_blocks` counts
     the blocks).
     """
 
@@ -1208,17 +1205,10 @@ class _AlltoallRanks:
         return tuple(((self._from(r, d),), ((self._to(r, d), size, False),)) for d in range(1, p))
 
 
-def bruck_positions(p: int, t: int) -> list[int]:
-    """The block positions (0 .. p - 1, after Bruck's rotation) a rank sends in step t
-    of Bruck's all-to-all: those with bit t set."""
-    dist = 1 << t
-    return [k for k in range(p) if k & dist]
-
-
 def bruck_blocks(p: int, t: int) -> int:
-    """How many blocks a rank sends in step t of Bruck's all-to-all: ``len(
-    bruck_positions(p, t))`` without listing them (every full period of 2^(t+1)
-    positions has 2^t with the bit set, and the rest of p those beyond 2^t)."""
+    """How many blocks a rank sends in step t of Bruck's all-to-all: the positions
+    0 .. p - 1 with bit t set, counted without listing them (every full period of
+    2^(t+1) positions has 2^t with the bit set, and the rest of p those beyond 2^t)."""
     return ((p >> (t + 1)) << t) + max(0, (p & ((2 << t) - 1)) - (1 << t))
 
 
