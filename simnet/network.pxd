@@ -43,7 +43,7 @@ cdef Py_ssize_t _OPEN_RUNS  # the length of _KeyQueue's open_tail and open_key
 cdef int _ALPHA, _DRAINING, _LATENCY, _DONE, _TIMER, _HANDSHAKE
 cdef Py_ssize_t _FAST_FORWARD_HOPS
 cdef long long _FAST_FORWARD_RATES
-cdef double _INF, _RATE_RTOL, _KEEP_RTOL
+cdef double _INF, _RATE_RTOL, _KEEP_RTOL, _SLACK_BELOW
 cdef object _ONE_TAG
 cdef unsigned long long _HASH_MUL
 
@@ -152,6 +152,7 @@ cdef class _Link:
     cdef public long long n_unfrozen
     cdef public double load_bytes_per_s
     cdef public long long load_mark
+    cdef public long long slack_mark
     cdef public long long bytes_total
     cdef public double busy_since_s
     cdef public double busy_s
@@ -294,7 +295,8 @@ cdef class FlowNetwork:
     cpdef _on_wake(self, ev)
 
     @cython.locals(link=_Link, nl=Py_ssize_t, j=Py_ssize_t, n=cython.longlong,
-                   latency_s=cython.double, low=cython.double, share=cython.double)
+                   latency_s=cython.double, low=cython.double, share=cython.double,
+                   base=cython.longlong)
     cpdef _begin(self, _Flow flow, double now)
 
     @cython.locals(path=_Path, pair=_Pair, n=cython.longlong, tag2=object)
@@ -304,9 +306,9 @@ cdef class FlowNetwork:
     cpdef _apply_rate(self, _Flow f, double rate, double now)
 
     @cython.locals(seed=_Link, link=_Link, l2=_Link, f=_Flow, seeds=list,
-                   comp_links=list, comp_flows=list,
+                   comp_links=list, comp_flows=list, slack=list, over=list, tangled=bint,
                    touched=list, n=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, k=Py_ssize_t,
-                   nl=Py_ssize_t, epoch=cython.longlong,
+                   nl=Py_ssize_t, base=cython.longlong, stamp=cython.longlong,
                    rate=cython.double, old=cython.double, cap=cython.double,
                    tol=cython.double, t=cython.double, low=cython.double,
                    keep=cython.double)
@@ -386,3 +388,29 @@ cdef _set_load(_Link link, double load, double now)
 @cython.locals(link=_Link, l2=_Link, f=_Flow, i=Py_ssize_t, j=Py_ssize_t,
                n=cython.longlong, share=cython.double, cur=cython.double, level=cython.double)
 cpdef _water_fill(list links, long long epoch, _KeyQueue queue)
+
+
+@cython.locals(link=_Link, l2=_Link, f=_Flow, j=Py_ssize_t, k=Py_ssize_t, nl=Py_ssize_t,
+               rate=cython.double, low=cython.double, cap=cython.double, tangled=bint)
+cdef bint _search(list links, Py_ssize_t i, list flows, list touched, list slack,
+                  long long stamp, long long base, double keep) except -1
+
+
+@cython.locals(link=_Link, f=_Flow, i=Py_ssize_t, n=cython.longlong, rem=cython.double,
+               out=list)
+cdef list _caps(list links, long long stamp)
+
+
+@cython.locals(link=_Link, f=_Flow, i=Py_ssize_t, load=cython.double, filled=cython.double,
+               beyond=cython.double, rate=cython.double, out=list)
+cdef list _overtaken(list links, long long stamp)
+
+
+@cython.locals(link=_Link, f=_Flow, i=Py_ssize_t, n=cython.longlong, rem=cython.double)
+cdef _ready(list links, long long stamp)
+
+
+@cython.locals(link=_Link, l2=_Link, f=_Flow, i=Py_ssize_t, j=Py_ssize_t, k=Py_ssize_t,
+               low=cython.double, cap=cython.double)
+cdef _whole_component(_Link seed, long long stamp, long long base, list links, list flows,
+                      list touched)

@@ -131,6 +131,10 @@ _RATE_RTOL = 1e-12  # a new rate this close to the current one is no change
 # A flow whose rate is below the rate of what changed since the last recomputation by
 # more than this (relative) keeps its rate (see _flush): a margin for rounding.
 _KEEP_RTOL = 1e-9
+# A link whose load is below its capacity times this has capacity to spare: the max-min
+# search does not cross it (see _flush). Loads of full links are within rounding of their
+# capacity, far above this.
+_SLACK_BELOW = 1.0 - 1e-9
 
 
 class TransferRecord(NamedTuple):
@@ -664,6 +668,7 @@ class _Link:
         "peak_load_bytes_per_s",
         "rem_capacity_bytes_per_s",
         "series",
+        "slack_mark",
     )
 
     def __init__(self, key: LinkKey, capacity_bytes_per_s: float, latency_s: float) -> None:
@@ -692,6 +697,7 @@ class _Link:
         # Scratch space for component search and water-filling.
         self.mark = 0
         self.load_mark = 0
+        self.slack_mark = 0
         self.rem_capacity_bytes_per_s = 0.0
         self.n_unfrozen = 0
 
@@ -1738,6 +1744,10 @@ class FlowNetwork:
         # Max-min fairness gives the flow at least its fairest link's equal share (it is
         # frozen at a share of a link whose other flows were frozen at lower shares).
         low = self._keep_below
+        # Every link whose flows changed is crossed by the next recomputation's search
+        # whatever its load (which does not count the new flow yet): marked as the seeds
+        # are (see _flush; that recomputation's base is the epoch after this one).
+        base = self._epoch + 1
         if cython.compiled:
             _prefetch_items(flow.lk, nl)  # noqa: F821 (network.pxd)
         for j in range(nl):
@@ -1745,6 +1755,7 @@ class FlowNetwork:
             if not link.n_flows:
                 link.busy_since_s = now
             n = _list_flow(link, flow)
+            link.load_mark = base
             share = link.capacity_bytes_per_s / n
             if share < low:
                 low = share
@@ -1799,7 +1810,12 @@ class FlowNetwork:
         """Recompute max-min rates of the components reached from the dirty links."""
         seeds = self._dirty
         self._dirty = []
-        epoch = self._epoch = self._epoch + 1
+        # Stamps: the seeds whose loads are still to be summed carry `base` in load_mark;
+        # every component of this recomputation gets a stamp above it, which its links
+        # and flows carry in mark (so a mark above base is "in a component of this
+        # recomputation", one below it is not).
+        base = self._epoch + 1
+        stamp = base
         # Only what changed is filled again. Let r be the lowest rate of the flows that
         # ended or began since the last recomputation (for one that began, a lower bound:
         # its fairest link's equal share). The flows whose rates are below r keep them:
@@ -1811,17 +1827,29 @@ class FlowNetwork:
         # rest of each component is as it was. In exact arithmetic the rates are those of
         # filling the whole components again; in floating point they may differ in the
         # last digits (the kept rates are subtracted first, not in filling order).
+        #
+        # Nor does the search cross a link with capacity to spare (not a seed, its load
+        # below capacity): it is nobody's bottleneck, so a flow beyond it whose own
+        # bottleneck the change does not reach keeps its rate (a full link the change
+        # reached is crossed, and its flows filled again). Such a link joins the
+        # water-filling as a cap, the flows beyond it held at their rates (_caps). If it
+        # fills up with a flow beyond it faster than those filled there (_overtaken),
+        # that flow would have to slow down: the search crosses it then and the
+        # component is filled again. Where a search meets a component filled before in
+        # this recomputation (through a link that one filled up), the component is
+        # filled whole (_whole_component), which is exact from any state.
         keep = self._keep_below
         self._keep_below = _INF
         keep = keep * (1.0 - _KEEP_RTOL) if keep != _INF else 0.0
         # A link's load changes only if its set of flows changed (the seeds:
         # links of started or ended flows) or the rate of one of its flows did.
         for seed in seeds:
-            seed.load_mark = epoch
+            seed.load_mark = base
         for seed in seeds:
-            if seed.mark == epoch:
+            if seed.mark > base:
                 continue
-            seed.mark = epoch
+            stamp += 1
+            seed.mark = stamp
             n = seed.n_flows
             if n == 0:
                 if seed.load_bytes_per_s != 0.0:
@@ -1848,7 +1876,7 @@ class FlowNetwork:
                     if cap < rate:
                         rate = cap
                 else:
-                    f.mark = epoch
+                    f.mark = stamp
                     self.recomputations += 1
                     self.flows_rerated += 1
                     old = f.rate_bytes_per_s
@@ -1864,7 +1892,7 @@ class FlowNetwork:
                         rate = old
                     for j in range(nl):
                         link = _link_at(f, j)
-                        link.mark = epoch
+                        link.mark = stamp
                         if link.load_bytes_per_s != rate:
                             if link.series is None and rate <= link.peak_load_bytes_per_s:
                                 link.load_bytes_per_s = rate
@@ -1875,60 +1903,50 @@ class FlowNetwork:
             # link for the water-filling as it is found.
             seed.rem_capacity_bytes_per_s = seed.capacity_bytes_per_s
             seed.n_unfrozen = n
+            seed.load_mark = stamp
             comp_links = [seed]
             comp_flows = []
             touched = [seed]
-            i = 0
-            while i < len(comp_links):
-                link = comp_links[i]
-                i += 1
-                if cython.compiled:
-                    _prefetch_items(link.fl, link.n_flows)  # noqa: F821 (network.pxd)
-                for j in range(link.n_flows):
-                    f = _flow_at(link, j)
-                    if f.mark != epoch:
-                        rate = f.rate_bytes_per_s
-                        if rate < keep and rate > 0.0:  # (0.0: it began, and needs one)
-                            # Keeps its rate: it leaves the rest of the link to the others.
-                            link.rem_capacity_bytes_per_s -= rate
-                            link.n_unfrozen -= 1
-                            continue
-                        f.mark = epoch
-                        comp_flows.append(f)
-                        nl = f.n_links
-                        if cython.compiled:
-                            _prefetch_items(f.lk, nl)  # noqa: F821 (network.pxd)
-                        # A link that only this flow crosses is but a cap on its rate, and
-                        # of those only the first of lowest capacity can freeze it (the
-                        # others come later at the same share, or at a higher one, and
-                        # find it frozen): only that one joins the water-filling, in its
-                        # place, which leaves every rate as it was, bit for bit.
-                        low = _INF
-                        for k in range(nl):
-                            l2 = _link_at(f, k)
-                            if l2.mark != epoch and l2.n_flows == 1:
-                                cap = l2.capacity_bytes_per_s
-                                if cap < low:
-                                    low = cap
-                        for k in range(nl):
-                            l2 = _link_at(f, k)
-                            if l2.mark != epoch:
-                                l2.mark = epoch
-                                if l2.load_mark == epoch:
-                                    touched.append(l2)
-                                if l2.n_flows == 1:
-                                    if l2.capacity_bytes_per_s != low:
-                                        continue
-                                    low = -1.0  # picked
-                                l2.rem_capacity_bytes_per_s = l2.capacity_bytes_per_s
-                                l2.n_unfrozen = l2.n_flows
-                                comp_links.append(l2)
-            if not comp_flows:  # every flow of the seed keeps its rate
+            slack = []
+            tangled = _search(comp_links, 0, comp_flows, touched, slack, stamp, base, keep)
+            if not comp_flows and not tangled:  # every flow of the seed keeps its rate
                 _sum_load(seed, now)
                 continue
             self.recomputations += 1
-            self.flows_rerated += len(comp_flows)
-            _water_fill(comp_links, epoch, self._fill_queue)
+            while True:
+                if tangled:
+                    # The search crossed a link that an earlier component of this
+                    # recomputation filled up (it had capacity to spare before) and met
+                    # that component's flows: the two must be filled together, and the
+                    # whole component is, from scratch.
+                    for f in comp_flows:
+                        f.fill_bytes_per_s = -1.0
+                    stamp += 1
+                    for link in touched:
+                        link.load_mark = stamp
+                    comp_links = []
+                    comp_flows = []
+                    slack = []
+                    _whole_component(seed, stamp, base, comp_links, comp_flows, touched)
+                self.flows_rerated += len(comp_flows)
+                if not slack:
+                    _water_fill(comp_links, stamp, self._fill_queue)
+                    break
+                _water_fill(comp_links + _caps(slack, stamp), stamp, self._fill_queue)
+                over = _overtaken(slack, stamp)
+                if not over:
+                    break
+                # A link not crossed filled up with a flow beyond it faster than those
+                # filled there: that flow must share it, so cross it and fill again.
+                for f in comp_flows:
+                    f.fill_bytes_per_s = -1.0
+                i = len(comp_links)
+                for link in over:
+                    link.mark = stamp
+                    comp_links.append(link)
+                tangled = _search(comp_links, i, comp_flows, touched, slack, stamp, base, keep)
+                if not tangled:
+                    _ready(comp_links, stamp)
             for f in comp_flows:
                 rate = f.fill_bytes_per_s
                 f.fill_bytes_per_s = -1.0
@@ -1938,11 +1956,203 @@ class FlowNetwork:
                     self._apply_rate(f, rate, now)
                     for j in range(f.n_links):
                         link = _link_at(f, j)
-                        if link.load_mark != epoch:
-                            link.load_mark = epoch
+                        if link.load_mark != stamp:
+                            link.load_mark = stamp
                             touched.append(link)
             for link in touched:
                 _sum_load(link, now)
+        self._epoch = stamp
+
+
+def _search(
+    links: list,
+    i: int,
+    flows: list,
+    touched: list,
+    slack: list,
+    stamp: int,
+    base: int,
+    keep: float,
+) -> bool:
+    """The max-min search of _flush from ``links[i:]``: links -> flows -> links,
+    breadth first, each link found made ready for the water-filling and appended to
+    ``links``, each flow to fill (at ``keep`` or above, or just begun) marked ``stamp``
+    and appended to ``flows``, the seeds met (load_mark ``base``) to ``touched``, the
+    links not crossed for their spare capacity to ``slack``. True if a flow of an earlier
+    component of the same recomputation was met (only when the search crosses a link
+    that had capacity to spare: see _flush)."""
+    tangled = False
+    while i < len(links):
+        link = links[i]
+        i += 1
+        if cython.compiled:
+            _prefetch_items(link.fl, link.n_flows)  # noqa: F821 (network.pxd)
+        for j in range(link.n_flows):
+            f = _flow_at(link, j)
+            if f.mark >= base:
+                if f.mark != stamp:
+                    tangled = True
+                continue
+            rate = f.rate_bytes_per_s
+            if rate < keep and rate > 0.0:  # (0.0: it began, and needs one)
+                # Keeps its rate: it leaves the rest of the link to the others.
+                link.rem_capacity_bytes_per_s -= rate
+                link.n_unfrozen -= 1
+                continue
+            f.mark = stamp
+            flows.append(f)
+            nl = f.n_links
+            if cython.compiled:
+                _prefetch_items(f.lk, nl)  # noqa: F821 (network.pxd)
+            # A link that only this flow crosses is but a cap on its rate, and of those
+            # only the first of lowest capacity can freeze it (the others come later at
+            # the same share, or at a higher one, and find it frozen): only that one
+            # joins the water-filling, in its place, which leaves every rate as it was,
+            # bit for bit.
+            low = _INF
+            for k in range(nl):
+                l2 = _link_at(f, k)
+                if l2.mark < base and l2.n_flows == 1:
+                    cap = l2.capacity_bytes_per_s
+                    if cap < low:
+                        low = cap
+            for k in range(nl):
+                l2 = _link_at(f, k)
+                if l2.mark < base:
+                    if l2.n_flows == 1:
+                        l2.mark = stamp
+                        if l2.load_mark == base:
+                            l2.load_mark = stamp
+                            touched.append(l2)
+                        if l2.capacity_bytes_per_s != low:
+                            continue
+                        low = -1.0  # picked
+                    elif (
+                        l2.load_mark != base
+                        and l2.load_bytes_per_s < l2.capacity_bytes_per_s * _SLACK_BELOW
+                    ):
+                        if l2.slack_mark != stamp:  # capacity to spare: not crossed
+                            l2.slack_mark = stamp
+                            slack.append(l2)
+                        continue
+                    else:
+                        l2.mark = stamp
+                        if l2.load_mark == base:
+                            l2.load_mark = stamp
+                            touched.append(l2)
+                    l2.rem_capacity_bytes_per_s = l2.capacity_bytes_per_s
+                    l2.n_unfrozen = l2.n_flows
+                    links.append(l2)
+    return tangled
+
+
+def _caps(links: list[_Link], stamp: int) -> list[_Link]:
+    """The links not crossed for their spare capacity (and not crossed since), made ready
+    for the water-filling as caps: each one's capacity less the rates of the flows
+    beyond it, shared by the flows marked ``stamp``."""
+    out = []
+    for link in links:
+        if link.mark == stamp:
+            continue
+        rem = link.capacity_bytes_per_s
+        n = 0
+        for i in range(link.n_flows):
+            f = _flow_at(link, i)
+            if f.mark == stamp:
+                n += 1
+            else:
+                rem -= f.rate_bytes_per_s
+        link.rem_capacity_bytes_per_s = rem
+        link.n_unfrozen = n
+        out.append(link)
+    return out
+
+
+def _overtaken(links: list[_Link], stamp: int) -> list[_Link]:
+    """Of the links filled as caps (see _caps), those that the rates just filled (flows
+    marked ``stamp``: ``fill_bytes_per_s``) leave full with a flow beyond them faster
+    than every flow filled there: the rates are max-min fair only if no such link is
+    left (a full link is a bottleneck of the fastest flows through it)."""
+    out = []
+    for link in links:
+        if link.mark == stamp:
+            continue
+        load = 0.0
+        filled = 0.0
+        beyond = 0.0
+        for i in range(link.n_flows):
+            f = _flow_at(link, i)
+            if f.mark == stamp:
+                rate = f.fill_bytes_per_s
+                if rate > filled:
+                    filled = rate
+            else:
+                rate = f.rate_bytes_per_s
+                if rate > beyond:
+                    beyond = rate
+            load += rate
+        if beyond > filled and load >= link.capacity_bytes_per_s * _SLACK_BELOW:
+            out.append(link)
+    return out
+
+
+def _ready(links: list[_Link], stamp: int) -> None:
+    """Make a component's links ready for the water-filling again (as the search did:
+    each link's capacity less the rates of the flows that keep theirs, in list order)."""
+    for link in links:
+        rem = link.capacity_bytes_per_s
+        n = link.n_flows
+        for i in range(link.n_flows):
+            f = _flow_at(link, i)
+            if f.mark != stamp:
+                rem -= f.rate_bytes_per_s
+                n -= 1
+        link.rem_capacity_bytes_per_s = rem
+        link.n_unfrozen = n
+
+
+def _whole_component(
+    seed: _Link, stamp: int, base: int, links: list, flows: list, touched: list
+) -> None:
+    """Every link and flow connected to ``seed``, marked ``stamp`` and made ready for the
+    water-filling into ``links`` and ``flows``, whatever their rates and loads: a
+    component filled whole gets its max-min rates from any state. Seeds whose loads are
+    still to be summed (load_mark ``base``) join ``touched``."""
+    seed.mark = stamp
+    seed.rem_capacity_bytes_per_s = seed.capacity_bytes_per_s
+    seed.n_unfrozen = seed.n_flows
+    links.append(seed)
+    i = 0
+    while i < len(links):
+        link = links[i]
+        i += 1
+        for j in range(link.n_flows):
+            f = _flow_at(link, j)
+            if f.mark == stamp:
+                continue
+            f.mark = stamp
+            flows.append(f)
+            low = _INF  # (as in _flush: of the links only f crosses, the first lowest)
+            for k in range(f.n_links):
+                l2 = _link_at(f, k)
+                if l2.mark != stamp and l2.n_flows == 1:
+                    cap = l2.capacity_bytes_per_s
+                    if cap < low:
+                        low = cap
+            for k in range(f.n_links):
+                l2 = _link_at(f, k)
+                if l2.mark != stamp:
+                    l2.mark = stamp
+                    if l2.load_mark == base:
+                        l2.load_mark = stamp
+                        touched.append(l2)
+                    if l2.n_flows == 1:
+                        if l2.capacity_bytes_per_s != low:
+                            continue
+                        low = -1.0
+                    l2.rem_capacity_bytes_per_s = l2.capacity_bytes_per_s
+                    l2.n_unfrozen = l2.n_flows
+                    links.append(l2)
 
 
 def _unlist(link: _Link, flow: _Flow) -> int:

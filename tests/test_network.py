@@ -440,6 +440,98 @@ def test_flows_slower_than_a_change_keep_their_rates_without_being_rerated():
     assert {r.tag: r.end_s for r in out} == {"f": approx(2.0), "h": approx(5.5), "s": approx(20.0)}
 
 
+def _three_shared_links(lx: float, s: float, ly: float) -> tuple[nx.DiGraph, dict]:
+    """Flows X (0 -> 1) over Lx then S, Y (2 -> 3) over S then Ly, Z (4 -> 5) over Ly,
+    W (6 -> 7) over Lx; each also crosses links of its own at 1000 B/s. Bandwidths of
+    Lx, S and Ly in B/s, no latency."""
+    g = nx.DiGraph()
+    shared = {"Lx": ("lx", "lx'"), "S": ("s", "s'"), "Ly": ("ly", "ly'")}
+    for name, bw in (("Lx", lx), ("S", s), ("Ly", ly)):
+        g.add_edge(*shared[name], bandwidth=bw, latency=0.0)
+    routes = {}
+    for src, dst, via in (
+        (0, 1, ("Lx", "S")),
+        (2, 3, ("S", "Ly")),
+        (4, 5, ("Ly",)),
+        (6, 7, ("Lx",)),
+    ):
+        hops = [(src, shared[via[0]][0])]
+        for a, b in itertools.pairwise(via):
+            hops += [shared[a], (shared[a][1], shared[b][0])]
+        hops += [shared[via[-1]], (shared[via[-1]][1], dst)]
+        for u, v in hops:
+            if not g.has_edge(u, v):
+                g.add_edge(u, v, bandwidth=1000.0, latency=0.0)
+        routes[(src, dst)] = tuple(hops)
+    return g, routes
+
+
+def test_a_link_with_capacity_to_spare_is_not_crossed_by_the_search():
+    # Lx 4 B/s, S 30 B/s, Ly 20 B/s. Y and Z share Ly: 10 B/s each. X alone on Lx: 4 B/s.
+    # S carries 4 + 10 = 14 of 30 B/s: nobody's bottleneck.
+    g, routes = _three_shared_links(4.0, 30.0, 20.0)
+    env = simpy.Environment()
+    net = FlowNetwork(env, g, lambda s, d: routes[(s, d)])
+    for src in (0, 2, 4):
+        send_at(env, net, 0.0, src, src + 1, 10_000, [])
+    send_at(env, net, 1.0, 6, 7, 10_000, [])  # W joins X on Lx at t = 1
+    rated = counts_at(env, net, 0.5)[1]
+    rates = sorted((a.src, a.rate_bytes_per_s) for a in net.active_flows())
+    assert rates == [(0, approx(4.0)), (2, approx(10.0)), (4, approx(10.0))]
+    # W's fairest share is 4 / 2 = 2 B/s, so Y and Z (10 B/s) would be filled again if
+    # the search crossed S to them; it does not (S keeps capacity to spare: 2 + 10 of
+    # 30): only X and W are rated, 2 B/s each.
+    assert counts_at(env, net, 1.5)[1] - rated == 2
+    rates = sorted((a.src, a.rate_bytes_per_s) for a in net.active_flows())
+    assert rates == [(0, approx(2.0)), (2, approx(10.0)), (4, approx(10.0)), (6, approx(2.0))]
+
+
+def test_a_link_filled_up_beyond_the_search_is_crossed_and_shared():
+    # Lx 4 B/s shared by X and W (2 B/s each); Y and Z share Ly (20 B/s): 10 each. S (13
+    # B/s) carries 2 + 10 = 12: capacity to spare. W ends at t = 1 (2 B of 2 B/s): X
+    # alone on Lx could take 4, but S would then carry 14 > 13, and Y (10 B/s) is faster
+    # than X's 3 there: S must be shared. Max-min (by hand): X frozen first at Lx's 4,
+    # then S leaves 13 - 4 = 9 for Y (below Ly's 10), and Z takes 20 - 9 = 11.
+    g, routes = _three_shared_links(4.0, 13.0, 20.0)
+    env = simpy.Environment()
+    net = FlowNetwork(env, g, lambda s, d: routes[(s, d)])
+    for src in (0, 2, 4):
+        send_at(env, net, 0.0, src, src + 1, 10_000, [])
+    send_at(env, net, 0.0, 6, 7, 2, [])
+    env.run(until=0.5)
+    rates = sorted((a.src, a.rate_bytes_per_s) for a in net.active_flows())
+    assert rates == [(0, approx(2.0)), (2, approx(10.0)), (4, approx(10.0)), (6, approx(2.0))]
+    env.run(until=1.5)
+    rates = sorted((a.src, a.rate_bytes_per_s) for a in net.active_flows())
+    assert rates == [(0, approx(4.0)), (2, approx(9.0)), (4, approx(11.0))]
+    assert net.link_peak_load_bytes_per_s()[("s", "s'")] == approx(13.0)
+
+
+@pytest.mark.parametrize("w_first", [True, False])
+def test_components_of_one_instant_that_meet_through_a_filled_link(w_first):
+    # Lx 4 B/s shared by X and W (2 B/s each); Ly 2 B/s shared by Y and Z (1 B/s each);
+    # S (5 B/s) carries X's 2 and Y's 1: capacity to spare. W (2 B) and Z (1 B) end at
+    # t = 1 together, and the recomputation starts from both ends' links, one after the
+    # other. From Lx's, X may take Lx's 4 (S then carries 4 + 1 = 5: full, X the faster);
+    # from Ly's, S is full and its flows meet: the two are filled together. Max-min (by
+    # hand): Ly's 2 / 1 is the lowest share: Y at 2, then S leaves 5 - 2 = 3 for X (below
+    # Lx's 4). Whichever end comes first, the rates are those.
+    g, routes = _three_shared_links(4.0, 5.0, 2.0)
+    env = simpy.Environment()
+    net = FlowNetwork(env, g, lambda s, d: routes[(s, d)])
+    ends = [(6, 2), (4, 1)] if w_first else [(4, 1), (6, 2)]
+    for src, size in ends:
+        send_at(env, net, 0.0, src, src + 1, size, [])
+    for src in (0, 2):
+        send_at(env, net, 0.0, src, src + 1, 10_000, [])
+    env.run(until=0.5)
+    rates = sorted((a.src, a.rate_bytes_per_s) for a in net.active_flows())
+    assert rates == [(0, approx(2.0)), (2, approx(1.0)), (4, approx(1.0)), (6, approx(2.0))]
+    env.run(until=1.5)
+    rates = sorted((a.src, a.rate_bytes_per_s) for a in net.active_flows())
+    assert rates == [(0, approx(3.0)), (2, approx(2.0))]
+
+
 def test_rates_computed_but_found_unchanged_are_counted_apart():
     # X: 0 -> 1 (10 B/s, its bottleneck) -> 2 (30 B/s); Y joins 1 -> 2 through 3 -> 1 (4 B/s).
     env, net = make(two_into_one(10.0, 30.0, 4.0))
