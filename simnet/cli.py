@@ -7,6 +7,7 @@ import contextlib
 import difflib
 import gc
 import json
+import os
 import signal
 import sys
 import threading
@@ -37,7 +38,11 @@ def build_parser(subcommands: Sequence[str] = ()) -> argparse.ArgumentParser:
         + ", ".join(subcommands)
         + " (python -m simnet SUBCOMMAND --help).",
     )
-    p.add_argument("--config", default="config.json", help="configuration file (JSON)")
+    p.add_argument(
+        "--config",
+        default="config.json",
+        help="configuration file (JSON; default: config.json in the current folder)",
+    )
     p.add_argument(
         "--schema", action="store_true", help="print the configuration's JSON Schema and exit"
     )
@@ -84,6 +89,17 @@ def build_parser(subcommands: Sequence[str] = ()) -> argparse.ArgumentParser:
         help="simulate even when the memory estimate exceeds what this machine has",
     )
     return p
+
+
+def _prefix_problem(prefix: str) -> str | None:
+    """Why ``--prefix`` cannot start the names of files written into --out, or None: a
+    path separator would put them in another folder (or outside --out), a leading dot
+    would hide them."""
+    if "/" in prefix or os.sep in prefix or (os.altsep and os.altsep in prefix):
+        return f"--prefix {prefix!r}: a file name's start, without a folder ('/')"
+    if prefix.startswith("."):
+        return f"--prefix {prefix!r}: starts with '.', which hides the files"
+    return None
 
 
 def _check_trace_ranks(text: str, world_size: int | None) -> None:
@@ -152,7 +168,9 @@ def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
         cfg = load_config(ns.config)
         for note in cfg.deprecation_notes:
             print(f"note: {note}", file=sys.stderr)
-        problem = output_dir_problem(ns.out or cfg.logging.log_dir)
+        if ns.out == "":
+            raise ConfigError("--out: empty; name a folder (default: logging.log_dir)")
+        problem = output_dir_problem(ns.out or cfg.logging.log_dir) or _prefix_problem(ns.prefix)
         if problem:
             raise ConfigError(problem)
         if ns.trace_ranks != "auto":

@@ -730,6 +730,10 @@ class Config(_Strict):
             raise ValueError("topology.k: a fat_tree needs an even switch radix k (e.g. 4)")
         if t.type == "torus" and not t.dims:
             raise ValueError("topology.dims: a torus needs its dimensions, e.g. [4, 4]")
+        if t.type == "torus":
+            for d, size in enumerate(t.dims):
+                if size < 2:  # (before the endpoints are counted: 0 would make none)
+                    raise ValueError(f"topology.dims[{d}] must be >= 2 (got {size})")
         if not self.jobs and self.world_size > self.num_rank_endpoints:
             # Before anything is built or sized (a case too big for memory would be
             # refused with a size that cannot hold its ranks either).

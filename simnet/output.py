@@ -22,6 +22,7 @@ from workload.results import (
     _jsonable,
     atomic_write,
     chrome_trace,
+    counted,
     versions,
     write_csv,
     write_json,
@@ -106,6 +107,15 @@ def matrix_rows(m: np.ndarray) -> list[list[object]]:
         [i, *row] if ok else [i, *(v if math.isfinite(v) else None for v in row)]
         for i, (row, ok) in enumerate(zip(m.tolist(), finite, strict=True))
     ]
+
+
+def routed_only(bw: np.ndarray) -> np.ndarray:
+    """A copy of a route bandwidth matrix (bytes/s) with NaN where there is no route, a
+    pair to or from an endpoint failed links cut off (bandwidth 0 in the result): an
+    empty cell or null, as an endpoint to itself, not a figure."""
+    bw = bw.astype(float)
+    bw[bw == 0.0] = np.nan
+    return bw
 
 
 def write_matrix_csv(path: Path, m: np.ndarray, corner: str) -> Path:
@@ -285,7 +295,7 @@ def document(res: SimResult, dense: bool = True, prefix: str = "sim_") -> dict[s
         matrices: dict[str, Any] = {
             "traffic_bytes": res.traffic_bytes,
             "bandwidth_bytes_per_s": [
-                [v if math.isfinite(v) else None for v in row]
+                [v if math.isfinite(v) and v > 0.0 else None for v in row]
                 for row in res.bandwidth_bytes_per_s.astype(float).tolist()
             ],
             "matrices": {
@@ -636,11 +646,21 @@ def _scales(res: SimResult) -> tuple[float, float]:
     return (w.scale, w.compute_scale) if res.jobs is None else (1.0, 1.0)
 
 
+def _endpoints_said(res: SimResult) -> str:
+    """The network's size as the headline says it: with hosts, its hosts and the rank
+    endpoints they hold (what the matrices count)."""
+    n = res.graph.graph["num_endpoints"]
+    per = res.config.hosts.ranks_per_host
+    if per:
+        return f"{counted(n // per, 'host', 'hosts')} of {per} ranks: {n} rank endpoints"
+    return f"{n} endpoints"
+
+
 def summary_text(res: SimResult, files: list[Path] | None = None, notes: Sequence[str] = ()) -> str:
     w = res.workload
     lines = [
         f"simnet: {w.model} on {w.world_size} ranks, topology "
-        f"{res.graph.graph.get('name')} ({res.graph.graph['num_endpoints']} endpoints)",
+        f"{res.graph.graph.get('name')} ({_endpoints_said(res)})",
         f"predicted time of all jobs together (from 0 to the last job's end): "
         f"{res.iteration_time_s:.6f} s"
         if res.jobs is not None
@@ -657,8 +677,10 @@ def summary_text(res: SimResult, files: list[Path] | None = None, notes: Sequenc
         lines += jobs_lines(res.jobs)
     for p in res.phases:
         s = phase_summary(p, dense=False)
+        # With jobs the phase is one run of them all, each its own iterations.
+        per = "from 0 to the last job's end" if res.jobs is not None else "per iteration"
         lines.append(
-            f"phase {p.name}: {p.iteration_time_s:.6f} s per iteration, "
+            f"phase {p.name}: {p.iteration_time_s:.6f} s {per}, "
             f"{p.messages} messages simulated in {p.sim_wall_s:.2f} s wall "
             f"(simulator core: {_compiled.summary()}; huge pages: {arenas.status()})"
         )
@@ -771,7 +793,9 @@ def _write_all(
                 )
         files.append(
             write_matrix_csv(
-                out / f"{prefix}bandwidth_bytes_per_s.csv", res.bandwidth_bytes_per_s, "src\\dst"
+                out / f"{prefix}bandwidth_bytes_per_s.csv",
+                routed_only(res.bandwidth_bytes_per_s),
+                "src\\dst",
             )
         )
         # A pair that sent nothing has no rate: an empty cell, as the route bandwidth of
@@ -818,7 +842,7 @@ def _write_all(
     title = f"{res.workload.model}, {res.workload.world_size} ranks, {res.graph.graph['name']}"
     if dense:
         traffic = res.traffic_bytes
-        bw = res.bandwidth_bytes_per_s.astype(float)  # astype copies
+        bw = routed_only(res.bandwidth_bytes_per_s)
         np.fill_diagonal(bw, np.nan)  # an endpoint to itself
         ach = res.achieved_bytes_per_s.astype(float)
         labels = bw_labels = None
@@ -831,7 +855,7 @@ def _write_all(
         labels = [str(i) for i in range(0, n, b)]
         axis = f"endpoint (blocks of {b})" if b > 1 else "endpoint"
         b_bw = block_size(n, BANDWIDTH_SAMPLE_SIDE)
-        bw = sampled_bandwidth(res, b_bw)
+        bw = routed_only(sampled_bandwidth(res, b_bw))
         if b_bw == 1:
             np.fill_diagonal(bw, np.nan)
         bw_labels = [str(i) for i in range(0, n, b_bw)]
@@ -846,7 +870,7 @@ def _write_all(
             f"{prefix}pairs.csv holds the {len({(r[1], r[2]) for r in rows}):,} endpoint "
             f"pairs that communicated"
             + (f"; traffic heatmaps drawn in blocks of {b} endpoints" if b > 1 else "")
-            + (f", route bandwidth sampled at every {ordinal(b_bw)}" if b_bw > 1 else "")
+            + (f", route bandwidth sampled at every {ordinal(b_bw)} endpoint" if b_bw > 1 else "")
         )
     files.append(
         plots.traffic_heatmap(

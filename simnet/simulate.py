@@ -274,7 +274,9 @@ def build_topology(cfg: Config) -> tuple[nx.DiGraph, list[str]]:
         )
     # What-if link changes apply to the network as configured (its node names), before
     # hosts are added; the graph keeps their notes.
-    g, link_notes = whatif.apply_links(g, cfg.whatif, _used_endpoints(cfg, g))
+    g, link_notes = whatif.apply_links(
+        g, cfg.whatif, _used_endpoints(cfg, g), hosts=bool(cfg.hosts.ranks_per_host)
+    )
     if cfg.hosts.ranks_per_host:
         g = add_hosts(cfg, g, assumed)
     else:
@@ -339,7 +341,10 @@ def add_hosts(cfg: Config, graph: nx.DiGraph, assumed: list[str]) -> nx.DiGraph:
     if h.copy_latency_us is None:
         assumed.append("no per-message cost inside a host (hosts.copy_latency_us = 0)")
     if h.nic_bandwidth_gb_per_s is None and graph.graph["num_endpoints"] > 1:
-        assumed.append("NICs as fast as their hosts' links (hosts.nic_bandwidth_gb_per_s unset)")
+        assumed.append(
+            "NICs as fast as their hosts' links together, each way (hosts.nic_bandwidth_gb_per_s "
+            "unset)"
+        )
     nic = h.nic_bandwidth_gb_per_s
     rank_bw = h.rank_copy_bandwidth_gb_per_s
     if rank_bw is not None and rank_bw > h.copy_bandwidth_gb_per_s:
@@ -750,7 +755,20 @@ def _unused_settings(
             f"{', '.join(nccl_only)}: not used, only NCCL algorithms (nccl_ring, nccl_tree) "
             "read them and none ran"
         )
+    t = cfg.topology
+    if t.group_size is not None and t.type not in GROUPED_TOPOLOGIES:
+        ran = {a for p in phases for algs in p.algorithms.values() for a in algs}
+        if not ran & _NODE_SIZED:
+            notes.append(
+                f"topology.group_size: not used, a {t.type} topology has no groups and only "
+                f"the {', '.join(sorted(_NODE_SIZED))} algorithms read it (as their node "
+                "size), none of which ran"
+            )
     return notes
+
+
+_NODE_SIZED = frozenset({"hierarchical", "nccl_ring", "nccl_tree"})
+"""The algorithms that read ``topology.group_size`` where the topology has no groups."""
 
 
 def _rank0_counts(cfg: Config, workload: Workload) -> RankCounts:
@@ -1024,6 +1042,20 @@ def pair_route_metrics(
     return bw, lat
 
 
+def _endpoints(topology: nx.DiGraph) -> int:
+    """The endpoints of a graph given to the time functions; a hand-made graph that lacks
+    what the builders record is refused naming what (``topologies.validate``), not with a
+    KeyError."""
+    n = topology.graph.get("num_endpoints")
+    if n is None:
+        topologies.validate(topology)
+        raise topologies.TopologyError(
+            "the graph does not record its endpoints: set graph.graph['num_endpoints'] to "
+            "their number (the endpoints are the nodes 0..n-1 of kind 'endpoint')"
+        )
+    return n
+
+
 def _elements(size_bytes: int) -> int:
     """float32 elements of a message of ``size_bytes``; raises ValueError unless it is a
     whole number of bytes >= 0 and a multiple of 4."""
@@ -1079,7 +1111,7 @@ def collective_time(
             f"{', '.join(sorted(_SCHEDULE_KEYWORDS))}"
         )
     count = _elements(size_bytes)
-    p = topology.graph["num_endpoints"]
+    p = _endpoints(topology)
     params = topology.graph.get("params") or {}
     local_size = schedule_kw.get("local_size") or params.get("gpus_per_node")
     local_size = local_size or params.get("group_size")
@@ -1143,7 +1175,7 @@ def program_time(
     zero-byte one too, so that a step whose blocks are empty waits for its receiver as
     the others do, as a closed form of steps assumes) use rendezvous, with its
     request-to-send if ``rendezvous_handshake``."""
-    p = topology.graph["num_endpoints"]
+    p = _endpoints(topology)
     wl = Workload("program", p, {}, {"world": [tuple(range(p))]}, [Phase(name, program)])
     router = topologies.Router(topology)
     ex = SimExecutor(
@@ -1182,7 +1214,7 @@ def exchange_time(
     count = _elements(size_bytes)
     if not isinstance(window, numbers.Integral) or window < 1:
         raise ValueError(f"window must be a whole number of messages >= 1 (got {window!r})")
-    p = topology.graph["num_endpoints"]
+    p = _endpoints(topology)
 
     def program(rank: int) -> list:
         b = ProgramBuilder()
@@ -1213,7 +1245,7 @@ def message_time(
     endpoint ``dst`` (its receive posted first; above ``eager_threshold_bytes`` with a
     request-to-send first if ``rendezvous_handshake``, as :func:`collective_time`)."""
     count = _elements(size_bytes)
-    p = topology.graph["num_endpoints"]
+    p = _endpoints(topology)
     for name, e in (("src", src), ("dst", dst)):
         if not isinstance(e, numbers.Integral) or not 0 <= e < p:
             raise ValueError(f"{name}={e!r} is no endpoint of the topology (0..{p - 1})")

@@ -64,18 +64,32 @@ NO_COMPUTE = "the workload computes nothing: stragglers and noise change nothing
 
 
 def apply_links(
-    graph: nx.DiGraph, whatif: WhatIfSection, used: Collection[int] | None = None
+    graph: nx.DiGraph,
+    whatif: WhatIfSection,
+    used: Collection[int] | None = None,
+    hosts: bool = False,
 ) -> tuple[nx.DiGraph, list[str]]:
     """``graph`` with the degraded links' bandwidths scaled and the failed links removed
     (a copy; ``graph`` is unchanged when there is nothing to apply), and one note per
     change. ``used``: the endpoints ranks sit on (None: every endpoint), which must
     still reach one another; others the failures cut off are noted. Raises ConfigError
-    naming an unknown node or link, or the used endpoints a failure separates."""
+    naming an unknown node or link, or the used endpoints a failure separates. ``hosts``:
+    the endpoints become hosts (hosts.ranks_per_host), which the notes name as the outputs
+    do (``host<h>``)."""
     if not whatif.degraded_links and not whatif.failed_links:
         return graph, []
+
+    def shown(x: Hashable) -> str:
+        return repr(f"host{x}") if hosts and isinstance(x, int) else repr(x)
+
     g = graph.copy()
     notes = []
     changed: dict[tuple[Hashable, Hashable], str] = {}  # directed link -> where it changed
+    # Edges drawn for one physical link (a dragonfly's global link is three), by that link.
+    parts: dict[Hashable, list[tuple[Hashable, Hashable]]] = {}
+    for a, b, name in g.edges(data="link"):
+        if name is not None:
+            parts.setdefault(name, []).append((a, b))
     for i, change in enumerate(whatif.degraded_links):
         where = f"whatif.degraded_links[{i}]"
         u, v = _edge(g, change.link, where)
@@ -86,6 +100,8 @@ def apply_links(
                     f"{where}: the link {b!r} -> {a!r} is one-way (there is no {a!r} -> "
                     f"{b!r}); set one_way to change it alone"
                 )
+        whole = [e for a, b in dirs for e in parts.get(g.edges[a, b].get("link"), [(a, b)])]
+        for a, b in whole:
             if (a, b) in changed:
                 raise ConfigError(
                     f"{where}: the link {a!r} -> {b!r} is already changed by "
@@ -102,9 +118,11 @@ def apply_links(
                 )
             g.edges[a, b]["bandwidth"] = new
         arrow = "->" if change.one_way else "<->"
+        edges = len(whole) // len(dirs)
+        drawn = f", its {edges} edges" if edges > 1 else ""
         notes.append(
-            f"link {u!r} {arrow} {v!r} at {change.bandwidth_factor:g}x bandwidth "
-            f"({gb_per_s(old)} -> {gb_per_s(old * change.bandwidth_factor)})"
+            f"link {shown(u)} {arrow} {shown(v)} at {change.bandwidth_factor:g}x bandwidth "
+            f"({gb_per_s(old)} -> {gb_per_s(old * change.bandwidth_factor)}{drawn})"
         )
     removed = []
     for i, link in enumerate(whatif.failed_links):
@@ -125,15 +143,17 @@ def apply_links(
     if removed:
         what = ", ".join(f"{u!r} <-> {v!r}" for u, v in removed)
         idle = _check_connected(g, what, used)
-        notes.append(f"failed: {what}; {_rerouted(graph, g, idle)}")
+        said = ", ".join(f"{shown(u)} <-> {shown(v)}" for u, v in removed)
+        unit = "host" if hosts else "endpoint"
+        notes.append(f"failed: {said}; {_rerouted(graph, g, idle, unit)}")
         if idle:
-            notes.append(f"{_listed(idle)} cut off by the failures (no rank there)")
+            notes.append(f"{_listed(idle, unit)} cut off by the failures (no rank there)")
             g.graph["cut_off"] = idle  # (no routes to or from them: see route_matrices)
     return g, notes
 
 
-def _listed(ends: list[int]) -> str:
-    return f"endpoint(s) {ends[:8]}{'...' if len(ends) > 8 else ''}"
+def _listed(ends: list[int], unit: str = "endpoint") -> str:
+    return f"{unit}(s) {ends[:8]}{'...' if len(ends) > 8 else ''}"
 
 
 def _check_connected(graph: nx.DiGraph, what: str, used: Collection[int] | None) -> list[int]:
@@ -175,9 +195,9 @@ def _ranked(used: Collection[int] | None) -> tuple[str, str]:
     )
 
 
-def _rerouted(before: nx.DiGraph, after: nx.DiGraph, cut: list[int]) -> str:
+def _rerouted(before: nx.DiGraph, after: nx.DiGraph, cut: list[int], unit: str) -> str:
     """How many endpoint pairs' routes the failures lengthened (counted on small graphs;
-    pairs with an endpoint ``cut`` off left out)."""
+    pairs with an endpoint ``cut`` off left out), the endpoints called ``unit``s."""
     n = before.graph["num_endpoints"]
     if n > _REROUTE_CHECK_MAX_ENDPOINTS:
         return "traffic rerouted on the remaining shortest routes"
@@ -192,7 +212,7 @@ def _rerouted(before: nx.DiGraph, after: nx.DiGraph, cut: list[int]) -> str:
                 changed += a != b
                 longer += len(b) > len(a)
     m = len(ends)
-    return f"{changed} of {m * (m - 1)} endpoint pairs rerouted ({longer} on longer routes)"
+    return f"{changed} of {m * (m - 1)} {unit} pairs rerouted ({longer} on longer routes)"
 
 
 def compute_factors(whatif: WhatIfSection, world_size: int) -> list[float]:

@@ -224,3 +224,31 @@ def test_a_mistyped_subcommand_is_named_with_the_nearest():
         "python -m simnet: error: unknown subcommand 'swep'; did you mean 'sweep'? "
         "(subcommands: calibrate, "
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prefix", "a/b_"], "error: --prefix 'a/b_': a file name's start, without a folder"),
+        (["--prefix", "../x_"], "error: --prefix '../x_': a file name's start, without a folder"),
+        (["--prefix", ".x"], "error: --prefix '.x': starts with '.', which hides the files"),
+        (["--out="], "error: --out: empty; name a folder"),
+    ],
+)
+def test_a_prefix_or_out_that_would_write_elsewhere_is_refused(tmp_path, args, message):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(
+        '{"distributed": {"num_nodes": 2}, "topology": {"type": "switch"}, '
+        '"workload": {"name": "dlrm", "scale": 0.01}, "logging": {"log_dir": "res"}}'
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "simnet", "--config", str(cfg), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+    )
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith(message), r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json"]  # nothing written

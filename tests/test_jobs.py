@@ -180,6 +180,9 @@ def test_jobs_outputs(tmp_path):
     summary = (tmp_path / "sim_summary.txt").read_text()
     assert "a (resnet50, 2 ranks, start 0.000 ms)" in summary
     assert "slowdown x2.000" in summary
+    # The phase's time is the run of all the jobs, not an iteration of one.
+    assert f"phase jobs: {res.iteration_time_s:.6f} s from 0 to the last job's end," in summary
+    assert "per iteration" not in summary.split("phase jobs:")[1].splitlines()[0]
 
 
 def test_job_pictures_show_the_jobs_own_ranks_from_their_start(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ import math
 import subprocess
 import sys
 
+import networkx as nx
 import numpy as np
 import pytest
 
@@ -436,6 +437,27 @@ def test_the_time_functions_refuse_what_they_cannot_send():
         simnet.exchange_time(g, 8, window=0)
 
 
+def test_a_hand_made_graph_is_refused_naming_what_it_lacks():
+    g = nx.DiGraph()
+    g.add_edge(0, 1, bandwidth=1e9, latency=0.0)
+    g.add_edge(1, 0, bandwidth=1e9, latency=0.0)
+    for call in (
+        lambda: simnet.collective_time(g, "allreduce", "ring", 1 << 20),
+        lambda: simnet.message_time(g, 0, 1, 1 << 20),
+        lambda: simnet.exchange_time(g, 1 << 20),
+    ):
+        with pytest.raises(topologies.TopologyError, match="node 0 has kind=None"):
+            call()
+    nx.set_node_attributes(g, "endpoint", "kind")
+    with pytest.raises(topologies.TopologyError, match=r"set graph.graph\['num_endpoints'\]"):
+        simnet.collective_time(g, "allreduce", "ring", 1 << 20)
+    g.graph["num_endpoints"] = 2
+    # Ring allreduce on 2 ranks: 2 (p - 1) / p x 1 MiB at 1 GB/s, no latency.
+    assert simnet.collective_time(g, "allreduce", "ring", 1 << 20) == pytest.approx(
+        (1 << 20) / 1e9, rel=1e-12
+    )
+
+
 def test_collective_time_takes_the_node_size_the_topology_records():
     # 2 nodes of 8 GPUs: without local_size, the NCCL algorithms see the nodes the
     # builder made (local_size=8), as a hierarchical allreduce sees the groups.
@@ -505,6 +527,15 @@ def test_settings_the_run_cannot_use_are_said_and_change_nothing():
     paid = simnet.simulate({**dlrm, "collectives": {"gamma_s_per_byte": 1e-9}})
     assert not any("gamma" in a for a in paid.assumed)
     assert paid.iteration_time_s > simnet.simulate(dlrm).iteration_time_s
+    # A group size where the topology has no groups is read by no algorithm that ran.
+    df = {"type": "dragonfly", "routers_per_group": 2, "endpoints_per_router": 2}
+    grouped = simnet.simulate({**dlrm, "distributed": {"num_nodes": 16},
+                               "topology": {**df, "group_size": 3}})  # fmt: skip
+    assert (
+        "topology.group_size: not used, a dragonfly topology has no groups and only the "
+        "hierarchical, nccl_ring, nccl_tree algorithms read it (as their node size), none "
+        "of which ran"
+    ) in grouped.assumed
 
 
 def test_host_fields_without_hosts_and_a_rank_above_its_host_are_said():
@@ -707,6 +738,10 @@ def test_a_case_too_big_for_the_memory_is_refused_before_it_is_built(doc, hint):
              "workload": {"name": "dlrm", "world_size": 16}},
             "workload.world_size: 16 ranks but the ring topology has only 8 endpoints (4 x 2 "
             "ranks per host); use a larger topology (distributed.num_nodes) or fewer ranks",
+        ),
+        (  # a dimension of 0 is named, not counted as a torus of no endpoints
+            {"distributed": {"num_nodes": 8}, "topology": {"type": "torus", "dims": [2, 0, 4]}},
+            "topology.dims[1] must be >= 2 (got 0)",
         ),
     ],
 )  # fmt: skip

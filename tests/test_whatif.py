@@ -47,6 +47,27 @@ def test_a_degraded_link_slows_the_direction_it_names():
     assert res.traffic_bytes[0, 1] == res.traffic_bytes[1, 0] == MSG
 
 
+def test_a_dragonfly_global_link_is_changed_whole():
+    # Two groups of one router and one endpoint: 0 -> 1 crosses the global link, drawn
+    # as three edges (router -> port -> port -> router) at 2.5 GB/s, the bottleneck.
+    topo = {"type": "dragonfly", "routers_per_group": 1, "endpoints_per_router": 1}
+    topo["global_bandwidth_gb_per_s"] = 2.5
+    base = simnet.simulate(pingpong(topo, {}))
+    up = {"link": ["gw0.1", "gw1.0"], "bandwidth_factor": 4}
+    res = simnet.simulate(pingpong(topo, {"degraded_links": [up]}))
+    # At 4x the global link runs at 10 GB/s, as fast as the endpoints' links: both
+    # messages gain MSG / 2.5 GB/s - MSG / 10 GB/s (the latencies are the same).
+    gain = 2 * (MSG / 2.5e9 - MSG / BW)
+    assert base.iteration_time_s - res.iteration_time_s == pytest.approx(gain, rel=1e-9)
+    assert res.scenario == [
+        "link 'gw0.1' <-> 'gw1.0' at 4x bandwidth (2.5 GB/s -> 10 GB/s, its 3 edges)"
+    ]
+    # Named by an outer edge, one way: only the forward message gains.
+    fwd = {"link": ["r0.0", "gw0.1"], "bandwidth_factor": 4, "one_way": True}
+    res = simnet.simulate(pingpong(topo, {"degraded_links": [fwd]}))
+    assert base.iteration_time_s - res.iteration_time_s == pytest.approx(gain / 2, rel=1e-9)
+
+
 def test_a_failed_link_reroutes_the_long_way_round():
     topo = {"type": "ring", "num_nodes": 4}
     base = simnet.simulate(pingpong(topo, {}))
@@ -223,8 +244,21 @@ def test_with_hosts_a_what_if_names_a_host_as_the_outputs_do():
         })  # fmt: skip
 
     by_name, by_number = run(["host0", "sw"]), run([0, "sw"])
-    assert by_name.scenario == ["link 0 <-> 'sw' at 0.5x bandwidth (10 GB/s -> 5 GB/s)"]
+    # Said as the outputs name it, however the configuration named it.
+    said = ["link 'host0' <-> 'sw' at 0.5x bandwidth (10 GB/s -> 5 GB/s)"]
+    assert by_name.scenario == by_number.scenario == said
     assert by_name.iteration_time_s == by_number.iteration_time_s
+    failed = simnet.simulate({
+        "distributed": {"num_nodes": 4, "bandwidth_limit_gb_per_s": 12.5},
+        "topology": {"type": "ring", "link_latency_us": 1},
+        "workload": {"name": "resnet152", "world_size": 16, "scale": 0.05},
+        "hosts": {"ranks_per_host": 4, "copy_bandwidth_gb_per_s": 20},
+        "whatif": {"failed_links": [["host0", 1]]},
+    })  # fmt: skip
+    # A ring of 4 hosts: of the 12 host pairs, 0 -> 1 and 1 -> 0 go the long way round
+    # (3 hops) and the 2-hop pairs through the cut link take the other side.
+    note = failed.scenario[0]
+    assert note.startswith("failed: 'host0' <-> 'host1'; ") and "of 12 host pairs" in note
 
 
 def test_a_failure_cutting_off_endpoints_without_ranks_is_noted_not_refused():
@@ -335,5 +369,9 @@ def test_outputs_of_a_run_with_an_endpoint_cut_off_are_written_sparse_and_dense(
         assert (out / "sim_summary.txt").is_file()
     rows = [r.split(",") for r in (tmp_path / "dense" / "sim_bandwidth_bytes_per_s.csv")
             .read_text().splitlines()]  # fmt: skip
-    assert float(rows[1][16]) == 0.0 and [float(x) for x in rows[16][1:4]] == [0.0] * 3
+    # No route to or from the endpoint cut off: empty cells (as an endpoint to itself),
+    # null in the JSON, not a bandwidth of 0.
+    assert rows[1][16] == "" and rows[16][1:] == [""] * 16
     assert float(rows[1][2]) == 10e9  # (the others' routes as before)
+    bw = json.loads((tmp_path / "dense" / "sim_results.json").read_text())["bandwidth_bytes_per_s"]
+    assert bw[0][15] is None and bw[15] == [None] * 16 and bw[0][1] == 10e9

@@ -502,7 +502,9 @@ def dragonfly(
 
     A global link is drawn as a chain of three edges through two port nodes,
     ``f"gw{i}.{j}"`` (group i's port towards j) and ``f"gw{j}.{i}"``: all three carry the
-    link's bandwidth, the middle one its latency (the outer ones 0). Because a global link
+    link's bandwidth, the middle one its latency (the outer ones 0), and each names the
+    link it is part of in its ``link`` attribute (``(f"gw{i}.{j}", f"gw{j}.{i}")`` one way,
+    reversed the other), which a degraded link's what-if scales whole. Because a global link
     counts three hops, the shortest route between groups is the minimal one, through
     exactly one global link: source router -> (local) gateway -> global -> (local) router
     -> endpoint, unique; a route through a third group would take two global links
@@ -559,9 +561,15 @@ def dragonfly(
         for j in range(i + 1, g):
             out, back = f"gw{i}.{j}", f"gw{j}.{i}"
             graph.add_nodes_from((out, back), kind="switch")
-            _link(graph, f"r{i}.{dragonfly_gateway(g, a, i, j)}", out, glob_bw, 0.0)
+            src = f"r{i}.{dragonfly_gateway(g, a, i, j)}"
+            dst = f"r{j}.{dragonfly_gateway(g, a, j, i)}"
+            _link(graph, src, out, glob_bw, 0.0)
             _link(graph, out, back, glob_bw, glob_lat)
-            _link(graph, back, f"r{j}.{dragonfly_gateway(g, a, j, i)}", glob_bw, 0.0)
+            _link(graph, back, dst, glob_bw, 0.0)
+            # The three edges of each direction are one physical link (see whatif).
+            for chain in ((src, out), (out, back), (back, dst)):
+                graph.edges[chain]["link"] = (out, back)
+                graph.edges[chain[::-1]]["link"] = (back, out)
     return graph
 
 
