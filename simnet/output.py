@@ -391,7 +391,8 @@ def jobs_lines(report: Any, top: int = 5) -> list[str]:
         lines.append(
             f"  {j.name} ({j.model}, {j.ranks[1] - j.ranks[0]} ranks, start "
             f"{j.start_s * 1e3:.3f} ms): alone {j.alone_s * 1e3:.3f} ms, shared "
-            f"{j.shared_s * 1e3:.3f} ms, slowdown x{j.slowdown:.3f}"
+            f"{j.shared_s * 1e3:.3f} ms, slowdown x{j.slowdown:.3f}, "
+            f"{format_bytes(sum(j.pair_bytes.values()))} sent between its ranks"
         )
     if report.contended:
         lines.append(
@@ -691,6 +692,8 @@ def summary_text(res: SimResult, files: list[Path] | None = None, notes: Sequenc
         ):
             lines.append(f"  {label:28s} mean {s[key]['mean']:.6f} s  max {s[key]['max']:.6f} s")
         over = f" (over the {p.iterations} iterations)" if p.iterations > 1 else ""
+        if res.jobs is not None:  # (the jobs' groups of a kind are one kind of the run)
+            over = " kind, all jobs together (each job's total: in its line above)"
         lines.append(
             f"  wire bytes by group{over}: "
             + (

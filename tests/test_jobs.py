@@ -180,6 +180,11 @@ def test_jobs_outputs(tmp_path):
     summary = (tmp_path / "sim_summary.txt").read_text()
     assert "a (resnet50, 2 ranks, start 0.000 ms)" in summary
     assert "slowdown x2.000" in summary
+    from workload.units import format_bytes
+
+    for j in (a, b):  # each job's bytes in its line; the group kinds' are all jobs'
+        assert f"{format_bytes(sum(j.pair_bytes.values()))} sent between its ranks" in summary
+    assert "wire bytes by group kind, all jobs together" in summary
     # The phase's time is the run of all the jobs, not an iteration of one.
     assert f"phase jobs: {res.iteration_time_s:.6f} s from 0 to the last job's end," in summary
     assert "per iteration" not in summary.split("phase jobs:")[1].splitlines()[0]

@@ -261,6 +261,21 @@ def test_with_hosts_a_what_if_names_a_host_as_the_outputs_do():
     assert note.startswith("failed: 'host0' <-> 'host1'; ") and "of 12 host pairs" in note
 
 
+def test_a_bad_placement_is_named_before_a_failures_split():
+    cfg = {
+        "distributed": {"num_nodes": 4},
+        "topology": {"type": "switch", "placement": [0, 1, 2, 9]},
+        "workload": {"name": "dlrm", "world_size": 4, "scale": 0.01},
+        "whatif": {"failed_links": [[0, "sw"]]},
+    }
+    with pytest.raises(ConfigError) as e:
+        simnet.simulate(cfg)
+    assert str(e.value) == (
+        "topology.placement: rank 3 is placed on 9, not an endpoint of the switch topology; "
+        "endpoints are 0..3"
+    )
+
+
 def test_a_failure_cutting_off_endpoints_without_ranks_is_noted_not_refused():
     # 16 endpoints on a switch, 8 ranks on 0..7: endpoint 15 down is a normal what-if.
     cfg = {
