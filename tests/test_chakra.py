@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import subprocess
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -542,3 +545,86 @@ def test_a_set_without_its_process_group_file_says_so(tmp_path):
     r = _simnet("chakra", "show", str(out))
     assert r.returncode == 2
     assert "(the set's folder has no comm_group.json)" in r.stderr
+
+
+def _small_config(tmp_path: Path) -> Path:
+    cfg = tmp_path / "small.json"
+    cfg.write_text(json.dumps({
+        "topology": {"type": "switch", "num_nodes": 4},
+        "workload": {"name": "gpt2", "args": [8, 2], "world_size": 4},
+    }))  # fmt: skip
+    return cfg
+
+
+def test_goal_and_export_write_through_links_and_into_special_files(tmp_path, capsys):
+    from workflows.chakra import main
+
+    cfg = _small_config(tmp_path)
+    assert main(["goal", "--config", str(cfg), "--out", str(tmp_path / "direct.goal")]) == 0
+    expected = (tmp_path / "direct.goal").read_bytes()
+    # A link is followed: the file it names gets the schedule, the link stays a link.
+    (tmp_path / "real.goal").write_text("old")
+    (tmp_path / "link.goal").symlink_to("real.goal")
+    assert main(["goal", "--config", str(cfg), "--out", str(tmp_path / "link.goal")]) == 0
+    assert (tmp_path / "link.goal").is_symlink()
+    assert (tmp_path / "real.goal").read_bytes() == expected
+    # A special file (as /dev/null) is written into, never replaced by a regular file.
+    fifo = tmp_path / "fifo.goal"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    assert main(["goal", "--config", str(cfg), "--out", str(fifo)]) == 0
+    reader.join(timeout=60)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and got == [expected]
+    # The trace set's files too: a rank file that is a link stays one.
+    out = tmp_path / "et"
+    out.mkdir()
+    (tmp_path / "rank1.et").write_text("old")
+    (out / "trace.1.et").symlink_to(tmp_path / "rank1.et")
+    assert main(["export", "--config", str(cfg), "--out", str(out), "--goal"]) == 0
+    assert (out / "trace.1.et").is_symlink()
+    assert (tmp_path / "rank1.et").read_bytes()[:1] != b"o"
+    assert read_trace_set(out).world_size == 4
+    assert not list(tmp_path.rglob("*.tmp"))
+    # The printed size names the GOAL file apart from the traces.
+    printed = capsys.readouterr().out
+    goal_mb = (out / "trace.goal").stat().st_size / 1e6
+    assert f", and the GOAL schedule trace.goal ({goal_mb:.1f} MB)" in printed
+
+
+def test_goal_and_export_refuse_bad_outputs_before_writing(tmp_path, capsys):
+    from workflows.chakra import main
+
+    cfg = _small_config(tmp_path)
+
+    def refused(*args: str) -> str:
+        assert main([*args, "--config", str(cfg)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1
+        return err[0]
+
+    (tmp_path / "folder").mkdir()
+    assert refused("goal", "--out", str(tmp_path / "folder")) == (
+        f"error: --out {tmp_path / 'folder'}: a folder; name a file "
+        f"(e.g. {tmp_path / 'folder' / 'results.json'})"
+    )
+    (tmp_path / "file").write_text("x")
+    assert refused("export", "--out", str(tmp_path / "file")) == (
+        f"error: {tmp_path / 'file'} is a file, not a folder: choose another --out"
+    )
+    for prefix in ("../escape", "", ".hidden", "a/b"):
+        assert refused("export", "--out", str(tmp_path / "et"), "--prefix", prefix) == (
+            f"error: --prefix {prefix!r}: name the files with a plain word (no '/' or '\\', "
+            "not empty, not starting with '.'), e.g. --prefix trace"
+        )
+    # A rank's file is a folder: refused before any file of the set is written.
+    (tmp_path / "et" / "trace.2.et").mkdir(parents=True)
+    assert refused("export", "--out", str(tmp_path / "et")) == (
+        f"error: {tmp_path / 'et' / 'trace.2.et'} is a folder: remove it or choose another --out"
+    )
+    assert sorted(p.name for p in (tmp_path / "et").iterdir()) == ["trace.2.et"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["et", "file", "folder", "small.json"]
+    # Missing folders are made, as for the proxies' --json.
+    assert main(["goal", "--config", str(cfg), "--out", str(tmp_path / "a" / "b" / "x.goal")]) == 0
+    assert (tmp_path / "a" / "b" / "x.goal").read_text().startswith("num_ranks 4\n")

@@ -27,7 +27,7 @@ from workload.chakra_et import COMM_GROUP_FILE, ChakraError, export_trace_set, r
 from workload.goal import write_goal
 from workload.ops import Collective, Recv, Send, call_bytes
 from workload.program import Phase, Workload
-from workload.results import write_json
+from workload.results import output_dir_problem, output_file_problem, write_json
 
 EXIT_USAGE = 2
 
@@ -96,8 +96,40 @@ def _sizes(groups: list) -> str:
     return str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
 
 
+def prefix_problem(prefix: str) -> str | None:
+    """Why ``prefix`` cannot name a set's files inside --out, or None: a path separator
+    would write them elsewhere (``../x``), a leading dot or nothing hides them."""
+    if not prefix or prefix.startswith(".") or "/" in prefix or "\\" in prefix or "\0" in prefix:
+        return (
+            f"--prefix {prefix!r}: name the files with a plain word (no '/' or '\\', not "
+            "empty, not starting with '.'), e.g. --prefix trace"
+        )
+    return None
+
+
+def export_files_problem(out: Path, prefix: str, world_size: int, goal: bool) -> str | None:
+    """Why the set's files cannot all be written into ``out``, or None: checked before
+    the first file is written, so that a refused export leaves no partial set."""
+    names = [f"{prefix}.{rank}.et" for rank in range(world_size)]
+    names += [COMM_GROUP_FILE, f"{prefix}.export.json", f"{prefix}.goal"]
+    # (An earlier set's rank file that this export would remove counts too.)
+    olds = [p.name for p in out.glob(f"{glob.escape(prefix)}.*.et")]
+    for name in names + olds:
+        if (out / name).is_dir():
+            return f"{out / name} is a folder: remove it or choose another --out"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    problem = None
+    if ns.action == "export":
+        problem = prefix_problem(ns.prefix) or output_dir_problem(ns.out, "--out")
+    elif ns.action == "goal":
+        problem = output_file_problem(ns.out, "--out")
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         if ns.action == "show":
             traces = read_trace_set(Path(ns.dir))
@@ -126,6 +158,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{COMM_GROUP_FILE}); a folder holds one set: export {ns.prefix!r} into "
                     f"another folder, or remove that set first"
                 )
+            problem = export_files_problem(out, ns.prefix, workload.world_size, ns.goal)
+            if problem:
+                raise ChakraError(problem)
             files = export_trace_set(
                 workload, out, ns.prefix, _progress("writing traces", workload.world_size)
             )
@@ -157,10 +192,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     old.unlink()
             if not ns.goal:
                 (out / f"{ns.prefix}.goal").unlink(missing_ok=True)
-            size = sum(f.stat().st_size for f in files)
+            size = sum(f.stat().st_size for f in files if f.suffix != ".goal")
+            goal_note = ""
+            if ns.goal:
+                goal_size = (out / f"{ns.prefix}.goal").stat().st_size
+                goal_note = f", and the GOAL schedule {ns.prefix}.goal ({goal_size / 1e6:.1f} MB)"
             _print_summary(
                 f"wrote {workload.world_size} Chakra traces of {workload.model} and "
-                f"comm_group.json to {out} ({size / 1e6:.1f} MB)",
+                f"comm_group.json to {out} ({size / 1e6:.1f} MB){goal_note}",
                 doc,
             )
             return 0

@@ -40,6 +40,7 @@ from typing import Any
 
 from .ops import Collective, Compute, Op, Recv, Send, Testany, Wait
 from .program import Workload
+from .results import atomic_write, write_text
 from .units import ELEM_BYTES
 
 INSTALL_HINT = "pip install --no-deps mlc-chakra protobuf"
@@ -109,7 +110,8 @@ def export_trace_set(
     """Write ``workload`` (one iteration of every phase, in order) as a Chakra trace
     set into ``directory``; returns the files written (ranks, then comm_group.json).
 
-    Files are written under temporary names and renamed when complete.
+    Files are written through :func:`workload.results.atomic_write` (each under a
+    temporary name, renamed when complete).
     """
     et, encode, _ = _chakra()
     directory = Path(directory)
@@ -119,8 +121,8 @@ def export_trace_set(
     written = []
     for rank in range(workload.world_size):
         path = trace_path(directory, prefix, rank)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
+
+        def write(f: Any, rank: int = rank) -> None:
             meta = et.GlobalMetadata(version=SCHEMA_VERSION)
             meta.attr.extend(
                 [
@@ -134,14 +136,14 @@ def export_trace_set(
             encode(f, meta)
             for node in _rank_nodes(et, workload, rank, ids):
                 encode(f, node)
-        tmp.replace(path)
+
+        # The project's writer: a link is followed, a device written into, not replaced.
+        atomic_write(path, write, binary=True)
         written.append(path)
         if progress is not None:
             progress(rank)
     groups_path = directory / COMM_GROUP_FILE
-    tmp = groups_path.with_name(groups_path.name + ".tmp")
-    tmp.write_text(json.dumps(groups_doc, indent=1) + "\n")
-    tmp.replace(groups_path)
+    write_text(groups_path, json.dumps(groups_doc, indent=1) + "\n")
     written.append(groups_path)
     return written
 

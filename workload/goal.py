@@ -39,6 +39,7 @@ from typing import Any, TextIO
 from .collectives import default_algorithm, in_stream_order, runs_as_nccl, schedule_for
 from .ops import Collective, Compute, Recv, Send, Testany, Wait
 from .program import Workload
+from .results import atomic_write
 
 P2P_TAG_BASE = 1_000_000
 COLLECTIVE_TAG_BASE = 1_000_000_000
@@ -93,19 +94,18 @@ def write_goal(
     stream_order: bool | None = None,
 ) -> dict[str, int]:
     """Write one iteration of every phase of ``workload`` as a GOAL schedule to
-    ``path`` (via a temporary file); returns counts of sends, receives, calcs and
-    bytes sent. ``library`` and ``stream_order``: which collectives wait for the rank's
-    previous one on their group, as simnet runs them (``collectives.library`` and
-    ``collectives.stream_order``)."""
+    ``path`` (through :func:`workload.results.atomic_write`); returns counts of sends,
+    receives, calcs and bytes sent. ``library`` and ``stream_order``: which collectives
+    wait for the rank's previous one on their group, as simnet runs them
+    (``collectives.library`` and ``collectives.stream_order``)."""
     order = (library, stream_order)
     choose = choose or default_chooser(workload)
     kinds = {k: i for i, k in enumerate(sorted(workload.groups))}
     if len(kinds) >= MAX_GROUP_KINDS:
         raise ValueError(f"GOAL export supports up to {MAX_GROUP_KINDS - 1} group kinds")
     counts = {"sends": 0, "recvs": 0, "calcs": 0, "bytes": 0}
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as out:
+
+    def write(out: TextIO) -> None:
         out.write(f"num_ranks {workload.world_size}\n")
         for rank in range(workload.world_size):
             out.write(f"\nrank {rank} {{\n")
@@ -113,7 +113,10 @@ def write_goal(
             out.write("}\n")
             if progress is not None:
                 progress(rank)
-    tmp.replace(path)
+
+    # Through the project's writer: a link is followed and /dev/null written into,
+    # never replaced by a file (a rename over them would).
+    atomic_write(path, write)
     return counts
 
 
