@@ -43,21 +43,30 @@ MEASURE_TAG = 30001  # pairwise bandwidth measurement
 COMPUTE_MODES = ("sleep", "spin", "none")
 POLL_PAUSE_S = 1e-4  # the default pause; the proxies pass proxies.launch.poll_pause_s
 PROGRESS_MODES = ("blocking", "poll")
+EXIT_TIMEOUT = 124  # as coreutils' timeout reports a command it stopped
 
 
 class Watchdog:
     """Aborts the job when one operation blocks longer than ``timeout_s``.
 
-    Runs in a thread that never calls MPI: it prints and exits the process,
-    and the launcher then tears the other ranks down.
+    Runs in a thread that makes no MPI call but the abort: it prints one line, then
+    ends the job with exit code 124 (``EXIT_TIMEOUT``).
     """
 
     # Set-up steps (communicator creation, barriers) are not operations: on an
     # oversubscribed host they may take seconds, so they get at least this long.
     SETUP_ALLOWANCE_S = 120.0
+    # In a deadlock every rank times out at once, and each would write its line before
+    # the first one's abort ends it: rank r waits r x this longer (at most 8 x), so
+    # that the lowest stuck rank reports alone, as a rule (a job's ranks: with ``comm``).
+    REPORT_STAGGER_S = 0.05
 
-    def __init__(self, rank: int, timeout_s: float) -> None:
+    def __init__(self, rank: int, timeout_s: float, comm: MPI.Comm | None = None) -> None:
+        """``comm``: the job's communicator, aborted with code 124 when this rank times
+        out (None: only this process exits, with 124)."""
         self.rank = rank
+        self.stagger_s = self.REPORT_STAGGER_S * min(rank, 8) if comm is not None else 0.0
+        self.comm = comm
         self.timeout_s = timeout_s
         self.limit_s = max(timeout_s, self.SETUP_ALLOWANCE_S)
         self.what = "start-up"
@@ -80,13 +89,55 @@ class Watchdog:
         while True:
             time.sleep(period)
             stuck = time.perf_counter() - self.since
-            if stuck > self.limit_s:
+            if stuck > self.limit_s + self.stagger_s:
                 sys.stderr.write(
                     f"error: rank {self.rank} timed out after {stuck:.3g} s (--timeout "
                     f"{self.timeout_s:g}) in {self.what}; aborting the job\n"
                 )
-                sys.stderr.flush()
-                os._exit(124)
+                abort_on_timeout(self.comm)
+
+
+def _let_launcher_read(fd: int, limit_s: float = 0.5) -> None:
+    """Wait (at most ``limit_s``) until the launcher has read what this process wrote
+    to ``fd``, when ``fd`` is a pipe (as mpiexec's are): an abort may otherwise end
+    the launcher's forwarding before the line is through (seen in one run of twelve).
+    A fixed pause instead would let the other threads run on, even to a normal exit."""
+    import fcntl
+    import stat
+    import struct
+    import termios
+
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return
+        end = time.perf_counter() + limit_s
+        while time.perf_counter() < end:
+            unread = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+            if unread == 0:
+                return
+            time.sleep(0.001)
+    except OSError:
+        return
+
+
+def abort_on_timeout(comm: MPI.Comm | None) -> None:
+    """End the job with exit code 124 after a rank timed out (its error line written).
+
+    The process leaving by itself is not enough: mpiexec then kills the other ranks,
+    and a rank killed by a signal makes mpiexec's exit code that signal's (9, with a
+    "BAD TERMINATION" banner) in about one run of four. MPI_Abort with 124 makes the
+    launcher end every rank and exit with 124 (MPICH's Hydra and Open MPI's mpirun
+    both). MPICH prints a line of its own for the abort: this rank's stderr goes to
+    /dev/null first, so that the job's error is the one line already written."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if comm is None:
+        os._exit(EXIT_TIMEOUT)
+    _let_launcher_read(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    comm.Abort(EXIT_TIMEOUT)
+    os._exit(EXIT_TIMEOUT)  # (MPI_Abort does not return; should it, this rank still ends)
 
 
 class Pacer:
@@ -161,7 +212,7 @@ class MPIExecutor:
             raise ValueError(f"poll_pause_s must be > 0 (got {poll_pause_s!r})")
         self.poll_pause_s = float(poll_pause_s)
         self._poll = partial(_poll_all, pause_s=self.poll_pause_s)
-        self.watchdog = Watchdog(self.rank, timeout_s)
+        self.watchdog = Watchdog(self.rank, timeout_s, self.world)
         self.programs = {ph.name: ph.program(self.rank) for ph in workload.phases}
         self.needs = buffer_needs(workload, self.rank, list(self.programs.values()))
         self.comms: dict[str, MPI.Intracomm] = {}

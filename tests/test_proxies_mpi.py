@@ -268,6 +268,20 @@ def test_timeout_names_rank_and_operation():
     )
 
 
+def test_a_timeout_ends_the_job_with_124_and_one_line():
+    # Every rank times out at once (--timeout 1 ms, 16 ms computes): the launcher used
+    # to kill the ranks still running and exit 9 in about one run of four.
+    for _ in range(5):
+        r = mpirun(
+            4, "proxies.gpt3", "1", "1", "--scale", "0.1", "--timeout", "0.001", *FAST,
+            timeout=120,
+        )  # fmt: skip
+        assert r.returncode == 124, r.stdout + r.stderr
+        lines = r.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: rank "), r.stderr
+        assert lines[0].endswith("; aborting the job")
+
+
 def test_schedule_algorithm_runs_over_mpi(tmp_path):
     doc = run_json(
         tmp_path, 4, "proxies.resnet50", "--scale", "0.001", "--algorithm", "ring", *FAST
