@@ -87,9 +87,25 @@ def test_bert_every_rank():
         assert (calls, nbytes) == want
 
 
-def test_bert_per_tensor_refused():
-    with pytest.raises(ValueError, match="per-tensor gradient messages are not available"):
-        build("bert", 8, per_tensor=True)
+def test_bert_per_tensor_sizes_and_order():
+    # The reference's non-aggregated branch: the first layer's 21 tensors, the
+    # intermediate layer's 16 and the last layer's 26, summing to the aggregated sizes.
+    first, middle, last = ref.BERT_TENSORS
+    assert [sum(first), sum(middle), sum(last)] == [44379136, 12596224, 45984572]
+    w = build("bert", 8, per_tensor=True)
+    lps = 24 // 4
+    sizes = {
+        r: [o.count_elems for o in w.phases[0].program(r) if isinstance(o, Collective)]
+        for r in range(8)
+    }
+    assert sizes[0] == sizes[4] == first + middle * (lps - 1)
+    assert sizes[1] == sizes[2] == sizes[5] == middle * lps
+    assert sizes[3] == sizes[7] == middle * (lps - 1) + last
+    for rank in range(8):
+        _, calls, nbytes, _ = stats(w, rank)
+        assert (calls, nbytes) == ref.gpt2_like(
+            rank, 8, 24, 4, 8, 1.0, ref.BERT_PIPE, *map(list, ref.BERT_TENSORS)
+        )
 
 
 def test_resnet50_two_phases():
@@ -105,6 +121,19 @@ def test_resnet50_two_phases():
     assert isinstance(ops[0], Recv) and ops[0].peer == 1 and ops[0].req is not None
     assert isinstance(ops[1], Send) and ops[1].peer == 3 and ops[1].req is None
     assert isinstance(ops[2], Wait)
+
+
+def test_resnet50_per_tensor_has_the_references_161_messages():
+    w = build("resnet50", 4, per_tensor=True)
+    ops, calls, nbytes, _ = stats(w, 1, 0)
+    assert [o.count_elems for o in ops] == ref.RESNET50_TENSORS
+    assert calls == Counter(world=161)
+    assert nbytes == Counter(world=4 * 25559081)
+    ops, calls, nbytes, _ = stats(w, 1, 1)  # the ring phase: the same messages in turn
+    assert [o.count_elems for o in ops if isinstance(o, Send)] == ref.RESNET50_TENSORS
+    assert [o.peer for o in ops[:2]] == [0, 2]
+    assert calls == Counter(world=2 * 161)
+    assert nbytes == Counter(world=8 * 25559081)
 
 
 def test_resnet152_overlap_structure():

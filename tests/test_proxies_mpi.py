@@ -268,6 +268,19 @@ def test_timeout_names_rank_and_operation():
     )
 
 
+def test_per_tensor_bert_and_resnet50_over_mpi(tmp_path):
+    # The reference's per-tensor lists at --scale 0.001: exact bytes of every rank.
+    doc = run_json(tmp_path, 2, "proxies.resnet50", "--per-tensor", "--scale", "0.001", *FAST)
+    total = sum(ref.sc(m, 0.001) for m in ref.RESNET50_TENSORS) * 4
+    check_ranks(doc, lambda r: (Counter(world=161), Counter(world=total)), 0)
+    check_ranks(doc, lambda r: (Counter(world=2 * 161), Counter(world=2 * total)), 1)
+    doc = run_json(
+        tmp_path, 4, "proxies.bert", "4", "2", "1", "--per-tensor", "--scale", "0.001", *FAST
+    )
+    tensors = [list(t) for t in ref.BERT_TENSORS]
+    check_ranks(doc, lambda r: ref.gpt2_like(r, 4, 4, 2, 1, 0.001, ref.BERT_PIPE, *tensors))
+
+
 def test_a_timeout_ends_the_job_with_124_and_one_line():
     # Every rank times out at once (--timeout 1 ms, 16 ms computes): the launcher used
     # to kill the ranks still running and exit 9 in about one run of four.

@@ -147,7 +147,7 @@ class PipelineDataParallel(Model):
             if self.per_tensor_spec is None:
                 raise ValueError(
                     f"{self.name}: per-tensor gradient messages are not available "
-                    "(the reference's tensor list is not published); drop --per-tensor"
+                    "(the project has no tensor list for it); drop --per-tensor"
                 )
             spec = self.per_tensor_spec
         else:
@@ -213,6 +213,23 @@ class GPT2(PipelineDataParallel):
     per_tensor_available = True
 
 
+# BERT-large's per-tensor gradients (elements), the reference's non-aggregated lists
+# (bert_large.cpp): the first stage's layer leads with the 31,254,528-element token
+# embedding, the last stage's holds it again (the tied output embedding) and ends with
+# the heads' small tensors. They sum to the aggregated messages exactly.
+_BERT_MIDDLE = (
+    *(1048576,) * 4, 4194304, 4194304, *(1024,) * 6, 4096, 1024, 1024, 1024
+)  # fmt: skip
+_BERT_FIRST = (
+    31254528, 524288, 2048, *(1048576,) * 4, 4194304, 4194304, *(1024,) * 8, 4096,
+    1024, 1024, 1024,
+)  # fmt: skip
+_BERT_LAST = (
+    *(1048576,) * 4, 4194304, 4194304, 1048576, 1048576, 31254528, 2048, *(1024,) * 6,
+    4096, *(1024,) * 4, 30522, 1024, 1024, 1024, 2,
+)  # fmt: skip
+
+
 class BERT(PipelineDataParallel):
     name = "bert"
     description = "BERT-large: pipeline x data parallelism (communication only)"
@@ -221,3 +238,5 @@ class BERT(PipelineDataParallel):
     sequence_tokens = 128
     args = pipeline_args(layers=24)
     spec = PipelineSpec(1049600, (44379136,), (12596224,), (45984572,))
+    per_tensor_spec = PipelineSpec(1049600, _BERT_FIRST, _BERT_MIDDLE, _BERT_LAST)
+    per_tensor_available = True

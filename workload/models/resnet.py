@@ -9,6 +9,28 @@ from ..program import BuildOptions, Phase, ProgramBuilder, Workload, every_rank
 from .base import PHASE, RANK, Arg, BuildRequest, Counts, Model
 
 RESNET50_MESSAGES = (3104745, 4461568, 4462592, 4986880, 4468736, 4074560)
+# The reference's non-aggregated branch (resnet50.cpp, NUM 161): one message per
+# trainable tensor, from the classifier back to the first convolution (elements); the
+# same 25,559,081 parameters as the six aggregated messages.
+RESNET50_TENSORS = (
+    1001, 2050048, 2048, 2048, 1048576, 512, 512, 2359296, 512, 512,
+    1048576, 2048, 2048, 1048576, 512, 512, 2359296, 512, 512, 1048576,
+    2048, 2048, 1048576, 512, 512, 2359296, 512, 512, 524288, 2048,
+    2048, 2097152, 1024, 1024, 262144, 256, 256, 589824, 256, 256,
+    262144, 1024, 1024, 262144, 256, 256, 589824, 256, 256, 262144,
+    1024, 1024, 262144, 256, 256, 589824, 256, 256, 262144, 1024,
+    1024, 262144, 256, 256, 589824, 256, 256, 262144, 1024, 1024,
+    262144, 256, 256, 589824, 256, 256, 262144, 1024, 1024, 262144,
+    256, 256, 589824, 256, 256, 131072, 1024, 1024, 524288, 512,
+    512, 65536, 128, 128, 147456, 128, 128, 65536, 512, 512,
+    65536, 128, 128, 147456, 128, 128, 65536, 512, 512, 65536,
+    128, 128, 147456, 128, 128, 65536, 512, 512, 65536, 128,
+    128, 147456, 128, 128, 32768, 512, 512, 131072, 256, 256,
+    16384, 64, 64, 36864, 64, 64, 16384, 256, 256, 16384,
+    64, 64, 36864, 64, 64, 16384, 256, 256, 16384, 64,
+    64, 36864, 64, 64, 4096, 256, 256, 16384, 64, 64,
+    9408,
+)  # fmt: skip
 
 RESNET152_BUCKETS = (
     6511592,
@@ -45,25 +67,22 @@ class ResNet50(Model):
         "two separate phases, so no throughput can be defined; use resnet152 or another model"
     )
     counts = Counts(10, 512, 2, 10)
+    per_tensor_available = True
 
     def _build(self, req: BuildRequest) -> Workload:
         world_size, params, options, _ = req
-        if options.per_tensor:
-            raise ValueError(
-                "resnet50: per-tensor gradient messages are not available "
-                "(the reference's 161-tensor list is not published); drop --per-tensor"
-            )
+        messages = RESNET50_TENSORS if options.per_tensor else RESNET50_MESSAGES
 
         def allreduce_phase(rank: int) -> list[Op]:
             b = ProgramBuilder(options)
-            for m in RESNET50_MESSAGES:
+            for m in messages:
                 b.allreduce("world", m, label="grad_allreduce")
             return b.ops
 
         def ring_phase(rank: int) -> list[Op]:
             b = ProgramBuilder(options)
             left, right = (rank - 1) % world_size, (rank + 1) % world_size
-            for m in RESNET50_MESSAGES:
+            for m in messages:
                 r = b.recv(left, m, tag=0, group="world", blocking=False, label="ring_recv")
                 b.send(right, m, tag=0, group="world", label="ring_send")
                 b.wait(r)
