@@ -8,6 +8,7 @@ every rank, no hang), then MPI settings are applied, then MPI starts.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -184,23 +185,46 @@ def spec_from_namespace(model: Model, ns: argparse.Namespace) -> RunSpec:
     )
 
 
-def check_options(ns: argparse.Namespace) -> str | None:
-    """What the run specification does not cover: the MPI safety options."""
+def check_options(ns: argparse.Namespace, world_size: int = 1) -> str | None:
+    """What the run specification does not cover: the MPI safety options, and the
+    output files of a job of ``world_size`` ranks."""
     if not ns.timeout >= 0:  # nan too
         return f"--timeout must be >= 0 seconds (got {ns.timeout})"
     if ns.json == "" or getattr(ns, "trace", None) == "":
         return "--json and --trace need a file name (got an empty one)"
-    return output_files_problem(ns)
+    return output_files_problem(ns, world_size)
 
 
-def output_files_problem(ns: argparse.Namespace) -> str | None:
-    """Why ``--json`` or ``--trace`` (a ``{rank}`` pattern: rank 0's) cannot be written,
-    checked before any MPI work rather than found after the run."""
-    for option, path in (("--json", ns.json), ("--trace", getattr(ns, "trace", None))):
-        if path:
-            problem = output_file_problem(path.replace("{rank}", "0"), option)
-            if problem:
-                return problem
+def output_files_problem(ns: argparse.Namespace, world_size: int = 1) -> str | None:
+    """Why ``--json`` or ``--trace`` cannot be written, checked before any MPI work
+    rather than found after the run: a ``{rank}`` pattern of --trace for each of the
+    ``world_size`` ranks (each rank checks them all, so that all stop together)."""
+    json_path, trace = ns.json, getattr(ns, "trace", None)
+    if json_path and "{rank}" in json_path:
+        return (
+            f"--json {json_path}: the results are one file, written by rank 0; {{rank}} "
+            "is for --trace"
+        )
+    tried: dict = {}  # folders found writable or not: one test file each, not one a rank
+    if json_path:
+        problem = output_file_problem(json_path, "--json", tried)
+        if problem:
+            return problem
+    if not trace:
+        return None
+    per_rank = "{rank}" in trace
+    same = os.path.realpath(json_path) if json_path else None
+    for rank in range(world_size if per_rank else 1):
+        path = trace.replace("{rank}", str(rank))
+        option = f"--trace (rank {rank}'s file)" if per_rank else "--trace"
+        if same is not None and os.path.realpath(path) == same:
+            return (
+                f"{option} {path} is the --json file too: the trace would replace the "
+                "results; name two files"
+            )
+        problem = output_file_problem(path, option, tried)
+        if problem:
+            return problem
     return None
 
 
@@ -212,7 +236,7 @@ def main(model_name: str, argv: Sequence[str] | None = None) -> None:
         spec = spec_from_namespace(model, ns)
     except SpecError as e:
         fail(info.rank, e.render() if e.field == "args" else f"{model.name}: {e.render()}")
-    problem = check_options(ns)
+    problem = check_options(ns, info.world_size)
     if problem:
         fail(info.rank, f"{model.name}: {problem}")
     try:

@@ -21,6 +21,7 @@ from workload.timeline import breakdown
 from workload.units import GIB
 
 from . import report
+from .cli import output_files_problem
 from .launch import MPISettings, mpi_launcher_size, slurm_step_size
 from .mpi_executor import (
     MPI,
@@ -122,6 +123,10 @@ def run(
                 workload = spec.workload(size)
             except (LayoutError, ValueError) as e:
                 _stop(comm, str(e))
+            # The output files were checked for the launcher's size: each rank's again.
+            problem = output_files_problem(ns, size)
+            if problem:
+                _stop(comm, f"{model.name}: {problem}")
         progress = ns.progress
         if progress == "auto":
             progress = settings.auto_progress()

@@ -94,7 +94,30 @@ def _run(*argv: str, cwd=None) -> subprocess.CompletedProcess:
         ),
         (
             ["proxies.gpt2", "8", "2", "--trace", "{file}/t.{rank}.json"],
-            "gpt2: --trace {file}/t.0.json: {file} is a file, not a folder",
+            "gpt2: --trace (rank 0's file) {file}/t.0.json: {file} is a file, not a folder",
+        ),
+        (
+            ["proxies.resnet50", "--json", "{dir}/r.json", "--trace", "{dir}/r.json"],
+            "resnet50: --trace {dir}/r.json is the --json file too: the trace would replace "
+            "the results; name two files",
+        ),
+        (
+            ["proxies.dlrm", "--json", "{dir}/newdir/"],
+            "dlrm: --json {dir}/newdir/: names a folder (it ends with '/'); name a file",
+        ),
+        (
+            ["proxies.dlrm", "--json", "{file}/"],
+            "dlrm: --json {file}/: names a folder (it ends with '/'); name a file",
+        ),
+        (
+            ["proxies.dlrm", "--json", "{dir}/r.{rank}.json"],
+            "dlrm: --json {dir}/r.{rank}.json: the results are one file, written by rank 0; "
+            "{rank} is for --trace",
+        ),
+        (
+            ["proxies.dlrm", "--json", "/proc/nope.json"],
+            "dlrm: --json /proc/nope.json: cannot create a file in /proc (No such file or "
+            "directory)",
         ),
         (["proxies.microbench", "--json", "{dir}"], "microbench: --json {dir}: a folder"),
         (["simnet", "calibrate", "{file}", "-o", "{dir}"], "-o/--output {dir}: a folder"),
@@ -125,6 +148,7 @@ def test_a_result_file_that_cannot_be_written_is_refused_before_any_work(tmp_pat
     assert r.stderr.startswith(f"error: {filled(message)}"), r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert taken.read_text() == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]  # nothing written
 
 
 def test_a_study_config_that_cannot_be_read_is_one_line(tmp_path):

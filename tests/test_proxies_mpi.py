@@ -281,6 +281,20 @@ def test_per_tensor_bert_and_resnet50_over_mpi(tmp_path):
     check_ranks(doc, lambda r: ref.gpt2_like(r, 4, 4, 2, 1, 0.001, ref.BERT_PIPE, *tensors))
 
 
+def test_every_ranks_trace_file_is_checked_before_the_run(tmp_path):
+    # Rank 2's file is a folder: refused before MPI starts, not found by rank 2 after
+    # the run (it crashed there, with partial traces and no summary).
+    (tmp_path / "t.2.json").mkdir()
+    r = mpirun(4, "proxies.resnet50", "--scale", "0.001", "--trace", f"{tmp_path}/t.{{rank}}.json",
+               *FAST, timeout=120)  # fmt: skip
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.splitlines() == [
+        f"error: resnet50: --trace (rank 2's file) {tmp_path}/t.2.json: a folder; name a file "
+        f"(e.g. {tmp_path}/t.2.json/results.json)"
+    ]
+    assert r.stdout == "" and sorted(p.name for p in tmp_path.iterdir()) == ["t.2.json"]
+
+
 def test_a_timeout_ends_the_job_with_124_and_one_line():
     # Every rank times out at once (--timeout 1 ms, 16 ms computes): the launcher used
     # to kill the ranks still running and exit 9 in about one run of four.

@@ -61,11 +61,16 @@ def output_dir_problem(path: str | os.PathLike[str], option: str = "--out") -> s
     return None
 
 
-def output_file_problem(path: str | os.PathLike[str], option: str) -> str | None:
+def output_file_problem(
+    path: str | os.PathLike[str], option: str, tried: dict[Path, str | None] | None = None
+) -> str | None:
     """Why a result file cannot be written at ``path`` (its missing folders made then),
     or None: for a command to refuse before its work rather than fail after it. The
     nearest existing folder is tried with a file made and removed at once (root passes
-    every permission check, not a read-only or virtual file system)."""
+    every permission check, not a read-only or virtual file system). ``tried``: the
+    folders tried so far and what was found, for a command checking many paths."""
+    if str(path).endswith(("/", os.sep)):  # (Path() drops the slash: "a/" is "a")
+        return f"{option} {path}: names a folder (it ends with '/'); name a file"
     p = Path(path)
     if p.is_dir():
         return f"{option} {path}: a folder; name a file (e.g. {p / 'results.json'})"
@@ -77,12 +82,24 @@ def output_file_problem(path: str | os.PathLike[str], option: str) -> str | None
         if q.exists():
             if not q.is_dir():
                 return f"{option} {path}: {q} is a file, not a folder"
-            try:
-                with tempfile.TemporaryFile(dir=q):
-                    pass
-            except OSError as e:
-                return f"{option} {path}: cannot write into {q} ({e.strerror})"
-            return None
+            if tried is not None and q in tried:
+                why = tried[q]
+            else:
+                why = _cannot_create_in(q)
+                if tried is not None:
+                    tried[q] = why
+            return None if why is None else f"{option} {path}: {why}"
+    return None
+
+
+def _cannot_create_in(folder: Path) -> str | None:
+    """Why no file can be made in the existing ``folder``, or None."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        # (/proc says "No such file or directory": the folder is there, a file is not.)
+        return f"cannot create a file in {folder} ({e.strerror})"
     return None
 
 
