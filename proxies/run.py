@@ -83,6 +83,24 @@ def scale_note(scale: float) -> str:
     )
 
 
+def unfinishable(workload: Workload) -> str | None:
+    """Why ``workload``'s ranks cannot all finish an iteration (a receive nobody sends,
+    a collective a member never joins), or None: as ``python -m simnet`` finds it,
+    simulated on one switch."""
+    from simnet.executor import ProgramsStuckError
+    from simnet.simulate import simulate
+
+    config = {
+        "topology": {"type": "switch", "num_nodes": workload.world_size},
+        "workload": {"name": "chakra", "world_size": workload.world_size},
+    }
+    try:
+        simulate(config, workload=workload, record_series=False, dense_matrices=False, force=True)
+    except ProgramsStuckError as e:
+        return f"{e}; the replay would wait for it until --timeout"
+    return None
+
+
 def run(
     spec: RunSpec,
     workload: Workload,
@@ -125,6 +143,13 @@ def run(
                 _stop(comm, str(e))
             # The output files were checked for the launcher's size: each rank's again.
             problem = output_files_problem(ns, size)
+            if problem:
+                _stop(comm, f"{model.name}: {problem}")
+        if model.name == "chakra":
+            # A trace set whose ranks cannot all finish would hang until --timeout: the
+            # simulator's run of it (on rank 0, before any MPI work) finds that at once.
+            problem = unfinishable(workload) if rank == 0 else None
+            problem = comm.bcast(problem, root=0)
             if problem:
                 _stop(comm, f"{model.name}: {problem}")
         progress = ns.progress

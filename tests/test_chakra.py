@@ -367,6 +367,23 @@ def test_a_trace_set_replays_over_mpi(tmp_path):
     assert ranks[1]["program"]["calls_by_group"] == {"world": 1, "pg1": 1}
 
 
+def test_a_replay_whose_ranks_cannot_finish_is_refused_before_mpi_work(tmp_path):
+    # It hung until --timeout (300 s by default); simnet says at once what is wrong.
+    from tests.mpirun import mpirun
+
+    waits = _node(3, "never", et.COMM_RECV_NODE, [2], comm_src=1, comm_size=8, comm_tag=9)
+    (tmp_path / "t").mkdir()
+    _hand_trace(tmp_path / "t", [waits])
+    r = mpirun(2, "proxies.chakra", "--trace-dir", str(tmp_path / "t"),
+               "--iters", "1", "--warmup", "0", "--timeout", "60", timeout=50)  # fmt: skip
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.splitlines() == [
+        "error: chakra: phase 'trace': ranks [0] never finished (deadlock: they wait for "
+        "messages nobody sends); the replay would wait for it until --timeout"
+    ]
+    assert r.stdout == ""
+
+
 # -- GOAL ----------------------------------------------------------------------------------
 def _goal(spec: RunSpec, tmp_path: Path) -> tuple[str, dict]:
     path = tmp_path / "w.goal"
