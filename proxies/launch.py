@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from workload.results import counted
+
 # MPICH busy-polls; with more ranks than cores collectives crawl unless told
 # to yield (measured: a 4-rank 1 MiB allreduce on 2 cores, 1.03 s vs 1.6 ms).
 MPICH_THROTTLE = "MPIR_CVAR_CH4_PROGRESS_THROTTLE"
@@ -171,9 +173,10 @@ def prepare_mpi(
     elif throttle is None:
         throttle = info.local_size > info.cores
         s.throttle_reason = (
-            f"{info.local_size} ranks on {info.cores} cores"
+            f"{counted(info.local_size, 'rank')} on {counted(info.cores, 'core')}"
             if throttle
-            else f"{info.local_size} ranks fit {info.cores} cores"
+            else f"{counted(info.local_size, 'rank')} "
+            f"{'fits' if info.local_size == 1 else 'fit'} {counted(info.cores, 'core')}"
         )
         if throttle:
             for k, v in THROTTLE_VARS.items():

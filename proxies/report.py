@@ -182,7 +182,8 @@ def emit(workload: Workload, doc: dict[str, Any], quiet: bool = False) -> None:
                 f"  {kind:8s} {g['calls_by_group'][kind]:12d} "
                 f"{format_bytes(g['call_bytes_by_group'][kind]):>16s}"
             )
-    print(f"wall time {doc['wall_s']:.1f} s", flush=True)
+    wall = doc["wall_s"]  # a short run in milliseconds, not "0.0 s"
+    print(f"wall time {wall:.3f} s" if wall < 10 else f"wall time {wall:.1f} s", flush=True)
 
 
 def save_json(path: str, doc: dict[str, Any]) -> None:

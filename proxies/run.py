@@ -55,14 +55,12 @@ def memory_message(
     if fit > 0:
         digits = 10 ** math.floor(math.log10(fit))
         smaller = math.floor(fit / digits) * digits
-        hint = (
-            f"try --scale {smaller:g} (every message {smaller:g} x its size: a smaller "
-            "workload than the reference's)"
-        )
+        hint = f"try --scale {smaller:g} (every message {smaller:g} x its size{_than(smaller)})"
     else:
         hint = "use fewer ranks per host"
     return (
-        f"{model.name}: the {ranks} ranks on this host need about {need / GIB:.1f} GiB, "
+        f"{model.name}: the {counted(ranks, 'rank')} on this host "
+        f"{'needs' if ranks == 1 else 'need'} about {need / GIB:.1f} GiB, "
         f"{over_limit(avail)}; {hint}, or --force to run anyway"
     )
 
@@ -75,11 +73,19 @@ def over_limit(avail: int) -> str:
     )
 
 
+def _than(scale: float) -> str:
+    """What messages at ``scale`` x their size make of the reference's workload."""
+    if scale == 1:
+        return ": the reference's workload"
+    return f": a {'smaller' if scale < 1 else 'larger'} workload than the reference's"
+
+
 def scale_note(scale: float) -> str:
     """The summary's line on a scaled run: what it measured is not the full-size job."""
+    which = "smaller" if scale < 1 else "larger"
     return (
         f"note: messages at {scale:g} x their full size (--scale {scale:g}); the times "
-        "above are those of that smaller workload, not of the full-size job"
+        f"above are those of that {which} workload, not of the full-size job"
     )
 
 
@@ -181,7 +187,7 @@ def run(
         )
         if say:
             say(
-                f"{model.name}: {size} ranks, thread level "
+                f"{model.name}: {counted(size, 'rank')}, thread level "
                 f"{thread_level_name(MPI.Query_thread())}, progress throttle "
                 f"{'on' if settings.throttle else 'off'} ({settings.throttle_reason}), "
                 f"progress {settings.progress_text()}, "

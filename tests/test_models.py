@@ -460,6 +460,13 @@ def test_the_reported_throttle_is_the_one_mpi_reads(monkeypatch):
     assert not s.throttle and s.throttle_reason == "2 ranks fit 2 cores"
     s = prepare_mpi(crowded)
     assert s.throttle and s.throttle_reason == "8 ranks on 2 cores" and s.env == THROTTLE_VARS
+    # One rank (and one core) in the singular.
+    exported()
+    s = prepare_mpi(LaunchInfo(world_size=1, rank=0, local_size=1, cores=2))
+    assert s.throttle_reason == "1 rank fits 2 cores"
+    exported()
+    s = prepare_mpi(LaunchInfo(world_size=2, rank=0, local_size=2, cores=1))
+    assert s.throttle_reason == "2 ranks on 1 core"
 
 
 def test_in_place_collectives_over_one_rank_count_no_resident_memory():

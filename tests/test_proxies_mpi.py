@@ -7,6 +7,7 @@ tests/reference_counts.py.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -393,3 +394,38 @@ def test_ctrl_c_on_a_proxy_is_one_line_and_exit_130(tmp_path, module, args, rank
     assert proc.returncode == 130, out + err
     assert (out + err).count("interrupted (Ctrl-C)") == 1
     assert "Traceback" not in out + err and "unhandled error" not in out + err
+
+
+SCALE_WORDS = """
+from proxies.run import memory_message, scale_note
+from workload.models import get_model
+from workload.units import GIB
+print(scale_note(2))
+print(scale_note(0.5))
+print(memory_message(get_model("resnet50"), 1000, 100 * GIB, 2, 30 * GIB, 100 * GIB))
+print(memory_message(get_model("resnet50"), 1, 100 * GIB, 2, 30 * GIB, 100 * GIB))
+"""
+
+
+def test_a_scale_above_1_is_called_larger():
+    r = subprocess.run(
+        [sys.executable, "-c", SCALE_WORDS], capture_output=True, text=True, timeout=60,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].endswith("the times above are those of that larger workload, not of the "
+                             "full-size job")  # fmt: skip
+    assert lines[1].endswith("that smaller workload, not of the full-size job")
+    # 30 GiB x 0.9 x 0.9 of 100 GiB of buffers at --scale 1000: 243 fits, 200 is named.
+    assert "try --scale 200 (every message 200 x its size: a larger workload than the " in lines[2]
+    assert "try --scale 0.2 (every message 0.2 x its size: a smaller workload than the " in lines[3]
+
+
+def test_a_singleton_run_says_1_rank_and_a_short_wall_time_in_milliseconds():
+    r = mpirun(1, "proxies.resnet50", "--scale", "0.001", "--compute", "none", *FAST, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "resnet50: 1 rank, thread level" in r.stdout
+    assert "1 ranks" not in r.stdout
+    # A run of well under 10 s: three decimals (it said "wall time 0.0 s").
+    assert re.search(r"^wall time \d\.\d{3} s$", r.stdout, re.M), r.stdout
