@@ -49,27 +49,32 @@ def build_parser(model: Model) -> argparse.ArgumentParser:
             help=a.help + (f" ({', '.join(a.choices)}; default {a.default})" if a.choices else ""),
         )
     g = p.add_argument_group("iterations")
+    c = model.counts
+    if model.has_reference:
+        runs = f"sized for a 2-core machine; the reference runs {c.reference_runs}"
+        warmups = f"; reference {c.reference_warmup}"
+        fixed = f"use the reference's own counts ({c.reference_warmup} warm-up, "
+    else:  # (llm, chakra: no reference proxy; their longer counts are the project's)
+        runs, warmups = "sized for a 2-core machine", ""
+        fixed = f"use the model's fixed counts, having no reference ({c.reference_warmup} warm-up, "
     g.add_argument(
         "--iters",
         type=int,
         default=None,
         metavar="N",
-        help=f"timed iterations (default {model.counts.default_runs}, sized for a 2-core "
-        f"machine; the reference runs {model.counts.reference_runs})",
+        help=f"timed iterations (default {c.default_runs}, {runs})",
     )
     g.add_argument(
         "--warmup",
         type=int,
         default=None,
         metavar="N",
-        help=f"untimed warm-up iterations (default {model.counts.default_warmup}; "
-        f"reference {model.counts.reference_warmup})",
+        help=f"untimed warm-up iterations (default {c.default_warmup}{warmups})",
     )
     g.add_argument(
         "--reference-counts",
         action="store_true",
-        help=f"use the reference's own counts ({model.counts.reference_warmup} warm-up, "
-        f"{model.counts.reference_runs} timed)",
+        help=f"{fixed}{c.reference_runs} timed)",
     )
     g = p.add_argument_group("workload")
     g.add_argument(
@@ -88,13 +93,17 @@ def build_parser(model: Model) -> argparse.ArgumentParser:
     g.add_argument(
         "--per-tensor",
         action="store_true",
-        help="one gradient message per tensor instead of aggregated messages",
-    )
+        help="one gradient message per tensor instead of aggregated messages"
+        + ("" if model.per_tensor_available else f" (not for {model.name}: "
+           f"{model.no_per_tensor_reason})"),
+    )  # fmt: skip
     g.add_argument(
         "--fix-quirks",
         action="store_true",
-        help="repair the reference's quirks instead of reproducing them",
-    )
+        help="repair the reference's quirks instead of reproducing them"
+        + ("" if model.quirks_available else f" (not for {model.name}: "
+           f"{model.no_quirks_reason})"),
+    )  # fmt: skip
     g.add_argument(
         "--algorithm",
         default=None,
@@ -112,7 +121,8 @@ def build_parser(model: Model) -> argparse.ArgumentParser:
         help="write a Chrome/Perfetto trace of every rank's operations; a PATH with "
         "{rank} (e.g. trace.{rank}.json): one file per rank, written by that rank",
     )
-    g.add_argument("--quiet", action="store_true", help="only the reference summary line")
+    summary = "the reference's summary lines" if model.has_reference else "the summary lines"
+    g.add_argument("--quiet", action="store_true", help=f"only {summary}")
     return p
 
 

@@ -88,6 +88,42 @@ ROOT = Path(__file__).resolve().parents[1]
             "--fix-quirks is not available for dlrm (it reproduces no quirk of its reference)",
             "workload.fix_quirks is not available for dlrm",
         ),
+        (
+            {"model": "gpt3_one_pipe_step", "args": (2, 2), "fix_quirks": True},
+            "fix_quirks",
+            "--fix-quirks is not available for gpt3_one_pipe_step (a step's rank programs "
+            "have neither quirk of gpt3's iteration: it waits for its send and runs no "
+            "micro-batch loop; only the printed micro-batch count would change)",
+            None,
+        ),
+        (
+            {"model": "gpt3_moe_one_pipe_step", "fix_quirks": True},
+            "fix_quirks",
+            "--fix-quirks is not available for gpt3_moe_one_pipe_step (a step's rank "
+            "programs have neither quirk of gpt3_moe's iteration",
+            None,
+        ),
+        (
+            {"model": "llm", "fix_quirks": True},
+            "fix_quirks",
+            "--fix-quirks is not available for llm (it has no reference proxy, hence no "
+            "quirk to repair)",
+            None,
+        ),
+        (
+            {"model": "llm", "per_tensor": True},
+            "per_tensor",
+            "--per-tensor is not available for llm (its gradients go in buckets of "
+            "--bucket-mib, as DDP sends them)",
+            None,
+        ),
+        (
+            {"model": "chakra", "per_tensor": True},
+            "per_tensor",
+            "--per-tensor is not available for chakra (a trace's messages are replayed as "
+            "the trace gives them)",
+            None,
+        ),
         ({"model": "dlrm", "iters": 0}, "iters", "--iters must be >= 1 (got 0)", None),
         ({"model": "dlrm", "warmup": -1}, "warmup", "--warmup must be >= 0 (got -1)", None),
     ],
@@ -99,6 +135,22 @@ def test_validation_names_the_field(kwargs, field, option_text, config_text):
     assert option_text in str(e.value)
     if config_text is not None:
         assert e.value.render(CONFIG_NAMES).startswith(config_text)
+
+
+@pytest.mark.parametrize("model", ["llm", "chakra"])
+def test_a_model_without_a_reference_proxy_does_not_speak_of_one(model, capsys):
+    from proxies.cli import build_parser
+    from workload.models import get_model
+
+    text = build_parser(get_model(model)).format_help()
+    for said in ("the reference runs", "reference's own counts", "reference summary"):
+        assert said not in text
+    counts = get_model(model).counts
+    assert (
+        f"use the model's fixed counts, having no reference ({counts.reference_warmup} "
+        f"warm-up, {counts.reference_runs} timed)" in " ".join(text.split())
+    )
+    assert "(default 3, sized for a 2-core machine)" in " ".join(text.split())
 
 
 def test_study_names_and_valid_specs():

@@ -174,15 +174,12 @@ class RunSpec:
             raise SpecError("args", f"{{field}}: {e}") from None
         if self.fix_quirks and not m.quirks_available:
             raise SpecError(
-                "fix_quirks",
-                f"{{field}} is not available for {m.name} (it reproduces no quirk of its "
-                "reference)",
+                "fix_quirks", f"{{field}} is not available for {m.name} ({m.no_quirks_reason})"
             )
         if self.per_tensor and not m.per_tensor_available:
             raise SpecError(
                 "per_tensor",
-                f"{{field}} is not available for {m.name} (the reference has aggregated "
-                "gradient messages only)",
+                f"{{field}} is not available for {m.name} ({m.no_per_tensor_reason})",
             )
 
     # -- what the spec gives ------------------------------------------------------------

@@ -107,6 +107,12 @@ class Model(ABC):
     per_tensor_available: bool = False
     # Whether the model reproduces a quirk of its reference that ``fix_quirks`` repairs.
     quirks_available: bool = False
+    # Whether the model is one of the reference's proxies (llm and chakra are not: no
+    # reference counts, quirks or tensor lists to speak of).
+    has_reference: bool = True
+    # Why ``per_tensor`` / ``fix_quirks`` are refused, when they are.
+    no_per_tensor_reason: str = "the reference has aggregated gradient messages only"
+    no_quirks_reason: str = "it reproduces no quirk of its reference"
 
     # -- throughput: samples one iteration processes over all ranks -------------------
     batch_definition: str = ""

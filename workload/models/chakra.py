@@ -50,6 +50,9 @@ def _scaled(ops: list[Op], scale: float) -> list[Op]:
 
 class ChakraTrace(Model):
     name = "chakra"
+    has_reference = False
+    no_per_tensor_reason = "a trace's messages are replayed as the trace gives them"
+    no_quirks_reason = "it has no reference proxy, hence no quirk to repair"
     description = "a Chakra execution-trace set (one <prefix>.<rank>.et per rank) replayed"
     order = 130
     no_batch_reason = "a trace has no batch definition"

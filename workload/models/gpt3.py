@@ -314,6 +314,12 @@ def _one_pipe_step(base: type[_PipelineModel], name: str, order: int) -> type[_P
             "no_batch_reason": "it times one steady-state pipeline step, not a training "
             f"iteration, so no throughput can be defined; use {base.name}",
             "one_step": True,
+            # A step's rank programs have neither quirk of the iteration (it waits for its
+            # send and runs no micro-batch loop): --fix-quirks would change nothing run.
+            "quirks_available": False,
+            "no_quirks_reason": "a step's rank programs have neither quirk of "
+            f"{base.name}'s iteration: it waits for its send and runs no micro-batch loop; "
+            "only the printed micro-batch count would change",
             "counts": replace(base.counts, default_warmup=1, default_runs=5),
         },
     )

@@ -148,6 +148,9 @@ def _flag(
 
 class LLM(Model):
     name = "llm"
+    has_reference = False
+    no_per_tensor_reason = "its gradients go in buckets of --bucket-mib, as DDP sends them"
+    no_quirks_reason = "it has no reference proxy, hence no quirk to repair"
     description = (
         "a transformer LLM from its dimensions or a preset: tensor x pipeline x data "
         "(x expert) parallelism, 1F1B or GPipe, DDP or ZeRO-1/2/3"
