@@ -17,7 +17,7 @@ from workload.brief_argparse import BriefParser
 from workload.layout import LayoutError
 from workload.models import MODELS, Model, get_model
 from workload.results import output_file_problem
-from workload.spec import COMPUTE_MODES, RunSpec, SpecError
+from workload.spec import COMPUTE_MODES, RunSpec, SpecError, known_algorithms
 
 from .launch import REFERENCE_THREAD_LEVEL, THREAD_LEVELS, launch_info, prepare_mpi
 from .usage import EXIT_USAGE, fail, parse_quietly
@@ -108,8 +108,8 @@ def build_parser(model: Model) -> argparse.ArgumentParser:
         "--algorithm",
         default=None,
         metavar="NAME",
-        help="run every collective with this project schedule (e.g. ring) "
-        "instead of the MPI library's own",
+        help="run every collective with this project schedule instead of the MPI "
+        f"library's own ({', '.join(proxy_algorithms(model))})",
     )
     add_mpi_options(p.add_argument_group("MPI and safety"), poll_by_default=True)
     g = p.add_argument_group("output")
@@ -172,6 +172,34 @@ def add_mpi_options(
         action="store_true",
         help="run even when the memory estimate exceeds what this host has",
     )
+
+
+PARAMETRISED_ALGORITHMS = {
+    "hierarchical": "a group size",
+    "multiring": "ring orders",
+}
+"""Schedules that need parameters a model gives (alexnet_ring's --hierarchical G and its
+ring), which no other proxy's command line can set."""
+
+
+def proxy_algorithms(model: Model) -> list[str]:
+    """The project's schedules ``model``'s proxy can run with --algorithm."""
+    if model.gives_schedule_params:
+        return known_algorithms()
+    return [a for a in known_algorithms() if a not in PARAMETRISED_ALGORITHMS]
+
+
+def algorithm_problem(model: Model, algorithm: str | None) -> str | None:
+    """Why ``model``'s proxy cannot take ``--algorithm algorithm``, or None."""
+    if algorithm is None or algorithm in proxy_algorithms(model):
+        return None
+    if algorithm in PARAMETRISED_ALGORITHMS:
+        return (
+            f"--algorithm {algorithm} needs {PARAMETRISED_ALGORITHMS[algorithm]}, which "
+            f"{model.name}'s command line cannot give (alexnet_ring's can); choose one of "
+            f"{', '.join(proxy_algorithms(model))}"
+        )
+    return f"--algorithm must be one of {', '.join(proxy_algorithms(model))} (got {algorithm!r})"
 
 
 def spec_from_namespace(model: Model, ns: argparse.Namespace) -> RunSpec:
@@ -242,6 +270,9 @@ def main(model_name: str, argv: Sequence[str] | None = None) -> None:
     model = get_model(model_name)
     info = launch_info()
     ns = parse_quietly(build_parser(model), sys.argv[1:] if argv is None else argv, info.rank)
+    problem = algorithm_problem(model, ns.algorithm)
+    if problem:
+        fail(info.rank, f"{model.name}: {problem}")
     try:
         spec = spec_from_namespace(model, ns)
     except SpecError as e:

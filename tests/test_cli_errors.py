@@ -129,6 +129,15 @@ def _run(*argv: str, cwd=None) -> subprocess.CompletedProcess:
         (["simnet", "calibrate-host", "--max-age-days", "-1"], "--max-age-days must be >= 0"),
         (["proxies.dlrm", "--timeout", "nan"], "dlrm: --timeout must be >= 0 seconds (got nan)"),
         (["proxies.dlrm", "--json", ""], "dlrm: --json and --trace need a file name"),
+        (
+            ["proxies.dlrm", "--algorithm", "multiring"],
+            "dlrm: --algorithm multiring needs ring orders, which dlrm's command line cannot "
+            "give (alexnet_ring's can); choose one of binomial, bruck, direct,",
+        ),
+        (
+            ["proxies.gpt2", "--algorithm", "hierarchical"],
+            "gpt2: --algorithm hierarchical needs a group size, which gpt2's command line",
+        ),
     ],
     ids=lambda a: " ".join(a[:2]) if isinstance(a, list) else "",
 )
@@ -167,6 +176,17 @@ def test_a_study_config_that_cannot_be_read_is_one_line(tmp_path):
             r = _run("simnet", *cmd, "--config", str(config))
             assert r.returncode == 2, r.stderr
             assert r.stderr.strip() == f"error: {message}", r.stderr
+
+
+def test_the_proxies_offer_hierarchical_and_multiring_only_where_they_can_run():
+    from proxies.cli import build_parser
+    from workload.models import get_model
+
+    dlrm = " ".join(build_parser(get_model("dlrm")).format_help().split())
+    assert "own (binomial, bruck," in dlrm
+    assert "hierarchical" not in dlrm and "multiring" not in dlrm
+    ring = " ".join(build_parser(get_model("alexnet_ring")).format_help().split())
+    assert "hierarchical, multiring," in ring
 
 
 def test_every_model_has_its_module_and_an_unknown_one_is_named():

@@ -53,6 +53,7 @@ def ring_trainer_program(
 
 class AlexNetRing(Model):
     name = "alexnet_ring"
+    gives_schedule_params = True  # its rings (one, 0..P-1) and --hierarchical G
     description = (
         "AlexNet ring trainer: data parallelism, gradients by reduce-scatter then "
         "all-gather over rings (project schedules)"

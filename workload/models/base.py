@@ -113,6 +113,9 @@ class Model(ABC):
     # Why ``per_tensor`` / ``fix_quirks`` are refused, when they are.
     no_per_tensor_reason: str = "the reference has aggregated gradient messages only"
     no_quirks_reason: str = "it reproduces no quirk of its reference"
+    # Whether the model gives the parameters of the hierarchical and multiring schedules
+    # (a group size, ring orders): only then can a proxy run them.
+    gives_schedule_params: bool = False
 
     # -- throughput: samples one iteration processes over all ranks -------------------
     batch_definition: str = ""
