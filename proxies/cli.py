@@ -27,6 +27,22 @@ __all__ = ["EXIT_USAGE", "build_parser", "dispatch", "fail", "main", "parse_quie
 DEFAULT_TIMEOUT_S = 300.0
 
 
+def whole_number(text: str) -> int:
+    """A whole-number option's value: ``4``, or ``4.0`` taken as 4 (as a configuration
+    file's JSON number is); ``4.5`` is refused."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"must be a whole number (got {text})")
+    return int(value)
+
+
 def build_parser(model: Model) -> argparse.ArgumentParser:
     usage_args = " ".join(f"[{a.name}={a.default}]" for a in model.args)
     where = f". Positional arguments as the reference: {usage_args}" if model.args else ""
@@ -36,13 +52,17 @@ def build_parser(model: Model) -> argparse.ArgumentParser:
     )
     for a in model.args:
         p.add_argument(
-            a.name, type=int, nargs="?", default=None, help=f"{a.help} (default {a.default})"
+            a.name,
+            type=whole_number,
+            nargs="?",
+            default=None,
+            help=f"{a.help} (default {a.default})",
         )
     for a in model.flags:
         p.add_argument(
             "--" + a.name.replace("_", "-"),
             dest=a.name,
-            type=str if a.choices or a.text else float if a.real else int,
+            type=str if a.choices or a.text else float if a.real else whole_number,
             choices=a.choices or None,
             default=None,
             metavar="PATH" if a.text else "NAME" if a.choices else "X" if a.real else "N",

@@ -296,3 +296,17 @@ def test_a_prefix_or_out_that_would_write_elsewhere_is_refused(tmp_path, args, m
     assert r.returncode == 2, r.stderr
     assert r.stderr.startswith(message), r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json"]  # nothing written
+
+
+def test_whole_number_options_take_4_0_as_4_as_the_configuration_does(capsys):
+    # docs/llm.md: "4.0 is taken as 4, 4.5 refused"; a configuration's 2.0 is taken too.
+    from proxies.cli import build_parser
+    from workload.models import get_model
+
+    ns = build_parser(get_model("llm")).parse_args(["--tp", "2.0", "--pp", "1"])
+    assert ns.tp == 2 and type(ns.tp) is int and ns.pp == 1
+    ns = build_parser(get_model("gpt2")).parse_args(["8.0", "2"])
+    assert (ns.layers, ns.stages) == (8, 2) and type(ns.layers) is int
+    with pytest.raises(SystemExit):
+        build_parser(get_model("llm")).parse_args(["--tp", "2.5"])
+    assert "argument --tp: must be a whole number (got 2.5)" in capsys.readouterr().err
