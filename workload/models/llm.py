@@ -240,7 +240,7 @@ class LLM(Model):
         s = shape
         sp = bool(params["sp"]) and tp > 1
         tp_divides = math.gcd(s.heads, s.kv_heads, s.ffn, s.seq if sp else 0)
-        self._divides("hidden", s.hidden, "heads", s.heads, multiple_of=s.kv_heads)
+        self._divides("hidden", s.hidden, "heads", s.heads, multiple_of=("kv_heads", s.kv_heads))
         self._divides("heads", s.heads, "kv_heads", s.kv_heads)
         self._divides("heads", s.heads, "tp", tp, common=tp_divides)
         self._divides("kv_heads", s.kv_heads, "tp", tp, common=tp_divides)
@@ -270,8 +270,9 @@ class LLM(Model):
                 1 <= s.top_k <= s.experts,
                 f"top_k must be 1..experts = {s.experts} (got {s.top_k})",
             )
-            self._divides("experts", s.experts, "ep", ep)
-            self._divides("dp", dp, "ep", ep)
+            # (ep must divide both: a suggestion for the one divides the other too)
+            self._divides("experts", s.experts, "ep", ep, common=dp)
+            self._divides("dp", dp, "ep", ep, common=s.experts)
         else:
             self._require(
                 ep == 1,
@@ -313,21 +314,24 @@ class LLM(Model):
         small_name: str,
         small: int,
         common: int = 0,
-        multiple_of: int = 1,
+        multiple_of: tuple[str, int] = ("", 1),
     ) -> None:
         """Refuse unless ``small`` divides ``big``, suggesting the nearest values that
         divide ``common`` too (every size the same option must divide; 0: ``big`` alone)
-        and are multiples of ``multiple_of``."""
+        and are multiples of ``multiple_of`` (its option's name and value)."""
         if small < 1 or big % small:
             limit = math.gcd(big, common)
+            of_name, of = multiple_of
             near = sorted(
-                {d for d in range(1, limit + 1) if limit % d == 0 and d % multiple_of == 0},
+                {d for d in range(1, limit + 1) if limit % d == 0 and d % of == 0},
                 key=lambda d: (abs(d - small), d),
             )[:2]
             hint = (
                 f"nearest valid {small_name}: {', '.join(map(str, sorted(near)))}"
                 if near
-                else f"no {small_name} that is a multiple of {multiple_of} divides it"
+                # (only with a multiple_of: 1 divides everything)
+                else f"no {small_name} value both divides {big} and is a multiple of "
+                f"{of_name} ({of})"
             )
             raise LayoutError(
                 f"{self.name}: {big_name} ({big}) must be a multiple of {small_name} "
