@@ -50,7 +50,7 @@ from bench.bench_executor import (
 )
 from bench.mpi_build import mpi_compile
 from proxies.launch import THROTTLE_VARS
-from workload.results import versions, write_json
+from workload.results import counted, versions, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 TIME = "/usr/bin/time"
@@ -111,18 +111,41 @@ _DEFINE = {"RUNS": re.compile(r"^#define RUNS\s+\d+", re.M),
            "WARM_UP": re.compile(r"^#define WARM_UP\s+\d+", re.M)}  # fmt: skip
 
 
+EXIT_USAGE = 2  # as every command's usage errors
+
+
+class UsageError(Exception):
+    """What is wrong with the command line or what it names, found before any work."""
+
+
 def reference_dir(given: str | None) -> Path:
-    """The reference checkout; SystemExit saying how to name one when it is missing."""
+    """The reference checkout; UsageError saying how to name one when it is missing."""
     raw = given or os.environ.get("COMMSIM_REFERENCE_DIR")
     if not raw:
-        raise SystemExit(
-            "bench_reference: name a checkout of the C++ reference proxies with --reference "
+        raise UsageError(
+            "name a checkout of the C++ reference proxies with --reference "
             "DIR (or COMMSIM_REFERENCE_DIR); its proxies/ folder holds dlrm.cpp and the others"
         )
     path = Path(raw).expanduser().resolve()
     if not (path / "proxies").is_dir():
-        raise SystemExit(f"bench_reference: {path} has no proxies/ folder (not the reference?)")
+        raise UsageError(f"{path} has no proxies/ folder (not the reference?)")
     return path
+
+
+def case_problem(ref: Path, case: RefCase) -> str | None:
+    """Why ``case`` cannot run (its source missing: a UsageError), or why it is skipped at
+    its rank count (a layout the model refuses, e.g. 4 stages on 2 ranks), or None."""
+    from workload.layout import LayoutError
+    from workload.spec import RunSpec
+
+    src = ref / case.source
+    if not src.is_file():
+        raise UsageError(f"{src} is missing from the reference checkout")
+    try:
+        RunSpec(case.module, args=tuple(map(int, case.args))).workload(case.ranks)
+    except (LayoutError, ValueError) as e:
+        return str(e)
+    return None
 
 
 def patched_source(text: str, iters: int, warmup: int) -> str:
@@ -138,8 +161,6 @@ def patched_source(text: str, iters: int, warmup: int) -> str:
 def build(ref: Path, case: RefCase, iters: int, warmup: int, out_dir: Path) -> Path:
     """The case's reference program with our iteration counts, compiled; its path."""
     src = ref / case.source
-    if not src.is_file():
-        raise SystemExit(f"bench_reference: {src} is missing from the reference checkout")
     copy = out_dir / f"{case.name}.cpp"
     copy.write_text(patched_source(src.read_text(), iters, warmup))
     return mpi_compile(copy, out_dir / case.name, "mpicxx", "bench_reference")
@@ -286,9 +307,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     ns = parse_args(argv)
-    ref = reference_dir(ns.reference)
-    if not Path(TIME).is_file():
-        raise SystemExit(f"bench_reference: {TIME} is needed to read each rank's peak memory")
+    cases = [CASES[c] for c in ns.cases]
+    if ns.ranks:
+        cases = [replace(case, ranks=ns.ranks) for case in cases]
+    skipped: dict[str, str] = {}
+    try:
+        ref = reference_dir(ns.reference)
+        if not Path(TIME).is_file():
+            raise UsageError(f"{TIME} is needed to read each rank's peak memory")
+        for case in cases:
+            why = case_problem(ref, case)
+            if why:
+                skipped[case.name] = why
+        if len(skipped) == len(cases):
+            raise UsageError(
+                f"no case runs on {counted(cases[0].ranks, 'rank')}: " + "; ".join(skipped.values())
+            )
+    except UsageError as e:
+        print(f"error: bench_reference: {e}", file=sys.stderr)
+        return EXIT_USAGE
     started = time.perf_counter()
 
     def say(msg: str) -> None:
@@ -298,10 +335,13 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     commands: dict[str, dict[str, str]] = {}
     failed = False
+    for name, why in skipped.items():
+        # (both sides would fail: the reference asserts, the proxy refuses the layout)
+        say(f"{name} skipped: {why}")
     with tempfile.TemporaryDirectory(prefix="bench_reference.build.") as build_dir:
-        for case in (CASES[c] for c in ns.cases):
-            if ns.ranks:
-                case = replace(case, ranks=ns.ranks)
+        for case in cases:
+            if case.name in skipped:
+                continue
             iters = ns.iters or case.iters
             warmup = case.warmup if ns.warmup is None else ns.warmup
             exe = build(ref, case, iters, warmup, Path(build_dir))
@@ -329,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
             "repeats": ns.repeats,
             "environment": THROTTLE_VARS,
             "cases": rows,
+            "skipped": skipped,
             "commands": commands,
             "versions": versions(),
         },

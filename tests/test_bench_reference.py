@@ -69,3 +69,53 @@ def test_every_ranks_peak_memory_is_read(tmp_path):
     subprocess.run(cmd, check=True, timeout=60, capture_output=True)
     rss = read_rss(tmp_path, 2)
     assert 60 << 20 < rss[1] - rss[0] < 68 << 20
+
+
+def _fake_reference(root: Path) -> Path:
+    for case in CASES.values():
+        (root / case.source).parent.mkdir(parents=True, exist_ok=True)
+        (root / case.source).write_text(SOURCE)
+    return root
+
+
+def test_usage_errors_are_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    import bench.bench_reference as br
+
+    monkeypatch.delenv("COMMSIM_REFERENCE_DIR", raising=False)
+    monkeypatch.setattr(br, "TIME", sys.executable)  # (any file: only its presence counts)
+    out = str(tmp_path / "out.json")
+
+    def error(*args: str) -> str:
+        assert br.main([*args, "--out", out]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith("error: bench_reference: ")
+        return err[0].removeprefix("error: bench_reference: ")
+
+    assert error().startswith("name a checkout of the C++ reference proxies with --reference")
+    assert error("--reference", str(tmp_path)) == f"{tmp_path} has no proxies/ folder (not " \
+        "the reference?)"  # fmt: skip
+    ref = _fake_reference(tmp_path / "ref")
+    (ref / "proxies" / "dlrm.cpp").unlink()
+    assert error("--reference", str(ref), "--cases", "resnet50,dlrm") == (
+        f"{ref / 'proxies' / 'dlrm.cpp'} is missing from the reference checkout"
+    )
+    # GPT-2 and BERT run 4 stages: on 2 ranks both sides would fail.
+    assert error("--reference", str(ref), "--ranks", "2", "--cases", "gpt2,bert") == (
+        "no case runs on 2 ranks: gpt2: the world size must be a multiple of stages=4 (world "
+        "size 2); nearest valid world sizes: 4; bert: the world size must be a multiple of "
+        "stages=4 (world size 2); nearest valid world sizes: 4"
+    )
+    assert not Path(out).exists()
+
+
+def test_a_case_that_cannot_run_on_the_ranks_is_skipped(tmp_path):
+    from dataclasses import replace
+
+    from bench.bench_reference import case_problem
+
+    ref = _fake_reference(tmp_path)
+    assert case_problem(ref, replace(CASES["resnet50"], ranks=2)) is None
+    assert case_problem(ref, replace(CASES["gpt2"], ranks=2)).startswith(
+        "gpt2: the world size must be a multiple of stages=4"
+    )
+    assert case_problem(ref, CASES["gpt3_one_pipe_step"]) is None  # its own 8 ranks
