@@ -645,3 +645,29 @@ def test_goal_and_export_refuse_bad_outputs_before_writing(tmp_path, capsys):
     # Missing folders are made, as for the proxies' --json.
     assert main(["goal", "--config", str(cfg), "--out", str(tmp_path / "a" / "b" / "x.goal")]) == 0
     assert (tmp_path / "a" / "b" / "x.goal").read_text().startswith("num_ranks 4\n")
+
+
+def test_shown_alltoall_bytes_say_they_are_not_the_nodes_comm_size(tmp_path, capsys):
+    from workflows.chakra import main
+
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({
+        "topology": {"type": "switch", "num_nodes": 8},
+        "workload": {"name": "dlrm", "world_size": 8, "scale": 0.001},
+    }))  # fmt: skip
+    out = tmp_path / "et"
+    assert main(["export", "--config", str(cfg), "--out", str(out)]) == 0
+    comm_size = sum(
+        _attr(n, "comm_size")
+        for rank in range(8)
+        for n in _nodes(out / f"trace.{rank}.et")
+        if n.type == et.COMM_COLL_NODE and _attr(n, "comm_type") == et.ALL_TO_ALL
+    )
+    doc = json.loads((out / "trace.export.json").read_text())
+    # The whole input in the nodes; the bytes to the 7 other ranks in the totals, said so.
+    assert doc["call_bytes"]["alltoall"] * 8 == comm_size * 7
+    assert "of an alltoall the bytes to the other ranks ((p - 1) / p of its nodes' " \
+        "comm_size, which is the whole input)" in doc["call_bytes_definition"]  # fmt: skip
+    capsys.readouterr()
+    assert main(["show", str(out)]) == 0
+    assert f"  (GB: {doc['call_bytes_definition']})" in capsys.readouterr().out.splitlines()

@@ -69,8 +69,17 @@ def _progress(what: str, total: int):
     return tick
 
 
+CALL_BYTES_DEFINITION = (
+    "call bytes, as the proxies count them: a send's or receive's message, the vector of "
+    "an allreduce, bcast or reduce, a rank's contribution to an allgather, the whole input "
+    "of a reduce-scatter, and of an alltoall the bytes to the other ranks ((p - 1) / p of "
+    "its nodes' comm_size, which is the whole input)"
+)
+
+
 def summary(workload: Workload) -> dict:
-    """Operation counts and call bytes per kind over every rank and phase."""
+    """Operation counts and call bytes per kind over every rank and phase (see
+    ``CALL_BYTES_DEFINITION``: an alltoall's are not its nodes' comm_size)."""
     ops: Counter[str] = Counter()
     nbytes: Counter[str] = Counter()
     for phase in workload.phases:
@@ -80,7 +89,11 @@ def summary(workload: Workload) -> dict:
                 ops[kind] += 1
                 if isinstance(op, (Send, Recv, Collective)):
                     nbytes[kind] += call_bytes(op, len(workload.group_of(op.group, rank)))
-    return {"ops": dict(ops), "call_bytes": dict(nbytes)}
+    return {
+        "ops": dict(ops),
+        "call_bytes": dict(nbytes),
+        "call_bytes_definition": CALL_BYTES_DEFINITION,
+    }
 
 
 def _print_summary(title: str, doc: dict) -> None:
@@ -88,6 +101,9 @@ def _print_summary(title: str, doc: dict) -> None:
     for kind, n in sorted(doc["ops"].items()):
         b = doc["call_bytes"].get(kind)
         print(f"  {kind:<16} {n:>10,} operations" + (f"  {b / 1e9:12.6f} GB" if b else ""))
+    if doc["call_bytes"]:
+        # (an alltoall's figure is not the sum of its nodes' comm_size: say which it is)
+        print(f"  (GB: {doc['call_bytes_definition']})")
 
 
 def _sizes(groups: list) -> str:
