@@ -642,6 +642,34 @@ def test_goal_and_export_refuse_bad_outputs_before_writing(tmp_path, capsys):
     )
     assert sorted(p.name for p in (tmp_path / "et").iterdir()) == ["trace.2.et"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["et", "file", "folder", "small.json"]
+    assert not list(tmp_path.rglob("RUN_INCOMPLETE.txt"))
+    # An export that stops part-way (here: a rank's program cannot be built) leaves the
+    # folder marked, and the mixed set is refused rather than read.
+    import workflows.chakra as wc
+
+    good = tmp_path / "good"
+    assert main(["export", "--config", str(cfg), "--out", str(good)]) == 0
+    assert read_trace_set(good).world_size == 4
+    real = wc.export_trace_set
+
+    def stops_after_two(workload, out, prefix, progress):
+        def tick(rank: int) -> None:
+            if rank == 1:
+                raise OSError(28, "No space left on device")
+
+        return real(workload, out, prefix, tick)
+
+    wc.export_trace_set = stops_after_two
+    try:
+        assert main(["export", "--config", str(cfg), "--out", str(good)]) == 2
+    finally:
+        wc.export_trace_set = real
+    capsys.readouterr()
+    with pytest.raises(ChakraError, match="an export into it did not finish"):
+        read_trace_set(good)
+    assert main(["export", "--config", str(cfg), "--out", str(good)]) == 0
+    assert read_trace_set(good).world_size == 4
+    assert "RUN_INCOMPLETE.txt" not in [p.name for p in good.iterdir()]
     # Missing folders are made, as for the proxies' --json.
     assert main(["goal", "--config", str(cfg), "--out", str(tmp_path / "a" / "b" / "x.goal")]) == 0
     assert (tmp_path / "a" / "b" / "x.goal").read_text().startswith("num_ranks 4\n")

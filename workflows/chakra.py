@@ -27,7 +27,13 @@ from workload.chakra_et import COMM_GROUP_FILE, ChakraError, export_trace_set, r
 from workload.goal import write_goal
 from workload.ops import Collective, Recv, Send, call_bytes
 from workload.program import Phase, Workload
-from workload.results import output_dir_problem, output_file_problem, write_json
+from workload.results import (
+    mark_finished,
+    mark_unfinished,
+    output_dir_problem,
+    output_file_problem,
+    write_json,
+)
 
 EXIT_USAGE = 2
 
@@ -177,6 +183,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             problem = export_files_problem(out, ns.prefix, workload.world_size, ns.goal)
             if problem:
                 raise ChakraError(problem)
+            # Until the set is whole, the folder says so (and a replay refuses it): an
+            # interrupted export would leave new rank files beside an earlier set's.
+            mark_unfinished(out, "python -m simnet chakra export")
             files = export_trace_set(
                 workload, out, ns.prefix, _progress("writing traces", workload.world_size)
             )
@@ -208,6 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     old.unlink()
             if not ns.goal:
                 (out / f"{ns.prefix}.goal").unlink(missing_ok=True)
+            mark_finished(out)
             size = sum(f.stat().st_size for f in files if f.suffix != ".goal")
             goal_note = ""
             if ns.goal:

@@ -40,7 +40,7 @@ from typing import Any
 
 from .ops import Collective, Compute, Op, Recv, Send, Testany, Wait
 from .program import Workload
-from .results import atomic_write, write_text
+from .results import UNFINISHED_MARKER, atomic_write, write_text
 from .units import ELEM_BYTES
 
 INSTALL_HINT = "pip install --no-deps mlc-chakra protobuf"
@@ -265,6 +265,11 @@ def read_trace_set(directory: Path) -> TraceSet:
     et, _, decode = _chakra()
     directory = Path(directory)
     prefix = trace_prefix(directory)
+    if (directory / UNFINISHED_MARKER).exists():
+        raise ChakraError(
+            f"{directory}: an export into it did not finish ({UNFINISHED_MARKER}), so its "
+            "rank files may mix two sets: export it again"
+        )
     ranks = sorted(int(p.name.rsplit(".", 2)[1]) for p in directory.glob(f"{prefix}.*.et"))
     if ranks != list(range(len(ranks))):
         missing = sorted(set(range(max(ranks) + 1)) - set(ranks))
