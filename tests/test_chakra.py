@@ -594,6 +594,11 @@ def test_goal_and_export_write_through_links_and_into_special_files(tmp_path, ca
     assert main(["goal", "--config", str(cfg), "--out", str(fifo)]) == 0
     reader.join(timeout=60)
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and got == [expected]
+    # A node of /dev/null's device stands in for it (as root, a rename replaced it).
+    null = tmp_path / "null"
+    os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    assert main(["goal", "--config", str(cfg), "--out", str(null)]) == 0
+    assert stat.S_ISCHR(os.lstat(null).st_mode) and null.stat().st_rdev == os.makedev(1, 3)
     # The trace set's files too: a rank file that is a link stays one.
     out = tmp_path / "et"
     out.mkdir()
