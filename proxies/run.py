@@ -13,6 +13,7 @@ import time
 from workload.accounting import BASE_RANK_BYTES, program_stats
 from workload.hostmem import available_memory_bytes, peak_rss_bytes
 from workload.layout import LayoutError
+from workload.matching import unmatched
 from workload.models import Model
 from workload.program import Workload
 from workload.results import counted
@@ -21,7 +22,6 @@ from workload.timeline import breakdown
 from workload.units import GIB
 
 from . import report
-from .cli import output_files_problem
 from .launch import MPISettings, mpi_launcher_size, slurm_step_size
 from .mpi_executor import (
     MPI,
@@ -33,6 +33,7 @@ from .mpi_executor import (
     node_memory_check,
     thread_level_name,
 )
+from .outputs import output_files_problem
 from .usage import EXIT_USAGE
 
 MEMORY_HEADROOM = 0.9  # refuse above this fraction of the available memory
@@ -89,24 +90,6 @@ def scale_note(scale: float) -> str:
     )
 
 
-def unfinishable(workload: Workload) -> str | None:
-    """Why ``workload``'s ranks cannot all finish an iteration (a receive nobody sends,
-    a collective a member never joins), or None: as ``python -m simnet`` finds it,
-    simulated on one switch."""
-    from simnet.executor import ProgramsStuckError
-    from simnet.simulate import simulate
-
-    config = {
-        "topology": {"type": "switch", "num_nodes": workload.world_size},
-        "workload": {"name": "chakra", "world_size": workload.world_size},
-    }
-    try:
-        simulate(config, workload=workload, record_series=False, dense_matrices=False, force=True)
-    except ProgramsStuckError as e:
-        return f"{e}; the replay would wait for it until --timeout"
-    return None
-
-
 def run(
     spec: RunSpec,
     workload: Workload,
@@ -152,9 +135,11 @@ def run(
             if problem:
                 _stop(comm, f"{model.name}: {problem}")
         if model.name == "chakra":
-            # A trace set whose ranks cannot all finish would hang until --timeout: the
-            # simulator's run of it (on rank 0, before any MPI work) finds that at once.
-            problem = unfinishable(workload) if rank == 0 else None
+            # A trace set whose ranks cannot all finish (a receive nobody sends) would
+            # hang until --timeout: its programs, checked on rank 0 before any MPI work.
+            problem = unmatched(workload) if rank == 0 else None
+            if problem:
+                problem += "; the replay would wait for it until --timeout"
             problem = comm.bcast(problem, root=0)
             if problem:
                 _stop(comm, f"{model.name}: {problem}")

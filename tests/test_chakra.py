@@ -368,7 +368,7 @@ def test_a_trace_set_replays_over_mpi(tmp_path):
 
 
 def test_a_replay_whose_ranks_cannot_finish_is_refused_before_mpi_work(tmp_path):
-    # It hung until --timeout (300 s by default); simnet says at once what is wrong.
+    # It hung until --timeout (300 s by default); its programs say at once what is wrong.
     from tests.mpirun import mpirun
 
     waits = _node(3, "never", et.COMM_RECV_NODE, [2], comm_src=1, comm_size=8, comm_tag=9)
@@ -378,8 +378,8 @@ def test_a_replay_whose_ranks_cannot_finish_is_refused_before_mpi_work(tmp_path)
                "--iters", "1", "--warmup", "0", "--timeout", "60", timeout=50)  # fmt: skip
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.splitlines() == [
-        "error: chakra: phase 'trace': ranks [0] never finished (deadlock: they wait for "
-        "messages nobody sends); the replay would wait for it until --timeout"
+        "error: chakra: phase 'trace': rank 0 receives 1 message(s) from rank 1 (tag 9) and "
+        "rank 1 sends it 0; the replay would wait for it until --timeout"
     ]
     assert r.stdout == ""
 
