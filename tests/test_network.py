@@ -466,14 +466,20 @@ def _three_shared_links(lx: float, s: float, ly: float) -> tuple[nx.DiGraph, dic
     return g, routes
 
 
-def test_a_link_with_capacity_to_spare_is_not_crossed_by_the_search():
-    # Lx 4 B/s, S 30 B/s, Ly 20 B/s. Y and Z share Ly: 10 B/s each. X alone on Lx: 4 B/s.
-    # S carries 4 + 10 = 14 of 30 B/s: nobody's bottleneck.
-    g, routes = _three_shared_links(4.0, 30.0, 20.0)
+def _x_y_z_sending(lx: float, s: float, ly: float) -> tuple[simpy.Environment, FlowNetwork]:
+    """The network of :func:`_three_shared_links`, X, Y and Z sending 10,000 B from 0."""
+    g, routes = _three_shared_links(lx, s, ly)
     env = simpy.Environment()
     net = FlowNetwork(env, g, lambda s, d: routes[(s, d)])
     for src in (0, 2, 4):
         send_at(env, net, 0.0, src, src + 1, 10_000, [])
+    return env, net
+
+
+def test_a_link_with_capacity_to_spare_is_not_crossed_by_the_search():
+    # Lx 4 B/s, S 30 B/s, Ly 20 B/s. Y and Z share Ly: 10 B/s each. X alone on Lx: 4 B/s.
+    # S carries 4 + 10 = 14 of 30 B/s: nobody's bottleneck.
+    env, net = _x_y_z_sending(4.0, 30.0, 20.0)
     send_at(env, net, 1.0, 6, 7, 10_000, [])  # W joins X on Lx at t = 1
     rated = counts_at(env, net, 0.5)[1]
     rates = sorted((a.src, a.rate_bytes_per_s) for a in net.active_flows())
@@ -492,11 +498,7 @@ def test_a_link_filled_up_beyond_the_search_is_crossed_and_shared():
     # alone on Lx could take 4, but S would then carry 14 > 13, and Y (10 B/s) is faster
     # than X's 3 there: S must be shared. Max-min (by hand): X frozen first at Lx's 4,
     # then S leaves 13 - 4 = 9 for Y (below Ly's 10), and Z takes 20 - 9 = 11.
-    g, routes = _three_shared_links(4.0, 13.0, 20.0)
-    env = simpy.Environment()
-    net = FlowNetwork(env, g, lambda s, d: routes[(s, d)])
-    for src in (0, 2, 4):
-        send_at(env, net, 0.0, src, src + 1, 10_000, [])
+    env, net = _x_y_z_sending(4.0, 13.0, 20.0)
     send_at(env, net, 0.0, 6, 7, 2, [])
     env.run(until=0.5)
     rates = sorted((a.src, a.rate_bytes_per_s) for a in net.active_flows())
