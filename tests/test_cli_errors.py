@@ -310,3 +310,70 @@ def test_whole_number_options_take_4_0_as_4_as_the_configuration_does(capsys):
     with pytest.raises(SystemExit):
         build_parser(get_model("llm")).parse_args(["--tp", "2.5"])
     assert "argument --tp: must be a whole number (got 2.5)" in capsys.readouterr().err
+
+
+BUSY_COMMANDS = [
+    ["simnet", "validate", "--config", "{cfg}"],
+    ["simnet", "validate", "--suite", "--cases", "dlrm"],
+    ["simnet", "scaling", "--model", "dlrm", "--np", "2"],
+    ["simnet", "testbed", "--config", "{cfg}"],
+    ["workflows.endtoend", "--config", "{cfg}", "--no-host-model"],
+]
+
+
+def _small_config(tmp_path) -> str:
+    cfg = tmp_path / "c.json"
+    cfg.write_text(
+        '{"distributed": {"num_nodes": 2, "bandwidth_limit_gb_per_s": 0.0125}, '
+        '"topology": {"type": "switch"}, "workload": {"name": "dlrm", "scale": 0.01}}'
+    )
+    return str(cfg)
+
+
+@pytest.mark.parametrize("args", BUSY_COMMANDS, ids=lambda a: " ".join(a[:3]))
+def test_a_folder_another_run_writes_into_is_refused_before_any_work(tmp_path, args):
+    # Another process holds the folder (as a run of any of these commands does while it
+    # runs): this one is refused in one line naming it, and writes nothing there.
+    busy = tmp_path / "busy"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from workload.results import lock_output_dir; "
+            f"assert lock_output_dir({str(busy)!r}) is None; print('held', flush=True); "
+            "time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        argv = [a.replace("{cfg}", _small_config(tmp_path)) for a in args]
+        r = _run(*argv, "--out", str(busy))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.strip() == (
+        f"error: {busy} is in use: another run is writing its results there; wait for it "
+        "to finish or choose another --out"
+    )
+    assert list(busy.iterdir()) == []
+    # Once the holder is gone (however it ended) the folder is free again.
+    from workload.results import lock_output_dir, release_output_dir
+
+    assert lock_output_dir(busy) is None
+    release_output_dir(busy)
+
+
+@pytest.mark.parametrize("args", BUSY_COMMANDS, ids=lambda a: " ".join(a[:3]))
+def test_an_out_that_cannot_be_made_is_refused_before_any_work(tmp_path, args):
+    # /proc takes no new folder, even from root (whom every permission check passes).
+    argv = [a.replace("{cfg}", _small_config(tmp_path)) for a in args]
+    r = _run(*argv, "--out", "/proc/commsim-no-such-folder")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.startswith(
+        "error: cannot make the folder /proc/commsim-no-such-folder (No such file or "
+        "directory): choose another --out"
+    ), r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

@@ -535,3 +535,54 @@ def test_recalibrating_without_a_host_model_is_refused(tmp_path):
     assert r.stderr.strip() == (
         "error: --recalibrate measures this host for its prediction; --no-host-model makes none"
     )
+
+
+def test_a_second_job_into_a_running_jobs_folder_is_refused(tmp_path):
+    # Two jobs on one log_dir: the second would mix its files with the first's, and the
+    # first to finish would remove the marker the other still needs.
+    proc = start_long_job(tmp_path)
+    try:
+        r = run_job(tmp_path / "config.json", timeout=60)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert r.stderr.strip() == (
+            f"error: {tmp_path / 'out'} is in use: another run is writing its results "
+            "there; wait for it to finish or choose another --out"
+        )
+        assert proc.poll() is None  # the first runs on, its marker in place
+        assert (tmp_path / "out" / "RUN_INCOMPLETE.txt").exists()
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.communicate(timeout=60)
+    assert _left_running(tmp_path) == ""
+
+
+def test_an_invalid_workload_is_refused_before_the_host_calibration(tmp_path):
+    # gpt2 with 4 stages on 6 ranks: refused at once, not after a minute of calibration
+    # that also rewrites the shared cache (HOME points elsewhere: no cache is touched).
+    cfg = quick_config(
+        tmp_path,
+        distributed={"num_nodes": 6},
+        topology={"type": "switch", "num_nodes": 6, "permutations": [0]},
+        workload={"name": "gpt2", "args": [8, 4], "scale": 0.01},
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "workflows.endtoend", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": ""},
+    )
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "the world size must be a multiple of stages=4" in r.stderr
+    assert "host model" not in r.stdout  # no calibration started
+    assert not (tmp_path / "home").exists()
+
+
+def test_recalibrating_with_a_given_host_model_is_refused(tmp_path):
+    r = run_job(quick_config(tmp_path), "--host-params", "x.json", "--recalibrate")
+    assert r.returncode == 2
+    assert r.stderr.strip() == (
+        "error: --recalibrate measures this host for its prediction; --host-params takes "
+        "the host model from that file instead"
+    )

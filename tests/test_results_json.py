@@ -135,3 +135,24 @@ def test_counted_says_one_thing_in_the_singular():
     assert counted(3, "timed iteration") == "3 timed iterations"
     assert counted(2, "process", "processes") == "2 processes"
     assert counted(1, "process", "processes") == "1 process"
+
+
+def test_a_full_disk_is_one_line_and_leaves_no_partial_file(tmp_path):
+    # A writer failing as a full disk makes it (PIL's, json's): one line naming the file,
+    # the earlier file kept as it was, no temp file left beside it.
+    import errno
+
+    from workload.results import ResultsWriteError, atomic_write
+
+    target = tmp_path / "plot.png"
+    target.write_text("earlier")
+
+    def full(f):
+        f.write("half")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.raises(ResultsWriteError) as e:
+        atomic_write(target, full)
+    assert str(e.value) == f"cannot write {target}: No space left on device"
+    assert target.read_text() == "earlier"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plot.png"]

@@ -11,6 +11,7 @@ from workflows.netns import Cluster
 from workflows.testbed import (
     calibrate_links,
     calibration_peers,
+    fit_alpha,
     frame_time_s,
     host_pair_bytes,
     traffic_document,
@@ -104,3 +105,124 @@ def test_the_ring_trainer_on_the_testbed_runs_iters_steps_and_records_them():
         trainer_config(cfg, 3, 1)
     proxy = load_config({"distributed": {"num_nodes": 2}, "workload": {"name": "dlrm"}})
     assert trainer_config(proxy, 3, 1) is proxy
+
+
+def test_a_one_way_ring_is_refused_before_the_host_calibration(tmp_path):
+    # What the cluster would refuse is refused before the calibration (a minute, and it
+    # rewrites the shared cache: HOME points elsewhere here, so nothing is touched).
+    import json
+    import os
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "c.json"
+    cfg.write_text(
+        json.dumps(
+            {
+                "distributed": {"num_nodes": 3, "bandwidth_limit_gb_per_s": 0.0125},
+                "topology": {"type": "ring", "num_nodes": 3, "bidirectional": False},
+                "workload": {"name": "dlrm", "scale": 0.01},
+                "logging": {"log_dir": str(tmp_path / "out")},
+            }
+        )
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "simnet", "testbed", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": ""},
+    )
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.strip() == (
+        "error: testbed: the link 0 -> 1 has no way back; a veth link carries both "
+        "directions (topology.bidirectional = true)"
+    )
+    assert r.stdout == ""
+    assert not (tmp_path / "home").exists()
+    assert not (tmp_path / "out").exists()
+
+
+def _with_small_points(doc: dict, times_s: dict[int, float]) -> dict:
+    """``doc`` with the pingpong's times at the given sizes replaced."""
+    for r in doc["results"]:
+        if r["op"] == "pingpong" and r["size_bytes"] in times_s:
+            t = times_s[r["size_bytes"]]
+            r["time_s"] = {"min": t, "avg": t}
+    return doc
+
+
+def test_one_slow_small_pingpong_does_not_make_the_per_message_cost():
+    # As a testbed measured it: 8 B took 757 us (a first message's set-up), the other
+    # small sizes 10-22 us; their mean made 202 us per message, and only the first
+    # pair's counted though the second gave 15 us.
+    g = topologies.hierarchical(2, 2, 400e6 / 8, 100e6 / 8, 0.0, 0.0)
+    c = Cluster(g)
+    assert calibration_peers(c) == [1, 2]
+    slow = {8: 756.9e-6, 32: 10.4e-6, 128: 18.5e-6, 512: 21.6e-6}
+    steady = dict.fromkeys(slow, 15.0e-6)
+    assert set(slow) <= set(SIZES)
+
+    def run(peer: int, first: dict = slow) -> dict:
+        rate = 400e6 / 8 if peer == 1 else 100e6 / 8
+        doc = _doc(15e-6, 0.0, 2, rate * 0.95, rate * 0.9)
+        return _with_small_points(doc, first if peer == 1 else steady)
+
+    alone = fit_alpha(run(1))
+    assert 10.4e-6 < alone < 21.6e-6  # among the steady points, not pulled up by the slow one
+    cal = calibrate_links(run, c)
+    assert cal.alpha_s == pytest.approx(np.median([alone, 15.0e-6]))  # both pairs count
+    assert len(cal.warnings) == 1
+    assert "host 0 <-> host 1" in cal.warnings[0] and "8 B 756.9 us" in cal.warnings[0]
+    # Points that agree: no warning.
+    assert calibrate_links(lambda p: run(p, steady), c).warnings == []
+
+
+def _gpt2_result(send_overhead_us: float = 0.0):
+    from simnet.config import load_config
+    from simnet.simulate import simulate
+
+    cfg = load_config(
+        {
+            "distributed": {"num_nodes": 2, "bandwidth_limit_gb_per_s": 0.0125},
+            "topology": {"type": "switch", "num_nodes": 2},
+            "network": {"alpha_us": 50.0, "send_overhead_us": send_overhead_us},
+            "workload": {"name": "gpt2", "args": [8, 2], "scale": 0.01},
+        }
+    )
+    return simulate(cfg)
+
+
+def test_eager_blocking_sends_are_said_to_complete_at_once_not_given_minus_100_percent():
+    from workflows.testbed import eager_sends, op_rows, predicted_ops
+    from workload.ops import Send
+
+    res = _gpt2_result()
+    eager = eager_sends(res)
+    assert eager  # the pipeline's activation and gradient sends
+    threshold = res.config.network.eager_threshold_bytes
+    for ph in res.phases:
+        for ops in ph.timeline.programs:
+            for op in ops:
+                if (ph.name, op.label) in eager:
+                    assert type(op) is Send and op.req is None
+                    assert 4 * op.count_elems <= threshold
+    pred = predicted_ops(res)
+    assert all(pred[k] == 0.0 for k in eager)  # the model's protocol: done when posted
+    measured = {k: 1e-3 for k in pred}
+    rows = op_rows(measured, pred, eager)
+    for r in rows:
+        if (r["phase"], r["op"]) in eager:
+            assert r["error_pct"] is None and "eager send" in r["note"]
+        else:
+            assert r["error_pct"] is not None
+    # With a sender overhead the model charges them: errors as any operation's.
+    assert eager_sends(_gpt2_result(send_overhead_us=5.0)) == set()
+
+
+def test_a_rate_just_over_the_limit_is_printed_with_the_digits_that_show_it():
+    from workflows.testbed import _mbit
+
+    assert _mbit(1.00008e9, 1e9) == "1,000.1"
+    assert _mbit(8e10, 1e9) == "80,000"

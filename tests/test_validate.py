@@ -295,3 +295,12 @@ def test_a_real_runs_prediction_runs_nccl_algorithms_as_mpi_messages(tmp_path):
         config(tmp_path, "dlrm", [], collectives={"algorithm": "nccl_ring", "library": "nccl"})
     )
     assert as_mpi_run(said) == (said, [])  # the configuration's word stands
+
+
+def test_timeout_0_means_never(tmp_path):
+    # As --help says: 0 is no time limit, not a refusal.
+    cfg = config(tmp_path, "dlrm", [])
+    r = validate("--config", str(cfg), "--np", "2", "--iters", "1", "--warmup", "0",
+                 "--out", str(tmp_path / "o"), "--timeout", "0")  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "o" / "validation.json").exists()

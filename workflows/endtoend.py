@@ -28,9 +28,12 @@ from workload.brief_argparse import BriefParser
 from workload.models import MODELS
 from workload.results import (
     UNFINISHED_MARKER,
+    ResultsWriteError,
+    lock_output_dir,
     mark_finished,
     mark_unfinished,
     output_dir_problem,
+    release_output_dir,
     remove_others,
     versions,
     write_csv,
@@ -541,21 +544,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--recalibrate", action="store_true", help="measure this host again")
     ns = p.parse_args(argv)
-    if ns.no_host_model and ns.recalibrate:
+    if ns.recalibrate and (ns.no_host_model or ns.host_params):
         print(
-            "error: --recalibrate measures this host for its prediction; --no-host-model "
-            "makes none",
+            "error: --recalibrate measures this host for its prediction; "
+            + (
+                "--no-host-model makes none"
+                if ns.no_host_model
+                else "--host-params takes the host model from that file instead"
+            ),
             file=sys.stderr,
         )
         return EXIT_USAGE
     try:
         cfg = load_config(ns.config)
-    except ConfigError as e:
+        for note in cfg.deprecation_notes:
+            print(f"note: {note}", file=sys.stderr)
+        # What the real run or the prediction would refuse, refused before the host's
+        # calibration (a minute, and it rewrites the shared cache).
+        from workflows.validate import ValidationError, refuse_unrunnable
+
+        refuse_unrunnable(cfg)
+    except (ConfigError, ValidationError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    for note in cfg.deprecation_notes:
-        print(f"note: {note}", file=sys.stderr)
-    problem = output_dir_problem(ns.out or cfg.logging.log_dir)
+    out = Path(ns.out or cfg.logging.log_dir)
+    # Held until the process ends: a second run into the folder is refused, not mixed in.
+    problem = output_dir_problem(out) or lock_output_dir(out)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE
@@ -571,17 +585,30 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if ns.host_params:
                     raise ConfigError(str(e)) from None
                 print(f"warning: no prediction on this machine: {e}", file=sys.stderr)
-        return run(cfg, Path(ns.out or cfg.logging.log_dir), machine=machine)
+        return run(cfg, out, machine=machine)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except ResultsWriteError as e:  # a full disk: no partial file was left
+        print(f"error: {e}; {UNFINISHED_MARKER} marks the folder as an unfinished run's",
+              file=sys.stderr)  # fmt: skip
+        return 1
     except KeyboardInterrupt:
+        # Interrupted before the run started (in the host's calibration): no marker.
+        marked = (out / UNFINISHED_MARKER).exists()
         print(
-            "\ninterrupted: every process stopped; files already written are complete, "
-            f"and {UNFINISHED_MARKER} marks the folder as an unfinished run's",
+            "\ninterrupted: every process stopped"
+            + (
+                f"; files already written are complete, and {UNFINISHED_MARKER} marks the "
+                "folder as an unfinished run's"
+                if marked
+                else "; nothing was written to the results folder"
+            ),
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
+    finally:
+        release_output_dir(out)
 
 
 if __name__ == "__main__":

@@ -173,6 +173,29 @@ def size_problem(graph: nx.DiGraph) -> str | None:
     return None
 
 
+def graph_problem(graph: nx.DiGraph) -> str | None:
+    """Why ``graph`` cannot be made into a cluster (too few or too many hosts, a one-way
+    link, a link without bandwidth), or None: a command checks it before its long work
+    (a host calibration, MPI), not only when the namespaces are made."""
+    from topologies.routing import endpoints
+
+    hosts = len(endpoints(graph))
+    if hosts < 2:
+        return f"a testbed needs at least 2 hosts (got {hosts})"
+    too_big = size_problem(graph)
+    if too_big:
+        return too_big
+    for u, v, d in graph.edges(data=True):
+        if not graph.has_edge(v, u):
+            return (
+                f"the link {u} -> {v} has no way back; a veth link carries both "
+                "directions (topology.bidirectional = true)"
+            )
+        if not d["bandwidth"] > 0:
+            return f"the link {u} -> {v} needs a bandwidth > 0 (got {d})"
+    return None
+
+
 COUNTING = 3  # handle of the counting HTB of every link
 
 
@@ -221,19 +244,9 @@ class Cluster:
         from topologies.routing import Router, endpoints
 
         hosts = endpoints(self.graph)
-        if len(hosts) < 2:
-            raise TestbedError(f"a testbed needs at least 2 hosts (got {len(hosts)})")
-        too_big = size_problem(self.graph)
-        if too_big:
-            raise TestbedError(too_big)
-        for u, v, d in self.graph.edges(data=True):
-            if not self.graph.has_edge(v, u):
-                raise TestbedError(
-                    f"the link {u} -> {v} has no way back; a veth link carries both "
-                    "directions (topology.bidirectional = true)"
-                )
-            if not d["bandwidth"] > 0:
-                raise TestbedError(f"the link {u} -> {v} needs a bandwidth > 0 (got {d})")
+        problem = graph_problem(self.graph)
+        if problem:
+            raise TestbedError(problem)
         self.hosts = len(hosts)
         switches = sorted((n for n in self.graph.nodes if n not in set(hosts)), key=str)
         self.nodes: list[Hashable] = [*hosts, *switches]

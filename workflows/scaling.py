@@ -42,6 +42,7 @@ from workload.brief_argparse import BriefParser
 from workload.results import (
     UNFINISHED_MARKER,
     atomic_write,
+    lock_output_dir,
     mark_finished,
     mark_unfinished,
     output_dir_problem,
@@ -764,7 +765,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     out = Path(ns.out or f"results/scaling_{study.model}_{study.mode}")
-    problem = output_dir_problem(out)
+    problem = output_dir_problem(out) or lock_output_dir(out)  # held until the process ends
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE

@@ -28,6 +28,7 @@ from simnet.config import load_config
 from simnet.hostparams import HostCalibrationError
 from workload.results import (
     UNFINISHED_MARKER,
+    lock_output_dir,
     mark_finished,
     mark_unfinished,
     output_dir_problem,
@@ -322,12 +323,12 @@ def main(argv: list[str] | None = None) -> int:
             for c in cases
         ]
     out = Path(ns.out or "results/validation_suite")
-    problem = output_dir_problem(out)
+    problem = output_dir_problem(out) or lock_output_dir(out)  # held until the process ends
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        run_suite(out, cases, host_params=ns.host_params, timeout_s=ns.timeout or 600.0)
+        run_suite(out, cases, host_params=ns.host_params, timeout_s=ns.timeout)  # (0: never)
     except HostCalibrationError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

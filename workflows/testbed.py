@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,8 @@ from simnet.hostparams import HostCalibrationError, load_host_calibration
 from workload.brief_argparse import BriefParser
 from workload.results import (
     UNFINISHED_MARKER,
+    ResultsWriteError,
+    lock_output_dir,
     mark_finished,
     mark_unfinished,
     output_dir_problem,
@@ -61,18 +63,19 @@ from workload.results import (
 )
 from workload.run_result import ProxyRun
 
-from .launcher import as_mpi_run, mpiexec, run_command, stop_on_signals
+from .launcher import EXIT_TIMEOUT, as_mpi_run, mpiexec, run_command, stop_on_signals
 from .netns import (
     ETHERNET_MTU_FRAME_BYTES,
     TCP_FRAME_HEADER_BYTES,
     Cluster,
     TestbedError,
     check_available,
+    graph_problem,
     remove_stale,
-    size_problem,
 )
 
 EXIT_USAGE = 2
+EXIT_FAILED = 1  # the run's results could not be written (e.g. a full disk)
 MAX_RANKS_PER_HOST = 8
 MAX_GSO_SEGS = 65535  # the kernel's largest gso_max_segs
 OPS_SHOWN = 8  # operations in the summary, longest first
@@ -107,6 +110,16 @@ class Emulated:
         return int(self.graph.graph["num_endpoints"])
 
 
+def _mbit(rate_bit_per_s: float, limit_bit_per_s: float) -> str:
+    """``rate`` in Mbit/s with the digits that tell it from ``limit`` (1,000.08 beside
+    1,000, not 1,000 beside 1,000)."""
+    for digits in range(7):
+        text = f"{rate_bit_per_s / 1e6:,.{digits}f}"
+        if text != f"{limit_bit_per_s / 1e6:,.{digits}f}":
+            return text
+    return f"{rate_bit_per_s / 1e6:,.6f}"
+
+
 def emulated(cfg: Config) -> Emulated:
     """The network the configuration describes, checked for what the testbed can do."""
     from simnet.simulate import build_topology
@@ -126,14 +139,16 @@ def emulated(cfg: Config) -> Emulated:
         raise TestbedError("testbed: ranks are placed host-major; leave topology.placement unset")
     net = cfg.model_copy(update={"hosts": cfg.hosts.model_copy(update={"ranks_per_host": None})})
     graph, _ = build_topology(net)
-    too_big = size_problem(graph)
-    if too_big:
-        raise TestbedError(f"testbed: {too_big}")
+    # Everything the cluster would refuse, refused before the host calibration.
+    problem = graph_problem(graph)
+    if problem:
+        raise TestbedError(f"testbed: {problem}")
     fastest = max(d["bandwidth"] for _u, _v, d in graph.edges(data=True)) * 8
     if fastest > MAX_LINK_BIT_PER_S:
         raise TestbedError(
-            f"testbed: links of {fastest / 1e6:,.0f} Mbit/s; this machine forwards at most "
-            f"about {MAX_LINK_BIT_PER_S / 1e6:,.0f} Mbit/s per emulated link (the payload "
+            f"testbed: links of {_mbit(fastest, MAX_LINK_BIT_PER_S)} Mbit/s; this machine "
+            f"forwards at most about {MAX_LINK_BIT_PER_S / 1e6:,.0f} Mbit/s per emulated link (the "
+            "payload "
             "would be a few percent of the rate, and the comparison about its processor): "
             "give the rates in GB/s, e.g. distributed.bandwidth_limit_gb_per_s = 0.0125 "
             "for 100 Mbit/s"
@@ -223,14 +238,38 @@ def fit_rate(doc: dict[str, Any], op: str) -> tuple[float, dict[str, Any]]:
     }
 
 
+ALPHA_SPREAD = 3.0  # small pingpong points further apart than this factor: a warning
+
+
 def fit_alpha(doc: dict[str, Any]) -> float:
     """Per-message cost (s) of one TCP path: the pingpong's one-way time of its messages
-    up to ``SMALL_BYTES``, which the shaper's bucket lets through at once (their mean)."""
+    up to ``SMALL_BYTES``, which the shaper's bucket lets through at once. Each size is
+    a sample of the one cost, so their median: one slow sample (the first message's
+    connection set-up or page faults, a scheduler hiccup at few --iters) would take a
+    share of itself into a mean (8 B at 757 us among three of 10-22 us made 202 us)."""
     s, t = _rows(doc, "pingpong")
     small = s <= SMALL_BYTES
     if not small.any():
         raise TestbedError(f"the testbed's pingpong gave no size of {SMALL_BYTES} B or less")
-    return float(np.mean(t[small]))
+    return float(np.median(t[small]))
+
+
+def alpha_spread_warning(doc: dict[str, Any], where: str) -> str | None:
+    """A warning when the pingpong's small messages, which should all cost the same,
+    differ by more than ``ALPHA_SPREAD`` times (None when they agree)."""
+    s, t = _rows(doc, "pingpong")
+    small = s <= SMALL_BYTES
+    if not small.any() or not t[small].min() > 0:
+        return None
+    if t[small].max() / t[small].min() <= ALPHA_SPREAD:
+        return None
+    pairs = zip(s[small], t[small], strict=True)
+    points = ", ".join(f"{int(x)} B {y * 1e6:.1f} us" for x, y in pairs)
+    return (
+        f"{where}: the pingpong's small messages, which should cost the same, disagree "
+        f"({points}): the per-message cost takes their median, {fit_alpha(doc) * 1e6:.1f} us "
+        "(more --iters steady them)"
+    )
 
 
 def frame_time_s(bandwidth_bytes_per_s: float) -> float:
@@ -247,6 +286,7 @@ class LinkCalibration:
     efficiency_by_rate: dict[float, float]  # nominal bytes/s -> payload share of it
     hop_scale: float  # a hop's latency in frame times
     fits: list[dict[str, Any]]
+    warnings: list[str] = field(default_factory=list)  # samples that disagree
 
     def efficiency(self, bandwidth_bytes_per_s: float) -> float:
         """The payload share of a link of this rate: as measured at that rate, or at the
@@ -313,9 +353,13 @@ def calibrate_links(run_pair: Callable[[int], dict[str, Any]], cluster: Cluster)
     g = cluster.graph
     fits = []
     alphas = []
+    warnings = []
     for peer in calibration_peers(cluster):
         doc = run_pair(peer)
         alpha = fit_alpha(doc)
+        spread = alpha_spread_warning(doc, f"host 0 <-> host {peer}")
+        if spread:
+            warnings.append(spread)
         ping_rate, ping = fit_rate(doc, "pingpong")
         rate, exchange = fit_rate(doc, "exchange")
         path = cluster.routes[(0, peer)]
@@ -352,8 +396,20 @@ def calibrate_links(run_pair: Callable[[int], dict[str, Any]], cluster: Cluster)
         scale = max(0.0, (a - alphas[0]) / (f["frame_times_s"] - first["frame_times_s"]))
     else:  # one hop count: the hops' share of the per-message cost cannot be told apart
         scale = 0.0
-    alpha = max(0.0, alphas[0] - scale * first["frame_times_s"])
-    return LinkCalibration(alpha, efficiency, scale, fits)
+    # Every pair measures the same per-message cost (its hops taken out): their median,
+    # not the first pair's alone, so that one pair's slow samples do not decide it.
+    per_pair = [max(0.0, a - scale * f["frame_times_s"]) for f, a in zip(fits, alphas, strict=True)]
+    alpha = float(np.median(per_pair))
+    if len(per_pair) > 1 and min(per_pair) > 0 and max(per_pair) / min(per_pair) > ALPHA_SPREAD:
+        warnings.append(
+            "the host pairs' per-message costs disagree ("
+            + ", ".join(
+                f"host 0 <-> host {f['hosts'][1]} {a * 1e6:.1f} us"
+                for f, a in zip(fits, per_pair, strict=True)
+            )
+            + f"): the model takes their median, {alpha * 1e6:.1f} us"
+        )
+    return LinkCalibration(alpha, efficiency, scale, fits, warnings)
 
 
 # -- prediction -----------------------------------------------------------------------------
@@ -447,15 +503,55 @@ def predicted_ops(res: Any) -> dict[tuple[str, str], float]:
     return {k: float(np.mean(v)) for k, v in acc.items()}
 
 
-def op_rows(measured: dict, predicted: dict) -> list[dict[str, Any]]:
+EAGER_SEND_NOTE = (
+    "an eager send: the model completes it when posted (its data is on its way; the "
+    "testbed's per-message cost is paid in flight, no sender overhead is modelled), the "
+    "real one when MPI has handed its data to TCP: no error is given"
+)
+
+
+def eager_sends(res: Any) -> set[tuple[str, str]]:
+    """The (phase, label) pairs whose every operation is a blocking send of at most the
+    eager threshold, on a model without a sender overhead (network.send_overhead_us 0):
+    the model completes them at once by its protocol (see simnet.executor), so their
+    predicted time is 0 by definition, not by a wrong estimate."""
+    from workload.ops import Send
+
+    net = res.config.network
+    if net.send_overhead_us > 0:
+        return set()
+    eager: dict[tuple[str, str], bool] = {}
+    for ph in res.phases:
+        for ops in ph.timeline.programs:
+            for op in ops:
+                key = (ph.name, op.label)
+                one = (
+                    type(op) is Send
+                    and op.req is None
+                    and 4 * op.count_elems <= net.eager_threshold_bytes
+                )  # (float32 elements)
+                eager[key] = eager.get(key, True) and one
+    return {k for k, v in eager.items() if v}
+
+
+def op_rows(
+    measured: dict, predicted: dict, eager: set[tuple[str, str]] | None = None
+) -> list[dict[str, Any]]:
     """Per (phase, operation): mean measured and predicted seconds and the error, in the
-    order of the measured time, longest first."""
-    rows = [
-        {"phase": ph, "op": op, "measured_s": m, "predicted_s": predicted[(ph, op)],
-         "error_pct": _error_pct(predicted[(ph, op)], m)}
-        for (ph, op), m in measured.items()
-        if (ph, op) in predicted
-    ]  # fmt: skip
+    order of the measured time, longest first. ``eager`` (see :func:`eager_sends`): the
+    operations the model completes at once, given no error (it would read -100%) but a
+    note saying why."""
+    eager = eager or set()
+    rows = []
+    for (ph, op), m in measured.items():
+        if (ph, op) not in predicted:
+            continue
+        p = predicted[(ph, op)]
+        row = {"phase": ph, "op": op, "measured_s": m, "predicted_s": p,
+               "error_pct": None if (ph, op) in eager else _error_pct(p, m)}  # fmt: skip
+        if (ph, op) in eager:
+            row["note"] = EAGER_SEND_NOTE
+        rows.append(row)
     return sorted(rows, key=lambda r: -r["measured_s"])
 
 
@@ -656,6 +752,17 @@ def microbench_workload(
     return TestbedWorkload(argv, path, measured, wl, names, divisors, iters + warmup, iters)
 
 
+class TestbedTimeout(TestbedError):
+    """An MPI run on the testbed ran over --timeout: exit code 124 (as validate's, and
+    timeout(1)'s), not the usage-error code."""
+
+
+def _failed(what: str, r: Any, timeout_s: float) -> TestbedError:
+    """The error of a failed MPI run on the testbed (a timeout's its own kind)."""
+    kind = TestbedTimeout if r.returncode is None else TestbedError
+    return kind(f"{what} failed: {_why(r, timeout_s)}")
+
+
 def _why(r: Any, timeout_s: float) -> str:
     """Why an MPI run on the testbed failed, in one line."""
     if r.returncode is None:
@@ -726,11 +833,13 @@ def run(
             )
             r = run_command(mpi_command(cluster, script, 1, prog, [0, peer]), timeout_s, env=env)
             if r.returncode != 0 or not path.exists():
-                raise TestbedError(f"the testbed's calibration failed: {_why(r, timeout_s)}")
+                raise _failed("the testbed's calibration", r, timeout_s)
             return json.loads(path.read_text())
 
         links = calibrate_links(pair, cluster)
-        warnings = []
+        warnings = list(links.warnings)
+        for w in warnings:
+            say(f"warning: {w}")
         low = {r: e for r, e in links.efficiency_by_rate.items() if e < LOW_EFFICIENCY}
         if low:
             warnings.append(
@@ -755,7 +864,7 @@ def run(
         ]
         write_text(out / "workload_output.txt", r.output)
         if r.returncode != 0 or not work.result_json.exists():
-            raise TestbedError(f"the workload failed: {_why(r, timeout_s)}")
+            raise _failed("the workload", r, timeout_s)
         routes = {f"{s}->{d}": [list(map(str, e)) for e in p] for (s, d), p in
                   sorted((cluster.routes or {}).items())}  # fmt: skip
     measured = work.measured(work.result_json)
@@ -778,7 +887,8 @@ def run(
     traffic["retransmitted_segments_by_host"] = retransmitted
     ops = []
     if work.trace is not None:
-        ops = op_rows(measured_ops(work.trace, cfg.world_size), predicted_ops(res))
+        per_op = measured_ops(work.trace, cfg.world_size)
+        ops = op_rows(per_op, predicted_ops(res), eager_sends(res))
     errs = [abs(c["error_pct"]) for c in cases]
     cpu = machine.params
     return {
@@ -869,12 +979,16 @@ def summary_text(doc: dict[str, Any]) -> str:
         lines.append(
             f"the longest operations, mean per call (all {len(doc['ops'])} in testbed_ops.csv):"
         )
-        for r in doc["ops"][:OPS_SHOWN]:
+        shown = doc["ops"][:OPS_SHOWN]
+        for r in shown:
+            err = "-*" if r["error_pct"] is None else f"{r['error_pct']:+.1f}%"
             lines.append(
                 f"  {r['phase'][:12]:<12} {r['op'][:28]:<28} measured "
                 f"{1e3 * r['measured_s']:9.3f} ms, predicted {1e3 * r['predicted_s']:9.3f} ms, "
-                f"error {r['error_pct']:+.1f}%"
+                f"error {err}"
             )
+        if any(r["error_pct"] is None for r in shown):
+            lines.append(f"  * {EAGER_SEND_NOTE}")
     lines.append(
         f"traffic: TCP payload on the links {t['total_payload_bytes']:,} B against "
         f"{t['total_predicted_bytes']:,} B predicted; worst pair {t['max_pair_error_pct']:.2f}%;"
@@ -882,6 +996,8 @@ def summary_text(doc: dict[str, Any]) -> str:
         f"{t['control_network_bytes']:,} B on the control network; "
         f"{t['retransmitted_segments']} TCP segments sent again"
     )
+    if not c.get("delays_emulated", True) and c.get("delays_note"):
+        lines.append(f"note: {c['delays_note']}")  # (the configured latency is not the run's)
     host = doc["parameters"]["processor and copies inside a host"]["value"]
     lines += [f"note: {n}" for n in host.get("notes", [])]  # (interpolated, from elsewhere)
     lines += [f"warning: {w}" for w in doc.get("warnings", [])]
@@ -1028,8 +1144,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             cfg = trainer_config(cfg, ns.iters, ns.warmup)
             work = proxy_workload(cfg, ns.iters, 1 if ns.warmup is None else ns.warmup, out)
-        out.mkdir(parents=True, exist_ok=True)
-        mark_unfinished(out, "python -m simnet testbed")  # every check passed: it runs
+        # Every check passed: held until the process ends, as another testbed writing into
+        # the folder would read this one's measurements as its own (and this one its).
+        problem = lock_output_dir(out)
+        if problem:
+            raise ConfigError(problem)
+        mark_unfinished(out, "python -m simnet testbed")
         doc = run(
             cfg,
             out,
@@ -1038,9 +1158,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             gso_max_segs=ns.gso_max_segs,
             host_params=ns.host_params,
         )
+        write_outputs(doc, out)
     except (ConfigError, TestbedError, HostCalibrationError) as e:
         print(f"error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_TIMEOUT if isinstance(e, TestbedTimeout) else EXIT_USAGE
+    except ResultsWriteError as e:  # a full disk: no partial file was left
+        print(f"error: {e}; {UNFINISHED_MARKER} marks the folder as an unfinished run's",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print(
             "\ninterrupted: every process stopped, every namespace removed; "
@@ -1048,7 +1173,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
-    write_outputs(doc, out)
     mark_finished(out)
     print(summary_text(doc), end="")
     return 0

@@ -47,7 +47,9 @@ from simnet.hostparams import HostCalibrationError
 from workload.brief_argparse import BriefParser
 from workload.results import (
     UNFINISHED_MARKER,
+    ResultsWriteError,
     counted,
+    lock_output_dir,
     mark_finished,
     mark_unfinished,
     output_dir_problem,
@@ -97,17 +99,23 @@ def prepare_config(path: str | Path, np_ranks: int | None = None) -> tuple[Confi
             data["distributed"]["num_nodes"] = np_ranks
             notes.append(f"distributed.num_nodes set to {np_ranks} (--np)")
     cfg = load_config(data)
+    refuse_unrunnable(cfg)
+    return cfg, notes
+
+
+def refuse_unrunnable(cfg: Config) -> None:
+    """Refuse (ConfigError, ValidationError) what the proxy or the prediction would
+    refuse: the workload's layout on the world size, the topology, the placement. For a
+    command to say so before its long work (a host calibration, MPI), not after it."""
     import topologies
     from simnet.simulate import build_topology, build_workload
 
-    # What the proxy or the prediction would refuse is refused here, before MPI starts.
     build_workload(cfg)
     graph, _ = build_topology(cfg)
     try:
         topologies.apply_placement(cfg.world_size, graph, cfg.topology.placement)
     except topologies.TopologyError as e:
         raise ValidationError(f"topology: {e}") from None
-    return cfg, notes
 
 
 # -- comparison ----------------------------------------------------------------------
@@ -724,8 +732,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.cases is not None:
         print("error: --cases chooses cases of the suite: give --suite too", file=sys.stderr)
         return EXIT_USAGE
-    if not ns.timeout > 0:
-        print(f"error: --timeout must be seconds > 0 (got {ns.timeout:g})", file=sys.stderr)
+    if not ns.timeout >= 0:  # (0: never, as --help says; NaN refused too)
+        print(f"error: --timeout must be seconds >= 0 (got {ns.timeout:g})", file=sys.stderr)
         return EXIT_USAGE
     try:
         cfg, notes = prepare_config(ns.config, ns.np)
@@ -736,7 +744,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The prediction reads the calibration file (load_config made its path absolute):
         # a wrong one is refused before the run.
         apply_link_params(cfg)
-        out.mkdir(parents=True, exist_ok=True)
+        # Held until the process ends: a second run into the folder is refused, not mixed in.
+        problem = lock_output_dir(out)
+        if problem:
+            raise ConfigError(problem)
         predict = None
         if ns.this_machine or ns.host_params:
             from workflows.machine import ThisMachine, machine_result
@@ -791,6 +802,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ValidationError, HostCalibrationError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except ResultsWriteError as e:  # a full disk: no partial file was left
+        print(f"error: {e}; {UNFINISHED_MARKER} marks the folder as an unfinished run's",
+              file=sys.stderr)  # fmt: skip
+        return 1
     except KeyboardInterrupt:
         print(
             f"\ninterrupted: every process stopped; {UNFINISHED_MARKER} marks the folder as "

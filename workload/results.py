@@ -5,6 +5,7 @@ An interrupted run never leaves a half-written file that looks complete.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import platform
@@ -30,8 +31,11 @@ def atomic_write(
         with open(target, "wb" if binary else "w") as f:
             write(f)
         return Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as e:
+        raise ResultsWriteError(f"cannot write {path}: {e.strerror or e}") from None
     try:
         with os.fdopen(fd, "wb" if binary else "w") as f:
             write(f)
@@ -40,10 +44,19 @@ def atomic_write(
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as e:
+        Path(tmp).unlink(missing_ok=True)  # no partial file: the temp goes, the old stays
+        if isinstance(e, OSError) and not isinstance(e, ResultsWriteError):
+            # A full disk (ENOSPC) or quota, from any writer (PIL's, json's): one line for
+            # the command to print, not a traceback from deep inside the writer.
+            raise ResultsWriteError(f"cannot write {path}: {e.strerror or e}") from None
         raise
     return Path(path)
+
+
+class ResultsWriteError(OSError):
+    """A result file could not be written (a full disk, a vanished folder); its message
+    is one line naming the file. Whatever was being written was not left behind."""
 
 
 def output_dir_problem(path: str | os.PathLike[str], option: str = "--out") -> str | None:
@@ -57,8 +70,65 @@ def output_dir_problem(path: str | os.PathLike[str], option: str = "--out") -> s
                 return f"{q} is a file, not a folder: choose another {option}"
             if not os.access(q, os.W_OK | os.X_OK):
                 return f"cannot write into {q}: choose another {option}"
+            if q != p:
+                # Root passes every permission check, not a virtual file system (/proc)
+                # or a read-only one: the missing folders are made and removed again,
+                # to be refused now rather than after the work.
+                made = [d for d in (p, *p.parents) if d != q and q in d.parents]
+                try:
+                    p.mkdir(parents=True)
+                except OSError as e:
+                    return f"cannot make the folder {p} ({e.strerror}): choose another {option}"
+                for d in made:  # deepest first
+                    d.rmdir()
             return None
     return None
+
+
+_LOCKED: dict[str, int] = {}
+"""The results folders this process holds locked: resolved path -> the folder's fd."""
+
+
+def lock_output_dir(path: str | os.PathLike[str], option: str = "--out") -> str | None:
+    """Make the folder ``path`` and hold an exclusive lock on it for this run, or say why
+    not (another process holds it): two runs writing into one folder would read each
+    other's files (a testbed took another's measurements as its own) and the first to
+    finish would remove the other's ``RUN_INCOMPLETE.txt``. The lock is ``flock`` on the
+    folder itself, so that no lock file is left among the results; the kernel drops it
+    when the process ends, however it ends, so a killed run never blocks the next.
+    Taking it again in the process that holds it is a no-op (an in-process caller may
+    mark the folder after its command did); :func:`release_output_dir` lets it go."""
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        key = os.path.realpath(p)
+        if key in _LOCKED:
+            return None
+        fd = os.open(key, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as e:
+        return f"cannot make the folder {path} ({e.strerror}): choose another {option}"
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return (
+            f"{path} is in use: another run is writing its results there; wait for it to "
+            f"finish or choose another {option}"
+        )
+    _LOCKED[key] = fd
+    return None
+
+
+def release_output_dir(path: str | os.PathLike[str]) -> None:
+    """Let go of the folder's lock taken by :func:`lock_output_dir` (if this process
+    holds it)."""
+    fd = _LOCKED.pop(os.path.realpath(path), None)
+    if fd is not None:
+        os.close(fd)
+
+
+class OutputDirBusy(RuntimeError):
+    """Another process writes into the results folder (see :func:`lock_output_dir`)."""
 
 
 def output_file_problem(
@@ -201,6 +271,11 @@ def mark_unfinished(out: str | os.PathLike[str], what: str) -> Path:
     away; an interrupted or failed run leaves it."""
     import datetime
 
+    # Every run that marks its folder holds it: a command that took the lock first (to
+    # refuse before its work) passes here at once.
+    problem = lock_output_dir(out)
+    if problem:
+        raise OutputDirBusy(problem)
     started = datetime.datetime.now(datetime.UTC).isoformat()
     return write_text(
         Path(out) / UNFINISHED_MARKER,
@@ -211,8 +286,10 @@ def mark_unfinished(out: str | os.PathLike[str], what: str) -> Path:
 
 
 def mark_finished(out: str | os.PathLike[str]) -> None:
-    """The run writing into ``out`` finished: remove its ``RUN_INCOMPLETE.txt``."""
+    """The run writing into ``out`` finished: remove its ``RUN_INCOMPLETE.txt`` and let
+    go of the folder's lock."""
     (Path(out) / UNFINISHED_MARKER).unlink(missing_ok=True)
+    release_output_dir(out)
 
 
 def remove_others(out: str | os.PathLike[str], pattern: str, written: Iterable[Path]) -> None:
