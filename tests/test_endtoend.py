@@ -586,3 +586,57 @@ def test_recalibrating_with_a_given_host_model_is_refused(tmp_path):
         "error: --recalibrate measures this host for its prediction; --host-params takes "
         "the host model from that file instead"
     )
+
+
+def _script_copy(tmp_path: Path) -> tuple[Path, Path]:
+    """run_training.sh in a folder of its own, its install step a stub that leaves a
+    mark; returns the script and the mark."""
+    home = tmp_path / "checkout"
+    home.mkdir()
+    script = home / "run_training.sh"
+    script.write_text((ROOT / "run_training.sh").read_text())
+    (home / "config.json").write_text((ROOT / "config.json").read_text())
+    mark = tmp_path / "installed"
+    (home / "install.sh").write_text(f"#!/usr/bin/env bash\ntouch {mark}\n")
+    (home / "install.sh").chmod(0o755)
+    return script, mark
+
+
+def _in(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", *argv], capture_output=True, text=True, timeout=60, cwd=cwd,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def test_run_training_takes_every_path_from_where_it_runs(tmp_path):
+    script, _ = _script_copy(tmp_path)
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "small.json").write_text((ROOT / "config.json").read_text())
+    (user / "myout").write_text("a file: the job refuses it by its full name")
+    r = _in(user, str(script), "small.json", "--no-host-model", "--out", "myout")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"error: {user / 'myout'} is a file, not a folder" in r.stderr
+    (user / "hp.json").write_text("not a calibration")
+    r = _in(user, str(script), "small.json", "--host-params", "hp.json", "--out", "o")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert str(user / "hp.json") in r.stderr and "no such file" not in r.stderr.lower()
+    assert not (script.parent / "o").exists()
+    assert not (user / "o").exists()  # the wrong file refused before any work
+
+
+def test_run_training_options_without_a_configuration_use_the_default_one(tmp_path):
+    script, mark = _script_copy(tmp_path)
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "myout").write_text("a file")
+    r = _in(user, str(script), "--no-host-model", "--out", "myout")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith(f"error: {user / 'myout'} is a file")
+    # --help: the job's help, without installing (this checkout's imports are there).
+    mark.unlink()
+    r = _in(user, str(script), "--help")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("usage: python -m workflows.endtoend")
+    assert not mark.exists()

@@ -564,7 +564,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from workflows.validate import ValidationError, refuse_unrunnable
 
         refuse_unrunnable(cfg)
-    except (ConfigError, ValidationError) as e:
+        if ns.host_params:  # read now: a wrong file is refused before any work
+            from simnet.hostparams import load_host_calibration
+
+            load_host_calibration(ns.host_params, "--host-params")
+    except (ConfigError, ValidationError, HostCalibrationError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     out = Path(ns.out or cfg.logging.log_dir)
