@@ -60,3 +60,18 @@ def test_tiny_suite_case_runs_and_writes_its_files(tmp_path):
     text = (out / case["case"] / "validation.txt").read_text()
     assert "prediction: this machine's host model (every rank on one host, below)" in text
     assert "geometric mean |error|" in (out / "validation_suite.txt").read_text()
+
+
+def test_validate_options_the_suite_does_not_use_are_refused(tmp_path):
+    # As --cases without --suite is: one line, exit 2, nothing run.
+    r = subprocess.run(
+        [sys.executable, "-m", "simnet", "validate", "--suite", "--cases", "dlrm", "--np", "2",
+         "--iters", "3", "--reuse", "--out", str(tmp_path / "o")],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.strip() == (
+        "error: --np and --reuse: not for --suite (each case has its own configuration and "
+        "ranks, and runs)"
+    )
+    assert not (tmp_path / "o").exists()

@@ -304,6 +304,25 @@ def main(argv: list[str] | None = None) -> int:
     from workflows.validate import build_parser
 
     ns = build_parser().parse_args(argv)
+    # Validate's options the suite has no use for are refused, as --cases is without
+    # --suite: each case brings its own configuration and ranks, and runs. (--iters and
+    # --warmup apply to every case; --this-machine and --quiet are what it does anyway.)
+    unused = [
+        opt
+        for opt, given in (
+            ("--config", ns.config != build_parser().get_default("config")),
+            ("--np", ns.np is not None),
+            ("--reuse", ns.reuse),
+        )
+        if given
+    ]
+    if unused:
+        print(
+            f"error: {' and '.join(unused)}: not for --suite (each case has its own "
+            "configuration and ranks, and runs)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     try:
         cases = select(ns.cases)
     except ValueError as e:
