@@ -304,3 +304,21 @@ def test_timeout_0_means_never(tmp_path):
                  "--out", str(tmp_path / "o"), "--timeout", "0")  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     assert (tmp_path / "o" / "validation.json").exists()
+
+
+def test_the_label_tables_difference_and_error_have_one_sign(dlrm_run):
+    # Both predicted - measured: a label predicted short has both negative.
+    _, out, _ = dlrm_run
+    doc = json.loads((out / "validation.json").read_text())
+    text = (out / "validation.txt").read_text()
+    assert "pred-meas (ms)" in text and "error = (predicted - measured) / measured" in text
+    checked = 0
+    for d in doc["labels"]:
+        if d["error_pct"] is None or abs(d["difference_s"]) < 1e-6:
+            continue
+        line = next(x for x in text.splitlines() if f" {d['label']} " in x and "%" in x)
+        diff, err = line.split()[-2:]
+        assert float(diff) == pytest.approx((d["predicted_s"] - d["measured_s"]) * 1e3, abs=2e-3)
+        assert (float(diff) < 0) == err.startswith("-")
+        checked += 1
+    assert checked

@@ -320,16 +320,20 @@ def summary_text(doc: dict[str, Any]) -> str:
     lines += [
         "",
         "per operation label: durations summed over ranks and operations, per iteration "
-        "(measured: mean over the timed iterations)",
+        "(measured: mean over the timed iterations); pred-meas and error = (predicted - "
+        "measured) / measured: < 0 took longer than predicted",
         f"  {'phase':12s} {'label':28s} {'kind':16s} {'ops':>5s} {'measured (ms)':>14s} "
-        f"{'predicted (ms)':>15s} {'diff (ms)':>10s} {'error':>8s}",
+        f"{'predicted (ms)':>15s} {'pred-meas (ms)':>14s} {'error':>8s}",
     ]
     for d in doc["labels"]:
         err = "-" if d["error_pct"] is None else f"{d['error_pct']:+.1f}%"
+        # Both columns predicted - measured (the error over the measurement), so that
+        # their signs agree; the files' difference_s is measured - predicted, the excess
+        # listed below.
         lines.append(
             f"  {d['phase']:12s} {d['label']:28s} {'/'.join(d['kinds']):16s} {d['ops']:5d} "
             f"{d['measured_s'] * MS:14.3f} {d['predicted_s'] * MS:15.3f} "
-            f"{d['difference_s'] * MS:+10.3f} {err:>8s}"
+            f"{-d['difference_s'] * MS:+14.3f} {err:>8s}"
         )
     lines += ["", "took longer than predicted (measured - predicted, summed per label):"]
     longer = doc["longer_than_predicted"]
