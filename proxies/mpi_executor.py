@@ -720,7 +720,12 @@ def abort_job(comm: MPI.Comm, rank: int) -> None:
         # mpiexec (and srun) forward SIGINT to every rank, so each leaves by itself:
         # MPI_Abort would add a line per rank, and MPICH's returns to the caller.
         if rank == 0:
-            sys.stderr.write("interrupted (Ctrl-C): the job stops, nothing more is written\n")
+            # Every rank gets SIGINT: from Ctrl-C, or from the command that started the
+            # job stopping it (which then names what stopped it: SIGTERM, SIGHUP).
+            sys.stderr.write(
+                "interrupted (SIGINT: Ctrl-C, or the command that started the job stopping "
+                "it): the job stops, nothing more is written\n"
+            )
         # mpiexec kills the ranks still running once one has left with an error (a
         # "BAD TERMINATION" banner and exit code 9): every rank waits as long before
         # leaving, so that they leave together, each with 130.

@@ -219,10 +219,11 @@ def test_buffer_overrun_reported_with_step_and_pair(tmp_path):
     )
     assert r.returncode == 0, r.stdout + r.stderr
     text = (tmp_path / "out" / "training_metrics.txt").read_text()
-    assert "buffer overrun: reduce_scatter step 0 rank 0 -> rank 1:" in text
+    assert "buffer overrun: reduce_scatter rank 0 -> rank 1:" in text
     # A ring's reduce-scatter sends p - 1 = 3 blocks to the next rank per step: over the
-    # timed step and the warm-up's, 6 times, and said so.
-    assert "> buffer 1000 B (6 times, the warm-up step's included)" in text
+    # timed step and the warm-up's, 6 times, and said to count all of them.
+    assert "> buffer 1000 B, first in training step 0; 6 such transfers in all (every " in text
+    assert "ring step of every ring and training step, the warm-up step's included)" in text
 
 
 def _left_running(tmp_path: Path, within_s: float = 20.0) -> str:
@@ -257,7 +258,7 @@ def test_ctrl_c_stops_everything_and_leaves_no_partial_file(tmp_path):
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err
-    assert "interrupted" in err
+    assert "interrupted (Ctrl-C): every process stopped" in err
     assert _left_running(tmp_path, within_s=0) == ""
     outdir = tmp_path / "out"
     assert "RUN_INCOMPLETE.txt marks the folder" in err
@@ -273,7 +274,7 @@ def test_kill_or_hangup_stops_everything(tmp_path, sig):
     proc.send_signal(sig)  # the job's own process only, as `kill PID` does
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err
-    assert "interrupted" in err
+    assert f"interrupted ({sig.name}): every process stopped" in err  # named, not Ctrl-C
     assert _left_running(tmp_path) == ""
 
 

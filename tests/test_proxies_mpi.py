@@ -392,7 +392,7 @@ def test_ctrl_c_on_a_proxy_is_one_line_and_exit_130(tmp_path, module, args, rank
         t.join(timeout=10)
     out, err = "".join(lines["out"]), "".join(lines["err"])
     assert proc.returncode == 130, out + err
-    assert (out + err).count("interrupted (Ctrl-C)") == 1
+    assert (out + err).count("interrupted (SIGINT: Ctrl-C") == 1
     assert "Traceback" not in out + err and "unhandled error" not in out + err
 
 

@@ -43,7 +43,7 @@ from workload.results import (
 from workload.run_result import ProxyRun, TrainerRun, TrainerSettings
 from workload.units import MB, MS_PER_S, bytes_per_s_to_gb_per_s
 
-from .launcher import as_mpi_run, mpiexec, proxy_command, run_proxy
+from .launcher import as_mpi_run, interrupt_cause, mpiexec, proxy_command, run_proxy
 from .machine import ThisMachine, machine_result
 
 EXIT_USAGE = 2
@@ -173,9 +173,11 @@ def metrics_text(
     lines += prediction_lines(comparison, "per step")
     lines += ["", "== warnings =="]
     warnings = [
-        f"buffer overrun: {o['op']} step {o['first_step']} rank {o['src']} -> rank "
-        f"{o['dst']}: {o['size_bytes']} B > buffer {o['buffer_bytes']} B "
-        f"({o['count']} times, the warm-up step's included)"
+        # (count: every transfer of this rank to that one over the op, not one step's)
+        f"buffer overrun: {o['op']} rank {o['src']} -> rank {o['dst']}: "
+        f"{o['size_bytes']} B > buffer {o['buffer_bytes']} B, first in training step "
+        f"{o['first_step']}; {o['count']} such transfers in all (every ring step of every "
+        "ring and training step, the warm-up step's included)"
         for o in measured.buffer_overruns
     ]
     warnings += [f"assumed in the prediction: {a}" for a in assumed]
@@ -597,11 +599,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}; {UNFINISHED_MARKER} marks the folder as an unfinished run's",
               file=sys.stderr)  # fmt: skip
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         # Interrupted before the run started (in the host's calibration): no marker.
         marked = (out / UNFINISHED_MARKER).exists()
         print(
-            "\ninterrupted: every process stopped"
+            f"\ninterrupted ({interrupt_cause(e)}): every process stopped"
             + (
                 f"; files already written are complete, and {UNFINISHED_MARKER} marks the "
                 "folder as an unfinished run's"

@@ -174,6 +174,15 @@ def stop_on_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def interrupt_cause(e: KeyboardInterrupt) -> str:
+    """What interrupted the run, for its one line: the signal :func:`stop_on_signals`
+    turned into ``e`` (SIGTERM: ``kill``; SIGHUP: a closed terminal), else Ctrl-C."""
+    text = str(e)
+    if text.startswith("signal SIG"):
+        return text.removeprefix("signal ")
+    return "Ctrl-C"
+
+
 def run_proxy(cmd: list[str], timeout_s: float, echo: bool = True) -> tuple[int, str]:
     """Run ``cmd`` in its own process group; returns (exit code, output).
 

@@ -63,7 +63,14 @@ from workload.results import (
 )
 from workload.run_result import ProxyRun
 
-from .launcher import EXIT_TIMEOUT, as_mpi_run, mpiexec, run_command, stop_on_signals
+from .launcher import (
+    EXIT_TIMEOUT,
+    as_mpi_run,
+    interrupt_cause,
+    mpiexec,
+    run_command,
+    stop_on_signals,
+)
 from .netns import (
     ETHERNET_MTU_FRAME_BYTES,
     TCP_FRAME_HEADER_BYTES,
@@ -1166,9 +1173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}; {UNFINISHED_MARKER} marks the folder as an unfinished run's",
               file=sys.stderr)  # fmt: skip
         return EXIT_FAILED
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print(
-            "\ninterrupted: every process stopped, every namespace removed; "
+            f"\ninterrupted ({interrupt_cause(e)}): every process stopped, every namespace "
+            "removed; "
             f"{UNFINISHED_MARKER} marks the folder as an unfinished run's",
             file=sys.stderr,
         )

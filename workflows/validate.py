@@ -58,7 +58,7 @@ from workload.run_result import ProxyRun
 from workload.units import MS_PER_S as MS  # milliseconds per second, for display
 from workload.units import us_to_s
 
-from .launcher import EXIT_TIMEOUT, as_mpi_run, proxy_command, run_proxy
+from .launcher import EXIT_TIMEOUT, as_mpi_run, interrupt_cause, proxy_command, run_proxy
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -810,10 +810,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}; {UNFINISHED_MARKER} marks the folder as an unfinished run's",
               file=sys.stderr)  # fmt: skip
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print(
-            f"\ninterrupted: every process stopped; {UNFINISHED_MARKER} marks the folder as "
-            "an unfinished run's",
+            f"\ninterrupted ({interrupt_cause(e)}): every process stopped; "
+            f"{UNFINISHED_MARKER} marks the folder as an unfinished run's",
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
