@@ -590,7 +590,14 @@ def simulate(
         placement = topologies.apply_placement(world, graph, chosen)
     except topologies.TopologyError as e:
         raise ConfigError(f"topology.{e}") from None  # "placement: ..."
-    if cfg.network.alpha_us == 0:
+    # Not when the sender pays a per-message cost (send_overhead_us), nor when no message
+    # crosses a network (every rank on one host, as the host model has them: its
+    # per-message cost is the host's copy latency, which its own notes give).
+    if (
+        cfg.network.alpha_us == 0
+        and cfg.network.send_overhead_us == 0
+        and (graph.graph.get("hosts") or {}).get("num_hosts") != 1
+    ):
         assumed.append("no per-message overhead (network.alpha_us = 0)")
     if cfg.distributed.buffer_size_bytes is not None:
         assumed.append(

@@ -641,3 +641,24 @@ def test_run_training_options_without_a_configuration_use_the_default_one(tmp_pa
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.startswith("usage: python -m workflows.endtoend")
     assert not mark.exists()
+
+
+def test_no_per_message_overhead_is_said_only_when_there_is_none(tmp_path):
+    # The host model's prediction charges a cost per message (the host's copy latency,
+    # the sender's overhead): its assumptions must not also say there is none.
+    from simnet.simulate import simulate
+    from workflows.machine import ThisMachine, machine_result
+
+    note = "no per-message overhead (network.alpha_us = 0)"
+    cfg = load_config(quick_config(tmp_path, training={"num_epochs": 1, "steps_per_epoch": 1}))
+    assert note in simulate(cfg).assumed  # the configured network: alpha 0, as said
+    with_o = cfg.model_copy(
+        update={"network": cfg.network.model_copy(update={"send_overhead_us": 5.0})}
+    )
+    assert note not in simulate(with_o).assumed
+    machine = ThisMachine.calibrate(
+        4, lambda _: None, params_file=str(host_params_file(tmp_path, 4, 5.0))
+    )
+    res = machine_result(cfg, machine)
+    assert note not in res.assumed
+    assert any("us per message" in a for a in res.assumed)  # the host's cost, said instead
