@@ -377,3 +377,27 @@ def test_an_out_that_cannot_be_made_is_refused_before_any_work(tmp_path, args):
         "directory): choose another --out"
     ), r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["simnet", "validate", "--config", "{cfg}"],
+        ["simnet", "testbed", "--config", "{cfg}"],
+        ["workflows.endtoend", "--config", "{cfg}", "--no-host-model"],
+    ],
+    ids=lambda a: " ".join(a[:2]),
+)
+def test_enable_metrics_false_is_said_to_be_unused(tmp_path, args):
+    # It is the seed's field and loads; the commands write every file, and say so. (The
+    # run itself is stopped at once by a folder that is a file.)
+    cfg = tmp_path / "c.json"
+    cfg.write_text(
+        '{"distributed": {"num_nodes": 2, "bandwidth_limit_gb_per_s": 0.0125}, '
+        '"topology": {"type": "switch"}, "workload": {"name": "dlrm", "scale": 0.01}, '
+        '"logging": {"enable_metrics": false}}'
+    )
+    (tmp_path / "taken").write_text("a file")
+    r = _run(*[a.replace("{cfg}", str(cfg)) for a in args], "--out", str(tmp_path / "taken"))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "note: logging.enable_metrics = false is not used" in r.stderr

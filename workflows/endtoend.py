@@ -43,7 +43,14 @@ from workload.results import (
 from workload.run_result import ProxyRun, TrainerRun, TrainerSettings
 from workload.units import MB, MS_PER_S, bytes_per_s_to_gb_per_s
 
-from .launcher import as_mpi_run, interrupt_cause, mpiexec, proxy_command, run_proxy
+from .launcher import (
+    as_mpi_run,
+    ignored_settings,
+    interrupt_cause,
+    mpiexec,
+    proxy_command,
+    run_proxy,
+)
 from .machine import ThisMachine, machine_result
 
 EXIT_USAGE = 2
@@ -559,7 +566,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         cfg = load_config(ns.config)
-        for note in cfg.deprecation_notes:
+        for note in [*cfg.deprecation_notes, *ignored_settings(cfg)]:
             print(f"note: {note}", file=sys.stderr)
         # What the real run or the prediction would refuse, refused before the host's
         # calibration (a minute, and it rewrites the shared cache).

@@ -174,6 +174,18 @@ def stop_on_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def ignored_settings(cfg: Config) -> list[str]:
+    """Notes on configuration fields these commands (the main job, validate, the testbed)
+    read but do not act on, to be printed rather than silently ignored."""
+    notes = []
+    if not cfg.logging.enable_metrics:
+        notes.append(
+            "logging.enable_metrics = false is not used: the run's measurements and their "
+            "comparison with the prediction are its results, and every file is written"
+        )
+    return notes
+
+
 def interrupt_cause(e: KeyboardInterrupt) -> str:
     """What interrupted the run, for its one line: the signal :func:`stop_on_signals`
     turned into ``e`` (SIGTERM: ``kill``; SIGHUP: a closed terminal), else Ctrl-C."""

@@ -66,6 +66,7 @@ from workload.run_result import ProxyRun
 from .launcher import (
     EXIT_TIMEOUT,
     as_mpi_run,
+    ignored_settings,
     interrupt_cause,
     mpiexec,
     run_command,
@@ -1129,6 +1130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ns.host_params:  # read now: a wrong file is refused before any work
             load_host_calibration(ns.host_params, "--host-params")
         cfg = load_config(ns.config)
+        for note in ignored_settings(cfg):
+            print(f"note: {note}", file=sys.stderr)
         out = Path(ns.out or Path(cfg.logging.log_dir) / "testbed")
         problem = output_dir_problem(out)
         if problem:

@@ -58,7 +58,14 @@ from workload.run_result import ProxyRun
 from workload.units import MS_PER_S as MS  # milliseconds per second, for display
 from workload.units import us_to_s
 
-from .launcher import EXIT_TIMEOUT, as_mpi_run, interrupt_cause, proxy_command, run_proxy
+from .launcher import (
+    EXIT_TIMEOUT,
+    as_mpi_run,
+    ignored_settings,
+    interrupt_cause,
+    proxy_command,
+    run_proxy,
+)
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -741,6 +748,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         cfg, notes = prepare_config(ns.config, ns.np)
+        for note in ignored_settings(cfg):
+            print(f"note: {note}", file=sys.stderr)
         out = Path(ns.out) if ns.out else Path(cfg.logging.log_dir) / "validation"
         problem = output_dir_problem(out)
         if problem:
