@@ -544,7 +544,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         metavar="FILE",
         help="the host model to predict this machine with (default: this host's cached "
-        "calibration, measured first when missing or stale: about a minute)",
+        "calibration, measured first when missing or stale: a minute or two on 2 cores, "
+        "more for many ranks, its estimate printed as it starts)",
     )
     g.add_argument(
         "--no-host-model",
@@ -569,7 +570,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for note in [*cfg.deprecation_notes, *ignored_settings(cfg)]:
             print(f"note: {note}", file=sys.stderr)
         # What the real run or the prediction would refuse, refused before the host's
-        # calibration (a minute, and it rewrites the shared cache).
+        # calibration (a minute or two, and it rewrites the shared cache).
         from workflows.validate import ValidationError, refuse_unrunnable
 
         refuse_unrunnable(cfg)
