@@ -342,7 +342,12 @@ def _remove_left(before: set[str]) -> list[str]:
     return left
 
 
-def test_ctrl_c_during_a_testbed_run_stops_it_and_leaves_nothing(tmp_path):
+@pytest.mark.parametrize("presses", [1, 3])
+def test_ctrl_c_during_a_testbed_run_stops_it_and_leaves_nothing(tmp_path, presses):
+    # Three Ctrl-Cs 0.1 s apart used to cut the stop short: MPICH's launcher, killed
+    # with the namespaces, left its /tmp/hydra_hwloc_xmlfile_* (one per host).
+    from workflows.launcher import _descendants, _hydra_temp_files
+
     cfg = _slow_two_hosts(tmp_path)
     before = set(namespaces())
     p = subprocess.Popen(
@@ -360,11 +365,15 @@ def test_ctrl_c_during_a_testbed_run_stops_it_and_leaves_nothing(tmp_path):
                 subprocess.run(["ip", "netns", "pids", n], capture_output=True, text=True).stdout
                 for n in made
             ]
-            if any(x.strip() for x in pids):
+            held = _hydra_temp_files(_descendants(p.pid))
+            if any(x.strip() for x in pids) and held:
                 break
             time.sleep(0.2)
         assert p.poll() is None, p.communicate()
-        p.send_signal(signal.SIGINT)
+        assert held
+        for _ in range(presses):
+            p.send_signal(signal.SIGINT)
+            time.sleep(0.1)
         _, err = p.communicate(timeout=60)
     finally:
         if p.poll() is None:
@@ -374,6 +383,7 @@ def test_ctrl_c_during_a_testbed_run_stops_it_and_leaves_nothing(tmp_path):
     assert p.returncode == 130, err
     assert "every namespace removed" in err
     assert not _remove_left(before)
+    assert [f for f in held if os.path.exists(f)] == []
 
 
 @needs_root

@@ -223,7 +223,7 @@ def run_proxy(cmd: list[str], timeout_s: float, echo: bool = True) -> tuple[int,
         stop_group(proc)
         rc = EXIT_TIMEOUT
     except KeyboardInterrupt:
-        stop_group(proc)
+        stop_group(proc, interrupted=True)
         raise
     reader.join(timeout=5)
     return rc, "".join(lines)
@@ -270,7 +270,7 @@ def run_command(
             out = ""
         rc = None
     except KeyboardInterrupt:
-        stop_group(proc)
+        stop_group(proc, interrupted=True)
         raise
     result = CommandResult(rc, out or "", time.perf_counter() - started)
     if log_path is not None:
@@ -280,23 +280,90 @@ def run_command(
     return result
 
 
-def stop_group(proc: subprocess.Popen) -> None:
+HYDRA_TEMP_PREFIX = "/tmp/hydra_hwloc_xmlfile_"
+"""MPICH's launcher (each host's hydra_pmi_proxy) writes the machine's topology there
+for its ranks, holds it open and removes it as it exits: a proxy killed outright
+leaves it behind."""
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it (from /proc; the launcher's proxies and ranks
+    move to process groups of their own, so the group alone does not find them)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo.extend(children.get(p, []))
+    return found
+
+
+def _hydra_temp_files(pids: Sequence[int]) -> set[str]:
+    """The MPICH launcher's temporary files the processes ``pids`` hold open."""
+    held = set()
+    for p in pids:
+        try:
+            fds = os.listdir(f"/proc/{p}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{p}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith(HYDRA_TEMP_PREFIX):
+                held.add(target)
+    return held
+
+
+def stop_group(proc: subprocess.Popen, interrupted: bool = False) -> None:
     """Stop a process started with ``start_new_session=True`` and all its children.
 
     SIGINT, then SIGTERM, then SIGKILL to the whole group, a few seconds apart,
     until the leader exits; then SIGKILL to whatever is left of the group (a
     child that ignored the signals would otherwise keep running, and keep the
-    output pipe open).
+    output pipe open). More Ctrl-Cs (or SIGTERM, SIGHUP) while it stops do not cut
+    the stop short: they are noted and dropped (three Ctrl-Cs 0.1 s apart used to
+    interrupt the wait, and MPICH's launcher, killed, left its temporary files). The
+    launcher's temporary files its processes held are removed if they are still there.
+    ``interrupted``: the stop answers a Ctrl-C, SIGTERM or SIGHUP, so the process is on
+    its way out: Ctrl-C stays ignored for the rest of it, so that another one does not
+    cut its clean-up short (a testbed's namespaces) or, landing as the interpreter shuts
+    down (where Python's handler is gone), turn its exit code 130 into a death by SIGINT.
     """
-    for sig, grace in ((signal.SIGINT, 3.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            continue
-        break
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    calm = threading.current_thread() is threading.main_thread()
+    old = {}
+    if calm:  # first: a second Ctrl-C may be 0.1 s behind the first
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            old[sig] = signal.signal(sig, lambda *_: None)  # the stop is under way
+    held: set[str] = set()
+    try:
+        held = _hydra_temp_files(_descendants(proc.pid))
+        for sig, grace in ((signal.SIGINT, 3.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                continue
+            break
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, signal.SIG_IGN if interrupted and sig == signal.SIGINT else handler)
+        for path in held:  # (a proxy that exited in order removed its own)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
