@@ -226,3 +226,25 @@ def test_a_rate_just_over_the_limit_is_printed_with_the_digits_that_show_it():
 
     assert _mbit(1.00008e9, 1e9) == "1,000.1"
     assert _mbit(8e10, 1e9) == "80,000"
+
+
+def test_the_summary_says_the_link_latency_is_not_emulated():
+    # testbed.txt and the screen show summary_text: the note was in testbed.json only.
+    from workflows.testbed import summary_text
+
+    note = "links are shaped in rate only: the configuration's link latencies are not emulated"
+    case = {"name": "c", "measured_s": 1e-3, "predicted_s": 1e-3, "error_pct": 0.0}
+    doc = {
+        "cluster": {"topology": "switch", "hosts": 2, "ranks_per_host": 1, "switches": 1,
+                    "links": [{"rate_bit_per_s": 1e8}], "delays_emulated": False,
+                    "delays_note": note},
+        "calibration": {"alpha_us": 20.0, "efficiency_text": "90%", "hop_frame_times": 0.0},
+        "traffic": {"total_payload_bytes": 1, "total_predicted_bytes": 1,
+                    "max_pair_error_pct": 0.0, "header_overhead_pct": 1.0,
+                    "control_network_bytes": 0, "retransmitted_segments": 0},
+        "cases": [case], "ops": [], "geomean_abs_error_pct": 0.0, "max_abs_error_pct": 0.0,
+        "parameters": {"processor and copies inside a host": {"value": {}}},
+    }  # fmt: skip
+    assert f"note: {note}" in summary_text(doc).splitlines()
+    doc["cluster"]["delays_emulated"] = True
+    assert note not in summary_text(doc)
