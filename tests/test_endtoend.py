@@ -662,3 +662,20 @@ def test_no_per_message_overhead_is_said_only_when_there_is_none(tmp_path):
     res = machine_result(cfg, machine)
     assert note not in res.assumed
     assert any("us per message" in a for a in res.assumed)  # the host's cost, said instead
+
+
+def test_ctrl_c_in_the_host_calibration_claims_no_marker(tmp_path, monkeypatch, capsys):
+    # Interrupted before the run started: no RUN_INCOMPLETE.txt exists, and none is named.
+    from workflows import endtoend
+    from workflows.machine import ThisMachine
+
+    def interrupted(*args, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ThisMachine, "calibrate", interrupted)
+    rc = endtoend.main(["--config", str(quick_config(tmp_path))])
+    err = capsys.readouterr().err
+    assert rc == 130
+    assert not (tmp_path / "out" / "RUN_INCOMPLETE.txt").exists()
+    assert "RUN_INCOMPLETE.txt" not in err
+    assert "interrupted (Ctrl-C): every process stopped; nothing was written" in err
