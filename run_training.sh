@@ -44,4 +44,4 @@ if ((help)); then
     exit
 fi
 ./install.sh
-exec python3 -m workflows.endtoend --config "$config" "${args[@]}"
+exec python3 -m workflows.endtoend --config "$config" ${args[@]+"${args[@]}"}  # (bash < 4.4: an empty array is unset)

@@ -134,6 +134,9 @@ def abort_on_timeout(comm: MPI.Comm | None) -> None:
     if comm is None:
         os._exit(EXIT_TIMEOUT)
     _let_launcher_read(2)
+    # MPI_Abort from this thread while the main one is blocked in MPI is beyond what the
+    # thread levels below "multiple" promise: should it hang, the rank still ends.
+    threading.Timer(5.0, os._exit, (EXIT_TIMEOUT,)).start()
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)
     comm.Abort(EXIT_TIMEOUT)

@@ -7,7 +7,6 @@ import contextlib
 import difflib
 import gc
 import json
-import os
 import signal
 import sys
 import threading
@@ -91,17 +90,6 @@ def build_parser(subcommands: Sequence[str] = ()) -> argparse.ArgumentParser:
     return p
 
 
-def _prefix_problem(prefix: str) -> str | None:
-    """Why ``--prefix`` cannot start the names of files written into --out, or None: a
-    path separator would put them in another folder (or outside --out), a leading dot
-    would hide them."""
-    if "/" in prefix or os.sep in prefix or (os.altsep and os.altsep in prefix):
-        return f"--prefix {prefix!r}: a file name's start, without a folder ('/')"
-    if prefix.startswith("."):
-        return f"--prefix {prefix!r}: starts with '.', which hides the files"
-    return None
-
-
 def _check_trace_ranks(text: str, world_size: int | None) -> None:
     """--trace-ranks as a ConfigError if malformed or (with ``world_size``) out of range."""
     from .output import parse_ranks, rank_spans
@@ -143,7 +131,7 @@ def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
     if ns.schema:
         print(json.dumps(schema(), indent=1))
         return 0
-    from workload.results import output_dir_problem
+    from workload.results import output_dir_problem, prefix_problem
 
     from .executor import ProgramsStuckError
     from .output import write_all
@@ -170,7 +158,9 @@ def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
             print(f"note: {note}", file=sys.stderr)
         if ns.out == "":
             raise ConfigError("--out: empty; name a folder (default: logging.log_dir)")
-        problem = output_dir_problem(ns.out or cfg.logging.log_dir) or _prefix_problem(ns.prefix)
+        problem = output_dir_problem(ns.out or cfg.logging.log_dir) or prefix_problem(
+            ns.prefix, allow_empty=True
+        )
         if problem:
             raise ConfigError(problem)
         if ns.trace_ranks != "auto":

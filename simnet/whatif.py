@@ -141,9 +141,8 @@ def apply_links(
             g.remove_edge(v, u)
         removed.append((u, v))
     if removed:
-        what = ", ".join(f"{u!r} <-> {v!r}" for u, v in removed)
-        idle = _check_connected(g, what, used)
         said = ", ".join(f"{shown(u)} <-> {shown(v)}" for u, v in removed)
+        idle = _check_connected(g, said, used)
         unit = "host" if hosts else "endpoint"
         notes.append(f"failed: {said}; {_rerouted(graph, g, idle, unit)}")
         if idle:

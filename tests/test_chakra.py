@@ -378,8 +378,8 @@ def test_a_replay_whose_ranks_cannot_finish_is_refused_before_mpi_work(tmp_path)
                "--iters", "1", "--warmup", "0", "--timeout", "60", timeout=50)  # fmt: skip
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.splitlines() == [
-        "error: chakra: phase 'trace': rank 0 receives 1 message(s) from rank 1 (tag 9) and "
-        "rank 1 sends it 0; the replay would wait for it until --timeout"
+        "error: chakra: phase 'trace': rank 0 receives 1 message(s) from rank 1 (tag 9, on its "
+        "'world' group) and rank 1 sends it 0; the replay would wait for it until --timeout"
     ]
     assert r.stdout == ""
 

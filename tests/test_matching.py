@@ -23,7 +23,16 @@ def test_a_receive_nobody_sends_and_a_collective_one_member_skips_are_named():
     send, recv = Send(1, 4, 7, "world"), Recv(0, 4, 7, "world")
     assert unmatched(_workload({0: [send], 1: [recv]})) is None
     assert unmatched(_workload({0: [send], 1: [recv, recv]})) == (
-        "phase 'it': rank 1 receives 2 message(s) from rank 0 (tag 7) and rank 0 sends it 1"
+        "phase 'it': rank 1 receives 2 message(s) from rank 0 (tag 7, on its 'world' group) "
+        "and rank 0 sends it 1"
+    )
+    # Matched on the group's communicator: a receive posted on another group waits.
+    other = Recv(0, 4, 7, "dp")
+    w = _workload({0: [send], 1: [other]})
+    w.groups["dp"] = [(0,), (1,)]
+    assert unmatched(w) == (
+        "phase 'it': rank 1 receives 1 message(s) from rank 0 (tag 7, on its 'dp' group) and "
+        "rank 0 sends it 0"
     )
     ar = Collective("allreduce", "world", 16)
     assert unmatched(_workload({0: [ar, ar], 1: [ar]})) == (

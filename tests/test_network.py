@@ -15,6 +15,7 @@ import networkx as nx
 import pytest
 import simpy
 
+from simnet import network
 from simnet.network import EGRESS, INGRESS, FlowNetwork, TransferRecord
 
 from .test_compiled_core import CONFIG as CONTENDED
@@ -854,7 +855,8 @@ def test_a_link_lists_exactly_its_draining_flows_in_start_order(seed):
 @pytest.mark.parametrize("case", ["fat_tree", "hierarchical"])
 def test_kept_rates_give_the_times_of_filling_everything_again(monkeypatch, case):
     # The same simulation with every recomputation refilling whole components (nothing
-    # kept): every time and byte is the same, the link load series equal to the last digit.
+    # kept, no link passed over for its spare capacity): every time and byte is the same,
+    # the link load series equal to the last digit.
     import simnet
 
     cfg = {
@@ -887,6 +889,8 @@ def test_kept_rates_give_the_times_of_filling_everything_again(monkeypatch, case
         counted(self, now)
 
     monkeypatch.setattr(FlowNetwork, "_flush", refill_all)
+    # ... and no link has capacity to spare: the search crosses every link.
+    monkeypatch.setattr(network, "_SLACK_BELOW", -1.0)
     full, full_rated = run()
     assert kept_rated < full_rated  # the case keeps rates
     assert kept.iteration_time_s == full.iteration_time_s

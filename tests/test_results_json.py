@@ -156,3 +156,27 @@ def test_a_full_disk_is_one_line_and_leaves_no_partial_file(tmp_path):
     assert str(e.value) == f"cannot write {target}: No space left on device"
     assert target.read_text() == "earlier"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plot.png"]
+
+
+def test_a_folder_lock_the_file_system_cannot_take_is_no_busy_folder(tmp_path, monkeypatch):
+    # NFS emulates flock with byte-range locks (EBADF on a folder), Lustre may have none
+    # (ENOSYS), a server no lock service (ENOLCK): the run goes on unlocked; only a lock
+    # another process holds (EWOULDBLOCK) is a busy folder.
+    import errno
+    import fcntl
+
+    from workload import results
+
+    def refuse(err: int):
+        def flock(fd: int, op: int) -> None:
+            raise (BlockingIOError if err == errno.EWOULDBLOCK else OSError)(err, "no")
+
+        return flock
+
+    for err, want in ((errno.EBADF, None), (errno.ENOSYS, None), (errno.ENOLCK, None)):
+        monkeypatch.setattr(fcntl, "flock", refuse(err))
+        assert results.lock_output_dir(tmp_path / f"d{err}") is want
+    monkeypatch.setattr(fcntl, "flock", refuse(errno.EWOULDBLOCK))
+    problem = results.lock_output_dir(tmp_path / "busy")
+    assert problem.endswith("is in use: another run is writing its results there; wait for it "
+                            "to finish or choose another --out")  # fmt: skip

@@ -28,10 +28,12 @@ from workload.goal import write_goal
 from workload.ops import Collective, Recv, Send, call_bytes
 from workload.program import Phase, Workload
 from workload.results import (
+    lock_output_dir,
     mark_finished,
     mark_unfinished,
     output_dir_problem,
     output_file_problem,
+    prefix_problem,
     write_json,
 )
 
@@ -118,17 +120,6 @@ def _sizes(groups: list) -> str:
     return str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
 
 
-def prefix_problem(prefix: str) -> str | None:
-    """Why ``prefix`` cannot name a set's files inside --out, or None: a path separator
-    would write them elsewhere (``../x``), a leading dot or nothing hides them."""
-    if not prefix or prefix.startswith(".") or "/" in prefix or "\\" in prefix or "\0" in prefix:
-        return (
-            f"--prefix {prefix!r}: name the files with a plain word (no '/' or '\\', not "
-            "empty, not starting with '.'), e.g. --prefix trace"
-        )
-    return None
-
-
 def export_files_problem(out: Path, prefix: str, world_size: int, goal: bool) -> str | None:
     """Why the set's files cannot all be written into ``out``, or None: checked before
     the first file is written, so that a refused export leaves no partial set."""
@@ -146,7 +137,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     problem = None
     if ns.action == "export":
-        problem = prefix_problem(ns.prefix) or output_dir_problem(ns.out, "--out")
+        problem = (
+            prefix_problem(ns.prefix)
+            or output_dir_problem(ns.out, "--out")
+            or lock_output_dir(ns.out, "--out")  # (held until the set is written)
+        )
     elif ns.action == "goal":
         problem = output_file_problem(ns.out, "--out")
     if problem:

@@ -535,7 +535,9 @@ def _report(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = BriefParser(prog="python -m workflows.endtoend", description=__doc__)
+    # No abbreviations: run_training.sh makes the path options' values absolute by
+    # their full names (--out, --host-params, --config), before it changes folder.
+    p = BriefParser(prog="python -m workflows.endtoend", description=__doc__, allow_abbrev=False)
     p.add_argument("--config", default="config.json")
     p.add_argument("--out", default=None, help="default: logging.log_dir")
     g = p.add_mutually_exclusive_group()
@@ -582,7 +584,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     out = Path(ns.out or cfg.logging.log_dir)
-    # Held until the process ends: a second run into the folder is refused, not mixed in.
+    # Held until the results are marked finished (or the process ends): a second
+    # run into the folder is refused, not mixed in.
     problem = output_dir_problem(out) or lock_output_dir(out)
     if problem:
         print(f"error: {problem}", file=sys.stderr)

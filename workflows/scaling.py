@@ -765,7 +765,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     out = Path(ns.out or f"results/scaling_{study.model}_{study.mode}")
-    problem = output_dir_problem(out) or lock_output_dir(out)  # held until the process ends
+    problem = output_dir_problem(out) or lock_output_dir(out)  # (released when finished)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE

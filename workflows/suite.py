@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             for c in cases
         ]
     out = Path(ns.out or "results/validation_suite")
-    problem = output_dir_problem(out) or lock_output_dir(out)  # held until the process ends
+    problem = output_dir_problem(out) or lock_output_dir(out)  # (released when finished)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE

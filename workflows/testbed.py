@@ -1154,8 +1154,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             cfg = trainer_config(cfg, ns.iters, ns.warmup)
             work = proxy_workload(cfg, ns.iters, 1 if ns.warmup is None else ns.warmup, out)
-        # Every check passed: held until the process ends, as another testbed writing into
-        # the folder would read this one's measurements as its own (and this one its).
+        # Every check passed: held until its results are marked finished (or the process
+        # ends), as another testbed writing into the folder would read this one's
+        # measurements as its own (and this one its).
         problem = lock_output_dir(out)
         if problem:
             raise ConfigError(problem)

@@ -757,7 +757,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The prediction reads the calibration file (load_config made its path absolute):
         # a wrong one is refused before the run.
         apply_link_params(cfg)
-        # Held until the process ends: a second run into the folder is refused, not mixed in.
+        # Held until the results are marked finished (or the process ends): a second
+        # run into the folder is refused, not mixed in.
         problem = lock_output_dir(out)
         if problem:
             raise ConfigError(problem)

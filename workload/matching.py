@@ -13,28 +13,31 @@ from .program import Workload
 
 def unmatched(workload: Workload) -> str | None:
     """The first mismatch of ``workload``'s programs, phase by phase, or None: a
-    point-to-point message (source, destination, tag) received more or fewer times than
-    it is sent, or the members of a group calling different numbers of collectives on
+    point-to-point message (group, source, destination, tag) received more or fewer
+    times than it is sent, or the members of a group calling different numbers of collectives on
     it. Programs whose counts match may still wait on each other in a bad order; a
     simulation (``python -m simnet``) finds that too."""
     for phase in workload.phases:
-        sends: Counter[tuple[int, int, int]] = Counter()
-        recvs: Counter[tuple[int, int, int]] = Counter()
+        # (group kind, source, destination, tag): a message is matched on its group's
+        # communicator, as both executors match it.
+        sends: Counter[tuple[str, int, int, int]] = Counter()
+        recvs: Counter[tuple[str, int, int, int]] = Counter()
         calls: dict[str, Counter[int]] = {kind: Counter() for kind in workload.groups}
         for rank in range(workload.world_size):
             for op in phase.program(rank):
                 if isinstance(op, Send):
-                    sends[(rank, op.peer, op.tag)] += 1
+                    sends[(op.group, rank, op.peer, op.tag)] += 1
                 elif isinstance(op, Recv):
-                    recvs[(op.peer, rank, op.tag)] += 1
+                    recvs[(op.group, op.peer, rank, op.tag)] += 1
                 elif isinstance(op, Collective) and op.group in calls:
                     calls[op.group][rank] += 1
         for key in sorted(sends.keys() | recvs.keys()):
             if sends[key] != recvs[key]:
-                src, dst, tag = key
+                group, src, dst, tag = key
                 return (
                     f"phase {phase.name!r}: rank {dst} receives {recvs[key]} message(s) "
-                    f"from rank {src} (tag {tag}) and rank {src} sends it {sends[key]}"
+                    f"from rank {src} (tag {tag}, on its {group!r} group) and rank {src} "
+                    f"sends it {sends[key]}"
                 )
         for kind, counts in calls.items():
             for group in workload.groups[kind]:

@@ -5,6 +5,7 @@ An interrupted run never leaves a half-written file that looks complete.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -59,6 +60,23 @@ class ResultsWriteError(OSError):
     is one line naming the file. Whatever was being written was not left behind."""
 
 
+def prefix_problem(prefix: str, allow_empty: bool = False) -> str | None:
+    """Why ``prefix`` cannot start the names of files written into --out, or None: a
+    path separator would write them elsewhere (``../x``), a leading dot would hide them,
+    and so would nothing where the prefix is all of a name (``allow_empty`` False)."""
+    if (
+        (not prefix and not allow_empty)
+        or prefix.startswith(".")
+        or any(c in prefix for c in "/\\\0")
+    ):
+        empty = "" if allow_empty else "not empty, "
+        return (
+            f"--prefix {prefix!r}: name the files with a plain word (no '/' or '\\', "
+            f"{empty}not starting with '.'), e.g. --prefix trace"
+        )
+    return None
+
+
 def output_dir_problem(path: str | os.PathLike[str], option: str = "--out") -> str | None:
     """Why results cannot be written into the folder ``path`` (made if missing), or None:
     for a command to refuse before its work rather than fail after it. ``option``: the
@@ -80,7 +98,9 @@ def output_dir_problem(path: str | os.PathLike[str], option: str = "--out") -> s
                 except OSError as e:
                     return f"cannot make the folder {p} ({e.strerror}): choose another {option}"
                 for d in made:  # deepest first
-                    d.rmdir()
+                    # (another run may have made a sibling in a shared new parent)
+                    with contextlib.suppress(OSError):
+                        d.rmdir()
             return None
     return None
 
@@ -109,12 +129,17 @@ def lock_output_dir(path: str | os.PathLike[str], option: str = "--out") -> str 
         return f"cannot make the folder {path} ({e.strerror}): choose another {option}"
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except BlockingIOError:  # (EWOULDBLOCK: another process holds it)
         os.close(fd)
         return (
             f"{path} is in use: another run is writing its results there; wait for it to "
             f"finish or choose another {option}"
         )
+    except OSError:
+        # A file system without flock on folders (NFS: EBADF; Lustre: ENOSYS; no lock
+        # service: ENOLCK): the run goes on unlocked rather than refused as if busy.
+        os.close(fd)
+        return None
     _LOCKED[key] = fd
     return None
 
