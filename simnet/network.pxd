@@ -393,11 +393,10 @@ cpdef _water_fill(list links, long long epoch, _KeyQueue queue)
 @cython.locals(link=_Link, l2=_Link, f=_Flow, j=Py_ssize_t, k=Py_ssize_t, nl=Py_ssize_t,
                rate=cython.double, low=cython.double, cap=cython.double, tangled=bint)
 cdef bint _search(list links, Py_ssize_t i, list flows, list touched, list slack,
-                  long long stamp, long long base, double keep) except -1
+                  long long stamp, long long base, double keep, long long first) except -1
 
 
-@cython.locals(link=_Link, f=_Flow, i=Py_ssize_t, n=cython.longlong, rem=cython.double,
-               out=list)
+@cython.locals(out=list)
 cdef list _caps(list links, long long stamp)
 
 
@@ -410,7 +409,5 @@ cdef list _overtaken(list links, long long stamp)
 cdef _ready(list links, long long stamp)
 
 
-@cython.locals(link=_Link, l2=_Link, f=_Flow, i=Py_ssize_t, j=Py_ssize_t, k=Py_ssize_t,
-               low=cython.double, cap=cython.double)
 cdef _whole_component(_Link seed, long long stamp, long long base, list links, list flows,
                       list touched)

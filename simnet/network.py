@@ -1908,7 +1908,7 @@ class FlowNetwork:
             comp_flows = []
             touched = [seed]
             slack = []
-            tangled = _search(comp_links, 0, comp_flows, touched, slack, stamp, base, keep)
+            tangled = _search(comp_links, 0, comp_flows, touched, slack, stamp, base, keep, base)
             if not comp_flows and not tangled:  # every flow of the seed keeps its rate
                 _sum_load(seed, now)
                 continue
@@ -1944,7 +1944,9 @@ class FlowNetwork:
                 for link in over:
                     link.mark = stamp
                     comp_links.append(link)
-                tangled = _search(comp_links, i, comp_flows, touched, slack, stamp, base, keep)
+                tangled = _search(
+                    comp_links, i, comp_flows, touched, slack, stamp, base, keep, base
+                )
                 if not tangled:
                     _ready(comp_links, stamp)
             for f in comp_flows:
@@ -1969,16 +1971,19 @@ def _search(
     i: int,
     flows: list,
     touched: list,
-    slack: list,
+    slack: list | None,
     stamp: int,
     base: int,
     keep: float,
+    first: int,
 ) -> bool:
     """The max-min search of _flush from ``links[i:]``: links -> flows -> links,
     breadth first, each link found made ready for the water-filling and appended to
     ``links``, each flow to fill (at ``keep`` or above, or just begun) marked ``stamp``
     and appended to ``flows``, the seeds met (load_mark ``base``) to ``touched``, the
-    links not crossed for their spare capacity to ``slack``. True if a flow of an earlier
+    links not crossed for their spare capacity to ``slack`` (None: every link is
+    crossed). A mark of ``first`` or above is a component's of this recomputation (``first``
+    above every mark: whatever was filled before joins). True if a flow of an earlier
     component of the same recomputation was met (only when the search crosses a link
     that had capacity to spare: see _flush)."""
     tangled = False
@@ -1989,7 +1994,7 @@ def _search(
             _prefetch_items(link.fl, link.n_flows)  # noqa: F821 (network.pxd)
         for j in range(link.n_flows):
             f = _flow_at(link, j)
-            if f.mark >= base:
+            if f.mark >= first:
                 if f.mark != stamp:
                     tangled = True
                 continue
@@ -2012,13 +2017,13 @@ def _search(
             low = _INF
             for k in range(nl):
                 l2 = _link_at(f, k)
-                if l2.mark < base and l2.n_flows == 1:
+                if l2.mark < first and l2.n_flows == 1:
                     cap = l2.capacity_bytes_per_s
                     if cap < low:
                         low = cap
             for k in range(nl):
                 l2 = _link_at(f, k)
-                if l2.mark < base:
+                if l2.mark < first:
                     if l2.n_flows == 1:
                         l2.mark = stamp
                         if l2.load_mark == base:
@@ -2028,7 +2033,8 @@ def _search(
                             continue
                         low = -1.0  # picked
                     elif (
-                        l2.load_mark != base
+                        slack is not None
+                        and l2.load_mark != base
                         and l2.load_bytes_per_s < l2.capacity_bytes_per_s * _SLACK_BELOW
                     ):
                         if l2.slack_mark != stamp:  # capacity to spare: not crossed
@@ -2048,23 +2054,10 @@ def _search(
 
 def _caps(links: list[_Link], stamp: int) -> list[_Link]:
     """The links not crossed for their spare capacity (and not crossed since), made ready
-    for the water-filling as caps: each one's capacity less the rates of the flows
-    beyond it, shared by the flows marked ``stamp``."""
-    out = []
-    for link in links:
-        if link.mark == stamp:
-            continue
-        rem = link.capacity_bytes_per_s
-        n = 0
-        for i in range(link.n_flows):
-            f = _flow_at(link, i)
-            if f.mark == stamp:
-                n += 1
-            else:
-                rem -= f.rate_bytes_per_s
-        link.rem_capacity_bytes_per_s = rem
-        link.n_unfrozen = n
-        out.append(link)
+    for the water-filling as caps (:func:`_ready`): each one's capacity less the rates
+    of the flows beyond it, shared by the flows marked ``stamp``."""
+    out = [link for link in links if link.mark != stamp]
+    _ready(out, stamp)
     return out
 
 
@@ -2114,45 +2107,16 @@ def _ready(links: list[_Link], stamp: int) -> None:
 def _whole_component(
     seed: _Link, stamp: int, base: int, links: list, flows: list, touched: list
 ) -> None:
-    """Every link and flow connected to ``seed``, marked ``stamp`` and made ready for the
-    water-filling into ``links`` and ``flows``, whatever their rates and loads: a
-    component filled whole gets its max-min rates from any state. Seeds whose loads are
-    still to be summed (load_mark ``base``) join ``touched``."""
+    """Every link and flow connected to ``seed``, marked ``stamp`` (above every mark so
+    far) and made ready for the water-filling into ``links`` and ``flows``, whatever
+    their rates and loads: a component filled whole gets its max-min rates from any
+    state. Seeds whose loads are still to be summed (load_mark ``base``) join
+    ``touched``."""
     seed.mark = stamp
     seed.rem_capacity_bytes_per_s = seed.capacity_bytes_per_s
     seed.n_unfrozen = seed.n_flows
     links.append(seed)
-    i = 0
-    while i < len(links):
-        link = links[i]
-        i += 1
-        for j in range(link.n_flows):
-            f = _flow_at(link, j)
-            if f.mark == stamp:
-                continue
-            f.mark = stamp
-            flows.append(f)
-            low = _INF  # (as in _flush: of the links only f crosses, the first lowest)
-            for k in range(f.n_links):
-                l2 = _link_at(f, k)
-                if l2.mark != stamp and l2.n_flows == 1:
-                    cap = l2.capacity_bytes_per_s
-                    if cap < low:
-                        low = cap
-            for k in range(f.n_links):
-                l2 = _link_at(f, k)
-                if l2.mark != stamp:
-                    l2.mark = stamp
-                    if l2.load_mark == base:
-                        l2.load_mark = stamp
-                        touched.append(l2)
-                    if l2.n_flows == 1:
-                        if l2.capacity_bytes_per_s != low:
-                            continue
-                        low = -1.0
-                    l2.rem_capacity_bytes_per_s = l2.capacity_bytes_per_s
-                    l2.n_unfrozen = l2.n_flows
-                    links.append(l2)
+    _search(links, 0, flows, touched, None, stamp, base, 0.0, stamp)
 
 
 def _unlist(link: _Link, flow: _Flow) -> int:
