@@ -621,6 +621,13 @@ def test_hierarchical_traffic_inside_a_group_never_leaves_it():
 
 
 # -- searches shared by leaves, and searches run over arrays ------------------------------
+def _route_by_search(monkeypatch) -> None:
+    """Fat-trees routed by search, as any other graph (not by their arithmetic)."""
+    from topologies import routing
+
+    monkeypatch.setattr(routing._FatTreeRoutes, "of", classmethod(lambda cls, g, e: None))
+
+
 def _all_routes(graph, ecmp):
     r = topologies.Router(graph, ecmp=ecmp)
     n = graph.graph["num_endpoints"]
@@ -646,6 +653,8 @@ def _all_routes(graph, ecmp):
 def test_array_searches_give_the_python_searches_routes(monkeypatch, name, graph, ecmp):
     from simnet.simulate import route_matrices
     from topologies import routing
+
+    _route_by_search(monkeypatch)
 
     # Every search grown in Python to its end, then every search run over arrays at once.
     monkeypatch.setattr(routing, "_WIDE_NODES", 10**9)
@@ -693,6 +702,8 @@ def test_twin_searches_are_the_searches_run_from_each_twin(monkeypatch, graph):
     # switches) share one array search, swapped: every derived search is the one run
     # from its own root, and the routes are the Python search's.
     from topologies import routing
+
+    _route_by_search(monkeypatch)
 
     monkeypatch.setattr(routing, "_WIDE_NODES", 10**9)
     _, python_routes, _ = _all_routes(graph, True)
@@ -790,9 +801,10 @@ def test_uncached_routes_raise_as_path_does():
         r.path_uncached(0, [1])
 
 
-def test_endpoints_of_a_switch_share_one_search():
+def test_endpoints_of_a_switch_share_one_search(monkeypatch):
     # k = 4: 16 endpoints on 8 edge switches; routes from the 2 endpoints of a switch
     # come from that switch's search, started at the up-link's latency.
+    _route_by_search(monkeypatch)
     g = topologies.fat_tree(4, 1e9, 1e-6)
     r = topologies.Router(g)
     for s in range(16):
@@ -861,3 +873,80 @@ def test_hierarchical_routes_are_known_without_searches(groups, size, intra_lat,
     g.remove_edge(0, "top")
     assert topologies.Router(g)._hier is None
     assert topologies.Router(topologies.switch(4, 1e9))._hier is None
+
+
+@pytest.mark.parametrize(
+    ("k", "oversubscription", "latency_s", "ecmp"),
+    [
+        (2, 1.0, 1e-6, None),
+        (4, 1.0, 1e-6, None),
+        (6, 2.0, 0.0, None),  # edge links slower, no latency: the same routes
+        (8, 1.0, 1e-6, None),  # cores core8..core11 sort as core10, core11, core8, core9
+        (8, 1.0, 1e-6, False),
+    ],
+)
+def test_fat_tree_routes_are_known_without_searches(k, oversubscription, latency_s, ecmp):
+    # A fat-tree as its builder made it routes by arithmetic: every pair's route, for
+    # every flow key, is the one the searches unrank, and no search is made for it.
+    g = topologies.fat_tree(k, 10e9, latency_s, oversubscription)
+    fast = topologies.Router(g, ecmp=ecmp)
+    assert fast._fat is not None
+    searched = topologies.Router(g, ecmp=ecmp)
+    searched._fat = None
+    n = k**3 // 4
+    keys = (0, 5, "x", (3, 4)) if fast.ecmp else (0,)
+    for s in range(n):
+        for d in range(n):
+            for key in keys:
+                assert fast.path(s, d, key) == searched.path(s, d, key), (s, d, key)
+            assert fast.path_uncached(s, d) == searched.path(s, d)
+            assert fast._fat.count(s, d) == (searched.num_paths(s, d) if s != d else 1)
+    assert not fast._searches
+
+
+def test_fat_tree_route_index_takes_switches_in_node_order():
+    # k = 8 (4 hosts an edge switch, 16 a pod): route 9 of the 16 from pod 0 to pod 7
+    # takes, walking back from the destination, aggregation switch 9 // 4 = 2 of its pod
+    # (agg7.0..agg7.3 sort as numbered), then core 9 % 4 = 1 of that switch's cores in
+    # node order (core10, core11, core8, core9): core11. Route 15 to pod 1: agg0.3, and
+    # the last of core12..core15.
+    r = topologies.Router(topologies.fat_tree(8, 1e9, 1e-6))
+    route = r._fat.route(0, 127, 9)
+    assert [v for _, v in route] == ["edge0.0", "agg0.2", "core11", "agg7.2", "edge7.3", 127]
+    assert (
+        r._fat.route(0, 17, 15)
+        == (
+            (0, "edge0.0"),
+            ("edge0.0", "agg0.3"),
+            ("agg0.3", "core15"),
+            ("core15", "agg1.3"),
+            ("agg1.3", "edge1.0"),
+            ("edge1.0", 17),
+        )
+        and r._fat.count(0, 17) == 16
+    )
+    assert r._fat.route(0, 5, 1) == (
+        (0, "edge0.0"),
+        ("edge0.0", "agg0.1"),
+        ("agg0.1", "edge0.1"),
+        ("edge0.1", 5),
+    )
+    assert r._fat.count(0, 5) == 4 and r._fat.count(0, 3) == 1
+
+
+def test_fat_tree_routes_by_search_once_changed():
+    # A failed link, another latency on one link, or an added host: the searches route.
+    for change in (
+        lambda g: g.remove_edge("core0", "agg1.0"),
+        lambda g: g.edges["core0", "agg1.0"].update(latency=2e-6),
+        lambda g: (
+            g.add_node(16, kind="endpoint"),
+            g.add_edge(16, "edge0.0", bandwidth=1e9, latency=1e-6),
+        ),
+    ):
+        g = topologies.fat_tree(4, 1e9, 1e-6)
+        change(g)
+        assert topologies.Router(g)._fat is None
+    g = topologies.fat_tree(4, 1e9, 1e-6)
+    g.edges["core0", "agg1.0"]["bandwidth"] = 1e8  # a degraded link routes as before
+    assert topologies.Router(g)._fat is not None

@@ -609,7 +609,9 @@ class Router:
     keys spread over the routes, and a given key always takes the same one.
 
     Routes are computed on first request and cached: one breadth-first search per source,
-    taken only as far as the farthest destination asked for so far;
+    taken only as far as the farthest destination asked for so far (a fat-tree or a
+    hierarchical graph exactly as its builder made it routes by arithmetic instead, the
+    same routes);
     a repeated ``path()`` call is a dict lookup. The graph must not be modified after the
     Router is made. With ECMP the cache grows with the number of distinct flow keys used.
 
@@ -677,6 +679,8 @@ class Router:
         # A hierarchical graph as its builder made it: (group size, direct intra links),
         # whose routes are known without a search (see _hierarchical_shape).
         self._hier = _hierarchical_shape(graph) if not self.ecmp else None
+        # A fat-tree as its builder made it: routes by arithmetic (see _FatTreeRoutes).
+        self._fat = _FatTreeRoutes.of(graph, self._edges)
 
     # -- public -------------------------------------------------------------------------------
 
@@ -705,6 +709,17 @@ class Router:
         """:meth:`path` with the default flow key, worked out without keeping it: for a
         caller that keeps every route it asks for itself (the flow network's table of
         routes by pair), to which the Router's own cache would only add a copy."""
+        fat = self._fat
+        if (
+            fat is not None
+            and type(src) is int
+            and type(dst) is int
+            and src != dst
+            and 0 <= src < len(fat.up)
+            and 0 <= dst < len(fat.up)
+        ):
+            count = fat.count(src, dst)
+            return fat.route(src, dst, _ecmp_index(src, dst, 0, count) if self.ecmp else 0)
         if self.ecmp and type(src) is int and type(dst) is int and src != dst:
             # A source whose search already runs over arrays (checked then), to another
             # endpoint: the lean way; anything else, with every check, the general one.
@@ -1131,6 +1146,11 @@ class Router:
             return ()
         if self._hier is not None and type(src) is int and type(dst) is int:
             return self._hierarchical_route(src, dst)
+        if self._fat is not None and type(src) is int and type(dst) is int:
+            index = 0
+            if self.ecmp:
+                index = _ecmp_index(src, dst, canonical_key, self._fat.count(src, dst))
+            return self._fat.route(src, dst, index)
         search = self._searched(src, dst)
         if not self.ecmp:
             if self._coord:
@@ -1366,6 +1386,109 @@ def _hierarchical_shape(graph: nx.DiGraph) -> tuple[int, bool] | None:
             if (u, v) not in edges or float(edges[u, v]["latency"]) != lat:
                 return None
     return size, direct
+
+
+class _FatTreeRoutes:
+    """The routes of a fat-tree exactly as ``topologies.fat_tree`` builds it (its
+    endpoints, links and one latency on every link; bandwidths aside, so a degraded
+    link routes as before), known without a search: the route a search unranks for a
+    route index, from the fabric's arithmetic. Between pods the ``(k/2)^2`` routes,
+    walked back from the destination, take aggregation switch ``agg{q}.j`` (its pod's
+    in node order, each covering ``k/2`` routes), then core ``core{j k/2 + m}`` (the
+    switch's cores in node order); inside a pod the ``k/2`` routes take an aggregation
+    switch in that order; under one edge switch there is one. Built by :meth:`of`,
+    None for any other graph (a failed link, added hosts), which routes by search.
+
+    Kept as one edge tuple per directed link, by switch numbers, so a route is a few
+    list reads: at 16,384 ranks the searches' unranking cost 2.1 of 17.8 CPU s."""
+
+    __slots__ = ("a2c", "a2e", "agg_order", "c2a", "core_order", "down", "e2a", "half", "up")
+
+    def __init__(self, k: int, edges: dict[Edge, Edge]) -> None:
+        half = k // 2
+        self.half = half
+        sw = [[f"edge{p}.{i}" for i in range(half)] for p in range(k)]
+        agg = [[f"agg{p}.{j}" for j in range(half)] for p in range(k)]
+        core = [f"core{c}" for c in range(half * half)]
+        ends = range(k * half * half)
+        self.up = [edges[(e, sw[e // (half * half)][e // half % half])] for e in ends]
+        self.down = [edges[(sw[e // (half * half)][e // half % half], e)] for e in ends]
+        # [pod][edge switch][agg], [pod][agg][edge switch], [pod][agg][core of the agg's],
+        # [agg][core of the agg's][pod]: the directed links by switch numbers.
+        self.e2a = [[[edges[(sw[p][i], a)] for a in agg[p]] for i in range(half)] for p in range(k)]
+        self.a2e = [[[edges[(agg[p][j], s)] for s in sw[p]] for j in range(half)] for p in range(k)]
+        mine = [[core[j * half + m] for m in range(half)] for j in range(half)]
+        self.a2c = [
+            [[edges[(agg[p][j], c)] for c in mine[j]] for j in range(half)] for p in range(k)
+        ]
+        self.c2a = [
+            [[edges[(c, agg[p][j])] for p in range(k)] for c in mine[j]] for j in range(half)
+        ]
+        # A search lists a node's predecessors in node order (names sort as strings:
+        # "agg0.10" before "agg0.2"); the order is the same in every pod.
+        self.agg_order = sorted(range(half), key=lambda j: _node_key(agg[0][j]))
+        self.core_order = [
+            sorted(range(half), key=lambda m, j=j: _node_key(core[j * half + m]))
+            for j in range(half)
+        ]
+
+    @classmethod
+    def of(cls, graph: nx.DiGraph, edges: dict[Edge, Edge]) -> _FatTreeRoutes | None:
+        """The routes of ``graph`` if it is a fat-tree as its builder made it, else None."""
+        params = graph.graph.get("params") or {}
+        if graph.graph.get("name") != "fat_tree" or "k" not in params or "latency_s" not in params:
+            return None
+        k, lat = params["k"], params["latency_s"]
+        if type(k) is not int or k < 2 or k % 2:
+            return None
+        half = k // 2
+        n = k * half * half
+        if (
+            graph.graph.get("num_endpoints") != n
+            or graph.number_of_nodes() != n + k * k + half * half
+            or graph.number_of_edges() != 3 * k**3 // 2
+        ):
+            return None
+        try:
+            routes = cls(k, edges)
+        except KeyError:  # a link the builder makes is missing
+            return None
+        lats = graph.edges
+        for u, v in edges:
+            if float(lats[u, v]["latency"]) != lat:
+                return None
+        if any(graph.nodes[e].get("kind") != "endpoint" for e in range(n)):
+            return None
+        return routes
+
+    def count(self, src: int, dst: int) -> int:
+        """Equal-cost routes from endpoint ``src`` to another endpoint ``dst``."""
+        half = self.half
+        if src // half == dst // half:
+            return 1
+        return half if src // (half * half) == dst // (half * half) else half * half
+
+    def route(self, src: int, dst: int, index: int) -> Path:
+        """Route ``index`` (0 <= index < :meth:`count`) from ``src`` to another endpoint
+        ``dst``, as the search unranks it."""
+        half = self.half
+        p, i = divmod(src // half, half)
+        q, i2 = divmod(dst // half, half)
+        if p == q:
+            if i == i2:
+                return (self.up[src], self.down[dst])
+            j = self.agg_order[index]
+            return (self.up[src], self.e2a[p][i][j], self.a2e[p][j][i2], self.down[dst])
+        j = self.agg_order[index // half]
+        m = self.core_order[j][index % half]
+        return (
+            self.up[src],
+            self.e2a[p][i][j],
+            self.a2c[p][j][m],
+            self.c2a[j][m][q],
+            self.a2e[q][j][i2],
+            self.down[dst],
+        )
 
 
 def _leaves(graph: nx.DiGraph) -> dict[Hashable, tuple[Hashable, float]]:
