@@ -177,6 +177,67 @@ def test_stream_rows_when_no_pingpong(tmp_path):
     assert lp["fit"]["point_to_point"]["op"] == "stream"
 
 
+def test_a_stream_fit_predicts_its_own_rows(tmp_path):
+    # A stream's messages are posted together, their request-to-sends side by side: its
+    # rows are alpha + size / bandwidth (none counted in the fit), and the report
+    # predicts them so, above the eager threshold too (it added one alpha there: +27%).
+    rep = tmp_path / "report"
+    rc, out = run(tmp_path, doc(synthetic(ops=("stream",))), "--report", str(rep))
+    assert rc == 0
+    with (rep / "calibration_report.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(P2P_SIZES)
+    big = [r for r in rows if int(r["size_bytes"]) > EAGER]
+    assert big
+    for r in rows:
+        size = int(r["size_bytes"])
+        want = hockney(size, a=1e-6, bw=2 * BW, handshake=False)
+        assert float(r["predicted_s"]) == pytest.approx(want, rel=1e-6)
+        assert float(r["closed_form_s"]) == pytest.approx(want, rel=1e-6)
+    assert fit_of(json.loads(out.read_text()), "stream")["p2p_simulated_max_rel_error"] < 1e-6
+
+
+def test_the_summary_gives_the_simulated_error_of_each_op(tmp_path, capsys):
+    # bcast at 3 ranks, measured as simnet predicts it: the root's two eager sends of a
+    # binomial tree overlap (1 alpha where the closed form counts ceil(lg 3) = 2), so
+    # the closed-form fit's alpha is off; the simulated error, the column shown, is 0.
+    import topologies
+
+    p = 3
+    g = topologies.switch(p, BW, 0.0)
+    rows = [row("pingpong", s, s // 4, hockney(s)) for s in P2P_SIZES]
+    for s in COLL_SIZES:
+        t = simnet.collective_time(
+            g,
+            "bcast",
+            "binomial",
+            s,
+            ALPHA_S,
+            eager_threshold_bytes=EAGER,
+            rendezvous_handshake=True,
+        )
+        rows.append(row("bcast", s, s // 4, t))
+    assert rows[len(P2P_SIZES)]["time_s"]["avg"] < 1.5 * ALPHA_S  # 16 B: one alpha
+    rc, out = run(tmp_path, doc(rows, world_size=p))
+    assert rc == 0
+    f = fit_of(json.loads(out.read_text()), "bcast")
+    assert f["p2p_simulated_max_rel_error"] < 1e-6
+    assert f["p2p_model_max_rel_error"] > 0.1  # the closed form's, kept in the file
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("bcast"))
+    assert line.split()[-1] == "0.0%"
+
+
+def test_filled_send_buffers_are_said_on_the_terminal(tmp_path, capsys):
+    data = doc(synthetic())
+    data["options"]["send_buffer"] = "filled"
+    rc, _ = run(tmp_path, data)
+    assert rc == 0
+    assert "note: send buffers: filled before timing" in capsys.readouterr().out
+    data["options"]["send_buffer"] = "zero"
+    run(tmp_path, data)
+    assert "send buffers" not in capsys.readouterr().out
+
+
 def test_least_squares_keeps_alpha_non_negative():
     import numpy as np
 
@@ -261,6 +322,8 @@ def test_link_params_change_the_prediction(tmp_path):
             json.dumps(doc([{"op": "pingpong", "size_bytes": 8, "count_elems": 2}])),
             "time_s.avg",
         ),
+        (json.dumps({**doc(synthetic()), "mpi": "x"}), "'mpi' is a str, not an object"),
+        (json.dumps({**doc(synthetic()), "options": [1]}), "'options' is a list"),
     ],
     ids=[
         "missing",
@@ -271,6 +334,8 @@ def test_link_params_change_the_prediction(tmp_path):
         "empty",
         "one-size",
         "no-time",
+        "mpi-not-object",
+        "options-not-object",
     ],
 )
 def test_bad_input_exits_2_with_one_line(tmp_path, capsys, content, needle):

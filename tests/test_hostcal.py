@@ -217,6 +217,40 @@ def test_stale_caches_say_why(fitted):
     assert "hostname changed" in hostcal.stale_reason(fitted, other, [2], 7.0)
     old = HostCalibration(key, "2020-01-01T00:00:00+00:00", fitted.by_ranks)
     assert "days old" in hostcal.stale_reason(old, key, [2], 7.0)
+    # A date without a time zone (edited by hand) is no age: stale, one line (a
+    # TypeError before).
+    naive = HostCalibration(key, "2026-11-27T19:00:00", fitted.by_ranks)
+    assert hostcal.stale_reason(naive, key, [2], 7.0) == (
+        "creation date '2026-11-27T19:00:00' without a time zone"
+    )
+
+
+def test_an_unwritable_cache_is_refused_before_measuring(tmp_path, monkeypatch, capsys):
+    # The cache is written after minutes of measurements: a file where its folder should
+    # be was a traceback then, and every measurement lost.
+    (tmp_path / "afile").write_text("")
+    monkeypatch.setenv("COMMSIM_CACHE_DIR", str(tmp_path / "afile"))
+    measured = []
+    monkeypatch.setattr(hostcal, "measure", lambda *a: measured.append(a))
+    rc = hostcal.main(["--ranks", "2", "--repeats", "1", "--force"])
+    assert rc == 1 and not measured
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: the host calibration cache (COMMSIM_CACHE_DIR)")
+    assert err.endswith("set COMMSIM_CACHE_DIR to a writable folder")
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--max-age-days", "nan"], "--max-age-days must be >= 0 (got nan)"),
+        (["--timeout", "0"], "--timeout must be a finite number of seconds > 0 (got 0)"),
+        (["--timeout", "inf"], "--timeout must be a finite number of seconds > 0 (got inf)"),
+    ],
+)
+def test_options_that_would_turn_a_safeguard_off_are_refused(args, message, capsys):
+    assert hostcal.main(args) == 2
+    assert capsys.readouterr().err.strip() == f"error: {message}"
 
 
 def test_a_calibration_made_otherwise_than_asked_is_stale(fitted, tmp_path, monkeypatch):

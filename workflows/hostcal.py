@@ -46,7 +46,7 @@ from simnet.hostparams import HostCalibration, HostCalibrationError, HostParams
 from workflows.calibrate import POOR_FIT_R2
 from workflows.launcher import mpiexec
 from workload.brief_argparse import BriefParser
-from workload.results import output_file_problem, write_json
+from workload.results import ResultsWriteError, output_file_problem, write_json
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # as a shell reports a command ended by SIGINT
@@ -112,8 +112,13 @@ def host_key() -> dict[str, Any]:
     }
 
 
+CACHE_ENV = "COMMSIM_CACHE_DIR"
+"""Environment variable: the folder of this user's host calibrations (default
+``$XDG_CACHE_HOME/commsim`` or ``~/.cache/commsim``)."""
+
+
 def cache_dir() -> Path:
-    env = os.environ.get("COMMSIM_CACHE_DIR")
+    env = os.environ.get(CACHE_ENV)
     if env:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -153,8 +158,10 @@ def stale_reason(
         return f"made with {settings_text(cal.settings)}, asked for {settings_text(settings)}"
     try:
         created = _dt.datetime.fromisoformat(cal.created)
-    except ValueError:
+    except (TypeError, ValueError):
         return f"unreadable creation date {cal.created!r}"
+    if created.tzinfo is None:  # (written by hand or another tool: its age is unknown)
+        return f"creation date {cal.created!r} without a time zone"
     age = (_dt.datetime.now(_dt.UTC) - created).total_seconds() / 86400
     if age > max_age_days:
         return f"{age:.1f} days old (more than {max_age_days:g})"
@@ -617,6 +624,10 @@ def calibrate_host(
         if cal is not None:
             return cal, cache_path(cal.key)
         kept = _fresh_cached(key, max_age_days, settings)
+    # Before minutes of measurements, not after them: where the cache cannot be written.
+    problem = output_file_problem(cache_path(key), f"the host calibration cache ({CACHE_ENV})")
+    if problem:
+        raise HostCalibrationError(f"{problem}; set {CACHE_ENV} to a writable folder")
     wanted = sorted(set(ranks) | {2})
     if kept is not None:
         # Keep what the cache holds for other rank counts (the main job's and the
@@ -639,7 +650,13 @@ def calibrate_host(
     if kept is not None:
         cal = merge_calibrations(kept, cal)
     cal.settings = settings
-    path = write_json(cache_path(key), cal.to_json())
+    try:
+        path = write_json(cache_path(key), cal.to_json())
+    except ResultsWriteError as e:
+        raise HostCalibrationError(
+            f"measured, but the cache could not be written: {e}; set {CACHE_ENV} to a "
+            "writable folder"
+        ) from None
     return cal, path
 
 
@@ -845,8 +862,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not ranks or min(ranks) < 2 or ns.iters < 1 or ns.repeats < 1:
         print("error: --ranks must be counts >= 2, --iters and --repeats >= 1", file=sys.stderr)
         return EXIT_USAGE
-    if ns.max_age_days < 0:
+    if not ns.max_age_days >= 0:  # (NaN too: no age is above it, so nothing would expire)
         print(f"error: --max-age-days must be >= 0 (got {ns.max_age_days:g})", file=sys.stderr)
+        return EXIT_USAGE
+    if not 0 < ns.timeout_s < math.inf:
+        print(
+            f"error: --timeout must be a finite number of seconds > 0 (got {ns.timeout_s:g})",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     problem = output_file_problem(ns.out, "-o/--out") if ns.out else None
     if problem:
