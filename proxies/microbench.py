@@ -695,7 +695,8 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
             "rank per iteration, then avg/min/max over iterations; pingpong: one-way "
             f"(round trip / 2); stream: per message (window {ns.window}); exchange: per "
             f"message (window {ns.exchange_window}), the slowest rank's iterations; "
-            f"send buffer {ns.send_buffer}; "
+            f"send buffer {ns.send_buffer}; collectives out of place (a send and a receive "
+            "buffer, as nccl-tests' out-of-place columns; bcast has one, 1 rank in place); "
             "algbw = size / avg time; busbw = algbw x bus factor; GB = 1e9 bytes"
         )
         out(column_header())

@@ -123,6 +123,7 @@ def test_collectives_three_ranks_json_shape_counts_and_bandwidth(tmp_path):
     assert rows_of(doc, "allreduce")[0]["count_elems"] == 2  # 8 B
     # The table: units in the header, GB stated, the skipped 8 B noted, one row per result.
     assert "size (B)" in r.stdout and "busbw (GB/s)" in r.stdout and "GB = 1e9" in r.stdout
+    assert "collectives out of place (a send and a receive buffer" in r.stdout
     assert "time avg (us)" in r.stdout and "count (elems)" in r.stdout
     assert "allgather: 1 size(s) below 12 B skipped" in r.stdout
     table = [ln for ln in r.stdout.splitlines() if ln.strip() and not ln.startswith("#")]
