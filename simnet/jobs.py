@@ -302,6 +302,9 @@ def simulate_jobs(
         first = last
     contended, apart = _contended(reports, phase)
     shared.jobs = JobsReport(reports, contended, notes, apart)
+    # The configuration as given, jobs and all (what a rerun of the recorded one runs),
+    # not the one combined workload the shared run was made of.
+    shared.config = cfg
     shared.assumed.extend(notes)
     shared.scenario.extend(idle)
     return shared

@@ -170,7 +170,8 @@ def pair_header(res: SimResult) -> list[str]:
 def pair_rows(res: SimResult) -> list[list[object]]:
     """Rows of :func:`pair_header`: every (src, dst) endpoint pair that sent messages in a
     phase, in (phase, src, dst) order; bytes over all simulated iterations, busy seconds
-    with a message of the pair in flight, their ratio (0 when never busy), the pair's
+    with a message of the pair in flight, their ratio (None when never busy: a rank's
+    copy to itself, which crosses no link, has no rate), the pair's
     route (bottleneck bandwidth, latency) and, with jobs, the job whose ranks they are."""
     pairs = sorted({k for p in res.phases for k in p.pair_bytes})
     if not pairs:
@@ -190,7 +191,7 @@ def pair_rows(res: SimResult) -> list[list[object]]:
         for k in sorted(p.pair_bytes):
             b = p.pair_bytes[k]
             busy = p.pair_busy.get(k, 0.0)
-            row = [p.name, k[0], k[1], b, busy, b / busy if busy > 0 else 0.0, *route[k]]
+            row = [p.name, k[0], k[1], b, busy, b / busy if busy > 0 else None, *route[k]]
             if owner is not None:  # jobs' endpoints are disjoint: a pair is one job's
                 row.append(owner[k[0]])
             rows.append(row)
@@ -285,6 +286,16 @@ def _stat(p: PhaseResult, key: str) -> dict[str, float]:
     return {"mean": statistics.fmean(vals), "max": max(vals)}
 
 
+def config_as_run(cfg: Any) -> dict[str, Any]:
+    """The configuration as the run took it (every default filled in), to record beside
+    its results: loaded again, it runs the same. With jobs, the top-level workload (not
+    run) is left out unless it was given."""
+    data = cfg.model_dump()
+    if cfg.jobs and "workload" not in cfg.model_fields_set:
+        del data["workload"]
+    return data
+
+
 def document(res: SimResult, dense: bool = True, prefix: str = "sim_") -> dict[str, Any]:
     """The results document; without ``dense`` its n x n matrices are left out and
     ``matrices`` names the pair file that holds the pairs that communicated."""
@@ -318,7 +329,7 @@ def document(res: SimResult, dense: bool = True, prefix: str = "sim_") -> dict[s
         }
     return {
         "kind": "simnet-prediction",
-        "config": cfg.model_dump(),
+        "config": config_as_run(cfg),
         "versions": {
             **versions(),
             "simnet_core": _compiled.summary(),
@@ -392,7 +403,8 @@ def jobs_lines(report: Any, top: int = 5) -> list[str]:
             f"  {j.name} ({j.model}, {j.ranks[1] - j.ranks[0]} ranks, start "
             f"{j.start_s * 1e3:.3f} ms): alone {j.alone_s * 1e3:.3f} ms, shared "
             f"{j.shared_s * 1e3:.3f} ms, slowdown x{j.slowdown:.3f}, "
-            f"{format_bytes(sum(j.pair_bytes.values()))} sent between its ranks"
+            f"{format_bytes(sum(b for k, b in j.pair_bytes.items() if k[0] != k[1]))} sent "
+            "between its ranks" + _own_copies(j.pair_bytes)
         )
     if report.contended:
         lines.append(
@@ -412,6 +424,13 @@ def jobs_lines(report: Any, top: int = 5) -> list[str]:
     if report.shared_apart:
         lines.append(f"  links shared at other times (no contention): {len(report.shared_apart)}")
     return lines
+
+
+def _own_copies(pair_bytes: dict[tuple[int, int], int]) -> str:
+    """The bytes of a job's ranks' messages to themselves (copies, no wire), said apart
+    from those between its ranks; "" when none."""
+    own = sum(b for k, b in pair_bytes.items() if k[0] == k[1])
+    return f" (and {format_bytes(own)} from a rank to itself: copies, no wire)" if own else ""
 
 
 def trace_events_per_rank(res: SimResult) -> list[int]:
@@ -801,10 +820,11 @@ def _write_all(
                 "src\\dst",
             )
         )
-        # A pair that sent nothing has no rate: an empty cell, as the route bandwidth of
-        # an endpoint to itself (0.0 would read as a pair that got nowhere).
+        # A pair that sent nothing, or only copies to itself (no link, never busy), has no
+        # rate: an empty cell, as the route bandwidth of an endpoint to itself (0.0 would
+        # read as a pair that got nowhere).
         achieved = res.achieved_bytes_per_s.astype(float)
-        achieved[res.traffic_bytes == 0] = np.nan
+        achieved[(res.traffic_bytes == 0) | (res.pair_busy_s == 0)] = np.nan
         files.append(
             write_matrix_csv(out / f"{prefix}achieved_bytes_per_s.csv", achieved, "src\\dst")
         )
@@ -955,7 +975,7 @@ def _write_all(
             f"simnet: {title}",
             text,
             files,
-            config=res.config.model_dump(),
+            config=config_as_run(res.config),
             sections=before,
             details=after,
             name=last[2].name,
@@ -1168,13 +1188,18 @@ def simulation_sections(
                 ],
             )
         )
-    after.append(("ranks", "Per-rank breakdown (per iteration)", "".join(ranks)))
+    per = "whole run: each job's iterations" if res.jobs is not None else "per iteration"
+    after.append(("ranks", f"Per-rank breakdown ({per})", "".join(ranks)))
     after.append(("links", f"Busiest links (top {top_links})", "".join(link_parts)))
     return out, after
 
 
 def _iterations_text(res: SimResult) -> str:
-    """What a whole-run figure sums: e.g. "over 1 simulated iteration of each phase"."""
+    """What a whole-run figure sums: e.g. "over 1 simulated iteration of each phase";
+    with jobs, each job's iterations (its programs repeat them in one run)."""
+    if res.jobs is not None:
+        each = ", ".join(f"{j.name} {j.workload.iterations}" for j in res.config.jobs)
+        return f"over the whole run (iterations: {each})"
     its = sorted({p.iterations for p in res.phases})
     n = "/".join(map(str, its))
     return f"over {n} simulated iteration{'s' if its != [1] else ''} of each phase"

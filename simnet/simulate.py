@@ -161,12 +161,16 @@ class SimResult:
         )
 
     @property
-    def achieved_bytes_per_s(self) -> np.ndarray:
-        """Achieved pair rates over all phases (see ``PhaseResult.achieved_bytes_per_s``)."""
-        busy = sum(
+    def pair_busy_s(self) -> np.ndarray:
+        """[src, dst] seconds with a message of the pair in flight, all phases."""
+        return sum(
             (p.pair_busy_s for p in self.phases), start=np.zeros_like(self.phases[0].pair_busy_s)
         )
-        return _rate(self.traffic_bytes, busy)
+
+    @property
+    def achieved_bytes_per_s(self) -> np.ndarray:
+        """Achieved pair rates over all phases (see ``PhaseResult.achieved_bytes_per_s``)."""
+        return _rate(self.traffic_bytes, self.pair_busy_s)
 
 
 def _rate(traffic_bytes: np.ndarray, busy_s: np.ndarray) -> np.ndarray:

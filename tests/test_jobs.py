@@ -322,3 +322,66 @@ def test_a_top_level_workload_beside_jobs_is_said_not_to_run():
         "workload: the top-level section is not run; with jobs, each job runs its own "
         "(jobs[i].workload)"
     ) in simulate(cfg).assumed
+
+
+def test_the_recorded_configuration_of_jobs_runs_them_again(tmp_path):
+    # sim_results.json (and report.html) recorded the one combined workload the shared
+    # run was made of, with no jobs: loaded again it ran another model on all the ranks.
+    res = simulate(_two_jobs(start_b_us=5.0))
+    write_all(res, tmp_path)
+    recorded = json.loads((tmp_path / "sim_results.json").read_text())["config"]
+    assert [j["name"] for j in recorded["jobs"]] == ["a", "b"]
+    assert recorded["jobs"][1]["start_us"] == 5.0
+    assert "workload" not in recorded  # the top-level one is not run (not given here)
+    again = simulate(load_config(recorded))
+    assert again.iteration_time_s == res.iteration_time_s
+    assert [j.pair_bytes for j in again.jobs.jobs] == [j.pair_bytes for j in res.jobs.jobs]
+    assert again.assumed == res.assumed  # (no note of an unrun top-level workload)
+
+
+def test_each_jobs_iterations_are_said_where_figures_sum_them(tmp_path):
+    # A job's iterations run inside the one shared run: the traffic heatmap's title and
+    # the report's per-rank heading said "1 simulated iteration" / "per iteration".
+    cfg = _two_jobs()
+    cfg["jobs"][0]["workload"] = {**cfg["jobs"][0]["workload"], "iterations": 2}
+    cfg["jobs"][1]["workload"] = {**cfg["jobs"][1]["workload"], "iterations": 3}
+    res = simulate(cfg)
+    from simnet.output import _iterations_text
+
+    assert _iterations_text(res) == "over the whole run (iterations: a 2, b 3)"
+    write_all(res, tmp_path)
+    html = (tmp_path / "report.html").read_text()
+    assert "Per-rank breakdown (whole run: each job&#x27;s iterations)" in html
+    assert "Per-rank breakdown (per iteration)" not in html
+
+
+def test_a_jobs_copies_to_itself_are_no_traffic_between_its_ranks(tmp_path):
+    # A 1-rank job's allreduce is a copy of the rank to itself: no wire, no rate. Its
+    # line said "5.11 MB sent between its ranks" and the rate files 0.0 for it.
+    cfg = {
+        "distributed": {"num_nodes": 3, "bandwidth_limit_gb_per_s": BW_GB},
+        "topology": {"type": "switch", "link_latency_us": 0},
+        "jobs": [
+            {"name": "two", "workload": {"name": "resnet50", "world_size": 2, "scale": 0.01}},
+            {"name": "solo", "workload": {"name": "resnet50", "world_size": 1, "scale": 0.01}},
+        ],
+    }
+    res = simulate(cfg)
+    solo = res.jobs.jobs[1]
+    own = solo.pair_bytes[(2, 2)]
+    assert own > 0 and set(solo.pair_bytes) == {(2, 2)}
+    write_all(res, tmp_path)
+    from workload.units import format_bytes
+
+    summary = (tmp_path / "sim_summary.txt").read_text()
+    assert (
+        f"0 B sent between its ranks (and {format_bytes(own)} from a rank to itself: copies, "
+        "no wire)" in summary
+    )
+    with open(tmp_path / "sim_pairs.csv") as f:
+        row = next(r for r in csv.DictReader(f) if r["src"] == r["dst"] == "2")
+    assert int(row["bytes"]) == own and row["achieved_bytes_per_s"] == ""
+    with open(tmp_path / "sim_achieved_bytes_per_s.csv") as f:
+        cells = list(csv.reader(f))
+    assert cells[3][3] == ""  # row of endpoint 2 (after the header), its own column
+    assert float(cells[1][2]) > 0  # a pair of the two-rank job has its rate

@@ -1437,7 +1437,8 @@ def test_a_ranks_messages_to_itself_are_copies_not_wire_bytes(tmp_path):
     assert "  wire bytes by group: none (no message)" in text
     assert "wire bytes by group: world 0 B; a rank to itself (a copy, no wire): 102 MB" in text
     rows = (tmp_path / "sim_pairs.csv").read_text().splitlines()
-    assert rows[1] == "ring,0,0,102236324,0.0,0.0,,0.0"
+    # (no link, never busy: no achieved rate, an empty cell, as no route bandwidth)
+    assert rows[1] == "ring,0,0,102236324,0.0,,,0.0"
     doc = json.loads((tmp_path / "sim_results.json").read_text())
     assert [p["self_bytes"] for p in doc["phases"]] == [0, 102_236_324]
     assert files
