@@ -521,3 +521,169 @@ def test_a_study_from_results_made_elsewhere_gives_the_same_table(dlrm_study, tm
     rc = scaling.main(["--model", "gpt2", "--from", str(results), "--out", str(tmp_path / "y")])
     assert rc == 2
     assert "no gpt2 result at scale 1" in capsys.readouterr().err
+
+
+def _run_doc(dlrm_study: Path, model: str, p: int, params: dict, info: dict) -> dict:
+    """A proxy result of ``model`` at ``p`` processes (the dlrm run's figures)."""
+    doc = json.loads((dlrm_study / "runs" / "dlrm_np1.json").read_text())
+    return {**doc, "model": model, "world_size": p, "params": params, "info": info}
+
+
+def test_from_leaves_out_runs_of_other_arguments_or_options(dlrm_study, tmp_path, capsys):
+    # Two studies' runs in one results/: the P = 4 run of other positional arguments was
+    # taken as a point (a wrong speedup); a weak run was taken by a strong study.
+    mix = tmp_path / "mix"
+    mix.mkdir()
+    for name, p, mb in (("a", 2, 2), ("b", 4, 8)):
+        doc = _run_doc(dlrm_study, "gpt2", p, {"layers": 4, "stages": 2, "microbatches": mb},
+                       {"micro_batches": mb, "data_shards": p // 2})  # fmt: skip
+        (mix / f"{name}.json").write_text(json.dumps(doc))
+    rc = scaling.main(["--model", "gpt2", "--args", "4", "2", "2", "--scale", "0.01",
+                       "--from", str(mix), "--out", str(tmp_path / "s"), "--quiet"])  # fmt: skip
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert (
+        f"note: {mix / 'b.json'}: left out (microbatches 8 (the study's 2 at 4 processes))" in err
+    )
+    doc = json.loads((tmp_path / "s" / "scaling.json").read_text())
+    assert [r["np"] for r in doc["measured"]] == [2]
+    weak = tmp_path / "weak"
+    weak.mkdir()
+    for p in (2, 4):
+        params = {"input_channels": 3, "num_classes": 10, "compute_us": 5000, "hierarchical": 0}
+        (weak / f"alexnet_np{p}.json").write_text(
+            json.dumps(_run_doc(dlrm_study, "alexnet_ring", p, params, {}))
+        )
+    rc = scaling.main(["--model", "alexnet_ring", "--mode", "strong", "--scale", "0.01",
+                       "--from", str(weak), "--out", str(tmp_path / "st"), "--quiet"])  # fmt: skip
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert (
+        f"note: {weak / 'alexnet_np4.json'}: left out (compute_us 5000 (the study's 2500 at 4 "
+        "processes))" in err
+    )
+    doc = json.loads((tmp_path / "st" / "scaling.json").read_text())
+    assert [r["np"] for r in doc["measured"]] == [2]
+
+
+def test_from_says_in_words_why_a_file_is_no_proxy_result(dlrm_study, tmp_path, capsys):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "dlrm_np1.json").write_text((dlrm_study / "runs" / "dlrm_np1.json").read_text())
+    (results / "half.json").write_text(json.dumps({"model": "dlrm"}))
+    (results / "scaling.json").write_text((dlrm_study / "scaling.json").read_text())
+    rc = scaling.main(["--model", "dlrm", "--scale", "0.01", "--from", str(results), "--out",
+                       str(tmp_path / "o"), "--quiet"])  # fmt: skip
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert (
+        f"note: {results / 'half.json'}: left out (not a proxy result: no world_size, phases)\n"
+        in err
+    )
+    assert (
+        f"note: {results / 'scaling.json'}: left out (not a proxy result: a scaling-study "
+        "document)\n" in err
+    )
+    assert "Error(" not in err
+
+
+def test_a_study_from_its_own_folder_keeps_the_logs_of_the_runs_it_reads(
+    dlrm_study, tmp_path, capsys, monkeypatch
+):
+    import shutil
+
+    legends: list[list[str]] = []
+    real = scaling._save
+
+    def spy(fig, path):
+        legend = fig.axes[0].get_legend()
+        legends.append([t.get_text() for t in legend.get_texts()] if legend else [])
+        return real(fig, path)
+
+    monkeypatch.setattr(scaling, "_save", spy)
+    copy = tmp_path / "copy"
+    shutil.copytree(dlrm_study, copy)
+    rc = scaling.main(["--model", "dlrm", "--scale", "0.01", "--from", str(copy), "--out",
+                       str(copy), "--quiet"])  # fmt: skip
+    assert rc == 0
+    assert "removed" not in capsys.readouterr().err
+    assert sorted(f.name for f in (copy / "runs").iterdir()) == [
+        "dlrm_np1.json", "dlrm_np1.log", "dlrm_np2.json", "dlrm_np2.log"
+    ]  # fmt: skip
+    # Measured elsewhere (a cluster's results), not on this machine: the plots say so.
+    assert legends[0][0] == f"measured (results in {copy})"
+
+
+def _dies_at_16(config: dict, *args):
+    """simulate_point, but the worker simulating 16 ranks is killed (as by the OOM
+    killer)."""
+    import os
+    import signal
+
+    from workflows.study.sim import simulate_point
+
+    if config["distributed"]["num_nodes"] == 16:
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return simulate_point(config, *args)
+
+
+def test_a_dead_simulation_worker_loses_its_counts_not_the_table(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(scaling, "simulate_point", _dies_at_16)
+    out = tmp_path / "s"
+    rc = scaling.main(["--model", "dlrm", "--np", "none", "--predict-np", "8,16",
+                       "--workers", "2", "--out", str(out), "--quiet"])  # fmt: skip
+    assert rc == 1
+    out_err = capsys.readouterr()
+    assert "Traceback" not in out_err.err
+    doc = json.loads((out / "scaling.json").read_text())
+    lost = {r["np"]: r for r in doc["predicted"]}[16]
+    assert lost["status"] == "failed"
+    assert lost["note"] == (
+        "prediction lost: its simulation worker died (killed, e.g. by the out-of-memory "
+        "killer), which stops the pool's other simulations too"
+    )
+    assert f"  predicted np 16: {lost['note']}" in (out / "scaling.txt").read_text()
+
+
+def test_predict_config_leaves_out_what_the_predictions_did_not_use(tmp_path, capsys):
+    out = tmp_path / "s"
+    rc = scaling.main(["--model", "alexnet_ring", "--np", "none", "--predict-np", "8,16",
+                       "--config", str(ROOT / "examples" / "gpu_cluster.json"), "--workers",
+                       "1", "--out", str(out), "--quiet"])  # fmt: skip
+    assert rc == 0
+    notes = json.loads((out / "scaling.json").read_text())["notes"]
+    assert "topology.placement dropped (it is sized for another world)" in notes
+    assert any(n.startswith("collectives.algorithm: not used") for n in notes)
+    cfg = json.loads((out / "predict_config.json").read_text())
+    assert "placement" not in cfg["topology"] and "collectives" not in cfg
+    assert cfg["topology"]["type"] == "rail_optimised" and cfg["network"] == {"alpha_us": 2}
+
+
+def test_without_unused_keeps_keys_some_counts_used():
+    cfg = {"collectives": {"algorithm": "ring", "channels": 2}, "topology": {"group_size": 4}}
+    notes = [
+        "collectives.algorithm: not used, the workload's collectives name their own ...",
+        "topology.group_size: not used, a ring topology has no groups ... (at P = 8, 16)",
+    ]
+    assert scaling.without_unused(cfg, notes) == {
+        "collectives": {"channels": 2}, "topology": {"group_size": 4}
+    }  # fmt: skip
+
+
+def test_predictions_after_a_ctrl_c_are_not_started_and_say_so():
+    from workflows.study.pool import Interrupts
+
+    stop = Interrupts()
+    stop.count = 1  # (a Ctrl-C came before any count was handed out)
+    said: list[str] = []
+    study = sm.Study(model="dlrm", scale=0.01)
+    recs, _notes, how = scaling.predict(
+        study, [8, 16], 8, scaling.DEFAULT_PREDICT_CONFIG, workers=2, say=said.append, stop=stop
+    )
+    assert how == "ctrl-c"
+    assert [(r["np"], r["status"], r["note"]) for r in recs] == [
+        (8, "interrupted", "not simulated: interrupted before"),
+        (16, "interrupted", "not simulated: interrupted before"),
+    ]
+    assert said[-1] == "\ninterrupted: no other count starts"

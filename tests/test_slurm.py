@@ -333,3 +333,28 @@ def test_the_printed_follow_up_runs_the_same_study_from_the_results(tmp_path, ca
         "python -m simnet scaling --model gpt2 --mode weak --scale 0.00123456789 --compute "
         f"none --per-tensor --from {out / 'results'}"
     )
+
+
+def test_sweep_booleans_are_json_booleans_and_a_point_given_twice_is_refused(tmp_path, capsys):
+    # bool("false") is True: a quoted boolean wrote two --per-tensor jobs; 0.1 and 0.10
+    # wrote two identical rows.
+    base = ["sweep", "--model", "gpt2", "--args", "4", "2", "2", "--ntasks", "4"]
+    rc = slurm.main([*base, "--grid", '{"per_tensor": ["false", "true"]}', "--out",
+                     str(tmp_path / "a")])  # fmt: skip
+    assert rc == 2
+    assert capsys.readouterr().err == (
+        'error: --grid per_tensor: "false" is not a boolean; give JSON true or false '
+        '(unquoted), e.g. {"per_tensor": [false, true]}\n'
+    )
+    rc = slurm.main([*base, "--grid", '{"scale": [0.1, 0.10]}', "--out", str(tmp_path / "b")])
+    assert rc == 2
+    assert capsys.readouterr().err == (
+        'error: --grid: points 0 {"scale": 0.1} and 1 {"scale": 0.1} are the same '
+        "configuration: give each value once\n"
+    )
+    assert not (tmp_path / "b" / "gpt2_sweep.sbatch").exists()
+    rc = slurm.main([*base, "--grid", '{"fix_quirks": [false, true]}', "--out",
+                     str(tmp_path / "c")])  # fmt: skip
+    assert rc == 0
+    rows = (tmp_path / "c" / "gpt2_sweep_grid.tsv").read_text().splitlines()
+    assert [r.split("\t")[1] for r in rows[1:]] == ["4 2 2", "4 2 2 --fix-quirks"]

@@ -3,6 +3,7 @@ workers (mpi4py.futures), and ``aggregate`` over the point files."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -388,6 +389,8 @@ class _InterruptedPool(InlineExecutor):
     """Ctrl-C while the second point is being submitted; the first point's worker was
     writing its file then and finishes it during the shutdown."""
 
+    _max_workers = 4  # (as a ProcessPoolExecutor says its size)
+
     def __init__(self) -> None:
         self.calls: list[tuple] = []
 
@@ -592,3 +595,191 @@ def test_aggregate_finds_an_unfinished_runs_mark_above_its_files(tmp_path, capsy
     (study / "runs" / "x.json").write_text(json.dumps(run))
     aggregate.main([str(tmp_path / "results"), "-o", str(tmp_path / "agg")])
     assert f"warning: {study.resolve()} holds RUN_INCOMPLETE.txt" in capsys.readouterr().err
+
+
+BIG = {  # a point takes seconds: time to interrupt it
+    "topology": {"type": "fat_tree", "k": 16},
+    "workload": {"name": "resnet152", "world_size": 1024, "iterations": 20},
+}
+
+
+def _sweep_in_a_group(tmp_path: Path, out: Path, scales: list[float]) -> subprocess.Popen:
+    """A sweep of 2 workers in a process group of its own (as a terminal's job, which
+    Ctrl-C signals whole), once its workers run."""
+    import time
+
+    import psutil
+
+    base = tmp_path / "big.json"
+    base.write_text(json.dumps(BIG))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "simnet", "sweep", "--config", str(base), "--grid",
+         json.dumps({"workload.scale": scales}), "--out", str(out), "--workers", "2"],
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while len(psutil.Process(proc.pid).children()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)  # (into the points)
+    return proc
+
+
+def test_ctrl_c_lets_the_running_points_finish_and_starts_no_other(tmp_path):
+    # Workers died of the Ctrl-C and then took the queued points: the points running were
+    # lost and the ones started after it completed.
+    import signal
+
+    out = tmp_path / "out"
+    proc = _sweep_in_a_group(tmp_path, out, [0.5, 0.6, 0.7, 0.8])
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert (
+        "interrupted: no other point starts; waiting for the 2 being simulated (point 0, "
+        "point 1; Ctrl-C again: stop them at once)" in err
+    )
+    assert err.rstrip().endswith(
+        "interrupted: 2 of 4 points complete (in sweep.csv; the others pending); run the "
+        "same command again to finish the others"
+    )
+    assert "Traceback" not in err
+    m = _manifest(out)
+    assert m["runs"][0]["computed"] == [0, 1] and m["runs"][0]["interrupted"] is True
+    rows = list(csv.DictReader((out / "sweep.csv").open()))
+    assert [r["status"] for r in rows] == ["complete", "complete", "pending", "pending"]
+
+
+def test_a_second_ctrl_c_stops_at_once_and_still_writes_the_table(tmp_path):
+    import signal
+    import time
+
+    import psutil
+
+    out = tmp_path / "out"
+    proc = _sweep_in_a_group(tmp_path, out, [0.5, 0.6, 0.7])
+    workers = psutil.Process(proc.pid).children()
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.3)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted again: stopping the points being simulated" in err
+    assert err.rstrip().endswith(
+        "interrupted: 0 of 3 points complete (in sweep.csv; the others pending; 2 stopped "
+        "while being simulated); run the same command again to finish the others"
+    )
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    _, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive
+    run = _manifest(out)["runs"][0]
+    assert run["interrupted"] is True and run["finished"] is not None
+    rows = list(csv.DictReader((out / "sweep.csv").open()))
+    assert [r["status"] for r in rows] == ["pending"] * 3
+
+
+def test_sigterm_under_mpi_workers_writes_the_table_and_marks_the_manifest(tmp_path):
+    # A Slurm time limit or scancel signals every task: the root (rank 0) records what
+    # is complete, as a local pool's driver does.
+    import signal
+    import time
+
+    import psutil
+
+    base = tmp_path / "big.json"
+    base.write_text(json.dumps(BIG))
+    out = tmp_path / "mpi"
+    proc = subprocess.Popen(
+        [MPIEXEC, "-n", "3", sys.executable, "-m", "mpi4py.futures", "-m", "simnet",
+         "sweep", "--config", str(base), "--grid", '{"workload.scale": [0.5, 0.6, 0.7]}',
+         "--out", str(out)],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / "manifest.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(2.0)  # (into the points)
+        ranks = [c for c in psutil.Process(proc.pid).children(recursive=True)
+                 if "python" in c.name()]  # fmt: skip
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "terminated: stopping the points being simulated" in err, err
+    assert "interrupted: 0 of 3 points complete (in sweep.csv" in err
+    run = _manifest(out)["runs"][0]
+    assert run["interrupted"] is True and run["finished"] is not None
+    assert [r["status"] for r in csv.DictReader((out / "sweep.csv").open())] == ["pending"] * 3
+    _, alive = psutil.wait_procs(ranks, timeout=10)
+    assert not alive
+
+
+def test_a_sweep_into_a_folder_another_run_writes_is_refused(base_file, tmp_path):
+    from workload.results import lock_output_dir, release_output_dir
+
+    out = tmp_path / "out"
+    assert lock_output_dir(out) is None  # (this process: the other run)
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "simnet", "sweep", "--config", str(base_file), "--grid",
+             '{"workload.scale": [0.01]}', "--out", str(out), "--executor", "serial"],
+            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    finally:
+        release_output_dir(out)
+    assert r.returncode == 2
+    assert r.stderr == (
+        f"error: {out} is in use: another run is writing its results there; wait for it "
+        "to finish or choose another --out\n"
+    )
+    assert not (out / "manifest.json").exists()
+
+
+def _slow_point(seconds: float) -> PointOutcome:
+    import time
+
+    time.sleep(seconds)
+    return PointOutcome(error="slept", kind="exception")
+
+
+def test_running_tasks_are_said_while_they_run(monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from workflows.study import pool as study_pool
+
+    monkeypatch.setattr(study_pool, "PROGRESS_EVERY_S", 0.4)
+    lines: list[str] = []
+    got: list[str] = []
+    with ThreadPoolExecutor(max_workers=2) as ex:
+        run = study_pool.run_tasks(
+            ex,
+            [("a", _slow_point, (1.5,)), ("b", _slow_point, (1.5,)), ("c", _slow_point, (0,))],
+            lambda key, _res: got.append(key),
+            stop=study_pool.Interrupts(),
+            say=lines.append,
+            progress=lines.append,
+            describe=lambda k: f"point {k}",
+        )
+    assert run.interrupted is None and sorted(got) == ["a", "b", "c"]
+    assert any(re.fullmatch(r"\[ +\d+\.\d s\] simulating point a \(\d+ s\), point b \(\d+ s\)",
+                            ln) for ln in lines), lines  # fmt: skip
+
+
+def test_aggregate_of_a_glob_reads_only_json_files(base_file, tmp_path, capsys):
+    out = tmp_path / "sw"
+    assert sweep.main(["--config", str(base_file), "--grid", '{"workload.scale": [0.01]}',
+                       "--out", str(out), "--executor", "serial"]) == 0  # fmt: skip
+    capsys.readouterr()
+    pattern = f"{out}/**"
+    assert aggregate.main([pattern, "-o", str(tmp_path / "agg"), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert f"note: {pattern}: passed over 2 matching file(s) not *.json" in err
+    assert "sweep.csv" not in err and "not valid JSON" not in err

@@ -57,11 +57,13 @@ COLUMNS = (
 SKIP_SUFFIXES = (".trace.json",)  # Chrome/Perfetto traces: large, never results
 
 
-def find_files(inputs: Sequence[str]) -> tuple[list[Path], list[str]]:
-    """JSON files named by directories, files or glob patterns; and, for the inputs
-    that gave none, why (no such path, or a folder without JSON files)."""
+def find_files(inputs: Sequence[str]) -> tuple[list[Path], list[str], list[str]]:
+    """JSON files named by directories, files or glob patterns (a pattern's other files,
+    a sweep's ``sweep.csv``, are passed over, said); and, for the inputs that gave
+    none, why (no such path, or a folder without JSON files); and what was passed over."""
     found: list[Path] = []
     empty: list[str] = []
+    passed: list[str] = []
     for item in inputs:
         p = Path(item)
         if p.is_dir():
@@ -72,10 +74,14 @@ def find_files(inputs: Sequence[str]) -> tuple[list[Path], list[str]]:
         elif p.is_file():
             matches = [p]
         else:
-            matches = sorted(Path(m) for m in glob.glob(item, recursive=True) if Path(m).is_file())
-            dirs = [Path(m) for m in glob.glob(item, recursive=True) if Path(m).is_dir()]
-            for d in dirs:
+            hits = [Path(m) for m in glob.glob(item, recursive=True)]
+            files = [m for m in hits if m.is_file()]
+            matches = sorted(m for m in files if m.suffix == ".json")
+            others = len(files) - len(matches)
+            for d in (m for m in hits if m.is_dir()):
                 matches += sorted(q for q in d.rglob("*.json") if q.is_file())
+            if others:
+                passed.append(f"{item}: passed over {others} matching file(s) not *.json")
         if not matches:
             empty.append(f"{item}: no such file, directory or match")
         found += matches
@@ -86,7 +92,7 @@ def find_files(inputs: Sequence[str]) -> tuple[list[Path], list[str]]:
         if key not in seen and not f.name.endswith(SKIP_SUFFIXES):
             seen.add(key)
             unique.append(f)
-    return unique, empty
+    return unique, empty, passed
 
 
 def network_text(config: dict[str, Any]) -> str:
@@ -333,7 +339,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE
-    files, empty = find_files(ns.inputs)
+    files, empty, passed = find_files(ns.inputs)
+    for item in passed:
+        print(f"note: {item}", file=sys.stderr)
     own = {_with(prefix, ".json").resolve()}
     files = [f for f in files if f.resolve() not in own]
     rows, ignored = collect(files)

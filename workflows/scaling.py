@@ -29,16 +29,17 @@ import argparse
 import copy
 import json
 import os
+import re
 import shlex
 import sys
 from collections.abc import Callable, Sequence
-from concurrent.futures import as_completed
 from pathlib import Path
 from typing import Any
 
 from simnet.config import ConfigError, absolute_input_paths, load_config
 from topologies import DEFAULT_GROUP_SIZE
 from workload.brief_argparse import BriefParser
+from workload.layout import LayoutError
 from workload.results import (
     UNFINISHED_MARKER,
     atomic_write,
@@ -57,7 +58,7 @@ from workload.units import MS_PER_S
 
 from .launcher import mpiexec, run_command
 from .study import models as sm
-from .study.pool import open_pool
+from .study.pool import Interrupts, TaskRun, open_pool, run_tasks
 from .study.sim import PointOutcome, read_base_config, simulate_point
 from .study.util import (
     EXIT_INTERRUPTED,
@@ -235,12 +236,41 @@ def measure(
     return records
 
 
-def read_measured(study: sm.Study, folder: Path) -> tuple[list[dict[str, Any]], list[str]]:
+def _proxy_run(path: Path) -> tuple[ProxyRun | None, str]:
+    """The proxy result in ``path``, or None and why it is not one (in words)."""
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as e:
+        return None, f"unreadable: {e.strerror or e}"
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None, "not valid JSON"
+    if not isinstance(doc, dict):
+        return None, "not a JSON object"
+    if doc.get("kind", "proxy-run") != "proxy-run":
+        return None, f"a {doc['kind']} document"
+    missing = [k for k in ("model", "world_size", "phases") if k not in doc]
+    if missing:
+        return None, f"no {', '.join(missing)}"
+    try:
+        run = ProxyRun.from_json(doc)
+        run.iteration_time_s  # noqa: B018 (its phases' figures, read as the table will)
+        run.timed_iterations  # noqa: B018
+    except (KeyError, ValueError, TypeError, AttributeError, IndexError) as e:
+        what = f"no {e.args[0]}" if isinstance(e, KeyError) else "malformed"
+        return None, f"its phases are incomplete ({what})"
+    return run, ""
+
+
+def read_measured(
+    study: sm.Study, folder: Path, predicted: Sequence[int] = ()
+) -> tuple[list[dict[str, Any]], list[str]]:
     """The measured points of ``folder``: every proxy ``--json`` result in it (searched
     recursively; a Slurm scaling study's ``results/``), one record per process count;
-    and notes on the files left out (another model, scale, compute, --per-tensor,
-    --fix-quirks or a named algorithm; unreadable; a count given twice: the newest kept)."""
-    records: dict[int, dict[str, Any]] = {}
+    and notes on the files left out: unreadable; another model, scale, compute,
+    --per-tensor, --fix-quirks or a named algorithm; positional arguments or model
+    options other than the study runs at that count (weak: the same at every count;
+    strong: as it divides the work from its P1, the smallest count of the results and
+    ``predicted``); a count given twice (the newest kept)."""
     notes: list[str] = []
     # What the study runs, as a proxy records it (a run with other options is not one
     # of its points).
@@ -256,12 +286,11 @@ def read_measured(study: sm.Study, folder: Path) -> tuple[list[dict[str, Any]], 
         (f for f in folder.rglob("*.json") if f.is_file() and not f.name.endswith(".trace.json")),
         key=lambda f: f.stat().st_mtime,
     )
+    runs: list[tuple[Path, ProxyRun]] = []
     for f in files:
-        try:
-            run = ProxyRun.load(f)
-            run.timed_iterations  # noqa: B018 (a document without phases fails here)
-        except (OSError, KeyError, ValueError, TypeError, AttributeError, IndexError) as e:
-            notes.append(f"{f}: left out (not a proxy result: {e!r})")
+        run, why = _proxy_run(f)
+        if run is None:
+            notes.append(f"{f}: left out (not a proxy result: {why})")
             continue
         got = {
             "model": run.model,
@@ -273,6 +302,19 @@ def read_measured(study: sm.Study, folder: Path) -> tuple[list[dict[str, Any]], 
         if differ:
             notes.append(f"{f}: left out ({', '.join(differ)})")
             continue
+        runs.append((f, run))
+    # Strong scaling's options at P depend on its P1, which depends on the counts kept:
+    # until they agree (a count left out can move P1 up, and what it keeps with it).
+    counts = {r.world_size for _f, r in runs}
+    for _ in range(len(runs) + 1):
+        base = sm.base_count(study, sorted(counts | set(predicted)))
+        kept, left = _same_program(study, runs, base)
+        counts = {r.world_size for _f, r in kept}
+        if not counts or sm.base_count(study, sorted(counts | set(predicted))) == base:
+            break
+    notes += left
+    records: dict[int, dict[str, Any]] = {}
+    for f, run in kept:
         if run.world_size in records:
             notes.append(
                 f"{records[run.world_size]['file']}: left out (a newer result of "
@@ -285,6 +327,37 @@ def read_measured(study: sm.Study, folder: Path) -> tuple[list[dict[str, Any]], 
             rec.update(status="failed", note=f"unreadable result {f}: {e}")
         records[run.world_size] = rec
     return [records[p] for p in sorted(records)], notes
+
+
+def _same_program(
+    study: sm.Study, runs: list[tuple[Path, ProxyRun]], base: int | None
+) -> tuple[list[tuple[Path, ProxyRun]], list[str]]:
+    """The runs whose positional arguments and model options (their ``params``) are those
+    the study runs at their count, anchored at ``base``; and notes on the others."""
+    kept, notes = [], []
+    for f, run in runs:
+        p = run.world_size
+        try:
+            if base is None:
+                raise StudyError(f"{study.model} accepts none of the counts")
+            flags = sm.point_flags(study, p, base)
+            ours = sm.build(study, p, flags).params
+        except (StudyError, LayoutError, ValueError) as e:
+            notes.append(f"{f}: left out (the study cannot run {p} processes: {e})")
+            continue
+        differ = []
+        for k in {**ours, **run.params}:
+            if k not in run.params:
+                differ.append(f"no {k} (the study's {ours[k]!r} at {p} processes)")
+            elif k not in ours:
+                differ.append(f"{k} {run.params[k]!r} (the study has no {k})")
+            elif run.params[k] != ours[k]:
+                differ.append(f"{k} {run.params[k]!r} (the study's {ours[k]!r} at {p} processes)")
+        if differ:
+            notes.append(f"{f}: left out ({', '.join(differ)})")
+        else:
+            kept.append((f, run))
+    return kept, notes
 
 
 # -- predicted points -------------------------------------------------------------------
@@ -338,8 +411,10 @@ def predict(
     *,
     workers: int,
     say: Callable[[str], None],
-) -> tuple[list[dict[str, Any]], list[str]]:
-    """Simulate every count (in a local process pool when workers > 1)."""
+    stop: Interrupts,
+) -> tuple[list[dict[str, Any]], list[str], str | None]:
+    """Simulate every count (in a local process pool when workers > 1); also how the
+    simulations were interrupted (see :class:`TaskRun`), if they were."""
     records: dict[int, dict[str, Any]] = {}
     notes: dict[str, set[int]] = {}  # note -> the counts it holds at
     jobs: dict[int, dict[str, Any]] = {}
@@ -359,44 +434,61 @@ def predict(
             notes.setdefault(note, set()).add(p)
         rec["flags"] = flags
         jobs[p] = cfg
+    run = TaskRun()
     if jobs:
         kind = "serial" if workers <= 1 or len(jobs) == 1 else "local"
         say(f"  simulating {len(jobs)} counts ({kind}): {', '.join(map(str, jobs))}")
+
+        def on_result(p: int, res: PointOutcome) -> None:
+            rec = records[p]
+            r = res.result
+            if r is not None:
+                rec.update(
+                    status="ok",
+                    iteration_time_s=r.iteration_time_s,
+                    compute_s=r.compute_s,
+                    comm_s=r.comm_s,
+                    exposed_comm_s=r.exposed_comm_s,
+                    samples_per_iteration=sm.samples_per_iteration(
+                        r.model, r.world_size, r.params, r.info
+                    ),
+                    wire_bytes_by_group=r.wire_bytes_by_group,
+                    topology=r.topology,
+                    sim_wall_s=r.sim_wall_s,
+                )
+                for note in [*r.assumed, *(f"what-if: {w}" for w in r.scenario)]:
+                    notes.setdefault(note, set()).add(p)
+                say(f"  np {p}: predicted {r.iteration_time_s:.6f} s per iteration")
+            elif res.kind == "pool":
+                rec.update(status="failed", note=f"prediction lost: {res.error}")
+                say(f"  np {p}: prediction lost: {res.error}")
+            else:
+                status = "skipped" if res.kind == "config" else "failed"
+                # (a configuration's error in one line, without its header)
+                why = "; ".join(
+                    ln.strip()
+                    for ln in (res.error or "unknown error").splitlines()
+                    if not ln.rstrip().endswith("invalid configuration")
+                )
+                rec.update(status=status, note=why)
+                say(f"  np {p}: prediction {status}: {why}")
+
         with open_pool(kind, min(workers, len(jobs))) as (pool, _desc):
             assert pool is not None
-            futures = {pool.submit(simulate_point, cfg): p for p, cfg in jobs.items()}
-            for fut in as_completed(futures):
-                p = futures[fut]
-                res: PointOutcome = fut.result()
-                rec = records[p]
-                r = res.result
-                if r is not None:
-                    rec.update(
-                        status="ok",
-                        iteration_time_s=r.iteration_time_s,
-                        compute_s=r.compute_s,
-                        comm_s=r.comm_s,
-                        exposed_comm_s=r.exposed_comm_s,
-                        samples_per_iteration=sm.samples_per_iteration(
-                            r.model, r.world_size, r.params, r.info
-                        ),
-                        wire_bytes_by_group=r.wire_bytes_by_group,
-                        topology=r.topology,
-                        sim_wall_s=r.sim_wall_s,
-                    )
-                    for note in [*r.assumed, *(f"what-if: {w}" for w in r.scenario)]:
-                        notes.setdefault(note, set()).add(p)
-                    say(f"  np {p}: predicted {r.iteration_time_s:.6f} s per iteration")
-                else:
-                    status = "skipped" if res.kind == "config" else "failed"
-                    # (a configuration's error in one line, without its header)
-                    why = "; ".join(
-                        ln.strip()
-                        for ln in (res.error or "unknown error").splitlines()
-                        if not ln.rstrip().endswith("invalid configuration")
-                    )
-                    rec.update(status=status, note=why)
-                    say(f"  np {p}: prediction {status}: {why}")
+            run = run_tasks(
+                pool,
+                [(p, simulate_point, (cfg,)) for p, cfg in jobs.items()],
+                on_result,
+                stop=stop,
+                say=say,
+                progress=say,
+                describe=lambda p: f"np {p}",
+                what="counts",
+            )
+        for p in run.not_started:
+            records[p].update(status="interrupted", note="not simulated: interrupted before")
+        for p in run.lost:
+            records[p].update(status="interrupted", note="its simulation was stopped")
     # A note of every simulated count as it is; one of some counts names them (a
     # what-if's rerouted pairs differ with the network's size), in order of count.
     every = {p for p, r in records.items() if r.get("status") == "ok"} or set(jobs)
@@ -404,7 +496,7 @@ def predict(
         (min(at), n if at >= every else f"{n} (at P = {', '.join(map(str, sorted(at)))})")
         for n, at in notes.items()
     ]
-    return [records[p] for p in sorted(records)], [n for _, n in sorted(lines)]
+    return [records[p] for p in sorted(records)], [n for _, n in sorted(lines)], run.interrupted
 
 
 # -- putting it together ----------------------------------------------------------------
@@ -540,7 +632,12 @@ def plot_curves(doc: dict[str, Any], out: Path) -> list[Path]:
     if not counts:
         return []
     topo = doc.get("predicted_topology") or "simnet"
-    labels = (f"measured (this machine, {os.cpu_count()} cores)", f"predicted (simnet, {topo})")
+    where = (
+        f"results in {doc['measured_from']}"
+        if doc.get("measured_from")
+        else f"this machine, {os.cpu_count()} cores"
+    )
+    labels = (f"measured ({where})", f"predicted (simnet, {topo})")
     files = []
     for key, name, ylabel in (
         ("speedup", "scaling_speedup.png", "speedup (throughput / throughput at P1)"),
@@ -727,7 +824,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             folder = Path(ns.from_dir)
             if not folder.is_dir():
                 raise StudyError(f"--from {ns.from_dir}: no such folder")
-            found, from_notes = read_measured(study, folder)
+            found, from_notes = read_measured(
+                study, folder, parse_counts(ns.predict_np, "--predict-np")
+            )
             for n in from_notes:
                 print(f"note: {n}", file=sys.stderr)
             if not found:
@@ -788,120 +887,146 @@ def main(argv: Sequence[str] | None = None) -> int:
                 timeout_s=ns.timeout,
                 say=say,
             )
+    except KeyboardInterrupt:
+        # (run_command ends a run's whole process group)
+        print(
+            f"\ninterrupted: every run stopped; {UNFINISHED_MARKER} marks the folder as "
+            "an unfinished run's",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    # Ctrl-C from here: the simulations running finish, no other starts, and the table of
+    # what is done is written (see run_tasks).
+    stop = Interrupts()
+    with stop.installed():
         predicted: list[dict[str, Any]] = []
+        interrupted = None
         if predicting:
             say("scaling: predicting with simnet")
-            predicted, sim_notes = predict(
+            predicted, sim_notes, interrupted = predict(
                 study,
                 all_counts if to_predict else counts,
                 base,
                 base_cfg,
                 workers=max(1, ns.workers),
                 say=say,
+                stop=stop,
             )
             notes += sim_notes
-    except KeyboardInterrupt:
-        print(
-            f"\ninterrupted: every process stopped; {UNFINISHED_MARKER} marks the folder as "
-            "an unfinished run's",
-            file=sys.stderr,
-        )
-        return EXIT_INTERRUPTED
-    add_metrics(measured, study.mode)
-    add_metrics(predicted, study.mode)
-    add_errors(measured, predicted)
-    if any(r.get("note", "").startswith("oversubscribed") for r in measured):
-        notes.append(
-            f"measured points above {os.cpu_count()} processes oversubscribe this machine's "
-            "cores (the proxies then poll); their times include the time-sharing"
-        )
-    if measured and predicted:
-        where = (
-            f"the results in {ns.from_dir}"
-            if ns.from_dir is not None
-            else "this machine (shared-memory MPI)"
-        )
-        notes.append(
-            f"measured times come from {where}; predicted ones from the modelled topology: "
-            "the prediction error compares the two systems unless --config models the one "
-            "measured"
-        )
-    topo = next((r["topology"]["name"] for r in predicted if r.get("topology")), None)
-    doc = {
-        "kind": "scaling-study",
-        "model": study.model,
-        "mode": study.mode,
-        "args": list(study.args),
-        "flags": study.flags,
-        "scale": study.scale,
-        "compute": study.compute,
-        "per_tensor": study.per_tensor,
-        "fix_quirks": study.fix_quirks,
-        # The count the study's per-count options are derived from (the smallest the
-        # layout takes); the speedups' P1 is each series' smallest count that ran.
-        "base_np": base,
-        "speedup_base_np": {
-            name: min((r["np"] for r in recs if "speedup" in r), default=None)
-            for name, recs in (("measured", measured), ("predicted", predicted))
-        },
-        "batch_definition": sm.batch_definition(study.model),
-        "definitions": {
-            "throughput_samples_per_s": "samples per iteration / iteration time",
-            "speedup": "throughput(P) / throughput(P1), P1 the smallest count of the series "
-            "that ran (speedup_base_np)",
-            "ideal_speedup": "samples(P) / samples(P1) (weak) or P / P1 (strong)",
-            "efficiency": "t(P1) / t(P)" if study.mode == "weak" else "speedup / (P / P1)",
-            "iteration_time_s": "measured: runtime per iteration of the slowest rank, summed "
-            "over phases; predicted: simulated makespan per iteration",
-            "compute_s, comm_s, exposed_comm_s": "per iteration, mean over ranks",
-            "error_pct": "100 (predicted - measured) / measured iteration time",
-        },
-        "predicted_topology": topo,
-        "predict_config": base_cfg if predicting else None,
-        "measured": measured,
-        "predicted": predicted,
-        "notes": notes,
-        "versions": versions(),
-        "units": {"time": "seconds", "throughput": "samples/s", "bytes": "bytes"},
-    }
-    text = report_text(doc)
-    files = [
-        write_json(out / "scaling.json", doc),
-        write_csv_table(out / "scaling.csv", doc),
-        write_text(out / "scaling.txt", text),
-    ]
-    if predicting:
-        files.append(write_json(out / "predict_config.json", base_cfg))
-    files += plot_curves(doc, out)
-    bars = plot_breakdown(doc, out)
-    if bars:
-        files.append(bars)
-    files.append(_report(out, study, text, measured, predicted, files))
-    # What an earlier study wrote here and this one did not (a plot it could not draw,
-    # a prediction it did not make, a count it did not run) would read as this study's.
-    runs = [
-        out / "runs" / f"{study.model}_np{r['np']}.{ext}"
-        for r in measured
-        if "command" in r
-        for ext in ("json", "log")
-    ]
-    if ns.from_dir is not None:  # (never the results read, wherever they are)
-        runs += [Path(r["file"]) for r in measured if r.get("file")]
-    keep = {Path(f).resolve() for f in [*files, *runs]}
-    earlier = sorted(f.name for f in (out / "runs").glob("*") if f.resolve() not in keep)
-    if earlier:
-        say(
-            f"note: removed {len(earlier)} run file(s) of an earlier study from {out / 'runs'} "
-            f"({', '.join(earlier[:6])}{', ...' if len(earlier) > 6 else ''}): they are not "
-            "this study's; give another --out to keep a study"
-        )
-    for pattern in ("scaling_*.png", "predict_config.json", "runs/*"):
-        remove_others(out, pattern, [*files, *runs])
-    mark_finished(out)
-    print(text, end="")
-    say(f"wrote {len(files)} files to {out}/")
-    failed = [r for r in measured + predicted if r.get("status") == "failed"]
-    return 1 if failed else 0
+            base_cfg = without_unused(base_cfg, sim_notes)
+        stop.finishing = True
+        add_metrics(measured, study.mode)
+        add_metrics(predicted, study.mode)
+        add_errors(measured, predicted)
+        if any(r.get("note", "").startswith("oversubscribed") for r in measured):
+            notes.append(
+                f"measured points above {os.cpu_count()} processes oversubscribe this machine's "
+                "cores (the proxies then poll); their times include the time-sharing"
+            )
+        if measured and predicted:
+            where = (
+                f"the results in {ns.from_dir}"
+                if ns.from_dir is not None
+                else "this machine (shared-memory MPI)"
+            )
+            notes.append(
+                f"measured times come from {where}; predicted ones from the modelled topology: "
+                "the prediction error compares the two systems unless --config models the one "
+                "measured"
+            )
+        topo = next((r["topology"]["name"] for r in predicted if r.get("topology")), None)
+        doc = {
+            "kind": "scaling-study",
+            "model": study.model,
+            "mode": study.mode,
+            "args": list(study.args),
+            "flags": study.flags,
+            "scale": study.scale,
+            "compute": study.compute,
+            "per_tensor": study.per_tensor,
+            "fix_quirks": study.fix_quirks,
+            # The count the study's per-count options are derived from (the smallest the
+            # layout takes); the speedups' P1 is each series' smallest count that ran.
+            "base_np": base,
+            "speedup_base_np": {
+                name: min((r["np"] for r in recs if "speedup" in r), default=None)
+                for name, recs in (("measured", measured), ("predicted", predicted))
+            },
+            "batch_definition": sm.batch_definition(study.model),
+            "definitions": {
+                "throughput_samples_per_s": "samples per iteration / iteration time",
+                "speedup": "throughput(P) / throughput(P1), P1 the smallest count of the series "
+                "that ran (speedup_base_np)",
+                "ideal_speedup": "samples(P) / samples(P1) (weak) or P / P1 (strong)",
+                "efficiency": "t(P1) / t(P)" if study.mode == "weak" else "speedup / (P / P1)",
+                "iteration_time_s": "measured: runtime per iteration of the slowest rank, summed "
+                "over phases; predicted: simulated makespan per iteration",
+                "compute_s, comm_s, exposed_comm_s": "per iteration, mean over ranks",
+                "error_pct": "100 (predicted - measured) / measured iteration time",
+            },
+            "predicted_topology": topo,
+            "predict_config": base_cfg if predicting else None,
+            # (where the measured points come from: None, run here; else the --from folder)
+            "measured_from": ns.from_dir,
+            "measured": measured,
+            "predicted": predicted,
+            "notes": notes,
+            "versions": versions(),
+            "units": {"time": "seconds", "throughput": "samples/s", "bytes": "bytes"},
+        }
+        text = report_text(doc)
+        files = [
+            write_json(out / "scaling.json", doc),
+            write_csv_table(out / "scaling.csv", doc),
+            write_text(out / "scaling.txt", text),
+        ]
+        if predicting:
+            files.append(write_json(out / "predict_config.json", base_cfg))
+        files += plot_curves(doc, out)
+        bars = plot_breakdown(doc, out)
+        if bars:
+            files.append(bars)
+        files.append(_report(out, study, text, measured, predicted, files))
+        # What an earlier study wrote here and this one did not (a plot it could not draw,
+        # a prediction it did not make, a count it did not run) would read as this study's.
+        runs = [
+            out / "runs" / f"{study.model}_np{r['np']}.{ext}"
+            for r in measured
+            if "command" in r
+            for ext in ("json", "log")
+        ]
+        if ns.from_dir is not None:  # (never the results read, nor their logs, wherever)
+            runs += [
+                Path(r["file"]).with_suffix(ext)
+                for r in measured
+                if r.get("file")
+                for ext in (".json", ".log")
+            ]
+        keep = {Path(f).resolve() for f in [*files, *runs]}
+        earlier = sorted(f.name for f in (out / "runs").glob("*") if f.resolve() not in keep)
+        if earlier:
+            say(
+                f"note: removed {len(earlier)} run file(s) of an earlier study from {out / 'runs'} "
+                f"({', '.join(earlier[:6])}{', ...' if len(earlier) > 6 else ''}): they are not "
+                "this study's; give another --out to keep a study"
+            )
+        for pattern in ("scaling_*.png", "predict_config.json", "runs/*"):
+            remove_others(out, pattern, [*files, *runs])
+        stopped = [r["np"] for r in predicted if r.get("status") == "interrupted"]
+        if interrupted and stopped:
+            # The study did not make every point: its mark stays (a rerun makes them).
+            print(text, end="")
+            say(
+                f"interrupted: wrote {len(files)} files to {out}/ without the predictions "
+                f"at P = {', '.join(map(str, stopped))}; {UNFINISHED_MARKER} marks the folder "
+                "as an unfinished run's; run the same command again for the whole study"
+            )
+            return EXIT_INTERRUPTED
+        mark_finished(out)
+        print(text, end="")
+        say(f"wrote {len(files)} files to {out}/")
+        failed = [r for r in measured + predicted if r.get("status") == "failed"]
+        return 1 if failed else 0
 
 
 def _report(
@@ -931,6 +1056,39 @@ def _report(
     return write_run_report(out, title, text, cases, files=files)
 
 
+_UNUSED_NOTE = re.compile(
+    r"^(?:(?P<keys>[\w.]+(?:, [\w.]+)*): not used\b"
+    r"|not used by a \w+ topology: (?P<topo>[\w.]+(?:, [\w.]+)*) \()"
+)
+"""The notes of a simulation naming configuration keys it did not use (see
+``simnet.simulate``): "collectives.algorithm: not used, ..." and "not used by a ring
+topology: topology.group_size (...)"."""
+
+
+def without_unused(cfg: dict[str, Any], notes: Sequence[str]) -> dict[str, Any]:
+    """``cfg`` without the keys the predictions' ``notes`` say no count used (a note of
+    some counts only, "(at P = ...)", leaves its keys: other counts used them), so that
+    ``predict_config.json`` holds what the predictions used."""
+    out = copy.deepcopy(cfg)
+    for note in notes:
+        m = _UNUSED_NOTE.match(note)
+        if m is None or re.search(r" \(at P = [\d, ]+\)$", note):
+            continue
+        for key in (m.group("keys") or m.group("topo")).split(", "):
+            *sections, name = key.split(".")
+            node: Any = out
+            for sec in sections:
+                node = node.get(sec) if isinstance(node, dict) else None
+            if isinstance(node, dict):
+                node.pop(name, None)
+                if not node and sections:  # (an emptied section goes too)
+                    parent = out
+                    for sec in sections[:-1]:
+                        parent = parent[sec]
+                    parent.pop(sections[-1], None)
+    return out
+
+
 KEPT_WORKLOAD_KEYS = ("compute_scale", "iterations")
 """What predictions take from a --config file's workload section: the rest is the
 study's (:func:`workflows.study.models.workload_section`)."""
@@ -945,6 +1103,9 @@ def _predict_base(path: str | None, study: sm.Study) -> tuple[dict[str, Any], li
     data = read_base_config(path)
     absolute_input_paths(data, Path(path).parent)
     notes = []
+    topo = data.get("topology")
+    if isinstance(topo, dict) and topo.pop("placement", None) is not None:
+        notes.append("topology.placement dropped (it is sized for another world)")
     if data.pop("jobs", None):
         notes.append(
             f"--config {path}: its jobs are not used (a scaling study predicts its own "

@@ -47,11 +47,13 @@ from .study.util import (
     parse_counts,
     parse_flags,
     parse_grid,
+    refuse_twins,
 )
 
 TIME_RE = re.compile(r"^\d+(-\d+)?(:\d+){0,2}$")
 NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 SWEEP_KEYS = ("args", "scale", "compute", "iters", "warmup", "per_tensor", "fix_quirks")
+BOOLEAN_KEYS = ("per_tensor", "fix_quirks")
 
 
 # -- script text --------------------------------------------------------------------------
@@ -309,6 +311,13 @@ def sweep_points(
                 f"--grid key {key!r}: not an option of the {ns.model} proxy; "
                 f"use {', '.join(allowed)}"
             )
+    for key in BOOLEAN_KEYS:
+        for v in grid.get(key, ()):
+            if not isinstance(v, bool):  # (bool("false") is True)
+                raise StudyError(
+                    f"--grid {key}: {json.dumps(v)} is not a boolean; give JSON true or false "
+                    f'(unquoted), e.g. {{"{key}": [false, true]}}'
+                )
     base_flags = parse_flags(ns.flag)
     out = []
     for point in expand_grid(grid):
@@ -330,8 +339,8 @@ def sweep_points(
                 flags=flags,
                 scale=float(point.get("scale", ns.scale)),
                 compute=str(point.get("compute", ns.compute)),
-                per_tensor=bool(point.get("per_tensor", ns.per_tensor)),
-                fix_quirks=bool(point.get("fix_quirks", ns.fix_quirks)),
+                per_tensor=point.get("per_tensor", ns.per_tensor),
+                fix_quirks=point.get("fix_quirks", ns.fix_quirks),
             )
             study.run_spec()  # raises StudyError: what the proxy would refuse
             problem = sm.layout_problem(study, ns.ntasks, flags)
@@ -358,6 +367,8 @@ def sweep_scripts(ns: argparse.Namespace) -> tuple[dict[str, str], list[str], di
     rows = [(pt, argv) for pt, argv, problem in points if not problem]
     if not rows:
         raise StudyError("no grid point left to run")
+    # (two array tasks would run one job and write two results of it)
+    refuse_twins([(i, pt, shlex.join(argv)) for i, (pt, argv) in enumerate(rows)])
     where = _script_dir(ns)
     job = _job_name(ns.job_name or f"{ns.model}_sweep", ns.job_name is not None)
     keys = list(grid)

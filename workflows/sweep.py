@@ -35,7 +35,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, Future, as_completed
+from concurrent.futures import Executor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -54,16 +54,23 @@ from simnet.config import (
 )
 from simnet.simulate import build_workload
 from workload.brief_argparse import BriefParser
-from workload.results import output_dir_problem, versions, write_csv, write_json, write_text
+from workload.results import (
+    lock_output_dir,
+    output_dir_problem,
+    release_output_dir,
+    versions,
+    write_csv,
+    write_json,
+    write_text,
+)
 
 from .study.pool import (
     POOL_KINDS,
-    Terminated,
+    Interrupts,
     launch_rank,
     open_pool,
-    resolve_kind,
+    run_tasks,
     sigterm_interrupts,
-    stop_workers,
 )
 from .study.sim import (
     RESULT_VERSION,
@@ -81,6 +88,7 @@ from .study.util import (
     csv_cell,
     expand_grid,
     parse_grid,
+    refuse_twins,
     set_dotted,
     stable_hash,
     text_table,
@@ -183,18 +191,13 @@ def plan_sweep(config_path: str | Path, grid_text: str, out: str | Path) -> Plan
             error = _short(str(e))
             full = data
         h = stable_hash(_with_inputs(full))
-        twin = next((q for q in plan.points if q.config_hash == h), None)
-        if twin is not None:
-            # (two workers would write one file at once, and the table list it twice)
-            raise StudyError(
-                f"--grid: points {twin.index} {json.dumps(twin.assign)} and {i} "
-                f"{json.dumps(assign)} are the same configuration: give each value once"
-            )
         pt = Point(i, assign, full, h, f"{POINTS_DIR}/point-{h}.json", error)
         plan.points.append(pt)
         if error:
             pt.status = "invalid"
             plan.invalid.append(pt)
+    # (two workers would write one file at once, and the table list it twice)
+    refuse_twins((p.index, p.assign, p.config_hash) for p in plan.points)
     return plan
 
 
@@ -321,9 +324,28 @@ class Manifest:
 
 
 def run_plan(
-    plan: Plan, pool: Executor, executor: str, say: Callable[[str], None], quiet: bool = False
+    plan: Plan,
+    pool: Executor,
+    executor: str,
+    say: Callable[[str], None],
+    quiet: bool = False,
+    stop: Interrupts | None = None,
 ) -> int:
-    """Skip complete points, simulate the others on ``pool``, write the table."""
+    """Skip complete points, simulate the others on ``pool``, write the table (also when
+    interrupted: Ctrl-C, counted by ``stop``, or SIGTERM)."""
+    stop = stop or Interrupts()
+    with stop.installed():
+        return _run_plan(plan, pool, executor, say, quiet, stop)
+
+
+def _run_plan(
+    plan: Plan,
+    pool: Executor,
+    executor: str,
+    say: Callable[[str], None],
+    quiet: bool,
+    stop: Interrupts,
+) -> int:
     out = plan.out
     (out / POINTS_DIR).mkdir(parents=True, exist_ok=True)
     todo: list[Point] = []
@@ -358,56 +380,58 @@ def run_plan(
         )
     started = time.perf_counter()
     progress = Throttle(lambda m: say(m), 1.0)
-    done = skipped
-    failed = 0
+    counts = {"done": skipped, "failed": 0}
     write_later = Throttle(lambda _m: manifest.write(), 5.0)
-    futures: dict[Future, Point] = {}
-    try:
-        for pt in todo:
-            extra = {
-                "index": pt.index,
-                "point": pt.assign,
-                "config_hash": pt.config_hash,
-                "grid_keys": list(plan.grid),
-            }
-            futures[pool.submit(simulate_point, pt.config, str(out / pt.file), extra)] = pt
-        for fut in as_completed(futures):
-            pt = futures[fut]
-            try:
-                res: PointOutcome = fut.result()
-            except Exception as e:  # the pool itself failed (e.g. a worker died)
-                res = PointOutcome(error=f"{type(e).__name__}: {e}", kind="pool")
-            if res.result is not None:
-                pt.status, pt.result = "complete", res.result
-                pt.computed_in_run = manifest.run["run"]
-                manifest.run["computed"].append(pt.index)
-                done += 1
-            else:
-                pt.status, pt.error = "failed", res.error or "unknown error"
-                manifest.run["failed"].append(pt.index)
-                failed += 1
-                say(f"point {pt.index} {json.dumps(pt.assign)} failed: {pt.error}")
-            finished = done + failed
-            if not quiet:
-                progress(
-                    f"[{time.perf_counter() - started:7.1f} s] {finished}/{runnable} points "
-                    f"done ({skipped} skipped as complete, {failed} failed)",
-                    force=finished == runnable,
-                )
-            write_later("")
-    except KeyboardInterrupt as e:
-        for fut in futures:
-            fut.cancel()  # queued points; running ones stop with the interrupt
-        if isinstance(e, Terminated):
-            # Only this process got it (kill, timeout, Slurm): the workers would finish
-            # their points unseen; a time limit's SIGKILL follows soon.
-            say("\nterminated: stopping the points being simulated")
-            stop_workers(pool)
-            pool.shutdown(wait=False, cancel_futures=True)
+
+    def on_result(pt: Point, res: PointOutcome) -> None:
+        if res.result is not None:
+            pt.status, pt.result = "complete", res.result
+            pt.computed_in_run = manifest.run["run"]
+            manifest.run["computed"].append(pt.index)
+            counts["done"] += 1
         else:
-            say("\ninterrupted: waiting for the points being simulated (Ctrl-C again: at once)")
-            pool.shutdown(wait=True)
-        # A point that was being written when the interrupt came is complete, and one
+            pt.status, pt.error = "failed", res.error or "unknown error"
+            manifest.run["failed"].append(pt.index)
+            counts["failed"] += 1
+            say(f"point {pt.index} {json.dumps(pt.assign)} failed: {pt.error}")
+        finished = counts["done"] + counts["failed"]
+        if not quiet:
+            progress(
+                f"[{time.perf_counter() - started:7.1f} s] {finished}/{runnable} points "
+                f"done ({skipped} skipped as complete, {counts['failed']} failed)",
+                force=finished == runnable,
+            )
+        write_later("")
+
+    tasks = [
+        (
+            pt,
+            simulate_point,
+            (
+                pt.config,
+                str(out / pt.file),
+                {
+                    "index": pt.index,
+                    "point": pt.assign,
+                    "config_hash": pt.config_hash,
+                    "grid_keys": list(plan.grid),
+                },
+            ),
+        )
+        for pt in todo
+    ]
+    run = run_tasks(
+        pool,
+        tasks,
+        on_result,
+        stop=stop,
+        say=say,
+        progress=None if quiet else say,
+        describe=lambda pt: f"point {pt.index}",
+    )
+    failed = counts["failed"]
+    if run.interrupted:
+        # A point whose worker wrote its file as the interrupt came is complete, and one
         # the interrupt caught between its status and its count: count them.
         counted = set(manifest.run["computed"])
         for pt in todo:
@@ -418,24 +442,23 @@ def run_plan(
             if pt.status == "complete" and pt.index not in counted:
                 pt.computed_in_run = manifest.run["run"]
                 manifest.run["computed"].append(pt.index)
-                done += 1
-        manifest.run["computed"].sort()
-        manifest.run["interrupted"] = True
-        manifest.run["finished"] = _now()
-        manifest.write()
-        # The table of what is complete so far (the others' status says pending), so an
-        # interrupted sweep can be read before it is finished.
-        write_table(plan)
-        failed_now = f", {failed} failed" if failed else ""
-        say(
-            f"interrupted: {done} of {runnable} points complete (in sweep.csv{failed_now}; "
-            "the others pending); run the same command again to finish the others"
-        )
-        return EXIT_INTERRUPTED
     manifest.run["computed"].sort()
+    manifest.run["interrupted"] = run.interrupted is not None
     manifest.run["finished"] = _now()
     manifest.write()
+    # (interrupted: the table of what is complete so far, the others pending, so that
+    # an interrupted sweep can be read before it is finished)
     files = write_table(plan)
+    if run.interrupted:
+        done = sum(p.status == "complete" for p in plan.points)
+        failed_now = f", {failed} failed" if failed else ""
+        stopped = sum(pt.status != "complete" for pt in run.lost)
+        lost = f"; {stopped} stopped while being simulated" if stopped else ""
+        say(
+            f"interrupted: {done} of {runnable} points complete (in sweep.csv{failed_now}; "
+            f"the others pending{lost}); run the same command again to finish the others"
+        )
+        return EXIT_INTERRUPTED
     computed = len(manifest.run["computed"])
     say(
         f"wrote {', '.join(f.name for f in files)} to {out}/: {runnable - failed} point "
@@ -537,14 +560,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"error: --workers must be >= 1 (got {ns.workers})")
         return EXIT_USAGE
     workers = ns.workers or min(os.cpu_count() or 1, max(1, len(plan.points)))
-    # SIGTERM is taken as an interrupt by a local pool's driver, which can stop its
-    # workers; MPI ranks keep the default (the launcher ends them all).
-    on_term = sigterm_interrupts() if resolve_kind(ns.executor) != "mpi" else nullcontext()
+    # SIGTERM (kill, timeout, a Slurm time limit or scancel) is taken as an interrupt by
+    # the process that writes the table, so that it records what is complete; an MPI
+    # rank serving as a worker keeps the default (it just ends).
+    on_term = sigterm_interrupts() if root else nullcontext()
     try:
         with on_term, open_pool(ns.executor, workers) as (pool, desc):
             if pool is None:  # an MPI rank that served as a worker
                 return 0
-            return run_plan(plan, pool, desc, say, quiet=ns.quiet)
+            # (taken here, by the one process that writes: refused, it ends the MPI
+            # workers as a finished sweep does)
+            problem = lock_output_dir(plan.out)
+            if problem:
+                say(f"error: {problem}")
+                return EXIT_USAGE
+            try:
+                return run_plan(plan, pool, desc, say, quiet=ns.quiet)
+            finally:
+                release_output_dir(plan.out)
     except KeyboardInterrupt:
         say(
             "\ninterrupted: every file already written is complete; run the same command "

@@ -143,6 +143,21 @@ def expand_grid(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*grid.values())]
 
 
+def refuse_twins(points: Iterable[tuple[int, dict[str, Any], Any]]) -> None:
+    """Raise StudyError if two grid points (index, assignment, what the point runs, e.g.
+    its configuration's hash) run the same thing: given one value twice (0.1 and 0.10)
+    or two spellings of one. A sweep would run it twice, and its table list it twice."""
+    seen: dict[Any, tuple[int, dict[str, Any]]] = {}
+    for i, assign, what in points:
+        if what in seen:
+            j, first = seen[what]
+            raise StudyError(
+                f"--grid: points {j} {json.dumps(first)} and {i} {json.dumps(assign)} are "
+                "the same configuration: give each value once"
+            )
+        seen[what] = (i, assign)
+
+
 def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     """``set_dotted(d, "topology.num_nodes", 8)``: creates missing sections."""
     parts = key.split(".")
