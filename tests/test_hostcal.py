@@ -500,3 +500,31 @@ def test_the_time_estimate_grows_with_the_ranks():
     # ranks about 40 s (202 s for 5), where the old estimate said 12 s.
     assert hostcal.estimate_s([2, 4, 8, 10], 1) == pytest.approx(24, rel=0.25)
     assert hostcal.estimate_s([2, 33], 5) == pytest.approx(202, rel=0.4)
+
+
+def test_no_cache_measures_and_leaves_the_users_cache_alone(fitted, tmp_path, monkeypatch, capsys):
+    # A private checkout's calibration (or a trial with other settings) would replace
+    # this user's shared one: --no-cache writes only the -o file.
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("COMMSIM_CACHE_DIR", str(cache))
+    assert hostcal.main(["--no-cache"]) == 2
+    assert "--no-cache writes the calibration only where -o/--out says" in capsys.readouterr().err
+    key = hostcal.host_key()
+    cache.mkdir()
+    stale = HostCalibration(key, "2020-01-01T00:00:00+00:00", fitted.by_ranks)
+    hostcal.cache_path(key).write_text(json.dumps(stale.to_json()))
+    before = hostcal.cache_path(key).read_text()
+    monkeypatch.setattr(hostcal, "measure", lambda wanted, iters, timeout_s, say: {})
+    sleep_fit = {"op": "sleep", "ranks": 1, "r2": None, "max_rel_error": 0.0}
+    monkeypatch.setattr(hostcal, "measure_sleep", lambda: (0.0, 0.0, sleep_fit))
+    monkeypatch.setattr(
+        hostcal,
+        "fit_host",
+        lambda docs, stat, k, sleep: HostCalibration(k, fitted.created, fitted.by_ranks),
+    )
+    out = tmp_path / "mine.json"
+    assert hostcal.main(["--ranks", "2", "--repeats", "1", "--no-cache", "-o", str(out)]) == 0
+    assert hostcal.cache_path(key).read_text() == before  # neither read (stale) nor written
+    assert HostCalibration.from_json(json.loads(out.read_text())).created == fitted.created
+    printed = capsys.readouterr().out
+    assert "parameter file:" not in printed and f"wrote {out}" in printed

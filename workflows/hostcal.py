@@ -610,22 +610,26 @@ def calibrate_host(
     force: bool = False,
     repeats: int = DEFAULT_REPEATS,
     say: Callable[[str], None] = print,
-) -> tuple[HostCalibration, Path]:
+    use_cache: bool = True,
+) -> tuple[HostCalibration, Path | None]:
     """A fresh calibration of this host at ``ranks`` (cached), measuring only when needed:
     ``repeats`` independent measurements, per rank count the one of median copy bandwidth
     kept whole (one measurement on a shared machine varies by 10-30%; see
-    :func:`median_calibration`)."""
+    :func:`median_calibration`). Without ``use_cache`` it measures, and neither reads nor
+    writes the cache (the path returned is None)."""
     key = host_key()
     settings = {"stat": stat, "iters": iters, "repeats": repeats}
     kept: HostCalibration | None = None
-    if not force:
+    if use_cache and not force:
         cal, line = load_cached(ranks, max_age_days, settings)
         say(line)
         if cal is not None:
             return cal, cache_path(cal.key)
         kept = _fresh_cached(key, max_age_days, settings)
     # Before minutes of measurements, not after them: where the cache cannot be written.
-    problem = output_file_problem(cache_path(key), f"the host calibration cache ({CACHE_ENV})")
+    problem = use_cache and output_file_problem(
+        cache_path(key), f"the host calibration cache ({CACHE_ENV})"
+    )
     if problem:
         raise HostCalibrationError(f"{problem}; set {CACHE_ENV} to a writable folder")
     wanted = sorted(set(ranks) | {2})
@@ -650,6 +654,8 @@ def calibrate_host(
     if kept is not None:
         cal = merge_calibrations(kept, cal)
     cal.settings = settings
+    if not use_cache:
+        return cal, None
     try:
         path = write_json(cache_path(key), cal.to_json())
     except ResultsWriteError as e:
@@ -835,6 +841,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--force", action="store_true", help="measure even if a fresh cache exists")
     p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help=f"measure, and neither read nor write this user's cache ({CACHE_ENV}); needs -o",
+    )
+    p.add_argument(
         "--repeats",
         type=int,
         default=DEFAULT_REPEATS,
@@ -872,12 +883,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_USAGE
     problem = output_file_problem(ns.out, "-o/--out") if ns.out else None
+    if ns.no_cache and not ns.out:
+        problem = "--no-cache writes the calibration only where -o/--out says: give it"
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE
     try:
         options = ("iters", "timeout_s", "stat", "max_age_days", "force", "repeats")
-        cal, path = calibrate_host(ranks, **{k: getattr(ns, k) for k in options})
+        cal, path = calibrate_host(
+            ranks, **{k: getattr(ns, k) for k in options}, use_cache=not ns.no_cache
+        )
     except HostCalibrationError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -885,7 +900,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\ninterrupted: no calibration written", file=sys.stderr)
         return EXIT_INTERRUPTED
     print(summary_text(cal))
-    print(f"parameter file: {path}")
+    if path is not None:
+        print(f"parameter file: {path}")
     if ns.out:
         print(f"wrote {write_json(ns.out, cal.to_json())}")
     return 0
