@@ -218,8 +218,9 @@ def simulate_jobs(
     Every job's configuration and workload are checked before anything runs (a
     ConfigError names ``jobs[i]``).
 
-    Returns the shared run's ``SimResult`` (its configuration: the jobs' ranks as one
-    workload, ``jobs`` emptied) with ``jobs`` set to a :class:`JobsReport`.
+    Returns the shared run's ``SimResult`` (simulated as the jobs' ranks in one
+    workload) with ``jobs`` set to a :class:`JobsReport` and ``config`` the one given,
+    jobs and all.
     """
     placements = cfg.job_placements()
     subs: list[tuple[Config, Workload]] = []

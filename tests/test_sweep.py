@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+from concurrent.futures import Executor
 from dataclasses import replace
 from pathlib import Path
 
@@ -385,9 +386,10 @@ def test_aggregate_sweep_points_and_sim_results(base_file, tmp_path, capsys):
     assert aggregate.main([str(tmp_path / "nothing-here"), "-o", str(prefix)]) == 2
 
 
-class _InterruptedPool(InlineExecutor):
-    """Ctrl-C while the second point is being submitted; the first point's worker was
-    writing its file then and finishes it during the shutdown."""
+class _InterruptedPool(Executor):
+    """A process pool: Ctrl-C while the second point is being submitted (not started);
+    the first point's worker was writing its file then and finishes it during the
+    shutdown."""
 
     _max_workers = 4  # (as a ProcessPoolExecutor says its size)
 
@@ -783,3 +785,81 @@ def test_aggregate_of_a_glob_reads_only_json_files(base_file, tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"note: {pattern}: passed over 2 matching file(s) not *.json" in err
     assert "sweep.csv" not in err and "not valid JSON" not in err
+
+
+def _interrupted_point() -> PointOutcome:
+    raise KeyboardInterrupt  # (as a Ctrl-C that reached the worker running it)
+
+
+def _point_ok() -> PointOutcome:
+    return PointOutcome()
+
+
+def test_a_ctrl_c_that_reaches_a_worker_loses_its_point_and_is_no_second_ctrl_c():
+    # Under MPI every rank gets Ctrl-C: a worker's task ends in KeyboardInterrupt, whose
+    # result re-raised it in the driver, taken there for a second Ctrl-C (stop all at
+    # once), with the task counted nowhere.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from workflows.study import pool as study_pool
+
+    got: list[str] = []
+    with ThreadPoolExecutor(max_workers=2) as ex:
+        run = study_pool.run_tasks(
+            ex,
+            [("a", _interrupted_point, ()), ("b", _slow_point, (0.3,))],
+            lambda key, _res: got.append(key),
+            stop=study_pool.Interrupts(),
+            say=lambda _line: None,
+        )
+    assert run.interrupted == "ctrl-c" and run.lost == ["a"] and got == ["b"]
+
+
+def test_a_second_ctrl_c_inside_a_serial_task_loses_that_task_said():
+    # A serial executor runs the task inside submit: a second Ctrl-C there came before the
+    # task was counted running, and the task was in neither `lost` nor `not_started`
+    # (scaling then marked the study finished, exit 0, a count never predicted).
+    from workflows.study import pool as study_pool
+
+    stop = study_pool.Interrupts()
+    got: list[str] = []
+    run = study_pool.run_tasks(
+        InlineExecutor(),
+        [("a", _point_ok, ()), ("b", _interrupted_point, ()), ("c", _point_ok, ())],
+        lambda key, _res: got.append(key),
+        stop=stop,
+        say=lambda _line: None,
+    )
+    assert got == ["a"]
+    assert run.interrupted == "at once" and run.lost == ["b"] and run.not_started == ["c"]
+
+
+def test_a_ctrl_c_with_nothing_left_to_start_leaves_the_run_complete():
+    # The first Ctrl-C while the last tasks run: they finish, and the run is complete
+    # (it said interrupted, exit 130, "run again to finish the others", none left).
+    from concurrent.futures import ThreadPoolExecutor
+
+    from workflows.study import pool as study_pool
+
+    stop = study_pool.Interrupts()
+    got: list[str] = []
+
+    def on_result(key: str, _res: PointOutcome) -> None:
+        got.append(key)
+
+    lines: list[str] = []
+    with ThreadPoolExecutor(max_workers=2) as ex:
+        # Both handed out at once; the Ctrl-C is counted while they run.
+        import threading
+
+        threading.Timer(0.2, lambda: setattr(stop, "count", 1)).start()
+        run = study_pool.run_tasks(
+            ex,
+            [("a", _slow_point, (0.5,)), ("b", _slow_point, (1.5,))],
+            on_result,
+            stop=stop,
+            say=lines.append,
+        )
+    assert sorted(got) == ["a", "b"]
+    assert any("interrupted: no other point starts; waiting for the 1" in ln for ln in lines)
+    assert run.interrupted is None and not run.lost and not run.not_started

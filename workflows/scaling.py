@@ -903,15 +903,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         interrupted = None
         if predicting:
             say("scaling: predicting with simnet")
-            predicted, sim_notes, interrupted = predict(
-                study,
-                all_counts if to_predict else counts,
-                base,
-                base_cfg,
-                workers=max(1, ns.workers),
-                say=say,
-                stop=stop,
-            )
+            try:
+                predicted, sim_notes, interrupted = predict(
+                    study,
+                    all_counts if to_predict else counts,
+                    base,
+                    base_cfg,
+                    workers=max(1, ns.workers),
+                    say=say,
+                    stop=stop,
+                )
+            except KeyboardInterrupt:  # (a second Ctrl-C before any simulation ran)
+                print(
+                    f"\ninterrupted again before the simulations started: nothing written; "
+                    f"{UNFINISHED_MARKER} marks the folder as an unfinished run's",
+                    file=sys.stderr,
+                )
+                return EXIT_INTERRUPTED
             notes += sim_notes
             base_cfg = without_unused(base_cfg, sim_notes)
         stop.finishing = True

@@ -367,8 +367,11 @@ def sweep_scripts(ns: argparse.Namespace) -> tuple[dict[str, str], list[str], di
     rows = [(pt, argv) for pt, argv, problem in points if not problem]
     if not rows:
         raise StudyError("no grid point left to run")
-    # (two array tasks would run one job and write two results of it)
-    refuse_twins([(i, pt, shlex.join(argv)) for i, (pt, argv) in enumerate(rows)])
+    # (two array tasks would run one job and write two results of it; points numbered
+    # as the grid and the notes above number them)
+    refuse_twins(
+        [(i, pt, shlex.join(argv)) for i, (pt, argv, problem) in enumerate(points) if not problem]
+    )
     where = _script_dir(ns)
     job = _job_name(ns.job_name or f"{ns.model}_sweep", ns.job_name is not None)
     keys = list(grid)

@@ -281,16 +281,23 @@ def run_tasks(
     running: dict[Future, tuple[Any, float]] = {}
     started = last_line = time.perf_counter()
     told = False
+    # The task being handed out: off the queue, not yet counted running (a serial executor
+    # runs it inside submit): a second Ctrl-C there must still count it somewhere.
+    handing: Any = None
     try:
         while queue or running:
             while queue and not stop.count and len(running) < slots:
-                key, fn, args = queue.pop(0)
+                key, fn, args = queue[0]
+                handing = key
+                del queue[0]
                 try:
                     fut = pool.submit(fn, *args)
                 except (BrokenProcessPool, RuntimeError):  # (it broke: a worker died)
+                    handing = None
                     on_result(key, PointOutcome(error=WORKER_DIED, kind="pool"))
                     continue
                 running[fut] = (key, time.perf_counter())
+                handing = None
             if stop.count and not told:
                 told = True
                 run.interrupted = "ctrl-c"
@@ -312,6 +319,12 @@ def run_tasks(
             done, _ = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
             for fut in done:
                 key, _t = running.pop(fut)
+                if isinstance(fut.exception(), KeyboardInterrupt):
+                    # Ctrl-C reached the worker (an MPI pool's ranks all get it, and do not
+                    # ignore it): the task was stopped, not failed; no second Ctrl-C here.
+                    run.lost.append(key)
+                    run.interrupted = run.interrupted or "ctrl-c"
+                    continue
                 on_result(key, _outcome(fut))
             now = time.perf_counter()
             if progress is not None and running and now - last_line >= PROGRESS_EVERY_S:
@@ -324,6 +337,8 @@ def run_tasks(
         stop.finishing = True  # (what follows is the table: no further Ctrl-C stops it)
         run.interrupted = "terminated" if isinstance(e, Terminated) else "at once"
         run.not_started += [key for key, _fn, _args in queue]
+        if handing is not None:  # (run inside submit by a serial executor: stopped there)
+            (run.lost if isinstance(pool, InlineExecutor) else run.not_started).append(handing)
         if running:
             say(
                 f"\n{'terminated' if isinstance(e, Terminated) else 'interrupted again'}: "
@@ -340,4 +355,6 @@ def run_tasks(
                 run.lost.append(key)
         pool.shutdown(wait=False, cancel_futures=True)
     stop.finishing = True
+    if run.interrupted == "ctrl-c" and not run.not_started and not run.lost:
+        run.interrupted = None  # (Ctrl-C with nothing left to start: every task ran)
     return run

@@ -146,6 +146,23 @@ a rank's messages to itself left the wire bytes; MPICH's scatter + allgather bca
 reduce-scatter + gather reduce are the defaults where MPICH runs them."""
 
 
+def _mpi_worker_outlives_sigterm() -> None:
+    """In an MPI pool's worker rank (``python -m mpi4py.futures``), ignore SIGTERM: a
+    Slurm time limit or ``scancel`` sends it to every rank, and a worker that died of it
+    made ``mpiexec`` kill rank 0 while rank 0 wrote the table of the points complete. Rank
+    0 decides: it writes the table, and its exit aborts the job (the workers with it).
+    A local pool's workers keep the default (they are ended with SIGTERM)."""
+    import signal
+    import sys
+    import threading
+
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None or threading.current_thread() is not threading.main_thread():
+        return
+    if mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_rank() > 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def simulate_point(
     config: dict[str, Any], out_path: str | None = None, extra: dict[str, Any] | None = None
 ) -> PointOutcome:
@@ -155,13 +172,15 @@ def simulate_point(
     ``"complete": true``) is also written there atomically, by the process
     that simulated it.
     """
+    from simnet.output import config_as_run
     from simnet.simulate import simulate
 
+    _mpi_worker_outlives_sigterm()
     started = time.perf_counter()
     try:
         res = simulate(config, record_series=False)  # no per-link series: less memory
         result = summarise(res)
-        cfg = res.config.model_dump()
+        cfg = config_as_run(res.config)  # (as sim_results.json records it)
     except ConfigError as e:
         return PointOutcome(error=str(e), kind="config")
     except Exception as e:  # a bug or a resource problem: keep the other points going
