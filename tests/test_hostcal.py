@@ -209,6 +209,18 @@ def test_a_missing_parameter_file_is_named(tmp_path):
         load_host_calibration(str(tmp_path / "none.json"))
 
 
+def _measure_nothing(monkeypatch, fitted) -> None:
+    """Calibrations that measure nothing and fit ``fitted``'s parameters (made now)."""
+    monkeypatch.setattr(hostcal, "measure", lambda wanted, iters, timeout_s, say: {})
+    sleep_fit = {"op": "sleep", "ranks": 1, "r2": None, "max_rel_error": 0.0}
+    monkeypatch.setattr(hostcal, "measure_sleep", lambda: (0.0, 0.0, sleep_fit))
+    monkeypatch.setattr(
+        hostcal,
+        "fit_host",
+        lambda docs, stat, k, sleep: HostCalibration(k, fitted.created, fitted.by_ranks),
+    )
+
+
 def test_stale_caches_say_why(fitted):
     key = dict(fitted.key)
     assert hostcal.stale_reason(fitted, key, [2, 4], 7.0) is None
@@ -277,14 +289,7 @@ def test_a_calibration_made_otherwise_than_asked_is_stale(fitted, tmp_path, monk
     with pytest.raises(HostCalibrationError, match="settings = 3: an object"):
         HostCalibration.from_json(cal.to_json() | {"settings": 3})
     # A calibration made now records its settings, and is reused when asked the same.
-    monkeypatch.setattr(hostcal, "measure", lambda wanted, iters, timeout_s, say: {})
-    sleep_fit = {"op": "sleep", "ranks": 1, "r2": None, "max_rel_error": 0.0}
-    monkeypatch.setattr(hostcal, "measure_sleep", lambda: (0.0, 0.0, sleep_fit))
-    monkeypatch.setattr(
-        hostcal,
-        "fit_host",
-        lambda docs, stat, k, sleep: HostCalibration(k, fitted.created, fitted.by_ranks),
-    )
+    _measure_nothing(monkeypatch, fitted)
     lines: list[str] = []
     new, path = hostcal.calibrate_host([2], stat="min", iters=3, repeats=1, say=lines.append)
     assert new.settings == asked and json.loads(path.read_text())["settings"] == asked
@@ -514,14 +519,7 @@ def test_no_cache_measures_and_leaves_the_users_cache_alone(fitted, tmp_path, mo
     stale = HostCalibration(key, "2020-01-01T00:00:00+00:00", fitted.by_ranks)
     hostcal.cache_path(key).write_text(json.dumps(stale.to_json()))
     before = hostcal.cache_path(key).read_text()
-    monkeypatch.setattr(hostcal, "measure", lambda wanted, iters, timeout_s, say: {})
-    sleep_fit = {"op": "sleep", "ranks": 1, "r2": None, "max_rel_error": 0.0}
-    monkeypatch.setattr(hostcal, "measure_sleep", lambda: (0.0, 0.0, sleep_fit))
-    monkeypatch.setattr(
-        hostcal,
-        "fit_host",
-        lambda docs, stat, k, sleep: HostCalibration(k, fitted.created, fitted.by_ranks),
-    )
+    _measure_nothing(monkeypatch, fitted)
     out = tmp_path / "mine.json"
     assert hostcal.main(["--ranks", "2", "--repeats", "1", "--no-cache", "-o", str(out)]) == 0
     assert hostcal.cache_path(key).read_text() == before  # neither read (stale) nor written
