@@ -689,6 +689,15 @@ class Config(_Strict):
         """One note per deprecated field name the configuration was given with."""
         return list(self._deprecation_notes)
 
+    def as_run(self) -> dict[str, Any]:
+        """The configuration as a run took it (every default filled in), to record beside
+        its results: loaded again, it runs the same. With jobs, the top-level workload (not
+        run) is left out unless it was given."""
+        data = self.model_dump()
+        if self.jobs and "workload" not in self.model_fields_set:
+            del data["workload"]
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> Config:
         t = self.topology

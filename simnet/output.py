@@ -286,16 +286,6 @@ def _stat(p: PhaseResult, key: str) -> dict[str, float]:
     return {"mean": statistics.fmean(vals), "max": max(vals)}
 
 
-def config_as_run(cfg: Any) -> dict[str, Any]:
-    """The configuration as the run took it (every default filled in), to record beside
-    its results: loaded again, it runs the same. With jobs, the top-level workload (not
-    run) is left out unless it was given."""
-    data = cfg.model_dump()
-    if cfg.jobs and "workload" not in cfg.model_fields_set:
-        del data["workload"]
-    return data
-
-
 def document(res: SimResult, dense: bool = True, prefix: str = "sim_") -> dict[str, Any]:
     """The results document; without ``dense`` its n x n matrices are left out and
     ``matrices`` names the pair file that holds the pairs that communicated."""
@@ -329,7 +319,7 @@ def document(res: SimResult, dense: bool = True, prefix: str = "sim_") -> dict[s
         }
     return {
         "kind": "simnet-prediction",
-        "config": config_as_run(cfg),
+        "config": cfg.as_run(),
         "versions": {
             **versions(),
             "simnet_core": _compiled.summary(),
@@ -975,7 +965,7 @@ def _write_all(
             f"simnet: {title}",
             text,
             files,
-            config=config_as_run(res.config),
+            config=res.config.as_run(),
             sections=before,
             details=after,
             name=last[2].name,

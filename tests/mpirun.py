@@ -30,3 +30,19 @@ def run_json(tmp_path: Path, n: int, module: str, *args: str, timeout: float = 1
     r = mpirun(n, module, *args, "--json", str(out), timeout=timeout)
     assert r.returncode == 0, r.stdout + r.stderr
     return json.loads(out.read_text())
+
+
+def run_without_cache(
+    tmp_path: Path, module: str, *args: str, timeout: float = 60.0
+) -> subprocess.CompletedProcess[str]:
+    """``python -m module args`` with a home of its own under ``tmp_path`` (no cached host
+    calibration to find, none written where the user's is): for a command that must
+    refuse before any calibration starts."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": ""},
+    )

@@ -17,6 +17,8 @@ from simnet.config import Config, ConfigError, current_key, load_config, ring_or
 from workload.collectives import build_schedule
 from workload.models.alexnet import alexnet_params
 
+from .mpirun import run_without_cache
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -566,14 +568,7 @@ def test_an_invalid_workload_is_refused_before_the_host_calibration(tmp_path):
         topology={"type": "switch", "num_nodes": 6, "permutations": [0]},
         workload={"name": "gpt2", "args": [8, 4], "scale": 0.01},
     )
-    r = subprocess.run(
-        [sys.executable, "-m", "workflows.endtoend", "--config", str(cfg)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": ""},
-    )
+    r = run_without_cache(tmp_path, "workflows.endtoend", "--config", str(cfg))
     assert r.returncode == 2, r.stdout + r.stderr
     assert "the world size must be a multiple of stages=4" in r.stderr
     assert "host model" not in r.stdout  # no calibration started

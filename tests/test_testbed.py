@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import topologies
+from tests.mpirun import run_without_cache
 from workflows.netns import Cluster
 from workflows.testbed import (
     calibrate_links,
@@ -111,9 +112,6 @@ def test_a_one_way_ring_is_refused_before_the_host_calibration(tmp_path):
     # What the cluster would refuse is refused before the calibration (a minute, and it
     # rewrites the shared cache: HOME points elsewhere here, so nothing is touched).
     import json
-    import os
-    import subprocess
-    import sys
 
     cfg = tmp_path / "c.json"
     cfg.write_text(
@@ -126,14 +124,7 @@ def test_a_one_way_ring_is_refused_before_the_host_calibration(tmp_path):
             }
         )
     )
-    r = subprocess.run(
-        [sys.executable, "-m", "simnet", "testbed", "--config", str(cfg)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "HOME": str(tmp_path / "home"), "XDG_CACHE_HOME": ""},
-    )
+    r = run_without_cache(tmp_path, "simnet", "testbed", "--config", str(cfg))
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.strip() == (
         "error: testbed: the link 0 -> 1 has no way back; a veth link carries both "

@@ -172,7 +172,6 @@ def simulate_point(
     ``"complete": true``) is also written there atomically, by the process
     that simulated it.
     """
-    from simnet.output import config_as_run
     from simnet.simulate import simulate
 
     _mpi_worker_outlives_sigterm()
@@ -180,7 +179,7 @@ def simulate_point(
     try:
         res = simulate(config, record_series=False)  # no per-link series: less memory
         result = summarise(res)
-        cfg = config_as_run(res.config)  # (as sim_results.json records it)
+        cfg = res.config.as_run()  # (as sim_results.json records it)
     except ConfigError as e:
         return PointOutcome(error=str(e), kind="config")
     except Exception as e:  # a bug or a resource problem: keep the other points going
