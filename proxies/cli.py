@@ -242,14 +242,15 @@ def spec_from_namespace(model: Model, ns: argparse.Namespace) -> RunSpec:
     )
 
 
-def check_options(ns: argparse.Namespace, world_size: int = 1) -> str | None:
+def check_options(ns: argparse.Namespace) -> str | None:
     """What the run specification does not cover: the MPI safety options, and the
-    output files of a job of ``world_size`` ranks."""
+    output files (rank 0's --trace file of a ``{rank}`` pattern: each rank checks its
+    own once MPI has started)."""
     if not ns.timeout >= 0:  # nan too
         return f"--timeout must be >= 0 seconds (got {ns.timeout})"
     if ns.json == "" or getattr(ns, "trace", None) == "":
         return "--json and --trace need a file name (got an empty one)"
-    return output_files_problem(ns, world_size)
+    return output_files_problem(ns)
 
 
 def main(model_name: str, argv: Sequence[str] | None = None) -> None:
@@ -263,7 +264,7 @@ def main(model_name: str, argv: Sequence[str] | None = None) -> None:
         spec = spec_from_namespace(model, ns)
     except SpecError as e:
         fail(info.rank, e.render() if e.field == "args" else f"{model.name}: {e.render()}")
-    problem = check_options(ns, info.world_size)
+    problem = check_options(ns)
     if problem:
         fail(info.rank, f"{model.name}: {problem}")
     try:

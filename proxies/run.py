@@ -47,6 +47,21 @@ def _stop(comm: MPI.Intracomm, message: str | None, code: int = EXIT_USAGE) -> N
     raise SystemExit(code)
 
 
+def trace_files_problem(comm: MPI.Intracomm, ns: argparse.Namespace) -> str | None:
+    """Why a rank's ``--trace`` file of a ``{rank}`` pattern cannot be written (the
+    lowest such rank's), on every rank, or None: each rank checks its own file (rank 0's
+    was checked before MPI started), rank 0 gathers the answers and tells them all, so
+    that all stop together before any work."""
+    trace = getattr(ns, "trace", None)
+    if not trace or "{rank}" not in trace or comm.Get_size() == 1:
+        return None
+    rank = comm.Get_rank()
+    mine = output_files_problem(ns, (rank,), json=False) if rank else None
+    found = comm.gather(mine, root=0)
+    first = next((p for p in found if p), None) if found is not None else None
+    return comm.bcast(first, root=0)
+
+
 def memory_message(
     model: Model, scale: float, need: int, ranks: int, avail: int, buffers: int
 ) -> str:
@@ -130,10 +145,9 @@ def run(
                 workload = spec.workload(size)
             except (LayoutError, ValueError) as e:
                 _stop(comm, str(e))
-            # The output files were checked for the launcher's size: each rank's again.
-            problem = output_files_problem(ns, size)
-            if problem:
-                _stop(comm, f"{model.name}: {problem}")
+        problem = trace_files_problem(comm, ns)
+        if problem:
+            _stop(comm, f"{model.name}: {problem}")
         if model.name == "chakra":
             # A trace set whose ranks cannot all finish (a receive nobody sends) would
             # hang until --timeout: its programs, checked on rank 0 before any MPI work.

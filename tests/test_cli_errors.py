@@ -402,3 +402,26 @@ def test_enable_metrics_false_is_said_to_be_unused(tmp_path, args):
     r = _run(*[a.replace("{cfg}", str(cfg)) for a in args], "--out", str(tmp_path / "taken"))
     assert r.returncode == 2, r.stdout + r.stderr
     assert "note: logging.enable_metrics = false is not used" in r.stderr
+
+
+def test_each_rank_checks_its_own_trace_file_not_every_ranks(tmp_path, monkeypatch):
+    # Each rank checking every rank's file made P^2 file-system checks (16,384 ranks:
+    # 268M paths): before MPI starts rank 0's file is checked, after, each rank's own.
+    import argparse
+
+    import proxies.outputs as outputs
+
+    (tmp_path / "t.2.json").mkdir()
+    ns = argparse.Namespace(json=None, trace=f"{tmp_path}/t.{{rank}}.json")
+    checked = []
+    real = outputs.output_file_problem
+    monkeypatch.setattr(
+        outputs, "output_file_problem", lambda p, *a: checked.append(p) or real(p, *a)
+    )
+    assert outputs.output_files_problem(ns) is None
+    assert checked == [f"{tmp_path}/t.0.json"]
+    assert outputs.output_files_problem(ns, (2,)) == (
+        f"--trace (rank 2's file) {tmp_path}/t.2.json: a folder; name a file "
+        f"(e.g. {tmp_path}/t.2.json/results.json)"
+    )
+    assert checked[1:] == [f"{tmp_path}/t.2.json"]

@@ -283,8 +283,9 @@ def test_per_tensor_bert_and_resnet50_over_mpi(tmp_path):
 
 
 def test_every_ranks_trace_file_is_checked_before_the_run(tmp_path):
-    # Rank 2's file is a folder: refused before MPI starts, not found by rank 2 after
-    # the run (it crashed there, with partial traces and no summary).
+    # Rank 2's file is a folder: refused before any work (rank 2 checks it once MPI has
+    # started and rank 0 says so), not found by rank 2 after the run (it crashed there,
+    # with partial traces and no summary).
     (tmp_path / "t.2.json").mkdir()
     r = mpirun(4, "proxies.resnet50", "--scale", "0.001", "--trace", f"{tmp_path}/t.{{rank}}.json",
                *FAST, timeout=120)  # fmt: skip
