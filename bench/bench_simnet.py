@@ -15,6 +15,9 @@ Cases (targets on a 2-core machine in brackets):
   dense_matrices=False)`` [16,384 ranks in <= 60 s and 8 GB; >= 1M messages/s; wall
   time at most linear in messages: the fitted exponent is printed]. fat16384 is not
   run by default (minutes); ``--cases fat1024,fat4096,fat16384`` runs it;
+- railN, flyN: the same workload on N GPUs of a rail-optimised cluster (8 GPUs a node,
+  300 GB/s NVLink and one 25 GB/s NIC per GPU) and of a dragonfly (16 routers a group,
+  16 endpoints a router, 25 GB/s links): the other fabrics of big GPU clusters;
 - switchN: the same workload on N ranks of one switch (the same 25 GB/s links and
   1 us hops), where no two flows share a link: the simulator's cost per message
   without contention. Run beside fatN, the summary splits fatN's time per message
@@ -75,6 +78,7 @@ which cases also run there, e.g. to leave out one the older code cannot finish).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -129,6 +133,36 @@ def fat_tree_config(ranks: int) -> dict:
     return {
         "distributed": {"num_nodes": ranks, "bandwidth_limit_gb_per_s": 25.0},
         "topology": {"type": "fat_tree", "k": FAT_TREE_K[ranks], "link_latency_us": 1.0},
+        "workload": {"name": "resnet152", "world_size": ranks},
+    }
+
+
+def rail_config(ranks: int) -> dict:
+    """The fat-tree case's workload on a rail-optimised cluster of 8-GPU nodes."""
+    return {
+        "distributed": {"num_nodes": ranks, "bandwidth_limit_gb_per_s": 25.0},
+        "topology": {
+            "type": "rail_optimised",
+            "group_size": 8,
+            "intra_bandwidth_gb_per_s": 300.0,
+            "inter_bandwidth_gb_per_s": 25.0,
+            "intra_latency_us": 0.1,
+            "inter_latency_us": 1.0,
+        },
+        "workload": {"name": "resnet152", "world_size": ranks},
+    }
+
+
+def dragonfly_config(ranks: int) -> dict:
+    """The fat-tree case's workload on a dragonfly of 256-endpoint groups."""
+    return {
+        "distributed": {"num_nodes": ranks, "bandwidth_limit_gb_per_s": 25.0},
+        "topology": {
+            "type": "dragonfly",
+            "routers_per_group": 16,
+            "endpoints_per_router": 16,
+            "link_latency_us": 1.0,
+        },
         "workload": {"name": "resnet152", "world_size": ranks},
     }
 
@@ -197,6 +231,8 @@ CASES = {
     "fat1024": lambda: fat_tree_case(1024),
     "fat4096": lambda: fat_tree_case(4096),
     "fat16384": lambda: fat_tree_case(16384),
+    **{f"rail{n}": functools.partial(fat_tree_case, n, rail_config) for n in FAT_TREE_K},
+    **{f"fly{n}": functools.partial(fat_tree_case, n, dragonfly_config) for n in FAT_TREE_K},
     "switch1024": lambda: fat_tree_case(1024, switch_config),
     "switch4096": lambda: fat_tree_case(4096, switch_config),
     "switch16384": lambda: fat_tree_case(16384, switch_config),

@@ -2,6 +2,8 @@
 core leaves its results identical.
 
     python bench/fingerprint.py [--cases fat1024,examples,gpt3_384,ring256] [--out FILE]
+    (also railN, flyN: the fat-tree case's workload on bench_simnet's rail-optimised
+    cluster and dragonfly)
     python bench/fingerprint.py --against DIR [--cases ...]
 
 Per case and phase: the iteration time and every rank's compute / communication times
@@ -76,18 +78,25 @@ def _config_cases(name: str) -> list[tuple[str, object]]:
     bench_simnet case function returning (messages, seconds) whose time is the output."""
     if name == "examples":
         return [(f"examples/{p.name}", str(p)) for p in sorted((ROOT / "examples").glob("*.json"))]
-    if name.startswith("fat"):
-        ranks = int(name[3:]) if name[3:].isdigit() else 0
+    fabrics = {
+        "fat": ("fat-tree", bench_simnet.fat_tree_config),
+        "rail": ("rail-optimised", bench_simnet.rail_config),
+        "fly": ("dragonfly", bench_simnet.dragonfly_config),
+    }
+    prefix = name.rstrip("0123456789")
+    if prefix in fabrics:
+        ranks = int(name[len(prefix) :]) if name[len(prefix) :] else 0
         if ranks not in bench_simnet.FAT_TREE_K:
-            sizes = ", ".join(f"fat{n}" for n in bench_simnet.FAT_TREE_K)
-            raise SystemExit(f"unknown case {name!r}: the fat-tree cases are {sizes}")
-        return [(name, bench_simnet.fat_tree_config(ranks))]
+            sizes = ", ".join(f"{prefix}{n}" for n in bench_simnet.FAT_TREE_K)
+            kind = fabrics[prefix][0]
+            raise SystemExit(f"unknown case {name!r}: the {kind} cases are {sizes}")
+        return [(name, fabrics[prefix][1](ranks))]
     if name == "gpt3_384":
         return [(name, bench_simnet.gpt3_case)]
     if name.startswith("ring") and name[4:].isdigit() and int(name[4:]) >= 2:
         n = int(name[4:])
         return [(name, lambda: bench_simnet.ring_case(n))]
-    raise SystemExit(f"unknown case {name!r}: fatN, ringN, gpt3_384 or examples")
+    raise SystemExit(f"unknown case {name!r}: fatN, railN, flyN, ringN, gpt3_384 or examples")
 
 
 def fingerprints(cases: list[str]) -> dict[str, dict[str, str]]:

@@ -71,8 +71,9 @@ def test_the_same_tree_compares_equal():
     ("name", "says"),
     [
         ("fat12", "the fat-tree cases are fat1024, fat4096, fat16384"),
-        ("ringx", "fatN, ringN, gpt3_384 or examples"),
-        ("ring1", "fatN, ringN, gpt3_384 or examples"),
+        ("fly100", "the dragonfly cases are fly1024, fly4096, fly16384"),
+        ("ringx", "fatN, railN, flyN, ringN, gpt3_384 or examples"),
+        ("ring1", "fatN, railN, flyN, ringN, gpt3_384 or examples"),
     ],
 )
 def test_an_unknown_case_is_refused(name, says):

@@ -890,9 +890,9 @@ def test_fat_tree_routes_are_known_without_searches(k, oversubscription, latency
     # every flow key, is the one the searches unrank, and no search is made for it.
     g = topologies.fat_tree(k, 10e9, latency_s, oversubscription)
     fast = topologies.Router(g, ecmp=ecmp)
-    assert fast._fat is not None
+    assert fast._arith is not None
     searched = topologies.Router(g, ecmp=ecmp)
-    searched._fat = None
+    searched._arith = None
     n = k**3 // 4
     keys = (0, 5, "x", (3, 4)) if fast.ecmp else (0,)
     for s in range(n):
@@ -900,7 +900,7 @@ def test_fat_tree_routes_are_known_without_searches(k, oversubscription, latency
             for key in keys:
                 assert fast.path(s, d, key) == searched.path(s, d, key), (s, d, key)
             assert fast.path_uncached(s, d) == searched.path(s, d)
-            assert fast._fat.count(s, d) == (searched.num_paths(s, d) if s != d else 1)
+            assert fast._arith.count(s, d) == (searched.num_paths(s, d) if s != d else 1)
     assert not fast._searches
 
 
@@ -911,10 +911,10 @@ def test_fat_tree_route_index_takes_switches_in_node_order():
     # node order (core10, core11, core8, core9): core11. Route 15 to pod 1: agg0.3, and
     # the last of core12..core15.
     r = topologies.Router(topologies.fat_tree(8, 1e9, 1e-6))
-    route = r._fat.route(0, 127, 9)
+    route = r._arith.route(0, 127, 9)
     assert [v for _, v in route] == ["edge0.0", "agg0.2", "core11", "agg7.2", "edge7.3", 127]
     assert (
-        r._fat.route(0, 17, 15)
+        r._arith.route(0, 17, 15)
         == (
             (0, "edge0.0"),
             ("edge0.0", "agg0.3"),
@@ -923,15 +923,15 @@ def test_fat_tree_route_index_takes_switches_in_node_order():
             ("agg1.3", "edge1.0"),
             ("edge1.0", 17),
         )
-        and r._fat.count(0, 17) == 16
+        and r._arith.count(0, 17) == 16
     )
-    assert r._fat.route(0, 5, 1) == (
+    assert r._arith.route(0, 5, 1) == (
         (0, "edge0.0"),
         ("edge0.0", "agg0.1"),
         ("agg0.1", "edge0.1"),
         ("edge0.1", 5),
     )
-    assert r._fat.count(0, 5) == 4 and r._fat.count(0, 3) == 1
+    assert r._arith.count(0, 5) == 4 and r._arith.count(0, 3) == 1
 
 
 def test_fat_tree_routes_by_search_once_changed():
@@ -946,7 +946,114 @@ def test_fat_tree_routes_by_search_once_changed():
     ):
         g = topologies.fat_tree(4, 1e9, 1e-6)
         change(g)
-        assert topologies.Router(g)._fat is None
+        assert topologies.Router(g)._arith is None
     g = topologies.fat_tree(4, 1e9, 1e-6)
     g.edges["core0", "agg1.0"]["bandwidth"] = 1e8  # a degraded link routes as before
-    assert topologies.Router(g)._fat is not None
+    assert topologies.Router(g)._arith is not None
+
+
+@pytest.mark.parametrize(
+    ("nodes", "per", "nvl_lat", "nic_lat", "ecmp"),
+    [
+        (3, 4, 1e-7, 1e-6, None),
+        (2, 12, 0.0, 0.0, None),  # rails leaf10, leaf11 sort before leaf2
+        (4, 3, 2e-7, 5e-7, True),  # both routes of a pair, by flow key
+        (5, 1, 1e-7, 1e-6, None),  # one GPU a node: every route on the one rail
+        (1, 6, 1e-7, 1e-6, True),  # one node: every route over its NVSwitch
+    ],
+)
+def test_rail_optimised_routes_are_known_without_searches(nodes, per, nvl_lat, nic_lat, ecmp):
+    # A rail-optimised cluster as its builder made it routes by arithmetic: every pair's
+    # route, for every flow key, is the one the searches unrank, and no search is made.
+    g = topologies.rail_optimised(nodes, per, 300e9, 25e9, nvl_lat, nic_lat)
+    fast = topologies.Router(g, ecmp=ecmp)
+    assert type(fast._arith).__name__ == "_RailRoutes"
+    searched = topologies.Router(g, ecmp=ecmp)
+    searched._arith = None
+    n = nodes * per
+    keys = (0, 5, "x", (3, 4)) if fast.ecmp else (0,)
+    for s in range(n):
+        for d in range(n):
+            for key in keys:
+                assert fast.path(s, d, key) == searched.path(s, d, key), (s, d, key)
+            assert fast.path_uncached(s, d) == searched.path(s, d)
+            assert fast._arith.count(s, d) == (searched.num_paths(s, d) if s != d else 1)
+    assert not fast._searches
+
+
+def test_rail_optimised_routes_by_hand():
+    # 3 nodes of 4 GPUs: GPU 1 (node 0, rail 1) to GPU 10 (node 2, rail 2) crosses its
+    # NVLink to GPU 2 of its node, then rail 2 (NCCL's PXN); the other route of the tie
+    # leaves by rail 1 to GPU 9 and crosses node 2's NVLink.
+    r = topologies.Router(topologies.rail_optimised(3, 4, 300e9, 25e9, 1e-7, 1e-6), ecmp=True)
+    assert r._arith.route(1, 10, 0) == ((1, "nvl0"), ("nvl0", 2), (2, "leaf2"), ("leaf2", 10))
+    assert r._arith.route(1, 10, 1) == ((1, "leaf1"), ("leaf1", 9), (9, "nvl2"), ("nvl2", 10))
+    assert r._arith.route(1, 3, 0) == ((1, "nvl0"), ("nvl0", 3))
+    assert r._arith.route(1, 9, 0) == ((1, "leaf1"), ("leaf1", 9))
+    assert [r._arith.count(1, d) for d in (3, 9, 10)] == [1, 1, 2]
+
+
+def test_rail_optimised_routes_by_search_once_changed():
+    # A failed NIC, another latency on one NVLink, or an added host: the searches route.
+    for change in (
+        lambda g: g.remove_edge(2, "leaf2"),
+        lambda g: g.edges[2, "nvl0"].update(latency=2e-7),
+        lambda g: (
+            g.add_node(12, kind="endpoint"),
+            g.add_edge(12, "nvl0", bandwidth=1e9, latency=1e-7),
+        ),
+    ):
+        g = topologies.rail_optimised(3, 4, 300e9, 25e9, 1e-7, 1e-6)
+        change(g)
+        assert topologies.Router(g)._arith is None
+    g = topologies.rail_optimised(3, 4, 300e9, 25e9, 1e-7, 1e-6)
+    g.edges[2, "leaf2"]["bandwidth"] = 1e8  # a degraded link routes as before
+    assert topologies.Router(g)._arith is not None
+
+
+@pytest.mark.parametrize(
+    ("groups", "routers", "per_router", "ecmp"),
+    [(4, 3, 2, None), (5, 2, 1, True), (1, 4, 2, None), (3, 1, 3, None), (2, 12, 1, None)],
+)
+def test_dragonfly_routes_are_known_without_searches(groups, routers, per_router, ecmp):
+    # A dragonfly as its builder made it routes by arithmetic: every pair's route is the
+    # one the searches find (the only one with the fewest hops), and no search is made.
+    g = topologies.dragonfly(groups, routers, per_router, 25e9, 50e9, 12.5e9, 1e-7, 2e-7, 1e-6)
+    fast = topologies.Router(g, ecmp=ecmp)
+    assert type(fast._arith).__name__ == "_DragonflyRoutes"
+    searched = topologies.Router(g, ecmp=ecmp)
+    searched._arith = None
+    n = groups * routers * per_router
+    keys = (0, 5, "x") if fast.ecmp else (0,)
+    for s in range(n):
+        for d in range(n):
+            for key in keys:
+                assert fast.path(s, d, key) == searched.path(s, d, key), (s, d, key)
+            assert fast.path_uncached(s, d) == searched.path(s, d)
+            assert searched.num_paths(s, d) == 1
+    assert not fast._searches
+
+
+def test_dragonfly_routes_by_hand_and_by_search_once_changed():
+    # 3 groups of 2 routers, 2 endpoints each: endpoint 1 (r0.0) to endpoint 9 (r2.0):
+    # group 0's port to group 2 is port (2 - 0 - 1) mod 3 = 1, on router 1 % 2 = r0.1;
+    # group 2's port to group 0 is port (0 - 2 - 1) mod 3 = 0, on r2.0, the destination's.
+    g = topologies.dragonfly(3, 2, 2, 25e9, 50e9, 12.5e9)
+    assert topologies.Router(g)._arith.route(1, 9, 0) == (
+        (1, "r0.0"), ("r0.0", "r0.1"), ("r0.1", "gw0.2"), ("gw0.2", "gw2.0"), ("gw2.0", "r2.0"),
+        ("r2.0", 9),
+    )  # fmt: skip
+    for change in (
+        lambda g: g.remove_edge("gw0.2", "gw2.0"),
+        lambda g: g.remove_edge("r1.0", "r1.1"),
+        lambda g: (
+            g.add_node(12, kind="endpoint"),
+            g.add_edge(12, "r0.0", bandwidth=1e9, latency=0),
+        ),
+    ):
+        g = topologies.dragonfly(3, 2, 2, 25e9, 50e9, 12.5e9)
+        change(g)
+        assert topologies.Router(g)._arith is None
+    g = topologies.dragonfly(3, 2, 2, 25e9, 50e9, 12.5e9)
+    g.edges["r1.0", "r1.1"]["latency"] = 1e-3  # latencies do not choose among one route
+    assert topologies.Router(g)._arith is not None
