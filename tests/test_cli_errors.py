@@ -425,3 +425,21 @@ def test_each_rank_checks_its_own_trace_file_not_every_ranks(tmp_path, monkeypat
         f"(e.g. {tmp_path}/t.2.json/results.json)"
     )
     assert checked[1:] == [f"{tmp_path}/t.2.json"]
+
+
+def test_the_main_jobs_configuration_errors_are_one_line(tmp_path):
+    # A missing file, broken JSON, an unknown key: one line and exit 2, as `simnet
+    # --config` says them (it was an UnboundLocalError traceback, exit 1).
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"distributed": ')
+    unknown = tmp_path / "unknown.json"
+    unknown.write_text('{"bogus": 1}')
+    for config, first in (
+        (tmp_path / "missing.json", f"error: {tmp_path / 'missing.json'}: no such file"),
+        (broken, f"error: {broken}: not valid JSON"),
+        (unknown, f"error: {unknown}: invalid configuration"),
+    ):
+        r = _run("workflows.endtoend", "--config", str(config), "--no-host-model")
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.startswith(first) and "Traceback" not in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.json", "unknown.json"]

@@ -567,14 +567,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    # (Imported before the try whose except names ValidationError: imported inside it,
+    # a configuration error raised first left the name unbound, a traceback.)
+    from workflows.validate import ValidationError, refuse_unrunnable
+
     try:
         cfg = load_config(ns.config)
         for note in [*cfg.deprecation_notes, *ignored_settings(cfg)]:
             print(f"note: {note}", file=sys.stderr)
         # What the real run or the prediction would refuse, refused before the host's
         # calibration (a minute or two, and it rewrites the shared cache).
-        from workflows.validate import ValidationError, refuse_unrunnable
-
         refuse_unrunnable(cfg)
         if ns.host_params:  # read now: a wrong file is refused before any work
             from simnet.hostparams import load_host_calibration
