@@ -75,3 +75,24 @@ def test_validate_options_the_suite_does_not_use_are_refused(tmp_path):
         "ranks, and runs)"
     )
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--iters", "0"], "--iters must be >= 1 (got 0)"),  # (ran each case's own 20)
+        (["--iters", "-2"], "--iters must be >= 1 (got -2)"),  # (a SpecError traceback)
+        (["--warmup", "-1"], "--warmup must be >= 0 (got -1)"),
+        (["--timeout", "nan"], "--timeout must be seconds >= 0 (got nan)"),
+        (["--cases", ","], "--cases ',' names no case; its cases: "),  # (ran none, exit 0)
+    ],
+)
+def test_the_suites_counts_and_cases_are_checked_before_any_case(tmp_path, args, message):
+    r = subprocess.run(
+        [sys.executable, "-m", "simnet", "validate", "--suite", *args, "--out",
+         str(tmp_path / "o")],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.startswith(f"error: {message}") and len(r.stderr.splitlines()) == 1
+    assert not (tmp_path / "o").exists()

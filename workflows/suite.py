@@ -287,10 +287,13 @@ def run_suite(
 
 
 def select(names: str | None) -> list[Case]:
+    """The suite's cases named in ``names`` (comma-separated models; None or "": all)."""
     if not names:
         return list(CASES)
     want = [n.strip() for n in names.split(",") if n.strip()]
     known = {c.model: c for c in CASES}
+    if not want:
+        raise ValueError(f"--cases {names!r} names no case; its cases: {', '.join(known)}")
     bad = [n for n in want if n not in known]
     if bad:
         raise ValueError(
@@ -301,7 +304,7 @@ def select(names: str | None) -> list[Case]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m simnet validate --suite [--cases ...] [--out DIR] ...``."""
-    from workflows.validate import build_parser
+    from workflows.validate import build_parser, count_options_problem
 
     ns = build_parser().parse_args(argv)
     # Validate's options the suite has no use for are refused, as --cases is without
@@ -323,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    problem = count_options_problem(ns)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         cases = select(ns.cases)
     except ValueError as e:
@@ -336,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
                 c.args,
                 c.scale,
                 c.flags,
-                ns.iters or c.iters,
+                c.iters if ns.iters is None else ns.iters,
                 c.warmup if ns.warmup is None else ns.warmup,
             )
             for c in cases

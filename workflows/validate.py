@@ -723,13 +723,24 @@ def real_run(
     return cmd, notes, json.loads(meas_path.read_text()), json.loads(trace_path.read_text())
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ns = build_parser().parse_args(argv)
+def count_options_problem(ns: argparse.Namespace) -> str | None:
+    """What is wrong with ``--iters`` (>= 1), ``--warmup`` (>= 0) or ``--timeout``
+    (seconds >= 0, 0: never), or None: checked by validate and its suite alike."""
     for name in ("iters", "warmup"):
         v = getattr(ns, name)
         if v is not None and v < (1 if name == "iters" else 0):
-            print(f"error: --{name} must be >= {1 if name == 'iters' else 0}", file=sys.stderr)
-            return EXIT_USAGE
+            return f"--{name} must be >= {1 if name == 'iters' else 0} (got {v})"
+    if not ns.timeout >= 0:  # (NaN refused too)
+        return f"--timeout must be seconds >= 0 (got {ns.timeout:g})"
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    problem = count_options_problem(ns)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     if ns.reuse and (ns.iters is not None or ns.warmup is not None):
         print(
             "error: --iters and --warmup set the real run's iterations; --reuse compares the "
@@ -742,9 +753,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if ns.cases is not None:
         print("error: --cases chooses cases of the suite: give --suite too", file=sys.stderr)
-        return EXIT_USAGE
-    if not ns.timeout >= 0:  # (0: never, as --help says; NaN refused too)
-        print(f"error: --timeout must be seconds >= 0 (got {ns.timeout:g})", file=sys.stderr)
         return EXIT_USAGE
     try:
         cfg, notes = prepare_config(ns.config, ns.np)
