@@ -96,3 +96,23 @@ def test_the_suites_counts_and_cases_are_checked_before_any_case(tmp_path, args,
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.startswith(f"error: {message}") and len(r.stderr.splitlines()) == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_a_case_of_several_phases_shows_each_phase_error():
+    # ResNet-50's two phases at +50% and -50% summed to a row of +20% (measured 3.0 and
+    # 2.0 ms): the phases are listed under it, and the row is said to be their sum.
+    phases = [
+        {"phase": "allreduce", "measured_s": 3e-3, "predicted_s": 4.5e-3, "error_pct": 50.0},
+        {"phase": "ring", "measured_s": 2e-3, "predicted_s": 1e-3, "error_pct": -50.0},
+    ]
+    row = {"case": "resnet50 (4 ranks)", "world_size": 4, "measured_s": 5e-3, "predicted_s": 6e-3,
+           "error_pct": 20.0, "phases": phases, "labels": [], "dir": "d"}  # fmt: skip
+    doc = {"cases": [row], "failed": [], "not_in_suite": {}, "geomean_abs_error_pct": 20.0,
+           "worst_abs_error_pct": 20.0, "worst": row}  # fmt: skip
+    lines = suite.summary_text(doc).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("resnet50 (4 ranks)"))
+    assert lines[at].split()[-3:] == ["5.000", "6.000", "+20.0%"]
+    assert lines[at + 1].split() == ["phase", "allreduce", "3.000", "4.500", "+50.0%"]
+    assert lines[at + 2].split() == ["phase", "ring", "2.000", "1.000", "-50.0%"]
+    assert lines[at + 3].startswith("(a case of several phases: its row sums their times")
+    assert suite.worst_phase_error_pct(row) == 50.0

@@ -140,15 +140,35 @@ def run_case(
     }
 
 
+def worst_phase_error_pct(row: dict[str, Any]) -> float:
+    """The error (%, signed) of a case's phase farthest from its measurement."""
+    return max((ph["error_pct"] for ph in row["phases"]), key=abs)
+
+
 def summary_text(doc: dict[str, Any]) -> str:
     lines = [
         "validation suite: every proxy here against the prediction on this machine",
         f"{'case':<32} {'ranks':>5} {'measured (ms)':>14} {'predicted (ms)':>15} {'error':>8}",
     ]
+    several = False
     for c in doc["cases"]:
         lines.append(
             f"{c['case']:<32} {c['world_size']:>5} {1e3 * c['measured_s']:>14.3f} "
             f"{1e3 * c['predicted_s']:>15.3f} {c['error_pct']:>+7.1f}%"
+        )
+        if len(c["phases"]) > 1:
+            # A case's row sums its phases, whose errors may cancel (ResNet-50's two
+            # phases +51% and -51% made a +21% row): each phase on its own line.
+            several = True
+            for ph in c["phases"]:
+                lines.append(
+                    f"{'  phase ' + str(ph['phase']):<32} {'':>5} {1e3 * ph['measured_s']:>14.3f} "
+                    f"{1e3 * ph['predicted_s']:>15.3f} {ph['error_pct']:>+7.1f}%"
+                )
+    if several:
+        lines.append(
+            "(a case of several phases: its row sums their times per iteration, the error and "
+            "the summary below are of that sum; worst phase error in validation_suite.csv)"
         )
     for c in doc["failed"]:
         lines.append(f"{c['case']:<32} failed: {c['error']}")
@@ -237,9 +257,14 @@ def run_suite(
             say(f"    failed: {failed[-1]['error']}")
             continue
         rows.append(row)
+        phases = ""
+        if len(row["phases"]) > 1:
+            phases = "; by phase " + ", ".join(
+                f"{ph['phase']} {ph['error_pct']:+.1f}%" for ph in row["phases"]
+            )
         say(
             f"    measured {1e3 * row['measured_s']:.3f} ms, predicted "
-            f"{1e3 * row['predicted_s']:.3f} ms, error {row['error_pct']:+.1f}% "
+            f"{1e3 * row['predicted_s']:.3f} ms, error {row['error_pct']:+.1f}%{phases} "
             f"({time.perf_counter() - t0:.0f} s)"
         )
     doc: dict[str, Any] = {
@@ -261,7 +286,17 @@ def run_suite(
     write_json(out / "validation_suite.json", doc)
     write_csv(
         out / "validation_suite.csv",
-        ["case", "model", "world_size", "scale", "measured_s", "predicted_s", "error_pct"],
+        [
+            "case",
+            "model",
+            "world_size",
+            "scale",
+            "measured_s",
+            "predicted_s",
+            "error_pct",
+            "phases",
+            "worst_phase_error_pct",
+        ],
         [
             [
                 r["case"],
@@ -271,6 +306,8 @@ def run_suite(
                 r["measured_s"],
                 r["predicted_s"],
                 r["error_pct"],
+                len(r["phases"]),
+                worst_phase_error_pct(r),
             ]
             for r in rows
         ],
