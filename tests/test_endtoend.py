@@ -344,6 +344,9 @@ def test_both_predictions_side_by_side(tmp_path):
         )
         assert ops[name]["measured_s"] > 0
     assert "operation by operation" in text
+    listed = (out / "main_job_files.txt").read_text().splitlines()
+    assert sorted(listed) == sorted(p.name for p in out.iterdir() if p.is_file())
+    assert "measured.json" in listed and f"wrote {len(listed)} files to {out}/" in r.stdout
 
 
 def test_mpiexec_is_taken_beside_the_python_that_runs(tmp_path, monkeypatch):
@@ -399,7 +402,17 @@ def test_the_job_runs_a_proxy_workload_with_both_predictions(tmp_path):
     page = (out / "report.html").read_text()
     assert '<h2 id="comparison">' in page and "earlier_run" not in page
     assert "predicted_traffic_heatmap.png" in page and "validation_ops.png" in page
-    assert "wrote " in r.stdout and "files to" in r.stdout
+    # Every file the run wrote is listed (this_machine/'s and the measurements too), and
+    # counted so; the next run into the folder removes them first, nothing else.
+    listed = (out / "main_job_files.txt").read_text().splitlines()
+    everything = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert sorted(listed) == [n for n in everything if n != "earlier_run.png"]
+    assert {"measured_proxy.json", "this_machine/validation.json"} <= set(listed)
+    assert f"wrote {len(listed)} files to {out}/" in r.stdout
+    from workflows.endtoend import clear_earlier_run
+
+    assert clear_earlier_run(out) and not clear_earlier_run(out)
+    assert [p.name for p in out.iterdir()] == ["earlier_run.png"]
 
 
 def test_this_machine_ignores_the_configured_networks_link_calibration(tmp_path):

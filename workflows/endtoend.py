@@ -13,6 +13,7 @@ run leaves no half-written file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -312,11 +313,61 @@ def run(cfg: Config, out: Path, say: Any = print, machine: ThisMachine | None = 
     folder may mix this run's files with an earlier run's; it goes when the run succeeds
     (an interrupted or failed run leaves it)."""
     out.mkdir(parents=True, exist_ok=True)
+    unfinished = (out / UNFINISHED_MARKER).exists()
     mark_unfinished(out, "the main job")
+    cleared = clear_earlier_run(out)
+    if unfinished and not cleared:
+        say(
+            f"note: an earlier run into {out}/ did not finish and listed no files: what it "
+            "wrote may remain beside this run's files (a new --out keeps them apart)"
+        )
     rc = _run(cfg, out, say, machine)
     if rc == 0:
         mark_finished(out)
     return rc
+
+
+RUN_FILES = "main_job_files.txt"
+"""The list of the files a main job wrote into its folder (names relative to it), the
+list's own name last: the next run into the folder removes them first."""
+
+
+def clear_earlier_run(out: Path) -> bool:
+    """Remove the files an earlier main job listed in ``out/main_job_files.txt`` (and its
+    ``this_machine/`` folder if that leaves it empty): a run of another workload
+    would otherwise leave its measurements and pictures beside this one's, read as this
+    run's (``simnet aggregate`` listed both). True if there was a list."""
+    listing = out / RUN_FILES
+    try:
+        names = listing.read_text().splitlines()
+    except (OSError, ValueError):
+        return False
+    for name in names:
+        rel = Path(name)
+        if not name or rel.is_absolute() or ".." in rel.parts:
+            continue  # (not a list this module wrote)
+        (out / rel).unlink(missing_ok=True)
+        if len(rel.parts) > 1:
+            with contextlib.suppress(OSError):  # (not empty: another file is there)
+                (out / rel.parent).rmdir()
+    listing.unlink(missing_ok=True)
+    return True
+
+
+def list_run_files(out: Path, files: Sequence[Path], also: Sequence[Path]) -> list[Path]:
+    """Every file this run wrote (``files``, the run's own measurements ``also`` and the
+    ``this_machine/`` folder's files), listed in ``out/main_job_files.txt`` (which is
+    among them, last)."""
+    seen: dict[Path, None] = {}
+    machine = out / "this_machine"
+    more = sorted(p for p in machine.iterdir() if p.is_file()) if machine.is_dir() else []
+    for p in [*also, *files, *more]:
+        if Path(p).is_file() and Path(p).is_relative_to(out):
+            seen[Path(p)] = None
+    written = [*seen, out / RUN_FILES]
+    names = [str(Path(p).relative_to(out)) for p in written]
+    write_text(out / RUN_FILES, "\n".join(names) + "\n")
+    return written
 
 
 def _run(cfg: Config, out: Path, say: Any, machine: ThisMachine | None) -> int:
@@ -426,7 +477,8 @@ def _run(cfg: Config, out: Path, say: Any, machine: ThisMachine | None) -> int:
             for name, e in comparison["predictions"].items()
         )
     )
-    say(f"wrote {len(files)} files to {out}/")
+    written = list_run_files(out, files, [out / "measured.json"])
+    say(f"wrote {len(written)} files to {out}/")
     return 0
 
 
@@ -504,7 +556,8 @@ def run_proxy_workload(cfg: Config, out: Path, say: Any, machine: ThisMachine | 
     for line in lines:
         say(line)
     files.append(_report(out, cfg, "\n".join(lines), comparison, measured_s, files))
-    say(f"wrote {len(files)} files to {out}/")
+    written = list_run_files(out, files, [meas_path, out / "measured_proxy.trace.json"])
+    say(f"wrote {len(written)} files to {out}/")
     return 0
 
 
