@@ -687,3 +687,25 @@ def test_ctrl_c_in_the_host_calibration_claims_no_marker(tmp_path, monkeypatch, 
     assert not (tmp_path / "out" / "RUN_INCOMPLETE.txt").exists()
     assert "RUN_INCOMPLETE.txt" not in err
     assert "interrupted (Ctrl-C): every process stopped; nothing was written" in err
+
+
+def test_sigterm_stops_the_commands_anywhere_in_their_run():
+    # Killed while predicting or writing (no subprocess running), the main job exited 143
+    # with no word: SIGTERM and SIGHUP are interrupts for the whole of each command's run.
+    from workflows import endtoend, hostcal, suite, validate
+    from workflows.launcher import interrupt_cause, stops_on_signals
+
+    for main in (endtoend.main, validate.main, suite.main, hostcal.main):
+        assert main.__wrapped__ is not None
+
+    @stops_on_signals
+    def predicting() -> int:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # (the handler raises first)
+        return 0
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt) as e:
+        predicting()
+    assert interrupt_cause(e.value) == "SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) is before

@@ -51,6 +51,7 @@ from .launcher import (
     mpiexec,
     proxy_command,
     run_proxy,
+    stops_on_signals,
 )
 from .machine import ThisMachine, machine_result
 
@@ -587,6 +588,7 @@ def _report(
     return write_run_report(out, title, summary, cases, config=cfg.model_dump(), files=files)
 
 
+@stops_on_signals
 def main(argv: Sequence[str] | None = None) -> int:
     # No abbreviations: run_training.sh makes the path options' values absolute by
     # their full names (--out, --host-params, --config), before it changes folder.

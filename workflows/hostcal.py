@@ -44,7 +44,7 @@ import numpy as np
 
 from simnet.hostparams import HostCalibration, HostCalibrationError, HostParams
 from workflows.calibrate import POOR_FIT_R2
-from workflows.launcher import mpiexec
+from workflows.launcher import interrupt_cause, mpiexec, stops_on_signals
 from workload.brief_argparse import BriefParser
 from workload.results import ResultsWriteError, output_file_problem, write_json
 
@@ -863,6 +863,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@stops_on_signals
 def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     try:
@@ -896,8 +897,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except HostCalibrationError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("\ninterrupted: no calibration written", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print(f"\ninterrupted ({interrupt_cause(e)}): no calibration written", file=sys.stderr)
         return EXIT_INTERRUPTED
     print(summary_text(cal))
     if path is not None:

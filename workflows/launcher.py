@@ -7,6 +7,7 @@ and all its ranks together.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -14,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,6 +173,19 @@ def stop_on_signals() -> Iterator[None]:
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+
+
+def stops_on_signals(main: Callable[..., int]) -> Callable[..., int]:
+    """A command's ``main`` with SIGTERM and SIGHUP turned into KeyboardInterrupt for all
+    of its run (:func:`stop_on_signals`), not only while a subprocess runs: killed while
+    it predicts or writes, it stopped with exit 143 and no word."""
+
+    @functools.wraps(main)
+    def run(*args: Any, **kw: Any) -> int:
+        with stop_on_signals():
+            return main(*args, **kw)
+
+    return run
 
 
 def ignored_settings(cfg: Config) -> list[str]:

@@ -26,6 +26,7 @@ from typing import Any
 
 from simnet.config import load_config
 from simnet.hostparams import HostCalibrationError
+from workflows.launcher import interrupt_cause, stops_on_signals
 from workload.results import (
     UNFINISHED_MARKER,
     lock_output_dir,
@@ -339,6 +340,7 @@ def select(names: str | None) -> list[Case]:
     return [known[n] for n in want]
 
 
+@stops_on_signals
 def main(argv: list[str] | None = None) -> int:
     """``python -m simnet validate --suite [--cases ...] [--out DIR] ...``."""
     from workflows.validate import build_parser, count_options_problem
@@ -395,10 +397,10 @@ def main(argv: list[str] | None = None) -> int:
     except HostCalibrationError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print(
-            f"\ninterrupted: every process stopped; {UNFINISHED_MARKER} marks the folder as "
-            "an unfinished run's",
+            f"\ninterrupted ({interrupt_cause(e)}): every process stopped; {UNFINISHED_MARKER} "
+            "marks the folder as an unfinished run's",
             file=sys.stderr,
         )
         return 130

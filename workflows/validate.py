@@ -65,6 +65,7 @@ from .launcher import (
     interrupt_cause,
     proxy_command,
     run_proxy,
+    stops_on_signals,
 )
 
 EXIT_USAGE = 2
@@ -735,6 +736,7 @@ def count_options_problem(ns: argparse.Namespace) -> str | None:
     return None
 
 
+@stops_on_signals
 def main(argv: Sequence[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     problem = count_options_problem(ns)
