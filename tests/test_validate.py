@@ -322,3 +322,21 @@ def test_the_label_tables_difference_and_error_have_one_sign(dlrm_run):
         assert (float(diff) < 0) == err.startswith("-")
         checked += 1
     assert checked
+
+
+def test_np_beyond_the_topology_is_said_of_np(tmp_path):
+    # The world size is --np's: the error named workload.world_size, a field of no file.
+    from workflows.validate import ValidationError, prepare_config
+
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({
+        "distributed": {"num_nodes": 4, "bandwidth_limit_gb_per_s": 10},
+        "topology": {"type": "switch", "num_nodes": 4},
+        "workload": {"name": "dlrm", "scale": 0.01},
+    }))  # fmt: skip
+    with pytest.raises(ValidationError) as e:
+        prepare_config(str(cfg), 8)
+    assert str(e.value) == (
+        "--np 8: 8 ranks but the switch topology has only 4 endpoints; use a larger topology "
+        "(topology.num_nodes) or fewer ranks"
+    )

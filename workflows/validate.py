@@ -106,7 +106,14 @@ def prepare_config(path: str | Path, np_ranks: int | None = None) -> tuple[Confi
         if cfg.topology.num_nodes is None and cfg.num_endpoints < np_ranks:
             data["distributed"]["num_nodes"] = np_ranks
             notes.append(f"distributed.num_nodes set to {np_ranks} (--np)")
-    cfg = load_config(data)
+    try:
+        cfg = load_config(data)
+    except ConfigError as e:
+        if np_ranks is None or "workload.world_size" not in str(e):
+            raise
+        # The world size is --np's here, not the file's: say so, not the field's name.
+        why = str(e).split("workload.world_size: ", 1)[1].splitlines()[0]
+        raise ValidationError(f"--np {np_ranks}: {why}") from None
     refuse_unrunnable(cfg)
     return cfg, notes
 
