@@ -35,6 +35,7 @@ from workload.units import ELEM_BYTES, MS_PER_S, gb_per_s_to_bytes_per_s, us_to_
 from . import arenas, whatif
 from .config import (
     GROUPED_TOPOLOGIES,
+    MAX_LATENCY_US,
     Config,
     ConfigError,
     apply_link_params,
@@ -764,26 +765,36 @@ def _unused_settings(
             f"{', '.join(choice)}: not used, the workload's collectives name their own "
             "algorithms (see algorithms:)"
         )
-    nccl_only = _given(
+    ran = {a for p in phases for algs in p.algorithms.values() for a in algs}
+    given = _given(
         (("collectives.channels", c.channels), ("collectives.pipeline_chunks", c.pipeline_chunks)),
         lambda v: v is not None,
     )
-    if nccl_only and had_collectives and not nccl_ran:
-        notes.append(
-            f"{', '.join(nccl_only)}: not used, only NCCL algorithms (nccl_ring, nccl_tree) "
-            "read them and none ran"
-        )
+    for name in given:
+        readers, why = _READ_BY[name]
+        if had_collectives and not ran & readers:
+            notes.append(f"{name}: not used, {why}")
     t = cfg.topology
-    if t.group_size is not None and t.type not in GROUPED_TOPOLOGIES:
-        ran = {a for p in phases for algs in p.algorithms.values() for a in algs}
-        if not ran & _NODE_SIZED:
-            notes.append(
-                f"topology.group_size: not used, a {t.type} topology has no groups and only "
-                f"the {', '.join(sorted(_NODE_SIZED))} algorithms read it (as their node "
-                "size), none of which ran"
-            )
+    if t.group_size is not None and t.type not in GROUPED_TOPOLOGIES and not ran & _NODE_SIZED:
+        notes.append(
+            f"topology.group_size: not used, a {t.type} topology has no groups and only "
+            f"the {', '.join(sorted(_NODE_SIZED))} algorithms read it (as their node "
+            "size), none of which ran"
+        )
     return notes
 
+
+_READ_BY = {
+    "collectives.channels": (
+        frozenset({"nccl_ring", "nccl_tree"}),
+        "only nccl_ring and nccl_tree read them and neither ran",
+    ),
+    "collectives.pipeline_chunks": (
+        frozenset({"nccl_tree"}),
+        "only nccl_tree reads them (its chunks per tree) and it did not run",
+    ),
+}
+"""The algorithms that read each NCCL setting, and what the note says when none ran."""
 
 _NODE_SIZED = frozenset({"hierarchical", "nccl_ring", "nccl_tree"})
 """The algorithms that read ``topology.group_size`` where the topology has no groups."""
@@ -1090,7 +1101,14 @@ def _elements(size_bytes: int) -> int:
     return int(size_bytes) // ELEM_BYTES
 
 
-_SCHEDULE_KEYWORDS = frozenset({"local_size", "rings", "channels", "pipeline_chunks"})
+_SCHEDULE_READERS = {
+    "local_size": ("hierarchical", "nccl_ring", "nccl_tree"),
+    "rings": ("multiring",),
+    "channels": ("nccl_ring", "nccl_tree"),
+    "pipeline_chunks": ("nccl_tree",),
+}
+"""collective_time's schedule keywords and the algorithms that read each."""
+_SCHEDULE_KEYWORDS = frozenset(_SCHEDULE_READERS)
 
 
 def collective_time(
@@ -1127,6 +1145,29 @@ def collective_time(
         raise TypeError(
             f"collective_time: no keyword {unknown[0]!r}; the schedule's are "
             f"{', '.join(sorted(_SCHEDULE_KEYWORDS))}"
+        )
+    for name, value in schedule_kw.items():
+        readers = _SCHEDULE_READERS[name]
+        if value is not None and algorithm not in readers:
+            # (the policy passes each only to the algorithms that read it: this one would
+            # be dropped, and the time returned as if it had not been given)
+            raise ValueError(
+                f"collective_time: {name} is read by {', '.join(readers)} only, not by "
+                f"{algorithm!r}; leave it out"
+            )
+    for name, value in (
+        ("alpha_s", alpha_s),
+        ("step_latency_s", step_latency_s),
+        ("send_overhead_s", send_overhead_s),
+    ):
+        if not 0.0 <= value <= MAX_LATENCY_US * 1e-6:  # (NaN refused too)
+            raise ValueError(
+                f"collective_time: {name} is seconds, 0 to {MAX_LATENCY_US * 1e-6:g} as the "
+                f"configuration allows (got {value!r}; 5 us is 5e-6)"
+            )
+    if not gamma_s_per_byte >= 0.0:
+        raise ValueError(
+            f"collective_time: gamma_s_per_byte must be >= 0 (got {gamma_s_per_byte!r})"
         )
     count = _elements(size_bytes)
     p = _endpoints(topology)

@@ -430,3 +430,23 @@ def test_a_tiny_ring_allreduce_pays_every_step_at_the_slowest_hop_whatever_its_b
     kw = {"channels": 1} if algorithm == "nccl_ring" else {}
     times = [simnet.collective_time(g, "allreduce", algorithm, s, **kw) for s in (4, 8, 12, 16)]
     assert times == pytest.approx([6 * 3e-6] * 4, abs=5e-9)
+
+
+def test_pipeline_chunks_under_nccl_ring_is_said_to_be_unused():
+    # Only nccl_tree cuts its trees' shares into chunks: under nccl_ring the setting
+    # changes nothing, and the note said only NCCL algorithms read it (nccl_ring ran).
+    base = {
+        "distributed": {"num_nodes": 16, "bandwidth_limit_gb_per_s": 25},
+        "topology": {"type": "rail_optimised", "group_size": 8},
+        "workload": {"name": "resnet50", "scale": 0.01},
+    }
+    ring = {**base, "collectives": {"algorithm": "nccl_ring"}}
+    chunked = {**base, "collectives": {"algorithm": "nccl_ring", "pipeline_chunks": 4}}
+    plain, res = simnet.simulate(ring), simnet.simulate(chunked)
+    assert res.iteration_time_s == plain.iteration_time_s
+    said = [a for a in res.assumed if a.startswith("collectives.pipeline_chunks")]
+    assert said == [
+        "collectives.pipeline_chunks: not used, only nccl_tree reads them (its chunks per "
+        "tree) and it did not run"
+    ]
+    assert not any(a.startswith("collectives.pipeline_chunks") for a in plain.assumed)

@@ -514,8 +514,7 @@ def test_settings_the_run_cannot_use_are_said_and_change_nothing():
         "and progress",
         "collectives.algorithm: not used, the workload's collectives name their own "
         "algorithms (see algorithms:)",
-        "collectives.channels: not used, only NCCL algorithms (nccl_ring, nccl_tree) read "
-        "them and none ran",
+        "collectives.channels: not used, only nccl_ring and nccl_tree read them and neither ran",
     ]
     switch = simnet.simulate({**base, "topology": {"type": "switch"}})
     assert res.iteration_time_s == switch.iteration_time_s != plain.iteration_time_s
@@ -1442,3 +1441,27 @@ def test_a_ranks_messages_to_itself_are_copies_not_wire_bytes(tmp_path):
     doc = json.loads((tmp_path / "sim_results.json").read_text())
     assert [p["self_bytes"] for p in doc["phases"]] == [0, 102_236_324]
     assert files
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "kw", "message"),
+    [
+        ("nccl_ring", {"pipeline_chunks": 8},
+         "pipeline_chunks is read by nccl_tree only, not by 'nccl_ring'; leave it out"),
+        ("ring", {"channels": 8},
+         "channels is read by nccl_ring, nccl_tree only, not by 'ring'; leave it out"),
+        ("ring", {"local_size": 4}, "local_size is read by hierarchical, nccl_ring, nccl_tree "
+         "only, not by 'ring'; leave it out"),
+        ("ring", {"alpha_s": 5.0},
+         "alpha_s is seconds, 0 to 1 as the configuration allows (got 5.0; 5 us is 5e-6)"),
+        ("ring", {"send_overhead_s": -1e-6}, "send_overhead_s is seconds, 0 to 1"),
+        ("ring", {"gamma_s_per_byte": float("nan")}, "gamma_s_per_byte must be >= 0 (got nan)"),
+    ],
+)  # fmt: skip
+def test_collective_time_refuses_what_its_algorithm_would_not_read(algorithm, kw, message):
+    # Each was dropped or taken as given: the time came back as if without it (channels=8
+    # on a ring), or 150 s for alpha_s=5 meant as microseconds.
+    g = topologies.rail_optimised(2, 4, 300e9, 25e9)
+    with pytest.raises(ValueError) as e:
+        simnet.collective_time(g, "allreduce", algorithm, 1 << 20, **kw)
+    assert str(e.value).startswith(f"collective_time: {message}")
