@@ -817,6 +817,9 @@ class PhaseSim:
             None if ex.stream_order is False else {}
         )
         self.nccl_ran = False  # a collective ran as NCCL runs it (see _prepare)
+        # op -> the algorithms that ran as NCCL runs them (the rest of ``algorithms`` ran
+        # as MPI does: under the default library an alltoall falls back to MPI's)
+        self.nccl_algorithms: dict[str, set[str]] = defaultdict(set)
         # a collective's program named no algorithm (the configured choice applied), and
         # one ran as the MPI library runs it (the host costs applied)
         self.chosen_ran = False
@@ -1063,6 +1066,7 @@ class PhaseSim:
         nccl = runs_as_nccl(op.algorithm, alg, ex.library)
         if nccl:
             self.nccl_ran = True
+            self.nccl_algorithms[op.op].add(alg)
         library = (op.algorithm is None or ex.gamma_named) and not nccl
         if library:
             self.library_ran = True

@@ -260,6 +260,7 @@ def phase_summary(p: PhaseResult, dense: bool = True) -> dict[str, Any]:
         "messages_per_wall_s": p.messages / p.sim_wall_s if p.sim_wall_s > 0 else None,
         "algorithms": p.algorithms,
         "library": p.library,
+        "nccl_algorithms": p.nccl_algorithms,
         "wire_bytes_by_group": p.wire_bytes_by_group,
         "self_bytes": p.self_bytes,  # a rank's messages to itself: copies, in no wire count
         "per_rank": p.per_rank,
@@ -643,6 +644,10 @@ def _library_note(p: PhaseResult, library: str | None) -> str:
     said = f"collectives.library = {library}" if library else "the default"
     if p.library == "nccl":
         return f" (run as NCCL runs them: {said})"
+    if p.library == "nccl+mpi":
+        # (an alltoall under the default library: MPI's pairwise, with MPI's host costs)
+        as_nccl = ", ".join(f"{k}={'/'.join(v)}" for k, v in sorted(p.nccl_algorithms.items()))
+        return f" ({as_nccl} run as NCCL runs them, the others as MPI runs them: {said})"
     if library == "nccl":  # every one was named by the program
         return " (run as MPI runs them: the program names their algorithms, sent as MPI messages)"
     if library or any(a in NCCL_ALGORITHMS for v in p.algorithms.values() for a in v):

@@ -77,9 +77,13 @@ class PhaseResult:
     max_link_overload: float
     sim_wall_s: float
     timeline: PhaseSim | None = field(default=None, repr=False)
-    # Which library ran the phase's collectives: "nccl" (some ran as NCCL runs them),
-    # else "mpi" (collectives.library).
+    # Which library ran the phase's collectives: "nccl" (every one ran as NCCL runs
+    # them), "mpi" (none did) or "nccl+mpi" (some did: nccl_algorithms names them; under
+    # the default library an alltoall falls back to MPI's pairwise).
     library: str = "mpi"
+    # op -> the algorithms that ran as NCCL runs them (the others of ``algorithms`` ran as
+    # MPI runs them).
+    nccl_algorithms: dict[str, list[str]] = field(default_factory=dict)
     # Bytes of the messages ranks sent to themselves (copies: not in wire_bytes_by_group).
     self_bytes: int = 0
 
@@ -747,9 +751,19 @@ def _unused_settings(
         )
     )
     if nccl_ran and host_costs:
+        as_mpi = sorted(
+            {
+                f"{op}={alg}"
+                for p in phases
+                for op, algs in p.algorithms.items()
+                for alg in algs
+                if alg not in p.nccl_algorithms.get(op, ())
+            }
+        )
+        also = f"the collectives run as MPI runs them ({', '.join(as_mpi)}) and " if as_mpi else ""
         notes.append(
             f"{', '.join(host_costs)}: not paid by the collectives run as NCCL runs them "
-            "(GPU kernels), only by the messages MPI sends"
+            f"(GPU kernels), only by {also}the messages MPI sends"
         )
     had_collectives = any(p.algorithms for p in phases)
     costs = [name for name in host_costs if name.startswith("collectives.")]
@@ -878,6 +892,19 @@ def _progress_line(name: str, sim: PhaseSim, elapsed_s: float, width: int = 24) 
     )
 
 
+def _library_of(sim: PhaseSim) -> str:
+    """ "nccl" if every collective of the phase ran as NCCL runs them, "mpi" if none did,
+    "nccl+mpi" if some did (``sim.nccl_algorithms``)."""
+    if not sim.nccl_ran:
+        return "mpi"
+    as_mpi = any(
+        alg not in sim.nccl_algorithms.get(op, ())
+        for op, algs in sim.algorithms.items()
+        for alg in algs
+    )
+    return "nccl+mpi" if as_mpi else "nccl"
+
+
 def _phase_result(sim: PhaseSim, n_end: int, iterations: int, wall_s: float) -> PhaseResult:
     net = sim.net
     placement = sim.ex.placement
@@ -920,7 +947,8 @@ def _phase_result(sim: PhaseSim, n_end: int, iterations: int, wall_s: float) -> 
         self_bytes=sim.self_bytes,
         part_pair_bytes=part_pairs,
         algorithms={k: sorted(v) for k, v in sim.algorithms.items()},
-        library="nccl" if sim.nccl_ran else "mpi",
+        library=_library_of(sim),
+        nccl_algorithms={k: sorted(v) for k, v in sim.nccl_algorithms.items()},
         messages=sim.messages_done,
         link_bytes=links,
         link_busy_s=net.link_busy_s(),

@@ -357,6 +357,34 @@ def test_the_summary_names_the_library_that_ran_the_collectives():
         assert res.phases[0].library == ("mpi" if library == "mpi" else "nccl")
 
 
+def test_an_alltoall_that_falls_back_to_mpi_is_not_said_to_run_as_nccl():
+    # DLRM under the default library with nccl_ring: its allreduces run as NCCL runs
+    # them, its alltoall (no NCCL schedule: MPI's) as MPI runs it, and pays MPI's step
+    # latency; the phase was labelled "nccl", its alltoall said to run as NCCL's.
+    cfg = _rails(workload={"name": "dlrm", "world_size": 8}, collectives={"step_latency_us": 50})
+    mixed = simnet.simulate(cfg, record_series=False)
+    p = mixed.phases[0]
+    assert p.library == "nccl+mpi" and p.nccl_algorithms == {"allreduce": ["nccl_ring"]}
+    assert p.algorithms == {"allreduce": ["nccl_ring"], "alltoall": ["scattered"]}
+    (line,) = _said(mixed, "algorithms:")
+    assert line.endswith(
+        "(allreduce=nccl_ring run as NCCL runs them, the others as MPI runs them: the default)"
+    )
+    assert (
+        "collectives.step_latency_us: not paid by the collectives run as NCCL runs them (GPU "
+        "kernels), only by the collectives run as MPI runs them (alltoall=scattered) and the "
+        "messages MPI sends"
+    ) in mixed.assumed
+    # Its alltoall pays the step latency, as under collectives.library = mpi it would.
+    free = simnet.simulate({**cfg, "collectives": {"algorithm": "nccl_ring"}}, record_series=False)
+    assert mixed.iteration_time_s > free.iteration_time_s
+    nccl = simnet.simulate(_rails(workload={"name": "dlrm", "world_size": 8},
+                                  collectives={"step_latency_us": 50, "library": "nccl"}),
+                           record_series=False)  # fmt: skip
+    assert nccl.phases[0].library == "nccl"
+    assert nccl.phases[0].nccl_algorithms == {"allreduce": ["nccl_ring"], "alltoall": ["scattered"]}
+
+
 def test_a_library_that_ran_nothing_is_not_blamed():
     # library nccl, but the program names every algorithm (the ring trainer's rings):
     # they run as MPI messages because the program names them, not because of the library.
