@@ -623,6 +623,11 @@ def simulate(
             f"topology.ecmp: a {cfg.topology.type} topology has one shortest route per "
             "pair, so ecmp changes nothing"
         )
+    if cfg.topology.ecmp and cfg.topology.type == "torus":
+        assumed.append(
+            "topology.ecmp: flows spread over all shortest routes, hashed per pair, instead "
+            "of the torus's dimension-order routes (its default)"
+        )
     router = topologies.Router(graph, ecmp=cfg.topology.effective_ecmp)
     ex = SimExecutor(
         workload,
@@ -788,6 +793,8 @@ def _unused_settings(
         readers, why = _READ_BY[name]
         if had_collectives and not ran & readers:
             notes.append(f"{name}: not used, {why}")
+    if "seed" in cfg.whatif.model_fields_set and not cfg.whatif.compute_noise:
+        notes.append("whatif.seed: not used, it seeds whatif.compute_noise, which is 0")
     t = cfg.topology
     if t.group_size is not None and t.type not in GROUPED_TOPOLOGIES and not ran & _NODE_SIZED:
         notes.append(
