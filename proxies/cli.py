@@ -269,6 +269,8 @@ def main(model_name: str, argv: Sequence[str] | None = None) -> None:
         fail(info.rank, f"{model.name}: {problem}")
     try:
         workload = spec.workload(info.world_size)
+    except SpecError as e:  # (an option the model's build refused)
+        fail(info.rank, f"{model.name}: {e.render()}")
     except (LayoutError, ValueError) as e:
         fail(info.rank, str(e))
     throttle = {"auto": None, "on": True, "off": False}[ns.throttle]

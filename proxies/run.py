@@ -17,7 +17,7 @@ from workload.matching import unmatched
 from workload.models import Model
 from workload.program import Workload
 from workload.results import counted
-from workload.spec import RunSpec
+from workload.spec import RunSpec, SpecError
 from workload.timeline import breakdown
 from workload.units import GIB
 
@@ -143,6 +143,8 @@ def run(
             # The launcher's environment named another size (or none): rebuild.
             try:
                 workload = spec.workload(size)
+            except SpecError as e:
+                _stop(comm, f"{model.name}: {e.render()}")
             except (LayoutError, ValueError) as e:
                 _stop(comm, str(e))
         problem = trace_files_problem(comm, ns)

@@ -429,6 +429,8 @@ def build_workload(cfg: Config) -> Workload:
     spec = run_spec(cfg)
     try:
         return spec.workload()
+    except SpecError as e:  # (an option the model's build refused: named as the file does)
+        raise ConfigError(e.render(CONFIG_NAMES)) from None
     except ValueError as e:
         raise ConfigError(f"workload: {e}") from None
 

@@ -313,3 +313,21 @@ def test_no_model_name_branches_in_simnet_and_workflows():
         for path in (ROOT / pkg).rglob("*.py"):
             text = path.read_text()
             assert not pattern.search(text), f"{path} branches on a model name"
+
+
+def test_a_models_option_is_named_as_each_front_end_names_it():
+    # It was "--flag tp" on a proxy's command line, whose option is --tp, and
+    # "workload.flags tp" in a configuration file.
+    with pytest.raises(SpecError) as e:
+        RunSpec(model="llm", flags={"tp": "x"})
+    assert e.value.field == "flags"
+    assert e.value.render() == "--tp: must be a number (got 'x')"
+    assert e.value.render(CONFIG_NAMES) == "workload.flags.tp: must be a number (got 'x')"
+    assert e.value.render(STUDY_NAMES) == "--flag tp: must be a number (got 'x')"
+    # A message about two fields names both; a dashed option keeps its dashes.
+    both = SpecError("algorithm", "{field} x needs {field:flags.scaling_size} and {field:iters}")
+    assert str(both) == "--algorithm x needs --scaling-size and --iters"
+    assert both.render(CONFIG_NAMES) == (
+        "collectives.algorithm x needs workload.flags.scaling_size and workload.iterations"
+    )
+    assert both.render(STUDY_NAMES) == "--algorithm x needs --flag scaling_size and --iters"

@@ -672,7 +672,7 @@ def trainer_config(cfg: Config, iters: int, warmup: int | None) -> Config:
 def proxy_workload(cfg: Config, iters: int, warmup: int, out: Path) -> TestbedWorkload:
     """The configured proxy (or the ring trainer) with ``iters`` timed iterations."""
     from workload.models import MODELS
-    from workload.spec import RunSpec
+    from workload.spec import CONFIG_NAMES, RunSpec, SpecError
 
     if cfg.workload.name not in MODELS:
         raise ConfigError(
@@ -691,6 +691,8 @@ def proxy_workload(cfg: Config, iters: int, warmup: int, out: Path) -> TestbedWo
     )
     try:
         spec.workload()  # a layout the world size cannot take is refused before any work
+    except SpecError as e:
+        raise ConfigError(e.render(CONFIG_NAMES)) from None
     except ValueError as e:
         raise ConfigError(f"workload: {e}") from None
     path = out / "measured.json"

@@ -14,6 +14,7 @@ knows its field and is worded by the front end with :meth:`SpecError.render`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -36,6 +37,9 @@ OPTION_NAMES: dict[str, str | None] = {
     "algorithm": "--algorithm",
     "iters": "--iters",
     "warmup": "--warmup",
+    "reference_counts": "--reference-counts",
+    # One named option of the model (``{field:flags.NAME}``): ``{name}``, ``{dashed}``.
+    "flag": "--{dashed}",
 }
 CONFIG_NAMES: dict[str, str | None] = {
     "model": "workload.name",
@@ -49,18 +53,35 @@ CONFIG_NAMES: dict[str, str | None] = {
     "algorithm": "collectives.algorithm",
     "iters": "workload.iterations",
     "warmup": "workload.warmup",
+    "flag": "workload.flags.{name}",
 }
 STUDY_NAMES: dict[str, str | None] = {
     **OPTION_NAMES,
     "model": "--model",
     "args": "--args",
+    "flag": "--flag {name}",
 }
+
+
+_OTHER_FIELD = re.compile(r"\{field:([\w.]+)\}")
+
+
+def field_label(name: str, names: Mapping[str, str | None] = OPTION_NAMES) -> str | None:
+    """How the front end ``names`` words field ``name``: ``flags.NAME`` is one named
+    option of the model (``--name-dashed``, ``workload.flags.name``)."""
+    if name.startswith("flags."):
+        flag = name.removeprefix("flags.")
+        template = names.get("flag") or "{name}"
+        return template.format(name=flag, dashed=flag.replace("_", "-"))
+    return names.get(name, name)
 
 
 class SpecError(ValueError):
     """A field of a run specification that cannot be used, and the fix.
 
-    ``reason`` holds ``{field}`` where the front end's name of the field goes.
+    ``reason`` holds ``{field}`` where the front end's name of the field goes, and
+    ``{field:NAME}`` where another field's goes (``{field:flags.hierarchical}``: a named
+    option of the model), so that a message about two fields names both.
     """
 
     def __init__(self, field_name: str, reason: str) -> None:
@@ -69,11 +90,14 @@ class SpecError(ValueError):
         super().__init__(self.render())
 
     def render(self, names: Mapping[str, str | None] = OPTION_NAMES) -> str:
-        """The message with the field named as the front end ``names`` it."""
-        label = names.get(self.field, self.field)
+        """The message with the fields named as the front end ``names`` them."""
+        reason = _OTHER_FIELD.sub(
+            lambda m: field_label(m.group(1), names) or m.group(1), self.reason
+        )
+        label = field_label(self.field, names)
         if label is None:
-            return self.reason.replace("{field}: ", "").replace("{field} ", "")
-        return self.reason.replace("{field}", label)
+            return reason.replace("{field}: ", "").replace("{field} ", "")
+        return reason.replace("{field}", label)
 
 
 def known_algorithms() -> list[str]:
@@ -165,7 +189,7 @@ class RunSpec:
             arg, value = known[name], self.flags[name]
             problem = arg.check(value)
             if problem:
-                raise SpecError("flags", f"{{field}} {name}: {problem}")
+                raise SpecError("flags", f"{{field:flags.{name}}}: {problem}")
             if isinstance(value, float) and not (arg.real or arg.text or arg.choices):
                 self.flags[name] = int(value)  # a whole number written 4.0 (JSON allows it)
         try:

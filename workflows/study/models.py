@@ -189,6 +189,8 @@ def layout_problem(study: Study, p: int, flags: dict[str, int]) -> str | None:
     """Why the model's layout rejects ``p`` processes, or None."""
     try:
         build(study, p, flags)
+    except SpecError as e:
+        return e.render(STUDY_NAMES)
     except (LayoutError, ValueError) as e:
         return str(e)
     return None
