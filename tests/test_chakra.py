@@ -311,12 +311,166 @@ def test_missing_ranks_and_bad_directories(tmp_path):
         read_trace_set(tmp_path)
     _hand_trace(tmp_path)
     (tmp_path / "hand.0.et").rename(tmp_path / "hand.2.et")
-    with pytest.raises(ChakraError, match="ranks 0 of hand are missing"):
+    with pytest.raises(ChakraError) as e:
         read_trace_set(tmp_path)
+    assert str(e.value) == (
+        f"{tmp_path}: rank 0's trace file hand.0.et is missing (the set has 3 ranks: "
+        "hand.2.et is there); copy or export the whole set again"
+    )
     (tmp_path / "hand.2.et").write_bytes(b"\x05garbage")
-    (tmp_path / "hand.0.et").write_bytes(b"\xff\xff")
-    with pytest.raises(ChakraError, match=r"hand\.0\.et: not a Chakra trace"):
+    (tmp_path / "hand.0.et").write_bytes(b"\x04\xff\xff\xff\xff")
+    with pytest.raises(ChakraError, match=r"hand\.0\.et: not a Chakra trace \(record at byte 0"):
         read_trace_set(tmp_path)
+    # A length cut short by the end of the file.
+    (tmp_path / "hand.0.et").write_bytes(b"\xff\xff")
+    with pytest.raises(ChakraError) as e:
+        read_trace_set(tmp_path)
+    assert str(e.value) == (
+        f"{tmp_path / 'hand.0.et'}: truncated or corrupt: the file (2 bytes) ends in the "
+        "length of the record at byte 0; copy or export the set again"
+    )
+    # A file given for the folder is said to be one (it was "no such directory").
+    with pytest.raises(ChakraError) as e:
+        read_trace_set(tmp_path / "comm_group.json")
+    assert str(e.value) == (
+        f"{tmp_path / 'comm_group.json'} is a file, not a folder: a trace set is the folder "
+        "holding its <prefix>.<rank>.et files and comm_group.json"
+    )
+
+
+def _exported(tmp_path: Path) -> Path:
+    """A 4-rank trace set of GPT-2 (8 layers on 2 stages: groups dp and pp) in tmp_path/et."""
+    out = tmp_path / "et"
+    export_trace_set(RunSpec("gpt2", args=(8, 2), world_size=4, scale=0.001).workload(), out)
+    return out
+
+
+def _records(data: bytes) -> list[tuple[int, int, int]]:
+    """(start, start of the message, end) of each length-delimited record of a rank
+    file, in bytes."""
+    out, pos = [], 0
+    while pos < len(data):
+        start, size, shift = pos, 0, 0
+        while True:
+            b = data[pos]
+            pos += 1
+            size |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+        out.append((start, pos, pos + size))
+        pos += size
+    return out
+
+
+def test_a_deleted_rank_file_is_named_as_missing(tmp_path):
+    # The last rank's file deleted: the set read as 3 ranks, and comm_group.json's groups
+    # were blamed ("process groups of kind 'dp' overlap or name ranks outside 0..2").
+    out = _exported(tmp_path)
+    (out / "trace.3.et").unlink()
+    with pytest.raises(ChakraError) as e:
+        read_trace_set(out)
+    assert str(e.value) == (
+        f"{out}: rank 3's trace file trace.3.et is missing (the set has 4 ranks: "
+        "trace.0.et's metadata says so); copy or export the whole set again"
+    )
+    (out / "trace.1.et").unlink()
+    with pytest.raises(
+        ChakraError, match=r"the trace files of 2 ranks are missing: trace\.1\.et, "
+    ):
+        read_trace_set(out)
+    # A set from elsewhere (no metadata of ours): comm_group.json names the ranks.
+    hand = tmp_path / "hand"
+    hand.mkdir()
+    _hand_trace(hand)
+    (hand / "comm_group.json").write_text('{"1": [0, 1], "2": [2]}')
+    with pytest.raises(ChakraError) as e:
+        read_trace_set(hand)
+    assert str(e.value) == (
+        f"{hand}: rank 2's trace file hand.2.et is missing (the set has 3 ranks: "
+        "comm_group.json names rank 2); copy or export the whole set again"
+    )
+
+
+def test_a_truncated_rank_file_is_named_wherever_it_is_cut(tmp_path):
+    # Cut inside a record, the record's start parsed as a node without its last fields
+    # (e.g. "has no comm_dst attribute"); cut between two records, it parsed whole.
+    out = _exported(tmp_path)
+    whole = (out / "trace.3.et").read_bytes()
+    records = _records(whole)
+    ends = [end for _, _, end in records]
+    assert ends[-1] == len(whole)
+    cuts = sorted({*ends[:-1], *range(1, len(whole), 37), 1000})
+    for cut in cuts:
+        (out / "trace.3.et").write_bytes(whole[:cut])
+        with pytest.raises(ChakraError) as e:
+            read_trace_set(out)
+        message = str(e.value)
+        assert message.startswith(f"{out / 'trace.3.et'}: truncated or corrupt: the file "), cut
+        assert message.endswith("; copy or export the set again"), cut
+    (out / "trace.3.et").write_bytes(whole[:1000])
+    with pytest.raises(ChakraError) as e:
+        read_trace_set(out)
+    start, body, end = next(r for r in records if r[0] < 1000 < r[2])
+    assert str(e.value) == (
+        f"{out / 'trace.3.et'}: truncated or corrupt: the file (1000 bytes) ends "
+        f"{1000 - body} bytes into the record of {end - body} bytes at byte {start}; copy or "
+        "export the set again"
+    )
+    (out / "trace.3.et").write_bytes(whole[: ends[-2]])  # the last node gone, nothing cut
+    with pytest.raises(ChakraError) as e:
+        read_trace_set(out)
+    nodes = len(ends) - 1
+    assert str(e.value).endswith(
+        f"ends after {nodes - 1} of the {nodes} nodes its metadata counts; copy or export the "
+        "set again"
+    )
+    (out / "trace.3.et").write_bytes(whole)
+    assert read_trace_set(out).world_size == 4
+
+
+def test_a_broken_set_is_one_line_naming_the_file_in_every_front_end(tmp_path, capsys):
+    from simnet.cli import main as simnet_main
+
+    out = _exported(tmp_path)
+    (out / "trace.3.et").write_bytes((out / "trace.3.et").read_bytes()[:1000])
+    a_file = tmp_path / "some_file.json"
+    a_file.write_text("{}")
+    cases = [
+        (
+            out,
+            f"{out / 'trace.3.et'}: truncated or corrupt: the file (1000 bytes) ends ",
+            f"{out / 'trace.3.et'}: truncated or corrupt: the file (1000 bytes) ends ",
+            f"workload: chakra: {out / 'trace.3.et'}: truncated or corrupt: the file (1000 ",
+        ),
+        (
+            a_file,
+            f"{a_file} is a file, not a folder: a trace set is the folder holding its "
+            "<prefix>.<rank>.et files and comm_group.json",
+            f"--trace-dir {a_file} is a file, not a folder: a trace set is the folder ",
+            f"workload.flags.trace_dir {a_file} is a file, not a folder: a trace set ",
+        ),
+    ]
+    for where, shown, replayed, simulated in cases:
+        r = _simnet("chakra", "show", str(where))
+        assert r.returncode == 2 and r.stderr.startswith(f"error: {shown}"), r.stderr
+        assert len(r.stderr.splitlines()) == 1
+        # (one process, no mpiexec: the set is read before MPI starts)
+        r = subprocess.run(
+            [sys.executable, "-m", "proxies.chakra", "--trace-dir", str(where), "--iters", "1"],
+            capture_output=True, text=True, timeout=120, cwd=ROOT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert r.returncode == 2 and r.stderr.startswith(f"error: chakra: {replayed}"), r.stderr
+        assert len(r.stderr.splitlines()) == 1 and r.stdout == ""
+        cfg = tmp_path / "c.json"
+        cfg.write_text(json.dumps({
+            "topology": {"type": "switch"},
+            "workload": {"name": "chakra", "world_size": 4, "flags": {"trace_dir": str(where)}},
+        }))  # fmt: skip
+        load.__globals__["_CACHE"].clear()
+        assert simnet_main(["--config", str(cfg), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {simulated}") and len(err.splitlines()) == 1, err
 
 
 def test_world_size_must_match_the_trace_set(tmp_path):

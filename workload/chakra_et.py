@@ -25,12 +25,18 @@ Import (:func:`read_trace_set`): a trace set written here comes back as the same
 programs and groups. Any other trace is read by its schema fields alone: nodes in
 dependency order, communication non-blocking and waited for where a later node depends
 on it, compute blocking; METADATA_NODEs are skipped. Node kinds without a meaning
-here (memory loads and stores, gather, scatter) are refused, naming the node.
+here (memory loads and stores, gather, scatter) are refused, naming the node. A set
+with a rank file missing is refused naming the file: its ranks are 0..P-1, P the
+largest of the highest rank file's, the metadata's ``commsim_world_size`` and the
+ranks ``comm_group.json`` names. So is a file cut short: a record running past the
+end of the file, or fewer nodes than the metadata's ``commsim_nodes`` (written since
+a file cut between two records reads as a whole, shorter one).
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import json
 import math
 from collections.abc import Callable
@@ -40,7 +46,7 @@ from typing import Any
 
 from .ops import Collective, Compute, Op, Recv, Send, Testany, Wait
 from .program import Workload
-from .results import UNFINISHED_MARKER, atomic_write, write_text
+from .results import UNFINISHED_MARKER, atomic_write, counted, write_text
 from .units import ELEM_BYTES
 
 INSTALL_HINT = "pip install --no-deps mlc-chakra protobuf"
@@ -123,6 +129,7 @@ def export_trace_set(
         path = trace_path(directory, prefix, rank)
 
         def write(f: Any, rank: int = rank) -> None:
+            nodes = _rank_nodes(et, workload, rank, ids)
             meta = et.GlobalMetadata(version=SCHEMA_VERSION)
             meta.attr.extend(
                 [
@@ -131,10 +138,12 @@ def export_trace_set(
                     _attr(et, "commsim_phases", [ph.name for ph in workload.phases]),
                     _attr(et, "commsim_group_kinds", json.dumps(kinds)),
                     _attr(et, "commsim_rank", rank),
+                    # A file cut between two records still parses: the count finds it.
+                    _attr(et, "commsim_nodes", len(nodes)),
                 ]
             )
             encode(f, meta)
-            for node in _rank_nodes(et, workload, rank, ids):
+            for node in nodes:
                 encode(f, node)
 
         # The project's writer: a link is followed, a device written into, not replaced.
@@ -245,11 +254,25 @@ class TraceSet:
     source: str
 
 
+def trace_dir_problem(directory: Path) -> str | None:
+    """Why ``directory`` cannot be a trace set's folder (it is absent, or a file), or None."""
+    directory = Path(directory)
+    if directory.is_dir():
+        return None
+    if directory.exists():
+        return (
+            f"{directory} is a file, not a folder: a trace set is the folder holding its "
+            f"<prefix>.<rank>.et files and {COMM_GROUP_FILE}"
+        )
+    return f"{directory}: no such directory"
+
+
 def trace_prefix(directory: Path) -> str:
     """The prefix of the one trace set in ``directory`` (``<prefix>.<rank>.et``)."""
     directory = Path(directory)
-    if not directory.is_dir():
-        raise ChakraError(f"{directory}: no such directory")
+    problem = trace_dir_problem(directory)
+    if problem:
+        raise ChakraError(problem)
     prefixes = {p.name.rsplit(".", 2)[0] for p in directory.glob("*.*.et")}
     if not prefixes:
         raise ChakraError(f"{directory}: no Chakra traces (<prefix>.<rank>.et) in it")
@@ -262,7 +285,7 @@ def trace_prefix(directory: Path) -> str:
 
 def read_trace_set(directory: Path) -> TraceSet:
     """The trace set in ``directory`` as rank programs (ChakraError: what is wrong)."""
-    et, _, decode = _chakra()
+    et, _, _ = _chakra()
     directory = Path(directory)
     prefix = trace_prefix(directory)
     if (directory / UNFINISHED_MARKER).exists():
@@ -271,12 +294,6 @@ def read_trace_set(directory: Path) -> TraceSet:
             "rank files may mix two sets: export it again"
         )
     ranks = sorted(int(p.name.rsplit(".", 2)[1]) for p in directory.glob(f"{prefix}.*.et"))
-    if ranks != list(range(len(ranks))):
-        missing = sorted(set(range(max(ranks) + 1)) - set(ranks))
-        raise ChakraError(
-            f"{directory}: ranks {', '.join(map(str, missing[:8]))} of {prefix} are missing"
-        )
-    p = len(ranks)
     pg_ranks: dict[str, tuple[int, ...]] = {}
     groups_file = directory / COMM_GROUP_FILE
     if groups_file.exists():
@@ -287,12 +304,13 @@ def read_trace_set(directory: Path) -> TraceSet:
             }
         except (ValueError, TypeError, AttributeError) as e:
             raise ChakraError(f"{groups_file}: not a process-group file ({e})") from None
+    p = _rank_count(et, directory, prefix, ranks, pg_ranks)
     per_rank: list[list[tuple[str, Op]]] = []
     kinds: dict[str, str] = {}
     model, phase_names = "chakra", None
     for rank in ranks:
         path = trace_path(directory, prefix, rank)
-        meta, nodes = _read_file(et, decode, path)
+        meta, nodes = _read_file(et, path)
         attrs = _attrs(meta)
         kinds.update(json.loads(attrs.get("commsim_group_kinds", "{}")))
         model = attrs.get("commsim_model", model)
@@ -312,25 +330,117 @@ def read_trace_set(directory: Path) -> TraceSet:
     return TraceSet(p, phase_names, programs, groups, model, str(directory / prefix))
 
 
-def _read_file(et: Any, decode: Callable, path: Path) -> tuple[Any, list[Any]]:
-    nodes = []
-    with open(path, "rb") as f:
-        meta = et.GlobalMetadata()
-        try:
-            if not decode(f, meta):
-                raise ChakraError(
-                    f"{path}: not a Chakra trace (no GlobalMetadata message at its start)"
+def _rank_count(
+    et: Any, directory: Path, prefix: str, ranks: list[int], pg_ranks: dict[str, tuple[int, ...]]
+) -> int:
+    """The set's rank count: its rank files must be 0..P-1, P being the most that any
+    source names (the highest rank file, the project's metadata, comm_group.json), so
+    that a deleted file is named as missing rather than found later as a group naming an
+    unknown rank or a send to one."""
+    claims = [(ranks[-1] + 1, f"{prefix}.{ranks[-1]}.et is there")]
+    first = trace_path(directory, prefix, ranks[0])
+    said = _attrs(_read_records(et, first, metadata_only=True)[0]).get("commsim_world_size")
+    if isinstance(said, int):
+        claims.append((said, f"{first.name}'s metadata says so"))
+    named = max((max(g) for g in pg_ranks.values() if g), default=-1)
+    if named >= 0:
+        claims.append((named + 1, f"{COMM_GROUP_FILE} names rank {named}"))
+    p, why = max(claims, key=lambda c: c[0])
+    if len(ranks) < p:
+        # (the first few, without a set of P ranks: a corrupt count may be huge)
+        have = set(ranks)
+        first_missing = list(itertools.islice((r for r in range(p) if r not in have), 8))
+        files = ", ".join(f"{prefix}.{r}.et" for r in first_missing)
+        n = p - len(ranks)
+        files += f" and {n - 8} more" if n > 8 else ""
+        if n == 1:
+            what = f"rank {first_missing[0]}'s trace file {files} is missing"
+        else:
+            what = f"the trace files of {n} ranks are missing: {files}"
+        raise ChakraError(
+            f"{directory}: {what} (the set has {p} ranks: {why}); copy or export the whole "
+            "set again"
+        )
+    return p
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int] | None:
+    """(value, position after it) of the varint at ``pos``; None if ``data`` ends in it."""
+    value = shift = 0
+    while pos < len(data):
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+    return None
+
+
+def _read_records(et: Any, path: Path, metadata_only: bool = False) -> list[Any]:
+    """The messages of one rank file: its GlobalMetadata, then its Nodes (only the
+    former with ``metadata_only``). Each is a varint byte length then that many bytes,
+    as mlc-chakra's ``encodeMessage`` writes them; a zero length ends the file, as its
+    ``decodeMessage`` reads. Its reader takes a record cut short by the end of the file
+    as whole, which can parse as a node missing its last fields: a short read is a
+    truncated file here, and so is a metadata node count (``commsim_nodes``) that the
+    nodes fall short of."""
+    data = path.read_bytes()
+    messages: list[Any] = []
+    pos = 0
+    while pos < len(data):
+        start = pos
+        head = _varint(data, pos)
+        if head is None:
+            raise ChakraError(
+                _truncated(path, len(data), f"in the length of the record at byte {start}")
+            )
+        size, pos = head
+        if size == 0:
+            break
+        if pos + size > len(data):
+            raise ChakraError(
+                _truncated(
+                    path,
+                    len(data),
+                    f"{len(data) - pos} bytes into the record of {size} bytes at byte {start}",
                 )
-            while True:
-                node = et.Node()
-                if not decode(f, node):
-                    break
-                nodes.append(node)
-        except ChakraError:
-            raise
-        except Exception as e:  # protobuf's DecodeError and truncated varints alike
-            raise ChakraError(f"{path}: not a Chakra trace ({type(e).__name__}: {e})") from None
-    return meta, nodes
+            )
+        msg = et.Node() if messages else et.GlobalMetadata()
+        try:
+            msg.ParseFromString(data[pos : pos + size])
+        except Exception as e:  # protobuf's DecodeError, whichever implementation
+            raise ChakraError(
+                f"{path}: not a Chakra trace (record at byte {start}: {type(e).__name__}: {e})"
+            ) from None
+        messages.append(msg)
+        pos += size
+        if metadata_only:
+            break
+    if not messages:
+        raise ChakraError(f"{path}: not a Chakra trace (no GlobalMetadata message at its start)")
+    want = _attrs(messages[0]).get("commsim_nodes")
+    if not metadata_only and isinstance(want, int) and len(messages) - 1 < want:
+        raise ChakraError(
+            _truncated(
+                path,
+                len(data),
+                f"after {len(messages) - 1} of the {want} nodes its metadata counts",
+            )
+        )
+    return messages
+
+
+def _truncated(path: Path, size: int, where: str) -> str:
+    return (
+        f"{path}: truncated or corrupt: the file ({counted(size, 'byte')}) ends {where}; "
+        "copy or export the set again"
+    )
+
+
+def _read_file(et: Any, path: Path) -> tuple[Any, list[Any]]:
+    messages = _read_records(et, path)
+    return messages[0], messages[1:]
 
 
 def _attrs(msg: Any) -> dict[str, Any]:

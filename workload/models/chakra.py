@@ -63,8 +63,14 @@ class ChakraTrace(Model):
         world_size, params, options, _ = req
         if not params["trace_dir"]:
             raise LayoutError("chakra: give the trace set's directory (--trace-dir DIR)")
-        from ..chakra_et import ChakraError
+        from ..chakra_et import ChakraError, trace_dir_problem
+        from ..spec import SpecError  # (spec imports this registry: not at import time)
 
+        problem = trace_dir_problem(Path(params["trace_dir"]).expanduser())
+        if problem:
+            # The option is what to fix (a file given for the folder): each front end
+            # names it its way.
+            raise SpecError("flags", f"{{field:flags.trace_dir}} {problem}")
         try:
             traces = load(params["trace_dir"])
         except ChakraError as e:
