@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -443,3 +444,53 @@ def test_the_main_jobs_configuration_errors_are_one_line(tmp_path):
         assert r.returncode == 2, r.stderr
         assert r.stderr.startswith(first) and "Traceback" not in r.stderr, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.json", "unknown.json"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # A traceback on every rank (ValueError: local_size must be ...), exit 1.
+        (["--hierarchical", "-1"], "--hierarchical: must be >= 0 (got -1)"),
+        # Accepted, and recorded as compute_us -5 in the JSON.
+        (["--compute-us", "-5"], "--compute-us: must be >= 0 (got -5)"),
+        # --hierarchical was ignored: the ring's reduce-scatter and allgather ran.
+        (
+            ["--algorithm", "ring", "--hierarchical", "2"],
+            "--algorithm ring and --hierarchical 2 do not go together: --hierarchical runs "
+            "the two-level algorithm, which --algorithm ring would replace; leave out one of "
+            "them",
+        ),
+        # "local_size must be an integer >= 1 ... (got None)", naming no option.
+        (
+            ["--algorithm", "hierarchical"],
+            "--algorithm hierarchical needs the group size: add --hierarchical N (groups of N "
+            "ranks, N dividing the world size)",
+        ),
+    ],
+    ids=lambda a: " ".join(a) if isinstance(a, list) else "",
+)
+def test_alexnet_rings_own_options_are_checked_in_one_line(args, message):
+    r = _run("proxies.alexnet_ring", *args, "--iters", "1", "--warmup", "0")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr == f"error: alexnet_ring: {message}\n"
+    assert r.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"hierarchical": -2}, "workload.flags.hierarchical: must be >= 0 (got -2)"),
+        # As training.compute_us_per_step: -5000 is refused.
+        ({"compute_us": -5000}, "workload.flags.compute_us: must be >= 0 (got -5000)"),
+    ],
+)
+def test_alexnet_rings_options_in_a_configuration_are_checked_in_one_line(tmp_path, flags, message):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({
+        "topology": {"type": "switch"},
+        "workload": {"name": "alexnet_ring", "world_size": 4, "scale": 0.001, "flags": flags},
+    }))  # fmt: skip
+    r = _run("simnet", "--config", str(cfg), "--out", str(tmp_path / "out"))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr == f"error: {message}\n"
+    assert not (tmp_path / "out").exists()

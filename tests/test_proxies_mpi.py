@@ -218,6 +218,12 @@ def test_a_trace_path_with_rank_gives_each_rank_its_own_file(tmp_path):
             "dlrm: --algorithm ring cannot run its alltoall on 2 ranks",
         ),
         (2, ["proxies.resnet152", "--per-tensor"], "--per-tensor is not available"),
+        # (a ValueError traceback on every rank, exit 1)
+        (
+            4,
+            ["proxies.alexnet_ring", "--hierarchical", "-1", *FAST],
+            "error: alexnet_ring: --hierarchical: must be >= 0 (got -1)",
+        ),
     ],
 )
 def test_bad_input_one_line_exit_2(n, args, message):

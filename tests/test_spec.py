@@ -331,3 +331,28 @@ def test_a_models_option_is_named_as_each_front_end_names_it():
         "collectives.algorithm x needs workload.flags.scaling_size and workload.iterations"
     )
     assert both.render(STUDY_NAMES) == "--algorithm x needs --flag scaling_size and --iters"
+
+
+def test_alexnet_rings_group_size_and_algorithm_name_one_schedule():
+    # --hierarchical G is the two-level algorithm; --algorithm may name it again only.
+    for algorithm in (None, "hierarchical"):
+        spec = RunSpec(model="alexnet_ring", flags={"hierarchical": 2}, algorithm=algorithm)
+        assert spec.workload(4).info["algorithm"] == "hierarchical"
+    assert RunSpec(model="alexnet_ring", algorithm="ring").workload(4).info["algorithm"] == "ring"
+    with pytest.raises(SpecError) as e:
+        RunSpec(model="alexnet_ring", flags={"hierarchical": 2}, algorithm="multiring")
+    assert e.value.field == "algorithm"
+    assert e.value.render(STUDY_NAMES) == (
+        "--algorithm multiring and --flag hierarchical 2 do not go together: --flag "
+        "hierarchical runs the two-level algorithm, which --algorithm multiring would "
+        "replace; leave out one of them"
+    )
+    with pytest.raises(SpecError) as e:
+        RunSpec(model="alexnet_ring", algorithm="hierarchical")
+    assert str(e.value).startswith("--algorithm hierarchical needs the group size: add ")
+    # Negative values are refused where they are given; 0 stays valid for both.
+    for flag in ("hierarchical", "compute_us"):
+        with pytest.raises(SpecError, match=rf"^--{flag.replace('_', '-')}: must be >= 0"):
+            RunSpec(model="alexnet_ring", flags={flag: -1})
+    ok = RunSpec(model="alexnet_ring", flags={"hierarchical": 0, "compute_us": 0})
+    assert ok.workload(4).info["compute_us_per_step"] == 0

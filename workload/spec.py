@@ -205,6 +205,9 @@ class RunSpec:
                 "per_tensor",
                 f"{{field}} is not available for {m.name} ({m.no_per_tensor_reason})",
             )
+        problem = m.options_problem(self.params(), self.algorithm)
+        if problem:
+            raise SpecError(*problem)
 
     # -- what the spec gives ------------------------------------------------------------
     @property

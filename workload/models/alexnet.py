@@ -15,6 +15,7 @@ moves by the project's own point-to-point schedules in both executors.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..layout import LayoutError, world_groups
@@ -60,8 +61,14 @@ class AlexNetRing(Model):
     )
     args = (Arg("input_channels", 3, "image channels"), Arg("num_classes", 10, "classes"))
     flags = (
-        Arg("compute_us", DEFAULT_COMPUTE_US_PER_STEP, "emulated compute per step (us)"),
-        Arg("hierarchical", 0, "group size of the two-level algorithm (0: rings)"),
+        Arg("compute_us", DEFAULT_COMPUTE_US_PER_STEP, "emulated compute per step (us)", minimum=0),
+        Arg(
+            "hierarchical",
+            0,
+            "group size of the two-level algorithm (0: rings); with --algorithm, only "
+            "--algorithm hierarchical",
+            minimum=0,
+        ),
     )
     order = 120
     counts = Counts(0, 100, 1, 10)
@@ -78,6 +85,27 @@ class AlexNetRing(Model):
     group_size_flag = "hierarchical"
     uses_ring_orders = True
     trainer_module = "proxies.ring_trainer"
+
+    def options_problem(
+        self, params: Mapping[str, Any], algorithm: str | None
+    ) -> tuple[str, str] | None:
+        """The group size and the algorithm name one schedule: --hierarchical G is the
+        two-level algorithm, which --algorithm can only name again."""
+        local = params.get("hierarchical") or 0
+        if algorithm == "hierarchical" and not local:
+            return (
+                "algorithm",
+                "{field} hierarchical needs the group size: add {field:flags.hierarchical} N "
+                "(groups of N ranks, N dividing the world size)",
+            )
+        if local and algorithm not in (None, "hierarchical"):
+            return (
+                "algorithm",
+                f"{{field}} {algorithm} and {{field:flags.hierarchical}} {local} do not go "
+                f"together: {{field:flags.hierarchical}} runs the two-level algorithm, which "
+                f"{{field}} {algorithm} would replace; leave out one of them",
+            )
+        return None
 
     def _build(self, req: BuildRequest) -> Workload:
         world_size, params, options, _ = req

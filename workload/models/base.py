@@ -4,7 +4,7 @@ facts the studies and the configuration file need about it."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -25,6 +25,8 @@ class Arg:
     real: bool = False  # a number with a fraction allowed, not only a whole one
     # A file or folder (a text option): in a configuration file, relative to its folder.
     path: bool = False
+    # The smallest value a number takes (None: any).
+    minimum: float | None = None
 
     def check(self, value: object) -> str | None:
         """Why ``value`` cannot be this option's value (None: it can)."""
@@ -40,6 +42,8 @@ class Arg:
             return f"must be a number (got {value!r})"
         if not self.real and isinstance(value, float) and not value.is_integer():
             return f"must be a whole number (got {value!r})"
+        if self.minimum is not None and value < self.minimum:
+            return f"must be >= {self.minimum:g} (got {value:g})"
         return None
 
 
@@ -153,6 +157,16 @@ class Model(ABC):
                 raise ValueError(f"{self.name}: {a.name} must be >= 1 (got {v})")
             out[a.name] = v
         return out
+
+    def options_problem(
+        self, params: Mapping[str, Any], algorithm: str | None
+    ) -> tuple[str, str] | None:
+        """Why the model's options cannot run together, known before any world size:
+        (the field to fix, the reason with ``{field}`` and ``{field:NAME}`` where the front
+        end names the fields, as :class:`workload.spec.SpecError` takes them), or None.
+        ``params``: every argument and option, defaults filled in; ``algorithm``: the
+        ``--algorithm`` given, if any."""
+        return None
 
     def flag_default(self, name: str) -> int | str:
         """The default of the named option ``name``."""
