@@ -39,7 +39,7 @@ def output_files_problem(
     for rank in ranks if per_rank else (0,):
         path = trace.replace("{rank}", str(rank))
         option = f"--trace (rank {rank}'s file)" if per_rank else "--trace"
-        if same is not None and os.path.realpath(path) == same:
+        if same is not None and os.path.realpath(path) == same and not _written_into(same):
             return (
                 f"{option} {path} is the --json file too: the trace would replace the "
                 "results; name two files"
@@ -48,3 +48,10 @@ def output_files_problem(
         if problem:
             return problem
     return None
+
+
+def _written_into(path: str) -> bool:
+    """Whether ``path`` is written into rather than replaced (a device such as /dev/null,
+    or a FIFO): then the JSON and the trace can both go to it, neither replacing the
+    other."""
+    return os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path)

@@ -187,13 +187,16 @@ def run(
             else None
         )
         if say:
+            # (every option that changes what runs is named here, not only in the JSON)
+            algorithm = f"algorithm {spec.algorithm}, " if spec.algorithm else ""
+            whose = " (--reference-counts)" if spec.reference_counts else ""
             say(
                 f"{model.name}: {counted(size, 'rank')}, thread level "
                 f"{thread_level_name(MPI.Query_thread())}, progress throttle "
                 f"{'on' if settings.throttle else 'off'} ({settings.throttle_reason}), "
                 f"progress {settings.progress_text()}, "
-                f"scale {spec.scale:g}, compute {spec.compute}, {warmup} warm-up + "
-                f"{counted(runs, 'timed iteration')}; {library_version()}"
+                f"scale {spec.scale:g}, compute {spec.compute}, {algorithm}{warmup} warm-up + "
+                f"{counted(runs, 'timed iteration')}{whose}; {library_version()}"
             )
         runs_done = [ex.run_phase(ph.name, warmup, runs, say) for ph in workload.phases]
         local = [report.rank_figures(r, breakdown) for r in runs_done]

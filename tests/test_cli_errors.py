@@ -494,3 +494,43 @@ def test_alexnet_rings_options_in_a_configuration_are_checked_in_one_line(tmp_pa
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr == f"error: {message}\n"
     assert not (tmp_path / "out").exists()
+
+
+def test_json_and_trace_may_both_go_to_a_device_or_fifo_not_to_one_file(tmp_path):
+    # Both to /dev/null was refused as "the trace would replace the results": a device
+    # is written into, so neither replaces the other. One regular file still is refused.
+    import argparse
+    import os
+
+    from proxies.outputs import output_files_problem
+
+    def problem(json_path: str, trace: str) -> str | None:
+        return output_files_problem(argparse.Namespace(json=json_path, trace=trace))
+
+    assert problem("/dev/null", "/dev/null") is None
+    (tmp_path / "null").symlink_to("/dev/null")
+    assert problem(str(tmp_path / "null"), "/dev/null") is None
+    os.mkfifo(tmp_path / "fifo")
+    assert problem(str(tmp_path / "fifo"), str(tmp_path / "fifo")) is None
+    same = str(tmp_path / "r.json")
+    assert problem(same, same) == (
+        f"--trace {same} is the --json file too: the trace would replace the results; "
+        "name two files"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--iters", "3", "--warmup", "2"], "--iters and --warmup"),
+        (["--warmup", "0"], "--warmup"),
+    ],
+)
+def test_reference_counts_do_not_go_with_explicit_counts(args, named):
+    # The explicit counts silently won: 2 + 3 iterations ran under --reference-counts.
+    r = _run("proxies.gpt2", "8", "2", "--reference-counts", *args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr == (
+        "error: gpt2: --reference-counts runs the reference's counts (10 warm-up + 256 "
+        f"timed), so {named} cannot go with it: leave out one or the other\n"
+    )

@@ -326,6 +326,17 @@ def test_schedule_algorithm_runs_over_mpi(tmp_path):
     check_ranks(doc, lambda r: (Counter(world=6), Counter(world=total)), 0)
 
 
+def test_the_start_line_names_the_algorithm_and_whose_counts_run():
+    # --algorithm was only in the JSON; both files to /dev/null were refused as one file.
+    r = mpirun(2, "proxies.alexnet_ring", "--algorithm", "ring", "--reference-counts",
+               "--scale", "0.0001", "--compute", "none", "--json", "/dev/null", "--trace",
+               "/dev/null", timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    start = r.stdout.splitlines()[0]
+    assert ", compute none, algorithm ring, 0 warm-up + 100 timed iterations " in start
+    assert "(--reference-counts); " in start
+
+
 def test_nonblocking_schedule_collectives_overlap_compute(tmp_path):
     # ResNet-152's bucket allreduces run on the project's ring schedule: they
     # advance at each Testany and at the final wait, so most of their time in

@@ -205,6 +205,19 @@ class RunSpec:
                 "per_tensor",
                 f"{{field}} is not available for {m.name} ({m.no_per_tensor_reason})",
             )
+        given = [name for name in ("iters", "warmup") if getattr(self, name) is not None]
+        if self.reference_counts and given:
+            # Either the counts are the reference's or they are the user's: one of them
+            # silently winning made a run that was neither what was asked.
+            c = m.counts
+            whose = "the reference's" if m.has_reference else "the model's fixed"
+            raise SpecError(
+                "reference_counts",
+                f"{{field}} runs {whose} counts ({c.reference_warmup} warm-up + "
+                f"{c.reference_runs} timed), so "
+                + " and ".join(f"{{field:{name}}}" for name in given)
+                + " cannot go with it: leave out one or the other",
+            )
         problem = m.options_problem(self.params(), self.algorithm)
         if problem:
             raise SpecError(*problem)
