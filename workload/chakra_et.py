@@ -67,17 +67,18 @@ class ChakraError(ValueError):
     """A trace set that cannot be read or written, and why."""
 
 
-def _chakra() -> tuple[Any, Callable, Callable]:
-    """(the schema module, encodeMessage, decodeMessage) of ``mlc-chakra``."""
+def _chakra() -> tuple[Any, Callable]:
+    """(the schema module, encodeMessage) of ``mlc-chakra`` (its decodeMessage takes a
+    record cut short by the end of a file as whole: :func:`_read_records` reads)."""
     try:
         from chakra.schema.protobuf import et_def_pb2
-        from chakra.src.third_party.utils.protolib import decodeMessage, encodeMessage
+        from chakra.src.third_party.utils.protolib import encodeMessage
     except ImportError as e:
         raise ChakraError(
             f"Chakra traces need the mlc-chakra package ({INSTALL_HINT}; ./install.sh "
             f"installs it): {e}"
         ) from None
-    return et_def_pb2, encodeMessage, decodeMessage
+    return et_def_pb2, encodeMessage
 
 
 def trace_path(directory: Path, prefix: str, rank: int) -> Path:
@@ -119,7 +120,7 @@ def export_trace_set(
     Files are written through :func:`workload.results.atomic_write` (each under a
     temporary name, renamed when complete).
     """
-    et, encode, _ = _chakra()
+    et, encode = _chakra()
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     ids, groups_doc = _group_ids(workload)
@@ -285,7 +286,7 @@ def trace_prefix(directory: Path) -> str:
 
 def read_trace_set(directory: Path) -> TraceSet:
     """The trace set in ``directory`` as rank programs (ChakraError: what is wrong)."""
-    et, _, _ = _chakra()
+    et, _ = _chakra()
     directory = Path(directory)
     prefix = trace_prefix(directory)
     if (directory / UNFINISHED_MARKER).exists():
