@@ -889,11 +889,17 @@ def test_fat_tree_routes_are_known_without_searches(k, oversubscription, latency
     # A fat-tree as its builder made it routes by arithmetic: every pair's route, for
     # every flow key, is the one the searches unrank, and no search is made for it.
     g = topologies.fat_tree(k, 10e9, latency_s, oversubscription)
+    _routes_are_the_searches(g, ecmp, "_FatTreeRoutes")
+
+
+def _routes_are_the_searches(g, ecmp, kind):
+    """Every pair's route on ``g`` by arithmetic (``kind``), for four flow keys, the
+    uncached route and the route count, against the searches'; no search made."""
     fast = topologies.Router(g, ecmp=ecmp)
-    assert fast._arith is not None
+    assert type(fast._arith).__name__ == kind
     searched = topologies.Router(g, ecmp=ecmp)
     searched._arith = None
-    n = k**3 // 4
+    n = g.graph["num_endpoints"]
     keys = (0, 5, "x", (3, 4)) if fast.ecmp else (0,)
     for s in range(n):
         for d in range(n):
@@ -966,19 +972,7 @@ def test_rail_optimised_routes_are_known_without_searches(nodes, per, nvl_lat, n
     # A rail-optimised cluster as its builder made it routes by arithmetic: every pair's
     # route, for every flow key, is the one the searches unrank, and no search is made.
     g = topologies.rail_optimised(nodes, per, 300e9, 25e9, nvl_lat, nic_lat)
-    fast = topologies.Router(g, ecmp=ecmp)
-    assert type(fast._arith).__name__ == "_RailRoutes"
-    searched = topologies.Router(g, ecmp=ecmp)
-    searched._arith = None
-    n = nodes * per
-    keys = (0, 5, "x", (3, 4)) if fast.ecmp else (0,)
-    for s in range(n):
-        for d in range(n):
-            for key in keys:
-                assert fast.path(s, d, key) == searched.path(s, d, key), (s, d, key)
-            assert fast.path_uncached(s, d) == searched.path(s, d)
-            assert fast._arith.count(s, d) == (searched.num_paths(s, d) if s != d else 1)
-    assert not fast._searches
+    _routes_are_the_searches(g, ecmp, "_RailRoutes")
 
 
 def test_rail_optimised_routes_by_hand():
@@ -1019,19 +1013,7 @@ def test_dragonfly_routes_are_known_without_searches(groups, routers, per_router
     # A dragonfly as its builder made it routes by arithmetic: every pair's route is the
     # one the searches find (the only one with the fewest hops), and no search is made.
     g = topologies.dragonfly(groups, routers, per_router, 25e9, 50e9, 12.5e9, 1e-7, 2e-7, 1e-6)
-    fast = topologies.Router(g, ecmp=ecmp)
-    assert type(fast._arith).__name__ == "_DragonflyRoutes"
-    searched = topologies.Router(g, ecmp=ecmp)
-    searched._arith = None
-    n = groups * routers * per_router
-    keys = (0, 5, "x") if fast.ecmp else (0,)
-    for s in range(n):
-        for d in range(n):
-            for key in keys:
-                assert fast.path(s, d, key) == searched.path(s, d, key), (s, d, key)
-            assert fast.path_uncached(s, d) == searched.path(s, d)
-            assert searched.num_paths(s, d) == 1
-    assert not fast._searches
+    _routes_are_the_searches(g, ecmp, "_DragonflyRoutes")
 
 
 def test_dragonfly_routes_by_hand_and_by_search_once_changed():

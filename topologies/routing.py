@@ -1395,6 +1395,18 @@ def _hierarchical_shape(graph: nx.DiGraph) -> tuple[int, bool] | None:
     return size, direct
 
 
+def _as_built(graph: nx.DiGraph, n: int, latencies: Iterable[tuple[Iterable[Edge], float]]) -> bool:
+    """The last checks of a graph whose routes are known by arithmetic: every link of each
+    group of ``latencies`` has that group's latency (seconds) as its builder gave it, and
+    nodes 0..n-1 are endpoints."""
+    lats = graph.edges
+    for links, lat in latencies:
+        for u, v in links:
+            if float(lats[u, v]["latency"]) != lat:
+                return False
+    return all(graph.nodes[e].get("kind") == "endpoint" for e in range(n))
+
+
 class _FatTreeRoutes:
     """The routes of a fat-tree exactly as ``topologies.fat_tree`` builds it (its
     endpoints, links and one latency on every link; bandwidths aside, so a degraded
@@ -1461,13 +1473,7 @@ class _FatTreeRoutes:
             routes = cls(k, edges)
         except KeyError:  # a link the builder makes is missing
             return None
-        lats = graph.edges
-        for u, v in edges:
-            if float(lats[u, v]["latency"]) != lat:
-                return None
-        if any(graph.nodes[e].get("kind") != "endpoint" for e in range(n)):
-            return None
-        return routes
+        return routes if _as_built(graph, n, [(edges, lat)]) else None
 
     def count(self, src: int, dst: int) -> int:
         """Equal-cost routes from endpoint ``src`` to another endpoint ``dst``."""
@@ -1551,19 +1557,13 @@ class _RailRoutes:
             routes = cls(nodes, per, edges)
         except KeyError:  # a link the builder makes is missing
             return None
-        lats = graph.edges
-        for links, lat in (
+        latencies = [
             (routes.up_nvl, nvl_lat),
             (routes.down_nvl, nvl_lat),
             (routes.up_rail, nic_lat),
             (routes.down_rail, nic_lat),
-        ):
-            for u, v in links:
-                if float(lats[u, v]["latency"]) != lat:
-                    return None
-        if any(graph.nodes[e].get("kind") != "endpoint" for e in range(n)):
-            return None
-        return routes
+        ]
+        return routes if _as_built(graph, n, latencies) else None
 
     def count(self, src: int, dst: int) -> int:
         """Equal-cost routes from endpoint ``src`` to another endpoint ``dst``."""
@@ -1641,9 +1641,7 @@ class _DragonflyRoutes:
                     go = names[i * a + dragonfly_gateway(g, a, i, j)]
                     if (go, out) not in edges or (out, back) not in edges or (out, go) not in edges:
                         return None
-        if any(graph.nodes[x].get("kind") != "endpoint" for x in range(n)):
-            return None
-        return routes
+        return routes if _as_built(graph, n, []) else None
 
     def count(self, src: int, dst: int) -> int:
         """Equal-cost routes from endpoint ``src`` to another endpoint ``dst``: one."""
