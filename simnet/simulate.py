@@ -980,6 +980,8 @@ def route_matrices(
     if router is None:
         router = topologies.Router(graph, ecmp=ecmp)
     closed = router.hierarchical_matrices()
+    if closed is None:
+        closed = router.rail_matrices()
     if closed is not None:
         return closed
     cut = set(graph.graph.get("cut_off", ()))

@@ -778,6 +778,15 @@ def _uneven_fat_tree():
     return g
 
 
+def _degraded_rails():
+    """4 nodes of 3 GPUs with a slow NVLink (GPU 1's, into its NVSwitch) and a slow NIC
+    (rail 2's switch to GPU 5): bottlenecks of some routes, not of others."""
+    g = topologies.rail_optimised(4, 3, 300e9, 25e9, 0.3e-6, 1.1e-6)
+    g.edges[1, "nvl0"]["bandwidth"] = 10e9
+    g.edges["leaf2", 5]["bandwidth"] = 5e9
+    return g
+
+
 TOPOLOGIES = {
     "ring": lambda: topologies.ring(9, bandwidth_bytes_per_s=1e9, latency_s=1.1e-6),
     "ring_one_way": lambda: topologies.ring(
@@ -799,6 +808,12 @@ TOPOLOGIES = {
     "fat_tree_uneven": lambda: _uneven_fat_tree(),
     "fat_tree_k6": lambda: topologies.fat_tree(6, bandwidth_bytes_per_s=1e9, latency_s=0.3e-6),
     "rail_optimised": lambda: topologies.rail_optimised(3, 4, 450e9, 50e9, 0.2e-6, 1.1e-6),
+    # Its matrices by arithmetic (Router.rail_matrices): degraded links, one GPU a node,
+    # one node, rails leaf10 and leaf11 sorting before leaf2, no latency.
+    "rail_degraded": lambda: _degraded_rails(),
+    "rail_one_gpu_a_node": lambda: topologies.rail_optimised(5, 1, 450e9, 50e9, 0.2e-6, 1.1e-6),
+    "rail_one_node": lambda: topologies.rail_optimised(1, 6, 450e9, 50e9, 0.2e-6, 1.1e-6),
+    "rail_twelve": lambda: topologies.rail_optimised(2, 12, 300e9, 25e9, 0.0, 0.0),
     "dragonfly": lambda: topologies.dragonfly(4, 3, 2, 25e9, 25e9, 12.5e9, 0.1e-6, 0.3e-6, 1e-6),
 }
 

@@ -1003,6 +1003,10 @@ def test_rail_optimised_routes_by_search_once_changed():
     g = topologies.rail_optimised(3, 4, 300e9, 25e9, 1e-7, 1e-6)
     g.edges[2, "leaf2"]["bandwidth"] = 1e8  # a degraded link routes as before
     assert topologies.Router(g)._arith is not None
+    # ... and its route matrices are worked out without searches (compared pair by pair in
+    # test_simnet_perf_equivalence.py), but with ECMP (each pair's hashed route)
+    assert topologies.Router(g).rail_matrices() is not None
+    assert topologies.Router(g, ecmp=True).rail_matrices() is None
 
 
 @pytest.mark.parametrize(
