@@ -28,7 +28,7 @@ import operator
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import simpy
@@ -548,6 +548,30 @@ class SimExecutor:
             self.policy.rings = [list(r) for r in cp["rings"]]
         if cp.get("local_size"):
             self.policy.local_size = cp["local_size"]
+        # Several jobs: each job's collectives run on a policy of its own, with its own
+        # schedule parameters, as alone (policy 0 is the workload's; job i's is i + 1).
+        # A group is one job's, so its first member says whose policy lays it out.
+        self._policies: list[AlgorithmPolicy] = [self.policy]
+        self._policy_names: list[str] = [""]
+        self._rank_policy: list[int] | None = None
+        if workload.jobs:
+            self._rank_policy = [0] * workload.world_size
+            for job in workload.jobs:
+                jp = job.collective_params
+                own = replace(
+                    self.policy,
+                    by_op=dict(self.policy.by_op),
+                    rings=[list(r) for r in jp["rings"]] if jp.get("rings") else None,
+                    local_size=jp.get("local_size") or None,
+                    fallbacks={},
+                    layouts={},
+                    stand_ins={},
+                )
+                self._rank_policy[job.first : job.stop] = [len(self._policies)] * (
+                    job.stop - job.first
+                )
+                self._policies.append(own)
+                self._policy_names.append(job.name)
         self.eager = eager_threshold_bytes
         self.compute_scale = compute_scale
         self.compute_overhead = float(compute_overhead_s)
@@ -606,23 +630,50 @@ class SimExecutor:
             else:
                 per_node = self._gpus_per_node(members)
                 self._node_layouts[id(members)] = (members, per_node)
-        key = (op.op, op.algorithm, p, op.count_elems, op.root, per_node)
+        which = self._policy_of(members)
+        policy = self._policies[which]
+        key = (op.op, op.algorithm, p, op.count_elems, op.root, per_node, which)
         hit = self._schedules.get(key)
         if hit is None:
-            alg = self.policy.choose(op, p, per_node)
-            params = self.policy.params(p, per_node)
+            alg = policy.choose(op, p, per_node)
+            params = policy.params(p, per_node)
             sched = schedule_for(op.op, alg, p, op.count_elems, root=op.root, params=params)
             hit = self._schedules[key] = (sched, alg)
             if alg in NCCL_ALGORITHMS:
-                self.policy.note_layout(op.op, alg, p, params)
+                policy.note_layout(op.op, alg, p, params)
         return hit
+
+    def _policy_of(self, members: Sequence[int] | None) -> int:
+        """The number of the policy that lays out a group of ``members`` (0: the
+        workload's; a job's with several jobs)."""
+        if self._rank_policy is None or not members:
+            return 0
+        return self._rank_policy[members[0]]
+
+    def policy_notes(self) -> list[str]:
+        """What the policies said, as the summary's ``assumed:`` lines: the fallbacks,
+        then the NCCL layouts, then the stand-ins; with several jobs, each line names
+        the jobs it is true of ("job a: ...", "jobs a, b: ..."), in job order."""
+        out: list[str] = []
+        for kind in ("fallbacks", "layouts", "stand_ins"):
+            said: dict[str, list[str]] = {}
+            for pol, name in zip(self._policies, self._policy_names, strict=True):
+                for line in getattr(pol, kind):
+                    said.setdefault(line, []).append(name)
+            for line, names in said.items():
+                jobs = [n for n in names if n]
+                if not jobs:
+                    out.append(line)
+                else:
+                    out.append(f"{'job' if len(jobs) == 1 else 'jobs'} {', '.join(jobs)}: {line}")
+        return out
 
     def _gpus_per_node(self, members: Sequence[int]) -> int | None:
         """How many of ``members`` each node holds, when the group is node-major (its
         members on each node consecutive, as many on every node); 0 when it is not (the
         NCCL algorithms lay it out as one node); None without a node size. Nodes are
-        blocks of ``policy.local_size`` endpoints."""
-        g = self.policy.local_size
+        blocks of ``local_size`` endpoints (the policy's of the group's job)."""
+        g = self._policies[self._policy_of(members)].local_size
         if not g:
             return None
         nodes = [self.placement[m] // g for m in members]

@@ -10,9 +10,11 @@ send bytes over are where they contend.
 
 A job with several phases runs them one after another (each for the workload's
 iterations) as one program, alone and shared alike, and with ``whatif.compute_noise``
-a job's rank draws the same random stream alone as shared (that of its combined rank):
-the slowdown measures what the other jobs cost it, nothing else. The links two jobs
-send over are where they contend only when the jobs run at the same time.
+a job's rank draws the same random stream alone as shared (that of its combined rank),
+and its collectives are laid out with the same schedule parameters (its own, else the
+network's: ``JobRanks.collective_params``): the slowdown measures what the other jobs
+cost it, nothing else. The links two jobs send over are where they contend only when
+the jobs run at the same time.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ from typing import Any
 import numpy as np
 
 from workload.ops import Collective, Compute, Op, Recv, Send, Testany, Wait
-from workload.program import Phase, Workload
+from workload.program import JobRanks, Phase, Workload
 
 from .config import Config, ConfigError, JobSection, load_config
 from .pairs import dense_matrix
+from .simulate import build_policy
 from .whatif import NO_COMPUTE
 
 # Request ids of a job's phase k become k * _REQ_STRIDE + id in the combined program,
@@ -115,10 +118,14 @@ def combine(
     iterations: list[int],
     starts_s: list[float],
     compute_scales: list[float] | None = None,
+    jobs: list[tuple[str, dict[str, Any]]] | None = None,
 ) -> Workload:
     """One workload running ``workloads`` side by side: job j's ranks follow job j - 1's,
     its phases run back to back ``iterations[j]`` times each, from ``starts_s[j]``
-    (seconds), its compute times ``compute_scales[j]`` (default 1).
+    (seconds), its compute times ``compute_scales[j]`` (default 1). ``jobs``: each
+    job's name and complete schedule parameters (``JobRanks.collective_params``), with
+    which its collectives are laid out; without, one workload keeps its own
+    ``collective_params`` and several have none.
 
     Every group kind of any job partitions the combined world: a job without that kind
     contributes its ranks as groups of one (which it never uses).
@@ -152,16 +159,24 @@ def combine(
         return ops
 
     start = [starts_s[owner[r]] for r in range(total)]
+    parts: tuple[JobRanks, ...] = ()
+    if jobs is not None:
+        parts = tuple(
+            JobRanks(name, off, off + w.world_size, dict(params))
+            for (name, params), w, off in zip(jobs, workloads, offsets, strict=True)
+        )
     return Workload(
         model="+".join(w.model for w in workloads),
         world_size=total,
         params={},
         groups=groups,
         phases=[Phase("jobs", program)],
-        # One job's own schedule parameters hold alone; together the network's policy
-        # lays every job's collectives out.
-        collective_params=dict(workloads[0].collective_params) if len(workloads) == 1 else {},
+        # (with jobs, each job's parameters are in its part, for its own groups)
+        collective_params=dict(workloads[0].collective_params)
+        if len(workloads) == 1 and not parts
+        else {},
         rank_start_s=start if any(start) else None,
+        jobs=parts,
     )
 
 
@@ -206,6 +221,20 @@ def _one_program(sub: Config, w: Workload, job: JobSection) -> tuple[Config, Wor
     return load_config(data), one
 
 
+def _schedule_params(alone: Config, w: Workload) -> dict[str, Any]:
+    """The schedule parameters a job's collectives run with alone, complete: its
+    workload's own where it gives them (the ring trainer's rings and group size), else
+    the network's as its alone configuration has them (``alone``). The shared run lays
+    the job's collectives out with these, so that a change of algorithm is never taken
+    for a slowdown."""
+    policy = build_policy(alone)
+    cp = w.collective_params
+    return {
+        "rings": cp.get("rings") or policy.rings,
+        "local_size": cp.get("local_size") or policy.local_size,
+    }
+
+
 def simulate_jobs(
     cfg: Config,
     run: Callable[..., Any],
@@ -232,11 +261,13 @@ def simulate_jobs(
             raise ConfigError(_in_job(i, job.name, str(e))) from None
     workloads = [w for _, w in subs]
     alone = []
+    schedule_params = []
     first = 0
     for job, (sub, w), eps in zip(cfg.jobs, subs, placements, strict=True):
         if progress is not None:
             progress(f"job {job.name}: alone on {len(eps)} endpoints")
         one_cfg, one = _one_program(sub, w, job)
+        schedule_params.append((job.name, _schedule_params(one_cfg, w)))
         alone.append(run(one_cfg, progress=progress, workload=one, noise_streams_from=first))
         first += len(eps)
     # (with the what-ifs, as a single workload's)
@@ -251,18 +282,12 @@ def simulate_jobs(
             "workload: the top-level section is not run; with jobs, each job runs its own "
             "(jobs[i].workload)"
         )
-    for job, w in zip(cfg.jobs, workloads, strict=True):
-        if w.collective_params:
-            names = ", ".join(sorted(w.collective_params))
-            notes.append(
-                f"job {job.name}: its collective parameters ({names}) apply alone only; "
-                "together the network's policy lays its collectives out"
-            )
     combined = combine(
         workloads,
         [j.workload.iterations for j in cfg.jobs],
         [j.start_us / 1e6 for j in cfg.jobs],
         [j.workload.compute_scale for j in cfg.jobs],
+        schedule_params,
     )
     data = cfg.model_dump()
     data["workload"]["world_size"] = combined.world_size

@@ -671,9 +671,7 @@ def simulate(
         library_ran = library_ran or sim.library_ran
         sim.release()
     ex.release_plans()
-    assumed.extend(ex.policy.fallbacks)
-    assumed.extend(ex.policy.layouts)
-    assumed.extend(ex.policy.stand_ins)
+    assumed.extend(ex.policy_notes())
     if nccl_ran and cfg.collectives.library is None:
         order = {
             None: "one at a time per group, in call order (NCCL's stream per communicator)",

@@ -150,6 +150,19 @@ class Phase:
     program: Callable[[int], list[Op]]  # rank -> one iteration's operations
 
 
+@dataclass(frozen=True)
+class JobRanks:
+    """One job's block of a workload that runs several jobs side by side: its ranks
+    ``first`` .. ``stop - 1`` and the schedule parameters its collectives run with,
+    complete ("rings": multiring orders in group indices, "local_size": hierarchical
+    group size and GPUs per node; None where the job has none), as when it runs alone."""
+
+    name: str
+    first: int
+    stop: int
+    collective_params: dict[str, Any]
+
+
 @dataclass
 class Workload:
     """A model instantiated for a world size.
@@ -173,6 +186,9 @@ class Workload:
     # Seconds after the start at which each rank begins (None: all at 0), e.g. the
     # ranks of jobs submitted later onto a shared network.
     rank_start_s: list[float] | None = None
+    # Several jobs on one network: each job's ranks and schedule parameters (a
+    # collective on a group of a job's ranks uses the job's, not collective_params).
+    jobs: tuple[JobRanks, ...] = ()
 
     def group_of(self, kind: str, rank: int) -> tuple[int, ...]:
         """The group of kind ``kind`` that contains global ``rank``."""
