@@ -435,6 +435,22 @@ def build_workload(cfg: Config) -> Workload:
         raise ConfigError(f"workload: {e}") from None
 
 
+def _job_rank_name(workload: Workload) -> Callable[[int], str] | None:
+    """With several jobs, how the summary names a combined rank: its job, its rank in
+    the job, then the combined rank the configuration gives (``b:1 (rank 5)``)."""
+    if not workload.jobs:
+        return None
+    jobs = workload.jobs
+
+    def name(rank: int) -> str:
+        for job in jobs:
+            if job.first <= rank < job.stop:
+                return f"{job.name}:{rank - job.first} (rank {rank})"
+        return f"rank {rank}"
+
+    return name
+
+
 def build_policy(cfg: Config) -> AlgorithmPolicy:
     t = cfg.topology
     rings = None
@@ -653,7 +669,10 @@ def simulate(
         stream_order=cfg.collectives.stream_order,
         library=cfg.collectives.library or "auto",
     )
-    scenario = [*graph.graph.get("whatif", []), *whatif.compute_notes(cfg.whatif)]
+    scenario = [
+        *graph.graph.get("whatif", []),
+        *whatif.compute_notes(cfg.whatif, _job_rank_name(workload)),
+    ]
     phases = []
     nccl_ran = chosen_ran = library_ran = False
     for i, ph in enumerate(workload.phases):

@@ -11,7 +11,7 @@ describes them. Every change is stated in a note for the summary and the results
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Hashable
+from collections.abc import Callable, Collection, Hashable
 
 import networkx as nx
 import numpy as np
@@ -222,9 +222,14 @@ def compute_factors(whatif: WhatIfSection, world_size: int) -> list[float]:
     return out
 
 
-def compute_notes(whatif: WhatIfSection) -> list[str]:
+def compute_notes(
+    whatif: WhatIfSection, rank_name: Callable[[int], str] | None = None
+) -> list[str]:
+    """The compute what-ifs as the summary says them; ``rank_name`` names a straggler
+    rank (default ``rank 3``; with jobs, its job and rank in it)."""
+    name = rank_name or (lambda r: f"rank {r}")
     notes = [
-        f"rank {k} computes {f:g}x as long"
+        f"{name(int(k))} computes {f:g}x as long"
         for k, f in sorted(whatif.stragglers.items(), key=lambda kv: int(kv[0]))
     ]
     if whatif.compute_noise:

@@ -429,3 +429,38 @@ def test_jobs_on_links_of_their_own_keep_their_collective_parameters_shared():
     assert a.slowdown == 1.0 and b.slowdown == 1.0
     assert not any("collective parameters" in line for line in res.assumed)
 
+
+def test_job_layout_and_straggler_lines_name_their_job():
+    # Three data-parallel jobs on a rail-optimised cluster of 4 nodes of 4 GPUs, NCCL
+    # rings: a on nodes 0 and 1, b on node 2, c on node 3. Combined rank 5 is a's rank 5,
+    # rank 9 is b's rank 1.
+    job = {"name": "resnet50", "scale": 0.01}
+    cfg = {
+        "distributed": {"num_nodes": 16, "bandwidth_limit_gb_per_s": BW_GB},
+        "topology": {"type": "rail_optimised", "group_size": 4},
+        "collectives": {"algorithm": "nccl_ring"},
+        "whatif": {"stragglers": {"5": 2, "9": 1.5}},
+        "jobs": [
+            {"name": "a", "workload": {**job, "world_size": 8}},
+            {"name": "b", "workload": {**job, "world_size": 4}},
+            {"name": "c", "workload": {**job, "world_size": 4}},
+        ],
+    }
+    res = simulate(cfg)
+    assert [line for line in res.assumed if "nccl_ring over" in line] == [
+        "job a: allreduce nccl_ring over 8 ranks: 2 nodes of 4, 4 channels (the default), "
+        "a ring per channel",
+        "jobs b, c: allreduce nccl_ring over 4 ranks: one node of 4, 4 channels (the "
+        "default), a ring per channel",
+    ]
+    assert res.scenario[:2] == [
+        "a:5 (rank 5) computes 2x as long",
+        "b:1 (rank 9) computes 1.5x as long",
+    ]
+    # Without jobs, as before.
+    one = simulate({**{k: v for k, v in cfg.items() if k != "jobs"}, "workload": job})
+    assert (
+        "allreduce nccl_ring over 16 ranks: 4 nodes of 4, 4 channels (the default), a ring "
+        "per channel" in one.assumed
+    )
+    assert one.scenario[:2] == ["rank 5 computes 2x as long", "rank 9 computes 1.5x as long"]
