@@ -68,6 +68,9 @@ class PhaseResult:
     part_pair_bytes: dict[str, dict[tuple[int, int], int]]  # "reduce" / "copy" / "p2p"
     algorithms: dict[str, list[str]]
     messages: int
+    # Per physical link and direction, keyed (u, v): a link drawn as several edges (a
+    # dragonfly's global link: three) counts once, keyed by the edge its ``link``
+    # attribute names (see ``link_parts``).
     link_bytes: dict[tuple, int]
     link_busy_s: dict[tuple, float]
     link_capacity_bytes_per_s: dict[tuple, float]
@@ -674,6 +677,7 @@ def simulate(
         *whatif.compute_notes(cfg.whatif, _job_rank_name(workload)),
     ]
     phases = []
+    link_of = link_parts(graph)
     nccl_ran = chosen_ran = library_ran = False
     for i, ph in enumerate(workload.phases):
         t0 = time.perf_counter()
@@ -684,7 +688,9 @@ def simulate(
                 progress(_progress_line(name, sim, time.perf_counter() - t0))
 
         sim = ex.run_phase(i, cfg.workload.iterations, report)
-        phases.append(_phase_result(sim, n_end, cfg.workload.iterations, time.perf_counter() - t0))
+        phases.append(
+            _phase_result(sim, n_end, cfg.workload.iterations, time.perf_counter() - t0, link_of)
+        )
         nccl_ran = nccl_ran or sim.nccl_ran
         chosen_ran = chosen_ran or sim.chosen_ran
         library_ran = library_ran or sim.library_ran
@@ -931,7 +937,49 @@ def _library_of(sim: PhaseSim) -> str:
     return "nccl+mpi" if as_mpi else "nccl"
 
 
-def _phase_result(sim: PhaseSim, n_end: int, iterations: int, wall_s: float) -> PhaseResult:
+def link_parts(graph: nx.DiGraph) -> dict[tuple, tuple]:
+    """Edges drawn as part of a physical link named by another edge -> that link's key:
+    a dragonfly's global link is a chain of three edges (router -> port -> port ->
+    router), each naming the link in its ``link`` attribute, the port-to-port edge;
+    {} on topologies that draw every link as one edge."""
+    return {
+        (a, b): tuple(name)
+        for a, b, name in graph.edges(data="link")
+        if name is not None and (a, b) != tuple(name)
+    }
+
+
+def _per_physical_link(figures: dict[tuple, Any], parts: dict[tuple, tuple]) -> dict[tuple, Any]:
+    """``figures`` by edge, one entry per physical link (``parts``: as ``link_parts``
+    gives them), keyed by the link and holding its named edge's figure.
+
+    Taking one edge's figure for the link is exact: a flow that enters a global link's
+    chain crosses all three edges (a port's only neighbours are its router and the other
+    port, and no route ends at a port), starts and ends on all three at once, and at one
+    rate; so the three carry the same bytes, busy time and load series, and have the same
+    capacity (a degraded link's what-if scales its three edges together)."""
+    if not parts:
+        return figures
+    out: dict[tuple, Any] = {}
+    for k, v in figures.items():
+        name = parts.get(k)
+        if name is None:
+            out[k] = v
+        elif name not in out:
+            out[name] = figures.get(name, v)
+    return out
+
+
+def _phase_result(
+    sim: PhaseSim,
+    n_end: int,
+    iterations: int,
+    wall_s: float,
+    link_of: dict[tuple, tuple] | None = None,
+) -> PhaseResult:
+    """The figures of a simulated phase; ``link_of``: the edges that are parts of another
+    physical link (``link_parts``), whose link figures are that link's, counted once."""
+    link_of = link_of or {}
     net = sim.net
     placement = sim.ex.placement
     # Ranks on endpoints of the same numbers (the default): the rank pairs are endpoint
@@ -959,7 +1007,7 @@ def _phase_result(sim: PhaseSim, n_end: int, iterations: int, wall_s: float) -> 
                 "exposed_comm_s": statistics.fmean(p.exposed_comm_s for p in parts),
             }
         )
-    links = net.link_bytes()
+    links = _per_physical_link(net.link_bytes(), link_of)
     return PhaseResult(
         name=sim.name,
         iterations=iterations,
@@ -977,9 +1025,11 @@ def _phase_result(sim: PhaseSim, n_end: int, iterations: int, wall_s: float) -> 
         nccl_algorithms={k: sorted(v) for k, v in sim.nccl_algorithms.items()},
         messages=sim.messages_done,
         link_bytes=links,
-        link_busy_s=net.link_busy_s(),
+        link_busy_s=_per_physical_link(net.link_busy_s(), link_of),
         link_capacity_bytes_per_s={k: net.link_capacity_bytes_per_s(k) for k in links},
-        link_series=net.link_series_arrays() if net.record_link_series else {},
+        link_series=_per_physical_link(net.link_series_arrays(), link_of)
+        if net.record_link_series
+        else {},
         max_link_overload=net.max_overload_ratio(),
         sim_wall_s=wall_s,
         timeline=sim,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,20 @@ def test_example_simulates_and_reports(path, tmp_path):
         assert [j.name for j in res.jobs.jobs] == ["train", "tune"]
     if path.stem == "dragonfly_whatif":
         assert any("rerouted" in s for s in res.scenario)
+        # 4 groups: 6 global links, gw0.1 <-> gw1.0 failed, so 5 carry DLRM's alltoall,
+        # each one row a direction, named by its port-to-port edge (its three edges were
+        # three rows). Every other link is one edge: of the 148 edges (2 x 32 endpoint,
+        # 4 x 4 x 3 local, 3 x 4 x 3 global), 122 rows: less the failed link's 2 edges, its
+        # 4 idle router-to-port edges and the other global links' 20.
+        with open(tmp_path / "sim_links.csv") as f:
+            names = [row["link"] for row in csv.DictReader(f)]
+        assert len(names) == len(set(names)) == 122
+        assert sorted(n for n in names if "gw" in n) == sorted(
+            f"gw{i}.{j}->gw{j}.{i}"
+            for i in range(4)
+            for j in range(4)
+            if i != j and {i, j} != {0, 1}
+        )
     if path.stem == "gpu_cluster":
         assert res.phases[0].algorithms == {"allreduce": ["nccl_ring"]}
         assert not [a for a in res.assumed if "laid out as one node" in a]

@@ -464,3 +464,88 @@ def test_job_layout_and_straggler_lines_name_their_job():
         "per channel" in one.assumed
     )
     assert one.scenario[:2] == ["rank 5 computes 2x as long", "rank 9 computes 1.5x as long"]
+
+
+# The example dragonfly (examples/dragonfly_whatif.json): 4 groups of 4 routers of 2
+# endpoints, 25 GB/s endpoint and local links, one 12.5 GB/s global link between every
+# two groups, drawn as three edges (router -> port -> port -> router).
+_DRAGONFLY = {
+    "distributed": {"num_nodes": 32, "bandwidth_limit_gb_per_s": 25},
+    "topology": {
+        "type": "dragonfly",
+        "routers_per_group": 4,
+        "endpoints_per_router": 2,
+        "global_bandwidth_gb_per_s": 12.5,
+        "global_latency_us": 2,
+        "link_latency_us": 0.5,
+    },
+}
+# 8-rank ring trainer, one rank-order ring: AlexNet x 0.01 = 570,448 elements, a block
+# of 71,306 (285,224 B) per rank. Reduce-scatter and all-gather: 7 + 7 steps, each rank
+# sending its successor a block per step.
+_RING8 = {"name": "alexnet_ring", "world_size": 8, "scale": 0.01, "flags": {"compute_us": 0}}
+_GLOBAL_BYTES = 14 * 285_224  # 3,993,136: a job's ring over a global link, each way
+
+
+def test_a_dragonfly_global_link_counts_once_in_the_link_outputs(tmp_path):
+    # Job a on endpoints 0-3 (group 0) and 8-11 (group 1), job b on 4-7 and 12-15: each
+    # ring crosses from group 0 to group 1 once (rank 3 -> 4) and back once (7 -> 0),
+    # both over the one global link gw0.1 <-> gw1.0 (group 0's port on router r0.0,
+    # group 1's on r1.2); everything else each job has to itself. The link was counted
+    # three times per direction: 'contended links: 6', its three edges in every file.
+    cfg = {
+        **_DRAGONFLY,
+        "jobs": [
+            {"name": "a", "workload": _RING8, "placement": [0, 1, 2, 3, 8, 9, 10, 11]},
+            {"name": "b", "workload": _RING8, "placement": [4, 5, 6, 7, 12, 13, 14, 15]},
+        ],
+    }
+    res = simulate(cfg)
+    glob = 12.5e9
+    up, down = ("gw0.1", "gw1.0"), ("gw1.0", "gw0.1")
+    assert [c.link for c in res.jobs.contended] == [up, down]
+    for c in res.jobs.contended:
+        assert c.bytes_by_job == {"a": _GLOBAL_BYTES, "b": _GLOBAL_BYTES}
+        assert c.capacity_bytes_per_s == glob
+        # Both jobs' flows on it at once, each step: busy exactly while it moves their
+        # bytes at its full rate.
+        assert c.busy_s == pytest.approx(2 * _GLOBAL_BYTES / glob, rel=1e-12)
+    # The three edges of a direction carried the same bytes, busy time and load series
+    # (what counting the link once by its port-to-port edge rests on).
+    net = res.phases[0].timeline.net
+    chain = [("r0.0", "gw0.1"), up, ("gw1.0", "r1.2")]
+    edge_bytes, edge_busy = net.link_bytes(), net.link_busy_s()
+    series = net.link_series_arrays()
+    assert {edge_bytes[e] for e in chain} == {2 * _GLOBAL_BYTES}
+    assert len({edge_busy[e] for e in chain}) == 1
+    assert all(np.array_equal(series[e], series[up]) for e in chain)
+    p = res.phases[0]
+    stubs = {chain[0], chain[2], (chain[0][1], chain[0][0]), (chain[2][1], chain[2][0])}
+    assert set(p.link_bytes) == set(edge_bytes) - stubs
+    assert p.link_bytes[up] == p.link_bytes[down] == 2 * _GLOBAL_BYTES
+    write_all(res, tmp_path)
+    with open(tmp_path / "sim_contended_links.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["link"], int(r["bytes_a"]), int(r["bytes_b"])) for r in rows] == [
+        ("gw0.1->gw1.0", _GLOBAL_BYTES, _GLOBAL_BYTES),
+        ("gw1.0->gw0.1", _GLOBAL_BYTES, _GLOBAL_BYTES),
+    ]
+    with open(tmp_path / "sim_links.csv") as f:
+        links = [r for r in csv.DictReader(f) if "gw" in r["link"]]
+    assert [(r["link"], int(r["bytes"])) for r in links] == [
+        ("gw0.1->gw1.0", 2 * _GLOBAL_BYTES),
+        ("gw1.0->gw0.1", 2 * _GLOBAL_BYTES),
+    ]
+    summary = (tmp_path / "sim_summary.txt").read_text()
+    assert (
+        "contended links: 2; first those where the job sending least there sends most: "
+        "gw0.1->gw1.0 (a 3.99 MB, b 3.99 MB); gw1.0->gw0.1 (a 3.99 MB, b 3.99 MB)" in summary
+    )
+    doc = json.loads((tmp_path / "sim_results.json").read_text())
+    assert [c["link"] for c in doc["jobs"]["contended_links"]] == ["gw0.1->gw1.0", "gw1.0->gw0.1"]
+    named = [link["link"] for link in doc["phases"][0]["links"]]
+    assert len(named) == len(set(named)) == len(p.link_bytes)
+    assert [n for n in named if "gw" in n] == ["gw0.1->gw1.0", "gw1.0->gw0.1"]
+    with open(tmp_path / "sim_link_series.csv") as f:
+        in_series = {r["link"] for r in csv.DictReader(f)}
+    assert {n for n in in_series if "gw" in n} == {"gw0.1->gw1.0", "gw1.0->gw0.1"}
