@@ -32,7 +32,7 @@ from workload.program import JobRanks, Phase, Workload
 
 from .config import Config, ConfigError, JobSection, load_config
 from .pairs import dense_matrix
-from .simulate import build_policy
+from .policy import build_policy
 from .whatif import NO_COMPUTE
 
 # Request ids of a job's phase k become k * _REQ_STRIDE + id in the combined program,

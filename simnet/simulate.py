@@ -47,6 +47,7 @@ from .executor import AlgorithmPolicy, PhaseSim, SimExecutor
 from .hostparams import HostCalibrationError, apply_host_params
 from .network import FlowNetwork
 from .pairs import dense_matrix
+from .policy import build_policy
 
 
 @dataclass
@@ -452,21 +453,6 @@ def _job_rank_name(workload: Workload) -> Callable[[int], str] | None:
         return f"rank {rank}"
 
     return name
-
-
-def build_policy(cfg: Config) -> AlgorithmPolicy:
-    t = cfg.topology
-    rings = None
-    if t.type == "ring" and cfg.world_size == cfg.num_endpoints:
-        rings = ring_orders(t.permutations, cfg.num_endpoints)
-    return AlgorithmPolicy(
-        by_op=dict(cfg.collectives.by_op),
-        fixed=cfg.collectives.algorithm,
-        local_size=t.effective_group_size,
-        rings=rings,
-        channels=cfg.collectives.channels,
-        pipeline_chunks=cfg.collectives.pipeline_chunks,
-    )
 
 
 def network_factory(
