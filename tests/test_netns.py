@@ -73,11 +73,20 @@ def test_tcp_between_hosts_runs_at_the_link_rate_less_headers():
         assert sorted(n for n in namespaces() if n.startswith(c.tag)) == sorted(
             [c.ns_of("sw"), c.ns(0), c.ns(1), c.control]
         )
-        n, bytes_per_s = _send_4_mib(c, 0, 1).split()
-        assert int(n) == 4 << 20
         # A 1514-byte Ethernet frame carries 1448 bytes of TCP payload (timestamps on).
         expect = rate / 8 * 1448 / 1514
-        assert float(bytes_per_s) == pytest.approx(expect, rel=0.05)
+        # The shaper caps every transfer; a loaded machine's CPU can slow one below the
+        # cap (10.4 MB/s against 12.0 once, in a full suite run), so the best of up to
+        # three must reach it.
+        rates = []
+        for _ in range(3):
+            n, bytes_per_s = _send_4_mib(c, 0, 1).split()
+            assert int(n) == 4 << 20
+            rates.append(float(bytes_per_s))
+            if rates[-1] == pytest.approx(expect, rel=0.05):
+                break
+        assert max(rates) <= expect * 1.05, rates
+        assert max(rates) == pytest.approx(expect, rel=0.05), rates
     assert not [n for n in namespaces() if n.startswith(c.tag)]
 
 
