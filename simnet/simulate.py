@@ -25,6 +25,7 @@ import simpy
 
 import topologies
 from topologies.hosts import with_hosts
+from workload.collectives import SCHEDULE_PARAM_READERS
 from workload.models import MODELS
 from workload.ops import Collective, Send
 from workload.program import BuildOptions, Phase, ProgramBuilder, Workload
@@ -818,17 +819,17 @@ def _unused_settings(
 
 _READ_BY = {
     "collectives.channels": (
-        frozenset({"nccl_ring", "nccl_tree"}),
+        frozenset(SCHEDULE_PARAM_READERS["channels"]),
         "only nccl_ring and nccl_tree read them and neither ran",
     ),
     "collectives.pipeline_chunks": (
-        frozenset({"nccl_tree"}),
+        frozenset(SCHEDULE_PARAM_READERS["pipeline_chunks"]),
         "only nccl_tree reads them (its chunks per tree) and it did not run",
     ),
 }
 """The algorithms that read each NCCL setting, and what the note says when none ran."""
 
-_NODE_SIZED = frozenset({"hierarchical", "nccl_ring", "nccl_tree"})
+_NODE_SIZED = frozenset(SCHEDULE_PARAM_READERS["local_size"])
 """The algorithms that read ``topology.group_size`` where the topology has no groups."""
 
 
@@ -1193,14 +1194,7 @@ def _elements(size_bytes: int) -> int:
     return int(size_bytes) // ELEM_BYTES
 
 
-_SCHEDULE_READERS = {
-    "local_size": ("hierarchical", "nccl_ring", "nccl_tree"),
-    "rings": ("multiring",),
-    "channels": ("nccl_ring", "nccl_tree"),
-    "pipeline_chunks": ("nccl_tree",),
-}
-"""collective_time's schedule keywords and the algorithms that read each."""
-_SCHEDULE_KEYWORDS = frozenset(_SCHEDULE_READERS)
+_SCHEDULE_KEYWORDS = frozenset(SCHEDULE_PARAM_READERS)
 
 
 def collective_time(
@@ -1239,7 +1233,7 @@ def collective_time(
             f"{', '.join(sorted(_SCHEDULE_KEYWORDS))}"
         )
     for name, value in schedule_kw.items():
-        readers = _SCHEDULE_READERS[name]
+        readers = SCHEDULE_PARAM_READERS[name]
         if value is not None and algorithm not in readers:
             # (the policy passes each only to the algorithms that read it: this one would
             # be dropped, and the time returned as if it had not been given)

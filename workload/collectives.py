@@ -96,6 +96,15 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
 NCCL_ALGORITHMS = ("nccl_ring", "nccl_tree")
 """The algorithms laid out as NCCL lays them out on GPU nodes (see the NCCL section)."""
 
+SCHEDULE_PARAM_READERS: dict[str, tuple[str, ...]] = {
+    "local_size": ("hierarchical", *NCCL_ALGORITHMS),
+    "rings": ("multiring",),
+    "channels": NCCL_ALGORITHMS,
+    "pipeline_chunks": ("nccl_tree",),
+}
+"""The schedule parameters and the algorithms that read each (``build_schedule``
+refuses a parameter given to another; the policy passes each only to its readers)."""
+
 LIBRARIES = ("auto", "mpi", "nccl")
 """What runs the collectives a program leaves to its library (see :func:`runs_as_nccl`)."""
 
@@ -1600,8 +1609,13 @@ def build_schedule(
             f"'nccl_tree' (got {local_size!r} with {algorithm!r}); pass None"
         )
     for name, value, users, most in (
-        ("channels", channels, NCCL_ALGORITHMS, MAX_NCCL_CHANNELS),
-        ("pipeline_chunks", pipeline_chunks, ("nccl_tree",), MAX_PIPELINE_CHUNKS),
+        ("channels", channels, SCHEDULE_PARAM_READERS["channels"], MAX_NCCL_CHANNELS),
+        (
+            "pipeline_chunks",
+            pipeline_chunks,
+            SCHEDULE_PARAM_READERS["pipeline_chunks"],
+            MAX_PIPELINE_CHUNKS,
+        ),
     ):
         if value is None:
             continue
