@@ -147,8 +147,8 @@ class AlgorithmPolicy:
             return self._fallback(op.op, name, alt, why)
         if name in NCCL_ALGORITHMS and self.local_size and self._nccl_local(p, per_node) is None:
             self.fallbacks[
-                f"{op.op}: {name!r} over {p} ranks that are not the same number of "
-                f"consecutive ranks on each node of {self.local_size} GPUs: laid out as one node"
+                f"{op.op}: {name!r} over {p} ranks that are not the same number of ranks "
+                f"on each node of {self.local_size} GPUs: laid out as one node"
             ] = None
         return name
 
@@ -161,13 +161,18 @@ class AlgorithmPolicy:
         local = self.local_size
         return local if local and p % local == 0 else None
 
-    def params(self, p: int, per_node: int | None = None) -> dict[str, Any]:
+    def params(
+        self, p: int, per_node: int | None = None, node_order: tuple[int, ...] | None = None
+    ) -> dict[str, Any]:
         """The schedule parameters for a group of ``p`` ranks (``schedule_for``'s params);
-        ``per_node``: how many of them each node holds, if known."""
+        ``per_node``: how many of them each node holds, if known; ``node_order``: the
+        members node by node where the group's own order is not (member indices)."""
+        local = self._nccl_local(p, per_node)
         return {
             "rings": self.rings,
             "local_size": self.local_size,
-            "nccl_local_size": self._nccl_local(p, per_node),
+            "nccl_local_size": local,
+            "node_order": node_order if local else None,
             "channels": self.channels,
             "pipeline_chunks": self.pipeline_chunks,
         }
@@ -181,6 +186,9 @@ class AlgorithmPolicy:
             nodes = "laid out as one node"
         else:
             nodes = f"one node of {p}" if local == p else f"{p // local} nodes of {local}"
+        if params.get("node_order") is not None:
+            # (NCCL orders a group's GPUs by node whatever their ranks: so does the layout)
+            nodes += " (its ranks taken node by node)"
         kind = "tree pair" if alg == "nccl_tree" else "ring"
         given = "" if params["channels"] else " (the default)"
         self.layouts[
@@ -587,10 +595,13 @@ class SimExecutor:
         self.stream_order = None if stream_order is None else bool(stream_order)
         self._schedules: dict[tuple, tuple[Schedule, str]] = {}
         self._members: dict[tuple[str, int], tuple[tuple[int, ...], int]] = {}
-        # id of a group -> (the group, how it sits on the nodes): _gpus_per_node worked
+        # id of a group -> (the group, its node layout, the order's number): _node_layout worked
         # out once per group, not once per member (the group is kept, so its id stays
         # its own)
-        self._node_layouts: dict[int, tuple[Sequence[int], int | None]] = {}
+        self._node_layouts: dict[
+            int, tuple[Sequence[int], int | None, tuple[int, ...] | None, int]
+        ] = {}
+        self._orders: dict[tuple[int, ...], int] = {}  # a node order -> its number (from 1)
         # id of a group (the workload keeps it) -> {rank: its first index in the group}
         self._positions: dict[int, dict[int, int]] = {}
         # Member plans: (schedule id, member, costs) -> _Plan; schedule id -> _StepTable
@@ -622,21 +633,25 @@ class SimExecutor:
         """The schedule of ``op`` over a group of ``p`` ranks and the algorithm's name;
         ``members`` (global ranks, in group order) let the NCCL algorithms see how the
         group sits on the nodes."""
-        per_node = None
+        per_node = order = None
+        order_id = 0
         if members is not None:
             known = self._node_layouts.get(id(members))
-            if known is not None and known[0] is members:
-                per_node = known[1]
-            else:
-                per_node = self._gpus_per_node(members)
-                self._node_layouts[id(members)] = (members, per_node)
+            if known is None or known[0] is not members:
+                per_node, order = self._node_layout(members)
+                # (a 16,384-member order is hashed once here, not in every key below)
+                order_id = (
+                    0 if order is None else self._orders.setdefault(order, len(self._orders) + 1)
+                )
+                known = self._node_layouts[id(members)] = (members, per_node, order, order_id)
+            _, per_node, order, order_id = known
         which = self._policy_of(members)
         policy = self._policies[which]
-        key = (op.op, op.algorithm, p, op.count_elems, op.root, per_node, which)
+        key = (op.op, op.algorithm, p, op.count_elems, op.root, per_node, order_id, which)
         hit = self._schedules.get(key)
         if hit is None:
             alg = policy.choose(op, p, per_node)
-            params = policy.params(p, per_node)
+            params = policy.params(p, per_node, order)
             sched = schedule_for(op.op, alg, p, op.count_elems, root=op.root, params=params)
             hit = self._schedules[key] = (sched, alg)
             if alg in NCCL_ALGORITHMS:
@@ -668,24 +683,25 @@ class SimExecutor:
                     out.append(f"{'job' if len(jobs) == 1 else 'jobs'} {', '.join(jobs)}: {line}")
         return out
 
-    def _gpus_per_node(self, members: Sequence[int]) -> int | None:
-        """How many of ``members`` each node holds, when the group is node-major (its
-        members on each node consecutive, as many on every node); 0 when it is not (the
-        NCCL algorithms lay it out as one node); None without a node size. Nodes are
-        blocks of ``local_size`` endpoints (the policy's of the group's job)."""
+    def _node_layout(self, members: Sequence[int]) -> tuple[int | None, tuple[int, ...] | None]:
+        """How a group sits on the nodes: (how many of ``members`` each node holds, the
+        member indices node by node where the group's order is not: None when it is).
+        The count is 0 when the nodes hold different numbers of them (the NCCL
+        algorithms lay the group out as one node) and None without a node size. Nodes
+        are blocks of ``local_size`` endpoints (the policy's of the group's job), taken
+        in the order the group first reaches them, each node's members in group order,
+        as NCCL orders a communicator's GPUs by node whatever their ranks."""
         g = self._policies[self._policy_of(members)].local_size
         if not g:
-            return None
-        nodes = [self.placement[m] // g for m in members]
-        k = 1
-        while k < len(nodes) and nodes[k] == nodes[0]:
-            k += 1
-        if len(nodes) % k:
-            return 0
-        blocks = [nodes[i : i + k] for i in range(0, len(nodes), k)]
-        if any(len(set(b)) != 1 for b in blocks) or len({b[0] for b in blocks}) != len(blocks):
-            return 0
-        return k
+            return None, None
+        by_node: dict[int, list[int]] = {}
+        for i, m in enumerate(members):
+            by_node.setdefault(self.placement[m] // g, []).append(i)
+        sizes = {len(v) for v in by_node.values()}
+        if len(sizes) != 1:
+            return 0, None
+        order = tuple(i for v in by_node.values() for i in v)
+        return sizes.pop(), None if order == tuple(range(len(members))) else order
 
     def _plan(
         self,

@@ -240,8 +240,8 @@ def test_nccl_algorithm_on_groups_not_whole_nodes_says_so():
     assert policy.choose(op, 12) == "nccl_ring"
     assert policy.params(12)["nccl_local_size"] is None
     assert list(policy.fallbacks) == [
-        "allreduce: 'nccl_ring' over 12 ranks that are not the same number of consecutive "
-        "ranks on each node of 8 GPUs: laid out as one node"
+        "allreduce: 'nccl_ring' over 12 ranks that are not the same number of ranks on "
+        "each node of 8 GPUs: laid out as one node"
     ]
 
 
@@ -254,11 +254,13 @@ def test_nccl_groups_are_laid_out_by_where_their_ranks_sit():
 
     wl = Workload("t", 32, {}, {"world": [tuple(range(32))]}, [])
     ex = SimExecutor(wl, lambda env: None, list(range(32)), policy=AlgorithmPolicy(local_size=8))
-    assert ex._gpus_per_node([3, 11, 19, 27]) == 1
-    assert ex._gpus_per_node([0, 1, 2, 3]) == 4
-    assert ex._gpus_per_node([6, 7, 8, 9]) == 2
-    assert ex._gpus_per_node([0, 8, 1, 9]) == 0
-    assert ex._gpus_per_node([0, 1, 8]) == 0
+    assert ex._node_layout([3, 11, 19, 27]) == (1, None)
+    assert ex._node_layout([0, 1, 2, 3]) == (4, None)
+    assert ex._node_layout([6, 7, 8, 9]) == (2, None)
+    # Interleaved over two nodes: 2 a node, taken node by node (members 0, 2 on node 0).
+    assert ex._node_layout([0, 8, 1, 9]) == (2, (0, 2, 1, 3))
+    assert ex._node_layout([9, 0, 8, 1]) == (2, (0, 2, 1, 3))
+    assert ex._node_layout([0, 1, 8]) == (0, None)
     op = Collective("allreduce", "tp", 4096, algorithm="nccl_ring")
     sched, alg = ex.schedule(op, 4, [3, 11, 19, 27])
     assert alg == "nccl_ring" and sched.total_bytes == 2 * 3 * 4096 * 4  # one ring of 4
@@ -267,8 +269,29 @@ def test_nccl_groups_are_laid_out_by_where_their_ranks_sit():
     # made at its address is another group).
     op8 = Collective("allreduce", "dp", 4096, algorithm="nccl_ring")
     a, _ = ex.schedule(op8, 8, list(range(8)))  # 1 node of 8
-    b, _ = ex.schedule(op8, 8, [0, 8, 1, 9, 2, 10, 3, 11])  # interleaved: one node
-    assert a is not b and list(ex.policy.fallbacks)
+    b, _ = ex.schedule(op8, 8, [0, 8, 1, 9, 2, 10, 3, 11])  # interleaved: 2 nodes of 4
+    c, _ = ex.schedule(op8, 8, [0, 1, 2, 3, 8, 9, 10, 11])  # the same GPUs, node-major
+    assert a is not b and b is not c and not ex.policy.fallbacks
+    # The interleaved group's rings are the node-major group's, member by member: its
+    # members 0, 2, 4, 6 are node 0's GPUs 0-3, its members 1, 3, 5, 7 node 1's.
+    to_major = {0: 0, 2: 1, 4: 2, 6: 3, 1: 4, 3: 5, 5: 6, 7: 7}
+    for m in range(8):
+        mine = b.rank_plan(m)
+        theirs = c.rank_plan(to_major[m])
+        assert [
+            (sorted(to_major[x] for x in recv), sorted((to_major[d], *rest) for d, *rest in sends))
+            for recv, sends in mine
+        ] == [(sorted(recv), sorted(sends)) for recv, sends in theirs]
+    assert list(ex.policy.layouts) == [
+        "allreduce nccl_ring over 4 ranks: 4 nodes of 1, 1 channel (the default), a ring per "
+        "channel",
+        "allreduce nccl_ring over 8 ranks: one node of 8, 8 channels (the default), a ring "
+        "per channel",
+        "allreduce nccl_ring over 8 ranks: 2 nodes of 4 (its ranks taken node by node), 4 "
+        "channels (the default), a ring per channel",
+        "allreduce nccl_ring over 8 ranks: 2 nodes of 4, 4 channels (the default), a ring "
+        "per channel",
+    ]
 
 
 def test_nccl_group_spread_unevenly_over_nodes_is_one_node_and_said():
@@ -290,8 +313,8 @@ def test_nccl_group_spread_unevenly_over_nodes_is_one_node_and_said():
     assert sched.rank_plan(3) == one_node.rank_plan(3)
     assert nccl_ring_orders(16) == [list(range(16))]
     assert list(ex.policy.fallbacks) == [
-        "allreduce: 'nccl_ring' over 16 ranks that are not the same number of consecutive "
-        "ranks on each node of 8 GPUs: laid out as one node"
+        "allreduce: 'nccl_ring' over 16 ranks that are not the same number of ranks on "
+        "each node of 8 GPUs: laid out as one node"
     ]
 
 
@@ -326,6 +349,54 @@ def _said(res: simnet.SimResult, word: str) -> list[str]:
     from simnet.output import summary_text
 
     return [line for line in summary_text(res).splitlines() if word in line]
+
+
+def test_node_order_is_checked_and_read_by_the_nccl_algorithms_only():
+    from workload.collectives import build_schedule
+
+    with pytest.raises(ValueError, match=r"node_order must be a permutation of range\(4\)"):
+        build_schedule("allreduce", "nccl_ring", 4, 64, local_size=2, node_order=[0, 1, 1, 3])
+    with pytest.raises(ValueError, match="node_order is only used by algorithm"):
+        build_schedule("allreduce", "ring", 4, 64, node_order=[0, 2, 1, 3])
+    # Members 0, 2 on one node, 1, 3 on the other: channel 0's ring runs 0, 2, 1, 3.
+    s = build_schedule("allreduce", "nccl_ring", 4, 64, local_size=2, node_order=[0, 2, 1, 3])
+    assert {d for _, sends in s.rank_plan(0) for d, *_ in sends} == {2, 3}  # two rings
+    tree = build_schedule(
+        "allreduce", "nccl_tree", 4, 64, local_size=2, channels=1, node_order=[0, 2, 1, 3]
+    )
+    # Each node's chain: head then its other GPU; the heads 0 and 1 join the trees.
+    assert {d for _, sends in tree.rank_plan(2) for d, *_ in sends} == {0}
+
+
+@pytest.mark.parametrize("algorithm", ["nccl_ring", "nccl_tree"])
+def test_nccl_layout_follows_the_gpus_not_the_rank_numbers(algorithm):
+    # The same 8 GPUs, ranks numbered node-major or alternating between the 2 nodes:
+    # NCCL orders a communicator's GPUs by node whatever their ranks, so the time is the
+    # same; before, the alternating group was laid out as one node with one channel
+    # (about 2x slower).
+    major = simnet.simulate(_rails(collectives={"algorithm": algorithm}), record_series=False)
+    alternating = _rails(
+        collectives={"algorithm": algorithm}, topology={"placement": [0, 4, 1, 5, 2, 6, 3, 7]}
+    )
+    res = simnet.simulate(alternating, record_series=False)
+    assert res.iteration_time_s == pytest.approx(major.iteration_time_s, rel=1e-9)
+    kind = "tree pair" if algorithm == "nccl_tree" else "ring"
+    assert [line.strip() for line in _said(res, "node by node")] == [
+        f"assumed: allreduce {algorithm} over 8 ranks: 2 nodes of 4 (its ranks taken node "
+        f"by node), 4 channels (the default), a {kind} per channel"
+    ]
+    assert not _said(res, "one node")
+    sent = {
+        r: sum(b for p in res.phases for (s, _), b in p.pair_bytes.items() if s == r)
+        for r in range(8)
+    }
+    sent_major = {
+        r: sum(b for p in major.phases for (s, _), b in p.pair_bytes.items() if s == r)
+        for r in range(8)
+    }
+    # (blocks split unevenly by member index: a rank's bytes move by a few elements)
+    assert sum(sent.values()) == sum(sent_major.values())
+    assert sorted(sent.values()) == pytest.approx(sorted(sent_major.values()), abs=64)
 
 
 def test_host_costs_given_but_not_paid_by_nccl_collectives_are_named():
@@ -437,7 +508,7 @@ def test_nccl_layouts_and_channels_are_said():
     said = _said(simnet.simulate(uneven, record_series=False), "one node")
     assert [line.strip() for line in said] == [
         "assumed: allreduce: 'nccl_ring' over 8 ranks that are not the same number of "
-        "consecutive ranks on each node of 4 GPUs: laid out as one node",
+        "ranks on each node of 4 GPUs: laid out as one node",
         "assumed: allreduce nccl_ring over 8 ranks: laid out as one node, 1 channel (the "
         "default), a ring per channel",
     ]

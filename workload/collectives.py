@@ -784,6 +784,10 @@ def _one_ring(multiring: Callable[..., _RingAlgorithm]) -> Callable[..., _RingAl
 #   to its parent (reduced) in step k + h, and the root's result comes down again, a
 #   rank at depth d sending chunk k to its children in step k + H + d (H the root's
 #   height), so the reduction and the broadcast overlap as in NCCL.
+#
+# Both lay their rings and trees out over the members node by node: the group's order,
+# or ``node_order`` where its ranks alternate between nodes (NCCL orders a
+# communicator's GPUs by node whatever their rank numbers).
 
 MAX_NCCL_CHANNELS = 64
 """The most channels the NCCL algorithms take (NCCL's own limit, MAXCHANNELS)."""
@@ -875,6 +879,7 @@ def _allreduce_nccl_tree(
     local_size: int | None = None,
     channels: int | None = None,
     pipeline_chunks: int | None = None,
+    node_order: Sequence[int] | None = None,
     **_: object,
 ) -> Built:
     g = p if local_size is None else local_size
@@ -885,6 +890,14 @@ def _allreduce_nccl_tree(
     else:
         k = pipeline_chunks
     trees = [nccl_tree_parents(p, g, ch % g, mirrored=t == 1) for ch in range(c) for t in range(2)]
+    if node_order is not None:  # position j of the layout is member node_order[j]
+        relabelled = []
+        for parents in trees:
+            tree = [-1] * p
+            for j, par in enumerate(parents):
+                tree[node_order[j]] = -1 if par < 0 else node_order[par]
+            relabelled.append(tree)
+        trees = relabelled
     b = _Builder([x for part in _split(count, len(trees)) for x in _split(part, k)])
     for ti, parent in enumerate(trees):
         children: list[list[int]] = [[] for _ in range(p)]
@@ -927,9 +940,13 @@ def _nccl(multiring: Callable[..., _RingAlgorithm]) -> Callable[..., _RingAlgori
         *,
         local_size: int | None = None,
         channels: int | None = None,
+        node_order: Sequence[int] | None = None,
         **_: object,
     ) -> _RingAlgorithm:
-        return multiring(p, count, rings=nccl_ring_orders(p, local_size, channels))
+        rings = nccl_ring_orders(p, local_size, channels)
+        if node_order is not None:
+            rings = [[node_order[x] for x in ring] for ring in rings]
+        return multiring(p, count, rings=rings)
 
     return define
 
@@ -1539,7 +1556,9 @@ def _check_size(group_size: int, count_elems: int) -> None:
         raise ValueError(f"count_elems must be an integer >= 0 (got {count_elems!r})")
 
 
-def _check_rings(rings: Sequence[Sequence[int]] | None, p: int) -> list[list[int]]:
+def _check_rings(
+    rings: Sequence[Sequence[int]] | None, p: int, name: str = "rings"
+) -> list[list[int]]:
     if rings is None or len(rings) == 0:
         raise ValueError(
             "rings is required by algorithm 'multiring': a non-empty list of rank orders, "
@@ -1549,7 +1568,8 @@ def _check_rings(rings: Sequence[Sequence[int]] | None, p: int) -> list[list[int
     for j, ring in enumerate(rings):
         order = list(ring)
         if sorted(order) != list(range(p)) or not all(_is_int(r) for r in order):
-            raise ValueError(f"rings[{j}] must be a permutation of range({p}) (got {order!r})")
+            where = name if name != "rings" else f"rings[{j}]"
+            raise ValueError(f"{where} must be a permutation of range({p}) (got {order!r})")
         out.append(order)
     return out
 
@@ -1565,6 +1585,7 @@ def build_schedule(
     rings: Sequence[Sequence[int]] | None = None,
     channels: int | None = None,
     pipeline_chunks: int | None = None,
+    node_order: Sequence[int] | None = None,
 ) -> Schedule:
     """Expand collective ``op`` with ``algorithm`` over ``group_size`` ranks.
 
@@ -1578,7 +1599,10 @@ def build_schedule(
     rings or tree pairs, one on one node) and ``pipeline_chunks`` (chunks per tree,
     1 to :data:`MAX_PIPELINE_CHUNKS`; default: a tree's share in
     :data:`NCCL_TREE_CHUNK_BYTES` chunks, 1 to :data:`DEFAULT_NCCL_TREE_CHUNKS`) by
-    "nccl_tree".
+    "nccl_tree"; ``node_order`` (the members node by node, a permutation of
+    ``range(group_size)``: node i holds members ``node_order[i * local_size : (i + 1) *
+    local_size]``; default: the group's order) by the NCCL algorithms, which lay their
+    rings and trees out over it as NCCL orders a group's GPUs by node.
     Raises ValueError on invalid input.
     """
     _check_op(op)
@@ -1626,6 +1650,13 @@ def build_schedule(
             )
         if not _is_int(value) or not 1 <= value <= most:
             raise ValueError(f"{name} must be an integer from 1 to {most} (got {value!r})")
+    if node_order is not None:
+        if not nccl:
+            raise ValueError(
+                f"node_order is only used by algorithm(s) {', '.join(NCCL_ALGORITHMS)} "
+                f"(got it with {algorithm!r}); pass None"
+            )
+        node_order = _check_rings([node_order], p, "node_order")[0]
     if algorithm == "multiring":
         ring_list = _check_rings(rings, p)
     elif rings is not None:
@@ -1639,7 +1670,14 @@ def build_schedule(
         lazy = _RecursiveRanks(p, count_elems, halving=algorithm == "rabenseifner")
         chunks = lazy.chunks
     elif define is not None:
-        ring_alg = define(p, count_elems, local_size=local_size, rings=ring_list, channels=channels)
+        ring_alg = define(
+            p,
+            count_elems,
+            local_size=local_size,
+            rings=ring_list,
+            channels=channels,
+            node_order=node_order,
+        )
         chunks = ring_alg[0]
         lazy = _RingRanks(p, chunks, ring_alg)
     elif op == "alltoall":
@@ -1662,6 +1700,7 @@ def build_schedule(
             rings=ring_list,
             channels=channels,
             pipeline_chunks=pipeline_chunks,
+            node_order=node_order,
         )
         steps = tuple(tuple(step) for step in b.steps if step) if p > 1 else ()
         return Schedule(op, algorithm, p, steps, count_elems, root, b.chunks)
@@ -1871,8 +1910,8 @@ def schedule_for(
     ``params`` may hold "rings" (used by multiring), "local_size" (used by
     hierarchical, and by the NCCL algorithms unless "nccl_local_size" is given:
     GPUs per node for a group it divides, None otherwise), "channels" (NCCL) and
-    "pipeline_chunks" (nccl_tree); each is passed only to the algorithms that
-    take it.
+    "pipeline_chunks" (nccl_tree), "node_order" (NCCL: the members node by node); each
+    is passed only to the algorithms that take it.
     """
     params = params or {}
     kw: dict[str, object] = {"root": root}
@@ -1883,6 +1922,7 @@ def schedule_for(
     if algorithm in NCCL_ALGORITHMS:
         kw["local_size"] = params.get("nccl_local_size", params.get("local_size"))
         kw["channels"] = params.get("channels")
+        kw["node_order"] = params.get("node_order")
     if algorithm == "nccl_tree":
         kw["pipeline_chunks"] = params.get("pipeline_chunks")
     return build_schedule(op, algorithm, group_size, count_elems, **kw)  # type: ignore[arg-type]
