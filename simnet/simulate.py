@@ -1033,11 +1033,15 @@ def route_matrices(
     n = graph.graph["num_endpoints"]
     if router is None:
         router = topologies.Router(graph, ecmp=ecmp)
-    closed = router.hierarchical_matrices()
-    if closed is None:
-        closed = router.rail_matrices()
-    if closed is not None:
-        return closed
+    for closed_form in (
+        router.hierarchical_matrices,
+        router.rail_matrices,
+        router.fat_tree_matrices,
+        router.dragonfly_matrices,
+    ):
+        closed = closed_form()
+        if closed is not None:
+            return closed
     cut = set(graph.graph.get("cut_off", ()))
     tree = router.tree if router.routes_are_trees else None
     if cut and tree is None:

@@ -815,7 +815,50 @@ TOPOLOGIES = {
     "rail_one_node": lambda: topologies.rail_optimised(1, 6, 450e9, 50e9, 0.2e-6, 1.1e-6),
     "rail_twelve": lambda: topologies.rail_optimised(2, 12, 300e9, 25e9, 0.0, 0.0),
     "dragonfly": lambda: topologies.dragonfly(4, 3, 2, 25e9, 25e9, 12.5e9, 0.1e-6, 0.3e-6, 1e-6),
+    # Matrices by arithmetic (Router.fat_tree_matrices, .dragonfly_matrices): degraded
+    # links (by route 0 without ECMP; searched with it), cores core10.. sorting before
+    # core2 (k = 8), the smallest fat-tree; dragonflies with degraded links, one group,
+    # one router a group, more groups than routers, latencies of another kind each.
+    "fat_tree_degraded": lambda: _degraded_fat_tree(),
+    "fat_tree_k8": lambda: topologies.fat_tree(8, bandwidth_bytes_per_s=2e9, latency_s=0.7e-6),
+    "fat_tree_k2": lambda: topologies.fat_tree(2, bandwidth_bytes_per_s=2e9, latency_s=0.7e-6),
+    "dragonfly_degraded": lambda: _degraded_dragonfly(),
+    "dragonfly_one_group": lambda: topologies.dragonfly(1, 4, 2, 25e9, 20e9, 10e9, 0.1e-6, 0.3e-6),
+    "dragonfly_one_router": lambda: topologies.dragonfly(
+        5, 1, 3, 25e9, 20e9, 10e9, 0.1e-6, 0, 1e-6
+    ),
+    "dragonfly_wide": lambda: topologies.dragonfly(
+        7, 2, 1, 25e9, 20e9, 10e9, 0.3e-6, 0.1e-6, 0.7e-6
+    ),
+    "dragonfly_odd_latency": lambda: _odd_latency_dragonfly(),
 }
+
+
+def _degraded_fat_tree():
+    """A k=4 fat-tree with a slow edge uplink, aggregation-to-core link and host link."""
+    g = topologies.fat_tree(4, bandwidth_bytes_per_s=1e9, latency_s=0.3e-6)
+    g.edges["edge1.0", "agg1.0"]["bandwidth"] = 0.25e9
+    g.edges["core0", "agg3.0"]["bandwidth"] = 0.5e9
+    g.edges[5, "edge1.0"]["bandwidth"] = 0.75e9
+    return g
+
+
+def _degraded_dragonfly():
+    """4 groups of 3 routers: a slow global link one way (its middle edge), a slow local
+    link, a slow endpoint link."""
+    g = topologies.dragonfly(4, 3, 2, 25e9, 25e9, 12.5e9, 0.1e-6, 0.3e-6, 1e-6)
+    g.edges["gw0.2", "gw2.0"]["bandwidth"] = 3e9
+    g.edges["r1.0", "r1.2"]["bandwidth"] = 4e9
+    g.edges["r3.1", 21]["bandwidth"] = 5e9
+    return g
+
+
+def _odd_latency_dragonfly():
+    """A dragonfly with one local link slower to cross than the others (routes by
+    arithmetic, matrices by search)."""
+    g = topologies.dragonfly(3, 3, 2, 25e9, 25e9, 12.5e9, 0.1e-6, 0.3e-6, 1e-6)
+    g.edges["r0.0", "r0.1"]["latency"] = 0.5e-6
+    return g
 
 
 @pytest.mark.parametrize("ecmp", [False, True])
@@ -826,6 +869,33 @@ def test_route_matrices_equal_router_paths_pair_by_pair(name, ecmp):
     want_bw, want_lat = _route_matrices_pair_by_pair(g, ecmp)
     assert np.array_equal(bw, want_bw)
     assert np.array_equal(lat, want_lat)  # exact: both are correctly rounded sums
+
+
+@pytest.mark.parametrize(
+    ("name", "ecmp", "closed"),
+    [
+        ("fat_tree", False, "fat_tree_matrices"),
+        ("fat_tree", True, "fat_tree_matrices"),
+        ("fat_tree_k8", True, "fat_tree_matrices"),
+        ("fat_tree_k2", True, "fat_tree_matrices"),
+        ("fat_tree_degraded", False, "fat_tree_matrices"),
+        ("fat_tree_degraded", True, None),  # hashed routes differ in their bottleneck
+        ("fat_tree_uneven", False, None),  # a latency of its own: routes by search
+        ("dragonfly", True, "dragonfly_matrices"),
+        ("dragonfly_degraded", False, "dragonfly_matrices"),
+        ("dragonfly_one_group", False, "dragonfly_matrices"),
+        ("dragonfly_one_router", False, "dragonfly_matrices"),
+        ("dragonfly_wide", True, "dragonfly_matrices"),
+        ("dragonfly_odd_latency", False, None),
+        ("rail_degraded", False, "rail_matrices"),
+    ],
+)
+def test_route_matrices_in_closed_form_where_the_routes_are_known(name, ecmp, closed):
+    # Which graphs the equivalence above checks the closed forms on (None: searched).
+    router = topologies.Router(TOPOLOGIES[name](), ecmp=ecmp)
+    forms = ("hierarchical_matrices", "rail_matrices", "fat_tree_matrices", "dragonfly_matrices")
+    made = [f for f in forms if getattr(router, f)() is not None]
+    assert made == ([closed] if closed else [])
 
 
 def _wide_router(name: str):
@@ -900,9 +970,9 @@ def test_route_metrics_rows_over_arrays_equal_router_paths_pair_by_pair(monkeypa
         assert b.tolist() == [want_bw[s, d] for d in dsts]
         assert x.tolist() == [want_lat[s, d] for d in dsts]
     # Hierarchical graphs route without ECMP. The fat-trees' sources share searches by
-    # switch, blocks of them at once.
+    # switch, blocks of them at once (k = 2: one endpoint a switch).
     assert bool(blocks) == router.ecmp, blocks
-    if name.startswith("fat_tree"):
+    if name.startswith("fat_tree") and name != "fat_tree_k2":
         assert max(blocks) > 1
 
 

@@ -1056,6 +1056,27 @@ class Router:
             self.edge_metrics(), params["nvlink_latency_s"], params["nic_latency_s"]
         )
 
+    def fat_tree_matrices(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """:meth:`hierarchical_matrices` of a fat-tree as its builder made it (routes by
+        :class:`_FatTreeRoutes`; with ECMP only where every layer's links have one
+        bandwidth, so that every hashed route has route 0's bottleneck; None otherwise):
+        the searches, or each pair's hashed route, took 10 s at 4,096 endpoints."""
+        tree = self._arith
+        if type(tree) is not _FatTreeRoutes:
+            return None
+        return tree.matrices(
+            self.edge_metrics(), self.graph.graph["params"]["latency_s"], self.ecmp
+        )
+
+    def dragonfly_matrices(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """:meth:`hierarchical_matrices` of a dragonfly as its builder made it (its one
+        route a pair, by :class:`_DragonflyRoutes`, with or without ECMP; None otherwise):
+        the searches took 51 s at 4,096 endpoints."""
+        fly = self._arith
+        if type(fly) is not _DragonflyRoutes:
+            return None
+        return fly.matrices(self.edge_metrics())
+
     @property
     def routes_are_trees(self) -> bool:
         """Whether one source's routes form a tree, so that :meth:`tree` gives them all:
@@ -1419,6 +1440,19 @@ def _as_built(graph: nx.DiGraph, n: int, latencies: Iterable[tuple[Iterable[Edge
     return all(graph.nodes[e].get("kind") == "endpoint" for e in range(n))
 
 
+def _blocks(m: np.ndarray, size: int, low: np.ndarray | None = None) -> np.ndarray:
+    """``m`` with every entry a ``size`` x ``size`` block (switch pairs to endpoint pairs);
+    with ``low``, the minimum of that and ``low`` (of the blocks' shape), made in it."""
+    k = m.shape[0]
+    out = np.empty((k * size, k * size)) if low is None else low
+    blocks = out.reshape(k, size, k, size)  # (a view: out is contiguous)
+    if low is None:
+        blocks[...] = m[:, None, :, None]
+    else:
+        np.minimum(blocks, m[:, None, :, None], out=blocks)
+    return out
+
+
 class _FatTreeRoutes:
     """The routes of a fat-tree exactly as ``topologies.fat_tree`` builds it (its
     endpoints, links and one latency on every link; bandwidths aside, so a degraded
@@ -1486,6 +1520,49 @@ class _FatTreeRoutes:
         except KeyError:  # a link the builder makes is missing
             return None
         return routes if _as_built(graph, n, [(edges, lat)]) else None
+
+    def matrices(
+        self, attrs: dict[Edge, tuple[float, float]], lat: float, ecmp: bool
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The bottleneck bandwidth (bytes/s; ``attrs``: each edge's bandwidth and latency)
+        and latency (s) of every pair's route, inf / 0 on the diagonal: route 0's, or with
+        ``ecmp`` each pair's hashed route, which has the same bottleneck when every layer's
+        links (edge to aggregation, aggregation to core, and back) have one bandwidth (None
+        when they do not: the pairs' own routes decide). Every link has latency ``lat``
+        (checked by :meth:`of`), so a route's latency is the ``math.fsum`` of its 2, 4 or
+        6 hops' ``lat``. Edge switch ``s`` (pod ``s // (k/2)``) holds endpoints ``s k/2
+        ..``: the matrices are blocks of switch pairs."""
+        half, n = self.half, self.n
+        switches = 2 * half * half
+
+        def bandwidths(links: Iterable) -> np.ndarray:
+            return np.array([attrs[e][0] for e in links], dtype=float)
+
+        e2a = bandwidths(x for pod in self.e2a for sw in pod for x in sw).reshape(-1, half, half)
+        a2e = bandwidths(x for pod in self.a2e for ag in pod for x in ag).reshape(-1, half, half)
+        a2c = bandwidths(x for pod in self.a2c for ag in pod for x in ag).reshape(-1, half, half)
+        c2a = bandwidths(x for ag in self.c2a for c in ag for x in c).reshape(half, half, -1)
+        if ecmp and any(layer.min() != layer.max() for layer in (e2a, a2e, a2c, c2a)):
+            return None
+        j = self.agg_order[0]  # route 0: its aggregation switch and core
+        m = self.core_order[j][0]
+        rise = e2a[:, :, j].reshape(switches)  # edge switch -> its pod's agg j
+        fall = a2e[:, j, :].reshape(switches)  # agg j of the pod -> edge switch
+        pod = np.arange(switches) // half
+        same_pod = pod[:, None] == pod[None, :]
+        sw_bw = np.minimum.outer(np.minimum(rise, a2c[pod, j, m]), np.minimum(fall, c2a[j, m, pod]))
+        sw_bw[same_pod] = np.minimum.outer(rise, fall)[same_pod]
+        np.fill_diagonal(sw_bw, np.inf)
+        sw_lat = np.where(same_pod, math.fsum([lat] * 4), math.fsum([lat] * 6))
+        np.fill_diagonal(sw_lat, math.fsum([lat] * 2))
+        up = bandwidths(self.up)
+        down = bandwidths(self.down)
+        bw = _blocks(sw_bw, half, np.minimum.outer(up, down))
+        lat_m = _blocks(sw_lat, half)
+        np.fill_diagonal(bw, np.inf)
+        np.fill_diagonal(lat_m, 0.0)
+        assert bw.shape == (n, n)
+        return bw, lat_m
 
     def count(self, src: int, dst: int) -> int:
         """Equal-cost routes from endpoint ``src`` to another endpoint ``dst``."""
@@ -1689,6 +1766,83 @@ class _DragonflyRoutes:
                     if (go, out) not in edges or (out, back) not in edges or (out, go) not in edges:
                         return None
         return routes if _as_built(graph, n, []) else None
+
+    def matrices(
+        self, attrs: dict[Edge, tuple[float, float]]
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The bottleneck bandwidth (bytes/s; ``attrs``: each edge's bandwidth and latency)
+        and latency (s) of every pair's route, inf / 0 on the diagonal, by router pairs:
+        each route is the endpoint's link, its router's route to the other router, the
+        other endpoint's link. None unless each kind of edge (endpoint up, endpoint down,
+        local, the three of a global link) has one latency, as the builder gives them, so
+        that a route's latency depends only on which hops it takes (the ``math.fsum`` of
+        them, as a route's is)."""
+        g, a, e, n = self.g, self.a, self.e, self.n
+        edges, names = self.edges, self.routers
+        nr = g * a
+        ups = [attrs[edges[(x, names[x // e])]] for x in range(n)]
+        downs = [attrs[edges[(names[x // e], x)]] for x in range(n)]
+        local = np.full((nr, nr), np.inf)
+        local_lats = set()
+        for i in range(g):
+            for r in range(i * a, (i + 1) * a):
+                for r2 in range(i * a, (i + 1) * a):
+                    if r != r2:
+                        b, x = attrs[edges[(names[r], names[r2])]]
+                        local[r, r2] = b
+                        local_lats.add(x)
+        gate = np.zeros((g, g), dtype=np.int64)  # [i, j]: group i's router towards j
+        glob = np.full((g, g), np.inf)  # [i, j]: the global link's bottleneck, i to j
+        outs, mids, ins = set(), set(), set()
+        for i in range(g):
+            for j in range(g):
+                if i == j:
+                    continue
+                gate[i, j] = i * a + dragonfly_gateway(g, a, i, j)
+                out, back = f"gw{i}.{j}", f"gw{j}.{i}"
+                come = names[j * a + dragonfly_gateway(g, a, j, i)]
+                three = (
+                    attrs[edges[(names[gate[i, j]], out)]],
+                    attrs[edges[(out, back)]],
+                    attrs[edges[(back, come)]],
+                )
+                glob[i, j] = min(b for b, _ in three)
+                outs.add(three[0][1])
+                mids.add(three[1][1])
+                ins.add(three[2][1])
+        kinds = [{x for _, x in ups}, {x for _, x in downs}, local_lats or {0.0}]
+        kinds += [outs or {0.0}, mids or {0.0}, ins or {0.0}]
+        if any(len(k) != 1 for k in kinds):
+            return None
+        up_lat, down_lat, loc, o1, mid, o2 = (k.pop() for k in kinds)
+        r = np.arange(nr)
+        grp = r // a
+        same_group = grp[:, None] == grp[None, :]
+        go = gate[grp[:, None], grp[None, :]]  # the source group's gateway router
+        come = gate[grp[None, :], grp[:, None]]  # the destination group's
+        r_bw = np.minimum(
+            np.minimum(local[r[:, None], go], glob[grp[:, None], grp[None, :]]),
+            local[come, r[None, :]],
+        )
+        r_bw[same_group] = local[same_group]  # (inf from a router to itself)
+        hop_go = (go != r[:, None]).astype(np.int64)  # a local hop to the gateway
+        hop_come = (come != r[None, :]).astype(np.int64)  # one from the far gateway
+        table = np.array(
+            [
+                [math.fsum([up_lat, *[loc] * x, o1, mid, o2, *[loc] * y, down_lat]) for y in (0, 1)]
+                for x in (0, 1)
+            ]
+        )
+        r_lat = table[hop_go, hop_come]
+        r_lat[same_group] = math.fsum([up_lat, loc, down_lat])
+        np.fill_diagonal(r_lat, math.fsum([up_lat, down_lat]))
+        up_bw = np.array([b for b, _ in ups])
+        down_bw = np.array([b for b, _ in downs])
+        bw = _blocks(r_bw, e, np.minimum.outer(up_bw, down_bw))
+        lat = _blocks(r_lat, e)
+        np.fill_diagonal(bw, np.inf)
+        np.fill_diagonal(lat, 0.0)
+        return bw, lat
 
     def count(self, src: int, dst: int) -> int:
         """Equal-cost routes from endpoint ``src`` to another endpoint ``dst``: one."""
