@@ -888,6 +888,9 @@ def test_route_matrices_equal_router_paths_pair_by_pair(name, ecmp):
         ("dragonfly_wide", True, "dragonfly_matrices"),
         ("dragonfly_odd_latency", False, None),
         ("rail_degraded", False, "rail_matrices"),
+        ("rail_degraded", True, None),
+        ("rail_optimised", True, "rail_matrices"),
+        ("rail_twelve", True, "rail_matrices"),
     ],
 )
 def test_route_matrices_in_closed_form_where_the_routes_are_known(name, ecmp, closed):

@@ -1046,15 +1046,21 @@ class Router:
 
     def rail_matrices(self) -> tuple[np.ndarray, np.ndarray] | None:
         """:meth:`hierarchical_matrices` of a rail-optimised cluster as its builder made it
-        (routes by :class:`_RailRoutes`, without ECMP; None otherwise): one search per
-        source took 8 s at 1,024 GPUs, the square of the GPUs in all."""
+        (routes by :class:`_RailRoutes`; with ECMP only where each kind of link has one
+        bandwidth; None otherwise): one search per source took 8 s at 1,024 GPUs, the
+        square of the GPUs in all."""
         rails = self._arith
-        if type(rails) is not _RailRoutes or self.ecmp:
+        if type(rails) is not _RailRoutes:
             return None
+        attrs = self.edge_metrics()
+        if self.ecmp:
+            # A pair's hashed route (PXN or not) has route 0's bottleneck when each kind
+            # of link (NVLink up, down; NIC up, down) has one bandwidth.
+            kinds = (rails.up_nvl, rails.down_nvl, rails.up_rail, rails.down_rail)
+            if any(len({attrs[e][0] for e in links}) > 1 for links in kinds):
+                return None
         params = self.graph.graph["params"]
-        return rails.matrices(
-            self.edge_metrics(), params["nvlink_latency_s"], params["nic_latency_s"]
-        )
+        return rails.matrices(attrs, params["nvlink_latency_s"], params["nic_latency_s"])
 
     def fat_tree_matrices(self) -> tuple[np.ndarray, np.ndarray] | None:
         """:meth:`hierarchical_matrices` of a fat-tree as its builder made it (routes by
