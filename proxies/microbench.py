@@ -594,10 +594,12 @@ def run(ns: argparse.Namespace, settings: MPISettings, started: float) -> None:
 
     from . import mpi_executor as mx
     from .buffers import fill
+    from .outputs import outlive_stdout_reader
     from .run import MEMORY_HEADROOM, over_limit
 
     comm = mx.MPI.COMM_WORLD
     rank, p = comm.Get_rank(), comm.Get_size()
+    outlive_stdout_reader()  # (``| head``: the rest of the table dropped, --json written)
 
     def say(message: str) -> None:  # progress, rank 0, stderr
         if rank == 0:

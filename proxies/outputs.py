@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Iterable
+from typing import Any, TextIO
 
 from workload.results import output_file_problem
 
@@ -55,3 +57,46 @@ def _written_into(path: str) -> bool:
     or a FIFO): then the JSON and the trace can both go to it, neither replacing the
     other."""
     return os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path)
+
+
+class ReaderGoneStdout:
+    """Standard output that outlives its reader: once a write finds the pipe closed
+    (``proxy | head``), file descriptor 1 is pointed at /dev/null and what follows is
+    dropped, so the run still finishes, writes its result files and exits as it would
+    have. One wrapper of ``sys.stdout`` rather than a ``try`` around every print: the
+    executor's progress lines are printed in the middle of a phase too."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._drop()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._drop()
+
+    def _drop(self) -> None:
+        # The stream's buffer still holds the unwritten text: with fd 1 on /dev/null,
+        # its next flush (at the latest the interpreter's, at exit) succeeds silently.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._stream.fileno())
+        finally:
+            os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def outlive_stdout_reader() -> None:
+    """Make ``sys.stdout`` drop its output, rather than raise BrokenPipeError, once its
+    reader has gone (see :class:`ReaderGoneStdout`); calling it again changes nothing."""
+    if not isinstance(sys.stdout, ReaderGoneStdout):
+        sys.stdout = ReaderGoneStdout(sys.stdout)

@@ -27,6 +27,7 @@ from workload.spec import RunSpec, SpecError
 from workload.units import MB, MS_PER_S, gb_per_s_to_bytes_per_s
 
 from .launch import REFERENCE_THREAD_LEVEL, launch_info, prepare_mpi
+from .outputs import outlive_stdout_reader
 from .usage import fail, parse_quietly
 
 TRAINER_MODEL = "alexnet_ring"  # the model description this trainer runs
@@ -105,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     comm = mx.MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
+    outlive_stdout_reader()  # (``| head``: the later lines dropped, measured.json written)
     if size != workload.world_size:
         fail(
             rank,

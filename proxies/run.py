@@ -33,7 +33,7 @@ from .mpi_executor import (
     node_memory_check,
     thread_level_name,
 )
-from .outputs import output_files_problem
+from .outputs import outlive_stdout_reader, output_files_problem
 from .usage import EXIT_USAGE
 
 MEMORY_HEADROOM = 0.9  # refuse above this fraction of the available memory
@@ -117,6 +117,8 @@ def run(
     model = spec.spec_model
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
+    # (``proxy | head``: the lines after head's are dropped, the results still written)
+    outlive_stdout_reader()
     try:
         launched = mpi_launcher_size()
         if size == 1 and launched is not None and launched > 1:
@@ -233,13 +235,16 @@ def run(
                 runs=runs,
                 wall_s=time.perf_counter() - started,
             )
-            report.emit(workload, doc, quiet=ns.quiet)
-            if spec.scale != 1.0 and not ns.quiet:
-                print(scale_note(spec.scale), flush=True)
+            # The files before the summary: under MPICH's mpiexec, which forwards the
+            # ranks' output, a closed reader (``| head -1``) ends the whole job at the
+            # first line mpiexec cannot pass on, which would otherwise be the summary's.
             if ns.json:
                 report.save_json(ns.json, doc)
             if trace is not None:
                 report.save_trace(ns.trace, trace)
+            report.emit(workload, doc, quiet=ns.quiet)
+            if spec.scale != 1.0 and not ns.quiet:
+                print(scale_note(spec.scale), flush=True)
     except SystemExit:
         raise
     except BaseException:

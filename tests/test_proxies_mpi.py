@@ -447,3 +447,51 @@ def test_a_singleton_run_says_1_rank_and_a_short_wall_time_in_milliseconds():
     assert "1 ranks" not in r.stdout
     # A run of well under 10 s: three decimals (it said "wall time 0.0 s").
     assert re.search(r"^wall time \d\.\d{3} s$", r.stdout, re.M), r.stdout
+
+
+def test_a_proxy_whose_output_reader_has_gone_finishes_and_writes_its_json(tmp_path):
+    # `python -m proxies.dlrm ... | head -1`: the first print found the pipe closed and
+    # the rank aborted (exit 1, a traceback) before writing --json.
+    import os
+
+    out = tmp_path / "r.json"
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone before the first line
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "proxies.dlrm", "--scale", "0.01", *FAST, "--json", str(out)],
+            stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+    assert json.loads(out.read_text())["world_size"] == 1
+
+
+def test_mpiexec_piped_into_head_still_writes_the_json(tmp_path):
+    # MPICH's mpiexec passes the ranks' lines on and stops the whole job at the first
+    # one it cannot write; rank 0 writes its files before the summary line, so only
+    # the start line precedes them.
+    import os
+    import signal
+
+    from .mpirun import MPIEXEC
+
+    out = tmp_path / "r.json"
+    proc = subprocess.Popen(
+        [MPIEXEC, "-n", "2", sys.executable, "-m", "proxies.dlrm", "--scale", "0.01", *FAST,
+         "--json", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        stdin=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("[")  # `head -1`
+        proc.stdout.close()
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert json.loads(out.read_text())["world_size"] == 2
