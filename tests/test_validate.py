@@ -214,6 +214,27 @@ def test_timeout_stops_the_run(tmp_path):
     assert "--timeout" in r.stderr
 
 
+def test_a_timeout_ends_with_its_reason_not_the_stops_noise(tmp_path):
+    # The stop's own lines (mpiexec's "Press Ctrl-C again", rank 0's "interrupted
+    # (SIGINT: Ctrl-C ...)") were echoed just before the reason, as if Ctrl-C had stopped
+    # the run. (8 s: the ranks have started and print their line when stopped.)
+    cfg = config(tmp_path, "dlrm", [])
+    out = tmp_path / "o"
+    r = validate(
+        "--config", str(cfg), "--np", "2", "--out", str(out), "--iters", "1000000",
+        "--timeout", "8",
+    )  # fmt: skip
+    assert r.returncode == val.EXIT_TIMEOUT, r.stdout + r.stderr
+    assert r.stderr == (
+        "error: the real run did not finish within --timeout 8 s; every process was "
+        f"stopped (its output, the stop's too: {out / 'proxy_output.txt'})\n"
+    )
+    assert "[mpiexec@" not in r.stdout and "interrupted" not in r.stdout, r.stdout
+    assert r.stdout.splitlines()[1].startswith("[    0.0 s] dlrm: 2 ranks, ")
+    kept = (out / "proxy_output.txt").read_text()
+    assert "[mpiexec@" in kept and "interrupted (SIGINT" in kept
+
+
 def test_compare_ops_against_the_simulation_itself():
     """A trace made from simnet's own timelines compares with zero difference."""
     cfg = {

@@ -213,18 +213,22 @@ def run_proxy(cmd: list[str], timeout_s: float, echo: bool = True) -> tuple[int,
     """Run ``cmd`` in its own process group; returns (exit code, output).
 
     Output is echoed as it comes (when ``echo``). Past ``timeout_s`` the whole
-    group is stopped and the code is :data:`EXIT_TIMEOUT`; Ctrl-C, SIGTERM and
-    SIGHUP stop the group and raise KeyboardInterrupt; if this process dies
+    group is stopped and the code is :data:`EXIT_TIMEOUT`; what the stop makes the
+    processes print (mpiexec's "Press Ctrl-C again", the ranks' "interrupted (SIGINT:
+    Ctrl-C ...)") is kept in the output returned but not echoed: it reads as a Ctrl-C
+    and hid the caller's one-line reason, printed after this returns. Ctrl-C, SIGTERM
+    and SIGHUP stop the group and raise KeyboardInterrupt; if this process dies
     outright, the group gets SIGTERM.
     """
     proc = start_group(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     lines: list[str] = []
+    timed_out = threading.Event()
 
     def pump() -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line)
-            if echo:
+            if echo and not timed_out.is_set():
                 sys.stdout.write(line)
                 sys.stdout.flush()
 
@@ -234,6 +238,7 @@ def run_proxy(cmd: list[str], timeout_s: float, echo: bool = True) -> tuple[int,
         with stop_on_signals():
             rc = proc.wait(timeout=timeout_s if timeout_s > 0 else None)
     except subprocess.TimeoutExpired:
+        timed_out.set()
         stop_group(proc)
         rc = EXIT_TIMEOUT
     except KeyboardInterrupt:

@@ -720,7 +720,7 @@ def real_run(
     if rc == EXIT_TIMEOUT:
         raise RunFailed(
             f"the real run did not finish within --timeout {timeout_s:g} s; every process "
-            "was stopped",
+            f"was stopped (its output, the stop's too: {out / 'proxy_output.txt'})",
             rc,
         )
     if rc != 0:
