@@ -192,8 +192,9 @@ def run(
             # (every option that changes what runs is named here, not only in the JSON)
             algorithm = f"algorithm {spec.algorithm}, " if spec.algorithm else ""
             whose = " (--reference-counts)" if spec.reference_counts else ""
+            note = f", {workload.start_note}" if workload.start_note else ""
             say(
-                f"{model.name}: {counted(size, 'rank')}, thread level "
+                f"{model.name}: {counted(size, 'rank')}{note}, thread level "
                 f"{thread_level_name(MPI.Query_thread())}, progress throttle "
                 f"{'on' if settings.throttle else 'off'} ({settings.throttle_reason}), "
                 f"progress {settings.progress_text()}, "

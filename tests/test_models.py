@@ -163,6 +163,8 @@ def test_resnet152_strong_scaling_table(size, fwd, bwd, batch):
     assert w.info["global_batch"] == batch * size
     emulated = MODELS["resnet152_scal"].build(4, {"scaling_size": size}, BuildOptions())
     assert stats(emulated, 0)[3].compute_us == fwd + 10 * bwd
+    # The row each ran, named: without --scaling-size the world size's.
+    assert w.info["scaling_size"] == emulated.info["scaling_size"] == size
 
 
 def test_resnet152_strong_scaling_refuses_other_sizes():

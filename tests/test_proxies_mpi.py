@@ -100,6 +100,21 @@ def test_resnet152_strong_scaling_emulated(tmp_path):
     assert doc["info"]["global_batch"] == 16 * 2
 
 
+def test_resnet152_scal_names_the_row_it_emulates(tmp_path):
+    # Only the global batch (16 x 2) was printed: which row ran was nowhere to be read.
+    out = tmp_path / "r.json"
+    r = mpirun(2, "proxies.resnet152_scal", "--scaling-size", "1024", "--scale", "0.001",
+               "--compute", "none", *FAST, "--json", str(out), timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    start = r.stdout.splitlines()[0]
+    assert start.split("] ", 1)[1].startswith(
+        "resnet152_scal: 2 ranks, emulating the strong-scaling row --scaling-size 1024 "
+        "(local batch 32, global batch 64), thread level "
+    )
+    info = json.loads(out.read_text())["info"]
+    assert info["scaling_size"] == 1024 and info["global_batch"] == 64
+
+
 def test_cosmoflow(tmp_path):
     doc = run_json(tmp_path, 8, "proxies.cosmoflow", "--scale", "0.001", "--compute", "none", *FAST)
     check_ranks(doc, lambda r: ref.cosmoflow(0.001))

@@ -189,6 +189,9 @@ class Workload:
     # Several jobs on one network: each job's ranks and schedule parameters (a
     # collective on a group of a job's ranks uses the job's, not collective_params).
     jobs: tuple[JobRanks, ...] = ()
+    # What a proxy's start line adds after its rank count: a choice of the build that
+    # the command line may not show (the strong-scaling row resnet152_scal emulates).
+    start_note: str = ""
 
     def group_of(self, kind: str, rank: int) -> tuple[int, ...]:
         """The group of kind ``kind`` that contains global ``rank``."""

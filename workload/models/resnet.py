@@ -170,8 +170,14 @@ class ResNet152Strong(ResNet152):
     strong_scaling = "the reference's table, through --scaling-size"
     strong_scaling_flag = "scaling_size"
 
+    @staticmethod
+    def row(world_size: int, params: dict[str, int]) -> int:
+        """The table row (world size of the reference's strong-scaling table) a run on
+        ``world_size`` ranks emulates: ``--scaling-size``, else the world size."""
+        return params.get("scaling_size") or world_size
+
     def timings(self, world_size: int, params: dict[str, int]) -> tuple[int, float, float]:
-        size = params.get("scaling_size") or world_size
+        size = self.row(world_size, params)
         if size not in RESNET152_STRONG:
             valid = sorted(RESNET152_STRONG)
             near = min(valid, key=lambda n: (abs(n - size), n))
@@ -181,6 +187,18 @@ class ResNet152Strong(ResNet152):
                 f"{near} (or pass --scaling-size {near} to emulate it on fewer ranks)"
             )
         return RESNET152_STRONG[size]
+
+    def _build(self, req: BuildRequest) -> Workload:
+        wl = super()._build(req)
+        row = self.row(req.world_size, req.params)
+        # The row as it ran: with no --scaling-size the world size chose it, and the
+        # global batch alone does not say which row a run on fewer ranks emulated.
+        wl.info = {"scaling_size": row, **wl.info}
+        wl.start_note = (
+            f"emulating the strong-scaling row --scaling-size {row} (local batch "
+            f"{wl.info['local_batch']}, global batch {wl.info['global_batch']})"
+        )
+        return wl
 
     def strong_anchor_flags(self, flags: dict[str, int]) -> dict[str, int]:
         return {**flags, "scaling_size": STRONG_ROWS[0]}
