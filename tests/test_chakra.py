@@ -858,3 +858,51 @@ def test_shown_alltoall_bytes_say_they_are_not_the_nodes_comm_size(tmp_path, cap
     capsys.readouterr()
     assert main(["show", str(out)]) == 0
     assert f"  (GB: {doc['call_bytes_definition']})" in capsys.readouterr().out.splitlines()
+
+
+def test_an_export_records_its_scale_and_a_replay_reports_it(tmp_path):
+    # A set exported at 0.01 was replayed as "scale 1", as if its messages were the
+    # model's own.
+    from tests.mpirun import mpirun
+
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"workload": {"name": "dlrm", "world_size": 2, "scale": 0.01}}))
+    out = tmp_path / "et"
+    r = _simnet("chakra", "export", "--config", str(cfg), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    wrote = f"wrote 2 Chakra traces of dlrm (message scale 0.01) and comm_group.json to {out} "
+    assert wrote in r.stdout
+    assert json.loads((out / "trace.export.json").read_text())["scale"] == 0.01
+    r = _simnet("chakra", "show", str(out))
+    assert r.stdout.startswith(
+        f"{out / 'trace'}: a dlrm trace set exported at message scale 0.01, 2 ranks, "
+    )
+    load.__globals__["_CACHE"].clear()
+    # Replayed at --scale 0.5: the set's scale is reported, and the workload's messages
+    # are 0.01 x 0.5 of the model's.
+    replay = RunSpec("chakra", flags={"trace_dir": str(out)}, world_size=2, scale=0.5).workload()
+    assert replay.scale == 0.005 and replay.info["exported_scale"] == 0.01
+    result = tmp_path / "r.json"
+    r = mpirun(2, "proxies.chakra", "--trace-dir", str(out), "--iters", "1", "--warmup", "0",
+               "--compute", "none", "--json", str(result), timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    start = r.stdout.splitlines()[0].split("] ", 1)[1]
+    assert start.startswith(
+        "chakra: 2 ranks, a dlrm trace set exported at message scale 0.01, thread level "
+    )
+    assert json.loads(result.read_text())["info"]["exported_scale"] == 0.01
+
+
+def test_a_set_that_records_no_scale_is_of_unknown_scale_not_1(tmp_path):
+    (tmp_path / "t").mkdir()
+    _hand_trace(tmp_path / "t")
+    assert read_trace_set(tmp_path / "t").scale is None
+    load.__globals__["_CACHE"].clear()
+    w = RunSpec("chakra", flags={"trace_dir": str(tmp_path / "t")}, world_size=2).workload()
+    assert w.scale is None and w.info["exported_scale"] is None
+    assert w.start_note == "a trace set of unknown message scale (its files do not record one)"
+    # Exported again, the set's scale stays unknown: recorded as null, not as 1.
+    doc_dir = tmp_path / "again"
+    export_trace_set(w, doc_dir)
+    load.__globals__["_CACHE"].clear()
+    assert read_trace_set(doc_dir).scale is None

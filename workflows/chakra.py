@@ -154,9 +154,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 Phase(name, lambda r, name=name: traces.programs[name][r]) for name in traces.phases
             ]
             w = Workload(traces.model, traces.world_size, {}, traces.groups, phases)
+            from workload.models.chakra import trace_set_said
+
             _print_summary(
-                f"{traces.source}: {traces.world_size} ranks, phases {', '.join(traces.phases)}, "
-                "process groups "
+                f"{traces.source}: {trace_set_said(traces)}, {traces.world_size} ranks, "
+                f"phases {', '.join(traces.phases)}, process groups "
                 + ", ".join(
                     f"{k}: {len(v)} of {_sizes(v)} ranks" for k, v in sorted(traces.groups.items())
                 ),
@@ -188,6 +190,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "kind": "chakra-export",
                 "config": str(ns.config),
                 "model": workload.model,
+                # (messages relative to the model's full size; null: unknown, a replayed
+                # set that did not record its own)
+                "scale": workload.scale,
                 "world_size": workload.world_size,
                 "phases": [ph.name for ph in workload.phases],
                 "files": [f.name for f in files],
@@ -218,9 +223,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if ns.goal:
                 goal_size = (out / f"{ns.prefix}.goal").stat().st_size
                 goal_note = f", and the GOAL schedule {ns.prefix}.goal ({goal_size / 1e6:.1f} MB)"
+            scale = "unknown" if workload.scale is None else f"{workload.scale:g}"
             _print_summary(
-                f"wrote {workload.world_size} Chakra traces of {workload.model} and "
-                f"comm_group.json to {out} ({size / 1e6:.1f} MB){goal_note}",
+                f"wrote {workload.world_size} Chakra traces of {workload.model} (message "
+                f"scale {scale}) and comm_group.json to {out} ({size / 1e6:.1f} MB){goal_note}",
                 doc,
             )
             return 0

@@ -19,7 +19,8 @@ the one before it; a non-blocking one starts after the last blocking one and is 
 waited for where the program waits (a zero-length COMP_NODE named after the wait). So
 that the project reads its own traces back exactly, every node also carries
 ``commsim_*`` attributes (operation, label, request ids, element count, group kind,
-exact duration, phase) that other tools ignore.
+exact duration, phase) that other tools ignore; each rank's metadata records the
+message scale the workload was built at (``commsim_scale``, when known).
 
 Import (:func:`read_trace_set`): a trace set written here comes back as the same
 programs and groups. Any other trace is read by its schema fields alone: nodes in
@@ -143,6 +144,10 @@ def export_trace_set(
                     _attr(et, "commsim_nodes", len(nodes)),
                 ]
             )
+            if workload.scale is not None:
+                # A replay would otherwise take messages exported at 0.01 x their size
+                # for the model's own.
+                meta.attr.append(_attr(et, "commsim_scale", float(workload.scale)))
             encode(f, meta)
             for node in nodes:
                 encode(f, node)
@@ -253,6 +258,10 @@ class TraceSet:
     groups: dict[str, list[tuple[int, ...]]]
     model: str
     source: str
+    # The message scale the set was exported at (relative to the traced model's full
+    # size); None when its files do not record one (a set from elsewhere, or exported
+    # before sets recorded it).
+    scale: float | None = None
 
 
 def trace_dir_problem(directory: Path) -> str | None:
@@ -309,12 +318,14 @@ def read_trace_set(directory: Path) -> TraceSet:
     per_rank: list[list[tuple[str, Op]]] = []
     kinds: dict[str, str] = {}
     model, phase_names = "chakra", None
+    scale: float | None = None
     for rank in ranks:
         path = trace_path(directory, prefix, rank)
         meta, nodes = _read_file(et, path)
         attrs = _attrs(meta)
         kinds.update(json.loads(attrs.get("commsim_group_kinds", "{}")))
         model = attrs.get("commsim_model", model)
+        scale = attrs.get("commsim_scale", scale)
         phase_names = phase_names or list(attrs.get("commsim_phases", []))
         reader = _NodeReader(et, path, rank, p, pg_ranks, kinds)
         per_rank.append(reader.program(nodes))
@@ -328,7 +339,7 @@ def read_trace_set(directory: Path) -> TraceSet:
             programs[phase][rank].append(op)
     used = {op.group for ops in per_rank for _, op in ops if hasattr(op, "group")}
     groups = _groups(p, pg_ranks, kinds, used)
-    return TraceSet(p, phase_names, programs, groups, model, str(directory / prefix))
+    return TraceSet(p, phase_names, programs, groups, model, str(directory / prefix), scale)
 
 
 def _rank_count(

@@ -192,6 +192,10 @@ class Workload:
     # What a proxy's start line adds after its rank count: a choice of the build that
     # the command line may not show (the strong-scaling row resnet152_scal emulates).
     start_note: str = ""
+    # Message sizes relative to the model's full size (--scale, workload.scale, times the
+    # scale a replayed trace set was exported at); None: unknown (a trace set that does
+    # not record its scale). A Chakra export records it.
+    scale: float | None = 1.0
 
     def group_of(self, kind: str, rank: int) -> tuple[int, ...]:
         """The group of kind ``kind`` that contains global ``rank``."""

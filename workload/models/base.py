@@ -184,7 +184,11 @@ class Model(ABC):
         ``given`` is how many positional arguments the user passed (some
         reference quirks depend on it); None means all.
         """
-        return self._build(BuildRequest(world_size, params, options, given))
+        wl = self._build(BuildRequest(world_size, params, options, given))
+        # _build's scale is its sizes' before options.scale (1: the model's own; a trace
+        # set's: the scale it was exported at), and its programs apply options.scale.
+        wl.scale = None if wl.scale is None else wl.scale * options.scale
+        return wl
 
     @abstractmethod
     def _build(self, req: BuildRequest) -> Workload:

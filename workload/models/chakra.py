@@ -86,12 +86,29 @@ class ChakraTrace(Model):
             return lambda rank: _scaled(traces.programs[name][rank], scale)
 
         phases = [Phase(name, program_of(name)) for name in traces.phases]
-        return self.workload(
+        wl = self.workload(
             world_size,
             params,
             traces.groups,
             phases,
-            info={"trace": traces.source, "traced_model": traces.model},
+            # (exported_scale None: unknown, not 1: a set from elsewhere says nothing)
+            info={
+                "trace": traces.source,
+                "traced_model": traces.model,
+                "exported_scale": traces.scale,
+            },
             summary=[("world_size", world_size), ("trace", traces.source)],
             per="phase",
         )
+        wl.scale = traces.scale  # (Model.build multiplies it by the replay's --scale)
+        wl.start_note = trace_set_said(traces)
+        return wl
+
+
+def trace_set_said(traces: TraceSet) -> str:
+    """The trace set and the scale it was exported at, as a replay's start line and
+    ``chakra show`` name it."""
+    which = "a trace set" if traces.model == "chakra" else f"a {traces.model} trace set"
+    if traces.scale is None:
+        return f"{which} of unknown message scale (its files do not record one)"
+    return f"{which} exported at message scale {traces.scale:g}"
