@@ -186,6 +186,13 @@ def test_real_run_matches_prediction_to_the_byte(tmp_path):
     # The step as the job's "measured per step": the training's total over its steps.
     comparison = json.loads((out / "comparison.json").read_text())
     assert m["iteration_time_s"] == pytest.approx(comparison["time"]["measured_step_s"], rel=1e-12)
+    # Without a host model the time block holds the configured network's, and says so.
+    time, configured = comparison["time"], comparison["predictions"]["configured"]
+    assert time["prediction"] == "configured" and "this_machine" not in comparison["predictions"]
+    assert time["predicted_step_s"] == configured["step_time_s"]
+    assert [set(e) for e in time["per_epoch"]] == [
+        {"epoch", "measured_s", "predicted_s", "configured_s"}
+    ] * 2
     assert m["source"].endswith("measured.json")
     assert m["network"] == "measured" and p["network"] == "ring 4"  # the configured one
 
@@ -318,7 +325,12 @@ def test_both_predictions_side_by_side(tmp_path):
         assert e["error_pct"] == pytest.approx(
             (e["step_time_s"] - measured) / measured * 100, rel=1e-9
         )
-    assert preds["configured"]["step_time_s"] == comparison["time"]["predicted_step_s"]
+    # The time block is the prediction meant to match the run, named: it held the
+    # configured network's while the job's text said this machine's was meant.
+    time = comparison["time"]
+    assert time["prediction"] == "this_machine"
+    assert time["predicted_step_s"] == preds["this_machine"]["step_time_s"]
+    assert time["error_pct"] == preds["this_machine"]["error_pct"]
     # On one host of 2 GB/s, a ring step moves 4 ranks x (2 rings x a half block) through
     # the host's memory: (p - 1) = 3 such steps per phase, two phases, then 1 ms compute.
     # A block is above the eager threshold, so its request-to-send (10 us inside the host)
@@ -330,7 +342,8 @@ def test_both_predictions_side_by_side(tmp_path):
     # Per epoch, both predictions (the plot draws both against the measurement).
     (epoch,) = comparison["time"]["per_epoch"]
     assert epoch["this_machine_s"] == pytest.approx(2 * preds["this_machine"]["step_time_s"])
-    assert epoch["predicted_s"] == pytest.approx(2 * preds["configured"]["step_time_s"])
+    assert epoch["configured_s"] == pytest.approx(2 * preds["configured"]["step_time_s"])
+    assert epoch["predicted_s"] == epoch["this_machine_s"]
     text = (out / "training_metrics.txt").read_text()
     assert "on the configured network" in text and "on this machine" in text
     assert "this_machine is meant to match the run" in text

@@ -396,24 +396,36 @@ def _run(cfg: Config, out: Path, say: Any, machine: ThisMachine | None) -> int:
     step_pred = res.iteration_time_s
     total = measured.total_time_s
     n_steps = cfg.training.num_epochs * steps
-    comparison["time"] = {
-        "measured_step_s": total / n_steps,
-        "predicted_step_s": step_pred,
-        "error_pct": 100 * (step_pred - total / n_steps) / (total / n_steps),
-        "per_epoch": [
-            {"epoch": e["epoch"], "measured_s": e["time_s"], "predicted_s": step_pred * steps}
-            for e in measured.epochs
-        ],
-    }
     measured_step = total / n_steps
+    per_step = {"configured": step_pred}
     comparison["predictions"] = {"configured": prediction_entry(step_pred, measured_step)}
+    res_m = None
     if machine is not None:
         one = cfg.model_copy(update={"workload": cfg.workload.model_copy(update={"iterations": 1})})
         res_m = machine_result(one, machine)
-        step_m = res_m.iteration_time_s
-        comparison["predictions"]["this_machine"] = prediction_entry(step_m, measured_step)
-        for e in comparison["time"]["per_epoch"]:
-            e["this_machine_s"] = step_m * steps
+        per_step["this_machine"] = res_m.iteration_time_s
+        comparison["predictions"]["this_machine"] = prediction_entry(
+            per_step["this_machine"], measured_step
+        )
+    # The time block holds the prediction meant to match the run (this machine's, when
+    # made: the run's ranks shared this host, not the configured network), and names it.
+    meant = "this_machine" if "this_machine" in per_step else "configured"
+    comparison["time"] = {
+        "measured_step_s": measured_step,
+        "prediction": meant,
+        "predicted_step_s": per_step[meant],
+        "error_pct": comparison["predictions"][meant]["error_pct"],
+        "per_epoch": [
+            {
+                "epoch": e["epoch"],
+                "measured_s": e["time_s"],
+                "predicted_s": per_step[meant] * steps,
+                **{f"{name}_s": step * steps for name, step in per_step.items()},
+            }
+            for e in measured.epochs
+        ],
+    }
+    if machine is not None and res_m is not None:
         comparison["this_machine"] = machine.describe()
         comparison["this_machine_why"] = machine.why()
         comparison["this_machine_assumed"] = res_m.assumed
@@ -434,7 +446,7 @@ def _run(cfg: Config, out: Path, say: Any, machine: ThisMachine | None) -> int:
     from simnet import plots
 
     ep = comparison["time"]["per_epoch"]
-    predicted = {"predicted (configured network)": [e["predicted_s"] for e in ep]}
+    predicted = {"predicted (configured network)": [e["configured_s"] for e in ep]}
     if machine is not None:
         predicted["predicted (this machine)"] = [e["this_machine_s"] for e in ep]
     files.append(
