@@ -482,6 +482,12 @@ def test_alexnet_rings_own_options_are_checked_in_one_line(args, message):
         ({"hierarchical": -2}, "workload.flags.hierarchical: must be >= 0 (got -2)"),
         # As training.compute_us_per_step: -5000 is refused.
         ({"compute_us": -5000}, "workload.flags.compute_us: must be >= 0 (got -5000)"),
+        # The group size refused by the build named no option.
+        (
+            {"hierarchical": 3},
+            "workload.flags.hierarchical 3 must divide the world size 4 (groups of 3 ranks "
+            "for the two-level algorithm); sizes that do: 1, 2, 4",
+        ),
     ],
 )
 def test_alexnet_rings_options_in_a_configuration_are_checked_in_one_line(tmp_path, flags, message):

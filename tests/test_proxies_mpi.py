@@ -239,6 +239,13 @@ def test_a_trace_path_with_rank_gives_each_rank_its_own_file(tmp_path):
             ["proxies.alexnet_ring", "--hierarchical", "-1", *FAST],
             "error: alexnet_ring: --hierarchical: must be >= 0 (got -1)",
         ),
+        # ("the hierarchical group size 3 must ...": the option to fix was not named)
+        (
+            4,
+            ["proxies.alexnet_ring", "--hierarchical", "3", *FAST],
+            "error: alexnet_ring: --hierarchical 3 must divide the world size 4 (groups of 3 "
+            "ranks for the two-level algorithm); sizes that do: 1, 2, 4\n",
+        ),
     ],
 )
 def test_bad_input_one_line_exit_2(n, args, message):

@@ -356,3 +356,17 @@ def test_alexnet_rings_group_size_and_algorithm_name_one_schedule():
             RunSpec(model="alexnet_ring", flags={flag: -1})
     ok = RunSpec(model="alexnet_ring", flags={"hierarchical": 0, "compute_us": 0})
     assert ok.workload(4).info["compute_us_per_step"] == 0
+
+
+def test_a_group_size_that_does_not_divide_the_world_names_the_option():
+    # "the hierarchical group size 3 must divide the world size 4", naming no option.
+    with pytest.raises(SpecError) as e:
+        RunSpec(model="alexnet_ring", flags={"hierarchical": 3}).workload(4)
+    assert e.value.field == "flags"
+    tail = (
+        " 3 must divide the world size 4 (groups of 3 ranks for the two-level algorithm); "
+        "sizes that do: 1, 2, 4"
+    )
+    assert e.value.render() == "--hierarchical" + tail
+    assert e.value.render(CONFIG_NAMES) == "workload.flags.hierarchical" + tail
+    assert e.value.render(STUDY_NAMES) == "--flag hierarchical" + tail

@@ -120,9 +120,15 @@ class AlexNetRing(Model):
         block = -(-scaled // world_size)
         local = params.get("hierarchical") or 0
         if local and world_size % local:
-            raise LayoutError(
-                f"{self.name}: the hierarchical group size {local} must divide "
-                f"the world size {world_size}"
+            from ..spec import SpecError  # (spec imports this registry: not at import time)
+
+            # The option is what to fix: each front end names it its way, as the
+            # sibling checks of options_problem do.
+            fits = ", ".join(str(g) for g in range(1, world_size + 1) if world_size % g == 0)
+            raise SpecError(
+                "flags",
+                f"{{field:flags.hierarchical}} {local} must divide the world size {world_size} "
+                f"(groups of {local} ranks for the two-level algorithm); sizes that do: {fits}",
             )
         algorithm = options.algorithm or ("hierarchical" if local else "multiring")
         compute = float(params.get("compute_us", DEFAULT_COMPUTE_US_PER_STEP))
