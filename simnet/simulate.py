@@ -805,7 +805,13 @@ def _unused_settings(
         readers, why = _READ_BY[name]
         if had_collectives and not ran & readers:
             notes.append(f"{name}: not used, {why}")
-    if "seed" in cfg.whatif.model_fields_set and not cfg.whatif.compute_noise:
+    # Against the default, not model_fields_set: a job's run, made from the whole
+    # configuration dumped, and a recorded configuration loaded again have every field
+    # set, so every such run said it of a seed nobody gave.
+    if (
+        cfg.whatif.seed != type(cfg.whatif).model_fields["seed"].default
+        and not cfg.whatif.compute_noise
+    ):
         notes.append("whatif.seed: not used, it seeds whatif.compute_noise, which is 0")
     t = cfg.topology
     if t.group_size is not None and t.type not in GROUPED_TOPOLOGIES and not ran & _NODE_SIZED:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -549,3 +550,17 @@ def test_a_dragonfly_global_link_counts_once_in_the_link_outputs(tmp_path):
     with open(tmp_path / "sim_link_series.csv") as f:
         in_series = {r["link"] for r in csv.DictReader(f)}
     assert {n for n in in_series if "gw" in n} == {"gw0.1->gw1.0", "gw1.0->gw0.1"}
+
+
+def test_a_job_says_nothing_of_settings_the_configuration_does_not_give():
+    # Each job's own run was made from the whole configuration dumped with every field,
+    # so every job said "whatif.seed: not used" of a seed nobody gave.
+    res = simulate(_two_jobs())
+    assert not [a for a in res.assumed if "whatif.seed" in a]
+    seeded = _two_jobs()
+    seeded["whatif"] = {"seed": 5}
+    said = [a for a in simulate(seeded).assumed if "whatif.seed" in a]
+    assert said == ["whatif.seed: not used, it seeds whatif.compute_noise, which is 0"]
+    example = Path(__file__).resolve().parent.parent / "examples" / "two_jobs.json"
+    res = simulate(load_config(json.loads(example.read_text())), record_series=False)
+    assert not [a for a in res.assumed if "whatif.seed" in a]
