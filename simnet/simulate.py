@@ -573,9 +573,15 @@ def simulate(
 
         from . import sizecheck
 
-        ops, msgs, ring_msgs = _rank0_counts(cfg, workload)
+        counts = _rank0_counts(cfg, workload)
         est = sizecheck.estimate(
-            cfg, ops, len(workload.phases), msgs, dense_matrices, ring_run_messages=ring_msgs
+            cfg,
+            counts.ops,
+            len(workload.phases),
+            counts.messages,
+            dense_matrices,
+            ring_run_messages=counts.ring_run_messages,
+            repeated_messages=counts.repeated_messages,
         )
         avail = psutil.virtual_memory().available if available_bytes is None else available_bytes
         why = sizecheck.refusal(cfg, est, len(workload.phases), avail)
@@ -742,6 +748,10 @@ class RankCounts(NamedTuple):
     ops: int
     messages: int  # it sends
     ring_run_messages: int  # of those, in schedules of ring runs (nothing kept per message)
+    # Of the others, those of calls that repeat a collective the rank already called
+    # (same operation, algorithm, group size, count, root): its schedule and plans are
+    # kept once, and a call's messages are held only while it runs.
+    repeated_messages: int = 0
 
 
 def _given(
@@ -858,12 +868,19 @@ def _rank0_counts(cfg: Config, workload: Workload) -> RankCounts:
         return cache[key]
 
     def counts(rank: int) -> RankCounts:
-        ops = msgs = ring = 0
+        ops = msgs = ring = repeated = 0
+        called: set[tuple] = set()
         for ph in workload.phases:
             for op in ph.program(rank):
                 m, in_rings = messages(op, rank)
                 ops, msgs, ring = ops + 1, msgs + m, ring + (m if in_rings else 0)
-        return RankCounts(ops, msgs, ring)
+                if m and not in_rings and isinstance(op, Collective):
+                    key = (op.op, op.algorithm, len(workload.group_of(op.group, rank)),
+                           op.count_elems, op.root)  # fmt: skip
+                    if key in called:
+                        repeated += m
+                    called.add(key)
+        return RankCounts(ops, msgs, ring, repeated)
 
     def messages(op: object, rank: int) -> tuple[int, bool]:
         """The messages ``rank`` sends in ``op``, and whether they are of ring runs."""
@@ -888,9 +905,10 @@ def _rank0_counts(cfg: Config, workload: Workload) -> RankCounts:
 
     sampled = [counts(r) for r in sorted({0, workload.world_size // 2, workload.world_size - 1})]
     # The most of each kind of message (they cost differently), not of their sum.
-    others = max(c.messages - c.ring_run_messages for c in sampled)
+    kept = max(c.messages - c.ring_run_messages - c.repeated_messages for c in sampled)
+    repeated = max(c.repeated_messages for c in sampled)
     ring = max(c.ring_run_messages for c in sampled)
-    return RankCounts(max(c.ops for c in sampled), others + ring, ring)
+    return RankCounts(max(c.ops for c in sampled), kept + repeated + ring, ring, repeated)
 
 
 PROGRESS_IN_FLIGHT_MIN = 1000

@@ -23,9 +23,15 @@ What grows with the case, in bytes (each figure measured here or counted exactly
   groups, 4 G^2: 2,000 endpoints in 1,000 groups are 4 million elements, 1.4 GiB);
 - the rank programs and their timelines: about 110 B per operation (measured) and 64 B
   per operation and simulated iteration;
-- the messages of one iteration (their plans, flows and records): about 900 B each
-  (measured: DLRM on 256, 512 and 1,024 ranks of a switch peaked at 0.19, 0.56 and 2.0
-  GB for 0.14, 0.54 and 2.1 million messages), but 32 B for a message of a schedule of
+- the messages of one iteration (their plans, flows and records): about 1,000 B each,
+  counted once per collective a rank calls: a call repeating an earlier one (same
+  operation, algorithm, group size and count) reuses its schedule and plans, and its
+  messages live only while it runs (measured 2026-11-28: DLRM, whose two alltoalls per
+  iteration are one such pair, on 512 and 1,024 ranks of a switch peaked at 0.36 and
+  1.26 GB for 0.27 and 1.09 million messages of first calls, 0.54 and 2.1 million in
+  all; an LLM's tensor-parallel allreduces repeat hundreds of times an iteration, and a
+  32-rank one of 41 million messages, nearly all repeats, peaked at 0.5 GB where
+  900 B for every message had asked for 34 GiB); 32 B for a message of a schedule of
   ring runs, generated per rank as it runs (ResNet-152 with ring allreduces on 1,024
   ranks: 21 million messages, 0.31 GB above the interpreter's, 16 B each; with
   Rabenseifner's 0.2 million messages, 171 B each).
@@ -38,14 +44,14 @@ from dataclasses import dataclass
 
 from workload.units import GIB
 
-from .config import Config
+from .config import GROUPED_TOPOLOGIES, Config
 
 MATRIX_ENTRY_BYTES = 8
 MATRIX_WRITE_BYTES = 64  # per endpoint pair, while the dense files are written
 GRAPH_ELEMENT_BYTES = 1200
 OP_BYTES = 110
 OP_ITERATION_BYTES = 64
-MESSAGE_BYTES = 900
+MESSAGE_BYTES = 1000
 RING_RUN_MESSAGE_BYTES = 32
 HEADROOM = 0.8  # of the available memory a simulation may plan to use
 
@@ -156,15 +162,18 @@ def estimate(
     messages_per_rank: int = 0,
     matrices: bool = True,
     ring_run_messages: int = 0,
+    repeated_messages: int = 0,
 ) -> SizeEstimate:
     """The memory of simulating ``cfg`` whose ranks run about ``ops_per_rank`` operations
     and send ``messages_per_rank`` messages per iteration in all (over ``phases`` phases),
-    ``ring_run_messages`` of them in schedules of ring runs; ``matrices``: with the dense
-    endpoint-pair matrices the outputs build (a simulation alone keeps its pairs
-    sparse)."""
+    ``ring_run_messages`` of them in schedules of ring runs and ``repeated_messages``
+    others in calls repeating a collective the rank already called (charged nothing: its
+    schedule and plans are the first call's, whose messages are charged); ``matrices``:
+    with the dense endpoint-pair matrices the outputs build (a simulation alone keeps its
+    pairs sparse)."""
     n = cfg.num_rank_endpoints
     ops = ops_per_rank * cfg.world_size
-    others = messages_per_rank - ring_run_messages
+    others = messages_per_rank - ring_run_messages - repeated_messages
     return SizeEstimate(
         n,
         matrix_bytes(n, phases) if matrices else 0,
@@ -264,6 +273,13 @@ def refusal(cfg: Config, est: SizeEstimate, phases: int, available_bytes: int) -
             est.endpoints,
         )
         field = "topology.num_nodes" if t.num_nodes else "distributed.num_nodes"
+        group = t.effective_group_size if t.type in GROUPED_TOPOLOGIES else None
+        if n and group:
+            n -= n % (group * rph)  # (a grouped network's size is whole groups)
+        if cfg.workload.world_size:
+            # The ranks are set apart from the network: a smaller network alone would
+            # not hold them.
+            field += " and workload.world_size"
         hint = endpoints_hint(n, field) if n and n >= rph else ""
     return (
         f"this case would need {est.describe()} but {available_bytes / GIB:.1f} GiB is "

@@ -765,10 +765,14 @@ def test_without_dense_matrices_a_case_is_checked_for_what_it_holds():
         "workload": {"name": "resnet50", "scale": 1e-4},
     }
     cfg = simnet.load_config(doc)
-    ops, msgs, ring = _rank0_counts(cfg, build_workload(cfg))
-    alone = sizecheck.estimate(cfg, ops, 2, msgs, matrices=False, ring_run_messages=ring)
+    ops, msgs, ring, rep = _rank0_counts(cfg, build_workload(cfg))
+    alone = sizecheck.estimate(
+        cfg, ops, 2, msgs, matrices=False, ring_run_messages=ring, repeated_messages=rep
+    )
     alone = alone.total_bytes
-    dense = sizecheck.estimate(cfg, ops, 2, msgs, ring_run_messages=ring).total_bytes
+    dense = sizecheck.estimate(
+        cfg, ops, 2, msgs, ring_run_messages=ring, repeated_messages=rep
+    ).total_bytes
     assert dense - alone == (8 * (6 + 5 * 2) + 64) * 512**2
     avail = int((alone + dense) / 2 / sizecheck.HEADROOM)
     with pytest.raises(simnet.ConfigError, match="this case would need"):
@@ -809,7 +813,7 @@ def test_the_message_estimate_counts_what_the_simulation_sends():
         "workload": {"name": "dlrm", "scale": 0.001},
     }
     cfg = load_config(doc)
-    _, per_rank, ring = _rank0_counts(cfg, build_workload(cfg))
+    _, per_rank, ring, _ = _rank0_counts(cfg, build_workload(cfg))
     res = simnet.simulate(doc, record_series=False)
     assert per_rank * 64 == sum(p.messages for p in res.phases)
     assert ring == 0  # recursive allreduces and direct alltoalls: plans kept per message
@@ -829,9 +833,11 @@ def test_messages_of_ring_runs_are_counted_apart_and_cost_little():
         "collectives": {"algorithm": "ring"},
     }
     cfg = load_config(doc)
-    ops, msgs, ring = _rank0_counts(cfg, build_workload(cfg))
+    ops, msgs, ring, rep = _rank0_counts(cfg, build_workload(cfg))
     assert msgs == ring == 20_951_040 // 1024  # every message in ring runs
-    est = sizecheck.estimate(cfg, ops, 1, msgs, matrices=False, ring_run_messages=ring)
+    est = sizecheck.estimate(
+        cfg, ops, 1, msgs, matrices=False, ring_run_messages=ring, repeated_messages=rep
+    )
     assert est.message_bytes == sizecheck.RING_RUN_MESSAGE_BYTES * 20_951_040
     assert sizecheck.refusal(cfg, est, 1, 2 * 2**30) is None  # 2 GiB is plenty
     doc["collectives"]["algorithm"] = "rabenseifner"
@@ -879,8 +885,8 @@ def test_the_hints_with_hosts_name_hosts_and_a_fat_tree_that_fits():
 
     def refusal(doc: dict, avail: int) -> str | None:
         cfg = load_config(doc)
-        ops, msgs, ring = _rank0_counts(cfg, build_workload(cfg))
-        est = sizecheck.estimate(cfg, ops, 1, msgs, ring_run_messages=ring)
+        ops, msgs, ring, rep = _rank0_counts(cfg, build_workload(cfg))
+        est = sizecheck.estimate(cfg, ops, 1, msgs, ring_run_messages=ring, repeated_messages=rep)
         return sizecheck.refusal(cfg, est, 1, avail)
 
     fat = {"distributed": {"num_nodes": 8}, "topology": {"type": "fat_tree", "k": 32},
@@ -936,8 +942,8 @@ def test_the_hint_names_the_ranks_when_they_are_what_does_not_fit(doc, hint):
     assert r == two or f"the largest power of two below is {two:,}" in msg
     doc["workload"]["world_size"] = two
     cfg = load_config(doc)
-    ops, msgs, ring = _rank0_counts(cfg, build_workload(cfg))
-    est = sizecheck.estimate(cfg, ops, 1, msgs, ring_run_messages=ring)
+    ops, msgs, ring, rep = _rank0_counts(cfg, build_workload(cfg))
+    est = sizecheck.estimate(cfg, ops, 1, msgs, ring_run_messages=ring, repeated_messages=rep)
     assert sizecheck.refusal(cfg, est, 1, 8 * 2**30) is None
 
 
@@ -1465,3 +1471,61 @@ def test_collective_time_refuses_what_its_algorithm_would_not_read(algorithm, kw
     with pytest.raises(ValueError) as e:
         simnet.collective_time(g, "allreduce", algorithm, 1 << 20, **kw)
     assert str(e.value).startswith(f"collective_time: {message}")
+
+
+def test_collectives_a_rank_calls_again_are_charged_once():
+    # 32 ranks of an LLM whose tensor-parallel allreduces (NCCL trees of 1,024 chunks)
+    # repeat for every layer and micro-batch: 41 million messages that peaked at 0.5 GB,
+    # refused as 34 GiB when every message was charged as a new one.
+    from simnet import sizecheck
+    from simnet.config import load_config
+    from simnet.simulate import _rank0_counts, build_workload
+
+    doc = {
+        "topology": {"type": "rail_optimised", "num_nodes": 32, "group_size": 8},
+        "workload": {"name": "llm", "world_size": 32,
+                     "flags": {"preset": "llama-3-8b", "tp": 8, "pp": 1, "layers": 4,
+                               "micro_batches": 2}},
+        "collectives": {"algorithm": "nccl_tree", "pipeline_chunks": 1024},
+    }  # fmt: skip
+    cfg = load_config(doc)
+    c = _rank0_counts(cfg, build_workload(cfg))
+    # What a rank sends in the first call of each distinct allreduce is charged; every
+    # later call of the same one repeats it.
+    assert 0 < c.repeated_messages < c.messages and c.ring_run_messages == 0
+    first = c.messages - c.repeated_messages
+    assert c.repeated_messages > 10 * first
+    est = sizecheck.estimate(
+        cfg, c.ops, 1, c.messages, False, c.ring_run_messages, c.repeated_messages
+    )
+    assert est.message_bytes == sizecheck.MESSAGE_BYTES * first * 32
+    assert sizecheck.refusal(cfg, est, 1, 22 * 2**30) is None
+    every = sizecheck.estimate(cfg, c.ops, 1, c.messages, False, c.ring_run_messages)
+    assert sizecheck.refusal(cfg, every, 1, 22 * 2**30) is not None  # as before
+
+
+def test_the_hint_on_a_grouped_network_is_whole_groups_and_names_the_ranks_given():
+    # 32 ranks on 32 GPUs of 8-GPU nodes refused with "at most about 22 endpoints fit
+    # (topology.num_nodes)": 22 is no number of whole nodes, and 32 ranks (set by
+    # workload.world_size) do not fit on 22 endpoints.
+    from simnet import sizecheck
+    from simnet.config import load_config
+    from simnet.simulate import _rank0_counts, build_workload
+
+    doc = {
+        "topology": {"type": "rail_optimised", "num_nodes": 4096, "group_size": 8},
+        "workload": {"name": "dlrm", "world_size": 4096, "scale": 2.0},
+    }
+    with pytest.raises(simnet.ConfigError) as e:
+        simnet.simulate(doc, available_bytes=8 * 2**30)
+    msg = str(e.value)
+    assert "endpoints fit (topology.num_nodes and workload.world_size)" in msg, msg
+    n = int(msg.split("at most about ")[1].split(" endpoints")[0].replace(",", ""))
+    assert n % 8 == 0 and 1024 < n < 4096
+    two = 1 << (n.bit_length() - 1)  # (DLRM's world size divides 2^18)
+    doc["topology"]["num_nodes"] = doc["workload"]["world_size"] = two
+    cfg = load_config(doc)
+    c = _rank0_counts(cfg, build_workload(cfg))
+    est = sizecheck.estimate(cfg, c.ops, 1, c.messages, True, c.ring_run_messages,
+                             c.repeated_messages)  # fmt: skip
+    assert sizecheck.refusal(cfg, est, 1, 8 * 2**30) is None  # fits below the named size
