@@ -145,9 +145,9 @@ def _tick_indices(n: int, max_ticks: int = 8) -> list[int]:
     return list(range(0, n, step))
 
 
-def _max_pool(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def _max_pool(values: np.ndarray, k: int, smallest: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``values`` (NaN: no value) in blocks of ``k`` x ``k`` cells, each block its
-    largest value, and where a block holds none."""
+    largest value (its smallest with ``smallest``), and where a block holds none."""
     if k == 1:
         return values, np.isnan(values)
     n = values.shape[0]
@@ -156,10 +156,11 @@ def _max_pool(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     padded[:n, :n] = values
     blocks = padded.reshape(m, k, m, k)
     empty = np.isnan(blocks).all(axis=(1, 3))
-    pooled = np.where(
-        empty, np.nan, np.nanmax(np.where(np.isnan(blocks), -np.inf, blocks), axis=(1, 3))
-    )
-    return pooled, empty
+    if smallest:
+        picked = np.where(np.isnan(blocks), np.inf, blocks).min(axis=(1, 3))
+    else:
+        picked = np.where(np.isnan(blocks), -np.inf, blocks).max(axis=(1, 3))
+    return np.where(empty, np.nan, picked), empty
 
 
 TITLE_WRAP_CHARS = 60
@@ -182,8 +183,11 @@ def _heatmap(
     masked_note: str,
     labels: Sequence[str] | None,
     axis_name: str,
+    pool_smallest: bool = False,
 ) -> Path:
-    """Draw ``values`` (already in display units) with ``mask``ed cells grey."""
+    """Draw ``values`` (already in display units) with ``mask``ed cells grey; with more
+    cells than pixels each pixel shows the largest of its cells (the smallest with
+    ``pool_smallest``: what stands out in the matrix, a peak or a slow pair)."""
     n = values.shape[0]
     if labels is not None and len(labels) != n:
         raise ValueError(f"{len(labels)} labels for a {n}x{n} matrix")
@@ -224,11 +228,14 @@ def _heatmap(
         )
     else:  # one image instead of n*n quads: ~10x faster
         # More cells than pixels: each pixel shows the largest of its k x k cells (averaged
-        # by the renderer, a matrix's peaks would blend into the grey of its empty cells).
+        # by the renderer, a matrix's peaks would blend into the grey of its empty cells),
+        # or on a bandwidth map the smallest: the slow pairs (a degraded link) are what
+        # it is read for, and the largest hid them.
         k = math.ceil(n / IMAGE_SIDE_PX_AT_DPI)
-        pooled, empty = _max_pool(shown, k)
+        pooled, empty = _max_pool(shown, k, smallest=pool_smallest)
         if k > 1:
-            masked_note += f"; each pixel the largest of {k} x {k} cells"
+            which = "smallest" if pool_smallest else "largest"
+            masked_note += f"; each pixel the {which} of {k} x {k} cells"
         image = ax.imshow(
             np.ma.masked_array(pooled, mask=empty),
             cmap=cmap,
@@ -307,7 +314,8 @@ def bandwidth_heatmap(
     ``matrix_bytes_per_s[i, j]`` is a bandwidth in bytes/s (>= 0). Non-finite
     entries (NaN or inf, typically the diagonal: a rank to itself) and zeros
     are drawn grey (blank). Layout, annotations and ticks as
-    :func:`traffic_heatmap`. Returns the PNG path.
+    :func:`traffic_heatmap`, but with more cells than pixels each pixel is the smallest
+    of its cells (the slow pairs stay in sight). Returns the PNG path.
     """
     m = _square(matrix_bytes_per_s, "matrix_bytes_per_s")
     with np.errstate(invalid="ignore"):
@@ -323,6 +331,7 @@ def bandwidth_heatmap(
         masked_note="grey = self or no value",
         labels=labels,
         axis_name=axis_name,
+        pool_smallest=True,
     )
 
 

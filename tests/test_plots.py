@@ -534,3 +534,25 @@ def test_a_long_runs_link_rates_are_drawn_against_seconds() -> None:
         plots._utilisation_panel(ax, ["a->b"], series, {"a->b": 1e10})
         assert ax.get_xlabel() == label
         assert max(ax.lines[0].get_xdata()) == right
+
+
+def test_a_big_bandwidth_heatmap_keeps_its_slow_pairs_each_pixel_the_smallest(
+    tmp_path: Path, captured: list[list[AxesSnapshot]]
+) -> None:
+    # 1,024 endpoints at 25 GB/s but one sender's routes at 5 GB/s (a degraded link):
+    # each pixel the largest of its 2 x 2 cells hid that row; the smallest shows it.
+    m = np.full((1024, 1024), 25e9)
+    np.fill_diagonal(m, np.inf)
+    m[301, :] = 5e9
+    m[301, 301] = np.inf
+    out = plots.bandwidth_heatmap(m, tmp_path / "b.png", title="t")
+    assert any("each pixel the smallest of 2 x 2 cells" in s.xlabel for s in captured[0])
+    with Image.open(out) as im:
+        rgb = np.asarray(im.convert("RGB")).astype(int)
+    low = np.array(plt.get_cmap(plots._CMAP)(5 / 25)[:3]) * 255
+    assert (np.abs(rgb - low).sum(axis=2) < 30).sum() > 200  # the slow row is drawn
+    nan = np.nan
+    cells = np.array([[1.0, nan, 3.0], [2.0, nan, nan], [nan, nan, nan]])
+    pooled, empty = plots._max_pool(cells, 2, smallest=True)
+    assert pooled[0].tolist() == [1.0, 3.0]
+    assert empty.tolist() == [[False, False], [True, True]]
