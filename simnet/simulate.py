@@ -872,36 +872,37 @@ def _rank0_counts(cfg: Config, workload: Workload) -> RankCounts:
         called: set[tuple] = set()
         for ph in workload.phases:
             for op in ph.program(rank):
-                m, in_rings = messages(op, rank)
+                m, in_rings, key = messages(op, rank)
                 ops, msgs, ring = ops + 1, msgs + m, ring + (m if in_rings else 0)
-                if m and not in_rings and isinstance(op, Collective):
-                    key = (op.op, op.algorithm, len(workload.group_of(op.group, rank)),
-                           op.count_elems, op.root)  # fmt: skip
+                if m and not in_rings and key is not None:
                     if key in called:
                         repeated += m
                     called.add(key)
         return RankCounts(ops, msgs, ring, repeated)
 
-    def messages(op: object, rank: int) -> tuple[int, bool]:
-        """The messages ``rank`` sends in ``op``, and whether they are of ring runs."""
+    def messages(op: object, rank: int) -> tuple[int, bool, tuple | None]:
+        """The messages ``rank`` sends in ``op``, whether they are of ring runs, and the
+        collective's schedule key (None for other operations): calls with one key share
+        their schedule and plans."""
         if isinstance(op, Send):
-            return 1, False
+            return 1, False, None
         if not isinstance(op, Collective):
-            return 0, False
+            return 0, False, None
         members = workload.group_of(op.group, rank)
         p = len(members)
         if p <= 1:
-            return 0, False
+            return 0, False, None
         alg = policy.choose(op, p)
         in_rings = (op.op, alg) in RING_RUN_SCHEDULES
+        key = (op.op, alg, p, op.count_elems, op.root)
         if p <= _COUNT_DIRECTLY or alg in ("hierarchical", "multiring", "nccl_ring"):
-            return sends(op, alg, p, members.index(rank)), in_rings
+            return sends(op, alg, p, members.index(rank)), in_rings, key
         # Some schedules index every rank's transfers (O(p log p) memory: 16.8 GB at
         # 32,768 ranks): count at two smaller sizes and extrapolate as a power of p,
         # which overstates the log p schedules a little.
         a, b = _COUNT_DIRECTLY // 2, _COUNT_DIRECTLY
         m1, m2 = sends(op, alg, a, 0), sends(op, alg, b, 0)
-        return round(m2 * (p / b) ** math.log2(max(m2, 1) / max(m1, 1))), in_rings
+        return round(m2 * (p / b) ** math.log2(max(m2, 1) / max(m1, 1))), in_rings, key
 
     sampled = [counts(r) for r in sorted({0, workload.world_size // 2, workload.world_size - 1})]
     # The most of each kind of message (they cost differently), not of their sum.

@@ -1538,7 +1538,7 @@ class _FatTreeRoutes:
         (checked by :meth:`of`), so a route's latency is the ``math.fsum`` of its 2, 4 or
         6 hops' ``lat``. Edge switch ``s`` (pod ``s // (k/2)``) holds endpoints ``s k/2
         ..``: the matrices are blocks of switch pairs."""
-        half, n = self.half, self.n
+        half = self.half
         switches = 2 * half * half
 
         def bandwidths(links: Iterable) -> np.ndarray:
@@ -1567,7 +1567,6 @@ class _FatTreeRoutes:
         lat_m = _blocks(sw_lat, half)
         np.fill_diagonal(bw, np.inf)
         np.fill_diagonal(lat_m, 0.0)
-        assert bw.shape == (n, n)
         return bw, lat_m
 
     def count(self, src: int, dst: int) -> int:

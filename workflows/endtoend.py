@@ -425,7 +425,7 @@ def _run(cfg: Config, out: Path, say: Any, machine: ThisMachine | None) -> int:
             for e in measured.epochs
         ],
     }
-    if machine is not None and res_m is not None:
+    if res_m is not None:  # (made exactly when there is a host model)
         comparison["this_machine"] = machine.describe()
         comparison["this_machine_why"] = machine.why()
         comparison["this_machine_assumed"] = res_m.assumed
