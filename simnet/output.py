@@ -85,12 +85,6 @@ def write_series_csv(path: Path, res: SimResult) -> Path:
     return atomic_write(path, w)
 
 
-def ordinal(n: int) -> str:
-    """``n`` as an English ordinal: 1st, 2nd, 3rd, 4th, 11th, 12th, 13th, 21st, 102nd."""
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
-
-
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
@@ -234,17 +228,42 @@ def block_matrices(res: SimResult, b: int) -> dict[str, np.ndarray]:
 
 
 BANDWIDTH_SAMPLE_SIDE = 128
-"""Endpoints sampled per side for the route-bandwidth heatmap of a large run: a route
-per cell (about 50 us each on a fat-tree with ECMP; 512 a side took 12 s at 4,096)."""
+"""Cells per side of the route-bandwidth heatmap of a large run: each the smallest route
+bandwidth of its block of endpoint pairs where the network has a closed form, else one
+pair sampled (a route per cell, about 50 us each on a fat-tree with ECMP)."""
+
+
+def block_bandwidth(res: SimResult, b: int) -> tuple[np.ndarray, bool]:
+    """The route-bandwidth heatmap's matrix (bytes/s) in blocks of ``b`` endpoints, and
+    whether it is exact: each cell the smallest route bandwidth of its block's pairs
+    (``SimResult.bandwidth_blocks``), or, for a network without a closed form, one pair's
+    (:func:`sampled_bandwidth`)."""
+    exact = res.bandwidth_blocks(b) if res.bandwidth_blocks is not None else None
+    if exact is not None:
+        return exact, True
+    return sampled_bandwidth(res, b), False
+
+
+def sampled_pairs(n: int, b: int) -> list[tuple[int, int]]:
+    """One endpoint pair per block pair of ``b`` x ``b`` endpoints, row by row: block
+    ``(i, j)`` samples endpoint ``j mod b`` of block i to endpoint ``i mod b`` of block
+    j (the last of a short block), so that the cells do not all show the first endpoint
+    of each block (on a cluster of nodes of b GPUs, GPU 0 of every node: one rail, no
+    pair inside a node)."""
+    m = -(-n // b)
+    return [
+        (min(i * b + j % b, n - 1), min(j * b + i % b, n - 1)) for i in range(m) for j in range(m)
+    ]
 
 
 def sampled_bandwidth(res: SimResult, b: int) -> np.ndarray:
-    """Route bandwidth (bytes/s) from the first endpoint of each block of ``b`` to the
-    first of each block (inf on the diagonal): a sample of ``bandwidth_bytes_per_s``."""
+    """Route bandwidth (bytes/s) of one pair of each block of ``b`` x ``b`` endpoints
+    (:func:`sampled_pairs`; inf from an endpoint to itself): a sample of
+    ``bandwidth_bytes_per_s``."""
     n = res.graph.graph["num_endpoints"]
-    firsts = range(0, n, b)
-    bw, _ = res.pair_routes([(i, j) for i in firsts for j in firsts])
-    return bw.reshape(len(firsts), len(firsts))
+    m = -(-n // b)
+    bw, _ = res.pair_routes(sampled_pairs(n, b))
+    return bw.reshape(m, m)
 
 
 def phase_summary(p: PhaseResult, dense: bool = True) -> dict[str, Any]:
@@ -873,22 +892,34 @@ def _write_all(
         labels = [str(i) for i in range(0, n, b)]
         axis = f"endpoint (blocks of {b})" if b > 1 else "endpoint"
         b_bw = block_size(n, BANDWIDTH_SAMPLE_SIDE)
-        bw = routed_only(sampled_bandwidth(res, b_bw))
+        bw, exact = block_bandwidth(res, b_bw)
+        bw = routed_only(bw)
         if b_bw == 1:
             np.fill_diagonal(bw, np.nan)
         bw_labels = [str(i) for i in range(0, n, b_bw)]
-        bw_axis = f"endpoint (every {ordinal(b_bw)})" if b_bw > 1 else "endpoint"
-        bw_what = (
-            f"achievable bandwidth, every {ordinal(b_bw)} endpoint: {res.graph.graph['name']}"
-            if b_bw > 1
-            else f"achievable point-to-point bandwidth: {res.graph.graph['name']}"
-        )
+        bw_axis = f"endpoint (blocks of {b_bw})" if b_bw > 1 else "endpoint"
+        bw_what = f"achievable point-to-point bandwidth: {res.graph.graph['name']}"
+        if b_bw > 1:
+            bw_what = (
+                f"achievable bandwidth, smallest of each block: {res.graph.graph['name']}"
+                if exact
+                else f"achievable bandwidth, one pair a block: {res.graph.graph['name']}"
+            )
         notes.append(
             f"  n x n matrices not written ({n:,} endpoints; --matrices dense writes them): "
             f"{prefix}pairs.csv holds the {len({(r[1], r[2]) for r in rows}):,} endpoint "
             f"pairs that communicated"
             + (f"; traffic heatmaps drawn in blocks of {b} endpoints" if b > 1 else "")
-            + (f", route bandwidth sampled at every {ordinal(b_bw)} endpoint" if b_bw > 1 else "")
+            + (
+                (
+                    f"; route bandwidth drawn as the smallest of each block of {b_bw}"
+                    if exact
+                    else f"; route bandwidth drawn from one pair of each block of {b_bw} "
+                    "(this network's routes have no closed form: a route per cell)"
+                )
+                if b_bw > 1
+                else ""
+            )
         )
     files.append(
         plots.traffic_heatmap(

@@ -137,6 +137,9 @@ class SimResult:
     assumed: list[str]
     scenario: list[str] = field(default_factory=list)  # the what-ifs simulated
     jobs: Any = None  # a simnet.jobs.JobsReport when several jobs shared the network
+    # b -> the smallest route bandwidth (bytes/s) of each block of b x b endpoint pairs
+    # (see ``route_bandwidth_blocks``), or None where the network has no closed form.
+    bandwidth_blocks: Callable[[int], np.ndarray | None] | None = field(default=None, repr=False)
     _route_matrices: tuple[np.ndarray, np.ndarray] | None = field(
         default=None, init=False, repr=False
     )
@@ -726,8 +729,22 @@ def simulate(
             router, pairs, gb_per_s_to_bytes_per_s(inj) if inj else None, _routed_by(nets)
         )
 
+    def bandwidth_blocks(b: int) -> np.ndarray | None:
+        inj = cfg.network.injection_bandwidth_gb_per_s
+        cap = gb_per_s_to_bytes_per_s(inj) if inj else None
+        return route_bandwidth_blocks(router, b, cap)
+
     return SimResult(
-        cfg, workload, graph, placement, phases, routes, pair_routes, assumed, scenario
+        cfg,
+        workload,
+        graph,
+        placement,
+        phases,
+        routes,
+        pair_routes,
+        assumed,
+        scenario,
+        bandwidth_blocks=bandwidth_blocks,
     )
 
 
@@ -1125,6 +1142,37 @@ def route_matrices(
                 row_bw[d] = node_bw[d]
                 row_lat[d] = math.fsum(node_lat[d])
     return bw, lat
+
+
+BLOCK_ROWS_CELLS = 1 << 22
+"""Matrix cells (8 bytes each) ``route_bandwidth_blocks`` holds at a time: 32 MB."""
+
+
+def route_bandwidth_blocks(
+    router: topologies.Router, b: int, cap_bytes_per_s: float | None = None
+) -> np.ndarray | None:
+    """The smallest route bandwidth (bytes/s) of each block of ``b`` x ``b`` endpoint
+    pairs (endpoints ``i b ..`` to ``j b ..``; the last block of a side may be short):
+    an m x m matrix, m = ceil(n / b), of what ``route_matrices`` holds, each pair's
+    bandwidth capped at ``cap_bytes_per_s`` (an injection port's rate) where given, an
+    endpoint to itself left out (inf where a block holds nothing else: b = 1's
+    diagonal). Made from the network's closed form a block of rows at a time
+    (``Router.bandwidth_rows``), so that a 16,384-endpoint network's 2 GB matrix is never
+    held; None for a network without one (its matrix takes a route per pair)."""
+    rows = router.bandwidth_rows()
+    if rows is None:
+        return None
+    n = router.graph.graph["num_endpoints"]
+    starts = np.arange(0, n, b)
+    out = np.empty((len(starts), len(starts)))
+    step = b * max(1, BLOCK_ROWS_CELLS // (n * b))
+    for r0 in range(0, n, step):
+        r1 = min(n, r0 + step)
+        chunk = np.minimum.reduceat(rows(r0, r1), starts, axis=1)
+        out[r0 // b : -(-r1 // b)] = np.minimum.reduceat(chunk, np.arange(0, r1 - r0, b), axis=0)
+    if cap_bytes_per_s is not None:
+        np.minimum(out, cap_bytes_per_s, out=out, where=np.isfinite(out))
+    return out
 
 
 def _no_routes(n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -901,6 +901,27 @@ def test_route_matrices_in_closed_form_where_the_routes_are_known(name, ecmp, cl
     assert made == ([closed] if closed else [])
 
 
+@pytest.mark.parametrize("ecmp", [False, True])
+@pytest.mark.parametrize("name", list(TOPOLOGIES))
+def test_bandwidth_rows_are_the_matrix_rows(name, ecmp):
+    # Router.bandwidth_rows: the closed forms a block of rows at a time (blocks that
+    # start and end inside a node, a switch's endpoints or a group), against each pair's
+    # own route; present where a closed form is, and on a dragonfly of any latencies.
+    g = TOPOLOGIES[name]()
+    router = topologies.Router(g, ecmp=ecmp)
+    rows = router.bandwidth_rows()
+    forms = ("hierarchical_matrices", "rail_matrices", "fat_tree_matrices", "dragonfly_matrices")
+    closed = any(getattr(router, f)() is not None for f in forms)
+    assert (rows is not None) == (closed or name == "dragonfly_odd_latency")
+    if rows is None:
+        return
+    want_bw, _ = _route_matrices_pair_by_pair(g, ecmp)
+    n = g.graph["num_endpoints"]
+    for step in (1, 3, 5, n):
+        got = np.concatenate([rows(r0, min(n, r0 + step)) for r0 in range(0, n, step)])
+        assert np.array_equal(got, want_bw), step
+
+
 def _wide_router(name: str):
     """Topology ``name``'s endpoint count, an ECMP router whose every search runs over
     arrays from the start (as a big fabric's do), and each pair's own route metrics."""

@@ -204,10 +204,87 @@ def test_block_matrices_sum_the_dense_ones():
     busy = sum(p.pair_busy_s for p in res.phases).reshape(m, b, m, b).sum(axis=(1, 3))
     expected = np.divide(tb, busy, out=np.zeros((m, m)), where=busy > 0)
     assert np.allclose(blocks["achieved_bytes_per_s"], expected, rtol=1e-12)
-    sample = output.sampled_bandwidth(res, b)
-    assert sample.tolist() == res.bandwidth_bytes_per_s[::b, ::b].tolist()
+    # The route bandwidth: each block's smallest (the fat-tree's closed form), the
+    # diagonal's pairs of an endpoint to itself left out.
+    dense = res.bandwidth_bytes_per_s
+    exact, is_exact = output.block_bandwidth(res, b)
+    assert is_exact
+    assert exact.tolist() == dense.reshape(m, b, m, b).min(axis=(1, 3)).tolist()
     assert output.block_size(16384) == 32 and output.block_size(512) == 1
     assert output.block_size(513) == 2
+
+
+def _rail_config(whatif: dict | None = None, ecmp: bool | None = None) -> dict:
+    """4 nodes of 8 GPUs on a rail-optimised cluster, a ring allreduce over them."""
+    return {
+        "distributed": {"num_nodes": 32, "bandwidth_limit_gb_per_s": 300},
+        "topology": {
+            "type": "rail_optimised",
+            "group_size": 8,
+            "inter_bandwidth_gb_per_s": 25,
+            **({} if ecmp is None else {"ecmp": ecmp}),
+        },
+        "workload": {"name": "resnet50", "world_size": 32, "scale": 0.001},
+        "whatif": whatif or {},
+        "logging": {"log_dir": "unused"},
+    }
+
+
+@pytest.mark.parametrize("b", [3, 8, 32])
+def test_block_bandwidth_is_each_blocks_smallest_route(b):
+    # GPU 3 of node 1 (endpoint 11) has its NVLink into the NVSwitch at 5%: the
+    # blocks holding it show it (the first endpoint of each block of 8 never would),
+    # short last blocks included (b = 3), capped at the injection rate where set.
+    slow = {"degraded_links": [{"link": [11, "nvl1"], "bandwidth_factor": 0.05}]}
+    cfg = _rail_config(slow, ecmp=False)
+    res = simnet.simulate(cfg)
+    dense = res.bandwidth_bytes_per_s
+    m = -(-32 // b)
+    want = np.full((m, m), np.inf)
+    for i in range(m):
+        for j in range(m):
+            block = dense[i * b : (i + 1) * b, j * b : (j + 1) * b]
+            want[i, j] = block.min()
+    got, exact = output.block_bandwidth(res, b)
+    assert exact and got.tolist() == want.tolist()
+    assert got[11 // b].min() == got.min() == 15e9  # 300 GB/s x 0.05, from endpoint 11
+    cfg["network"] = {"injection_bandwidth_gb_per_s": 20}
+    capped, _ = output.block_bandwidth(simnet.simulate(cfg), b)
+    assert capped.tolist() == np.where(np.isfinite(want), np.minimum(want, 20e9), want).tolist()
+
+
+def test_bandwidth_without_a_closed_form_samples_a_pair_a_block_over_the_gpus():
+    # With ECMP a degraded NVLink leaves the pairs' hashed routes to decide: no closed
+    # form, one pair sampled per block, not always a block's first endpoint.
+    slow = {"degraded_links": [{"link": [11, "nvl1"], "bandwidth_factor": 0.1}]}
+    res = simnet.simulate(_rail_config(slow, ecmp=True))
+    assert res.bandwidth_blocks(8) is None
+    got, exact = output.block_bandwidth(res, 8)
+    pairs = output.sampled_pairs(32, 8)
+    assert not exact
+    assert got.ravel().tolist() == [res.bandwidth_bytes_per_s[s, d] for s, d in pairs]
+    assert pairs[:5] == [(0, 0), (1, 8), (2, 16), (3, 24), (8, 1)]
+    assert {s % 8 for s, _ in pairs} == {0, 1, 2, 3}  # more than GPU 0 of each node
+    assert output.sampled_pairs(5, 3) == [(0, 0), (1, 3), (3, 1), (4, 4)]
+
+
+def test_the_large_runs_bandwidth_heatmap_says_what_its_cells_are(tmp_path, monkeypatch):
+    monkeypatch.setattr(output, "BANDWIDTH_SAMPLE_SIDE", 4)  # 32 endpoints: blocks of 8
+    slow = {"degraded_links": [{"link": [11, "nvl1"], "bandwidth_factor": 0.05}]}
+    said = {}
+    for ecmp in (False, True):
+        cfg = tmp_path / f"{ecmp}.json"
+        cfg.write_text(json.dumps(_rail_config(slow, ecmp=ecmp)))
+        out = tmp_path / f"out{ecmp}"
+        argv = ["--config", str(cfg), "--out", str(out), "--matrices", "sparse"]
+        assert cli.main(argv) == 0
+        said[ecmp] = (out / "sim_summary.txt").read_text()
+        assert (out / "sim_bandwidth_heatmap.png").stat().st_size > 0
+    assert "route bandwidth drawn as the smallest of each block of 8" in said[False]
+    assert (
+        "route bandwidth drawn from one pair of each block of 8 (this network's routes have "
+        "no closed form: a route per cell)"
+    ) in said[True]
 
 
 def test_dense_outputs_choice(monkeypatch):
@@ -483,14 +560,6 @@ def test_ctrl_c_lost_inside_a_callback_still_interrupts_the_writing(tmp_path, mo
     err = capsys.readouterr().err
     assert f"interrupted as the last files were written: {out} holds this run's" in err
     assert (out / "sim_summary.txt").is_file() and (out / "report.html").is_file()
-
-
-def test_ordinals_read_as_english():
-    got = [output.ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 102, 111, 1000)]
-    assert got == [
-        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "102nd", "111th",
-        "1000th",
-    ]  # fmt: skip
 
 
 def test_the_trace_written_a_rank_at_a_time_is_the_whole_document_byte_for_byte(tmp_path):

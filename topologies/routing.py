@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 import zlib
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 import networkx as nx
@@ -1018,49 +1018,109 @@ class Router:
         every endpoint pair's route, as one search per source would give them (inf / 0
         on the diagonal; a two-edge route's latency the sum of two floats, which is
         their ``math.fsum``), without the searches (2 GB at 2,048 endpoints)."""
+        rows = self._hierarchical_rows()
+        if rows is None:
+            return None
+        size, direct = self._hier
+        n = self.graph.graph["num_endpoints"]
+        attrs = self.edge_metrics()
+        up = np.array([attrs[(e, "top")][1] for e in range(n)], dtype=float)
+        down = np.array([attrs[("top", e)][1] for e in range(n)], dtype=float)
+        lat = np.add.outer(up, down)
+        for g0 in range(0, n, size):
+            group = range(g0, g0 + size)
+            if direct:
+                cells = [[attrs.get((a, b), (np.inf, 0.0))[1] for b in group] for a in group]
+                lat[np.ix_(group, group)] = np.array(cells, dtype=float)
+            else:
+                sw = f"g{g0 // size}"
+                into = np.array([attrs[(e, sw)][1] for e in group], dtype=float)
+                out_of = np.array([attrs[(sw, e)][1] for e in group], dtype=float)
+                lat[np.ix_(group, group)] = np.add.outer(into, out_of)
+        np.fill_diagonal(lat, 0.0)
+        return rows(0, n), lat
+
+    def _hierarchical_rows(self) -> BandwidthRows | None:
+        """The bandwidth of :meth:`hierarchical_matrices` a block of rows at a time."""
         if self._hier is None:
             return None
         size, direct = self._hier
         n = self.graph.graph["num_endpoints"]
         attrs = self.edge_metrics()
-        up = np.array([attrs[(e, "top")] for e in range(n)], dtype=float)
-        down = np.array([attrs[("top", e)] for e in range(n)], dtype=float)
-        bw = np.minimum.outer(up[:, 0], down[:, 0])
-        lat = np.add.outer(up[:, 1], down[:, 1])
-        for g0 in range(0, n, size):
+        up = np.array([attrs[(e, "top")][0] for e in range(n)], dtype=float)
+        down = np.array([attrs[("top", e)][0] for e in range(n)], dtype=float)
+
+        def group_block(g0: int) -> np.ndarray:
+            """Group ``g0 // size``'s pairs (its endpoints ``g0..``)."""
             group = range(g0, g0 + size)
-            block = np.ix_(group, group)
             if direct:
-                pairs = [[attrs.get((a, b), (np.inf, 0.0)) for b in group] for a in group]
-                cells = np.array(pairs, dtype=float).reshape(size, size, 2)
-                bw[block], lat[block] = cells[..., 0], cells[..., 1]
-            else:
-                sw = f"g{g0 // size}"
-                into = np.array([attrs[(e, sw)] for e in group], dtype=float)
-                out_of = np.array([attrs[(sw, e)] for e in group], dtype=float)
-                bw[block] = np.minimum.outer(into[:, 0], out_of[:, 0])
-                lat[block] = np.add.outer(into[:, 1], out_of[:, 1])
-        np.fill_diagonal(bw, np.inf)
-        np.fill_diagonal(lat, 0.0)
-        return bw, lat
+                cells = [[attrs.get((a, b), (np.inf, 0.0))[0] for b in group] for a in group]
+                return np.array(cells, dtype=float)
+            sw = f"g{g0 // size}"
+            into = np.array([attrs[(e, sw)][0] for e in group], dtype=float)
+            out_of = np.array([attrs[(sw, e)][0] for e in group], dtype=float)
+            return np.minimum.outer(into, out_of)
+
+        def rows(r0: int, r1: int) -> np.ndarray:
+            out = np.minimum.outer(up[r0:r1], down)
+            for g0 in range(r0 - r0 % size, r1, size):
+                lo, hi = max(r0, g0), min(r1, g0 + size)
+                out[lo - r0 : hi - r0, g0 : g0 + size] = group_block(g0)[lo - g0 : hi - g0]
+            out[np.arange(r1 - r0), np.arange(r0, r1)] = math.inf
+            return out
+
+        return rows
+
+    def bandwidth_rows(self) -> BandwidthRows | None:
+        """The route bandwidth matrix of :func:`simnet.simulate.route_matrices` (bytes/s,
+        inf on the diagonal) a block of rows at a time, from the fabric's closed form: a
+        hierarchical network's, a rail-optimised cluster's, a fat-tree's or a dragonfly's
+        as its builder made it (what :meth:`hierarchical_matrices` and its kind take,
+        and a dragonfly of any latencies); None for any other network, whose matrix
+        takes a route per pair. A 16,384-endpoint matrix is 2 GB: its rows can be
+        reduced a block at a time."""
+        rows = self._hierarchical_rows()
+        if rows is not None:
+            return rows
+        attrs = self.edge_metrics()
+        arith = self._arith
+        if type(arith) is _RailRoutes:
+            rails = self._rails()
+            return None if rails is None else rails.bandwidth_rows(attrs)
+        if type(arith) is _FatTreeRoutes:
+            return arith.bandwidth_rows(attrs, self.ecmp)
+        if type(arith) is _DragonflyRoutes:
+            return arith.bandwidth_rows(attrs)
+        return None
 
     def rail_matrices(self) -> tuple[np.ndarray, np.ndarray] | None:
         """:meth:`hierarchical_matrices` of a rail-optimised cluster as its builder made it
         (routes by :class:`_RailRoutes`; with ECMP only where each kind of link has one
         bandwidth; None otherwise): one search per source took 8 s at 1,024 GPUs, the
         square of the GPUs in all."""
+        rails = self._rails()
+        if rails is None:
+            return None
+        params = self.graph.graph["params"]
+        return rails.matrices(
+            self.edge_metrics(), params["nvlink_latency_s"], params["nic_latency_s"]
+        )
+
+    def _rails(self) -> _RailRoutes | None:
+        """The routes of a rail-optimised cluster as its builder made it, where every
+        pair's route has route 0's bottleneck (without ECMP, or with it where each kind
+        of link has one bandwidth); None otherwise."""
         rails = self._arith
         if type(rails) is not _RailRoutes:
             return None
-        attrs = self.edge_metrics()
         if self.ecmp:
             # A pair's hashed route (PXN or not) has route 0's bottleneck when each kind
             # of link (NVLink up, down; NIC up, down) has one bandwidth.
+            attrs = self.edge_metrics()
             kinds = (rails.up_nvl, rails.down_nvl, rails.up_rail, rails.down_rail)
             if any(len({attrs[e][0] for e in links}) > 1 for links in kinds):
                 return None
-        params = self.graph.graph["params"]
-        return rails.matrices(attrs, params["nvlink_latency_s"], params["nic_latency_s"])
+        return rails
 
     def fat_tree_matrices(self) -> tuple[np.ndarray, np.ndarray] | None:
         """:meth:`hierarchical_matrices` of a fat-tree as its builder made it (routes by
@@ -1446,17 +1506,35 @@ def _as_built(graph: nx.DiGraph, n: int, latencies: Iterable[tuple[Iterable[Edge
     return all(graph.nodes[e].get("kind") == "endpoint" for e in range(n))
 
 
-def _blocks(m: np.ndarray, size: int, low: np.ndarray | None = None) -> np.ndarray:
-    """``m`` with every entry a ``size`` x ``size`` block (switch pairs to endpoint pairs);
-    with ``low``, the minimum of that and ``low`` (of the blocks' shape), made in it."""
+def _blocks(m: np.ndarray, size: int) -> np.ndarray:
+    """``m`` with every entry a ``size`` x ``size`` block (switch pairs to endpoint pairs)."""
     k = m.shape[0]
-    out = np.empty((k * size, k * size)) if low is None else low
-    blocks = out.reshape(k, size, k, size)  # (a view: out is contiguous)
-    if low is None:
-        blocks[...] = m[:, None, :, None]
-    else:
-        np.minimum(blocks, m[:, None, :, None], out=blocks)
+    out = np.empty((k * size, k * size))
+    out.reshape(k, size, k, size)[...] = m[:, None, :, None]  # (a view: out is contiguous)
     return out
+
+
+BandwidthRows = Callable[[int, int], np.ndarray]
+"""``(r0, r1) ->`` rows ``r0..r1-1`` of a route bandwidth matrix (bytes/s; endpoints
+``r0..r1-1`` to every endpoint, inf to itself): a fabric's closed form, a block of rows
+at a time, so that a big fabric's n x n matrix need not be held."""
+
+
+def _block_rows(m: np.ndarray, size: int, up: np.ndarray, down: np.ndarray) -> BandwidthRows:
+    """:data:`BandwidthRows` of ``min(m[s // size, d // size], up[s], down[d])`` (``m``
+    per switch pair, ``up`` and ``down`` per endpoint; bytes/s)."""
+    n = len(down)
+    of = np.arange(n) // size
+
+    def rows(r0: int, r1: int) -> np.ndarray:
+        out = np.empty((r1 - r0, n))
+        blocks = out.reshape(r1 - r0, n // size, size)  # (a view: out is contiguous)
+        np.minimum(m[of[r0:r1]][:, :, None], up[r0:r1, None, None], out=blocks)
+        np.minimum(out, down[None, :], out=out)
+        out[np.arange(r1 - r0), np.arange(r0, r1)] = math.inf
+        return out
+
+    return rows
 
 
 class _FatTreeRoutes:
@@ -1538,6 +1616,23 @@ class _FatTreeRoutes:
         (checked by :meth:`of`), so a route's latency is the ``math.fsum`` of its 2, 4 or
         6 hops' ``lat``. Edge switch ``s`` (pod ``s // (k/2)``) holds endpoints ``s k/2
         ..``: the matrices are blocks of switch pairs."""
+        rows = self.bandwidth_rows(attrs, ecmp)
+        if rows is None:
+            return None
+        half = self.half
+        pod = np.arange(2 * half * half) // half
+        same_pod = pod[:, None] == pod[None, :]
+        sw_lat = np.where(same_pod, math.fsum([lat] * 4), math.fsum([lat] * 6))
+        np.fill_diagonal(sw_lat, math.fsum([lat] * 2))
+        lat_m = _blocks(sw_lat, half)
+        np.fill_diagonal(lat_m, 0.0)
+        return rows(0, len(lat_m)), lat_m
+
+    def bandwidth_rows(
+        self, attrs: dict[Edge, tuple[float, float]], ecmp: bool
+    ) -> BandwidthRows | None:
+        """The bandwidth of :meth:`matrices` (bytes/s) a block of rows at a time (None
+        where it is None)."""
         half = self.half
         switches = 2 * half * half
 
@@ -1559,15 +1654,7 @@ class _FatTreeRoutes:
         sw_bw = np.minimum.outer(np.minimum(rise, a2c[pod, j, m]), np.minimum(fall, c2a[j, m, pod]))
         sw_bw[same_pod] = np.minimum.outer(rise, fall)[same_pod]
         np.fill_diagonal(sw_bw, np.inf)
-        sw_lat = np.where(same_pod, math.fsum([lat] * 4), math.fsum([lat] * 6))
-        np.fill_diagonal(sw_lat, math.fsum([lat] * 2))
-        up = bandwidths(self.up)
-        down = bandwidths(self.down)
-        bw = _blocks(sw_bw, half, np.minimum.outer(up, down))
-        lat_m = _blocks(sw_lat, half)
-        np.fill_diagonal(bw, np.inf)
-        np.fill_diagonal(lat_m, 0.0)
-        return bw, lat_m
+        return _block_rows(sw_bw, half, bandwidths(self.up), bandwidths(self.down))
 
     def count(self, src: int, dst: int) -> int:
         """Equal-cost routes from endpoint ``src`` to another endpoint ``dst``."""
@@ -1669,30 +1756,48 @@ class _RailRoutes:
         a route's latency is ``(a + a) + (b + b)``: the two doublings are exact and the sum
         rounds once, as the ``math.fsum`` of its edges' latencies does."""
         n, per = self.n, self.per
+        two_a, two_b = nvl_lat + nvl_lat, nic_lat + nic_lat
+        lat = np.full((n, n), two_a + two_b)
+        rail = np.arange(n) % per
+        same_rail = rail[None, :] == np.arange(per)[:, None]  # [sender's rail, dst]
+        for m in range(n // per):  # the rows of node m's GPUs
+            rows = slice(m * per, (m + 1) * per)
+            lat[rows][same_rail] = two_b
+            lat[rows, rows] = two_a
+        np.fill_diagonal(lat, 0.0)
+        return self.bandwidth_rows(attrs)(0, n), lat
+
+    def bandwidth_rows(self, attrs: dict[Edge, tuple[float, float]]) -> BandwidthRows:
+        """The bandwidth of :meth:`matrices` (bytes/s) a block of rows at a time."""
+        n, per = self.n, self.per
 
         def bandwidths(links: list[Edge]) -> np.ndarray:
             return np.fromiter((attrs[e][0] for e in links), dtype=float, count=n)
 
         up_nvl, down_nvl = bandwidths(self.up_nvl), bandwidths(self.down_nvl)
         up_rail, down_rail = bandwidths(self.up_rail), bandwidths(self.down_rail)
-        two_a, two_b = nvl_lat + nvl_lat, nic_lat + nic_lat
-        bw = np.empty((n, n))
-        lat = np.full((n, n), two_a + two_b)
         rail = np.arange(n) % per
         same_rail = rail[None, :] == np.arange(per)[:, None]  # [sender's rail, dst]
-        for m in range(n // per):  # the rows of node m's GPUs
+
+        def node(m: int) -> np.ndarray:
+            """The rows of node ``m``'s GPUs."""
             rows = slice(m * per, (m + 1) * per)
             mid = m * per + rail  # per destination: node m's GPU on its rail
             beyond = np.minimum(np.minimum(down_nvl[mid], up_rail[mid]), down_rail)
             block = np.minimum(up_nvl[rows, None], beyond[None, :])
             block = np.where(same_rail, np.minimum(up_rail[rows, None], down_rail[None, :]), block)
             block[:, rows] = np.minimum.outer(up_nvl[rows], down_nvl[rows])
-            bw[rows] = block
-            lat[rows][same_rail] = two_b
-            lat[rows, rows] = two_a
-        np.fill_diagonal(bw, np.inf)
-        np.fill_diagonal(lat, 0.0)
-        return bw, lat
+            return block
+
+        def rows(r0: int, r1: int) -> np.ndarray:
+            out = np.empty((r1 - r0, n))
+            for m in range(r0 // per, -(-r1 // per)):
+                lo, hi = max(r0, m * per), min(r1, (m + 1) * per)
+                out[lo - r0 : hi - r0] = node(m)[lo - m * per : hi - m * per]
+            out[np.arange(r1 - r0), np.arange(r0, r1)] = math.inf
+            return out
+
+        return rows
 
     def count(self, src: int, dst: int) -> int:
         """Equal-cost routes from endpoint ``src`` to another endpoint ``dst``."""
@@ -1782,6 +1887,42 @@ class _DragonflyRoutes:
         local, the three of a global link) has one latency, as the builder gives them, so
         that a route's latency depends only on which hops it takes (the ``math.fsum`` of
         them, as a route's is)."""
+        g, a, e = self.g, self.a, self.e
+        rows, gate, kinds = self._figures(attrs)
+        if any(len(k) != 1 for k in kinds):
+            return None
+        up_lat, down_lat, loc, o1, mid, o2 = (next(iter(k)) for k in kinds)
+        r = np.arange(g * a)
+        grp = r // a
+        same_group = grp[:, None] == grp[None, :]
+        go = gate[grp[:, None], grp[None, :]]  # the source group's gateway router
+        come = gate[grp[None, :], grp[:, None]]  # the destination group's
+        hop_go = (go != r[:, None]).astype(np.int64)  # a local hop to the gateway
+        hop_come = (come != r[None, :]).astype(np.int64)  # one from the far gateway
+        table = np.array(
+            [
+                [math.fsum([up_lat, *[loc] * x, o1, mid, o2, *[loc] * y, down_lat]) for y in (0, 1)]
+                for x in (0, 1)
+            ]
+        )
+        r_lat = table[hop_go, hop_come]
+        r_lat[same_group] = math.fsum([up_lat, loc, down_lat])
+        np.fill_diagonal(r_lat, math.fsum([up_lat, down_lat]))
+        lat = _blocks(r_lat, e)
+        np.fill_diagonal(lat, 0.0)
+        return rows(0, len(lat)), lat
+
+    def bandwidth_rows(self, attrs: dict[Edge, tuple[float, float]]) -> BandwidthRows:
+        """The bandwidth of :meth:`matrices` (bytes/s) a block of rows at a time, whatever
+        the latencies (a route is the one with the fewest hops: they do not choose it)."""
+        return self._figures(attrs)[0]
+
+    def _figures(
+        self, attrs: dict[Edge, tuple[float, float]]
+    ) -> tuple[BandwidthRows, np.ndarray, list[set[float]]]:
+        """The route bandwidth's rows, the gateway router of each group towards each other
+        (``[i, j]``) and the latencies of each kind of edge (endpoint up, endpoint down,
+        local, the three of a global link; ``{0.0}`` for a kind the fabric lacks)."""
         g, a, e, n = self.g, self.a, self.e, self.n
         edges, names = self.edges, self.routers
         nr = g * a
@@ -1817,37 +1958,19 @@ class _DragonflyRoutes:
                 ins.add(three[2][1])
         kinds = [{x for _, x in ups}, {x for _, x in downs}, local_lats or {0.0}]
         kinds += [outs or {0.0}, mids or {0.0}, ins or {0.0}]
-        if any(len(k) != 1 for k in kinds):
-            return None
-        up_lat, down_lat, loc, o1, mid, o2 = (k.pop() for k in kinds)
         r = np.arange(nr)
         grp = r // a
         same_group = grp[:, None] == grp[None, :]
         go = gate[grp[:, None], grp[None, :]]  # the source group's gateway router
-        come = gate[grp[None, :], grp[:, None]]  # the destination group's
+        come_r = gate[grp[None, :], grp[:, None]]  # the destination group's
         r_bw = np.minimum(
             np.minimum(local[r[:, None], go], glob[grp[:, None], grp[None, :]]),
-            local[come, r[None, :]],
+            local[come_r, r[None, :]],
         )
         r_bw[same_group] = local[same_group]  # (inf from a router to itself)
-        hop_go = (go != r[:, None]).astype(np.int64)  # a local hop to the gateway
-        hop_come = (come != r[None, :]).astype(np.int64)  # one from the far gateway
-        table = np.array(
-            [
-                [math.fsum([up_lat, *[loc] * x, o1, mid, o2, *[loc] * y, down_lat]) for y in (0, 1)]
-                for x in (0, 1)
-            ]
-        )
-        r_lat = table[hop_go, hop_come]
-        r_lat[same_group] = math.fsum([up_lat, loc, down_lat])
-        np.fill_diagonal(r_lat, math.fsum([up_lat, down_lat]))
         up_bw = np.array([b for b, _ in ups])
         down_bw = np.array([b for b, _ in downs])
-        bw = _blocks(r_bw, e, np.minimum.outer(up_bw, down_bw))
-        lat = _blocks(r_lat, e)
-        np.fill_diagonal(bw, np.inf)
-        np.fill_diagonal(lat, 0.0)
-        return bw, lat
+        return _block_rows(r_bw, e, up_bw, down_bw), gate, kinds
 
     def count(self, src: int, dst: int) -> int:
         """Equal-cost routes from endpoint ``src`` to another endpoint ``dst``: one."""
