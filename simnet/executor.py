@@ -84,8 +84,9 @@ class AlgorithmPolicy:
     by_op: op -> algorithm name, overriding the default policy.
     fixed: one algorithm for every op that supports it (e.g. "ring").
     local_size: group size of the hierarchical algorithm; GPUs per node of the
-      NCCL algorithms (used by a group it divides; a group it does not divide is
-      laid out as one node).
+      NCCL algorithms (a group is laid out over the nodes its ranks sit on, however
+      many of them each holds; where that is not known, a group it does not divide
+      is laid out as one node).
     rings: ring orders of the multiring algorithm (group indices).
     channels, pipeline_chunks: of the NCCL algorithms (None: their defaults).
     Otherwise the MPICH-like ``default_algorithm`` picks by size.
@@ -105,7 +106,7 @@ class AlgorithmPolicy:
     # stand-in ran, one line per case.
     stand_ins: dict[str, None] = field(default_factory=dict)
 
-    def choose(self, op: Collective, p: int, per_node: int | None = None) -> str:
+    def choose(self, op: Collective, p: int, per_node: int | tuple[int, ...] | None = None) -> str:
         from workload.collectives import ALGORITHMS
 
         name = op.algorithm or self.by_op.get(op.op) or self.fixed
@@ -145,34 +146,45 @@ class AlgorithmPolicy:
             )
             alt = "ring" if "ring" in ALGORITHMS[op.op] else default
             return self._fallback(op.op, name, alt, why)
-        if name in NCCL_ALGORITHMS and self.local_size and self._nccl_local(p, per_node) is None:
+        if (
+            name in NCCL_ALGORITHMS
+            and self.local_size
+            and per_node is None
+            and self._nccl_local(p, per_node) is None
+        ):
             self.fallbacks[
-                f"{op.op}: {name!r} over {p} ranks that are not the same number of ranks "
-                f"on each node of {self.local_size} GPUs: laid out as one node"
+                f"{op.op}: {name!r} over {p} ranks, which nodes of {self.local_size} GPUs "
+                "do not divide: laid out as one node"
             ] = None
         return name
 
-    def _nccl_local(self, p: int, per_node: int | None) -> int | None:
+    def _nccl_local(self, p: int, per_node: int | tuple[int, ...] | None) -> int | None:
         """GPUs per node of a group of ``p`` for the NCCL algorithms: as the group sits on
-        the nodes (``per_node``; 0: unevenly, laid out as one node: None), else (where
-        it is not known) the node size if it divides ``p``, else None."""
+        the nodes (``per_node``; None where its nodes hold different numbers of it), else
+        (where it is not known) the node size if it divides ``p``, else None."""
         if per_node is not None:
-            return per_node or None
+            return per_node if type(per_node) is int else None
         local = self.local_size
         return local if local and p % local == 0 else None
 
     def params(
-        self, p: int, per_node: int | None = None, node_order: tuple[int, ...] | None = None
+        self,
+        p: int,
+        per_node: int | tuple[int, ...] | None = None,
+        node_order: tuple[int, ...] | None = None,
     ) -> dict[str, Any]:
         """The schedule parameters for a group of ``p`` ranks (``schedule_for``'s params);
-        ``per_node``: how many of them each node holds, if known; ``node_order``: the
-        members node by node where the group's own order is not (member indices)."""
+        ``per_node``: how many of them each node holds, if known (a tuple, each node's,
+        where they differ); ``node_order``: the members node by node where the group's
+        own order is not (member indices)."""
         local = self._nccl_local(p, per_node)
+        sizes = per_node if type(per_node) is tuple else None
         return {
             "rings": self.rings,
             "local_size": self.local_size,
             "nccl_local_size": local,
-            "node_order": node_order if local else None,
+            "nccl_node_sizes": sizes,
+            "node_order": node_order if local or sizes else None,
             "channels": self.channels,
             "pipeline_chunks": self.pipeline_chunks,
         }
@@ -181,8 +193,11 @@ class AlgorithmPolicy:
         """Record how an NCCL algorithm lays out a group of ``p`` (``params`` as
         :meth:`params` made them): its nodes and channels."""
         local = params["nccl_local_size"]
-        c = params["channels"] or default_channels(local)
-        if local is None:  # (no node structure, or a group spread unevenly)
+        sizes = params.get("nccl_node_sizes")
+        c = params["channels"] or default_channels(min(sizes) if sizes else local)
+        if sizes:
+            nodes = f"{len(sizes)} nodes of {'+'.join(map(str, sizes))}"
+        elif local is None:  # (no node structure)
             nodes = "laid out as one node"
         else:
             nodes = f"one node of {p}" if local == p else f"{p // local} nodes of {local}"
@@ -599,7 +614,7 @@ class SimExecutor:
         # out once per group, not once per member (the group is kept, so its id stays
         # its own)
         self._node_layouts: dict[
-            int, tuple[Sequence[int], int | None, tuple[int, ...] | None, int]
+            int, tuple[Sequence[int], int | tuple[int, ...] | None, tuple[int, ...] | None, int]
         ] = {}
         self._orders: dict[tuple[int, ...], int] = {}  # a node order -> its number (from 1)
         # id of a group (the workload keeps it) -> {rank: its first index in the group}
@@ -683,25 +698,28 @@ class SimExecutor:
                     out.append(f"{'job' if len(jobs) == 1 else 'jobs'} {', '.join(jobs)}: {line}")
         return out
 
-    def _node_layout(self, members: Sequence[int]) -> tuple[int | None, tuple[int, ...] | None]:
+    def _node_layout(
+        self, members: Sequence[int]
+    ) -> tuple[int | tuple[int, ...] | None, tuple[int, ...] | None]:
         """How a group sits on the nodes: (how many of ``members`` each node holds, the
         member indices node by node where the group's order is not: None when it is).
-        The count is 0 when the nodes hold different numbers of them (the NCCL
-        algorithms lay the group out as one node) and None without a node size. Nodes
-        are blocks of ``local_size`` endpoints (the policy's of the group's job), taken
-        in the order the group first reaches them, each node's members in group order,
-        as NCCL orders a communicator's GPUs by node whatever their ranks."""
+        The count is a tuple, each node's, when the nodes hold different numbers of
+        them, and None without a node size. Nodes are blocks of ``local_size`` endpoints
+        (the policy's of the group's job), taken in the order the group first reaches
+        them, each node's members in group order, as NCCL orders a communicator's GPUs
+        by node whatever their ranks."""
         g = self._policies[self._policy_of(members)].local_size
         if not g:
             return None, None
         by_node: dict[int, list[int]] = {}
         for i, m in enumerate(members):
             by_node.setdefault(self.placement[m] // g, []).append(i)
-        sizes = {len(v) for v in by_node.values()}
-        if len(sizes) != 1:
-            return 0, None
+        sizes = tuple(len(v) for v in by_node.values())
         order = tuple(i for v in by_node.values() for i in v)
-        return sizes.pop(), None if order == tuple(range(len(members))) else order
+        return (
+            sizes[0] if len(set(sizes)) == 1 else sizes,
+            None if order == tuple(range(len(members))) else order,
+        )
 
     def _plan(
         self,

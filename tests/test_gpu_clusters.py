@@ -240,8 +240,8 @@ def test_nccl_algorithm_on_groups_not_whole_nodes_says_so():
     assert policy.choose(op, 12) == "nccl_ring"
     assert policy.params(12)["nccl_local_size"] is None
     assert list(policy.fallbacks) == [
-        "allreduce: 'nccl_ring' over 12 ranks that are not the same number of ranks on "
-        "each node of 8 GPUs: laid out as one node"
+        "allreduce: 'nccl_ring' over 12 ranks, which nodes of 8 GPUs do not divide: laid "
+        "out as one node"
     ]
 
 
@@ -260,7 +260,9 @@ def test_nccl_groups_are_laid_out_by_where_their_ranks_sit():
     # Interleaved over two nodes: 2 a node, taken node by node (members 0, 2 on node 0).
     assert ex._node_layout([0, 8, 1, 9]) == (2, (0, 2, 1, 3))
     assert ex._node_layout([9, 0, 8, 1]) == (2, (0, 2, 1, 3))
-    assert ex._node_layout([0, 1, 8]) == (0, None)
+    assert ex._node_layout([0, 1, 8]) == ((2, 1), None)  # 2 GPUs on node 0, 1 on node 1
+    assert ex._node_layout([8, 0, 1]) == ((1, 2), None)
+    assert ex._node_layout([0, 8, 1]) == ((2, 1), (0, 2, 1))
     op = Collective("allreduce", "tp", 4096, algorithm="nccl_ring")
     sched, alg = ex.schedule(op, 4, [3, 11, 19, 27])
     assert alg == "nccl_ring" and sched.total_bytes == 2 * 3 * 4096 * 4  # one ring of 4
@@ -294,11 +296,10 @@ def test_nccl_groups_are_laid_out_by_where_their_ranks_sit():
     ]
 
 
-def test_nccl_group_spread_unevenly_over_nodes_is_one_node_and_said():
-    # 16 ranks on nodes of 8: 8 on node 0, 4 on node 1, 4 on node 2. 8 divides 16, but
-    # ranks 8-15 are no node of 8: laid out as one node (one channel, the ring in rank
-    # order), as the documentation says, and said so; before, two nodes of 8 were
-    # assumed without a word.
+def test_nccl_group_spread_unevenly_over_nodes_is_laid_out_node_by_node():
+    # 16 ranks on nodes of 8: 8 on node 0, 4 on node 1, 4 on node 2. NCCL's rings still
+    # run node by node, each node's GPUs in turn, with the channels the smallest node has
+    # GPUs for; before, such a group was laid out as one node with one channel.
     from simnet.executor import AlgorithmPolicy, SimExecutor
     from workload.collectives import nccl_ring_orders, schedule_for
     from workload.program import Workload
@@ -309,13 +310,75 @@ def test_nccl_group_spread_unevenly_over_nodes_is_one_node_and_said():
     op = Collective("allreduce", "dp", 1 << 20, algorithm="nccl_ring")
     sched, alg = ex.schedule(op, 16, list(range(16)))
     assert alg == "nccl_ring"
-    one_node = schedule_for("allreduce", "nccl_ring", 16, 1 << 20)
-    assert sched.rank_plan(3) == one_node.rank_plan(3)
-    assert nccl_ring_orders(16) == [list(range(16))]
-    assert list(ex.policy.fallbacks) == [
-        "allreduce: 'nccl_ring' over 16 ranks that are not the same number of ranks on "
-        "each node of 8 GPUs: laid out as one node"
+    want = schedule_for(
+        "allreduce", "nccl_ring", 16, 1 << 20, params={"nccl_node_sizes": (8, 4, 4)}
+    )
+    assert [sched.rank_plan(r) for r in range(16)] == [want.rank_plan(r) for r in range(16)]
+    # Channel c enters each node at its GPU c mod (its GPUs): 4 channels, node 0's GPUs
+    # 0-7, node 1's 8-11, node 2's 12-15.
+    assert nccl_ring_orders(16, node_sizes=[8, 4, 4])[1] == [
+        1, 2, 3, 4, 5, 6, 7, 0, 9, 10, 11, 8, 13, 14, 15, 12,
+    ]  # fmt: skip
+    assert len(nccl_ring_orders(16, node_sizes=[8, 4, 4])) == 4
+    assert not ex.policy.fallbacks
+    assert list(ex.policy.layouts) == [
+        "allreduce nccl_ring over 16 ranks: 3 nodes of 8+4+4, 4 channels (the default), a "
+        "ring per channel"
     ]
+
+
+def test_nccl_ring_over_uneven_nodes_is_its_closed_form():
+    # 6 GPUs of node 0 and 2 of node 1 on a rail-optimised pair of 8-GPU nodes (NVLink
+    # 300 GB/s, NICs 25 GB/s, no latency): 2 channels (the smaller node's GPUs), channel
+    # c between the nodes on rail c both ways, so each ring carries half the vector over
+    # an uncontended NIC: 2 (p - 1) steps of S / (2 p) at 25 GB/s, 7/8 S / B; laid out as
+    # one node (one ring, both node crossings on rail 0) it took twice that.
+    from simnet.executor import AlgorithmPolicy, SimExecutor
+    from simnet.network import FlowNetwork
+    from workload.program import Phase, ProgramBuilder, Workload
+
+    g = topologies.rail_optimised(2, 8, 300e9, 25e9, 0.0, 0.0)
+    router = topologies.Router(g)
+    size = 64 << 20
+
+    def program(rank: int) -> list:
+        b = ProgramBuilder()
+        b.collective("allreduce", "world", size // 4)
+        return b.ops
+
+    wl = Workload("t", 8, {}, {"world": [tuple(range(8))]}, [Phase("p", program)])
+    ex = SimExecutor(
+        wl,
+        lambda env: FlowNetwork(env, g, router.path),
+        [0, 1, 2, 3, 4, 5, 8, 9],
+        policy=AlgorithmPolicy(fixed="nccl_ring", local_size=8),
+        eager_threshold_bytes=-1,
+    )
+    t = ex.run_phase().makespan_s
+    assert t == pytest.approx(7 / 8 * size / 25e9, rel=1e-9)
+    assert list(ex.policy.layouts) == [
+        "allreduce nccl_ring over 8 ranks: 2 nodes of 6+2, 2 channels (the default), a ring "
+        "per channel"
+    ]
+
+
+def test_node_sizes_are_checked():
+    from workload.collectives import build_schedule
+
+    with pytest.raises(ValueError, match=r"node_sizes must add up to group_size=8 \(got \[6, 1\]"):
+        build_schedule("allreduce", "nccl_ring", 8, 64, node_sizes=[6, 1])
+    with pytest.raises(ValueError, match="node_sizes must be integers >= 1"):
+        build_schedule("allreduce", "nccl_tree", 8, 64, node_sizes=[8, 0])
+    with pytest.raises(ValueError, match="give local_size or node_sizes, not both"):
+        build_schedule("allreduce", "nccl_ring", 8, 64, local_size=4, node_sizes=[6, 2])
+    with pytest.raises(ValueError, match="node_sizes is only used by algorithm"):
+        build_schedule("allreduce", "ring", 8, 64, node_sizes=[6, 2])
+    # A tree pair over nodes of 6 and 2: each node's chain from its head (GPUs 0 and 6),
+    # the heads joined, node 1's the root of one tree and node 0's of the other.
+    tree = build_schedule("allreduce", "nccl_tree", 8, 64, channels=1, node_sizes=[6, 2])
+    assert {d for _, sends in tree.rank_plan(6) for d, *_ in sends} == {0, 7}
+    assert {d for _, sends in tree.rank_plan(7) for d, *_ in sends} == {6}
+    assert {d for _, sends in tree.rank_plan(0) for d, *_ in sends} == {1, 6}
 
 
 def test_nccl_channel_limits_are_the_configurations():
@@ -502,14 +565,12 @@ def test_nccl_layouts_and_channels_are_said():
     ]
     res = simnet.simulate(_rails(collectives={"channels": 2}), record_series=False)
     assert "2 nodes of 4, 2 channels, a ring per channel" in _said(res, "channel")[0]
-    # Ranks 0-3 on node 0, 4-5 on node 1, 6-7 on node 2: laid out as one node, one ring.
+    # Ranks 0-3 on node 0, 4-5 on node 1, 6-7 on node 2: 3 nodes, 2 channels.
     uneven = _rails(topology={"placement": [0, 1, 2, 3, 4, 5, 8, 9]})
     uneven["distributed"]["num_nodes"] = 12
-    said = _said(simnet.simulate(uneven, record_series=False), "one node")
+    said = _said(simnet.simulate(uneven, record_series=False), "channel")
     assert [line.strip() for line in said] == [
-        "assumed: allreduce: 'nccl_ring' over 8 ranks that are not the same number of "
-        "ranks on each node of 4 GPUs: laid out as one node",
-        "assumed: allreduce nccl_ring over 8 ranks: laid out as one node, 1 channel (the "
+        "assumed: allreduce nccl_ring over 8 ranks: 3 nodes of 4+2+2, 2 channels (the "
         "default), a ring per channel",
     ]
     # A group that is one whole node: a channel per GPU, as on many nodes.

@@ -70,7 +70,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import pairwise
+from itertools import accumulate, pairwise
 
 from .step_table import StepTable
 from .units import ELEM_BYTES
@@ -806,15 +806,34 @@ its default 4 MiB buffer (NCCL_BUFFSIZE / NCCL_STEPS = 8). A tree's share of a s
 message is one chunk, as NCCL sends it, not 64 empty steps."""
 
 
+def _nodes(
+    p: int, local_size: int | None, node_sizes: Sequence[int] | None
+) -> tuple[list[tuple[int, int]], int]:
+    """The nodes of a group of ``p`` GPUs, node-major, as (first GPU, GPUs) each:
+    ``node_sizes`` GPUs each where given, else ``local_size`` each (default ``p``: one
+    node); and the default channels (:func:`default_channels` of the smallest node)."""
+    if node_sizes is not None:
+        starts = [0, *accumulate(node_sizes)]
+        return list(zip(starts, node_sizes, strict=False)), default_channels(min(node_sizes))
+    g = p if local_size is None else local_size
+    return [(m * g, g) for m in range(p // g)], default_channels(local_size)
+
+
 def nccl_ring_orders(
-    p: int, local_size: int | None = None, channels: int | None = None
+    p: int,
+    local_size: int | None = None,
+    channels: int | None = None,
+    node_sizes: Sequence[int] | None = None,
 ) -> list[list[int]]:
     """The ring orders of "nccl_ring": channel c visits every node in turn, entering it
-    at GPU ``c mod local_size`` (ranks are GPUs, node-major; ``local_size`` GPUs per
-    node, default ``p``: one node). ``channels`` defaults to :func:`default_channels`."""
-    g = p if local_size is None else local_size
-    c = default_channels(local_size) if channels is None else channels
-    return [[m * g + (ch + i) % g for m in range(p // g) for i in range(g)] for ch in range(c)]
+    at its GPU ``c mod`` (its GPUs) (ranks are GPUs, node-major; ``local_size`` GPUs per
+    node, default ``p``: one node; or ``node_sizes``, each node's GPUs, where the nodes
+    hold different numbers of the group's GPUs). ``channels`` defaults to
+    :func:`default_channels` (of the smallest node: NCCL runs the fewest channels any
+    of the group's GPUs found)."""
+    nodes, default = _nodes(p, local_size, node_sizes)
+    c = default if channels is None else channels
+    return [[first + (ch + i) % g for first, g in nodes for i in range(g)] for ch in range(c)]
 
 
 def default_channels(local_size: int | None) -> int:
@@ -843,13 +862,19 @@ def _btree_parents(m: int) -> list[int]:
     return parents
 
 
-def nccl_tree_parents(p: int, local_size: int, head: int, mirrored: bool) -> list[int]:
+def nccl_tree_parents(
+    p: int,
+    local_size: int | None,
+    head: int,
+    mirrored: bool,
+    node_sizes: Sequence[int] | None = None,
+) -> list[int]:
     """Parent of every rank (-1 for the root) in one tree of "nccl_tree": the node tree
-    (tree 0, or tree 1 if ``mirrored``) joined through chain heads GPU ``head``; a node's
-    chain runs head, head + 1, ... (mod ``local_size``), each GPU's parent the one
-    before it."""
-    g = local_size
-    nodes = p // g
+    (tree 0, or tree 1 if ``mirrored``) joined through chain heads GPU ``head`` (mod
+    the node's GPUs); a node's chain runs head, head + 1, ... (mod its GPUs), each
+    GPU's parent the one before it. Nodes as :func:`nccl_ring_orders` takes them."""
+    spans, _ = _nodes(p, local_size, node_sizes)
+    nodes = len(spans)
     base = _btree_parents(nodes)
     if mirrored and nodes > 1:
         if nodes % 2 == 0:
@@ -863,12 +888,13 @@ def nccl_tree_parents(p: int, local_size: int, head: int, mirrored: bool) -> lis
     else:
         node_parent = base
     parents = [-1] * p
-    for m in range(nodes):
-        chain = [m * g + (head + i) % g for i in range(g)]
+    for m, (first, g) in enumerate(spans):
+        chain = [first + (head + i) % g for i in range(g)]
         for prev, gpu in pairwise(chain):
             parents[gpu] = prev
         if node_parent[m] >= 0:
-            parents[chain[0]] = node_parent[m] * g + head % g
+            up_first, up_g = spans[node_parent[m]]
+            parents[chain[0]] = up_first + head % up_g
     return parents
 
 
@@ -880,16 +906,21 @@ def _allreduce_nccl_tree(
     channels: int | None = None,
     pipeline_chunks: int | None = None,
     node_order: Sequence[int] | None = None,
+    node_sizes: Sequence[int] | None = None,
     **_: object,
 ) -> Built:
-    g = p if local_size is None else local_size
-    c = default_channels(local_size) if channels is None else channels
+    _, default = _nodes(p, local_size, node_sizes)
+    c = default if channels is None else channels
     if pipeline_chunks is None:
         share_bytes = -(-count * ELEM_BYTES // (2 * c))
         k = max(1, min(DEFAULT_NCCL_TREE_CHUNKS, -(-share_bytes // NCCL_TREE_CHUNK_BYTES)))
     else:
         k = pipeline_chunks
-    trees = [nccl_tree_parents(p, g, ch % g, mirrored=t == 1) for ch in range(c) for t in range(2)]
+    trees = [
+        nccl_tree_parents(p, local_size, ch, mirrored=t == 1, node_sizes=node_sizes)
+        for ch in range(c)
+        for t in range(2)
+    ]
     if node_order is not None:  # position j of the layout is member node_order[j]
         relabelled = []
         for parents in trees:
@@ -941,9 +972,10 @@ def _nccl(multiring: Callable[..., _RingAlgorithm]) -> Callable[..., _RingAlgori
         local_size: int | None = None,
         channels: int | None = None,
         node_order: Sequence[int] | None = None,
+        node_sizes: Sequence[int] | None = None,
         **_: object,
     ) -> _RingAlgorithm:
-        rings = nccl_ring_orders(p, local_size, channels)
+        rings = nccl_ring_orders(p, local_size, channels, node_sizes)
         if node_order is not None:
             rings = [[node_order[x] for x in ring] for ring in rings]
         return multiring(p, count, rings=rings)
@@ -1586,6 +1618,7 @@ def build_schedule(
     channels: int | None = None,
     pipeline_chunks: int | None = None,
     node_order: Sequence[int] | None = None,
+    node_sizes: Sequence[int] | None = None,
 ) -> Schedule:
     """Expand collective ``op`` with ``algorithm`` over ``group_size`` ranks.
 
@@ -1602,7 +1635,10 @@ def build_schedule(
     "nccl_tree"; ``node_order`` (the members node by node, a permutation of
     ``range(group_size)``: node i holds members ``node_order[i * local_size : (i + 1) *
     local_size]``; default: the group's order) by the NCCL algorithms, which lay their
-    rings and trees out over it as NCCL orders a group's GPUs by node.
+    rings and trees out over it as NCCL orders a group's GPUs by node; ``node_sizes``
+    (the GPUs of each node in that order, positive integers summing to ``group_size``)
+    by the NCCL algorithms in place of ``local_size`` where the nodes hold different
+    numbers of the group's GPUs.
     Raises ValueError on invalid input.
     """
     _check_op(op)
@@ -1650,13 +1686,25 @@ def build_schedule(
             )
         if not _is_int(value) or not 1 <= value <= most:
             raise ValueError(f"{name} must be an integer from 1 to {most} (got {value!r})")
-    if node_order is not None:
-        if not nccl:
+    for name, value in (("node_order", node_order), ("node_sizes", node_sizes)):
+        if value is not None and not nccl:
             raise ValueError(
-                f"node_order is only used by algorithm(s) {', '.join(NCCL_ALGORITHMS)} "
+                f"{name} is only used by algorithm(s) {', '.join(NCCL_ALGORITHMS)} "
                 f"(got it with {algorithm!r}); pass None"
             )
+    if node_order is not None:
         node_order = _check_rings([node_order], p, "node_order")[0]
+    if node_sizes is not None:
+        node_sizes = list(node_sizes)
+        if local_size is not None:
+            raise ValueError("give local_size or node_sizes, not both")
+        if not node_sizes or not all(_is_int(g) and g >= 1 for g in node_sizes):
+            raise ValueError(f"node_sizes must be integers >= 1 (got {node_sizes!r})")
+        if sum(node_sizes) != p:
+            raise ValueError(
+                f"node_sizes must add up to group_size={p} (got {node_sizes!r}, "
+                f"{sum(node_sizes)} in all)"
+            )
     if algorithm == "multiring":
         ring_list = _check_rings(rings, p)
     elif rings is not None:
@@ -1677,6 +1725,7 @@ def build_schedule(
             rings=ring_list,
             channels=channels,
             node_order=node_order,
+            node_sizes=node_sizes,
         )
         chunks = ring_alg[0]
         lazy = _RingRanks(p, chunks, ring_alg)
@@ -1701,6 +1750,7 @@ def build_schedule(
             channels=channels,
             pipeline_chunks=pipeline_chunks,
             node_order=node_order,
+            node_sizes=node_sizes,
         )
         steps = tuple(tuple(step) for step in b.steps if step) if p > 1 else ()
         return Schedule(op, algorithm, p, steps, count_elems, root, b.chunks)
@@ -1910,8 +1960,9 @@ def schedule_for(
     ``params`` may hold "rings" (used by multiring), "local_size" (used by
     hierarchical, and by the NCCL algorithms unless "nccl_local_size" is given:
     GPUs per node for a group it divides, None otherwise), "channels" (NCCL) and
-    "pipeline_chunks" (nccl_tree), "node_order" (NCCL: the members node by node); each
-    is passed only to the algorithms that take it.
+    "pipeline_chunks" (nccl_tree), "node_order" (NCCL: the members node by node),
+    "nccl_node_sizes" (NCCL: the GPUs of each node where they differ); each is passed
+    only to the algorithms that take it.
     """
     params = params or {}
     kw: dict[str, object] = {"root": root}
@@ -1923,6 +1974,7 @@ def schedule_for(
         kw["local_size"] = params.get("nccl_local_size", params.get("local_size"))
         kw["channels"] = params.get("channels")
         kw["node_order"] = params.get("node_order")
+        kw["node_sizes"] = params.get("nccl_node_sizes")
     if algorithm == "nccl_tree":
         kw["pipeline_chunks"] = params.get("pipeline_chunks")
     return build_schedule(op, algorithm, group_size, count_elems, **kw)  # type: ignore[arg-type]
