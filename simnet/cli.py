@@ -100,6 +100,63 @@ def _check_trace_ranks(text: str, world_size: int | None) -> None:
         raise ConfigError(f"--trace-ranks: {e}") from None
 
 
+PROGRESS_LOG_INTERVAL_S = 10.0
+"""Seconds between progress lines where stderr is no terminal (a Slurm log, a file):
+each a whole line there, not one line drawn over in place."""
+
+
+def _live_progress() -> bool:
+    """Whether progress is drawn over in place: stderr is a terminal."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # (replaced or closed)
+        return False
+
+
+class _Progress:
+    """The run's progress on stderr, ``[  12.3 s] what``: on a terminal one line drawn
+    over in place, at most once a second; elsewhere (a Slurm log, a file) whole lines, at
+    most one every :data:`PROGRESS_LOG_INTERVAL_S`; either way a line announcing a long
+    step (ending " ...") at once, so that it stays up while the step runs."""
+
+    def __init__(self, live: bool) -> None:
+        self.live = live
+        self.interval = 1.0 if live else PROGRESS_LOG_INTERVAL_S
+        self.started = time.perf_counter()
+        self.last = 0.0  # when a line was last shown (0: never)
+        self.latest = ""  # the newest line, shown or not
+        self.latest_shown = False
+        self.widest = 0  # of the lines drawn, so that the last one covers them
+
+    def __call__(self, msg: str) -> None:
+        now = time.perf_counter()
+        self.latest = f"[{now - self.started:6.1f} s] {msg}"
+        self.latest_shown = False
+        if now - self.last >= self.interval or msg.endswith(" ..."):
+            self.last = now
+            self._show()
+
+    def _show(self, end: str = "") -> None:
+        if self.live:
+            line = "\r" + self.latest
+            self.widest = max(self.widest, len(line))
+            print(line.ljust(self.widest) if end else line, end=end, file=sys.stderr, flush=True)
+        else:
+            print(self.latest, file=sys.stderr, flush=True)
+        self.latest_shown = True
+
+    def end(self) -> None:
+        """End the progress shown on the newest state: a terminal's line drawn with it
+        and ended, a log given it unless it was the last line written."""
+        if self.last and (self.live or not self.latest_shown):
+            self._show(end="\n")
+
+    def break_line(self) -> None:
+        """End a terminal's progress line before a message of another kind."""
+        if self.last and self.live:
+            print(file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None, subcommands: Sequence[str] = ()) -> int:
     """Simulate the configuration; ``subcommands`` only name the front end's others in --help."""
     # Without the cyclic collector from start to end, as simulate and write_all run:
@@ -137,20 +194,7 @@ def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
     from .output import write_all
     from .simulate import simulate
 
-    started = time.perf_counter()
-    last = [0.0]
-    latest = [""]  # the newest progress line, shown or not
-    widest = [0]  # of the lines shown, so the last one covers them
-
-    def progress(msg: str) -> None:
-        now = time.perf_counter()
-        latest[0] = f"\r[{now - started:6.1f} s] {msg}"
-        # At most a line a second, but one announcing a long step (" ...") at once: the
-        # line shown stays up while the step runs.
-        if now - last[0] >= 1.0 or msg.endswith(" ..."):
-            last[0] = now
-            widest[0] = max(widest[0], len(latest[0]))
-            print(latest[0], end="", file=sys.stderr, flush=True)
+    progress = _Progress(_live_progress())
 
     try:
         cfg = load_config(ns.config)
@@ -184,16 +228,14 @@ def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
             dense_matrices=dense_matrices(n, ns.matrices),
         )
     except ConfigError as e:
-        if last[0]:
-            print(file=sys.stderr)  # end the progress line
+        progress.break_line()
         hint = ""
         if ns.matrices == "dense" and "endpoint-pair matrices" in str(e):
             hint = "; --matrices sparse leaves the n x n matrices out"
         print(f"error: {e}{hint}", file=sys.stderr)
         return EXIT_USAGE
     except ProgramsStuckError as e:  # a workload or trace whose ranks cannot all finish
-        if last[0]:
-            print(file=sys.stderr)
+        progress.break_line()
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -209,9 +251,7 @@ def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
         except ValueError as e:
             print(f"\nerror: --trace-ranks: {e}; nothing was written", file=sys.stderr)
             return EXIT_USAGE
-    if last[0]:
-        # The last line shown may be seconds old: end on the final state.
-        print(latest[0].ljust(widest[0]), file=sys.stderr)
+    progress.end()  # the last line shown may be seconds old: end on the final state
     out = ns.out or cfg.logging.log_dir
     if not ns.quiet:
         points = sum(len(v) for p in res.phases for v in p.link_series.values())
@@ -222,11 +262,11 @@ def _main(argv: Sequence[str] | None, subcommands: Sequence[str]) -> int:
             file=sys.stderr,
             flush=True,
         )
-    shown = last[0]
+    shown = progress.last
 
     def say(summary: str) -> None:
-        if last[0] != shown:  # a progress line was shown while writing: end it first
-            print(latest[0].ljust(widest[0]), file=sys.stderr, flush=True)
+        if progress.last != shown:  # a progress line was shown while writing: end it first
+            progress.end()
         print(summary)
 
     def written(msg: str) -> None:

@@ -906,3 +906,18 @@ def test_a_set_that_records_no_scale_is_of_unknown_scale_not_1(tmp_path):
     export_trace_set(w, doc_dir)
     load.__globals__["_CACHE"].clear()
     assert read_trace_set(doc_dir).scale is None
+
+
+def test_progress_into_a_log_is_whole_lines(capsys, monkeypatch):
+    import itertools
+
+    from workflows import chakra
+
+    # stderr no terminal (capsys): a whole line at most every 10 s (here 4 s a reading)
+    # and the last rank's, no carriage returns.
+    ticks = itertools.count()
+    monkeypatch.setattr(chakra.time, "perf_counter", lambda: 4.0 * next(ticks))
+    tick = chakra._progress("exporting", 5)
+    for rank in range(5):
+        tick(rank)
+    assert capsys.readouterr().err == "exporting: rank 3/5\nexporting: rank 5/5\n"

@@ -634,9 +634,10 @@ def test_writing_a_runs_files_is_reported_as_it_goes(tmp_path, capsys, monkeypat
 
     import simnet.cli
 
-    # A clock that moves 2 s per reading: every progress line is shown.
+    # A clock that moves 2 s per reading: every progress line is shown (on a terminal).
     ticks = itertools.count()
     monkeypatch.setattr(simnet.cli.time, "perf_counter", lambda: 2.0 * next(ticks))
+    monkeypatch.setattr(simnet.cli, "_live_progress", lambda: True)
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps({"distributed": {"num_nodes": 4},
                                "workload": {"name": "dlrm", "scale": 0.001}}))  # fmt: skip
@@ -661,6 +662,7 @@ def test_a_long_step_of_the_writing_is_announced_at_once(tmp_path, capsys, monke
 
     # A clock that stands still: lines are at most one a second, but not an announcement.
     monkeypatch.setattr(simnet.cli.time, "perf_counter", lambda: 5.0)
+    monkeypatch.setattr(simnet.cli, "_live_progress", lambda: True)
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps({"distributed": {"num_nodes": 4},
                                "workload": {"name": "dlrm", "scale": 0.001}}))  # fmt: skip
@@ -678,6 +680,7 @@ def test_the_command_ends_its_progress_line_on_the_final_state(tmp_path, capsys,
     # A clock that moves 0.4 s per reading: some lines are shown, later ones are not.
     ticks = itertools.count()
     monkeypatch.setattr(simnet.cli.time, "perf_counter", lambda: 0.4 * next(ticks))
+    monkeypatch.setattr(simnet.cli, "_live_progress", lambda: True)
     cfg = tmp_path / "c.json"
     cfg.write_text(
         json.dumps(
@@ -694,6 +697,32 @@ def test_the_command_ends_its_progress_line_on_the_final_state(tmp_path, capsys,
     # Every message of the two iterations (MPICH's Bruck alltoall at 33 elements a peer).
     want = sum(p.messages for p in simnet.simulate(str(cfg)).phases)
     assert f"100.0% {want}/{want} messages" in final and final.rstrip().endswith(" ms")
+
+
+def test_progress_into_a_log_is_whole_lines_every_ten_seconds(tmp_path, capsys, monkeypatch):
+    import itertools
+
+    import simnet.cli
+
+    # stderr no terminal (capsys, as a Slurm log): whole lines, none drawn over with a
+    # carriage return, at most one per 10 s of the clock (here 3 s per reading) but for
+    # announcements of long steps, and the final state once, as the last line.
+    ticks = itertools.count()
+    monkeypatch.setattr(simnet.cli.time, "perf_counter", lambda: 3.0 * next(ticks))
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"distributed": {"num_nodes": 4},
+                               "workload": {"name": "dlrm", "scale": 0.001}}))  # fmt: skip
+    assert simnet.cli.main(["--config", str(cfg), "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err and err.endswith("\n")
+    lines = [line for line in err.splitlines() if line.startswith("[")]
+    times = [float(line[1:].split(" s]")[0]) for line in lines]
+    assert times == sorted(times) and len(lines) >= 3
+    for (t0, _), (t1, line) in itertools.pairwise(zip(times, lines, strict=True)):
+        assert t1 - t0 >= 9.0 or line.endswith(" ..."), (t0, t1, line)
+    written = len(list((tmp_path / "out").iterdir()))
+    assert lines[-1].endswith(f"writing: {written} files, the last report.html")
+    assert len(set(lines)) == len(lines)  # (the final state not written twice)
 
 
 @pytest.mark.parametrize(

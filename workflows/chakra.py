@@ -64,15 +64,24 @@ def _workload(config: str) -> tuple[Workload, object]:
 
 
 def _progress(what: str, total: int):
+    """``tick(rank)`` after each rank: "what: rank r/total" on stderr, drawn over in place
+    at most once a second on a terminal, else (a Slurm log, a file) a whole line at most
+    every 10 s; the last rank's always, ending the line."""
     started = time.perf_counter()
     last = [started]
+    live = sys.stderr.isatty()
+    interval = 1.0 if live else 10.0
 
     def tick(rank: int) -> None:
         now = time.perf_counter()
-        if now - last[0] >= 1.0 or rank == total - 1:
+        if now - last[0] >= interval or rank == total - 1:
             last[0] = now
-            end = "\n" if rank == total - 1 else ""
-            print(f"\r{what}: rank {rank + 1}/{total}", end=end, file=sys.stderr, flush=True)
+            line = f"{what}: rank {rank + 1}/{total}"
+            if live:
+                end = "\n" if rank == total - 1 else ""
+                print(f"\r{line}", end=end, file=sys.stderr, flush=True)
+            else:
+                print(line, file=sys.stderr, flush=True)
 
     return tick
 
