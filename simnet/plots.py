@@ -35,6 +35,7 @@ if "matplotlib.pyplot" not in sys.modules:
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
 from workload.results import atomic_write
@@ -63,7 +64,11 @@ SEABORN_MAX_N = ANNOTATE_MAX_N
 """Larger heatmaps are drawn as one image (``imshow``), not seaborn's mesh of cells: the
 same cells (nearest-neighbour where each spans several pixels) at a fraction of the
 time, and without importing seaborn (and the pandas and scipy it brings), a second of a
-big run's writing, for the route-bandwidth sample of 128 x 128 endpoints."""
+big run's writing, for the route-bandwidth map of 128 x 128 blocks."""
+
+LOG_SCALE_SPREAD = 10.0
+"""A bandwidth heatmap whose largest value is more than this times its smallest is
+coloured on a log scale."""
 
 PER_CELL_TICKS_MAX_N = 32
 """Heatmaps of at most this many rows get one tick label per row/column."""
@@ -184,10 +189,13 @@ def _heatmap(
     labels: Sequence[str] | None,
     axis_name: str,
     pool_smallest: bool = False,
+    log_scale: bool = False,
 ) -> Path:
     """Draw ``values`` (already in display units) with ``mask``ed cells grey; with more
     cells than pixels each pixel shows the largest of its cells (the smallest with
-    ``pool_smallest``: what stands out in the matrix, a peak or a slow pair)."""
+    ``pool_smallest``: what stands out in the matrix, a peak or a slow pair); with
+    ``log_scale`` (values > 0 where not masked) colours on a log scale from the smallest
+    value to the largest, else linear from 0."""
     n = values.shape[0]
     if labels is not None and len(labels) != n:
         raise ValueError(f"{len(labels)} labels for a {n}x{n} matrix")
@@ -205,6 +213,10 @@ def _heatmap(
     cmap = matplotlib.colormaps[_CMAP].with_extremes(bad=_MASKED_COLOUR)
     font = 9 if n <= 8 else 7
     vmax = vmax if vmax > 0 else 1.0
+    scale: dict = {"vmin": 0.0, "vmax": vmax}
+    if log_scale:
+        scale = {"norm": LogNorm(vmin=float(np.nanmin(shown)), vmax=vmax)}
+        cbar_label += ", log scale"
     if n <= SEABORN_MAX_N:
         # Imported here: seaborn brings pandas and scipy (a second of start-up), which a
         # big run's heatmaps (drawn as images) never use.
@@ -215,8 +227,7 @@ def _heatmap(
             mask=mask,
             ax=ax,
             cmap=cmap,
-            vmin=0.0,
-            vmax=vmax,
+            **scale,
             square=True,
             annot=annotate,
             fmt=".3g",
@@ -239,8 +250,7 @@ def _heatmap(
         image = ax.imshow(
             np.ma.masked_array(pooled, mask=empty),
             cmap=cmap,
-            vmin=0.0,
-            vmax=vmax,
+            **scale,
             extent=(0, n, n, 0),
             interpolation="nearest",
             rasterized=True,
@@ -315,13 +325,18 @@ def bandwidth_heatmap(
     entries (NaN or inf, typically the diagonal: a rank to itself) and zeros
     are drawn grey (blank). Layout, annotations and ticks as
     :func:`traffic_heatmap`, but with more cells than pixels each pixel is the smallest
-    of its cells (the slow pairs stay in sight). Returns the PNG path.
+    of its cells (the slow pairs stay in sight), and where the largest bandwidth is more
+    than :data:`LOG_SCALE_SPREAD` times the smallest (NVLink's 300 GB/s beside NICs of
+    12.5 and 25 GB/s, which a linear scale from 0 draws alike) the colours are on a log
+    scale, as the colour bar says. Returns the PNG path.
     """
     m = _square(matrix_bytes_per_s, "matrix_bytes_per_s")
     with np.errstate(invalid="ignore"):
         if (m < 0).any():
             raise ValueError("matrix_bytes_per_s must be >= 0")
     mask = ~np.isfinite(m) | (m == 0)
+    shown = m[~mask]
+    spread = shown.max() / shown.min() if shown.size else 1.0
     return _heatmap(
         np.where(mask, 0.0, m) / GB,
         mask,
@@ -332,6 +347,7 @@ def bandwidth_heatmap(
         labels=labels,
         axis_name=axis_name,
         pool_smallest=True,
+        log_scale=spread > LOG_SCALE_SPREAD,
     )
 
 

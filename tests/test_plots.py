@@ -7,6 +7,7 @@ temp files, no leaked figures), not pixel snapshots.
 from __future__ import annotations
 
 import gc
+import math
 import time
 import weakref
 from dataclasses import dataclass
@@ -208,7 +209,7 @@ def test_bandwidth_heatmap_with_inf_and_nan_diagonal(
     tmp_path: Path, captured: list[list[AxesSnapshot]]
 ) -> None:
     rng = np.random.default_rng(1)
-    bw = rng.random((6, 6)) * 25e9
+    bw = 5e9 + rng.random((6, 6)) * 20e9  # (within tenfold: a linear scale)
     np.fill_diagonal(bw, np.inf)
     bw[2, 2] = np.nan
     bw[0, 1] = 0.0
@@ -556,3 +557,28 @@ def test_a_big_bandwidth_heatmap_keeps_its_slow_pairs_each_pixel_the_smallest(
     pooled, empty = plots._max_pool(cells, 2, smallest=True)
     assert pooled[0].tolist() == [1.0, 3.0]
     assert empty.tolist() == [[False, False], [True, True]]
+
+
+@pytest.mark.parametrize("n", [6, 200])
+def test_a_bandwidth_heatmap_spanning_more_than_tenfold_is_on_a_log_scale(
+    tmp_path: Path, captured: list[list[AxesSnapshot]], n: int
+) -> None:
+    # NVLink pairs at 300 GB/s beside NIC pairs at 25 and 12.5 GB/s: on a linear scale
+    # from 0 the two NICs are 4% of the colour range apart, on a log one 22%.
+    m = np.full((n, n), 25e9)
+    m[: n // 2, : n // 2] = 300e9
+    m[n // 2 :, : n // 2] = 12.5e9
+    np.fill_diagonal(m, np.inf)
+    out = plots.bandwidth_heatmap(m, tmp_path / "b.png", title="t")
+    assert "bandwidth (GB/s, 1 GB/s = 1e9 B/s), log scale" in ylabels(captured[0])
+    if n > plots.SEABORN_MAX_N:  # one image: its colours are the log scale's
+        with Image.open(out) as im:
+            rgb = np.asarray(im.convert("RGB")).astype(int)
+        where = (math.log(25) - math.log(12.5)) / (math.log(300) - math.log(12.5))
+        mid = np.array(plt.get_cmap(plots._CMAP)(where)[:3]) * 255
+        assert (np.abs(rgb - mid).sum(axis=2) < 30).sum() > 1000
+    # Within tenfold (25 and 5 GB/s): linear from 0, as before.
+    m[m > 25e9] = 5e9
+    m[m == 12.5e9] = 5e9
+    plots.bandwidth_heatmap(m, tmp_path / "c.png", title="t")
+    assert "bandwidth (GB/s, 1 GB/s = 1e9 B/s)" in ylabels(captured[1])
