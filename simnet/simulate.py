@@ -692,6 +692,18 @@ def simulate(
         library_ran = library_ran or sim.library_ran
         sim.release()
     ex.release_plans()
+    link_notes = graph.graph.get("whatif", [])
+    if link_notes:
+
+        def carried(edge: tuple) -> bool:
+            key = link_of.get(edge, edge)
+            return any(p.link_bytes.get(key, 0) > 0 for p in phases)
+
+        # (with hosts the pairs are hosts', whose routes the failures' count does not take)
+        pairs = (
+            None if cfg.hosts.ranks_per_host else sorted({k for p in phases for k in p.pair_bytes})
+        )
+        scenario[: len(link_notes)] = whatif.after_run(graph, link_notes, carried, pairs)
     assumed.extend(ex.policy_notes())
     if nccl_ran and cfg.collectives.library is None:
         order = {

@@ -82,6 +82,35 @@ def test_a_failed_link_reroutes_the_long_way_round():
     assert np.array_equal(res.traffic_bytes, base.traffic_bytes)
 
 
+def test_a_degraded_link_that_carried_nothing_says_so():
+    # Ranks 0 and 1 on a switch of 4: endpoint 3's link carries none of their messages,
+    # so slowing it changes nothing, and the note says why; endpoint 0's does change.
+    topo = {"type": "switch", "num_nodes": 4}
+    idle = {"link": [3, "sw"], "bandwidth_factor": 0.5}
+    busy = {"link": [0, "sw"], "bandwidth_factor": 0.5, "one_way": True}
+    base = simnet.simulate(pingpong(topo, {}))
+    res = simnet.simulate(pingpong(topo, {"degraded_links": [idle, busy]}))
+    assert res.scenario == [
+        "link 3 <-> 'sw' at 0.5x bandwidth (10 GB/s -> 5 GB/s); it carried no traffic in this run",
+        "link 0 -> 'sw' at 0.5x bandwidth (10 GB/s -> 5 GB/s)",
+    ]
+    assert res.iteration_time_s == pytest.approx(base.iteration_time_s + MSG / BW, rel=1e-12)
+
+
+def test_a_failure_on_a_big_network_counts_the_reroutes_of_the_pairs_that_talked(monkeypatch):
+    # Above 512 endpoints every pair's reroute is not counted before the run; after it,
+    # those of the pairs that communicated are (here "big" is above 2 endpoints: the
+    # ring of 4, ranks 0 and 1 exchanging both ways over the failed 0 <-> 1).
+    monkeypatch.setattr(whatif, "_REROUTE_CHECK_MAX_ENDPOINTS", 2)
+    res = simnet.simulate(pingpong({"type": "ring", "num_nodes": 4}, {"failed_links": [[0, 1]]}))
+    assert res.scenario == [
+        "failed: 0 <-> 1; 2 of the 2 endpoint pairs that communicated rerouted (2 on longer routes)"
+    ]
+    monkeypatch.setattr(whatif, "REROUTE_COUNT_MAX_PAIRS", 1)  # too many pairs: not counted
+    res = simnet.simulate(pingpong({"type": "ring", "num_nodes": 4}, {"failed_links": [[0, 1]]}))
+    assert res.scenario == [f"failed: 0 <-> 1; {whatif.REROUTES_NOT_COUNTED}"]
+
+
 def test_link_changes_on_a_one_way_ring_name_the_direction():
     """On a one-way ring (links i -> i + 1 only) the messages say which direction is
     missing: the reverse of a degraded link, the routes back to endpoint 0 of a cut."""
