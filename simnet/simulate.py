@@ -945,12 +945,22 @@ PROGRESS_IN_FLIGHT_MIN = 1000
 """Messages in flight at once from which the progress line counts them."""
 
 
+PROGRESS_ESTIMATE_MIN_FRACTION = 0.05
+"""The progress line estimates the time left once this share of the messages is done:
+earlier, the phase's set-up (routes, plans) weighs on too few messages, and the estimate
+runs to many times the run's length."""
+
+
 def _progress_line(name: str, sim: PhaseSim, elapsed_s: float, width: int = 24) -> str:
     """``phase: [#####.....]  42.0% 1,234/2,940 messages, simulated 1.234 ms, ~3 s left``."""
     done, total = sim.messages_done, sim.expected_messages
     frac = min(done / total, 1.0) if total else 1.0
     fill = int(frac * width)
-    left = f", ~{elapsed_s * (1 - frac) / frac:.0f} s left" if 0 < frac < 1 else ""
+    left = (
+        f", ~{elapsed_s * (1 - frac) / frac:.0f} s left"
+        if PROGRESS_ESTIMATE_MIN_FRACTION <= frac < 1
+        else ""
+    )
     # Thousands of messages in flight on shared links are where a contended fabric's
     # time goes (each one's end shares its links' capacity out again): said, so that a
     # count standing still while they drain does not look like a hang.

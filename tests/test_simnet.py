@@ -1449,6 +1449,11 @@ def test_the_progress_line_counts_messages_in_flight_and_drops_its_estimate_for_
     # Few in flight: the estimate from the count, as before.
     line = _progress_line("iteration", sim(50, 100, 40), 10.0)
     assert line.endswith("50.0% 50/100 messages, simulated 3.000 ms, ~10 s left")
+    # Under 5% of the messages, no estimate yet: the set-up would weigh on too few.
+    line = _progress_line("iteration", sim(49, 1000, 40), 10.0)
+    assert line.endswith("4.9% 49/1,000 messages, simulated 3.000 ms")
+    line = _progress_line("iteration", sim(50, 1000, 40), 10.0)
+    assert line.endswith("5.0% 50/1,000 messages, simulated 3.000 ms, ~190 s left")
 
 
 def test_a_ranks_messages_to_itself_are_copies_not_wire_bytes(tmp_path):
