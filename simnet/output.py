@@ -308,12 +308,30 @@ def _stat(p: PhaseResult, key: str) -> dict[str, float]:
 
 def document(res: SimResult, dense: bool = True, prefix: str = "sim_") -> dict[str, Any]:
     """The results document; without ``dense`` its n x n matrices are left out and
-    ``matrices`` names the pair file that holds the pairs that communicated."""
+    ``matrices`` names the pair file that holds the pairs that communicated; with it
+    above :data:`DENSE_MAX_ENDPOINTS` endpoints (asked for) ``matrices`` names their
+    CSVs instead of holding them."""
     cfg = res.config
-    if dense:
+    n = res.graph.graph["num_endpoints"]
+    matrices: dict[str, Any]
+    if dense and n > DENSE_MAX_ENDPOINTS:
+        # (the n x n matrices are in their CSVs: as JSON 350 MB more at 4,394 endpoints)
+        matrices = {
+            "matrices": {
+                "written": "dense",
+                "traffic_bytes_csv": f"{prefix}traffic_bytes.csv",
+                "bandwidth_bytes_per_s_csv": f"{prefix}bandwidth_bytes_per_s.csv",
+                "achieved_bytes_per_s_csv": f"{prefix}achieved_bytes_per_s.csv",
+                "pairs_csv": f"{prefix}pairs.csv",
+                "columns": pair_header(res),
+                "why": f"more than {DENSE_MAX_ENDPOINTS} endpoints: the n x n matrices are in "
+                "their CSVs only",
+            }
+        }
+    elif dense:
         # Two n x n matrices (as nested lists a 4,096-endpoint one takes over 500 MB while
         # written): the others are in their CSVs, named here.
-        matrices: dict[str, Any] = {
+        matrices = {
             "traffic_bytes": res.traffic_bytes,
             "bandwidth_bytes_per_s": [
                 [v if math.isfinite(v) and v > 0.0 else None for v in row]
@@ -368,7 +386,10 @@ def document(res: SimResult, dense: bool = True, prefix: str = "sim_") -> dict[s
         "iteration_time_s": res.iteration_time_s,
         **matrices,
         # One phase's traffic is the run's (top-level traffic_bytes): not written twice.
-        "phases": [phase_summary(p, dense and len(res.phases) > 1) for p in res.phases],
+        "phases": [
+            phase_summary(p, dense and n <= DENSE_MAX_ENDPOINTS and len(res.phases) > 1)
+            for p in res.phases
+        ],
         **({"jobs": jobs_document(res.jobs)} if res.jobs is not None else {}),
     }
 

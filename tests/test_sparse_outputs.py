@@ -347,6 +347,28 @@ def test_the_dense_document_names_the_files_of_its_other_matrices(tmp_path):
     assert (sum(np.array(p["traffic_bytes"]) for p in doc["phases"]) == total).all()
 
 
+def test_dense_matrices_asked_for_above_the_limit_are_named_not_held_in_the_json(
+    tmp_path, monkeypatch
+):
+    # Above the dense limit (--matrices dense asked for), sim_results.json names the
+    # n x n CSVs instead of repeating them as nested lists (350 MB at 4,394 endpoints).
+    monkeypatch.setattr(output, "DENSE_MAX_ENDPOINTS", 8)  # the run's 16 are above it
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps(fat_tree_config()))  # ResNet-50: two phases
+    out = tmp_path / "out"
+    assert cli.main(["--config", str(cfg), "--out", str(out), "--matrices", "dense"]) == 0
+    doc = json.loads((out / "sim_results.json").read_text())
+    assert "traffic_bytes" not in doc and "bandwidth_bytes_per_s" not in doc
+    assert not [p for p in doc["phases"] if "traffic_bytes" in p]
+    named = doc["matrices"]
+    assert named["written"] == "dense"
+    with (out / named["traffic_bytes_csv"]).open() as f:
+        rows = list(csv.reader(f))
+    assert len(rows) == 17 and rows[0][0] == "src\\dst"
+    for key in ("bandwidth_bytes_per_s_csv", "achieved_bytes_per_s_csv", "pairs_csv"):
+        assert (out / named[key]).is_file()
+
+
 def test_large_runs_record_no_series_unless_asked(tmp_path, capsys, monkeypatch):
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps(fat_tree_config()))
