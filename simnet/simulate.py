@@ -883,17 +883,32 @@ def _rank0_counts(cfg: Config, workload: Workload) -> RankCounts:
     from its own programs and its part of each collective's schedule: the most of ranks
     0, the middle one and the last (a pipeline's end stages do less than its middle
     ones), without building any other rank's."""
-    from workload.collectives import RING_RUN_SCHEDULES, schedule_for
+    from workload.collectives import (
+        RING_RUN_SCHEDULES,
+        nccl_tree_messages,
+        schedule_for,
+        schedule_keywords,
+    )
 
     policy = build_policy(cfg)
     cache: dict[tuple, int] = {}
+    ranks = sorted({0, workload.world_size // 2, workload.world_size - 1})
 
-    def sends(op: Collective, alg: str, p: int, me: int) -> int:
+    def sends(op: Collective, alg: str, p: int, me: int, also: Sequence[int] = ()) -> int:
+        """Member ``me``'s messages in ``op`` over ``p`` members; the schedule made for
+        it counts those of the members ``also`` too (the other counted ranks', made once,
+        not once a rank)."""
         key = (op.op, alg, p, op.count_elems, op.root, me)
         if key not in cache:
             params = policy.params(p)
+            if op.op == "allreduce" and alg == "nccl_tree":
+                # (counted from its trees: the schedule of 4,096 ranks takes 0.9 s to make)
+                kw = schedule_keywords(alg, params)
+                cache[key] = nccl_tree_messages(p, op.count_elems, me, **kw)
+                return cache[key]
             sched = schedule_for(op.op, alg, p, op.count_elems, root=op.root, params=params)
-            cache[key] = sum(len(s) for _, s in sched.rank_plan(me))
+            for m in {me, *also}:
+                cache[(*key[:-1], m)] = sum(len(s) for _, s in sched.rank_plan(m))
         return cache[key]
 
     def counts(rank: int) -> RankCounts:
@@ -925,7 +940,9 @@ def _rank0_counts(cfg: Config, workload: Workload) -> RankCounts:
         in_rings = (op.op, alg) in RING_RUN_SCHEDULES
         key = (op.op, alg, p, op.count_elems, op.root)
         if p <= _COUNT_DIRECTLY or alg in ("hierarchical", "multiring", "nccl_ring"):
-            return sends(op, alg, p, members.index(rank)), in_rings, key
+            groups = [workload.group_of(op.group, r) for r in ranks]
+            also = [g.index(r) for g, r in zip(groups, ranks, strict=True) if len(g) == p]
+            return sends(op, alg, p, members.index(rank), also), in_rings, key
         # Some schedules index every rank's transfers (O(p log p) memory: 16.8 GB at
         # 32,768 ranks): count at two smaller sizes and extrapolate as a power of p,
         # which overstates the log p schedules a little.
@@ -933,7 +950,7 @@ def _rank0_counts(cfg: Config, workload: Workload) -> RankCounts:
         m1, m2 = sends(op, alg, a, 0), sends(op, alg, b, 0)
         return round(m2 * (p / b) ** math.log2(max(m2, 1) / max(m1, 1))), in_rings, key
 
-    sampled = [counts(r) for r in sorted({0, workload.world_size // 2, workload.world_size - 1})]
+    sampled = [counts(r) for r in ranks]
     # The most of each kind of message (they cost differently), not of their sum.
     kept = max(c.messages - c.ring_run_messages - c.repeated_messages for c in sampled)
     repeated = max(c.repeated_messages for c in sampled)

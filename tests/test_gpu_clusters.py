@@ -610,3 +610,47 @@ def test_pipeline_chunks_under_nccl_ring_is_said_to_be_unused():
         "tree) and it did not run"
     ]
     assert not any(a.startswith("collectives.pipeline_chunks") for a in plain.assumed)
+
+
+@pytest.mark.parametrize(
+    ("p", "count", "kw"),
+    [
+        (16, 1 << 20, {"local_size": 8}),
+        (16, 1000, {"local_size": 4, "channels": 3}),
+        (12, 7, {"node_sizes": [8, 4]}),
+        (8, 5, {}),
+        (24, 100_000, {"local_size": 8, "pipeline_chunks": 3}),
+        (16, 4096, {"local_size": 8, "node_order": [*range(0, 16, 2), *range(1, 16, 2)]}),
+        (5, 1 << 22, {"node_sizes": [2, 2, 1]}),
+        (16, 0, {"local_size": 8}),
+    ],
+)
+def test_nccl_tree_messages_are_its_schedules_without_making_it(p, count, kw):
+    # The memory check counts a member's nccl_tree messages from the trees alone (making
+    # the schedules of 4,096 ranks took it 34 s); each is what the rank plan holds.
+    from workload.collectives import build_schedule, nccl_tree_messages
+
+    sched = build_schedule("allreduce", "nccl_tree", p, count, **kw)
+    want = [sum(len(sends) for _, sends in sched.rank_plan(m)) for m in range(p)]
+    assert [nccl_tree_messages(p, count, m, **kw) for m in range(p)] == want
+    assert count == 0 or min(want) > 0
+
+
+def test_the_memory_check_counts_nccl_trees_without_their_schedules(monkeypatch):
+    import workload.collectives as coll
+    from simnet.config import load_config
+    from simnet.simulate import _rank0_counts, build_workload
+
+    cfg = load_config(_rails(collectives={"algorithm": "nccl_tree"}))
+    wl = build_workload(cfg)
+    counted = _rank0_counts(cfg, wl)
+    real = coll.schedule_for
+
+    def refuse_trees(op, alg, *a, **k):
+        assert alg != "nccl_tree", "an nccl_tree schedule made to count its messages"
+        return real(op, alg, *a, **k)
+
+    monkeypatch.setattr(coll, "schedule_for", refuse_trees)
+    assert _rank0_counts(cfg, wl) == counted
+    # (ResNet-152's ten allreduces over 8 ranks as 2 nodes of 4: 4 channels, tree pairs)
+    assert counted.messages > 0 and counted.ring_run_messages == 0
