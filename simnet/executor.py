@@ -72,6 +72,29 @@ _FlatStep = tuple[int, ...]
 _PLAN_CACHE_STEPS = 1 << 22
 
 
+def node_layout(
+    members: Sequence[int], placement: Sequence[int], local_size: int | None
+) -> tuple[int | tuple[int, ...] | None, tuple[int, ...] | None]:
+    """How a group of ranks ``members`` sits on the nodes, ranks on endpoints by
+    ``placement``: (how many of them each node holds, the member indices node by node
+    where the group's order is not: None when it is). The count is a tuple, each
+    node's, when the nodes hold different numbers of them, and None without a node size
+    (``local_size``). Nodes are blocks of ``local_size`` endpoints, taken in the order
+    the group first reaches them, each node's members in group order, as NCCL orders a
+    communicator's GPUs by node whatever their ranks."""
+    if not local_size:
+        return None, None
+    by_node: dict[int, list[int]] = {}
+    for i, m in enumerate(members):
+        by_node.setdefault(placement[m] // local_size, []).append(i)
+    sizes = tuple(len(v) for v in by_node.values())
+    order = tuple(i for v in by_node.values() for i in v)
+    return (
+        sizes[0] if len(set(sizes)) == 1 else sizes,
+        None if order == tuple(range(len(members))) else order,
+    )
+
+
 class ProgramsStuckError(RuntimeError):
     """The rank programs cannot all run to their end: a rank waits for a message nobody
     sends, or messages are left unmatched (a workload or trace MPI could not run)."""
@@ -701,25 +724,10 @@ class SimExecutor:
     def _node_layout(
         self, members: Sequence[int]
     ) -> tuple[int | tuple[int, ...] | None, tuple[int, ...] | None]:
-        """How a group sits on the nodes: (how many of ``members`` each node holds, the
-        member indices node by node where the group's order is not: None when it is).
-        The count is a tuple, each node's, when the nodes hold different numbers of
-        them, and None without a node size. Nodes are blocks of ``local_size`` endpoints
-        (the policy's of the group's job), taken in the order the group first reaches
-        them, each node's members in group order, as NCCL orders a communicator's GPUs
-        by node whatever their ranks."""
+        """:func:`node_layout` of a group on this run's placement and its job's node
+        size."""
         g = self._policies[self._policy_of(members)].local_size
-        if not g:
-            return None, None
-        by_node: dict[int, list[int]] = {}
-        for i, m in enumerate(members):
-            by_node.setdefault(self.placement[m] // g, []).append(i)
-        sizes = tuple(len(v) for v in by_node.values())
-        order = tuple(i for v in by_node.values() for i in v)
-        return (
-            sizes[0] if len(set(sizes)) == 1 else sizes,
-            None if order == tuple(range(len(members))) else order,
-        )
+        return node_layout(members, self.placement, g)
 
     def _plan(
         self,

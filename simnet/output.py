@@ -247,13 +247,21 @@ def block_bandwidth(res: SimResult, b: int) -> tuple[np.ndarray, bool]:
 def sampled_pairs(n: int, b: int) -> list[tuple[int, int]]:
     """One endpoint pair per block pair of ``b`` x ``b`` endpoints, row by row: block
     ``(i, j)`` samples endpoint ``j mod b`` of block i to endpoint ``i mod b`` of block
-    j (the last of a short block), so that the cells do not all show the first endpoint
-    of each block (on a cluster of nodes of b GPUs, GPU 0 of every node: one rail, no
-    pair inside a node)."""
+    j (the last of a short block), and a block to itself its endpoint ``i mod b`` to the
+    next one (its pair inside a node where blocks are nodes), so that the cells do not
+    all show the first endpoint of each block (on a cluster of nodes of b GPUs, GPU 0
+    of every node: one rail, no pair inside a node)."""
     m = -(-n // b)
-    return [
-        (min(i * b + j % b, n - 1), min(j * b + i % b, n - 1)) for i in range(m) for j in range(m)
-    ]
+    out = []
+    for i in range(m):
+        size = min(b, n - i * b)  # (the last block may be short)
+        for j in range(m):
+            if i == j:
+                a = i * b + i % b % size
+                out.append((a, i * b + (a - i * b + 1) % size))
+            else:
+                out.append((min(i * b + j % b, n - 1), min(j * b + i % b, n - 1)))
+    return out
 
 
 def sampled_bandwidth(res: SimResult, b: int) -> np.ndarray:
@@ -320,6 +328,15 @@ def document(res: SimResult, dense: bool = True, prefix: str = "sim_") -> dict[s
             "matrices": {
                 "written": "dense",
                 "traffic_bytes_csv": f"{prefix}traffic_bytes.csv",
+                **(
+                    {
+                        "phase_traffic_bytes_csv": {
+                            p.name: f"{prefix}traffic_bytes_{p.name}.csv" for p in res.phases
+                        }
+                    }
+                    if len(res.phases) > 1
+                    else {}
+                ),
                 "bandwidth_bytes_per_s_csv": f"{prefix}bandwidth_bytes_per_s.csv",
                 "achieved_bytes_per_s_csv": f"{prefix}achieved_bytes_per_s.csv",
                 "pairs_csv": f"{prefix}pairs.csv",

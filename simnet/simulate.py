@@ -44,7 +44,7 @@ from .config import (
     ring_orders,
     same_links,
 )
-from .executor import AlgorithmPolicy, PhaseSim, SimExecutor
+from .executor import AlgorithmPolicy, PhaseSim, SimExecutor, node_layout
 from .hostparams import HostCalibrationError, apply_host_params
 from .network import FlowNetwork
 from .pairs import dense_matrix
@@ -299,10 +299,22 @@ def build_topology(cfg: Config) -> tuple[nx.DiGraph, list[str]]:
     # What-if link changes apply to the network as configured (its node names), before
     # hosts are added; the graph keeps their notes.
     g, link_notes = whatif.apply_links(
-        g, cfg.whatif, _used_endpoints(cfg, g), hosts=bool(cfg.hosts.ranks_per_host)
+        g,
+        cfg.whatif,
+        _used_endpoints(cfg, g),
+        hosts=bool(cfg.hosts.ranks_per_host),
+        ecmp=cfg.topology.effective_ecmp,
     )
     if cfg.hosts.ranks_per_host:
+        degraded = g.graph.get("whatif_degraded")
         g = add_hosts(cfg, g, assumed)
+        if degraded:
+            # The changed links as the hosts' network names them (endpoint h: host<h>), for
+            # the notes made after the run.
+            def host(x: Any) -> Any:
+                return f"host{x}" if type(x) is int else x
+
+            g.graph["whatif_degraded"] = [[(host(a), host(b)) for a, b in e] for e in degraded]
     else:
         # (a calibration file fills these for hosts; the compute fields apply without)
         idle = [
@@ -703,7 +715,8 @@ def simulate(
         pairs = (
             None if cfg.hosts.ranks_per_host else sorted({k for p in phases for k in p.pair_bytes})
         )
-        scenario[: len(link_notes)] = whatif.after_run(graph, link_notes, carried, pairs)
+        ecmp = cfg.topology.effective_ecmp
+        scenario[: len(link_notes)] = whatif.after_run(graph, link_notes, carried, pairs, ecmp)
     assumed.extend(ex.policy_notes())
     if nccl_ran and cfg.collectives.library is None:
         order = {
@@ -893,22 +906,48 @@ def _rank0_counts(cfg: Config, workload: Workload) -> RankCounts:
     policy = build_policy(cfg)
     cache: dict[tuple, int] = {}
     ranks = sorted({0, workload.world_size // 2, workload.world_size - 1})
+    placement = cfg.topology.placement or range(workload.world_size)
+    layouts: dict[int, tuple] = {}  # id of a group (the workload keeps it) -> its layout
 
-    def sends(op: Collective, alg: str, p: int, me: int, also: Sequence[int] = ()) -> int:
-        """Member ``me``'s messages in ``op`` over ``p`` members; the schedule made for
-        it counts those of the members ``also`` too (the other counted ranks', made once,
-        not once a rank)."""
-        key = (op.op, alg, p, op.count_elems, op.root, me)
+    def layout(members: Sequence[int]) -> tuple:
+        """(per_node, node order) of a group, as the executor lays it out."""
+        got = layouts.get(id(members))
+        if got is None:
+            got = layouts[id(members)] = node_layout(members, placement, policy.local_size)
+        return got
+
+    def sends(op: Collective, alg: str, members: Sequence[int], me: int) -> int:
+        """Member ``me``'s messages in ``op`` over the group ``members``; the schedule
+        made for it counts those of the other counted ranks' groups laid out alike too
+        (made once, not once a rank)."""
+        p = len(members)
+        per_node, order = layout(members)
+        key = (op.op, alg, p, op.count_elems, op.root, per_node, order, me)
         if key not in cache:
-            params = policy.params(p)
+            params = policy.params(p, per_node, order)
             if op.op == "allreduce" and alg == "nccl_tree":
                 # (counted from its trees: the schedule of 4,096 ranks takes 0.9 s to make)
                 kw = schedule_keywords(alg, params)
                 cache[key] = nccl_tree_messages(p, op.count_elems, me, **kw)
                 return cache[key]
             sched = schedule_for(op.op, alg, p, op.count_elems, root=op.root, params=params)
-            for m in {me, *also}:
+            mine = {me}
+            for r in ranks:
+                g = workload.group_of(op.group, r)
+                if len(g) == p and layout(g) == (per_node, order):
+                    mine.add(g.index(r))
+            for m in mine:
                 cache[(*key[:-1], m)] = sum(len(s) for _, s in sched.rank_plan(m))
+        return cache[key]
+
+    def sized(op: Collective, alg: str, p: int) -> int:
+        """Member 0's messages in ``op`` over ``p`` members in one node's order."""
+        key = (op.op, alg, p, op.count_elems, op.root, None, None, 0)
+        if key not in cache:
+            sched = schedule_for(
+                op.op, alg, p, op.count_elems, root=op.root, params=policy.params(p)
+            )
+            cache[key] = sum(len(s) for _, s in sched.rank_plan(0))
         return cache[key]
 
     def counts(rank: int) -> RankCounts:
@@ -936,18 +975,17 @@ def _rank0_counts(cfg: Config, workload: Workload) -> RankCounts:
         p = len(members)
         if p <= 1:
             return 0, False, None
-        alg = policy.choose(op, p)
+        per_node, order = layout(members)
+        alg = policy.choose(op, p, per_node)
         in_rings = (op.op, alg) in RING_RUN_SCHEDULES
-        key = (op.op, alg, p, op.count_elems, op.root)
-        if p <= _COUNT_DIRECTLY or alg in ("hierarchical", "multiring", "nccl_ring"):
-            groups = [workload.group_of(op.group, r) for r in ranks]
-            also = [g.index(r) for g, r in zip(groups, ranks, strict=True) if len(g) == p]
-            return sends(op, alg, p, members.index(rank), also), in_rings, key
+        key = (op.op, alg, p, op.count_elems, op.root, per_node, order)
+        if p <= _COUNT_DIRECTLY or alg in ("hierarchical", "multiring", "nccl_ring", "nccl_tree"):
+            return sends(op, alg, members, members.index(rank)), in_rings, key
         # Some schedules index every rank's transfers (O(p log p) memory: 16.8 GB at
         # 32,768 ranks): count at two smaller sizes and extrapolate as a power of p,
         # which overstates the log p schedules a little.
         a, b = _COUNT_DIRECTLY // 2, _COUNT_DIRECTLY
-        m1, m2 = sends(op, alg, a, 0), sends(op, alg, b, 0)
+        m1, m2 = sized(op, alg, a), sized(op, alg, b)
         return round(m2 * (p / b) ** math.log2(max(m2, 1) / max(m1, 1))), in_rings, key
 
     sampled = [counts(r) for r in ranks]
@@ -1389,7 +1427,9 @@ def collective_time(
         pipeline_chunks=schedule_kw.get("pipeline_chunks"),
     )
     # An explicit algorithm is a question about that algorithm: never answer another's.
-    policy.choose(program(0)[0], p)
+    # (Ranks on endpoints in order: nodes of local_size, the last one short if it does
+    # not divide p, as the run lays the group out.)
+    policy.choose(program(0)[0], p, node_layout(range(p), range(p), local_size)[0])
     if policy.fallbacks:
         hint = {
             "hierarchical": " (pass local_size=, the group size)",

@@ -68,6 +68,7 @@ def apply_links(
     whatif: WhatIfSection,
     used: Collection[int] | None = None,
     hosts: bool = False,
+    ecmp: bool | None = None,
 ) -> tuple[nx.DiGraph, list[str]]:
     """``graph`` with the degraded links' bandwidths scaled and the failed links removed
     (a copy; ``graph`` is unchanged when there is nothing to apply), and one note per
@@ -75,7 +76,8 @@ def apply_links(
     still reach one another; others the failures cut off are noted. Raises ConfigError
     naming an unknown node or link, or the used endpoints a failure separates. ``hosts``:
     the endpoints become hosts (hosts.ranks_per_host), which the notes name as the outputs
-    do (``host<h>``)."""
+    do (``host<h>``); ``ecmp``: the run's routing (``topologies.Router``'s), whose routes
+    the count of reroutes compares."""
     if not whatif.degraded_links and not whatif.failed_links:
         return graph, []
 
@@ -149,7 +151,7 @@ def apply_links(
         said = ", ".join(f"{shown(u)} <-> {shown(v)}" for u, v in removed)
         idle = _check_connected(g, said, used)
         unit = "host" if hosts else "endpoint"
-        notes.append(f"failed: {said}; {_rerouted(graph, g, idle, unit)}")
+        notes.append(f"failed: {said}; {_rerouted(graph, g, idle, unit, ecmp)}")
         g.graph["whatif_failed"] = removed_edges
         if idle:
             notes.append(f"{_listed(idle, unit)} cut off by the failures (no rank there)")
@@ -209,13 +211,16 @@ REROUTE_COUNT_MAX_PAIRS = 100_000
 (about 35 us a pair on a 4,394-endpoint fat-tree)."""
 
 
-def _rerouted(before: nx.DiGraph, after: nx.DiGraph, cut: list[int], unit: str) -> str:
+def _rerouted(
+    before: nx.DiGraph, after: nx.DiGraph, cut: list[int], unit: str, ecmp: bool | None
+) -> str:
     """How many endpoint pairs' routes the failures lengthened (counted on small graphs;
-    pairs with an endpoint ``cut`` off left out), the endpoints called ``unit``s."""
+    pairs with an endpoint ``cut`` off left out), the endpoints called ``unit``s, routed
+    as the run routes them (``ecmp``)."""
     n = before.graph["num_endpoints"]
     if n > _REROUTE_CHECK_MAX_ENDPOINTS:
         return REROUTES_NOT_COUNTED
-    r0, r1 = topologies.Router(before), topologies.Router(after)
+    r0, r1 = topologies.Router(before, ecmp=ecmp), topologies.Router(after, ecmp=ecmp)
     changed = longer = 0
     off = set(cut)
     ends = [e for e in range(n) if e not in off]
@@ -234,13 +239,14 @@ def after_run(
     notes: list[str],
     carried: Callable[[tuple[Hashable, Hashable]], bool],
     pairs: Collection[tuple[int, int]] | None,
+    ecmp: bool | None = None,
 ) -> list[str]:
     """The link notes of :func:`apply_links` (``notes``, as it made them on ``graph``)
     with what the run showed: a degraded link none of whose edges ``carried`` the run's
     traffic says so (its change could change nothing); a failure whose reroutes were not
     counted before the run (a network of more than 512 endpoints) counts those of the
     endpoint ``pairs`` that communicated, up to :data:`REROUTE_COUNT_MAX_PAIRS` of them
-    (None: not counted, as with hosts)."""
+    (None: not counted, as with hosts), routed as the run routes them (``ecmp``)."""
     out = list(notes)
     degraded = graph.graph.get("whatif_degraded", [])
     for i, edges in enumerate(degraded):
@@ -256,7 +262,7 @@ def after_run(
     ):
         before = graph.copy()
         before.add_edges_from(removed)
-        r0, r1 = topologies.Router(before), topologies.Router(graph)
+        r0, r1 = topologies.Router(before, ecmp=ecmp), topologies.Router(graph, ecmp=ecmp)
         changed = longer = 0
         for s, d in pairs:
             a, b = r0.path(s, d), r1.path(s, d)

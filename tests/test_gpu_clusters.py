@@ -654,3 +654,33 @@ def test_the_memory_check_counts_nccl_trees_without_their_schedules(monkeypatch)
     assert _rank0_counts(cfg, wl) == counted
     # (ResNet-152's ten allreduces over 8 ranks as 2 nodes of 4: 4 channels, tree pairs)
     assert counted.messages > 0 and counted.ring_run_messages == 0
+
+
+def test_the_memory_check_counts_uneven_groups_as_they_are_laid_out():
+    # 12 ranks on 8-GPU nodes: the run lays the allreduces out as 2 nodes of 8+4 with 4
+    # channels; the memory check counted them as one node with 1 channel (a quarter of
+    # the messages) when it did not know where the ranks sit.
+    from simnet.config import load_config
+    from simnet.simulate import _rank0_counts, build_workload
+
+    cfg = {
+        "distributed": {"num_nodes": 16, "bandwidth_limit_gb_per_s": 100},
+        "topology": {"type": "rail_optimised", "group_size": 8},
+        "collectives": {"algorithm": "nccl_ring"},
+        "workload": {"name": "resnet152", "world_size": 12, "scale": 0.01},
+    }
+    c = load_config(cfg)
+    counted = _rank0_counts(c, build_workload(c))
+    res = simnet.simulate(cfg, record_series=False)
+    # (a ring's every member sends as many messages)
+    assert counted.messages * 12 == sum(p.messages for p in res.phases) == 12 * 880
+
+
+def test_collective_time_lays_out_nodes_that_do_not_divide_the_ranks():
+    # 12 endpoints of a 25 GB/s switch as nodes of 8: 8 + 4, 4 rings each carrying a
+    # quarter, sharing every endpoint's link: 2 (p - 1) steps of S / p at 25 GB/s plus 2
+    # hops of 1 us, as one ring; it was refused ("laid out as one node").
+    g = topologies.switch(12, bandwidth_bytes_per_s=25e9, latency_s=1e-6)
+    size = 3 << 20  # (786,432 elements: 4 channels of 12 equal blocks)
+    t = simnet.collective_time(g, "allreduce", "nccl_ring", size, local_size=8)
+    assert t == pytest.approx(22 * (size / 12 / 25e9 + 2e-6), rel=1e-9)

@@ -263,9 +263,13 @@ def test_bandwidth_without_a_closed_form_samples_a_pair_a_block_over_the_gpus():
     pairs = output.sampled_pairs(32, 8)
     assert not exact
     assert got.ravel().tolist() == [res.bandwidth_bytes_per_s[s, d] for s, d in pairs]
-    assert pairs[:5] == [(0, 0), (1, 8), (2, 16), (3, 24), (8, 1)]
+    assert pairs[:5] == [(0, 1), (1, 8), (2, 16), (3, 24), (8, 1)]
     assert {s % 8 for s, _ in pairs} == {0, 1, 2, 3}  # more than GPU 0 of each node
-    assert output.sampled_pairs(5, 3) == [(0, 0), (1, 3), (3, 1), (4, 4)]
+    # A block to itself: a pair inside it (here a node), not an endpoint to itself.
+    assert [pairs[5 * i] for i in range(4)] == [(0, 1), (9, 10), (18, 19), (27, 28)]
+    assert got[2, 2] == 300e9  # node 2's NVLink pair
+    assert output.sampled_pairs(5, 3) == [(0, 1), (1, 3), (3, 1), (4, 3)]
+    assert output.sampled_pairs(1, 3) == [(0, 0)]  # (a block of one: itself)
 
 
 def test_the_large_runs_bandwidth_heatmap_says_what_its_cells_are(tmp_path, monkeypatch):
@@ -367,6 +371,9 @@ def test_dense_matrices_asked_for_above_the_limit_are_named_not_held_in_the_json
     assert len(rows) == 17 and rows[0][0] == "src\\dst"
     for key in ("bandwidth_bytes_per_s_csv", "achieved_bytes_per_s_csv", "pairs_csv"):
         assert (out / named[key]).is_file()
+    phases = named["phase_traffic_bytes_csv"]  # ResNet-50's two phases, each its own
+    assert list(phases) == [p["phase"] for p in doc["phases"]] and len(phases) == 2
+    assert all((out / f).is_file() for f in phases.values())
 
 
 def test_large_runs_record_no_series_unless_asked(tmp_path, capsys, monkeypatch):

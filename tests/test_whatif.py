@@ -97,6 +97,30 @@ def test_a_degraded_link_that_carried_nothing_says_so():
     assert res.iteration_time_s == pytest.approx(base.iteration_time_s + MSG / BW, rel=1e-12)
 
 
+def test_a_degraded_host_link_that_carried_nothing_says_so():
+    # Hosts of 2 ranks on a switch of 3: GPT-2's 4 ranks on hosts 0 and 1, host 2 holds
+    # none: its link is idle, host 0's is not.
+    cfg = {
+        "distributed": {"num_nodes": 4},
+        "topology": {"type": "switch", "num_nodes": 3},
+        "hosts": {"ranks_per_host": 2, "copy_bandwidth_gb_per_s": 10},
+        "workload": {"name": "gpt2", "args": [8, 2, 1], "compute_scale": 0, "world_size": 4},
+        "whatif": {
+            "degraded_links": [
+                {"link": ["host2", "sw"], "bandwidth_factor": 0.5},
+                {"link": ["host0", "sw"], "bandwidth_factor": 0.5},
+            ]
+        },
+    }
+    res = simnet.simulate(cfg, record_series=False)
+    assert [
+        line.split(" at ")[0] + (" idle" if "no traffic" in line else "") for line in res.scenario
+    ] == [
+        "link 'host2' <-> 'sw' idle",
+        "link 'host0' <-> 'sw'",
+    ]
+
+
 def test_a_failure_on_a_big_network_counts_the_reroutes_of_the_pairs_that_talked(monkeypatch):
     # Above 512 endpoints every pair's reroute is not counted before the run; after it,
     # those of the pairs that communicated are (here "big" is above 2 endpoints: the
@@ -109,6 +133,38 @@ def test_a_failure_on_a_big_network_counts_the_reroutes_of_the_pairs_that_talked
     monkeypatch.setattr(whatif, "REROUTE_COUNT_MAX_PAIRS", 1)  # too many pairs: not counted
     res = simnet.simulate(pingpong({"type": "ring", "num_nodes": 4}, {"failed_links": [[0, 1]]}))
     assert res.scenario == [f"failed: 0 <-> 1; {whatif.REROUTES_NOT_COUNTED}"]
+
+
+@pytest.mark.parametrize("ecmp", [False, True])
+@pytest.mark.parametrize("big", [False, True])
+def test_reroutes_are_counted_on_the_runs_own_routing(monkeypatch, ecmp, big):
+    # A k=4 fat-tree without agg0.0 <-> core0: the routes compared are those the run
+    # takes, with or without ECMP (they were always the fat-tree's default, ECMP), every
+    # pair's before the run, or (above the size limit) the pairs that communicated.
+    if big:
+        monkeypatch.setattr(whatif, "_REROUTE_CHECK_MAX_ENDPOINTS", 2)
+    cfg = {
+        "distributed": {"num_nodes": 16, "bandwidth_limit_gb_per_s": 25.0},
+        "topology": {"type": "fat_tree", "k": 4, "link_latency_us": 1.0, "ecmp": ecmp},
+        "workload": {"name": "resnet50", "world_size": 16, "scale": 0.01},
+        "whatif": {"failed_links": [["agg0.0", "core0"]]},
+    }
+    res = simnet.simulate(cfg, record_series=False)
+    full = topologies.fat_tree(4, 25e9, 1e-6)
+    cut = full.copy()
+    cut.remove_edges_from([("agg0.0", "core0"), ("core0", "agg0.0")])
+    r0, r1 = topologies.Router(full, ecmp=ecmp), topologies.Router(cut, ecmp=ecmp)
+    pairs = (
+        sorted({k for p in res.phases for k in p.pair_bytes})
+        if big
+        else [(s, d) for s in range(16) for d in range(16) if s != d]
+    )
+    moved = sum(r0.path(s, d) != r1.path(s, d) for s, d in pairs)
+    what = "endpoint pairs that communicated" if big else "endpoint pairs"
+    of = f"of the {len(pairs):,}" if big else f"of {len(pairs)}"
+    assert res.scenario == [
+        f"failed: 'agg0.0' <-> 'core0'; {moved} {of} {what} rerouted (0 on longer routes)"
+    ]
 
 
 def test_link_changes_on_a_one_way_ring_name_the_direction():

@@ -1779,23 +1779,33 @@ class _RailRoutes:
         rail = np.arange(n) % per
         same_rail = rail[None, :] == np.arange(per)[:, None]  # [sender's rail, dst]
 
-        def node(m: int) -> np.ndarray:
-            """The rows of node ``m``'s GPUs."""
-            rows = slice(m * per, (m + 1) * per)
-            mid = m * per + rail  # per destination: node m's GPU on its rail
-            beyond = np.minimum(np.minimum(down_nvl[mid], up_rail[mid]), down_rail)
-            block = np.minimum(up_nvl[rows, None], beyond[None, :])
-            block = np.where(same_rail, np.minimum(up_rail[rows, None], down_rail[None, :]), block)
-            block[:, rows] = np.minimum.outer(up_nvl[rows], down_nvl[rows])
-            return block
-
         def rows(r0: int, r1: int) -> np.ndarray:
             out = np.empty((r1 - r0, n))
-            for m in range(r0 // per, -(-r1 // per)):
-                lo, hi = max(r0, m * per), min(r1, (m + 1) * per)
-                out[lo - r0 : hi - r0] = node(m)[lo - m * per : hi - m * per]
+            # Some nodes at a time (about a million cells: a whole matrix's rows would
+            # take three more of its size)
+            step = max(1, (1 << 20) // (per * n))
+            for m in range(r0 // per, -(-r1 // per), step):
+                lo, hi = max(r0, m * per), min(r1, (m + step) * per)
+                out[lo - r0 : hi - r0] = nodes(lo, hi)
             out[np.arange(r1 - r0), np.arange(r0, r1)] = math.inf
             return out
+
+        def nodes(r0: int, r1: int) -> np.ndarray:
+            # The rows of the nodes holding r0..r1-1 (k of them), then those asked.
+            m0, m1 = r0 // per, -(-r1 // per)
+            k = m1 - m0
+            gpus = slice(m0 * per, m1 * per)
+            up = up_nvl[gpus].reshape(k, per, 1)
+            # Per node and destination: the node's GPU on the destination's rail.
+            mid = (np.arange(m0, m1) * per)[:, None] + rail[None, :]
+            beyond = np.minimum(np.minimum(down_nvl[mid], up_rail[mid]), down_rail[None, :])
+            block = np.minimum(up, beyond[:, None, :])  # [node, its GPU, destination]
+            on_rail = np.minimum(up_rail[gpus].reshape(k, per, 1), down_rail[None, None, :])
+            np.copyto(block, on_rail, where=same_rail[None, :, :])
+            for i, m in enumerate(range(m0, m1)):  # a node's own GPUs: over its NVSwitch
+                own = slice(m * per, (m + 1) * per)
+                block[i, :, own] = np.minimum.outer(up_nvl[own], down_nvl[own])
+            return block.reshape(k * per, n)[r0 - m0 * per : r1 - m0 * per]
 
         return rows
 
