@@ -231,8 +231,11 @@ def test_a_timeout_ends_with_its_reason_not_the_stops_noise(tmp_path):
     )
     assert "[mpiexec@" not in r.stdout and "interrupted" not in r.stdout, r.stdout
     assert r.stdout.splitlines()[1].startswith("[    0.0 s] dlrm: 2 ranks, ")
+    # The stop's lines are kept in the file: mpiexec's always; rank 0's "interrupted
+    # (SIGINT" when it printed it before the ranks were stopped (one run in four here
+    # was stopped first: it is not asserted).
     kept = (out / "proxy_output.txt").read_text()
-    assert "[mpiexec@" in kept and "interrupted (SIGINT" in kept
+    assert "[mpiexec@" in kept and "Ctrl-C" in kept
 
 
 def test_compare_ops_against_the_simulation_itself():
