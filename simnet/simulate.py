@@ -711,10 +711,11 @@ def simulate(
             key = link_of.get(edge, edge)
             return any(p.link_bytes.get(key, 0) > 0 for p in phases)
 
-        # (with hosts the pairs are hosts', whose routes the failures' count does not take)
-        pairs = (
-            None if cfg.hosts.ranks_per_host else sorted({k for p in phases for k in p.pair_bytes})
-        )
+        # Only a failure's note counts pairs (with hosts they are hosts', whose routes the
+        # count does not take).
+        pairs = None
+        if graph.graph.get("whatif_failed") and not cfg.hosts.ranks_per_host:
+            pairs = sorted({k for p in phases for k in p.pair_bytes})
         ecmp = cfg.topology.effective_ecmp
         scenario[: len(link_notes)] = whatif.after_run(graph, link_notes, carried, pairs, ecmp)
     assumed.extend(ex.policy_notes())
@@ -735,28 +736,27 @@ def simulate(
     ):
         scenario.append(whatif.NO_COMPUTE)
 
+    # Every message also crosses its endpoints' injection ports: the route figures'
+    # bandwidth is capped at their rate where one is set.
+    inj = cfg.network.injection_bandwidth_gb_per_s
+    cap = gb_per_s_to_bytes_per_s(inj) if inj else None
+
     def routes() -> tuple[np.ndarray, np.ndarray]:
         if progress is not None and big:
             progress(f"routes of every endpoint pair ({n_end:,} x {n_end:,})")
         bw, lat = route_matrices(graph, cfg.topology.effective_ecmp, router)
-        inj = cfg.network.injection_bandwidth_gb_per_s
-        if inj:  # every message also crosses its endpoints' injection ports
+        if cap is not None:
             off_diagonal = ~np.eye(len(bw), dtype=bool)
-            bw[off_diagonal] = np.minimum(bw[off_diagonal], gb_per_s_to_bytes_per_s(inj))
+            bw[off_diagonal] = np.minimum(bw[off_diagonal], cap)
         return bw, lat
 
     def pair_routes(pairs: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
-        inj = cfg.network.injection_bandwidth_gb_per_s
         # The phases' networks routed with this router: the pairs they carried are not
         # routed again (at 16,384 ranks, 229k routes: 3 of the 3.4 s of pairs.csv).
         nets = [p.timeline.net for p in phases]
-        return pair_route_metrics(
-            router, pairs, gb_per_s_to_bytes_per_s(inj) if inj else None, _routed_by(nets)
-        )
+        return pair_route_metrics(router, pairs, cap, _routed_by(nets))
 
     def bandwidth_blocks(b: int) -> np.ndarray | None:
-        inj = cfg.network.injection_bandwidth_gb_per_s
-        cap = gb_per_s_to_bytes_per_s(inj) if inj else None
         return route_bandwidth_blocks(router, b, cap)
 
     return SimResult(

@@ -1021,45 +1021,47 @@ class Router:
         rows = self._hierarchical_rows()
         if rows is None:
             return None
+        size = self._hier[0]
+        n = self.graph.graph["num_endpoints"]
+        up, down, group_block = self._hierarchical_figures(1, np.add.outer)
+        lat = np.add.outer(up, down)
+        for g0 in range(0, n, size):
+            lat[g0 : g0 + size, g0 : g0 + size] = group_block(g0)
+        np.fill_diagonal(lat, 0.0)
+        return rows(0, n), lat
+
+    def _hierarchical_figures(
+        self, k: int, outer: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray, Callable[[int], np.ndarray]]:
+        """Figure ``k`` (0: bandwidth, 1: latency) of a hierarchical graph's edges: each
+        endpoint's up-link and down-link to the top, and the pairs of the group whose
+        endpoints start at ``g0`` (its direct links, or ``outer`` of its links into and
+        out of its group switch: ``np.minimum.outer`` for a bottleneck, ``np.add.outer``
+        for a latency)."""
         size, direct = self._hier
         n = self.graph.graph["num_endpoints"]
         attrs = self.edge_metrics()
-        up = np.array([attrs[(e, "top")][1] for e in range(n)], dtype=float)
-        down = np.array([attrs[("top", e)][1] for e in range(n)], dtype=float)
-        lat = np.add.outer(up, down)
-        for g0 in range(0, n, size):
+        up = np.array([attrs[(e, "top")][k] for e in range(n)], dtype=float)
+        down = np.array([attrs[("top", e)][k] for e in range(n)], dtype=float)
+
+        def group_block(g0: int) -> np.ndarray:
             group = range(g0, g0 + size)
             if direct:
-                cells = [[attrs.get((a, b), (np.inf, 0.0))[1] for b in group] for a in group]
-                lat[np.ix_(group, group)] = np.array(cells, dtype=float)
-            else:
-                sw = f"g{g0 // size}"
-                into = np.array([attrs[(e, sw)][1] for e in group], dtype=float)
-                out_of = np.array([attrs[(sw, e)][1] for e in group], dtype=float)
-                lat[np.ix_(group, group)] = np.add.outer(into, out_of)
-        np.fill_diagonal(lat, 0.0)
-        return rows(0, n), lat
+                cells = [[attrs.get((a, b), (np.inf, 0.0))[k] for b in group] for a in group]
+                return np.array(cells, dtype=float)
+            sw = f"g{g0 // size}"
+            into = np.array([attrs[(e, sw)][k] for e in group], dtype=float)
+            out_of = np.array([attrs[(sw, e)][k] for e in group], dtype=float)
+            return outer(into, out_of)
+
+        return up, down, group_block
 
     def _hierarchical_rows(self) -> BandwidthRows | None:
         """The bandwidth of :meth:`hierarchical_matrices` a block of rows at a time."""
         if self._hier is None:
             return None
-        size, direct = self._hier
-        n = self.graph.graph["num_endpoints"]
-        attrs = self.edge_metrics()
-        up = np.array([attrs[(e, "top")][0] for e in range(n)], dtype=float)
-        down = np.array([attrs[("top", e)][0] for e in range(n)], dtype=float)
-
-        def group_block(g0: int) -> np.ndarray:
-            """Group ``g0 // size``'s pairs (its endpoints ``g0..``)."""
-            group = range(g0, g0 + size)
-            if direct:
-                cells = [[attrs.get((a, b), (np.inf, 0.0))[0] for b in group] for a in group]
-                return np.array(cells, dtype=float)
-            sw = f"g{g0 // size}"
-            into = np.array([attrs[(e, sw)][0] for e in group], dtype=float)
-            out_of = np.array([attrs[(sw, e)][0] for e in group], dtype=float)
-            return np.minimum.outer(into, out_of)
+        size = self._hier[0]
+        up, down, group_block = self._hierarchical_figures(0, np.minimum.outer)
 
         def rows(r0: int, r1: int) -> np.ndarray:
             out = np.minimum.outer(up[r0:r1], down)
