@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+import topologies
 from workload.collectives import NCCL_ALGORITHMS
 from workload.results import (
     _jsonable,
@@ -29,7 +30,7 @@ from workload.results import (
     write_text,
 )
 from workload.timeline import op_events
-from workload.units import MB, format_bytes
+from workload.units import MB, bytes_per_s_to_gb_per_s, format_bytes
 
 from . import _compiled, arenas, sizecheck
 from .report import table
@@ -242,6 +243,80 @@ def block_bandwidth(res: SimResult, b: int) -> tuple[np.ndarray, bool]:
     if exact is not None:
         return exact, True
     return sampled_bandwidth(res, b), False
+
+
+def node_bandwidth(res: SimResult, size: int) -> tuple[np.ndarray, bool]:
+    """The smallest route bandwidth (bytes/s) inside each node of ``size`` consecutive
+    endpoints (inf for a node of one), and whether it is exact: from the network's closed
+    form (``SimResult.node_bandwidth``) or, without one, the smallest of each endpoint's
+    route to the next endpoint of its node (round the node: a degraded link into or out
+    of one endpoint is on one of them)."""
+    exact = res.node_bandwidth(size) if res.node_bandwidth is not None else None
+    if exact is not None:
+        return exact, True
+    n = res.graph.graph["num_endpoints"]
+    pairs = [
+        (a, first + (a - first + 1) % (min(n, first + size) - first))
+        for first in range(0, n, size)
+        for a in range(first, min(n, first + size))
+    ]
+    bw, _ = res.pair_routes(pairs)
+    bw = np.where(np.array([s == d for s, d in pairs]), np.inf, bw)
+    out = np.minimum.reduceat(bw, np.arange(0, n, size)) if n else bw
+    return out, False
+
+
+def _gb_per_s(bytes_per_s: float) -> str:
+    return f"{bytes_per_s_to_gb_per_s(bytes_per_s):.4g} GB/s"
+
+
+NODE_OUTLIERS_SHOWN = 5
+"""Nodes named in the summary whose slowest inside route is below the most common one."""
+
+
+def node_bandwidth_lines(
+    slowest: np.ndarray, size: int, n: int, exact: bool, file: str
+) -> tuple[list[str], dict[str, Any]]:
+    """The summary's lines on the routes inside nodes (``slowest``: bytes/s per node of
+    ``size`` of the ``n`` endpoints) and their entry in the results JSON: the most common slowest
+    route and the nodes below it, slowest first."""
+    finite = slowest[np.isfinite(slowest)]
+    if not finite.size:
+        return [], {}
+    values, counts = np.unique(finite, return_counts=True)
+    typical = float(values[np.argmax(counts)])
+    below = sorted(np.flatnonzero(slowest < typical).tolist(), key=lambda k: (slowest[k], k))
+    n_nodes = len(slowest)
+    how = (
+        ""
+        if exact
+        else " (sampled: each endpoint's route to the next of its node; this network's "
+        "routes have no closed form)"
+    )
+    text = (
+        f"  routes inside nodes ({size} endpoints each; {file}){how}: the slowest "
+        f"{_gb_per_s(typical)} in "
+        + (
+            f"every one of its {n_nodes:,} nodes"
+            if not below
+            else f"{n_nodes - len(below):,} of its {n_nodes:,} nodes"
+        )
+    )
+    if below:
+        shown = [
+            f"node {k} (endpoints {k * size}-{min(k * size + size, n) - 1}) {_gb_per_s(slowest[k])}"
+            for k in below[:NODE_OUTLIERS_SHOWN]
+        ]
+        more = len(below) - NODE_OUTLIERS_SHOWN
+        text += "; slower: " + ", ".join(shown) + (f" and {more:,} more" if more > 0 else "")
+    entry = {
+        "file": file,
+        "endpoints_per_node": size,
+        "exact": exact,
+        "typical_bytes_per_s": typical,
+        "slower_nodes": [{"node": k, "bytes_per_s": float(slowest[k])} for k in below],
+    }
+    return [text], entry
 
 
 def sampled_pairs(n: int, b: int) -> list[tuple[int, int]]:
@@ -854,6 +929,8 @@ def _write_all(
     files.append(write_csv(out / f"{prefix}pairs.csv", pair_header(res), rows))
     n = res.graph.graph["num_endpoints"]
     notes: list[str] = []
+    node_notes: list[str] = []  # (after the matrices' note, which they complete)
+    node_entry: dict[str, Any] = {}
     if dense:
         files.append(
             write_matrix_csv(out / f"{prefix}traffic_bytes.csv", res.traffic_bytes, "src\\dst")
@@ -943,6 +1020,22 @@ def _write_all(
                 if exact
                 else f"achievable bandwidth, one pair a block: {res.graph.graph['name']}"
             )
+        size = topologies.endpoints_per_node(res.graph)
+        if size is not None:
+            slowest, exact_nodes = node_bandwidth(res, size)
+            name = f"{prefix}node_bandwidth.csv"
+            files.append(
+                write_csv(
+                    out / name,
+                    ["node", "first_endpoint", "endpoints", "slowest_route_bytes_per_s"],
+                    [
+                        [k, k * size, min(size, n - k * size), "" if math.isinf(v) else v]
+                        for k, v in enumerate(slowest.tolist())
+                    ],
+                )
+            )
+            lines, node_entry = node_bandwidth_lines(slowest, size, n, exact_nodes, name)
+            node_notes += lines
         notes.append(
             f"  n x n matrices not written ({n:,} endpoints; --matrices dense writes them): "
             f"{prefix}pairs.csv holds the {len({(r[1], r[2]) for r in rows}):,} endpoint "
@@ -1025,7 +1118,10 @@ def _write_all(
     from .report import write_report
 
     last = [out / f"{prefix}results.json", out / f"{prefix}summary.txt", out / report_name(prefix)]
+    notes += node_notes
     doc = document(res, dense, prefix)
+    if node_entry:
+        doc["node_bandwidth"] = node_entry
     # Every file of the run, so that the next run into this folder removes them first.
     doc[RUN_FILES_KEY] = [f.name for f in [*files, *last]]
     doc["output_notes"] = [n.strip() for n in notes]  # what was left out, and why

@@ -291,6 +291,103 @@ def test_the_large_runs_bandwidth_heatmap_says_what_its_cells_are(tmp_path, monk
     ) in said[True]
 
 
+def _node_minima(dense: np.ndarray, size: int) -> list[float]:
+    """The smallest route between two endpoints of each node of ``size``, by hand."""
+    n = len(dense)
+    out = []
+    for first in range(0, n, size):
+        last = min(n, first + size)
+        pairs = [dense[a, b] for a in range(first, last) for b in range(first, last) if a != b]
+        out.append(min(pairs) if pairs else math.inf)
+    return out
+
+
+@pytest.mark.parametrize("size", [3, 8, 32])
+def test_node_bandwidth_is_each_nodes_smallest_route_inside_it(size):
+    # GPU 3 of node 1 (endpoint 11) has its NVLink into the NVSwitch at 20% (60 GB/s,
+    # above the 25 GB/s NICs): every block holding node 1 and another node shows 25 GB/s
+    # at most; the routes inside node 1 show the 60.
+    slow = {"degraded_links": [{"link": [11, "nvl1"], "bandwidth_factor": 0.2}]}
+    cfg = _rail_config(slow, ecmp=False)
+    res = simnet.simulate(cfg)
+    dense = res.bandwidth_bytes_per_s
+    got = res.node_bandwidth(size)
+    assert got.tolist() == _node_minima(dense, size)  # short last nodes too (size 3)
+    if size == 8:
+        assert got.tolist() == [300e9, 60e9, 300e9, 300e9]
+        assert output.block_bandwidth(res, 16)[0].tolist() == [[25e9, 25e9], [25e9, 25e9]]
+    cfg["network"] = {"injection_bandwidth_gb_per_s": 100}
+    capped = simnet.simulate(cfg).node_bandwidth(size)
+    assert capped.tolist() == np.minimum(_node_minima(dense, size), 100e9).tolist()
+
+
+def test_node_bandwidth_of_hierarchical_and_hosts_networks():
+    graph = topologies.hierarchical(3, 4, 100e9, 10e9, 1e-6, 2e-6)
+    cfg = fat_tree_config(12)
+    res = simnet.simulate(cfg, topology=graph)
+    assert topologies.endpoints_per_node(graph) == 4
+    assert res.node_bandwidth(4).tolist() == _node_minima(res.bandwidth_bytes_per_s, 4)
+    assert res.node_bandwidth(4).tolist() == [100e9] * 3
+    hosts = topologies.hosts.with_hosts(topologies.ring(4, 10e9, 1e-6), 2, 8e9)
+    assert topologies.endpoints_per_node(hosts) == 2
+    # Ranks on hosts: a host's ranks are a node (its routes sampled round the host).
+    cfg = fat_tree_config(32)
+    cfg["hosts"] = {"ranks_per_host": 2, "copy_bandwidth_gb_per_s": 8.0}
+    res = simnet.simulate(cfg)
+    got, _ = output.node_bandwidth(res, topologies.endpoints_per_node(res.graph))
+    assert got.tolist() == _node_minima(res.bandwidth_bytes_per_s, 2) == [8e9] * 16
+    assert topologies.endpoints_per_node(topologies.fat_tree(4, 10e9, 1e-6)) is None
+
+
+def test_node_bandwidth_without_a_closed_form_takes_each_endpoint_to_the_next():
+    # With ECMP a degraded NVLink leaves no closed form: each GPU's route to the next GPU
+    # of its node is taken (round the node), which passes every GPU's NVLink both ways.
+    for link in ([11, "nvl1"], ["nvl1", 11]):
+        slow = {"degraded_links": [{"link": link, "bandwidth_factor": 0.2}]}
+        res = simnet.simulate(_rail_config(slow, ecmp=True))
+        assert res.node_bandwidth(8) is None
+        got, exact = output.node_bandwidth(res, 8)
+        assert not exact
+        assert got.tolist() == _node_minima(res.bandwidth_bytes_per_s, 8)
+        assert got.tolist() == [300e9, 60e9, 300e9, 300e9]
+
+
+def test_the_large_runs_summary_names_the_nodes_with_slower_routes_inside(tmp_path, monkeypatch):
+    monkeypatch.setattr(output, "BANDWIDTH_SAMPLE_SIDE", 2)  # 32 endpoints: blocks of 16
+    slow = {"degraded_links": [{"link": [11, "nvl1"], "bandwidth_factor": 0.2}]}
+    cfg = tmp_path / "rail.json"
+    cfg.write_text(json.dumps(_rail_config(slow, ecmp=False)))
+    out = tmp_path / "out"
+    assert cli.main(["--config", str(cfg), "--out", str(out), "--matrices", "sparse"]) == 0
+    said = (out / "sim_summary.txt").read_text()
+    assert (
+        "routes inside nodes (8 endpoints each; sim_node_bandwidth.csv): the slowest 300 GB/s "
+        "in 3 of its 4 nodes; slower: node 1 (endpoints 8-15) 60 GB/s"
+    ) in said
+    with open(out / "sim_node_bandwidth.csv") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["node", "first_endpoint", "endpoints", "slowest_route_bytes_per_s"]
+    assert [[float(x) for x in r] for r in rows[1:]] == [
+        [k, 8 * k, 8, 60e9 if k == 1 else 300e9] for k in range(4)
+    ]
+    doc = json.loads((out / "sim_results.json").read_text())
+    assert doc["node_bandwidth"] == {
+        "file": "sim_node_bandwidth.csv",
+        "endpoints_per_node": 8,
+        "exact": True,
+        "typical_bytes_per_s": 300e9,
+        "slower_nodes": [{"node": 1, "bytes_per_s": 60e9}],
+    }
+    # Without a slower node, one line says so; a dense run writes no such file.
+    cfg.write_text(json.dumps(_rail_config()))
+    assert cli.main(["--config", str(cfg), "--out", str(out), "--matrices", "sparse"]) == 0
+    assert (
+        "the slowest 300 GB/s in every one of its 4 nodes" in (out / "sim_summary.txt").read_text()
+    )
+    assert cli.main(["--config", str(cfg), "--out", str(out), "--matrices", "dense"]) == 0
+    assert not (out / "sim_node_bandwidth.csv").exists()
+
+
 def test_dense_outputs_choice(monkeypatch):
     res = simnet.simulate(fat_tree_config())
     assert output.dense_outputs(res) and output.dense_outputs(res, "dense")

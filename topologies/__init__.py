@@ -21,6 +21,7 @@ from topologies.builders import (
     torus,
 )
 from topologies.errors import TopologyError
+from topologies.hosts import endpoints_per_node
 from topologies.placement import apply_placement
 from topologies.routing import (
     Edge,
@@ -44,6 +45,7 @@ __all__ = [
     "dragonfly",
     "dragonfly_gateway",
     "endpoints",
+    "endpoints_per_node",
     "fat_tree",
     "hierarchical",
     "path_bandwidth_bytes_per_s",

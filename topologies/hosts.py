@@ -154,3 +154,18 @@ def with_hosts(
 def host_of(graph: nx.DiGraph, endpoint: int) -> int | None:
     """The host of a rank endpoint of a :func:`with_hosts` graph (None without hosts)."""
     return graph.nodes[endpoint].get("host")
+
+
+def endpoints_per_node(graph: nx.DiGraph) -> int | None:
+    """Consecutive endpoints that share a node of ``graph`` (endpoints ``k n ..`` are node
+    k), or None where it has no such nodes: a host's ranks (:func:`with_hosts`), a
+    rail-optimised cluster's GPUs per node, a hierarchical network's endpoints per group."""
+    hosts = graph.graph.get("hosts")
+    if hosts:
+        size = hosts["ranks_per_host"]
+    else:
+        params = graph.graph.get("params", {})
+        size = params.get("gpus_per_node") or (
+            params.get("group_size") if graph.graph.get("name") == "hierarchical" else None
+        )
+    return size if size and size > 1 else None
