@@ -333,10 +333,11 @@ def test_both_predictions_side_by_side(tmp_path):
     assert time["error_pct"] == preds["this_machine"]["error_pct"]
     # On one host of 2 GB/s, a ring step moves 4 ranks x (2 rings x a half block) through
     # the host's memory: (p - 1) = 3 such steps per phase, two phases, then 1 ms compute.
-    # A block is above the eager threshold, so its request-to-send (10 us inside the host)
-    # precedes it.
+    # A step pays the host's 10 us per message once: its messages wait for their
+    # receivers with no request-to-send first, the protocol the host's costs are fitted
+    # with (a handshake, the configured network's default, paid it twice).
     block = -(-round(57_044_810 * 0.01) // 4) * 4  # bytes
-    expect = 2 * 3 * (4 * block / 2e9 + 10e-6 + 10e-6) + 1e-3
+    expect = 2 * 3 * (4 * block / 2e9 + 10e-6) + 1e-3
     assert preds["this_machine"]["step_time_s"] == pytest.approx(expect, rel=1e-6)
     assert comparison["this_machine"]["copy_bandwidth_gb_per_s"] == 2.0
     # Per epoch, both predictions (the plot draws both against the measurement).
@@ -352,9 +353,7 @@ def test_both_predictions_side_by_side(tmp_path):
     ops = {r["op"]: r for r in comparison["this_machine_ops"]}
     assert ops["forward_backward"]["predicted_s"] == pytest.approx(1e-3)
     for name in ("reduce_scatter", "allgather"):
-        assert ops[name]["predicted_s"] == pytest.approx(
-            3 * (4 * block / 2e9 + 10e-6 + 10e-6), rel=1e-6
-        )
+        assert ops[name]["predicted_s"] == pytest.approx(3 * (4 * block / 2e9 + 10e-6), rel=1e-6)
         assert ops[name]["measured_s"] > 0
     assert "operation by operation" in text
     listed = (out / "main_job_files.txt").read_text().splitlines()
@@ -448,6 +447,46 @@ def test_this_machine_ignores_the_configured_networks_link_calibration(tmp_path)
     assert not any("alpha_us = 100" in a for a in calibrated.assumed)
     # The configured network's prediction does use it.
     assert simnet.simulate(with_lp).iteration_time_s > simnet.simulate(base).iteration_time_s
+
+
+def test_this_machine_ignores_the_configured_hosts_and_uses_the_fitted_protocol(tmp_path):
+    # The configuration's hosts (a cluster's ranks per host and its host calibration)
+    # are not this host: the prediction neither uses nor cites them.
+    import simnet
+    from simnet.hostparams import HostCalibration, HostParams
+    from workflows.machine import ThisMachine, machine_result
+
+    machine = ThisMachine.calibrate(4, print, params_file=str(host_params_file(tmp_path, 4, 2.0)))
+    cluster = tmp_path / "cluster.json"
+    cal = HostCalibration({"hostname": "x"}, "2026-01-01T00:00:00+00:00",
+                          [HostParams(2, 50.0, 1.0, 50.0, 0.0)])  # fmt: skip
+    cluster.write_text(json.dumps(cal.to_json()))
+    base = {
+        "distributed": {"num_nodes": 2, "bandwidth_limit_gb_per_s": 10.0},
+        "topology": {"type": "switch", "num_nodes": 2},
+        "workload": {"name": "dlrm", "scale": 0.01},
+    }
+    with_hosts = {**base, "hosts": {"ranks_per_host": 2, "params_file": str(cluster)}}
+    plain = machine_result(load_config(base), machine)
+    hosted = machine_result(load_config(with_hosts), machine)
+    assert hosted.iteration_time_s == plain.iteration_time_s
+    assert not [a for a in hosted.assumed if "cluster.json" in a]  # (it said 50 GB/s)
+    # The host's costs were fitted with every message waiting for its receiver and no
+    # request-to-send (hostcal.simulate_row, as simnet.collective_time sends them): the
+    # prediction sends them so, whatever the configured network's protocol.
+    proto = {"eager_threshold_bytes": 0, "rendezvous_handshake": True}
+    other = machine_result(load_config({**base, "network": proto}), machine)
+    assert other.iteration_time_s == plain.iteration_time_s
+    host = machine.params
+    from workflows import hostcal
+
+    size = 4 << 20
+    fitted = simnet.collective_time(hostcal.host_graph(host), "allreduce", "ring", size)
+    shaken = simnet.collective_time(
+        hostcal.host_graph(host), "allreduce", "ring", size, eager_threshold_bytes=0,
+        rendezvous_handshake=False,
+    )  # fmt: skip
+    assert shaken == fitted  # threshold 0 (the configuration's least) sends as -1 does
 
 
 def test_run_training_passes_the_options_after_the_configuration(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -322,9 +323,8 @@ def test_a_calibration_at_new_counts_keeps_the_cached_ones(fitted, tmp_path, mon
     monkeypatch.setenv("COMMSIM_CACHE_DIR", str(tmp_path))
     key = hostcal.host_key()
     made = {"stat": hostcal.DEFAULT_STAT, "iters": 10, "repeats": 1}  # as asked below
-    cached = HostCalibration(
-        key, fitted.created, fitted.by_ranks, [{"op": "x", "ranks": 8}], settings=made
-    )
+    old_fits = [{"op": "x", "ranks": 8}, {"op": "sleep", "ranks": 1, "compute_stretch": 0.5}]
+    cached = HostCalibration(key, fitted.created, fitted.by_ranks, old_fits, settings=made)
     hostcal.cache_path(key).write_text(json.dumps(cached.to_json()))
     measured = []
 
@@ -332,7 +332,7 @@ def test_a_calibration_at_new_counts_keeps_the_cached_ones(fitted, tmp_path, mon
         measured.append(list(wanted))
         return {}
 
-    new_params = [HostParams(n, 1.0, 2.0, 3.0, 0.0) for n in (2, 16)]
+    new_params = [HostParams(n, 1.0, 2.0, 3.0, 0.0, compute_overhead_us=7.0) for n in (2, 16)]
     monkeypatch.setattr(hostcal, "measure", fake_measure)
     monkeypatch.setattr(hostcal, "measure_sleep", lambda: (0.0, 0.0, {"op": "sleep"}))
     monkeypatch.setattr(
@@ -344,9 +344,16 @@ def test_a_calibration_at_new_counts_keeps_the_cached_ones(fitted, tmp_path, mon
     assert measured == [[2, 16]]
     assert cal.ranks() == sorted({2, 16} | set(fitted.ranks()))
     assert cal.at(2)[0].copy_bandwidth_gb_per_s == 1.0  # measured again: the new value
-    assert cal.at(8)[0] == next(p for p in fitted.by_ranks if p.ranks_per_host == 8)
+    # A kept count keeps its fits, but what a run measures once for every count (the
+    # sleep, one rank's copy rate) is the new run's there too, as its sleep fit is: a
+    # count between 8 and 16 interpolated between two runs' sleeps.
+    kept = next(p for p in fitted.by_ranks if p.ranks_per_host == 8)
+    once = {"rank_copy_bandwidth_gb_per_s": 3.0, "compute_overhead_us": 7.0, "compute_stretch": 0}
+    assert cal.at(8)[0] == replace(kept, **once)
+    assert cal.at(12)[0].compute_overhead_us == 7.0
     assert cal.created == fitted.created  # as old as its oldest part
     assert {"op": "x", "ranks": 8} in cal.fits
+    assert [f for f in cal.fits if f["op"] == "sleep"] == [{"op": "sleep"}]  # the new run's
     assert json.loads(path.read_text())["created"] == fitted.created
 
 

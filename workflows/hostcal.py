@@ -688,13 +688,22 @@ def _fresh_cached(
 
 def merge_calibrations(old: HostCalibration, new: HostCalibration) -> HostCalibration:
     """``new``'s rank counts, and ``old``'s for the counts ``new`` did not measure; dated
-    as the older of the two (a merged file goes stale with its oldest part)."""
+    as the older of the two (a merged file goes stale with its oldest part). What a run
+    measures once for every count (:data:`RUN_FIELDS`: the sleep, one rank's copy rate)
+    and its fits of them are ``new``'s at every count, as :func:`median_calibration`
+    keeps one run's: mixed, a count between an old and a new one interpolated between
+    two runs' sleeps, and the file held both runs' sleep fits."""
     measured = set(new.ranks())
+    once = {f: getattr(new.by_ranks[0], f) for f in RUN_FIELDS} if new.by_ranks else {}
+    kept_counts = {p.ranks_per_host for p in old.by_ranks} - measured
     by_ranks = sorted(
-        [*new.by_ranks, *(p for p in old.by_ranks if p.ranks_per_host not in measured)],
+        [
+            *new.by_ranks,
+            *(replace(p, **once) for p in old.by_ranks if p.ranks_per_host in kept_counts),
+        ],
         key=lambda p: p.ranks_per_host,
     )
-    kept = [f for f in old.fits if f.get("ranks") not in measured]
+    kept = [f for f in old.fits if f.get("ranks") in kept_counts]
     points = [p for p in old.points if p.get("ranks") not in measured]
     return HostCalibration(
         new.key,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from simnet.config import Config
+from simnet.config import Config, HostsSection
 from simnet.hostparams import HostParams
 from workload.run_result import TrainerSettings
 
@@ -147,7 +147,9 @@ def machine_result(cfg: Config, machine: ThisMachine, **kw: Any):  # -> SimResul
     mcfg = cfg.model_copy(
         update={
             "collectives": cfg.collectives.model_copy(update=cpu["collectives"]),
-            "hosts": cfg.hosts.model_copy(update=cpu["hosts"]),
+            # The hosts the configuration describes (its ranks per host, its host
+            # calibration file) are not this one: the graph below is this host.
+            "hosts": HostsSection(**cpu["hosts"]),
             "network": cfg.network.model_copy(
                 update={
                     "alpha_us": 0.0,
@@ -155,6 +157,11 @@ def machine_result(cfg: Config, machine: ThisMachine, **kw: Any):  # -> SimResul
                     "injection_bandwidth_gb_per_s": None,
                     # A link calibration describes the configured network, not this host.
                     "link_params_file": None,
+                    # The protocol the host's costs were fitted with (hostcal.simulate_row:
+                    # every message waits for its receiver, no request-to-send first): a
+                    # handshake would pay the fitted per-message cost twice.
+                    "eager_threshold_bytes": 0,
+                    "rendezvous_handshake": False,
                 }
             ),
         }
