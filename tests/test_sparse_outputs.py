@@ -230,13 +230,19 @@ def _rail_config(whatif: dict | None = None, ecmp: bool | None = None) -> dict:
     }
 
 
+def _slow_nvlink(factor: float) -> dict:
+    """:func:`_rail_config` without ECMP, GPU 3 of node 1 (endpoint 11) with its NVLink
+    into the NVSwitch at ``factor`` of its bandwidth."""
+    slow = {"degraded_links": [{"link": [11, "nvl1"], "bandwidth_factor": factor}]}
+    return _rail_config(slow, ecmp=False)
+
+
 @pytest.mark.parametrize("b", [3, 8, 32])
 def test_block_bandwidth_is_each_blocks_smallest_route(b):
     # GPU 3 of node 1 (endpoint 11) has its NVLink into the NVSwitch at 5%: the
     # blocks holding it show it (the first endpoint of each block of 8 never would),
     # short last blocks included (b = 3), capped at the injection rate where set.
-    slow = {"degraded_links": [{"link": [11, "nvl1"], "bandwidth_factor": 0.05}]}
-    cfg = _rail_config(slow, ecmp=False)
+    cfg = _slow_nvlink(0.05)
     res = simnet.simulate(cfg)
     dense = res.bandwidth_bytes_per_s
     m = -(-32 // b)
@@ -307,8 +313,7 @@ def test_node_bandwidth_is_each_nodes_smallest_route_inside_it(size):
     # GPU 3 of node 1 (endpoint 11) has its NVLink into the NVSwitch at 20% (60 GB/s,
     # above the 25 GB/s NICs): every block holding node 1 and another node shows 25 GB/s
     # at most; the routes inside node 1 show the 60.
-    slow = {"degraded_links": [{"link": [11, "nvl1"], "bandwidth_factor": 0.2}]}
-    cfg = _rail_config(slow, ecmp=False)
+    cfg = _slow_nvlink(0.2)
     res = simnet.simulate(cfg)
     dense = res.bandwidth_bytes_per_s
     got = res.node_bandwidth(size)
