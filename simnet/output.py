@@ -929,7 +929,6 @@ def _write_all(
     files.append(write_csv(out / f"{prefix}pairs.csv", pair_header(res), rows))
     n = res.graph.graph["num_endpoints"]
     notes: list[str] = []
-    node_notes: list[str] = []  # (after the matrices' note, which they complete)
     node_entry: dict[str, Any] = {}
     if dense:
         files.append(
@@ -1020,22 +1019,6 @@ def _write_all(
                 if exact
                 else f"achievable bandwidth, one pair a block: {res.graph.graph['name']}"
             )
-        size = topologies.endpoints_per_node(res.graph)
-        if size is not None:
-            slowest, exact_nodes = node_bandwidth(res, size)
-            name = f"{prefix}node_bandwidth.csv"
-            files.append(
-                write_csv(
-                    out / name,
-                    ["node", "first_endpoint", "endpoints", "slowest_route_bytes_per_s"],
-                    [
-                        [k, k * size, min(size, n - k * size), "" if math.isinf(v) else v]
-                        for k, v in enumerate(slowest.tolist())
-                    ],
-                )
-            )
-            lines, node_entry = node_bandwidth_lines(slowest, size, n, exact_nodes, name)
-            node_notes += lines
         notes.append(
             f"  n x n matrices not written ({n:,} endpoints; --matrices dense writes them): "
             f"{prefix}pairs.csv holds the {len({(r[1], r[2]) for r in rows}):,} endpoint "
@@ -1052,6 +1035,22 @@ def _write_all(
                 else ""
             )
         )
+        size = topologies.endpoints_per_node(res.graph)
+        if size is not None:
+            slowest, exact_nodes = node_bandwidth(res, size)
+            name = f"{prefix}node_bandwidth.csv"
+            files.append(
+                write_csv(
+                    out / name,
+                    ["node", "first_endpoint", "endpoints", "slowest_route_bytes_per_s"],
+                    [
+                        [k, k * size, min(size, n - k * size), "" if math.isinf(v) else v]
+                        for k, v in enumerate(slowest.tolist())
+                    ],
+                )
+            )
+            lines, node_entry = node_bandwidth_lines(slowest, size, n, exact_nodes, name)
+            notes += lines
     files.append(
         plots.traffic_heatmap(
             traffic,
@@ -1118,7 +1117,6 @@ def _write_all(
     from .report import write_report
 
     last = [out / f"{prefix}results.json", out / f"{prefix}summary.txt", out / report_name(prefix)]
-    notes += node_notes
     doc = document(res, dense, prefix)
     if node_entry:
         doc["node_bandwidth"] = node_entry
