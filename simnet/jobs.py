@@ -76,12 +76,19 @@ class JobReport:
 
 @dataclass
 class ContendedLink:
-    """A link that two or more jobs send over."""
+    """A link that two or more jobs send over while both run."""
 
     link: tuple
+    # every job that sends over it, those that run there at another time included (so
+    # that the bytes add up to what the link carried in busy_s)
     bytes_by_job: dict[str, int]
     capacity_bytes_per_s: float
     busy_s: float  # in the shared run
+    meeting: list[str] = field(default_factory=list)  # the jobs there at the same time
+
+    def apart(self) -> list[str]:
+        """The jobs that send over the link, but only while no other of them runs."""
+        return [j for j in self.bytes_by_job if j not in self.meeting]
 
 
 @dataclass
@@ -339,8 +346,9 @@ def simulate_jobs(
 def _contended(reports: list[JobReport], phase: Any) -> tuple[list[ContendedLink], list[tuple]]:
     """The links two or more jobs send over while both run (by their alone runs' link
     bytes and their times in the shared run), first those where the job sending least there
-    sends most (the heaviest meeting, not the most even), then the busiest; and the links
-    jobs send over only at different times."""
+    among those meeting sends most (the heaviest meeting, not the most even), then the
+    busiest; and the links jobs send over only at different times. A contended link's
+    bytes are every job's there, those of a job that crossed it at another time too."""
     window = {r.name: (r.start_s, r.start_s + r.shared_s) for r in reports}
 
     def overlaps(a: str, b: str) -> bool:
@@ -351,17 +359,22 @@ def _contended(reports: list[JobReport], phase: Any) -> tuple[list[ContendedLink
         by_job = {r.name: r.link_bytes[k] for r in reports if r.link_bytes.get(k)}
         if len(by_job) < 2:
             continue
-        meeting = {a: b for a, b in by_job.items() if any(overlaps(a, o) for o in by_job if o != a)}
+        meeting = [a for a in by_job if any(overlaps(a, o) for o in by_job if o != a)]
         if len(meeting) < 2:
             apart.append(k)
             continue
         contended.append(
             ContendedLink(
                 link=k,
-                bytes_by_job=meeting,
+                bytes_by_job=by_job,
                 capacity_bytes_per_s=phase.link_capacity_bytes_per_s.get(k, 0.0),
                 busy_s=phase.link_busy_s.get(k, 0.0),
+                meeting=meeting,
             )
         )
-    contended.sort(key=lambda c: (-min(c.bytes_by_job.values()), -c.busy_s, repr(c.link)))
+
+    def least_meeting(c: ContendedLink) -> int:
+        return min(c.bytes_by_job[j] for j in c.meeting)
+
+    contended.sort(key=lambda c: (-least_meeting(c), -c.busy_s, repr(c.link)))
     return contended, apart

@@ -509,6 +509,7 @@ def jobs_document(report: Any) -> dict[str, Any]:
             {
                 "link": link_name(c.link),
                 "bytes_by_job": c.bytes_by_job,
+                "jobs_meeting": c.meeting,
                 "capacity_bytes_per_s": c.capacity_bytes_per_s,
                 "busy_s": c.busy_s,
             }
@@ -535,7 +536,10 @@ def jobs_lines(report: Any, top: int = 5) -> list[str]:
             "sending least there sends most: "
             + "; ".join(
                 f"{link_name(c.link)} ("
-                + ", ".join(f"{k} {format_bytes(b)}" for k, b in c.bytes_by_job.items())
+                + ", ".join(
+                    f"{k} {format_bytes(b)}" + ("" if k in c.meeting else " at another time")
+                    for k, b in c.bytes_by_job.items()
+                )
                 + ")"
                 for c in report.contended[:top]
             )
@@ -1243,10 +1247,17 @@ def _write_jobs(res: SimResult, out: Path, prefix: str, title: str) -> list[Path
         ),
         write_csv(
             out / f"{prefix}contended_links.csv",
-            ["link", "capacity_bytes_per_s", "busy_s", *(f"bytes_{n}" for n in names)],
+            [
+                "link",
+                "capacity_bytes_per_s",
+                "busy_s",
+                *(f"bytes_{n}" for n in names),
+                "jobs_at_another_time",
+            ],
             [
                 [link_name(c.link), c.capacity_bytes_per_s, c.busy_s]
                 + [c.bytes_by_job.get(n, 0) for n in names]
+                + [" ".join(c.apart())]
                 for c in report.contended
             ],
         ),

@@ -197,18 +197,18 @@ def _rate(traffic_bytes: np.ndarray, busy_s: np.ndarray) -> np.ndarray:
 
 # -- building blocks from a configuration -------------------------------------------
 def _used_endpoints(cfg: Config, graph: nx.DiGraph) -> list[int] | None:
-    """The network's endpoints the ranks sit on, every job's with jobs (None with hosts,
-    which are added after the what-if changes, or when the placement is not one this
-    network can take: its own check says why)."""
-    if cfg.hosts.ranks_per_host:
-        return None
-    n = graph.graph["num_endpoints"]
+    """The network's endpoints the ranks sit on, every job's with jobs; with hosts (added
+    after the what-if changes, so ``graph``'s endpoints are the hosts) the hosts holding
+    a rank. None when the placement is not one this network can take (its own check
+    says why)."""
+    k = cfg.hosts.ranks_per_host or 1
+    n = graph.graph["num_endpoints"] * k
     if cfg.jobs:
         used = [e for placement in cfg.job_placements() for e in placement]
     else:
         used = cfg.topology.placement or range(cfg.world_size)
     if not used or any(not 0 <= e < n for e in used):
-        if not cfg.jobs and cfg.topology.placement is not None:
+        if not cfg.jobs and cfg.topology.placement is not None and k == 1:
             # The placement's own error first (a failure's split, the whole network
             # taken as used, would hide it).
             try:
@@ -216,6 +216,9 @@ def _used_endpoints(cfg: Config, graph: nx.DiGraph) -> list[int] | None:
             except topologies.TopologyError as e:
                 raise ConfigError(f"topology.{e}") from None
         return None
+    if k > 1:
+        # Rank endpoint r sits on host r // k (topologies.with_hosts).
+        return sorted({e // k for e in used})
     return list(used)
 
 
@@ -310,6 +313,7 @@ def build_topology(cfg: Config) -> tuple[nx.DiGraph, list[str]]:
     )
     if cfg.hosts.ranks_per_host:
         degraded = g.graph.get("whatif_degraded")
+        cut = g.graph.get("cut_off", [])
         g = add_hosts(cfg, g, assumed)
         if degraded:
             # The changed links as the hosts' network names them (endpoint h: host<h>), for
@@ -318,6 +322,10 @@ def build_topology(cfg: Config) -> tuple[nx.DiGraph, list[str]]:
                 return f"host{x}" if type(x) is int else x
 
             g.graph["whatif_degraded"] = [[(host(a), host(b)) for a, b in e] for e in degraded]
+        if cut:
+            # A host the failures cut off holds no rank: its rank endpoints have no routes.
+            k = cfg.hosts.ranks_per_host
+            g.graph["cut_off"] = [r for h in cut for r in range(h * k, (h + 1) * k)]
     else:
         # (a calibration file fills these for hosts; the compute fields apply without)
         idle = [

@@ -149,8 +149,8 @@ def apply_links(
     g.graph["whatif_degraded"] = degraded
     if removed:
         said = ", ".join(f"{shown(u)} <-> {shown(v)}" for u, v in removed)
-        idle = _check_connected(g, said, used)
         unit = "host" if hosts else "endpoint"
+        idle = _check_connected(g, said, used, unit)
         notes.append(f"failed: {said}; {_rerouted(graph, g, idle, unit, ecmp)}")
         g.graph["whatif_failed"] = removed_edges
         if idle:
@@ -163,28 +163,45 @@ def _listed(ends: list[int], unit: str = "endpoint") -> str:
     return f"{unit}(s) {ends[:8]}{'...' if len(ends) > 8 else ''}"
 
 
-def _check_connected(graph: nx.DiGraph, what: str, used: Collection[int] | None) -> list[int]:
+def _check_connected(
+    graph: nx.DiGraph, what: str, used: Collection[int] | None, unit: str = "endpoint"
+) -> list[int]:
     """Check that the ``used`` endpoints (None: all) still reach one another; returns
-    the unused endpoints that the failures (``what``) cut off from them."""
+    the unused endpoints that the failures (``what``) cut off from them. A split is
+    told from the largest group of used endpoints that still reach one another: every
+    used endpoint outside it is named, however many pieces the rest fell into."""
     n = graph.graph["num_endpoints"]
     ends = sorted(set(range(n) if used is None else used))
-    root = ends[0]
+    group = {}
+    for i, comp in enumerate(nx.strongly_connected_components(graph)):
+        group.update((x, i) for x in comp if type(x) is int and x < n)
+    sizes: dict[int, int] = {}
+    for e in ends:
+        sizes[group[e]] = sizes.get(group[e], 0) + 1
+    # The largest group, the one with the smallest endpoint among equals (ends is sorted).
+    main = max(sizes, key=lambda c: (sizes[c], -min(e for e in ends if group[e] == c)))
+    root = next(e for e in ends if group[e] == main)
     reach = nx.descendants(graph, root) | {root}
     back = nx.ancestors(graph, root) | {root}
-    unreached = [e for e in ends if e not in reach]
-    unreaching = [e for e in ends if e not in back]
-    if unreached or unreaching:
-        lost = []
-        if unreached == unreaching:
-            # Name the smaller side: the endpoints cut off, not the rest of the network.
-            reached = [e for e in ends if e in reach]
-            small, big = sorted((unreached, reached), key=len)
-            others = counted(len(big), *_ranked(used))
-            lost.append(f"{_listed(small)} and the other {others} have no route between them")
-        elif unreached:
-            lost.append(f"endpoint {root} has no route to {_listed(unreached)}")
-        if unreaching and unreaching != unreached:
-            lost.append(f"{_listed(unreaching)} have no route to endpoint {root}")
+    outside = [e for e in ends if group[e] != main]
+    if outside:
+        ranks = "" if used is None else " with ranks"
+        units = (f"{unit}{ranks}", f"{unit}s{ranks}")
+        unreached = [e for e in outside if e not in reach]
+        unreaching = [e for e in outside if e not in back]
+        if unreached == unreaching == outside:
+            parts = len({group[e] for e in outside})
+            apart = f" (in {parts} parts)" if parts > 1 else ""
+            lost = [
+                f"{_listed(outside, unit)}{apart} and the other {counted(sizes[main], *units)} "
+                "have no route between them"
+            ]
+        else:
+            lost = []
+            if unreached:
+                lost.append(f"{unit} {root} has no route to {_listed(unreached, unit)}")
+            if unreaching:
+                lost.append(f"{_listed(unreaching, unit)} have no route to {unit} {root}")
         raise ConfigError(
             f"whatif.failed_links: without {what} the network splits: {' and '.join(lost)}; "
             "fail fewer links"
@@ -192,14 +209,6 @@ def _check_connected(graph: nx.DiGraph, what: str, used: Collection[int] | None)
     if used is None:
         return []
     return [e for e in range(n) if e not in reach or e not in back]
-
-
-def _ranked(used: Collection[int] | None) -> tuple[str, str]:
-    return (
-        ("endpoint", "endpoints")
-        if used is None
-        else ("endpoint with ranks", "endpoints with ranks")
-    )
 
 
 REROUTES_NOT_COUNTED = "traffic rerouted on the remaining shortest routes"

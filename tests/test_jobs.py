@@ -315,6 +315,39 @@ def test_jobs_that_share_links_at_other_times_do_not_contend(tmp_path):
     assert doc["jobs"]["links_shared_at_other_times"] == ["0->1", "1->2", "2->3", "3->0"]
 
 
+def test_a_contended_links_bytes_are_every_jobs_there_those_at_another_time_said(tmp_path):
+    # A one-way ring of 12: jobs a and b together, c after them; all three cross every link.
+    job = {"name": "alexnet_ring", "world_size": 4, "scale": 0.01, "flags": {"compute_us": 0}}
+    res = simulate({
+        "distributed": {"num_nodes": 12, "bandwidth_limit_gb_per_s": BW_GB},
+        "topology": {"type": "ring", "bidirectional": False, "link_latency_us": 0},
+        "jobs": [
+            {"name": "a", "workload": job, "placement": [0, 3, 6, 9]},
+            {"name": "b", "workload": job, "placement": [1, 4, 7, 10]},
+            {"name": "c", "workload": job, "placement": [2, 5, 8, 11], "start_us": 2000},
+        ],
+    })  # fmt: skip
+    a, b, c = res.jobs.jobs
+    assert c.start_s > a.start_s + a.shared_s  # c runs alone, later
+    assert len(res.jobs.contended) == 12 and res.jobs.shared_apart == []
+    carried = res.phases[0].link_bytes
+    for link in res.jobs.contended:
+        assert link.meeting == ["a", "b"] and link.apart() == ["c"]
+        assert link.bytes_by_job == {j.name: j.link_bytes[link.link] for j in (a, b, c)}
+        # The bytes add up to what the link carried (and was busy with) in the shared run.
+        assert sum(link.bytes_by_job.values()) == carried[link.link]
+        assert link.busy_s == pytest.approx(carried[link.link] / (BW_GB * 1e9), rel=1e-9)
+    write_all(res, tmp_path)
+    with open(tmp_path / "sim_contended_links.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["jobs_at_another_time"] for r in rows} == {"c"}
+    assert all(int(r["bytes_c"]) == int(r["bytes_a"]) > 0 for r in rows)
+    summary = (tmp_path / "sim_summary.txt").read_text()
+    assert "(a 3.42 MB, b 3.42 MB, c 3.42 MB at another time)" in summary
+    doc = json.loads((tmp_path / "sim_results.json").read_text())
+    assert doc["jobs"]["contended_links"][0]["jobs_meeting"] == ["a", "b"]
+
+
 def test_a_top_level_workload_beside_jobs_is_said_not_to_run():
     cfg = _disjoint({"name": "dlrm", "world_size": 2, "scale": 0.01})
     assert not any("top-level" in a for a in simulate(cfg).assumed)

@@ -391,6 +391,52 @@ def test_a_failure_cutting_off_endpoints_without_ranks_is_noted_not_refused():
     assert "endpoint(s) [0] cut off by the failures (no rank there)" in res.scenario
 
 
+def test_a_split_names_every_endpoint_outside_the_largest_part():
+    # Endpoints 0 and 6 each cut off alone: the first is no root to count the rest from.
+    cfg = {
+        "distributed": {"num_nodes": 8},
+        "topology": {"type": "switch"},
+        "workload": {"name": "dlrm", "world_size": 8, "scale": 0.01},
+        "whatif": {"failed_links": [[0, "sw"], [6, "sw"]]},
+    }
+    with pytest.raises(ConfigError) as e:
+        simnet.simulate(cfg, record_series=False)
+    assert str(e.value) == (
+        "whatif.failed_links: without 0 <-> 'sw', 6 <-> 'sw' the network splits: endpoint(s) "
+        "[0, 6] (in 2 parts) and the other 6 endpoints with ranks have no route between "
+        "them; fail fewer links"
+    )
+
+
+def test_with_hosts_a_failure_cutting_off_a_host_without_ranks_is_noted_not_refused():
+    # 4 hosts of 2 ranks, 4 ranks: hosts 0 and 1 hold them, host 3 is empty.
+    cfg = {
+        "distributed": {"num_nodes": 4, "bandwidth_limit_gb_per_s": 10},
+        "topology": {"type": "switch", "link_latency_us": 1},
+        "hosts": {"ranks_per_host": 2, "copy_bandwidth_gb_per_s": 20},
+        "workload": {"name": "dlrm", "world_size": 4, "scale": 0.01},
+    }
+    plain = simnet.simulate(cfg, record_series=False)
+    res = simnet.simulate({**cfg, "whatif": {"failed_links": [[3, "sw"]]}}, record_series=False)
+    assert res.iteration_time_s == plain.iteration_time_s
+    assert "host(s) [3] cut off by the failures (no rank there)" in res.scenario
+    # Host 3's rank endpoints (6 and 7) have no routes; the others keep theirs.
+    bw = res.bandwidth_bytes_per_s
+    assert (bw[6:, :6] == 0).all() and (bw[:6, 6:] == 0).all()
+    assert np.array_equal(bw[:6, :6], plain.bandwidth_bytes_per_s[:6, :6])
+    # The host of ranks 2 and 3 cut off is refused, as a host.
+    with pytest.raises(ConfigError) as e:
+        simnet.simulate({**cfg, "whatif": {"failed_links": [[1, "sw"]]}}, record_series=False)
+    assert str(e.value) == (
+        "whatif.failed_links: without 'host1' <-> 'sw' the network splits: host(s) [1] and "
+        "the other 1 host with ranks have no route between them; fail fewer links"
+    )
+    # Placed ranks: the hosts of the placement (rank endpoints 6 and 7: host 3).
+    placed = {**cfg, "topology": {"type": "switch", "placement": [0, 1, 6, 7]}}
+    res = simnet.simulate({**placed, "whatif": {"failed_links": [[1, "sw"]]}}, record_series=False)
+    assert "host(s) [1] cut off by the failures (no rank there)" in res.scenario
+
+
 def test_a_split_fat_tree_names_the_endpoints_cut_off():
     cfg = {
         "topology": {"type": "fat_tree", "k": 4},
