@@ -506,6 +506,14 @@ class CollectivesSection(_Strict):
         description="nccl_tree: chunks each tree's share is pipelined in (default: its share "
         "in 512 KiB chunks, 1 to 64)",
     )
+    streamed_rings: Bool = Field(
+        False,
+        description="nccl_ring run as NCCL runs it: each run of a ring's steps as one "
+        "message per hop (the same bytes) and the latency of the steps it stands for, "
+        "(steps - 1) x (alpha + the ring's longest hop latency): exact on uncontended rings "
+        "of like hops, a channel's messages per collective C p instead of 2 C p (p - 1) "
+        "(thousands of GPUs); under contention each hop streams at its own share",
+    )
     gamma_s_per_byte: float = Field(
         0.0,
         ge=0,

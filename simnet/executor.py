@@ -50,6 +50,7 @@ from workload.collectives import (
     schedule_for,
     stand_in,
     stand_in_note,
+    stream_steps,
 )
 from workload.ops import Collective, Compute, Op, Recv, Send, Testany, Wait
 from workload.program import Workload
@@ -112,6 +113,8 @@ class AlgorithmPolicy:
       is laid out as one node).
     rings: ring orders of the multiring algorithm (group indices).
     channels, pipeline_chunks: of the NCCL algorithms (None: their defaults).
+    streamed_rings: "nccl_ring" run as NCCL runs it streams each run of its ring steps
+      (``workload.collectives.stream_steps``).
     Otherwise the MPICH-like ``default_algorithm`` picks by size.
     """
 
@@ -121,6 +124,7 @@ class AlgorithmPolicy:
     rings: list[list[int]] | None = None
     channels: int | None = None
     pipeline_chunks: int | None = None
+    streamed_rings: bool = False
     # Why an asked-for algorithm was not used, one line per distinct case (in order).
     fallbacks: dict[str, None] = field(default_factory=dict)
     # How the NCCL algorithms laid their groups out, one line per distinct case.
@@ -210,7 +214,30 @@ class AlgorithmPolicy:
             "node_order": node_order if local or sizes else None,
             "channels": self.channels,
             "pipeline_chunks": self.pipeline_chunks,
+            "streamed": self.streamed_rings,
         }
+
+    def params_for(
+        self,
+        op: Collective,
+        alg: str,
+        p: int,
+        per_node: int | tuple[int, ...] | None,
+        node_order: tuple[int, ...] | None,
+        library: str,
+    ) -> dict[str, Any]:
+        """:meth:`params` for ``op`` run with ``alg`` under ``library``: rings stream only
+        where they run as NCCL runs them (no per-message host overhead, handshake or
+        step cost, which a stream standing for many steps would pay once)."""
+        params = self.params(p, per_node, node_order)
+        if params["streamed"] and not runs_as_nccl(op.algorithm, alg, library):
+            params["streamed"] = False
+            if alg == "nccl_ring":
+                self.fallbacks[
+                    f"{op.op} nccl_ring: not streamed (collectives.streamed_rings), it runs "
+                    "with MPI's protocol (collectives.library or the program's own schedule)"
+                ] = None
+        return params
 
     def note_layout(self, op: str, alg: str, p: int, params: dict[str, Any]) -> None:
         """Record how an NCCL algorithm lays out a group of ``p`` (``params`` as
@@ -229,9 +256,14 @@ class AlgorithmPolicy:
             nodes += " (its ranks taken node by node)"
         kind = "tree pair" if alg == "nccl_tree" else "ring"
         given = "" if params["channels"] else " (the default)"
+        streamed = (
+            ", each run of its steps streamed (one message per hop, its steps' latencies added)"
+            if alg == "nccl_ring" and params.get("streamed")
+            else ""
+        )
         self.layouts[
             f"{op} {alg} over {p} ranks: {nodes}, {counted(c, 'channel')}{given}, a {kind} "
-            "per channel"
+            f"per channel{streamed}"
         ] = None
 
     def _fallback(self, op: str, asked: str, used: str, why: str) -> str:
@@ -689,7 +721,7 @@ class SimExecutor:
         hit = self._schedules.get(key)
         if hit is None:
             alg = policy.choose(op, p, per_node)
-            params = policy.params(p, per_node, order)
+            params = policy.params_for(op, alg, p, per_node, order, self.library)
             sched = schedule_for(op.op, alg, p, op.count_elems, root=op.root, params=params)
             hit = self._schedules[key] = (sched, alg)
             if alg in NCCL_ALGORITHMS:
@@ -918,6 +950,7 @@ class PhaseSim:
         self.chosen_ran = False
         self.library_ran = False
         self._group_endpoints: dict[tuple[str, int], tuple[int, ...]] = {}  # see _prepare
+        self._stream_delay_cache: dict[tuple, list[float]] = {}  # see _stream_delays
         # The paths a group's collectives from step tables send on, kept where the
         # network routes every pair one way: group -> per table row number (see
         # _StepTable.row) a list of each member's path to its destination in that row
@@ -1166,6 +1199,7 @@ class PhaseSim:
         step_s = ex.step_latency_by_op.get(op.op, ex.step_latency)
         costs = (ex.gamma, step_s) if library else (0.0, 0.0)
         plan = ex._plan(sched, me, p, costs)
+        delays = plan.delays
         gkey = (op.group, members[0])
         gid = self._gids.get(gkey)
         if gid is None:
@@ -1199,19 +1233,65 @@ class PhaseSim:
         # The rank's own steps: the schedule's whole list may never be built (step tables).
         own = steps.steps_of(me) if type(steps) is _StepTable else len(steps)
         streamed = in_stream_order(ex.stream_order, nccl, own)
+        runs = stream_steps(sched)
+        if runs is not None:
+            delays = self._stream_delays(sched, gkey, runs)
         return (
             seq_key,
             steps,
             gid,
             tally,
             plan.messages,
-            plan.delays,
+            delays,
             me,
             self._group_endpoints[gkey],
             prows,
             streamed,
             nccl,
         )
+
+    def _stream_delays(
+        self, sched: Schedule, gkey: tuple[str, int], runs: tuple[int, ...]
+    ) -> list[float]:
+        """Seconds a member spends after each step of a streamed ring schedule, run as
+        NCCL runs it (step i stands for a run of ``runs[i]`` ring steps, and every member
+        takes part in each): the latency of the ring steps its stream stands for but
+        the first, ``(steps - 1) D``. A ring's steps in lockstep go at the pace of its
+        slowest hop, ``max over hops (alpha + latency + transfer)``, a hop's transfer its
+        step's bytes over the capacity its links leave it (each link's capacity over the
+        step's bytes of all the group's hops crossing it); the stream pays the transfer
+        itself, so D is that pace less the longest transfer: alpha plus the route latency
+        on a ring of like hops. Kept per group and schedule."""
+        key = (id(sched), gkey)
+        got = self._stream_delay_cache.get(key)
+        if got is not None:
+            return got
+        ends = self._group_endpoints[gkey]
+        net = self.net
+        plans = [sched.rank_plan(m) for m in range(len(ends))]
+        got = []
+        for i, n in enumerate(runs):
+            hops = []  # (path, bytes a step)
+            load: dict[object, float] = {}  # link -> bytes a step of the hops crossing it
+            for m, plan in enumerate(plans):
+                for dst, nbytes, _ in plan[i][1]:
+                    if ends[m] == ends[dst]:
+                        continue
+                    path = net.path_between(ends[m], ends[dst])
+                    chunk = nbytes / n
+                    hops.append((path, chunk))
+                    for link in path.links:
+                        load[link] = load.get(link, 0.0) + chunk
+            pace = longest = 0.0
+            for path, _ in hops:
+                transfer = max(
+                    (load[link] / link.capacity_bytes_per_s for link in path.links), default=0.0
+                )
+                pace = max(pace, net.alpha_s + path.latency_s + transfer)
+                longest = max(longest, transfer)
+            got.append((n - 1) * (pace - longest))
+        self._stream_delay_cache[key] = got
+        return got
 
     def _kept_paths(self, table: _StepTable, gkey: tuple[str, int], p: int) -> list:
         """The group's kept paths by row number (``_path_rows``), with a list for each

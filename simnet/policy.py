@@ -22,4 +22,5 @@ def build_policy(cfg: Config) -> AlgorithmPolicy:
         rings=rings,
         channels=cfg.collectives.channels,
         pipeline_chunks=cfg.collectives.pipeline_chunks,
+        streamed_rings=cfg.collectives.streamed_rings,
     )

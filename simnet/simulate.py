@@ -742,6 +742,19 @@ def simulate(
             "reduction cost (collectives.library = mpi runs them as MPI messages)"
         )
     assumed += _unused_settings(cfg, phases, nccl_ran, chosen_ran, library_ran)
+    messages = sum(p.messages for p in phases)
+    if (
+        nccl_ran
+        and not cfg.collectives.streamed_rings
+        and messages >= STREAM_HINT_MESSAGES
+        and any("nccl_ring" in algs for p in phases for algs in p.algorithms.values())
+    ):
+        assumed.append(
+            f"nccl_ring's rings ran step by step ({messages:,} messages in all): "
+            "collectives.streamed_rings = true sends each run of a ring's steps as one "
+            "message per hop (p - 1 times fewer), the same time where its hops are "
+            "uncontended"
+        )
     if (cfg.whatif.stragglers or cfg.whatif.compute_noise) and not any(
         r["compute_s"] for p in phases for r in p.per_rank
     ):
@@ -877,6 +890,8 @@ def _unused_settings(
         (("collectives.channels", c.channels), ("collectives.pipeline_chunks", c.pipeline_chunks)),
         lambda v: v is not None,
     )
+    if c.streamed_rings:
+        given.append("collectives.streamed_rings")
     for name in given:
         readers, why = _READ_BY[name]
         if had_collectives and not ran & readers:
@@ -908,6 +923,10 @@ _READ_BY = {
         frozenset(SCHEDULE_PARAM_READERS["pipeline_chunks"]),
         "only nccl_tree reads them (its chunks per tree) and it did not run",
     ),
+    "collectives.streamed_rings": (
+        frozenset(SCHEDULE_PARAM_READERS["streamed"]),
+        "only nccl_ring streams its rings and it did not run",
+    ),
 }
 """The algorithms that read each NCCL setting, and what the note says when none ran."""
 
@@ -928,6 +947,7 @@ def _rank0_counts(cfg: Config, workload: Workload) -> RankCounts:
     )
 
     policy = build_policy(cfg)
+    library = cfg.collectives.library or "auto"
     cache: dict[tuple, int] = {}
     ranks = sorted({0, workload.world_size // 2, workload.world_size - 1})
     placement = cfg.topology.placement or range(workload.world_size)
@@ -948,7 +968,7 @@ def _rank0_counts(cfg: Config, workload: Workload) -> RankCounts:
         per_node, order = layout(members)
         key = (op.op, alg, p, op.count_elems, op.root, per_node, order, me)
         if key not in cache:
-            params = policy.params(p, per_node, order)
+            params = policy.params_for(op, alg, p, per_node, order, library)
             if op.op == "allreduce" and alg == "nccl_tree":
                 # (counted from its trees: the schedule of 4,096 ranks takes 0.9 s to make)
                 kw = schedule_keywords(alg, params)
@@ -1018,6 +1038,10 @@ def _rank0_counts(cfg: Config, workload: Workload) -> RankCounts:
     repeated = max(c.repeated_messages for c in sampled)
     ring = max(c.ring_run_messages for c in sampled)
     return RankCounts(max(c.ops for c in sampled), kept + repeated + ring, ring, repeated)
+
+
+STREAM_HINT_MESSAGES = 1_000_000
+"""Messages from which a run of step-by-step NCCL rings says that streamed rings exist."""
 
 
 PROGRESS_IN_FLIGHT_MIN = 1000
@@ -1442,7 +1466,9 @@ def collective_time(
     request-to-send with ``rendezvous_handshake`` (as :func:`simulate` sends them).
     ``schedule_kw``: ``local_size``
     (ranks per node; default: the topology's ``gpus_per_node`` or ``group_size``, where
-    its builder records one), ``rings``, ``channels``, ``pipeline_chunks``.
+    its builder records one), ``rings``, ``channels``, ``pipeline_chunks``, ``streamed``
+    (nccl_ring: each run of ring steps one message per hop; see
+    ``workload.collectives.stream_steps``).
     """
     arenas.enable()  # as simulate does (process-wide, decided once)
     unknown = sorted(set(schedule_kw) - _SCHEDULE_KEYWORDS)
@@ -1474,6 +1500,23 @@ def collective_time(
         raise ValueError(
             f"collective_time: gamma_s_per_byte must be >= 0 (got {gamma_s_per_byte!r})"
         )
+    streamed = bool(schedule_kw.get("streamed"))
+    if streamed:
+        costs = [
+            name
+            for name, value in (
+                ("gamma_s_per_byte", gamma_s_per_byte),
+                ("step_latency_s", step_latency_s),
+                ("send_overhead_s", send_overhead_s),
+                ("rendezvous_handshake", rendezvous_handshake),
+            )
+            if value
+        ]
+        if costs:
+            raise ValueError(
+                f"collective_time: streamed rings run as NCCL runs its collectives, without "
+                f"MPI's per-message and per-step costs; leave out {', '.join(costs)}"
+            )
     count = _elements(size_bytes)
     p = _endpoints(topology)
     params = topology.graph.get("params") or {}
@@ -1481,15 +1524,18 @@ def collective_time(
     local_size = local_size or params.get("group_size")
 
     def program(rank: int) -> list:
-        b = ProgramBuilder(BuildOptions(algorithm=algorithm))
+        # (streamed: left to the library, which runs it as NCCL does; see runs_as_nccl)
+        b = ProgramBuilder(BuildOptions(algorithm=None if streamed else algorithm))
         b.collective(op, "world", count)
         return b.ops
 
     policy = AlgorithmPolicy(
+        fixed=algorithm if streamed else None,
         local_size=local_size,
         rings=schedule_kw.get("rings"),
         channels=schedule_kw.get("channels"),
         pipeline_chunks=schedule_kw.get("pipeline_chunks"),
+        streamed_rings=streamed,
     )
     # An explicit algorithm is a question about that algorithm: never answer another's.
     # (Ranks on endpoints in order: nodes of local_size, the last one short if it does

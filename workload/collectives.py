@@ -101,6 +101,7 @@ SCHEDULE_PARAM_READERS: dict[str, tuple[str, ...]] = {
     "rings": ("multiring",),
     "channels": NCCL_ALGORITHMS,
     "pipeline_chunks": ("nccl_tree",),
+    "streamed": ("nccl_ring",),
 }
 """The schedule parameters and the algorithms that read each (``build_schedule``
 refuses a parameter given to another; the policy passes each only to its readers)."""
@@ -1042,6 +1043,23 @@ def _ring_send(ring: _Ring, shift: int, q: int, s: int) -> Transfer:
     return Transfer(order[q], order[(q + 1) % m], counts[b], first, num, shift == 1)
 
 
+def _streamed(ring: _Ring, shift: int, nsteps: int) -> _Ring:
+    """``ring`` with one step standing for a run of ``nsteps``: the block position q
+    sends in the step (``(q - shift) mod m``) counts the elements of the ``nsteps`` blocks
+    it would send one after another (``q - shift``, ``q - shift - 1``, ...); blocks
+    carry no chunk ranges (a stream is timing, not data)."""
+    order, pos, _, counts = ring
+    m = len(order)
+    prefix = [0]
+    for c in counts + counts:  # (twice round: a run's blocks wrap past block 0)
+        prefix.append(prefix[-1] + c)
+    summed = [0] * m
+    for q in range(m):
+        last = (q - shift) % m + m  # the run's first block, in the second round
+        summed[(q - shift) % m] = prefix[last + 1] - prefix[last + 1 - nsteps]
+    return order, pos, [(0, 0)] * m, summed
+
+
 class _RingRanks:
     """A ring algorithm's schedule, generated per rank (see the section comment).
 
@@ -1052,7 +1070,9 @@ class _RingRanks:
 
     __slots__ = ("by_rank", "p", "runs")
 
-    def __init__(self, p: int, chunks: Sequence[int], alg: _RingAlgorithm) -> None:
+    def __init__(
+        self, p: int, chunks: Sequence[int], alg: _RingAlgorithm, streamed: bool = False
+    ) -> None:
         prefix = [0]
         for c in chunks:
             prefix.append(prefix[-1] + c)
@@ -1062,6 +1082,10 @@ class _RingRanks:
             rings.append((order, {r: q for q, r in enumerate(order)}, blocks, counts))
         self.p = p
         self.runs = [(nsteps, [(rings[i], shift) for i, shift in used]) for nsteps, used in alg[2]]
+        if streamed:
+            self.runs = [
+                (1, [(_streamed(r, shift, n), shift) for r, shift in used]) for n, used in self.runs
+            ]
         # Per run, per rank: the (ring, shift) pairs of the rings the rank is on.
         self.by_rank: list[list[list[tuple[_Ring, int]]]] = []
         for _, used in self.runs:
@@ -1639,6 +1663,7 @@ def build_schedule(
     pipeline_chunks: int | None = None,
     node_order: Sequence[int] | None = None,
     node_sizes: Sequence[int] | None = None,
+    streamed: bool = False,
 ) -> Schedule:
     """Expand collective ``op`` with ``algorithm`` over ``group_size`` ranks.
 
@@ -1658,7 +1683,8 @@ def build_schedule(
     rings and trees out over it as NCCL orders a group's GPUs by node; ``node_sizes``
     (the GPUs of each node in that order, positive integers summing to ``group_size``)
     by the NCCL algorithms in place of ``local_size`` where the nodes hold different
-    numbers of the group's GPUs.
+    numbers of the group's GPUs. ``streamed`` (only "nccl_ring") makes each run of a
+    ring's steps one message per hop carrying the run's bytes (see :func:`stream_steps`).
     Raises ValueError on invalid input.
     """
     _check_op(op)
@@ -1725,6 +1751,11 @@ def build_schedule(
                 f"node_sizes must add up to group_size={p} (got {node_sizes!r}, "
                 f"{sum(node_sizes)} in all)"
             )
+    if streamed and algorithm not in SCHEDULE_PARAM_READERS["streamed"]:
+        raise ValueError(
+            f"streamed is only used by algorithm(s) "
+            f"{', '.join(SCHEDULE_PARAM_READERS['streamed'])} (got it with {algorithm!r})"
+        )
     if algorithm == "multiring":
         ring_list = _check_rings(rings, p)
     elif rings is not None:
@@ -1748,7 +1779,7 @@ def build_schedule(
             node_sizes=node_sizes,
         )
         chunks = ring_alg[0]
-        lazy = _RingRanks(p, chunks, ring_alg)
+        lazy = _RingRanks(p, chunks, ring_alg, streamed=streamed)
     elif op == "alltoall":
         # (Bruck's transfers carry sizes, no chunk ranges: no p^2 layout for them, 134 MB
         # at 4,096 ranks)
@@ -1788,7 +1819,23 @@ def build_schedule(
     }
     s.__dict__.update(fields)
     s.__dict__["_lazy"] = lazy
+    if streamed:
+        s.__dict__["_stream_steps"] = tuple(n for n, _ in ring_alg[2])
     return s
+
+
+def stream_steps(sched: Schedule) -> tuple[int, ...] | None:
+    """The ring steps each step of a streamed schedule stands for (None: not streamed).
+
+    A streamed ring ("nccl_ring" with ``streamed``) sends each run of a ring's steps as
+    one message per hop carrying all the blocks the run's steps would (the same bytes
+    between the same pairs), so a run of s steps over p GPUs and C channels is C p
+    messages, not C p s. A simulator adds the latency of the s - 1 steps the stream
+    stands for after it (``(s - 1) (alpha + latency)``): on a ring whose hops are alike
+    and uncontended that is the step-by-step ring's time exactly. Under contention each
+    hop streams at its own share, where steps in lockstep would all wait for the
+    slowest hop."""
+    return sched.__dict__.get("_stream_steps")
 
 
 def _always(p: int, count_elems: int, nbytes: int) -> bool:
@@ -1971,7 +2018,8 @@ def schedule_keywords(algorithm: str, params: Mapping[str, object] | None) -> di
     parameters: ``params`` may hold "rings" (used by multiring), "local_size" (used by
     hierarchical, and by the NCCL algorithms unless "nccl_local_size" is given: GPUs per
     node for a group it divides, None otherwise), "channels" (NCCL) and
-    "pipeline_chunks" (nccl_tree), "node_order" (NCCL: the members node by node),
+    "pipeline_chunks" (nccl_tree), "streamed" (nccl_ring), "node_order" (NCCL: the
+    members node by node),
     "nccl_node_sizes" (NCCL: the GPUs of each node where they differ); each is passed
     only to the algorithms that take it."""
     params = params or {}
@@ -1987,6 +2035,8 @@ def schedule_keywords(algorithm: str, params: Mapping[str, object] | None) -> di
         kw["node_sizes"] = params.get("nccl_node_sizes")
     if algorithm == "nccl_tree":
         kw["pipeline_chunks"] = params.get("pipeline_chunks")
+    if algorithm == "nccl_ring":
+        kw["streamed"] = bool(params.get("streamed"))
     return kw
 
 

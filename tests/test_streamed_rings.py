@@ -1,0 +1,160 @@
+"""Streamed NCCL rings: each run of a ring's steps as one message per hop."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import simnet
+import topologies
+from simnet.simulate import STREAM_HINT_MESSAGES
+from workload.collectives import ELEM_BYTES, build_schedule, stream_steps
+
+
+@pytest.mark.parametrize("op", ["allreduce", "allgather", "reduce_scatter"])
+@pytest.mark.parametrize(("p", "count", "local"), [(16, 1000, 4), (12, 12_345, 4), (8, 3, None)])
+def test_a_streamed_ring_moves_the_same_bytes_in_one_step_per_run(op, p, count, local):
+    steps = build_schedule(op, "nccl_ring", p, count, local_size=local)
+    streamed = build_schedule(op, "nccl_ring", p, count, local_size=local, streamed=True)
+    assert streamed.pair_bytes() == steps.pair_bytes()
+    runs = 2 if op == "allreduce" else 1
+    assert stream_steps(streamed) == (p - 1,) * runs and stream_steps(steps) is None
+    assert streamed.num_steps == runs and steps.num_steps == runs * (p - 1)
+    channels = 1 if local is None else local
+    for r in range(p):
+        plan = streamed.rank_plan(r)
+        assert [len(sends) for _, sends in plan] == [channels] * runs
+        assert sum(b for _, sends in plan for _, b, _ in sends) == steps.bytes_sent(r)
+
+
+def test_a_streamed_reduce_scatter_run_sends_every_block_but_the_ranks_own():
+    # One ring 0..p-1: in its reduce-scatter run rank q sends blocks q - 1, q - 2, ...,
+    # q + 1, one a step, and ends holding block q reduced; its stream carries them all.
+    p, count = 5, 5 * 7 + 3  # blocks of 8, 8, 8, 7, 7 elements
+    sizes = [8, 8, 8, 7, 7]
+    sched = build_schedule("allreduce", "nccl_ring", p, count, streamed=True)
+    for q in range(p):
+        reduce_scatter, allgather = sched.rank_plan(q)
+        to = (q + 1) % p
+        own = ELEM_BYTES * (sum(sizes) - sizes[q])
+        assert reduce_scatter == (((q - 1) % p,), ((to, own, True),))
+        # then it passes on every block but the one it is sent last (block q + 1's owner's)
+        assert allgather[1] == ((to, ELEM_BYTES * (sum(sizes) - sizes[to]), False),)
+
+
+def test_only_nccl_ring_streams():
+    with pytest.raises(ValueError, match="streamed is only used by algorithm"):
+        build_schedule("allreduce", "ring", 4, 100, streamed=True)
+    g = topologies.switch(4, 10e9, 1e-6)
+    with pytest.raises(ValueError, match="streamed is read by nccl_ring only"):
+        simnet.collective_time(g, "allreduce", "ring", 4096, streamed=True)
+    with pytest.raises(ValueError, match="leave out send_overhead_s, rendezvous_handshake"):
+        simnet.collective_time(
+            g,
+            "allreduce",
+            "nccl_ring",
+            4096,
+            streamed=True,
+            send_overhead_s=1e-6,
+            rendezvous_handshake=True,
+        )
+
+
+@pytest.mark.parametrize("channels", [None, 2])
+def test_a_streamed_ring_on_like_uncontended_hops_takes_the_step_by_step_time(channels):
+    # 8 endpoints on a switch: every hop two links of 1 us, 10 GB/s, nothing shared.
+    p, bw, link_s, alpha = 8, 10e9, 1e-6, 3e-6
+    g = topologies.switch(p, bw, link_s)
+    size = p * ELEM_BYTES * 8000
+    closed = 2 * (p - 1) * (alpha + 2 * link_s + size / p / bw)
+    kw = {"channels": channels, "alpha_s": alpha}
+    steps = simnet.collective_time(g, "allreduce", "nccl_ring", size, **kw)
+    streamed = simnet.collective_time(g, "allreduce", "nccl_ring", size, streamed=True, **kw)
+    assert steps == pytest.approx(closed, rel=1e-12)
+    assert streamed == pytest.approx(closed, rel=1e-12)
+
+
+def test_on_a_gpu_cluster_the_stream_waits_for_the_rings_slowest_hop():
+    # NVLink hops of 1 us and NIC hops of 5 us: lockstep steps go at the NIC hops' pace.
+    g = topologies.rail_optimised(4, 4, 300e9, 25e9, 1e-6, 5e-6)
+    for size in (16 * ELEM_BYTES * 1000, 16 * ELEM_BYTES * 1001 + ELEM_BYTES * 7):
+        kw = {"local_size": 4, "alpha_s": 2e-6}
+        steps = simnet.collective_time(g, "allreduce", "nccl_ring", size, **kw)
+        streamed = simnet.collective_time(g, "allreduce", "nccl_ring", size, streamed=True, **kw)
+        # (blocks of unequal sizes: a step waits for its largest, the stream for the sum)
+        assert streamed == pytest.approx(steps, rel=1e-4)
+
+
+def test_the_stream_takes_the_pace_of_the_slowest_hop_not_its_longest_latency():
+    # Two groups of 4, their GPUs joined directly by 10 us links at 10 GB/s, each with a
+    # 2.5 GB/s uplink of 1 us to the top switch. A step moves 100 KB a hop: 10 + 10 us on
+    # a link inside a group, 2 + 40 us between the groups. In lockstep every step takes
+    # 42 us; the stream pays the 40 us transfers itself and 2 us a step more.
+    b = 10e9
+    g = topologies.hierarchical(2, 4, b, b / 4, 10e-6, 1e-6, intra="direct")
+    size = 8 * 100_000
+    steps = simnet.collective_time(g, "allreduce", "nccl_ring", size, local_size=4, channels=1)
+    kw = {"local_size": 4, "channels": 1, "streamed": True}
+    streamed = simnet.collective_time(g, "allreduce", "nccl_ring", size, **kw)
+    assert steps == pytest.approx(14 * 42e-6, rel=1e-3)
+    assert streamed == pytest.approx(steps, rel=1e-9)
+
+
+def _cluster(streamed: bool, **collectives) -> dict:
+    return {
+        "distributed": {"num_nodes": 16, "bandwidth_limit_gb_per_s": 25},
+        "topology": {
+            "type": "rail_optimised",
+            "group_size": 4,
+            "link_latency_us": 1,
+            "inter_latency_us": 5,
+            "intra_bandwidth_gb_per_s": 300,
+        },
+        "workload": {"name": "resnet152", "world_size": 16, "scale": 0.02, "compute_scale": 0},
+        "collectives": {"algorithm": "nccl_ring", "streamed_rings": streamed, **collectives},
+    }
+
+
+def test_a_simulation_with_streamed_rings_moves_the_same_bytes_in_p_minus_1_x_fewer_messages():
+    steps = simnet.simulate(_cluster(False), record_series=False)
+    streamed = simnet.simulate(_cluster(True), record_series=False)
+    a, b = steps.phases[0], streamed.phases[0]
+    assert a.pair_bytes == b.pair_bytes and a.link_bytes == b.link_bytes
+    assert a.messages == 15 * b.messages  # every collective an allreduce over 16 ranks
+    assert streamed.iteration_time_s == pytest.approx(steps.iteration_time_s, rel=1e-4)
+    layout = [a for a in streamed.assumed if a.startswith("allreduce nccl_ring over 16 ranks")]
+    assert layout and layout[0].endswith(
+        "each run of its steps streamed (one message per hop, its steps' latencies added)"
+    )
+    assert not any("streamed" in a for a in steps.assumed)
+
+
+def test_streamed_rings_are_said_where_they_cannot_apply():
+    mpi = simnet.simulate(_cluster(True, library="mpi"), record_series=False)
+    assert (
+        "allreduce nccl_ring: not streamed (collectives.streamed_rings), it runs with MPI's "
+        "protocol (collectives.library or the program's own schedule)" in mpi.assumed
+    )
+    steps = simnet.simulate(_cluster(False, library="mpi"), record_series=False)
+    assert mpi.phases[0].messages == steps.phases[0].messages
+    tree = simnet.simulate(
+        {**_cluster(True), "collectives": {"algorithm": "nccl_tree", "streamed_rings": True}},
+        record_series=False,
+    )
+    assert (
+        "collectives.streamed_rings: not used, only nccl_ring streams its rings and it did "
+        "not run" in tree.assumed
+    )
+
+
+def test_a_large_step_by_step_nccl_ring_run_says_streamed_rings_exist(monkeypatch):
+    monkeypatch.setattr(sys.modules["simnet.simulate"], "STREAM_HINT_MESSAGES", 1000)
+    res = simnet.simulate(_cluster(False), record_series=False)
+    hint = [a for a in res.assumed if "collectives.streamed_rings = true" in a]
+    assert hint == [
+        f"nccl_ring's rings ran step by step ({res.phases[0].messages:,} messages in all): "
+        "collectives.streamed_rings = true sends each run of a ring's steps as one message "
+        "per hop (p - 1 times fewer), the same time where its hops are uncontended"
+    ]
+    assert STREAM_HINT_MESSAGES == 1_000_000
