@@ -533,3 +533,45 @@ def test_no_cache_measures_and_leaves_the_users_cache_alone(fitted, tmp_path, mo
     assert HostCalibration.from_json(json.loads(out.read_text())).created == fitted.created
     printed = capsys.readouterr().out
     assert "parameter file:" not in printed and f"wrote {out}" in printed
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ([(100, 1e-6), (100, 2e-6)], r"got sizes \[100\], least time 1e-06 s"),
+        ([(8, 0.0), (1 << 20, 1e-4)], r"got sizes \[8, 1048576\], least time 0 s"),
+    ],
+)
+def test_degenerate_pingpong_rows_are_one_calibration_error(rows, message):
+    # (not the network calibration's error, which calibrate-host does not catch)
+    with pytest.raises(HostCalibrationError, match="pingpong: need at least 2 distinct sizes"):
+        hostcal.fit_pingpong(rows)
+    with pytest.raises(HostCalibrationError, match=message):
+        hostcal.fit_pingpong(rows)
+
+
+def test_a_merged_calibration_is_as_old_as_its_oldest_part_across_time_zones(fitted):
+    # 10:00 at +02:00 is 08:00 UTC: earlier than 09:00 UTC, though later as text.
+    old = replace(fitted, created="2026-11-28T10:00:00+02:00")
+    new = replace(fitted, created="2026-11-28T09:00:00+00:00")
+    assert hostcal.merge_calibrations(old, new).created == "2026-11-28T10:00:00+02:00"
+    assert hostcal.merge_calibrations(new, old).created == "2026-11-28T10:00:00+02:00"
+
+
+def test_a_one_rank_job_takes_the_host_model_measured_at_two(fitted, monkeypatch):
+    from workflows.machine import ThisMachine
+
+    asked = []
+
+    def fake_calibrate_host(ranks, force=False, say=None):
+        asked.append(list(ranks))
+        return fitted, "cache.json"
+
+    monkeypatch.setattr(hostcal, "calibrate_host", fake_calibrate_host)
+    machine = ThisMachine.calibrate(1, print)
+    assert asked and min(asked[0]) == 2  # nothing measured on one rank
+    assert machine.params.ranks_per_host == 1
+    assert (
+        "host model at 1 ranks per host taken from the measurement at 2 (outside the "
+        "measured counts [2, 4, 8])" in machine.notes
+    )

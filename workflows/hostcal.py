@@ -288,6 +288,12 @@ def fit_pingpong(rows: Sequence[tuple[int, float]]) -> tuple[float, float, dict[
         raise HostCalibrationError("pingpong: need at least 2 sizes")
     s = np.array([r[0] for r in rows], float)
     t = np.array([r[1] for r in rows], float)
+    if len(set(s)) < 2 or not (t > 0).all():
+        # (the fit would divide by the times, and two sizes separate latency from rate)
+        raise HostCalibrationError(
+            f"pingpong: need at least 2 distinct sizes with positive times (got sizes "
+            f"{sorted(set(int(x) for x in s))}, least time {t.min():g} s)"
+        )
     a, beta, r2, err = _linear_fit(s, t)
     if beta <= 0:
         raise HostCalibrationError("pingpong: time does not grow with size")
@@ -707,11 +713,20 @@ def merge_calibrations(old: HostCalibration, new: HostCalibration) -> HostCalibr
     points = [p for p in old.points if p.get("ranks") not in measured]
     return HostCalibration(
         new.key,
-        min(old.created, new.created),
+        _earlier(old.created, new.created),
         by_ranks,
         new.fits + kept,
         new.points + points,
     )
+
+
+def _earlier(a: str, b: str) -> str:
+    """The earlier of two ISO creation dates, as dates (their time zones may differ), as
+    text where either is not one."""
+    try:
+        return a if _dt.datetime.fromisoformat(a) <= _dt.datetime.fromisoformat(b) else b
+    except (TypeError, ValueError):
+        return min(a, b)
 
 
 RUN_FIELDS = ("rank_copy_bandwidth_gb_per_s", "compute_overhead_us", "compute_stretch")

@@ -34,7 +34,8 @@ class ThisMachine:
         if params_file:
             cal, source = load_host_calibration(params_file, "--host-params"), params_file
         else:
-            ranks = sorted({*hostcal.DEFAULT_RANKS, world_size})
+            # (a 1-rank job sends nothing: it takes the 2-rank figures, with a note)
+            ranks = sorted(r for r in {*hostcal.DEFAULT_RANKS, world_size} if r >= 2)
             cal, path = hostcal.calibrate_host(ranks, force=force, say=say)
             source = str(path)
         params, note = cal.at(world_size)
