@@ -868,12 +868,19 @@ def summary_text(res: SimResult, files: list[Path] | None = None, notes: Sequenc
         if top:
             lines.append(
                 "  busiest links (share of the time busy): "
-                + ", ".join(f"{t['link']} {100 * t['busy_fraction']:.0f}%" for t in top)
+                + ", ".join(f"{t['link']} {_percent(t['busy_fraction'])}" for t in top)
             )
     lines += notes
     if files:
         lines.append("wrote: " + ", ".join(str(f) for f in files))
     return "\n".join(lines)
+
+
+def _percent(fraction: float) -> str:
+    """A share as a percentage, two significant digits below 10% (a link busy 0.4% of a
+    compute-bound iteration is not "0%")."""
+    pct = 100 * fraction
+    return f"{pct:.0f}%" if pct >= 10 or pct == 0 else f"{pct:.2g}%"
 
 
 def write_all(

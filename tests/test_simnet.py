@@ -1563,3 +1563,16 @@ def test_the_hint_on_a_grouped_network_is_whole_groups_and_names_the_ranks_given
     est = sizecheck.estimate(cfg, c.ops, 1, c.messages, True, c.ring_run_messages,
                              c.repeated_messages)  # fmt: skip
     assert sizecheck.refusal(cfg, est, 1, 8 * 2**30) is None  # fits below the named size
+
+
+def test_a_busy_share_under_ten_percent_keeps_two_digits():
+    from simnet.output import _percent
+
+    # (a link busy 0.44% of a compute-bound iteration was shown as "0%")
+    assert [_percent(x) for x in (0.0044, 0.05, 0.123, 0.0, 1.0)] == [
+        "0.44%",
+        "5%",
+        "12%",
+        "0%",
+        "100%",
+    ]
