@@ -698,7 +698,7 @@ def write_trace(path: Path, res: SimResult, ranks: Sequence[int] | None = None) 
 
     def w(f: Any) -> None:
         f.write('{"traceEvents":[')
-        head = chrome_trace([], {r: f"rank {r}" for r in chosen})["traceEvents"]
+        head = chrome_trace([], _trace_names(res, chosen))["traceEvents"]
         first = not head
         if head:
             f.write(json.dumps(head, **compact)[1:-1])
@@ -731,7 +731,17 @@ def trace(res: SimResult) -> dict[str, Any]:
     """Every simulated operation of every rank, Chrome/Perfetto format."""
     n = res.workload.world_size
     events = [e for rank in _rank_events(res, range(n)) for e in rank]
-    return chrome_trace(events, {r: f"rank {r}" for r in range(n)})
+    return chrome_trace(events, _trace_names(res, range(n)))
+
+
+def _trace_names(res: SimResult, ranks: Iterable[int]) -> dict[int, str]:
+    """Each rank's name in the timeline trace: ``rank 5``, and with several jobs its job
+    and rank in the job too (``rank 5 (b:1)``), as the per-rank chart labels it."""
+    chosen = list(ranks)
+    return {
+        r: f"rank {r}" if label == str(r) else f"rank {r} ({label.split(' ', 1)[1]})"
+        for r, label in zip(chosen, _rank_labels(res, chosen), strict=True)
+    }
 
 
 def throughput(

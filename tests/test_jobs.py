@@ -223,6 +223,14 @@ def test_job_pictures_show_the_jobs_own_ranks_from_their_start(tmp_path, monkeyp
     (chart,) = [c for c in bars if c["path"].endswith("sim_rank_breakdown.png")]
     assert chart["labels"] == ["0 a:0", "1 a:1", "2 b:0", "3 b:1"]
     assert list(chart["start"]) == [0.0, 0.0, 1e-3, 1e-3]
+    # The timeline trace names each rank's process as the chart labels it.
+    trace = json.loads((tmp_path / "sim_timeline.trace.json").read_text())
+    names = {
+        e["pid"]: e["args"]["name"]
+        for e in trace["traceEvents"]
+        if e.get("ph") == "M" and e.get("name") == "process_name"
+    }
+    assert list(names.values()) == ["rank 0 (a:0)", "rank 1 (a:1)", "rank 2 (b:0)", "rank 3 (b:1)"]
 
 
 def test_jobs_without_dense_matrices_build_no_n_by_n_matrix(tmp_path):
