@@ -339,6 +339,9 @@ def simulate_jobs(
     # not the one combined workload the shared run was made of.
     shared.config = cfg
     shared.assumed.extend(notes)
+    if idle:
+        # (each job's line says it of that job: the combined workload's would say it twice)
+        shared.scenario = [line for line in shared.scenario if line != NO_COMPUTE]
     shared.scenario.extend(idle)
     return shared
 

@@ -483,6 +483,9 @@ def test_a_job_that_computes_nothing_is_said_to_ignore_its_stragglers():
     res = simnet.simulate(cfg, record_series=False)
     assert f"job a: {whatif.NO_COMPUTE}" in res.scenario
     assert not [a for a in res.scenario if a.startswith("job b:")]
+    # Neither job computing, the combined workload's own line would say it again.
+    res = simnet.simulate(_two_jobs("resnet50", "gpt2", 8, stragglers={"1": 3}))
+    assert [a for a in res.scenario if "computes nothing" in a] == [f"job a: {whatif.NO_COMPUTE}"]
 
 
 def test_a_failure_is_checked_against_every_jobs_endpoints_before_any_runs():
