@@ -509,10 +509,10 @@ class CollectivesSection(_Strict):
     streamed_rings: Bool = Field(
         False,
         description="nccl_ring run as NCCL runs it: each run of a ring's steps as one "
-        "message per hop (the same bytes) and the latency of the steps it stands for, "
-        "(steps - 1) x (alpha + the ring's longest hop latency): exact on uncontended rings "
-        "of like hops, a channel's messages per collective C p instead of 2 C p (p - 1) "
-        "(thousands of GPUs); under contention each hop streams at its own share",
+        "message per hop (the same bytes), then what the steps it stands for take beyond "
+        "it (at the pace of the ring's slowest hop): C p messages an allreduce of C "
+        "channels instead of 2 C p (p - 1) (thousands of GPUs); exact on uncontended "
+        "rings, an upper bound where ring hops share links",
     )
     gamma_s_per_byte: float = Field(
         0.0,

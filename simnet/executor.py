@@ -1254,14 +1254,14 @@ class PhaseSim:
         self, sched: Schedule, gkey: tuple[str, int], runs: tuple[int, ...]
     ) -> list[float]:
         """Seconds a member spends after each step of a streamed ring schedule, run as
-        NCCL runs it (step i stands for a run of ``runs[i]`` ring steps, and every member
-        takes part in each): the latency of the ring steps its stream stands for but
-        the first, ``(steps - 1) D``. A ring's steps in lockstep go at the pace of its
-        slowest hop, ``max over hops (alpha + latency + transfer)``, a hop's transfer its
-        step's bytes over the capacity its links leave it (each link's capacity over the
-        step's bytes of all the group's hops crossing it); the stream pays the transfer
-        itself, so D is that pace less the longest transfer: alpha plus the route latency
-        on a ring of like hops. Kept per group and schedule."""
+        NCCL runs it (step i stands for a run of ``n = runs[i]`` ring steps, and every
+        member takes part in each): what the run would take step by step less what its
+        stream takes. A ring's steps in lockstep go at the pace of its slowest hop, so
+        the run takes ``n * max over hops (alpha + latency + transfer)``, a hop's
+        transfer its step's bytes over the capacity its links leave it (each link's
+        capacity over the step's bytes of all the group's hops crossing it); its stream
+        takes ``max over hops (alpha + latency + n * transfer)``. On a ring of like hops
+        the difference is ``(n - 1) (alpha + latency)``. Kept per group and schedule."""
         key = (id(sched), gkey)
         got = self._stream_delay_cache.get(key)
         if got is not None:
@@ -1282,14 +1282,15 @@ class PhaseSim:
                     hops.append((path, chunk))
                     for link in path.links:
                         load[link] = load.get(link, 0.0) + chunk
-            pace = longest = 0.0
+            pace = streamed = 0.0
             for path, _ in hops:
                 transfer = max(
                     (load[link] / link.capacity_bytes_per_s for link in path.links), default=0.0
                 )
-                pace = max(pace, net.alpha_s + path.latency_s + transfer)
-                longest = max(longest, transfer)
-            got.append((n - 1) * (pace - longest))
+                fixed = net.alpha_s + path.latency_s
+                pace = max(pace, fixed + transfer)
+                streamed = max(streamed, fixed + n * transfer)
+            got.append(max(n * pace - streamed, 0.0))
         self._stream_delay_cache[key] = got
         return got
 

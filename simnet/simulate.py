@@ -743,6 +743,15 @@ def simulate(
         )
     assumed += _unused_settings(cfg, phases, nccl_ran, chosen_ran, library_ran)
     messages = sum(p.messages for p in phases)
+    streamed_ran = cfg.collectives.streamed_rings and any(
+        "nccl_ring" in algs for p in phases for algs in p.algorithms.values()
+    )
+    if streamed_ran:
+        assumed.append(
+            "streamed rings: a pair's busy time and achieved bandwidth (sim_pairs.csv, the "
+            "achieved-bandwidth map) count a stream's transfer, not the latency of the ring "
+            "steps it stands for (added after it): higher rates than step by step"
+        )
     if (
         nccl_ran
         and not cfg.collectives.streamed_rings
@@ -750,7 +759,7 @@ def simulate(
         and any("nccl_ring" in algs for p in phases for algs in p.algorithms.values())
     ):
         assumed.append(
-            f"nccl_ring's rings ran step by step ({messages:,} messages in all): "
+            f"nccl_ring's rings ran step by step ({messages:,} messages in the run): "
             "collectives.streamed_rings = true sends each run of a ring's steps as one "
             "message per hop (p - 1 times fewer), the same time where its hops are "
             "uncontended"
@@ -1479,7 +1488,7 @@ def collective_time(
         )
     for name, value in schedule_kw.items():
         readers = SCHEDULE_PARAM_READERS[name]
-        if value is not None and algorithm not in readers:
+        if value is not None and value is not False and algorithm not in readers:
             # (the policy passes each only to the algorithms that read it: this one would
             # be dropped, and the time returned as if it had not been given)
             raise ValueError(

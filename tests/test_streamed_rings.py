@@ -86,19 +86,32 @@ def test_on_a_gpu_cluster_the_stream_waits_for_the_rings_slowest_hop():
         assert streamed == pytest.approx(steps, rel=1e-4)
 
 
-def test_the_stream_takes_the_pace_of_the_slowest_hop_not_its_longest_latency():
-    # Two groups of 4, their GPUs joined directly by 10 us links at 10 GB/s, each with a
-    # 2.5 GB/s uplink of 1 us to the top switch. A step moves 100 KB a hop: 10 + 10 us on
-    # a link inside a group, 2 + 40 us between the groups. In lockstep every step takes
-    # 42 us; the stream pays the 40 us transfers itself and 2 us a step more.
+@pytest.mark.parametrize(
+    ("intra_latency_s", "inter_share", "pace_s"),
+    [
+        (10e-6, 4, 42e-6),  # slowest: a hop between groups, 2 + 40 us
+        (30e-6, 2, 40e-6),  # slowest: a hop inside a group, 30 + 10 us (not the longest
+        # transfer, 2 + 20 us between groups)
+    ],
+)
+def test_the_stream_takes_the_pace_of_the_rings_slowest_hop(intra_latency_s, inter_share, pace_s):
+    # Two groups of 4, their GPUs joined directly by links of 10 GB/s, each with an uplink
+    # of 1 us to the top switch. A step moves 100 KB a hop; in lockstep every step takes
+    # the slowest hop's time, and the stream adds what the 7 steps of a run take beyond it.
     b = 10e9
-    g = topologies.hierarchical(2, 4, b, b / 4, 10e-6, 1e-6, intra="direct")
+    g = topologies.hierarchical(2, 4, b, b / inter_share, intra_latency_s, 1e-6, intra="direct")
     size = 8 * 100_000
     steps = simnet.collective_time(g, "allreduce", "nccl_ring", size, local_size=4, channels=1)
     kw = {"local_size": 4, "channels": 1, "streamed": True}
     streamed = simnet.collective_time(g, "allreduce", "nccl_ring", size, **kw)
-    assert steps == pytest.approx(14 * 42e-6, rel=1e-3)
+    assert steps == pytest.approx(14 * pace_s, rel=1e-3)
     assert streamed == pytest.approx(steps, rel=1e-9)
+
+
+def test_not_streaming_is_no_setting_to_refuse():
+    g = topologies.switch(4, 10e9, 1e-6)
+    asked = simnet.collective_time(g, "allreduce", "ring", 4096, streamed=False)
+    assert asked == simnet.collective_time(g, "allreduce", "ring", 4096)
 
 
 def _cluster(streamed: bool, **collectives) -> dict:
@@ -127,6 +140,11 @@ def test_a_simulation_with_streamed_rings_moves_the_same_bytes_in_p_minus_1_x_fe
     assert layout and layout[0].endswith(
         "each run of its steps streamed (one message per hop, its steps' latencies added)"
     )
+    assert (
+        "streamed rings: a pair's busy time and achieved bandwidth (sim_pairs.csv, the "
+        "achieved-bandwidth map) count a stream's transfer, not the latency of the ring "
+        "steps it stands for (added after it): higher rates than step by step"
+    ) in streamed.assumed
     assert not any("streamed" in a for a in steps.assumed)
 
 
@@ -153,7 +171,7 @@ def test_a_large_step_by_step_nccl_ring_run_says_streamed_rings_exist(monkeypatc
     res = simnet.simulate(_cluster(False), record_series=False)
     hint = [a for a in res.assumed if "collectives.streamed_rings = true" in a]
     assert hint == [
-        f"nccl_ring's rings ran step by step ({res.phases[0].messages:,} messages in all): "
+        f"nccl_ring's rings ran step by step ({res.phases[0].messages:,} messages in the run): "
         "collectives.streamed_rings = true sends each run of a ring's steps as one message "
         "per hop (p - 1 times fewer), the same time where its hops are uncontended"
     ]

@@ -1830,11 +1830,12 @@ def stream_steps(sched: Schedule) -> tuple[int, ...] | None:
     A streamed ring ("nccl_ring" with ``streamed``) sends each run of a ring's steps as
     one message per hop carrying all the blocks the run's steps would (the same bytes
     between the same pairs), so a run of s steps over p GPUs and C channels is C p
-    messages, not C p s. A simulator adds the latency of the s - 1 steps the stream
-    stands for after it (``(s - 1) (alpha + latency)``): on a ring whose hops are alike
-    and uncontended that is the step-by-step ring's time exactly. Under contention each
-    hop streams at its own share, where steps in lockstep would all wait for the
-    slowest hop."""
+    messages, not C p s. A simulator adds after it what the s steps would take beyond
+    the stream (``s`` times the pace of the ring's slowest hop, less the stream's own
+    time: ``(s - 1) (alpha + latency)`` on a ring of like hops), which makes it the
+    step-by-step ring's time where the hops are uncontended. Where ring hops share
+    links the stream pays its steps' latencies after its transfers, which steps in
+    lockstep partly hide behind other hops' transfers: more time, not less."""
     return sched.__dict__.get("_stream_steps")
 
 
