@@ -605,3 +605,47 @@ def test_a_job_says_nothing_of_settings_the_configuration_does_not_give():
     example = Path(__file__).resolve().parent.parent / "examples" / "two_jobs.json"
     res = simulate(load_config(json.loads(example.read_text())), record_series=False)
     assert not [a for a in res.assumed if "whatif.seed" in a]
+
+
+def test_links_count_as_contended_only_where_both_jobs_had_messages_on_them_at_once():
+    from types import SimpleNamespace
+
+    from simnet.simulate import _link_meetings
+
+    def link(key):
+        return SimpleNamespace(key=key)
+
+    x, y, z = link(("x", 0)), link(("y", 0)), link(("z", 0))
+    # Job a's pair 0 -> 1 crosses x and y; job b's pair 2 -> 3 crosses x and z, and its
+    # pair 3 -> 2 crosses y.
+    a01 = SimpleNamespace(src=0, pair=None, links=(x, y))
+    b23 = SimpleNamespace(src=2, pair=None, links=(x, z))
+    b32 = SimpleNamespace(src=3, pair=None, links=(y,))
+    net = SimpleNamespace(
+        used_paths=lambda: [a01, b23, b32],
+        busy_periods=[
+            (a01, 0.0, 1.0),
+            (b23, 0.5, 2.0),  # meets a on x
+            (b32, 1.0, 2.0),  # on y just as a's period ends: no meeting
+            (a01, 3.0, 4.0),
+            (b32, 4.0, 5.0),
+        ],
+    )
+    jobs = {0: "a", 1: "a", 2: "b", 3: "b"}
+    assert _link_meetings(net, {}, jobs) == {("x", 0): ["a", "b"]}
+    # A link drawn as several edges counts as its named one.
+    assert _link_meetings(net, {("x", 0): ("w", 0)}, jobs) == {("w", 0): ["a", "b"]}
+
+
+def test_jobs_running_together_contend_only_on_links_they_use_at_once(tmp_path):
+    # (examples/two_jobs.json: ResNet-50 and DLRM on an oversubscribed fat-tree; they
+    # share 43 links while both run, but use 21 of them at different moments)
+    cfg = json.loads((Path(__file__).parent.parent / "examples" / "two_jobs.json").read_text())
+    res = simulate(cfg, record_series=False)
+    report = res.jobs
+    shared = {k for k in report.jobs[0].link_bytes if report.jobs[1].link_bytes.get(k)}
+    assert {c.link for c in report.contended} | set(report.shared_apart) == shared
+    assert report.contended and report.shared_apart
+    meetings = res.phases[0].link_meetings
+    assert all(meetings[c.link] == ["train", "tune"] for c in report.contended)
+    assert not set(report.shared_apart) & set(meetings)
