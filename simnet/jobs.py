@@ -13,9 +13,8 @@ iterations) as one program, alone and shared alike, and with ``whatif.compute_no
 a job's rank draws the same random stream alone as shared (that of its combined rank),
 and its collectives are laid out with the same schedule parameters (its own, else the
 network's: ``JobRanks.collective_params``): the slowdown measures what the other jobs
-cost it, nothing else. The links two jobs send over are where they contend only where
-messages of both are in flight over them at the same time (not merely while both jobs
-run).
+cost it, nothing else. The links two jobs send over are where they contend only when
+the jobs run at the same time.
 """
 
 from __future__ import annotations
@@ -348,20 +347,22 @@ def simulate_jobs(
 
 
 def _contended(reports: list[JobReport], phase: Any) -> tuple[list[ContendedLink], list[tuple]]:
-    """The links two or more jobs send over at the same time (by their alone runs' link
-    bytes, and the shared run's ``link_meetings``: a message of each in flight over the
-    link at once), first those where the job sending least there among those meeting
-    sends most (the heaviest meeting, not the most even), then the
+    """The links two or more jobs send over while both run (by their alone runs' link
+    bytes and their times in the shared run), first those where the job sending least there
+    among those meeting sends most (the heaviest meeting, not the most even), then the
     busiest; and the links jobs send over only at different times. A contended link's
     bytes are every job's there, those of a job that crossed it at another time too."""
-    met = phase.link_meetings or {}
+    window = {r.name: (r.start_s, r.start_s + r.shared_s) for r in reports}
+
+    def overlaps(a: str, b: str) -> bool:
+        return window[a][0] < window[b][1] and window[b][0] < window[a][1]
+
     contended, apart = [], []
     for k in sorted({k for r in reports for k in r.link_bytes}, key=repr):
         by_job = {r.name: r.link_bytes[k] for r in reports if r.link_bytes.get(k)}
         if len(by_job) < 2:
             continue
-        there = set(met.get(k, ()))
-        meeting = [a for a in by_job if a in there]
+        meeting = [a for a in by_job if any(overlaps(a, o) for o in by_job if o != a)]
         if len(meeting) < 2:
             apart.append(k)
             continue

@@ -213,7 +213,6 @@ cdef class FlowNetwork:
     cdef public dict _send_free
     cdef public object injection_bandwidth_bytes_per_s
     cdef public bint record_link_series
-    cdef public object busy_periods
     cdef public long long transfers_started
     cdef public long long transfers_completed
     cdef public long long recomputations

@@ -992,9 +992,6 @@ class FlowNetwork:
         self._send_free: dict[int, float] = {}
         self.injection_bandwidth_bytes_per_s = injection_bandwidth_bytes_per_s
         self.record_link_series = bool(record_link_series)
-        # (pair counters, start s, end s) of every period in which a pair had a message in
-        # flight, where set to a list (several jobs: when they met on a link)
-        self.busy_periods: list | None = None
 
         self.transfers_started = 0
         self.transfers_completed = 0
@@ -1434,11 +1431,6 @@ class FlowNetwork:
             default=0.0,
         )
 
-    def used_paths(self) -> list[_Path]:
-        """The paths that carried a message."""
-        paths = (*self._self_paths.values(), *self._paths.values(), *self._static_list)
-        return [p for p in paths if p.messages]
-
     def _pair_stats(self) -> dict[tuple[int, int], list]:
         """(src, dst) -> [bytes, duration_s, messages], summed over the pair's paths."""
         out: dict[tuple[int, int], list] = {}
@@ -1788,9 +1780,6 @@ class FlowNetwork:
         pair.in_flight = n
         if not n:
             pair.busy_s += now - pair.busy_since_s
-            periods = self.busy_periods
-            if periods is not None:
-                periods.append((pair, pair.busy_since_s, now))
         flow.phase = _DONE
         self.transfers_completed += 1
         tag2 = flow.tag2

@@ -91,9 +91,6 @@ class PhaseResult:
     nccl_algorithms: dict[str, list[str]] = field(default_factory=dict)
     # Bytes of the messages ranks sent to themselves (copies: not in wire_bytes_by_group).
     self_bytes: int = 0
-    # Several jobs: per physical link, the jobs that had messages over it while another
-    # job had (see _link_meetings); None for a run of one workload.
-    link_meetings: dict[tuple, list[str]] | None = None
 
     @functools.cached_property
     def traffic_bytes(self) -> np.ndarray:
@@ -490,11 +487,9 @@ def network_factory(
     graph: nx.DiGraph,
     record_series: bool = True,
     router: topologies.Router | None = None,
-    busy_periods: bool = False,
 ) -> Callable[[simpy.Environment], FlowNetwork]:
     """Makes the configured network on a simpy environment (one per phase); routes
-    come from ``router`` (a new one on ``graph`` if None); ``busy_periods``: it records
-    each pair's busy periods (``FlowNetwork.busy_periods``)."""
+    come from ``router`` (a new one on ``graph`` if None)."""
     if router is None:
         router = topologies.Router(graph, ecmp=cfg.topology.effective_ecmp)
     inj = cfg.network.injection_bandwidth_gb_per_s
@@ -502,7 +497,7 @@ def network_factory(
     overhead = us_to_s(cfg.network.send_overhead_us)
 
     def make(env: simpy.Environment) -> FlowNetwork:
-        net = FlowNetwork(
+        return FlowNetwork(
             env,
             graph,
             router.path,
@@ -512,9 +507,6 @@ def network_factory(
             record_link_series=record_series,
             rendezvous_handshake=cfg.network.rendezvous_handshake,
         )
-        if busy_periods:
-            net.busy_periods = []
-        return net
 
     return make
 
@@ -679,7 +671,7 @@ def simulate(
     router = topologies.Router(graph, ecmp=cfg.topology.effective_ecmp)
     ex = SimExecutor(
         workload,
-        network_factory(cfg, graph, record_series, router, busy_periods=bool(workload.jobs)),
+        network_factory(cfg, graph, record_series, router),
         placement,
         policy=build_policy(cfg),
         eager_threshold_bytes=cfg.network.eager_threshold_bytes,
@@ -1204,54 +1196,7 @@ def _phase_result(
         max_link_overload=net.max_overload_ratio(),
         sim_wall_s=wall_s,
         timeline=sim,
-        link_meetings=None
-        if net.busy_periods is None
-        else _link_meetings(net, link_of, _job_of_endpoint(sim)),
     )
-
-
-def _job_of_endpoint(sim: PhaseSim) -> dict[int, str]:
-    """The job of each endpoint a rank of a several-jobs workload sits on."""
-    placement = sim.ex.placement
-    return {placement[r]: j.name for j in sim.ex.workload.jobs for r in range(j.first, j.stop)}
-
-
-def _link_meetings(
-    net: FlowNetwork, link_of: dict[tuple, tuple], job_of: dict[int, str]
-) -> dict[tuple, list[str]]:
-    """Per physical link, the jobs that had a message in flight over it while another job
-    had one there (a pair's busy period: from a message's posting to its delivery, on
-    every link of the pair's routes); links where no two jobs met are absent."""
-    routes: dict[int, tuple[str, set]] = {}  # id of a pair's counters -> its job, links
-    for path in net.used_paths():
-        job = job_of.get(path.src)
-        if job is None:
-            continue
-        pair = path.pair if path.pair is not None else path
-        got = routes.setdefault(id(pair), (job, set()))
-        got[1].update(link_of.get(link.key, link.key) for link in path.links)
-    periods: dict[tuple, list[tuple[float, float, str]]] = {}
-    for pair, start, end in net.busy_periods:
-        got = routes.get(id(pair))
-        if got is not None and end > start:
-            for k in got[1]:
-                periods.setdefault(k, []).append((start, end, got[0]))
-    out: dict[tuple, list[str]] = {}
-    for k, spans in periods.items():
-        if len({j for _, _, j in spans}) < 2:
-            continue
-        spans.sort()
-        met: set[str] = set()
-        latest: dict[str, float] = {}  # job -> the latest end among its periods so far
-        for start, end, job in spans:
-            for other, other_end in latest.items():
-                if other != job and other_end > start:
-                    met.update((job, other))
-            if latest.get(job, -math.inf) < end:
-                latest[job] = end
-        if met:
-            out[k] = sorted(met)
-    return out
 
 
 def route_matrices(
