@@ -208,11 +208,15 @@ def _used_endpoints(cfg: Config, graph: nx.DiGraph) -> list[int] | None:
     else:
         used = cfg.topology.placement or range(cfg.world_size)
     if not used or any(not 0 <= e < n for e in used):
-        if not cfg.jobs and cfg.topology.placement is not None and k == 1:
+        if not cfg.jobs and cfg.topology.placement is not None:
             # The placement's own error first (a failure's split, the whole network
-            # taken as used, would hide it).
+            # taken as used, would hide it); with hosts, on their rank endpoints.
+            ranks = graph
+            if k > 1:
+                ranks = nx.DiGraph(name=graph.graph.get("name", "topology"))
+                ranks.add_nodes_from(range(n), kind="endpoint")
             try:
-                topologies.apply_placement(cfg.world_size, graph, cfg.topology.placement)
+                topologies.apply_placement(cfg.world_size, ranks, cfg.topology.placement)
             except topologies.TopologyError as e:
                 raise ConfigError(f"topology.{e}") from None
         return None

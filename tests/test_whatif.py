@@ -435,6 +435,15 @@ def test_with_hosts_a_failure_cutting_off_a_host_without_ranks_is_noted_not_refu
     placed = {**cfg, "topology": {"type": "switch", "placement": [0, 1, 6, 7]}}
     res = simnet.simulate({**placed, "whatif": {"failed_links": [[1, "sw"]]}}, record_series=False)
     assert "host(s) [1] cut off by the failures (no rank there)" in res.scenario
+    # A placement off the rank endpoints is named first, as without hosts (not the split
+    # that taking every host as used would make of the failure).
+    wrong = {**cfg, "topology": {"type": "switch", "placement": [0, 1, 2, 99]}}
+    with pytest.raises(ConfigError) as e:
+        simnet.simulate({**wrong, "whatif": {"failed_links": [[3, "sw"]]}}, record_series=False)
+    assert str(e.value) == (
+        "topology.placement: rank 3 is placed on 99, not an endpoint of the switch topology; "
+        "endpoints are 0..7"
+    )
 
 
 def test_a_split_fat_tree_names_the_endpoints_cut_off():
