@@ -257,7 +257,8 @@ class AlgorithmPolicy:
         kind = "tree pair" if alg == "nccl_tree" else "ring"
         given = "" if params["channels"] else " (the default)"
         streamed = (
-            ", each run of its steps streamed (one message per hop, its steps' latencies added)"
+            ", each run of its steps streamed (one message per hop, then what its steps take "
+            "beyond it)"
             if alg == "nccl_ring" and params.get("streamed")
             else ""
         )

@@ -747,20 +747,18 @@ def simulate(
         )
     assumed += _unused_settings(cfg, phases, nccl_ran, chosen_ran, library_ran)
     messages = sum(p.messages for p in phases)
-    streamed_ran = cfg.collectives.streamed_rings and any(
-        "nccl_ring" in algs for p in phases for algs in p.algorithms.values()
-    )
-    if streamed_ran:
+    rings_ran = any("nccl_ring" in algs for p in phases for algs in p.algorithms.values())
+    if rings_ran and cfg.collectives.streamed_rings:
         assumed.append(
             "streamed rings: a pair's busy time and achieved bandwidth (sim_pairs.csv, the "
             "achieved-bandwidth map) count a stream's transfer, not the latency of the ring "
             "steps it stands for (added after it): higher rates than step by step"
         )
     if (
-        nccl_ran
+        rings_ran
+        and nccl_ran
         and not cfg.collectives.streamed_rings
         and messages >= STREAM_HINT_MESSAGES
-        and any("nccl_ring" in algs for p in phases for algs in p.algorithms.values())
     ):
         assumed.append(
             f"nccl_ring's rings ran step by step ({messages:,} messages in the run): "

@@ -138,7 +138,7 @@ def test_a_simulation_with_streamed_rings_moves_the_same_bytes_in_p_minus_1_x_fe
     assert streamed.iteration_time_s == pytest.approx(steps.iteration_time_s, rel=1e-4)
     layout = [a for a in streamed.assumed if a.startswith("allreduce nccl_ring over 16 ranks")]
     assert layout and layout[0].endswith(
-        "each run of its steps streamed (one message per hop, its steps' latencies added)"
+        "each run of its steps streamed (one message per hop, then what its steps take beyond it)"
     )
     assert (
         "streamed rings: a pair's busy time and achieved bandwidth (sim_pairs.csv, the "
