@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def cluster(gpus: int) -> dict:
+def cluster() -> dict:
     return {
         "type": "rail_optimised",
         "group_size": 8,
@@ -97,8 +97,8 @@ def main() -> None:
         return
     rows = []
     side_by_side = [
-        ("rail-optimised, 16 GPUs", cluster(16), 16, None),
-        ("rail-optimised, 256 GPUs", cluster(256), 256, None),
+        ("rail-optimised, 16 GPUs", cluster(), 16, None),
+        ("rail-optimised, 256 GPUs", cluster(), 256, None),
         ("fat-tree k=8 shuffled, 1 channel", shuffled_fat_tree(8, None), 128, None),
         ("fat-tree k=8 shuffled, 4 channels", shuffled_fat_tree(8, 8), 128, 4),
     ]
@@ -118,7 +118,7 @@ def main() -> None:
         )
         rows.append({"case": name, "gpus": gpus, "step_by_step": a, "streamed": b, "ratio": ratio})
     for gpus in (int(x) for x in args.big.split(",") if x):
-        b = run(config(cluster(gpus), gpus, True))
+        b = run(config(cluster(), gpus, True))
         print(
             f"{f'rail-optimised, {gpus:,} GPUs':36} {'-':>14} {b['time_s'] * 1e3:9.3f} ms "
             f"{'':9} {'':>12} {b['messages']:>9,} {'':6} {b['cpu_s']:6.2f}  "

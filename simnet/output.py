@@ -737,11 +737,8 @@ def trace(res: SimResult) -> dict[str, Any]:
 def _trace_names(res: SimResult, ranks: Iterable[int]) -> dict[int, str]:
     """Each rank's name in the timeline trace: ``rank 5``, and with several jobs its job
     and rank in the job too (``rank 5 (b:1)``), as the per-rank chart labels it."""
-    chosen = list(ranks)
-    return {
-        r: f"rank {r}" if label == str(r) else f"rank {r} ({label.split(' ', 1)[1]})"
-        for r, label in zip(chosen, _rank_labels(res, chosen), strict=True)
-    }
+    in_job = _job_ranks(res)
+    return {r: f"rank {r} ({in_job[r]})" if r in in_job else f"rank {r}" for r in ranks}
 
 
 def throughput(
@@ -1228,13 +1225,15 @@ def _remove_previous_run(out: Path, prefix: str) -> None:
 def _rank_labels(res: SimResult, ranks: list[int]) -> list[str]:
     """Each rank's label on the per-rank chart: its number, and with several jobs its
     job and rank in the job (``12 tune:4``)."""
+    in_job = _job_ranks(res)
+    return [f"{r} {in_job[r]}" if r in in_job else str(r) for r in ranks]
+
+
+def _job_ranks(res: SimResult) -> dict[int, str]:
+    """With several jobs, each combined rank's job and rank in it (``b:1``); else empty."""
     if res.jobs is None:
-        return [str(r) for r in ranks]
-    where = {}
-    for j in res.jobs.jobs:
-        for r in range(*j.ranks):
-            where[r] = f"{r} {j.name}:{r - j.ranks[0]}"
-    return [where.get(r, str(r)) for r in ranks]
+        return {}
+    return {r: f"{j.name}:{r - j.ranks[0]}" for j in res.jobs.jobs for r in range(*j.ranks)}
 
 
 def _write_jobs(res: SimResult, out: Path, prefix: str, title: str) -> list[Path]:

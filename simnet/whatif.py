@@ -178,9 +178,12 @@ def _check_connected(
     sizes: dict[int, int] = {}
     for e in ends:
         sizes[group[e]] = sizes.get(group[e], 0) + 1
-    # The largest group, the one with the smallest endpoint among equals (ends is sorted).
-    main = max(sizes, key=lambda c: (sizes[c], -min(e for e in ends if group[e] == c)))
-    root = next(e for e in ends if group[e] == main)
+    first: dict[int, int] = {}  # group -> its smallest endpoint (ends is sorted)
+    for e in ends:
+        first.setdefault(group[e], e)
+    # The largest group, the one with the smallest endpoint among equals.
+    main = max(sizes, key=lambda c: (sizes[c], -first[c]))
+    root = first[main]
     reach = nx.descendants(graph, root) | {root}
     back = nx.ancestors(graph, root) | {root}
     outside = [e for e in ends if group[e] != main]

@@ -351,7 +351,10 @@ def test_a_contended_links_bytes_are_every_jobs_there_those_at_another_time_said
     assert {r["jobs_at_another_time"] for r in rows} == {"c"}
     assert all(int(r["bytes_c"]) == int(r["bytes_a"]) > 0 for r in rows)
     summary = (tmp_path / "sim_summary.txt").read_text()
-    assert "(a 3.42 MB, b 3.42 MB, c 3.42 MB at another time)" in summary
+    from workload.units import format_bytes
+
+    each = format_bytes(a.link_bytes[res.jobs.contended[0].link])
+    assert f"(a {each}, b {each}, c {each} at another time)" in summary
     doc = json.loads((tmp_path / "sim_results.json").read_text())
     assert doc["jobs"]["contended_links"][0]["jobs_meeting"] == ["a", "b"]
 
