@@ -13,8 +13,9 @@ iterations) as one program, alone and shared alike, and with ``whatif.compute_no
 a job's rank draws the same random stream alone as shared (that of its combined rank),
 and its collectives are laid out with the same schedule parameters (its own, else the
 network's: ``JobRanks.collective_params``): the slowdown measures what the other jobs
-cost it, nothing else. The links two jobs send over are where they contend only when
-the jobs run at the same time.
+cost it, nothing else. A link two jobs send over is where they contend only if their
+bytes drain over it at the same moment: the shared run records that on the links their
+alone runs share (``FlowNetwork.watch_links``).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class JobReport:
 
 @dataclass
 class ContendedLink:
-    """A link that two or more jobs send over while both run."""
+    """A link over which two or more jobs' bytes drained at the same time."""
 
     link: tuple
     # every job that sends over it, those that run there at another time included (so
@@ -84,10 +85,12 @@ class ContendedLink:
     bytes_by_job: dict[str, int]
     capacity_bytes_per_s: float
     busy_s: float  # in the shared run
-    meeting: list[str] = field(default_factory=list)  # the jobs there at the same time
+    # the jobs whose bytes drained over it while another's did
+    meeting: list[str] = field(default_factory=list)
+    together_s: float = 0.0  # seconds during which two or more jobs' bytes drained over it
 
     def apart(self) -> list[str]:
-        """The jobs that send over the link, but only while no other of them runs."""
+        """The jobs that send over the link, but never while another job's bytes drain there."""
         return [j for j in self.bytes_by_job if j not in self.meeting]
 
 
@@ -96,7 +99,7 @@ class JobsReport:
     jobs: list[JobReport]
     contended: list[ContendedLink] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    # links two or more jobs send over, but never while another of them runs
+    # links two or more jobs send over, but never while another's bytes drain there
     shared_apart: list[tuple] = field(default_factory=list)
 
 
@@ -305,7 +308,15 @@ def simulate_jobs(
     shared_cfg = load_config(data)
     if progress is not None:
         progress(f"all {len(cfg.jobs)} jobs together ({combined.world_size} ranks)")
-    shared = run(shared_cfg, progress=progress, workload=combined)
+    # The links two or more jobs send over alone (the same routes together): the shared
+    # run records when their bytes drain there at once.
+    used = [{k for k, b in res.phases[0].link_bytes.items() if b} for res in alone]
+    shared_links = {k for i, u in enumerate(used) for k in u if any(k in o for o in used[i + 1 :])}
+    ranks, first = [], 0
+    for eps in placements:
+        ranks.append(range(first, first + len(eps)))
+        first += len(eps)
+    shared = run(shared_cfg, progress=progress, workload=combined, watch_jobs=(shared_links, ranks))
     phase = shared.phases[0]
     pairs = phase.pair_bytes
     reports = []
@@ -333,7 +344,7 @@ def simulate_jobs(
             )
         )
         first = last
-    contended, apart = _contended(reports, phase)
+    contended, apart = _contended(reports, phase, phase.timeline.net.meetings())
     shared.jobs = JobsReport(reports, contended, notes, apart)
     # The configuration as given, jobs and all (what a rerun of the recorded one runs),
     # not the one combined workload the shared run was made of.
@@ -346,23 +357,23 @@ def simulate_jobs(
     return shared
 
 
-def _contended(reports: list[JobReport], phase: Any) -> tuple[list[ContendedLink], list[tuple]]:
-    """The links two or more jobs send over while both run (by their alone runs' link
-    bytes and their times in the shared run), first those where the job sending least there
-    among those meeting sends most (the heaviest meeting, not the most even), then the
-    busiest; and the links jobs send over only at different times. A contended link's
-    bytes are every job's there, those of a job that crossed it at another time too."""
-    window = {r.name: (r.start_s, r.start_s + r.shared_s) for r in reports}
-
-    def overlaps(a: str, b: str) -> bool:
-        return window[a][0] < window[b][1] and window[b][0] < window[a][1]
-
+def _contended(
+    reports: list[JobReport], phase: Any, meetings: dict[tuple, tuple[float, list[float]]]
+) -> tuple[list[ContendedLink], list[tuple]]:
+    """The links where two or more jobs' bytes drained at the same time in the shared run
+    (``meetings``: the network's record of the links the jobs' alone runs share), longest
+    together first (then where the job sending least there among those meeting sends
+    most, then the busiest); and the links jobs send over only at different times. A
+    contended link's bytes are every job's there, those of a job that crossed it at
+    another time too."""
+    index = {r.name: i for i, r in enumerate(reports)}
     contended, apart = [], []
     for k in sorted({k for r in reports for k in r.link_bytes}, key=repr):
         by_job = {r.name: r.link_bytes[k] for r in reports if r.link_bytes.get(k)}
         if len(by_job) < 2:
             continue
-        meeting = [a for a in by_job if any(overlaps(a, o) for o in by_job if o != a)]
+        together_s, job_s = meetings.get(k, (0.0, []))
+        meeting = [a for a in by_job if index[a] < len(job_s) and job_s[index[a]] > 0.0]
         if len(meeting) < 2:
             apart.append(k)
             continue
@@ -373,11 +384,12 @@ def _contended(reports: list[JobReport], phase: Any) -> tuple[list[ContendedLink
                 capacity_bytes_per_s=phase.link_capacity_bytes_per_s.get(k, 0.0),
                 busy_s=phase.link_busy_s.get(k, 0.0),
                 meeting=meeting,
+                together_s=together_s,
             )
         )
 
     def least_meeting(c: ContendedLink) -> int:
         return min(c.bytes_by_job[j] for j in c.meeting)
 
-    contended.sort(key=lambda c: (-least_meeting(c), -c.busy_s, repr(c.link)))
+    contended.sort(key=lambda c: (-c.together_s, -least_meeting(c), -c.busy_s, repr(c.link)))
     return contended, apart

@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from heapq import heappop, heappush
 from typing import NamedTuple, SupportsIndex
 
@@ -649,6 +649,50 @@ class _Series:
         return out
 
 
+class _Meeting:
+    """Which jobs' bytes drain over one link at the same time: a watched link's record
+    (``FlowNetwork.watch_links``). A job drains there while one of its flows is in its
+    draining phase on the link (not while it pays alpha or its route latency passes)."""
+
+    __slots__ = ("active", "counts", "job_of", "job_s", "since_s", "together_s")
+
+    def __init__(self, job_of: list[int], n_jobs: int) -> None:
+        self.job_of = job_of  # source endpoint -> its job's index
+        self.counts = [0] * n_jobs  # each job's flows draining here now
+        self.job_s = [0.0] * n_jobs  # seconds each job drained here while another did
+        self.active = 0  # jobs draining here now
+        self.since_s = 0.0  # the last change (s)
+        self.together_s = 0.0  # seconds during which two or more jobs drained here
+
+    def _settle(self, now: float) -> None:
+        """Count the time since the last change, if two or more jobs drained meanwhile."""
+        if self.active >= 2 and now > self.since_s:
+            dt = now - self.since_s
+            self.together_s += dt
+            for j in range(len(self.counts)):
+                if self.counts[j]:
+                    self.job_s[j] += dt
+        self.since_s = now
+
+    def start(self, src: object, now: float) -> None:
+        """A flow from endpoint ``src`` begins draining over the link at ``now`` (s)."""
+        j = self.job_of[src]
+        self._settle(now)
+        c = self.counts[j]
+        if not c:
+            self.active += 1
+        self.counts[j] = c + 1
+
+    def end(self, src: object, now: float) -> None:
+        """A flow from endpoint ``src`` stops draining over the link at ``now`` (s)."""
+        j = self.job_of[src]
+        self._settle(now)
+        c = self.counts[j] - 1
+        if not c:
+            self.active -= 1
+        self.counts[j] = c
+
+
 class _Link:
     """One directed link (graph edge or virtual injection port) and its counters."""
 
@@ -669,6 +713,7 @@ class _Link:
         "rem_capacity_bytes_per_s",
         "series",
         "slack_mark",
+        "watch",
     )
 
     def __init__(self, key: LinkKey, capacity_bytes_per_s: float, latency_s: float) -> None:
@@ -694,6 +739,7 @@ class _Link:
         self.load_bytes_per_s = 0.0
         self.peak_load_bytes_per_s = 0.0
         self.series: _Series | None = None  # with record_link_series
+        self.watch: _Meeting | None = None  # a jobs run's record (FlowNetwork.watch_links)
         # Scratch space for component search and water-filling.
         self.mark = 0
         self.load_mark = 0
@@ -1040,8 +1086,30 @@ class FlowNetwork:
         self._env_queue = queue if plain else None
         self._flush_scheduled = False
         self._epoch = 0
+        # Links to watch for jobs draining over them together: key -> its record, made
+        # when the link is (see watch_links).
+        self._watch: dict[LinkKey, _Meeting | None] | None = None
 
     # ------------------------------------------------------------------ API
+
+    def watch_links(self, keys: Iterable[LinkKey], job_of: list[int], n_jobs: int) -> None:
+        """Record, on each link of ``keys``, when two or more jobs' bytes drain over it at
+        once (read with ``meetings``). ``job_of[src]`` is the index (0 .. n_jobs - 1) of
+        the job whose ranks send from endpoint ``src``: every message's source must have
+        one. Call before any transfer; only the links named pay for it."""
+        if self._links:
+            raise RuntimeError("watch_links: call it before the first transfer")
+        self._watch = {k: None for k in keys}
+        self._job_of = job_of
+        self._n_jobs = int(n_jobs)
+
+    def meetings(self) -> dict[LinkKey, tuple[float, list[float]]]:
+        """Each watched link that carried bytes -> (seconds during which two or more jobs'
+        bytes drained over it at once, and each job's seconds draining there while
+        another did); links of ``watch_links`` that no message crossed are left out."""
+        if not self._watch:
+            return {}
+        return {k: (m.together_s, list(m.job_s)) for k, m in self._watch.items() if m is not None}
 
     def transfer(
         self, src: int, dst: int, size_bytes: SupportsIndex, tag: object = None
@@ -1522,6 +1590,8 @@ class FlowNetwork:
         if register:
             if self.record_link_series:
                 link.series = _Series()
+            if self._watch is not None and key in self._watch:
+                link.watch = self._watch[key] = _Meeting(self._job_of, self._n_jobs)
             self._links[key] = link
         return link
 
@@ -1653,6 +1723,8 @@ class FlowNetwork:
                             for j in range(flow.n_links):
                                 link = _link_at(flow, j)
                                 n = _unlist(link, flow)
+                                if link.watch is not None:
+                                    link.watch.end(flow.path.src, now)
                                 link.bytes_total += size
                                 if n:
                                     dirty.append(link)
@@ -1755,6 +1827,8 @@ class FlowNetwork:
             if not link.n_flows:
                 link.busy_since_s = now
             n = _list_flow(link, flow)
+            if link.watch is not None:
+                link.watch.start(flow.path.src, now)
             link.load_mark = base
             share = link.capacity_bytes_per_s / n
             if share < low:

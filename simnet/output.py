@@ -510,6 +510,7 @@ def jobs_document(report: Any) -> dict[str, Any]:
                 "link": link_name(c.link),
                 "bytes_by_job": c.bytes_by_job,
                 "jobs_meeting": c.meeting,
+                "together_s": c.together_s,
                 "capacity_bytes_per_s": c.capacity_bytes_per_s,
                 "busy_s": c.busy_s,
             }
@@ -532,10 +533,11 @@ def jobs_lines(report: Any, top: int = 5) -> list[str]:
         )
     if report.contended:
         lines.append(
-            f"  contended links: {len(report.contended)}; first those where the job "
-            "sending least there sends most: "
+            f"  contended links (two or more jobs' bytes on them at once): "
+            f"{len(report.contended)}; the longest together first: "
             + "; ".join(
-                f"{link_name(c.link)} ("
+                f"{link_name(c.link)} (together {c.together_s * 1e3:.3f} ms of "
+                f"{c.busy_s * 1e3:.3f} ms busy; "
                 + ", ".join(
                     f"{k} {format_bytes(b)}" + ("" if k in c.meeting else " at another time")
                     for k, b in c.bytes_by_job.items()
@@ -545,7 +547,9 @@ def jobs_lines(report: Any, top: int = 5) -> list[str]:
             )
         )
     elif report.shared_apart:
-        lines.append("  contended links: none (the jobs that share links run at other times)")
+        lines.append(
+            "  contended links: none (the jobs that share links send over them at other times)"
+        )
     else:
         lines.append("  contended links: none (the jobs share no link)")
     if report.shared_apart:
@@ -1267,11 +1271,12 @@ def _write_jobs(res: SimResult, out: Path, prefix: str, title: str) -> list[Path
                 "link",
                 "capacity_bytes_per_s",
                 "busy_s",
+                "together_s",
                 *(f"bytes_{n}" for n in names),
                 "jobs_at_another_time",
             ],
             [
-                [link_name(c.link), c.capacity_bytes_per_s, c.busy_s]
+                [link_name(c.link), c.capacity_bytes_per_s, c.busy_s, c.together_s]
                 + [c.bytes_by_job.get(n, 0) for n in names]
                 + [" ".join(c.apart())]
                 for c in report.contended
@@ -1327,11 +1332,12 @@ def simulation_sections(
         )
         names = [j["name"] for j in doc["jobs"]]
         links = table(
-            ["link", "busy (ms)", *(f"bytes of {n}" for n in names)],
+            ["link", "busy (ms)", "together (ms)", *(f"bytes of {n}" for n in names)],
             [
                 (
                     c["link"],
                     f"{c['busy_s'] * 1e3:.3f}",
+                    f"{c['together_s'] * 1e3:.3f}",
                     *(c["bytes_by_job"].get(n, 0) for n in names),
                 )
                 for c in doc["contended_links"][:top_links]

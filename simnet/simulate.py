@@ -14,7 +14,7 @@ import numbers
 import re
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -486,14 +486,31 @@ def _job_rank_name(workload: Workload) -> Callable[[int], str] | None:
     return name
 
 
+def _watch_args(
+    watch_jobs: tuple[Collection[tuple], Sequence[range]] | None, placement: Sequence[int]
+) -> tuple[Collection[tuple], list[int], int] | None:
+    """``FlowNetwork.watch_links``'s arguments for ``simulate``'s ``watch_jobs``: each
+    job's ranks' endpoints (by ``placement``, rank -> endpoint) taken to its index."""
+    if watch_jobs is None:
+        return None
+    keys, ranks = watch_jobs
+    job_of = [-1] * (max(placement, default=-1) + 1)
+    for j, rs in enumerate(ranks):
+        for r in rs:
+            job_of[placement[r]] = j
+    return keys, job_of, len(ranks)
+
+
 def network_factory(
     cfg: Config,
     graph: nx.DiGraph,
     record_series: bool = True,
     router: topologies.Router | None = None,
+    watch: tuple[Collection[tuple], list[int], int] | None = None,
 ) -> Callable[[simpy.Environment], FlowNetwork]:
     """Makes the configured network on a simpy environment (one per phase); routes
-    come from ``router`` (a new one on ``graph`` if None)."""
+    come from ``router`` (a new one on ``graph`` if None); ``watch``: the arguments of
+    its ``watch_links`` (links, each endpoint's job, jobs)."""
     if router is None:
         router = topologies.Router(graph, ecmp=cfg.topology.effective_ecmp)
     inj = cfg.network.injection_bandwidth_gb_per_s
@@ -501,7 +518,7 @@ def network_factory(
     overhead = us_to_s(cfg.network.send_overhead_us)
 
     def make(env: simpy.Environment) -> FlowNetwork:
-        return FlowNetwork(
+        net = FlowNetwork(
             env,
             graph,
             router.path,
@@ -511,6 +528,9 @@ def network_factory(
             record_link_series=record_series,
             rendezvous_handshake=cfg.network.rendezvous_handshake,
         )
+        if watch is not None:
+            net.watch_links(*watch)
+        return net
 
     return make
 
@@ -553,6 +573,7 @@ def simulate(
     workload: Workload | None = None,
     dense_matrices: bool = True,
     noise_streams_from: int = 0,
+    watch_jobs: tuple[Collection[tuple], Sequence[range]] | None = None,
 ) -> SimResult:
     """Predict a workload on a topology, as a configuration describes them.
 
@@ -571,7 +592,9 @@ def simulate(
     ask for them (it reads the sparse ``pair_bytes`` and the times), which leaves their
     ``n^2`` entries out of the memory check. With ``whatif.compute_noise``, rank ``r``
     draws the random stream numbered ``r + noise_streams_from`` (a job of several alone
-    draws those of its ranks in the jobs' shared run).
+    draws those of its ranks in the jobs' shared run). ``watch_jobs`` = (link keys, each
+    job's ranks) records on those links when two or more jobs' bytes drain over them at
+    once (each phase network's ``meetings()``: how :mod:`simnet.jobs` finds contention).
     """
     cfg = load_config(config)
     if cfg.jobs and workload is None and topology is None:
@@ -675,7 +698,7 @@ def simulate(
     router = topologies.Router(graph, ecmp=cfg.topology.effective_ecmp)
     ex = SimExecutor(
         workload,
-        network_factory(cfg, graph, record_series, router),
+        network_factory(cfg, graph, record_series, router, _watch_args(watch_jobs, placement)),
         placement,
         policy=build_policy(cfg),
         eager_threshold_bytes=cfg.network.eager_threshold_bytes,

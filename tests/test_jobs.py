@@ -47,6 +47,7 @@ def test_jobs_sharing_every_link_take_twice_as_long():
     for c in res.jobs.contended:
         assert c.bytes_by_job == {"a": per_link, "b": per_link}
         assert c.busy_s == pytest.approx(a.shared_s, rel=1e-4)  # busy all along
+        assert c.together_s == pytest.approx(c.busy_s, rel=1e-4)  # and both jobs all along
 
 
 def test_a_job_that_starts_after_the_other_ends_is_not_slowed():
@@ -316,7 +317,9 @@ def test_jobs_that_share_links_at_other_times_do_not_contend(tmp_path):
     assert sorted(res.jobs.shared_apart) == [(0, 1), (1, 2), (2, 3), (3, 0)]
     write_all(res, tmp_path)
     summary = (tmp_path / "sim_summary.txt").read_text()
-    assert "contended links: none (the jobs that share links run at other times)" in summary
+    assert (
+        "contended links: none (the jobs that share links send over them at other times)" in summary
+    )
     assert "links shared at other times (no contention): 4" in summary
     assert "predicted time of all jobs together (from 0 to the last job's end): " in summary
     doc = json.loads((tmp_path / "sim_results.json").read_text())
@@ -345,6 +348,8 @@ def test_a_contended_links_bytes_are_every_jobs_there_those_at_another_time_said
         # The bytes add up to what the link carried (and was busy with) in the shared run.
         assert sum(link.bytes_by_job.values()) == carried[link.link]
         assert link.busy_s == pytest.approx(carried[link.link] / (BW_GB * 1e9), rel=1e-9)
+        # a's and b's bytes drain together (2 of the 3 jobs' equal bytes), c's alone.
+        assert link.together_s == pytest.approx(link.busy_s * 2 / 3, rel=1e-9)
     write_all(res, tmp_path)
     with open(tmp_path / "sim_contended_links.csv") as f:
         rows = list(csv.DictReader(f))
@@ -354,7 +359,7 @@ def test_a_contended_links_bytes_are_every_jobs_there_those_at_another_time_said
     from workload.units import format_bytes
 
     each = format_bytes(a.link_bytes[res.jobs.contended[0].link])
-    assert f"(a {each}, b {each}, c {each} at another time)" in summary
+    assert f" busy; a {each}, b {each}, c {each} at another time)" in summary
     doc = json.loads((tmp_path / "sim_results.json").read_text())
     assert doc["jobs"]["contended_links"][0]["jobs_meeting"] == ["a", "b"]
 
@@ -582,9 +587,13 @@ def test_a_dragonfly_global_link_counts_once_in_the_link_outputs(tmp_path):
         ("gw1.0->gw0.1", 2 * _GLOBAL_BYTES),
     ]
     summary = (tmp_path / "sim_summary.txt").read_text()
+    together = [
+        f"{c.together_s * 1e3:.3f} ms of {c.busy_s * 1e3:.3f} ms" for c in res.jobs.contended
+    ]
     assert (
-        "contended links: 2; first those where the job sending least there sends most: "
-        "gw0.1->gw1.0 (a 3.99 MB, b 3.99 MB); gw1.0->gw0.1 (a 3.99 MB, b 3.99 MB)" in summary
+        "contended links (two or more jobs' bytes on them at once): 2; the longest together "
+        f"first: gw0.1->gw1.0 (together {together[0]} busy; a 3.99 MB, b 3.99 MB); "
+        f"gw1.0->gw0.1 (together {together[1]} busy; a 3.99 MB, b 3.99 MB)" in summary
     )
     doc = json.loads((tmp_path / "sim_results.json").read_text())
     assert [c["link"] for c in doc["jobs"]["contended_links"]] == ["gw0.1->gw1.0", "gw1.0->gw0.1"]
@@ -608,3 +617,55 @@ def test_a_job_says_nothing_of_settings_the_configuration_does_not_give():
     example = Path(__file__).resolve().parent.parent / "examples" / "two_jobs.json"
     res = simulate(load_config(json.loads(example.read_text())), record_series=False)
     assert not [a for a in res.assumed if "whatif.seed" in a]
+
+
+def _ring_trainers(start_b_us: float, iterations_a: int = 1) -> dict:
+    # The one-way ring of _two_jobs with two 2-rank ring trainers computing 10 ms a step.
+    job = {"name": "alexnet_ring", "world_size": 2, "scale": 0.01, "flags": {"compute_us": 1e4}}
+    return {
+        "distributed": {"num_nodes": 4, "bandwidth_limit_gb_per_s": BW_GB},
+        "topology": {"type": "ring", "bidirectional": False, "link_latency_us": 0},
+        "jobs": [
+            {"name": "a", "workload": {**job, "iterations": iterations_a}, "placement": [0, 2]},
+            {"name": "b", "workload": job, "placement": [1, 3], "start_us": start_b_us},
+        ],
+    }
+
+
+def test_jobs_running_together_whose_bytes_cross_links_at_other_times_do_not_contend():
+    # a computes 10 ms, sends (about 0.2 ms), computes 10 ms, sends; b starts at 5 ms and
+    # sends at 15 ms, while a computes: both run all along, but never send together.
+    res = simulate(_ring_trainers(5e3, iterations_a=2))
+    a, b = res.jobs.jobs
+    assert b.start_s < a.start_s + a.shared_s and a.start_s < b.start_s + b.shared_s
+    assert a.slowdown == pytest.approx(1.0) and b.slowdown == pytest.approx(1.0)
+    assert res.jobs.contended == []
+    assert sorted(res.jobs.shared_apart) == [(0, 1), (1, 2), (2, 3), (3, 0)]
+
+
+def test_the_time_two_jobs_bytes_drain_together_is_counted_per_link(tmp_path):
+    # Both start at 0: their first steps' bytes share every link (each at half the rate:
+    # 2 B / BW together); then a's second step's B alone (B / BW).
+    res = simulate(_ring_trainers(0.0, iterations_a=2))
+    b = res.jobs.jobs[1]
+    assert len(res.jobs.contended) == 4
+    for c in res.jobs.contended:
+        one = b.link_bytes[c.link]  # a job's bytes over the link in one step
+        assert c.bytes_by_job == {"a": 2 * one, "b": one}
+        assert c.meeting == ["a", "b"]
+        assert c.together_s == pytest.approx(2 * one / (BW_GB * 1e9), rel=1e-9)
+        assert c.busy_s == pytest.approx(3 * one / (BW_GB * 1e9), rel=1e-9)
+    write_all(res, tmp_path)
+    with open(tmp_path / "sim_contended_links.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["together_s"]) for r in rows] == [c.together_s for c in res.jobs.contended]
+    doc = json.loads((tmp_path / "sim_results.json").read_text())
+    assert [c["together_s"] for c in doc["jobs"]["contended_links"]] == [
+        c.together_s for c in res.jobs.contended
+    ]
+    first = res.jobs.contended[0]
+    summary = (tmp_path / "sim_summary.txt").read_text()
+    assert (
+        f"{first.link[0]}->{first.link[1]} (together {first.together_s * 1e3:.3f} ms of "
+        f"{first.busy_s * 1e3:.3f} ms busy; a " in summary
+    )

@@ -1206,3 +1206,39 @@ def test_a_links_series_keeps_change_points_as_a_list_of_points_would():
         a = s.array()
         assert a.shape == (s.n, 2) and a.dtype == float
         assert [tuple(row) for row in a.tolist()] == s.points()
+
+
+def test_a_watched_link_records_when_two_jobs_bytes_drain_over_it_together():
+    # 0 -> 1 -> 2, 10 GB/s a hop. Job 0 sends 10 MB 0 -> 2 at t = 0; job 1 sends 2 MB
+    # 1 -> 2 at 0.5 ms. On 1 -> 2 they share from 0.5 ms: 5 GB/s each, so job 1's bytes
+    # drain in 0.4 ms: together from 0.5 to 0.9 ms; job 0 ends alone at 1.2 ms.
+    env, net = make(line((10e9, 0.0), (10e9, 0.0)))
+    net.watch_links([(1, 2)], job_of=[0, 1, -1], n_jobs=2)
+    out: list = []
+    send_at(env, net, 0.0, 0, 2, 10_000_000, out)
+    send_at(env, net, 0.5e-3, 1, 2, 2_000_000, out)
+    env.run()
+    assert sorted(r.end_s for r in out) == [approx(0.9e-3), approx(1.2e-3)]
+    meetings = net.meetings()
+    assert list(meetings) == [(1, 2)]  # (0, 1) carried bytes but was not watched
+    together_s, job_s = meetings[(1, 2)]
+    assert together_s == approx(0.4e-3)
+    assert job_s == [approx(0.4e-3), approx(0.4e-3)]
+
+
+def test_a_watched_link_used_by_one_job_at_a_time_records_no_meeting():
+    # Job 1's message starts as job 0's last byte leaves (at 1 ms): one after the other.
+    env, net = make(line((10e9, 0.0), (10e9, 0.0)))
+    net.watch_links([(1, 2), (0, 1)], job_of=[0, 1, -1], n_jobs=2)
+    send_at(env, net, 0.0, 0, 2, 10_000_000, [])
+    send_at(env, net, 1e-3, 1, 2, 2_000_000, [])
+    env.run()
+    assert net.meetings() == {(0, 1): (0.0, [0.0, 0.0]), (1, 2): (0.0, [0.0, 0.0])}
+
+
+def test_links_are_watched_before_any_transfer():
+    env, net = make(line((10e9, 0.0)))
+    send_at(env, net, 0.0, 0, 1, 1_000, [])
+    env.run()
+    with pytest.raises(RuntimeError, match="before the first transfer"):
+        net.watch_links([(0, 1)], [0, 0], 1)
