@@ -31,31 +31,43 @@ def gb_per_s(bytes_per_s: float) -> str:
     return f"{bytes_per_s_to_gb_per_s(bytes_per_s):.4g} GB/s"
 
 
-def _node(graph: nx.DiGraph, name: int | str, where: str) -> Hashable:
-    """The graph node a configuration names (an endpoint's number, a switch's name)."""
+def _shown(x: Hashable, hosts: bool) -> str:
+    """A node as messages name it: with hosts, endpoint h is ``'host<h>'`` (as the
+    outputs name it; the what-ifs apply to the topology's endpoints, before the hosts
+    are added)."""
+    return repr(f"host{x}") if hosts and type(x) is int else repr(x)
+
+
+def _node(graph: nx.DiGraph, name: int | str, where: str, hosts: bool = False) -> Hashable:
+    """The graph node a configuration names (an endpoint's number, a switch's name; with
+    hosts, ``host<h>`` too)."""
     if name in graph:
         return name
     if isinstance(name, str) and name.isdigit() and int(name) in graph:
         return int(name)
-    # With hosts, the outputs name endpoint h "host<h>" (the what-ifs apply before the
-    # hosts are added, to the topology's endpoints).
     host = name[4:] if isinstance(name, str) and name.startswith("host") else ""
     if host.isdigit() and int(host) in graph:
         return int(host)
     switches = sorted(str(n) for n, k in graph.nodes(data="kind") if k == "switch")
     some = ", ".join(switches[:8]) + (", ..." if len(switches) > 8 else "")
     n = graph.graph.get("num_endpoints", 0)
+    ends = f"the hosts host0..host{n - 1} (or 0..{n - 1})" if hosts else f"the endpoints 0..{n - 1}"
     raise ConfigError(
         f"{where}: no node {name!r} in the {graph.graph.get('name')} topology; its nodes are "
-        f"the endpoints 0..{n - 1}" + (f" and the switches {some}" if switches else "")
+        f"{ends}" + (f" and the switches {some}" if switches else "")
     )
 
 
-def _edge(graph: nx.DiGraph, link: list, where: str) -> tuple[Hashable, Hashable]:
-    u, v = (_node(graph, x, where) for x in link)
+def _edge(
+    graph: nx.DiGraph, link: list, where: str, hosts: bool = False
+) -> tuple[Hashable, Hashable]:
+    u, v = (_node(graph, x, where, hosts) for x in link)
     if not graph.has_edge(u, v):
-        nbrs = ", ".join(repr(w) for w in list(graph.successors(u))[:8])
-        raise ConfigError(f"{where}: there is no link {u!r} -> {v!r} (from {u!r}: {nbrs})")
+        nbrs = ", ".join(_shown(w, hosts) for w in list(graph.successors(u))[:8])
+        raise ConfigError(
+            f"{where}: there is no link {_shown(u, hosts)} -> {_shown(v, hosts)} "
+            f"(from {_shown(u, hosts)}: {nbrs})"
+        )
     return u, v
 
 
@@ -82,7 +94,7 @@ def apply_links(
         return graph, []
 
     def shown(x: Hashable) -> str:
-        return repr(f"host{x}") if hosts and isinstance(x, int) else repr(x)
+        return _shown(x, hosts)
 
     g = graph.copy()
     notes = []
@@ -95,19 +107,19 @@ def apply_links(
             parts.setdefault(name, []).append((a, b))
     for i, change in enumerate(whatif.degraded_links):
         where = f"whatif.degraded_links[{i}]"
-        u, v = _edge(g, change.link, where)
+        u, v = _edge(g, change.link, where, hosts)
         dirs = [(u, v)] if change.one_way else [(u, v), (v, u)]
         for a, b in dirs:
             if not g.has_edge(a, b):
                 raise ConfigError(
-                    f"{where}: the link {b!r} -> {a!r} is one-way (there is no {a!r} -> "
-                    f"{b!r}); set one_way to change it alone"
+                    f"{where}: the link {shown(b)} -> {shown(a)} is one-way (there is no "
+                    f"{shown(a)} -> {shown(b)}); set one_way to change it alone"
                 )
         whole = [e for a, b in dirs for e in parts.get(g.edges[a, b].get("link"), [(a, b)])]
         for a, b in whole:
             if (a, b) in changed:
                 raise ConfigError(
-                    f"{where}: the link {a!r} -> {b!r} is already changed by "
+                    f"{where}: the link {shown(a)} -> {shown(b)} is already changed by "
                     f"{changed[(a, b)]}; give each link once (with one factor)"
                 )
             changed[(a, b)] = where
@@ -132,14 +144,14 @@ def apply_links(
     removed_edges: list[tuple[Hashable, Hashable, dict]] = []  # with their attributes
     for i, link in enumerate(whatif.failed_links):
         where = f"whatif.failed_links[{i}]"
-        u, v = (_node(g, x, where) for x in link)
+        u, v = (_node(g, x, where, hosts) for x in link)
         for a, b in ((u, v), (v, u)):
             if (a, b) in changed:
                 raise ConfigError(
-                    f"{where}: the link {a!r} -> {b!r} is already changed by "
+                    f"{where}: the link {shown(a)} -> {shown(b)} is already changed by "
                     f"{changed[(a, b)]}; give each link once"
                 )
-        u, v = _edge(g, link, where)
+        u, v = _edge(g, link, where, hosts)
         changed[(u, v)] = changed[(v, u)] = where
         for a, b in ((u, v), (v, u)):
             if g.has_edge(a, b):

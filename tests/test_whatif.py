@@ -346,6 +346,34 @@ def test_with_hosts_a_what_if_names_a_host_as_the_outputs_do():
     assert note.startswith("failed: 'host0' <-> 'host1'; ") and "of 12 host pairs" in note
 
 
+@pytest.mark.parametrize(
+    "link, message",
+    [
+        (
+            ["host3", "edge0.0"],
+            "whatif.failed_links[0]: there is no link 'host3' -> 'edge0.0' (from 'host3': "
+            "'edge0.1')",
+        ),
+        (
+            ["nosuch", 0],
+            "whatif.failed_links[0]: no node 'nosuch' in the fat_tree topology; its nodes are "
+            "the hosts host0..host15 (or 0..15) and the switches agg0.0,",
+        ),
+    ],
+)
+def test_with_hosts_a_what_if_error_names_the_hosts(link, message):
+    cfg = {
+        "distributed": {"num_nodes": 16, "bandwidth_limit_gb_per_s": 25},
+        "topology": {"type": "fat_tree", "k": 4, "link_latency_us": 1},
+        "hosts": {"ranks_per_host": 2, "copy_bandwidth_gb_per_s": 10},
+        "workload": {"name": "resnet50", "world_size": 32, "scale": 0.01},
+        "whatif": {"failed_links": [link]},
+    }
+    with pytest.raises(ConfigError) as e:
+        simnet.simulate(cfg)
+    assert str(e.value).startswith(message)
+
+
 def test_a_bad_placement_is_named_before_a_failures_split():
     cfg = {
         "distributed": {"num_nodes": 4},
