@@ -20,12 +20,17 @@ reduce-scatter read from the trainer's op timings (mean over ranks of each rank'
 over steps); stage 1's measured time is the micro-benchmark's (the slowest rank of each
 iteration, averaged). Prints a table of measured and predicted milliseconds and errors
 and writes ``results/bench_trainer_gap.json``. About 2 minutes a repeat here.
+
+``--against DIR`` runs every trainer stage on another checkout's trainer too (its
+proxies, on ``PYTHONPATH``), just before this tree's, and the table gains DIR's measured
+times and this tree's over DIR's: how a change to the trainer moves the gap.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -38,8 +43,13 @@ ELEM_BYTES = 4
 MS = 1e3
 
 
-def trainer_stage(cfg, machine, steps: int, tmp: Path, timeout_s: float) -> tuple[float, float]:
-    """(measured, predicted) seconds of the trainer's reduce-scatter on ``cfg``."""
+def trainer_stage(
+    cfg, machine, steps: int, tmp: Path, timeout_s: float, code: Path | None = None
+) -> tuple[float, float]:
+    """(measured, predicted) seconds of the trainer's reduce-scatter on ``cfg``; the
+    trainer of the checkout ``code`` (this tree's if None)."""
+    import os
+
     from workflows.endtoend import op_comparison, trainer_command
     from workflows.launcher import run_command
     from workflows.machine import machine_result
@@ -50,7 +60,15 @@ def trainer_stage(cfg, machine, steps: int, tmp: Path, timeout_s: float) -> tupl
             "training": cfg.training.model_copy(update={"num_epochs": 1, "steps_per_epoch": steps})
         }
     )
-    res = run_command(trainer_command(cfg, tmp), timeout_s)
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(code or ROOT) + (os.pathsep + saved if saved else "")
+    try:
+        res = run_command(trainer_command(cfg, tmp), timeout_s)
+    finally:
+        if saved is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = saved
     if res.timed_out or res.returncode != 0:
         raise SystemExit(f"the trainer failed ({res.returncode}):\n{res.output[-2000:]}")
     measured = TrainerRun.load(tmp / "measured.json")
@@ -93,7 +111,10 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=10, help="trainer steps a stage")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds a run")
     ap.add_argument("--out", default=str(ROOT / "results" / "bench_trainer_gap.json"))
+    ap.add_argument("--against", type=Path, help="another checkout, its trainer side by side")
     ns = ap.parse_args()
+    if ns.against is not None and not (ns.against / "proxies" / "ring_trainer.py").is_file():
+        raise SystemExit(f"--against {ns.against}: no proxies/ring_trainer.py there")
 
     from simnet.config import load_config
     from workflows.machine import ThisMachine
@@ -114,6 +135,7 @@ def main() -> int:
         "trainer as configured": {"permutations": rings, "limit": None},
     }
     samples: dict[str, list[tuple[float, float]]] = {}
+    theirs: dict[str, list[float]] = {}  # --against: DIR's measured seconds
     with tempfile.TemporaryDirectory(prefix="bench-trainer-gap-") as tmp_s:
         tmp = Path(tmp_s)
         for rep in range(ns.repeats):
@@ -125,10 +147,17 @@ def main() -> int:
                     update["distributed"] = cfg.distributed.model_copy(
                         update={"bandwidth_limit_gb_per_s": v["limit"]}
                     )
+                staged = cfg.model_copy(update=update)
+                if ns.against is not None:
+                    other = trainer_stage(staged, machine, ns.steps, tmp, ns.timeout, ns.against)
+                    theirs.setdefault(name, []).append(other[0])
+                    print(
+                        f"[{rep + 1}/{ns.repeats}] {name}: {ns.against}'s trainer measured "
+                        f"{MS * other[0]:.1f} ms",
+                        flush=True,
+                    )
                 t = time.perf_counter()
-                got = trainer_stage(
-                    cfg.model_copy(update=update), machine, ns.steps, tmp, ns.timeout
-                )
+                got = trainer_stage(staged, machine, ns.steps, tmp, ns.timeout)
                 samples.setdefault(name, []).append(got)
                 print(
                     f"[{rep + 1}/{ns.repeats}] {name}: measured {MS * got[0]:.1f} ms, "
@@ -152,22 +181,27 @@ def main() -> int:
     rows = []
     print(
         f"\n{'stage':<28} {'measured (ms)':>14} {'predicted (ms)':>15} {'error':>8}"
-        f"  (median of {ns.repeats})"
+        + (f" {'DIR (ms)':>9} {'this / DIR':>10}" if theirs else "")
+        + f"  (median of {ns.repeats})"
     )
     for name in order:
-        meas = sorted(m for m, _ in samples[name])[len(samples[name]) // 2]
+        meas = statistics.median_high(m for m, _ in samples[name])
         pred = samples[name][0][1]
         err = 100 * (pred - meas) / meas
-        rows.append(
-            {
-                "stage": name,
-                "measured_s": meas,
-                "predicted_s": pred,
-                "error_pct": err,
-                "measured_runs_s": [m for m, _ in samples[name]],
-            }
-        )
-        print(f"{name:<28} {MS * meas:>14.1f} {MS * pred:>15.1f} {err:>+7.1f}%")
+        row = {
+            "stage": name,
+            "measured_s": meas,
+            "predicted_s": pred,
+            "error_pct": err,
+            "measured_runs_s": [m for m, _ in samples[name]],
+        }
+        line = f"{name:<28} {MS * meas:>14.1f} {MS * pred:>15.1f} {err:>+7.1f}%"
+        if name in theirs:
+            other = statistics.median_high(theirs[name])
+            row |= {"against_measured_s": other, "against_measured_runs_s": theirs[name]}
+            line += f" {MS * other:>9.1f} {meas / other:>9.3f}x"
+        rows.append(row)
+        print(line)
     write_json(
         ns.out,
         {
@@ -176,6 +210,7 @@ def main() -> int:
             "config": ns.config,
             "host_params": machine.source,
             "steps": ns.steps,
+            "against": str(ns.against) if ns.against else None,
             "rows": rows,
         },
     )

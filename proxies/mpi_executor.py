@@ -149,13 +149,25 @@ class Pacer:
     Each chunk to ``dst`` owns a slot of ``size / limit`` seconds that starts
     when the previous chunk's slot ended (or now), and is released at the end
     of its slot: so over any span of chunks, bytes / elapsed <= limit.
+
+    While a sender waits for a release it tests the requests it has posted
+    (``sleep_until``'s ``pending``), every ``pause_s`` seconds: an MPI library
+    without a progress thread moves a message's bytes only inside its calls, and
+    a sender asleep between its chunks stalled the transfers of the chunks it had
+    already sent, which a link held to the limit would carry meanwhile.
     """
 
-    def __init__(self, limit_bytes_per_s: float, chunk_bytes: int = 1 << 20) -> None:
+    def __init__(
+        self,
+        limit_bytes_per_s: float,
+        chunk_bytes: int = 1 << 20,
+        pause_s: float = POLL_PAUSE_S,
+    ) -> None:
         if limit_bytes_per_s <= 0:
             raise ValueError(f"bandwidth limit must be > 0 bytes/s (got {limit_bytes_per_s})")
         self.limit = float(limit_bytes_per_s)
         self.chunk_elems = max(1, chunk_bytes // ELEM_BYTES)
+        self.pause_s = pause_s
         self.next_s: dict[int, float] = {}
         self.waited_s = 0.0
 
@@ -166,14 +178,24 @@ class Pacer:
         self.next_s[dst] = release
         return release
 
-    def sleep_until(self, release: float) -> None:
+    def sleep_until(self, release: float, pending: list[MPI.Request] | None = None) -> None:
+        """Return at ``release`` (perf_counter seconds), testing ``pending`` (requests
+        already posted) meanwhile, so that their transfers go on while this rank waits."""
         delay = release - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-            self.waited_s += delay
+        if delay <= 0:
+            return
+        self.waited_s += delay
+        while pending and not MPI.Request.Testall(pending):
+            left = release - time.perf_counter()
+            if left <= 0:
+                return
+            time.sleep(min(left, self.pause_s))
+        left = release - time.perf_counter()
+        if left > 0:
+            time.sleep(left)
 
-    def wait(self, dst: int, size_bytes: int) -> None:
-        self.sleep_until(self.reserve(dst, size_bytes))
+    def wait(self, dst: int, size_bytes: int, pending: list[MPI.Request] | None = None) -> None:
+        self.sleep_until(self.reserve(dst, size_bytes), pending)
 
 
 @dataclass
@@ -429,7 +451,7 @@ class MPIExecutor:
                         paced.append((pacer.reserve(dst_global, c * ELEM_BYTES), dst, o, c))
             # Destinations are paced side by side: chunks leave in release order.
             for release, dst, o, c in sorted(paced):
-                pacer.sleep_until(release)
+                pacer.sleep_until(release, pending)
                 pending.append(comm.Isend(sb[o : o + c], dst, tag))
             return pending
 
@@ -695,7 +717,7 @@ def pairwise_bandwidth(
                     reqs = []
                     for o, c in _placed(pieces):
                         if pacer is not None:
-                            pacer.wait(j, c * ELEM_BYTES)
+                            pacer.wait(j, c * ELEM_BYTES, reqs)
                         reqs.append(comm.Isend(buf[o : o + c], j, MEASURE_TAG))
                     reqs.append(comm.Irecv(ack, j, MEASURE_TAG + 1))
                     _poll_all(reqs)

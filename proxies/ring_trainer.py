@@ -129,7 +129,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             **settings.executor_options(),
         )
         if ns.bandwidth_limit > 0:
-            ex.pacer = mx.Pacer(gb_per_s_to_bytes_per_s(ns.bandwidth_limit), ns.chunk_bytes)
+            ex.pacer = mx.Pacer(
+                gb_per_s_to_bytes_per_s(ns.bandwidth_limit),
+                ns.chunk_bytes,
+                settings.poll_pause_s,
+            )
         ex.buffer_bytes = ns.buffer_bytes or None
         ex.create_communicators()
         ex.allocate()

@@ -7,6 +7,7 @@ tests/reference_counts.py.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from collections import Counter
 import pytest
 
 from . import reference_counts as ref
-from .mpirun import mpirun, run_json
+from .mpirun import MPIEXEC, mpirun, run_json
 
 FAST = ("--iters", "1", "--warmup", "0")
 
@@ -517,3 +518,42 @@ def test_mpiexec_piped_into_head_still_writes_the_json(tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert json.loads(out.read_text())["world_size"] == 2
+
+
+PACED_RECEIVER = """
+import sys, time
+from mpi4py import MPI
+from proxies.mpi_executor import Pacer
+from proxies.buffers import zeros
+comm = MPI.COMM_WORLD
+buf = zeros(4 << 20)  # 16 MB: a rendezvous message, copied as the receiver progresses
+comm.Barrier()
+if comm.Get_rank() == 1:
+    req = comm.Irecv(buf, 0, 5)
+    pending = [req] if sys.argv[1] == "test" else None
+    Pacer(1e9, 1 << 20, 1e-4).sleep_until(time.perf_counter() + 0.5, pending)
+    req.Wait()
+else:
+    t0 = time.perf_counter()
+    comm.Isend(buf, 1, 5).Wait()
+    print(time.perf_counter() - t0)
+"""
+
+
+def test_a_rank_waiting_for_its_pacer_keeps_its_posted_transfers_moving():
+    # Rank 1 waits half a second for a pacing release with a 16 MB receive posted. Asleep,
+    # it stalls rank 0's send until it wakes (MPICH moves the bytes inside the
+    # receiver's calls); testing its posted requests meanwhile, the send completes first.
+    from proxies.launch import THROTTLE_VARS
+
+    def send_s(mode: str) -> float:
+        r = subprocess.run(
+            [MPIEXEC, "-n", "2", sys.executable, "-c", PACED_RECEIVER, mode],
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+            env={**os.environ, **THROTTLE_VARS},
+        )  # fmt: skip
+        assert r.returncode == 0, r.stdout + r.stderr
+        return float(r.stdout)
+
+    assert send_s("sleep") >= 0.5
+    assert send_s("test") < 0.4
