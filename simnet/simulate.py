@@ -196,17 +196,24 @@ def _rate(traffic_bytes: np.ndarray, busy_s: np.ndarray) -> np.ndarray:
 
 
 # -- building blocks from a configuration -------------------------------------------
-def _used_endpoints(cfg: Config, graph: nx.DiGraph) -> list[int] | None:
-    """The network's endpoints the ranks sit on, every job's with jobs; with hosts (added
-    after the what-if changes, so ``graph``'s endpoints are the hosts) the hosts holding
-    a rank. None when the placement is not one this network can take (its own check
-    says why)."""
+def _used_endpoints(
+    cfg: Config, graph: nx.DiGraph, rank_groups: Sequence[range] | None = None
+) -> list[list[int]] | None:
+    """The network's endpoints the ranks sit on, in groups that never exchange a message:
+    one, or with jobs one a job; with hosts (added after the what-if changes, so
+    ``graph``'s endpoints are the hosts) the hosts holding a rank. None when the
+    placement is not one this network can take (its own check says why);
+    ``rank_groups``: groups of ranks, as ``build_topology`` takes them."""
     k = cfg.hosts.ranks_per_host or 1
     n = graph.graph["num_endpoints"] * k
     if cfg.jobs:
-        used = [e for placement in cfg.job_placements() for e in placement]
+        groups = [list(placement) for placement in cfg.job_placements()]
     else:
-        used = cfg.topology.placement or range(cfg.world_size)
+        placed = list(cfg.topology.placement or range(cfg.world_size))
+        groups = [placed]
+        if rank_groups is not None and len(placed) == cfg.world_size:
+            groups = [[placed[r] for r in ranks] for ranks in rank_groups]
+    used = [e for g in groups for e in g]
     if not used or any(not 0 <= e < n for e in used):
         if not cfg.jobs and cfg.topology.placement is not None:
             # The placement's own error first (a failure's split, the whole network
@@ -222,12 +229,17 @@ def _used_endpoints(cfg: Config, graph: nx.DiGraph) -> list[int] | None:
         return None
     if k > 1:
         # Rank endpoint r sits on host r // k (topologies.with_hosts).
-        return sorted({e // k for e in used})
-    return list(used)
+        return [sorted({e // k for e in g}) for g in groups]
+    return groups
 
 
-def build_topology(cfg: Config) -> tuple[nx.DiGraph, list[str]]:
-    """The networkx graph a configuration describes, and what was assumed."""
+def build_topology(
+    cfg: Config, rank_groups: Sequence[range] | None = None
+) -> tuple[nx.DiGraph, list[str]]:
+    """The networkx graph a configuration describes, and what was assumed.
+    ``rank_groups``: ranks that never exchange a message with another group's (the jobs
+    of a shared run, which the configuration gives as one workload), so that a failure
+    may separate the groups (see ``whatif.apply_links``)."""
     t, d = cfg.topology, cfg.distributed
     n = cfg.num_endpoints
     bw = gb_per_s_to_bytes_per_s(d.bandwidth_limit_gb_per_s)
@@ -311,13 +323,15 @@ def build_topology(cfg: Config) -> tuple[nx.DiGraph, list[str]]:
     g, link_notes = whatif.apply_links(
         g,
         cfg.whatif,
-        _used_endpoints(cfg, g),
+        _used_endpoints(cfg, g, rank_groups),
         hosts=bool(cfg.hosts.ranks_per_host),
         ecmp=cfg.topology.effective_ecmp,
+        names=[j.name for j in cfg.jobs] or None,
     )
     if cfg.hosts.ranks_per_host:
         degraded = g.graph.get("whatif_degraded")
         cut = g.graph.get("cut_off", [])
+        parts = g.graph.get("parts")
         g = add_hosts(cfg, g, assumed)
         if degraded:
             # The changed links as the hosts' network names them (endpoint h: host<h>), for
@@ -330,6 +344,10 @@ def build_topology(cfg: Config) -> tuple[nx.DiGraph, list[str]]:
             # A host the failures cut off holds no rank: its rank endpoints have no routes.
             k = cfg.hosts.ranks_per_host
             g.graph["cut_off"] = [r for h in cut for r in range(h * k, (h + 1) * k)]
+        if parts:
+            # The parts' hosts as their rank endpoints (host h: h k .. h k + k - 1).
+            k = cfg.hosts.ranks_per_host
+            g.graph["parts"] = [[r for h in p for r in range(h * k, (h + 1) * k)] for p in parts]
     else:
         # (a calibration file fills these for hosts; the compute fields apply without)
         idle = [
@@ -594,7 +612,8 @@ def simulate(
     draws the random stream numbered ``r + noise_streams_from`` (a job of several alone
     draws those of its ranks in the jobs' shared run). ``watch_jobs`` = (link keys, each
     job's ranks) records on those links when two or more jobs' bytes drain over them at
-    once (each phase network's ``meetings()``: how :mod:`simnet.jobs` finds contention).
+    once (each phase network's ``meetings()``: how :mod:`simnet.jobs` finds contention),
+    and lets failed links separate the jobs (each must stay connected in itself).
     """
     cfg = load_config(config)
     if cfg.jobs and workload is None and topology is None:
@@ -643,7 +662,7 @@ def simulate(
     if progress is not None and big:
         progress(f"building the {cfg.topology.type} network ({cfg.num_rank_endpoints:,} endpoints)")
     if topology is None:
-        graph, assumed = build_topology(cfg)
+        graph, assumed = build_topology(cfg, watch_jobs[1] if watch_jobs else None)
     else:
         graph, assumed = topology, list(topology_notes)
     assumed = [*calibrated, *host_notes, *assumed]
@@ -1229,7 +1248,8 @@ def route_matrices(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Achievable point-to-point bandwidth (bytes/s, the route's bottleneck) and
     route latency (s) between every pair of endpoints; the diagonal is inf / 0, and
-    0 / inf to or from an endpoint failed links cut off (``graph.graph["cut_off"]``).
+    0 / inf to or from an endpoint failed links cut off (``graph.graph["cut_off"]``) and
+    between two parts they split the network into (``graph.graph["parts"]``).
     ``router`` (one on ``graph`` with the same ``ecmp``) reuses its searches."""
     n = graph.graph["num_endpoints"]
     if router is None:
@@ -1244,16 +1264,18 @@ def route_matrices(
         if closed is not None:
             return closed
     cut = set(graph.graph.get("cut_off", ()))
+    part_of = _part_of(graph)
     tree = router.tree if router.routes_are_trees else None
-    if cut and tree is None:
-        # Each pair's own route, between the endpoints still reached (0 / inf for the
-        # others: no route).
-        keep = [e for e in range(n) if e not in cut]
-        m = len(keep)
-        got = router.route_metrics_pairs([(s, d) for s in keep for d in keep])
+    if (cut or part_of) and tree is None:
+        # Each pair's own route, between the endpoints still reached, part by part (0 /
+        # inf for the others: no route).
         bw, lat = _no_routes(n)
-        rows = np.ix_(keep, keep)
-        bw[rows], lat[rows] = got[0].reshape(m, m), got[1].reshape(m, m)
+        parts = graph.graph.get("parts") or [[e for e in range(n) if e not in cut]]
+        for keep in parts:
+            m = len(keep)
+            got = router.route_metrics_pairs([(s, d) for s in keep for d in keep])
+            rows = np.ix_(keep, keep)
+            bw[rows], lat[rows] = got[0].reshape(m, m), got[1].reshape(m, m)
         return bw, lat
     if tree is None or n == 1:
         # Each pair's own (ECMP-hashed or dimension-ordered) route (inf / 0.0 to
@@ -1268,11 +1290,12 @@ def route_matrices(
     # per source gives every route's bottleneck (min) and latency. The latency is
     # kept exact, as non-overlapping partial sums (Shewchuk), so that math.fsum of
     # them equals topologies.path_latency_s (math.fsum of the route's edges).
-    if cut:
+    if cut or part_of:
         bw, lat = _no_routes(n)
     for s in range(n):
         if s in cut:
             continue
+        mine = part_of.get(s) if part_of else None
         router.num_paths(s, s)  # checks that s is an endpoint
         node_bw: dict = {s: math.inf}
         node_lat: dict = {s: ()}
@@ -1294,7 +1317,7 @@ def route_matrices(
         row_bw, row_lat = bw[s], lat[s]
         for d in range(n):
             if d != s:
-                if d in cut:
+                if d in cut or (part_of and part_of.get(d) != mine):
                     continue  # (0 / inf: no route)
                 if d not in node_bw:
                     router.path(s, d)  # raises: no route
@@ -1375,6 +1398,16 @@ def _route_bandwidth_pass(
     return blocks, nodes
 
 
+def _part_of(graph: nx.DiGraph) -> dict[int, int] | None:
+    """Each endpoint's part where failed links split the network into parts that hold
+    jobs never exchanging a message (``graph.graph["parts"]``, see
+    ``whatif.apply_links``); None where they did not."""
+    parts = graph.graph.get("parts")
+    if not parts:
+        return None
+    return {e: i for i, part in enumerate(parts) for e in part}
+
+
 def _no_routes(n: int) -> tuple[np.ndarray, np.ndarray]:
     """Route matrices of ``n`` endpoints none of which reaches another: bandwidth 0 and
     latency inf, but inf / 0 on the diagonal (an endpoint to itself)."""
@@ -1420,9 +1453,12 @@ def pair_route_metrics(
     lat = np.zeros(len(pairs))
     rest: list[int] = []
     cut = set(router.graph.graph.get("cut_off", ()))
+    part_of = _part_of(router.graph)
     for i, (s, d) in enumerate(pairs):
-        if cut and s != d and (s in cut or d in cut):
-            bw[i], lat[i] = 0.0, math.inf  # cut off by failed links: no route
+        if s != d and (
+            (cut and (s in cut or d in cut)) or (part_of and part_of.get(s) != part_of.get(d))
+        ):
+            bw[i], lat[i] = 0.0, math.inf  # cut off or split by failed links: no route
             continue
         links = routed(s, d) if routed is not None and s != d else None
         if links:

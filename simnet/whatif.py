@@ -11,7 +11,7 @@ describes them. Every change is stated in a note for the summary and the results
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Hashable
+from collections.abc import Callable, Collection, Hashable, Sequence
 
 import networkx as nx
 import numpy as np
@@ -78,14 +78,17 @@ NO_COMPUTE = "the workload computes nothing: stragglers and noise change nothing
 def apply_links(
     graph: nx.DiGraph,
     whatif: WhatIfSection,
-    used: Collection[int] | None = None,
+    used: Sequence[Collection[int]] | None = None,
     hosts: bool = False,
     ecmp: bool | None = None,
+    names: Sequence[str] | None = None,
 ) -> tuple[nx.DiGraph, list[str]]:
     """``graph`` with the degraded links' bandwidths scaled and the failed links removed
     (a copy; ``graph`` is unchanged when there is nothing to apply), and one note per
-    change. ``used``: the endpoints ranks sit on (None: every endpoint), which must
-    still reach one another; others the failures cut off are noted. Raises ConfigError
+    change. ``used``: the endpoints ranks sit on, in groups that never exchange a message
+    (one group; with jobs, one a job, named by ``names``; None: every endpoint); each
+    group's endpoints must still reach one another, and others the failures cut off are
+    noted, as are groups the failures separate (the graph's ``parts``). Raises ConfigError
     naming an unknown node or link, or the used endpoints a failure separates. ``hosts``:
     the endpoints become hosts (hosts.ranks_per_host), which the notes name as the outputs
     do (``host<h>``); ``ecmp``: the run's routing (``topologies.Router``'s), whose routes
@@ -162,13 +165,33 @@ def apply_links(
     if removed:
         said = ", ".join(f"{shown(u)} <-> {shown(v)}" for u, v in removed)
         unit = "host" if hosts else "endpoint"
-        idle = _check_connected(g, said, used, unit)
-        notes.append(f"failed: {said}; {_rerouted(graph, g, idle, unit, ecmp)}")
+        idle, parts = _check_connected(g, said, used, unit, names)
+        notes.append(f"failed: {said}; {_rerouted(graph, g, idle, unit, ecmp, parts)}")
         g.graph["whatif_failed"] = removed_edges
         if idle:
             notes.append(f"{_listed(idle, unit)} cut off by the failures (no rank there)")
             g.graph["cut_off"] = idle  # (no routes to or from them: see route_matrices)
+        if len(parts) > 1:
+            # (only groups that never exchange a message, jobs, can be apart)
+            notes.append(
+                f"the failures split the network into {len(parts)} parts, "
+                + ", ".join(f"{unit}s {_span(p)}" for p in parts)
+                + ": the jobs in each still reach one another, and no route joins two parts"
+            )
+            g.graph["parts"] = parts  # (no routes between them: see route_matrices)
     return g, notes
+
+
+def _span(ends: list[int]) -> str:
+    """Sorted endpoints as ranges: [0, 1, 2, 3, 6] -> "0..3, 6" (at most 4 ranges shown)."""
+    runs: list[list[int]] = []
+    for e in ends:
+        if runs and e == runs[-1][1] + 1:
+            runs[-1][1] = e
+        else:
+            runs.append([e, e])
+    shown = [f"{a}..{b}" if b > a + 1 else (f"{a}, {b}" if b > a else f"{a}") for a, b in runs]
+    return ", ".join(shown[:4]) + (", ..." if len(shown) > 4 else "")
 
 
 def _listed(ends: list[int], unit: str = "endpoint") -> str:
@@ -176,54 +199,87 @@ def _listed(ends: list[int], unit: str = "endpoint") -> str:
 
 
 def _check_connected(
-    graph: nx.DiGraph, what: str, used: Collection[int] | None, unit: str = "endpoint"
-) -> list[int]:
-    """Check that the ``used`` endpoints (None: all) still reach one another; returns
-    the unused endpoints that the failures (``what``) cut off from them. A split is
-    told from the largest group of used endpoints that still reach one another: every
-    used endpoint outside it is named, however many pieces the rest fell into."""
+    graph: nx.DiGraph,
+    what: str,
+    used: Sequence[Collection[int]] | None,
+    unit: str = "endpoint",
+    names: Sequence[str] | None = None,
+) -> tuple[list[int], list[list[int]]]:
+    """Check that each group of ``used`` endpoints (a job's; None: all endpoints, one
+    group) still reach one another; returns the unused endpoints the failures (``what``)
+    cut off from every group, and the parts the groups sit in (each part's endpoints,
+    those still reaching one another; several where the failures separated groups that
+    never exchange a message: jobs). A split of a group is told from its largest set of
+    endpoints that still reach one another: every one of its endpoints outside it is
+    named, however many pieces the rest fell into; ``names`` name the groups (jobs)."""
     n = graph.graph["num_endpoints"]
-    ends = sorted(set(range(n) if used is None else used))
     group = {}
     for i, comp in enumerate(nx.strongly_connected_components(graph)):
         group.update((x, i) for x in comp if type(x) is int and x < n)
-    sizes: dict[int, int] = {}
-    for e in ends:
-        sizes[group[e]] = sizes.get(group[e], 0) + 1
-    first: dict[int, int] = {}  # group -> its smallest endpoint (ends is sorted)
-    for e in ends:
-        first.setdefault(group[e], e)
-    # The largest group, the one with the smallest endpoint among equals.
-    main = max(sizes, key=lambda c: (sizes[c], -first[c]))
-    root = first[main]
+    groups = [range(n)] if used is None else used
+    held: dict[int, None] = {}  # the components holding a group, in the groups' order
+    for g_index, members in enumerate(groups):
+        ends = sorted(set(members))
+        if not ends:
+            continue
+        sizes: dict[int, int] = {}
+        first: dict[int, int] = {}  # component -> its smallest endpoint (ends is sorted)
+        for e in ends:
+            sizes[group[e]] = sizes.get(group[e], 0) + 1
+            first.setdefault(group[e], e)
+        # The largest component, the one with the smallest endpoint among equals.
+        main = max(sizes, key=lambda c: (sizes[c], -first[c]))
+        held[main] = None
+        outside = [e for e in ends if group[e] != main]
+        if outside:
+            whose = f" job {names[g_index]}" if names else ""
+            _refuse_split(graph, what, used is None, unit, outside, first[main], sizes[main],
+                          group, whose)  # fmt: skip
+    parts = [[e for e in range(n) if group[e] == c] for c in held]
+    if used is None:
+        return [], parts
+    inside = {e for part in parts for e in part}
+    return [e for e in range(n) if e not in inside], parts
+
+
+def _refuse_split(
+    graph: nx.DiGraph,
+    what: str,
+    everyone: bool,
+    unit: str,
+    outside: list[int],
+    root: int,
+    kept: int,
+    group: dict[int, int],
+    whose: str,
+) -> None:
+    """Raise the ConfigError of a group of used endpoints that the failures split:
+    ``outside`` its endpoints beyond its largest part, ``root`` that part's smallest
+    endpoint and ``kept`` its size; ``group`` each endpoint's strongly connected part;
+    ``whose`` names the group's job (" job b", or "")."""
+    ranks = "" if everyone else " with ranks"
+    units = (f"{unit}{ranks}", f"{unit}s{ranks}")
     reach = nx.descendants(graph, root) | {root}
     back = nx.ancestors(graph, root) | {root}
-    outside = [e for e in ends if group[e] != main]
-    if outside:
-        ranks = "" if used is None else " with ranks"
-        units = (f"{unit}{ranks}", f"{unit}s{ranks}")
-        unreached = [e for e in outside if e not in reach]
-        unreaching = [e for e in outside if e not in back]
-        if unreached == unreaching == outside:
-            parts = len({group[e] for e in outside})
-            apart = f" (in {parts} parts)" if parts > 1 else ""
-            lost = [
-                f"{_listed(outside, unit)}{apart} and the other {counted(sizes[main], *units)} "
-                "have no route between them"
-            ]
-        else:
-            lost = []
-            if unreached:
-                lost.append(f"{unit} {root} has no route to {_listed(unreached, unit)}")
-            if unreaching:
-                lost.append(f"{_listed(unreaching, unit)} have no route to {unit} {root}")
-        raise ConfigError(
-            f"whatif.failed_links: without {what} the network splits: {' and '.join(lost)}; "
-            "fail fewer links"
-        )
-    if used is None:
-        return []
-    return [e for e in range(n) if e not in reach or e not in back]
+    unreached = [e for e in outside if e not in reach]
+    unreaching = [e for e in outside if e not in back]
+    if unreached == unreaching == outside:
+        parts = len({group[e] for e in outside})
+        apart = f" (in {parts} parts)" if parts > 1 else ""
+        lost = [
+            f"{_listed(outside, unit)}{apart} and the other {counted(kept, *units)} "
+            "have no route between them"
+        ]
+    else:
+        lost = []
+        if unreached:
+            lost.append(f"{unit} {root} has no route to {_listed(unreached, unit)}")
+        if unreaching:
+            lost.append(f"{_listed(unreaching, unit)} have no route to {unit} {root}")
+    raise ConfigError(
+        f"whatif.failed_links: without {what} the network splits{whose}: "
+        f"{' and '.join(lost)}; fail fewer links"
+    )
 
 
 REROUTES_NOT_COUNTED = "traffic rerouted on the remaining shortest routes"
@@ -236,26 +292,33 @@ REROUTE_COUNT_MAX_PAIRS = 100_000
 
 
 def _rerouted(
-    before: nx.DiGraph, after: nx.DiGraph, cut: list[int], unit: str, ecmp: bool | None
+    before: nx.DiGraph,
+    after: nx.DiGraph,
+    cut: list[int],
+    unit: str,
+    ecmp: bool | None,
+    parts: list[list[int]] | None = None,
 ) -> str:
     """How many endpoint pairs' routes the failures lengthened (counted on small graphs;
-    pairs with an endpoint ``cut`` off left out), the endpoints called ``unit``s, routed
-    as the run routes them (``ecmp``)."""
+    pairs with an endpoint ``cut`` off, or with their endpoints in two of the ``parts``
+    the failures left, left out), the endpoints called ``unit``s, routed as the run
+    routes them (``ecmp``)."""
     n = before.graph["num_endpoints"]
     if n > _REROUTE_CHECK_MAX_ENDPOINTS:
         return REROUTES_NOT_COUNTED
     r0, r1 = topologies.Router(before, ecmp=ecmp), topologies.Router(after, ecmp=ecmp)
-    changed = longer = 0
+    changed = longer = pairs = 0
     off = set(cut)
-    ends = [e for e in range(n) if e not in off]
-    for s in ends:
-        for d in ends:
-            if s != d:
-                a, b = r0.path(s, d), r1.path(s, d)
-                changed += a != b
-                longer += len(b) > len(a)
-    m = len(ends)
-    return f"{changed} of {m * (m - 1)} {unit} pairs rerouted ({longer} on longer routes)"
+    together = parts if parts and len(parts) > 1 else [[e for e in range(n) if e not in off]]
+    for ends in together:
+        for s in ends:
+            for d in ends:
+                if s != d:
+                    a, b = r0.path(s, d), r1.path(s, d)
+                    changed += a != b
+                    longer += len(b) > len(a)
+                    pairs += 1
+    return f"{changed} of {pairs} {unit} pairs rerouted ({longer} on longer routes)"
 
 
 def after_run(

@@ -529,7 +529,7 @@ def test_a_failure_is_checked_against_every_jobs_endpoints_before_any_runs():
     cfg = _two_jobs("dlrm", "dlrm", 16, failed_links=[[6, "sw"]])  # job b's third rank
     with pytest.raises(ConfigError) as e:
         simnet.simulate(cfg, record_series=False)
-    assert "endpoint(s) [6] and the other 7 endpoints with ranks" in str(e.value)
+    assert "splits job b: endpoint(s) [6] and the other 3 endpoints with ranks" in str(e.value)
     cfg["whatif"]["failed_links"] = [[15, "sw"]]
     res = simnet.simulate(cfg, record_series=False)
     assert "endpoint(s) [15] cut off by the failures (no rank there)" in res.scenario
@@ -585,3 +585,76 @@ def test_a_seed_without_noise_and_ecmp_on_a_torus_are_said():
     noisy = simnet.simulate({**base, "whatif": {"seed": 42, "compute_noise": 0.1}},
                             record_series=False)  # fmt: skip
     assert not any(a.startswith("whatif.seed") for a in noisy.assumed)
+
+
+def _jobs_on_a_ring(failed: list, **extra) -> dict:
+    # A bidirectional ring of 8: job a on endpoints 0..3, job b on 4..7.
+    job = {"name": "resnet50", "world_size": 4, "scale": 0.01}
+    return {
+        "distributed": {"num_nodes": 8, "bandwidth_limit_gb_per_s": 10},
+        "topology": {"type": "ring", "link_latency_us": 1},
+        "jobs": [{"name": "a", "workload": job}, {"name": "b", "workload": job}],
+        "whatif": {"failed_links": failed},
+        **extra,
+    }
+
+
+def test_failures_may_separate_jobs_that_each_stay_connected():
+    # Links 3 <-> 4 and 7 <-> 0 down: each job keeps a line of its own (0-1-2-3, 4-5-6-7).
+    res = simnet.simulate(_jobs_on_a_ring([[3, 4], [7, 0]]), record_series=False)
+    assert res.scenario == [
+        "failed: 3 <-> 4, 7 <-> 0; 0 of 24 endpoint pairs rerouted (0 on longer routes)",
+        "the failures split the network into 2 parts, endpoints 0..3, endpoints 4..7: the "
+        "jobs in each still reach one another, and no route joins two parts",
+    ]
+    a, b = res.jobs.jobs
+    assert a.shared_s == a.alone_s and b.shared_s == b.alone_s  # no link between them
+    assert res.jobs.contended == [] and res.jobs.shared_apart == []
+    # No route between the parts; inside each, the line's own.
+    bw, lat = res.bandwidth_bytes_per_s, res.latency_s
+    assert (bw[:4, 4:] == 0).all() and (bw[4:, :4] == 0).all() and np.isinf(lat[:4, 4:]).all()
+    assert bw[0, 3] == 10e9 and lat[0, 3] == pytest.approx(3e-6)  # 0 -> 1 -> 2 -> 3
+    # Alone, job a ran on that line too: the same time as a job of its own on it.
+    line = simnet.simulate(
+        {
+            "distributed": {"num_nodes": 8, "bandwidth_limit_gb_per_s": 10},
+            "topology": {"type": "ring", "link_latency_us": 1},
+            "workload": {"name": "resnet50", "world_size": 4, "scale": 0.01},
+            "whatif": {"failed_links": [[3, 4], [7, 0]]},
+        },
+        record_series=False,
+    )
+    assert a.alone_s == pytest.approx(line.iteration_time_s, rel=1e-12)
+
+
+def test_a_failure_that_splits_one_job_is_refused_naming_the_job():
+    with pytest.raises(ConfigError) as e:
+        simnet.simulate(_jobs_on_a_ring([[4, 5], [7, 0]]), record_series=False)
+    assert str(e.value) == (
+        "whatif.failed_links: without 4 <-> 5, 7 <-> 0 the network splits job b: endpoint(s) "
+        "[4] and the other 3 endpoints with ranks have no route between them; fail fewer links"
+    )
+
+
+def test_with_hosts_failures_may_separate_jobs_on_their_hosts():
+    # Two groups of 4 hosts of 2 ranks; group 1's hosts lose their links to the top
+    # switch: job a (hosts 0..3, rank endpoints 0..7) and job b (hosts 4..7, 8..15) apart.
+    job = {"name": "resnet50", "world_size": 8, "scale": 0.01}
+    res = simnet.simulate(
+        {
+            "distributed": {"num_nodes": 8, "bandwidth_limit_gb_per_s": 10},
+            "topology": {"type": "hierarchical", "num_nodes": 8, "group_size": 4,
+                         "intra_bandwidth_gb_per_s": 50, "inter_bandwidth_gb_per_s": 10},
+            "hosts": {"ranks_per_host": 2, "copy_bandwidth_gb_per_s": 20},
+            "jobs": [{"name": "a", "workload": job}, {"name": "b", "workload": job}],
+            "whatif": {"failed_links": [[h, "top"] for h in range(4, 8)]},
+        },
+        record_series=False,
+    )  # fmt: skip
+    assert res.scenario[1] == (
+        "the failures split the network into 2 parts, hosts 0..3, hosts 4..7: the jobs in "
+        "each still reach one another, and no route joins two parts"
+    )
+    bw = res.bandwidth_bytes_per_s
+    assert (bw[:8, 8:] == 0).all() and (bw[8:, :8] == 0).all()
+    assert (bw[8:, 8:][~np.eye(8, dtype=bool)] > 0).all()
