@@ -5,8 +5,7 @@ start time. :func:`simulate_jobs` runs each job alone on the network (its time a
 then all of them in one simulation whose ranks are the jobs' ranks side by side (job
 ``j``'s rank ``r`` is combined rank ``offset_j + r``, on the job's endpoint ``r``), each
 job's ranks starting at its start time. A job's shared time is from its start to the
-end of its last rank; its slowdown is shared over alone. The links two or more jobs
-send bytes over are where they contend.
+end of its last rank; its slowdown is shared over alone.
 
 A job with several phases runs them one after another (each for the workload's
 iterations) as one program, alone and shared alike, and with ``whatif.compute_noise``

@@ -43,7 +43,7 @@ cdef Py_ssize_t _OPEN_RUNS  # the length of _KeyQueue's open_tail and open_key
 cdef int _ALPHA, _DRAINING, _LATENCY, _DONE, _TIMER, _HANDSHAKE
 cdef Py_ssize_t _FAST_FORWARD_HOPS
 cdef long long _FAST_FORWARD_RATES
-cdef double _INF, _RATE_RTOL, _KEEP_RTOL, _SLACK_BELOW
+cdef double _INF, _RATE_RTOL, _KEEP_RTOL, _SLACK_BELOW, _TOGETHER_RTOL
 cdef object _ONE_TAG
 cdef unsigned long long _HASH_MUL
 

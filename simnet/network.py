@@ -128,6 +128,9 @@ _INF = math.inf
 _HASH_MUL = 0x9E3779B97F4A7C15
 
 _RATE_RTOL = 1e-12  # a new rate this close to the current one is no change
+# Jobs draining over a link together for less than this times the clock were not: the
+# span is rounding (see _Meeting._settle).
+_TOGETHER_RTOL = 1e-12
 # A flow whose rate is below the rate of what changed since the last recomputation by
 # more than this (relative) keeps its rate (see _flush): a margin for rounding.
 _KEEP_RTOL = 1e-9
@@ -665,9 +668,11 @@ class _Meeting:
         self.together_s = 0.0  # seconds during which two or more jobs drained here
 
     def _settle(self, now: float) -> None:
-        """Count the time since the last change, if two or more jobs drained meanwhile."""
-        if self.active >= 2 and now > self.since_s:
-            dt = now - self.since_s
+        """Count the time since the last change, if two or more jobs drained meanwhile.
+        A span within rounding of nothing is none: a job whose first byte comes as
+        another's last leaves can be 1e-19 s "together" with it."""
+        dt = now - self.since_s
+        if self.active >= 2 and dt > now * _TOGETHER_RTOL:
             self.together_s += dt
             for j in range(len(self.counts)):
                 if self.counts[j]:
@@ -677,6 +682,8 @@ class _Meeting:
     def start(self, src: object, now: float) -> None:
         """A flow from endpoint ``src`` begins draining over the link at ``now`` (s)."""
         j = self.job_of[src]
+        if j < 0:
+            raise ValueError(f"watched link: endpoint {src!r} sends but has no job")
         self._settle(now)
         c = self.counts[j]
         if not c:

@@ -536,8 +536,8 @@ def jobs_lines(report: Any, top: int = 5) -> list[str]:
             f"  contended links (two or more jobs' bytes on them at once): "
             f"{len(report.contended)}; the longest together first: "
             + "; ".join(
-                f"{link_name(c.link)} (together {c.together_s * 1e3:.3f} ms of "
-                f"{c.busy_s * 1e3:.3f} ms busy; "
+                f"{link_name(c.link)} (together {c.together_s * 1e3:.4g} ms of "
+                f"{c.busy_s * 1e3:.4g} ms busy; "
                 + ", ".join(
                     f"{k} {format_bytes(b)}" + ("" if k in c.meeting else " at another time")
                     for k, b in c.bytes_by_job.items()

@@ -588,7 +588,7 @@ def test_a_dragonfly_global_link_counts_once_in_the_link_outputs(tmp_path):
     ]
     summary = (tmp_path / "sim_summary.txt").read_text()
     together = [
-        f"{c.together_s * 1e3:.3f} ms of {c.busy_s * 1e3:.3f} ms" for c in res.jobs.contended
+        f"{c.together_s * 1e3:.4g} ms of {c.busy_s * 1e3:.4g} ms" for c in res.jobs.contended
     ]
     assert (
         "contended links (two or more jobs' bytes on them at once): 2; the longest together "
@@ -664,8 +664,9 @@ def test_the_time_two_jobs_bytes_drain_together_is_counted_per_link(tmp_path):
         c.together_s for c in res.jobs.contended
     ]
     first = res.jobs.contended[0]
+    one_ms = b.link_bytes[first.link] / (BW_GB * 1e9) * 1e3  # a step's bytes alone on it
     summary = (tmp_path / "sim_summary.txt").read_text()
     assert (
-        f"{first.link[0]}->{first.link[1]} (together {first.together_s * 1e3:.3f} ms of "
-        f"{first.busy_s * 1e3:.3f} ms busy; a " in summary
+        f"{first.link[0]}->{first.link[1]} (together {2 * one_ms:.4g} ms of "
+        f"{3 * one_ms:.4g} ms busy; a " in summary
     )

@@ -1242,3 +1242,36 @@ def test_links_are_watched_before_any_transfer():
     env.run()
     with pytest.raises(RuntimeError, match="before the first transfer"):
         net.watch_links([(0, 1)], [0, 0], 1)
+
+
+def test_a_job_starting_as_anothers_last_byte_leaves_is_not_together_with_it():
+    # Job 0 sends three messages one after another; job 1 starts at their end, the time
+    # taken through microseconds (as a job's start_us is): it comes out 1.1e-19 s before
+    # the last byte leaves, rounding, which is no meeting.
+    def run(start_b: float | None) -> tuple[float, dict]:
+        env, net = make(line((10e9, 0.0), (10e9, 0.0)))
+        net.watch_links([(1, 2)], [0, 1, -1], 2)
+        ends: list[float] = []
+
+        def job_a():
+            for size in (184_808, 2_054_216, 1_058_124):
+                ends.append((yield net.transfer(0, 2, size)).end_s)
+
+        env.process(job_a())
+        if start_b is not None:
+            send_at(env, net, start_b, 1, 2, 4_000_000, [])
+        env.run()
+        return ends[-1], net.meetings()
+
+    end, _ = run(None)
+    start_b = end * 1e6 / 1e6
+    assert start_b < end  # the rounding this is about
+    assert run(start_b)[1] == {(1, 2): (0.0, [0.0, 0.0])}
+
+
+def test_a_watched_links_flow_from_an_endpoint_without_a_job_is_refused():
+    env, net = make(line((10e9, 0.0)))
+    net.watch_links([(0, 1)], [-1, -1], 1)
+    send_at(env, net, 0.0, 0, 1, 1_000, [])
+    with pytest.raises(ValueError, match="endpoint 0 sends but has no job"):
+        env.run()
