@@ -87,6 +87,9 @@ class ContendedLink:
     # the jobs whose bytes drained over it while another's did
     meeting: list[str] = field(default_factory=list)
     together_s: float = 0.0  # seconds during which two or more jobs' bytes drained over it
+    # the largest load (bytes/s) it carried in the shared run: below its capacity, the jobs
+    # there shared it without slowing each other
+    peak_load_bytes_per_s: float = 0.0
 
     def apart(self) -> list[str]:
         """The jobs that send over the link, but never while another job's bytes drain there."""
@@ -343,7 +346,11 @@ def simulate_jobs(
             )
         )
         first = last
-    contended, apart = _contended(reports, phase, phase.timeline.net.meetings())
+    net = phase.timeline.net
+    contended, apart = _contended(reports, phase, net.meetings())
+    peaks = net.link_peak_load_bytes_per_s()
+    for c in contended:
+        c.peak_load_bytes_per_s = peaks.get(c.link, 0.0)
     shared.jobs = JobsReport(reports, contended, notes, apart)
     # The configuration as given, jobs and all (what a rerun of the recorded one runs),
     # not the one combined workload the shared run was made of.

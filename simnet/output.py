@@ -512,6 +512,7 @@ def jobs_document(report: Any) -> dict[str, Any]:
                 "jobs_meeting": c.meeting,
                 "together_s": c.together_s,
                 "capacity_bytes_per_s": c.capacity_bytes_per_s,
+                "peak_load_bytes_per_s": c.peak_load_bytes_per_s,
                 "busy_s": c.busy_s,
             }
             for c in report.contended
@@ -537,7 +538,13 @@ def jobs_lines(report: Any, top: int = 5) -> list[str]:
             f"{len(report.contended)}; the longest together first: "
             + "; ".join(
                 f"{link_name(c.link)} (together {c.together_s * 1e3:.4g} ms of "
-                f"{c.busy_s * 1e3:.4g} ms busy; "
+                f"{c.busy_s * 1e3:.4g} ms busy"
+                + (
+                    f", at most {_percent(c.peak_load_bytes_per_s / c.capacity_bytes_per_s)} full"
+                    if c.capacity_bytes_per_s > 0
+                    else ""
+                )
+                + "; "
                 + ", ".join(
                     f"{k} {format_bytes(b)}" + ("" if k in c.meeting else " at another time")
                     for k, b in c.bytes_by_job.items()
@@ -1272,11 +1279,18 @@ def _write_jobs(res: SimResult, out: Path, prefix: str, title: str) -> list[Path
                 "capacity_bytes_per_s",
                 "busy_s",
                 "together_s",
+                "peak_load_bytes_per_s",
                 *(f"bytes_{n}" for n in names),
                 "jobs_at_another_time",
             ],
             [
-                [link_name(c.link), c.capacity_bytes_per_s, c.busy_s, c.together_s]
+                [
+                    link_name(c.link),
+                    c.capacity_bytes_per_s,
+                    c.busy_s,
+                    c.together_s,
+                    c.peak_load_bytes_per_s,
+                ]
                 + [c.bytes_by_job.get(n, 0) for n in names]
                 + [" ".join(c.apart())]
                 for c in report.contended

@@ -359,7 +359,8 @@ def test_a_contended_links_bytes_are_every_jobs_there_those_at_another_time_said
     from workload.units import format_bytes
 
     each = format_bytes(a.link_bytes[res.jobs.contended[0].link])
-    assert f" busy; a {each}, b {each}, c {each} at another time)" in summary
+    # (a and b together fill every link: two flows at half its rate each)
+    assert f" busy, at most 100% full; a {each}, b {each}, c {each} at another time)" in summary
     doc = json.loads((tmp_path / "sim_results.json").read_text())
     assert doc["jobs"]["contended_links"][0]["jobs_meeting"] == ["a", "b"]
 
@@ -592,8 +593,9 @@ def test_a_dragonfly_global_link_counts_once_in_the_link_outputs(tmp_path):
     ]
     assert (
         "contended links (two or more jobs' bytes on them at once): 2; the longest together "
-        f"first: gw0.1->gw1.0 (together {together[0]} busy; a 3.99 MB, b 3.99 MB); "
-        f"gw1.0->gw0.1 (together {together[1]} busy; a 3.99 MB, b 3.99 MB)" in summary
+        f"first: gw0.1->gw1.0 (together {together[0]} busy, at most 100% full; a 3.99 MB, "
+        f"b 3.99 MB); gw1.0->gw0.1 (together {together[1]} busy, at most 100% full; "
+        "a 3.99 MB, b 3.99 MB)" in summary
     )
     doc = json.loads((tmp_path / "sim_results.json").read_text())
     assert [c["link"] for c in doc["jobs"]["contended_links"]] == ["gw0.1->gw1.0", "gw1.0->gw0.1"]
@@ -655,6 +657,7 @@ def test_the_time_two_jobs_bytes_drain_together_is_counted_per_link(tmp_path):
         assert c.meeting == ["a", "b"]
         assert c.together_s == pytest.approx(2 * one / (BW_GB * 1e9), rel=1e-9)
         assert c.busy_s == pytest.approx(3 * one / (BW_GB * 1e9), rel=1e-9)
+        assert c.peak_load_bytes_per_s == pytest.approx(BW_GB * 1e9, rel=1e-9)  # full
     write_all(res, tmp_path)
     with open(tmp_path / "sim_contended_links.csv") as f:
         rows = list(csv.DictReader(f))
@@ -663,10 +666,34 @@ def test_the_time_two_jobs_bytes_drain_together_is_counted_per_link(tmp_path):
     assert [c["together_s"] for c in doc["jobs"]["contended_links"]] == [
         c.together_s for c in res.jobs.contended
     ]
+    assert [float(r["peak_load_bytes_per_s"]) for r in rows] == pytest.approx([BW_GB * 1e9] * 4)
     first = res.jobs.contended[0]
     one_ms = b.link_bytes[first.link] / (BW_GB * 1e9) * 1e3  # a step's bytes alone on it
     summary = (tmp_path / "sim_summary.txt").read_text()
     assert (
         f"{first.link[0]}->{first.link[1]} (together {2 * one_ms:.4g} ms of "
-        f"{3 * one_ms:.4g} ms busy; a " in summary
+        f"{3 * one_ms:.4g} ms busy, at most 100% full; a " in summary
     )
+
+
+def test_a_contended_link_says_how_full_it_got(tmp_path):
+    # k=4 fat-tree, one route a pair: jobs a (0 <-> 4) and b (1 <-> 5) cross the same
+    # uplinks and core, but their hosts' links run at a tenth (1 GB/s): each flow is held
+    # there, so the shared links carry 2 of their 10 GB/s. Together all along, never full,
+    # and neither job slowed.
+    job = {"name": "resnet50", "world_size": 2, "scale": 0.01, "compute_scale": 0}
+    res = simulate({
+        "distributed": {"num_nodes": 16, "bandwidth_limit_gb_per_s": BW_GB},
+        "topology": {"type": "fat_tree", "k": 4, "link_latency_us": 0, "ecmp": False},
+        "jobs": [{"name": "a", "workload": job, "placement": [0, 4]},
+                 {"name": "b", "workload": job, "placement": [1, 5]}],
+        "whatif": {"degraded_links": [{"link": [h, "edge0.0"], "bandwidth_factor": 0.1}
+                                      for h in (0, 1)]},
+    }, record_series=False)  # fmt: skip
+    assert [j.slowdown for j in res.jobs.jobs] == [1.0, 1.0]
+    assert len(res.jobs.contended) == 8  # up and down: edge-agg, agg-core on both sides
+    for c in res.jobs.contended:
+        assert c.peak_load_bytes_per_s == pytest.approx(0.2 * c.capacity_bytes_per_s, rel=1e-9)
+        assert c.together_s == pytest.approx(c.busy_s, rel=1e-9)
+    write_all(res, tmp_path)
+    assert ", at most 20% full; a " in (tmp_path / "sim_summary.txt").read_text()
