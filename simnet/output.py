@@ -1346,12 +1346,21 @@ def simulation_sections(
         )
         names = [j["name"] for j in doc["jobs"]]
         links = table(
-            ["link", "busy (ms)", "together (ms)", *(f"bytes of {n}" for n in names)],
+            [
+                "link",
+                "busy (ms)",
+                "together (ms)",
+                "at most full",
+                *(f"bytes of {n}" for n in names),
+            ],
             [
                 (
                     c["link"],
-                    f"{c['busy_s'] * 1e3:.3f}",
-                    f"{c['together_s'] * 1e3:.3f}",
+                    f"{c['busy_s'] * 1e3:.4g}",
+                    f"{c['together_s'] * 1e3:.4g}",
+                    _percent(c["peak_load_bytes_per_s"] / c["capacity_bytes_per_s"])
+                    if c["capacity_bytes_per_s"] > 0
+                    else "",
                     *(c["bytes_by_job"].get(n, 0) for n in names),
                 )
                 for c in doc["contended_links"][:top_links]
