@@ -197,17 +197,22 @@ def _rate(traffic_bytes: np.ndarray, busy_s: np.ndarray) -> np.ndarray:
 
 # -- building blocks from a configuration -------------------------------------------
 def _used_endpoints(
-    cfg: Config, graph: nx.DiGraph, rank_groups: Sequence[range] | None = None
+    cfg: Config,
+    graph: nx.DiGraph,
+    rank_groups: Sequence[range] | None = None,
+    jobs_apart: bool = True,
 ) -> list[list[int]] | None:
     """The network's endpoints the ranks sit on, in groups that never exchange a message:
     one, or with jobs one a job; with hosts (added after the what-if changes, so
     ``graph``'s endpoints are the hosts) the hosts holding a rank. None when the
     placement is not one this network can take (its own check says why);
-    ``rank_groups``: groups of ranks, as ``build_topology`` takes them."""
+    ``rank_groups``, ``jobs_apart``: as ``build_topology`` takes them."""
     k = cfg.hosts.ranks_per_host or 1
     n = graph.graph["num_endpoints"] * k
     if cfg.jobs:
         groups = [list(placement) for placement in cfg.job_placements()]
+        if not jobs_apart:
+            groups = [[e for g in groups for e in g]]
     else:
         placed = list(cfg.topology.placement or range(cfg.world_size))
         groups = [placed]
@@ -234,12 +239,14 @@ def _used_endpoints(
 
 
 def build_topology(
-    cfg: Config, rank_groups: Sequence[range] | None = None
+    cfg: Config, rank_groups: Sequence[range] | None = None, jobs_apart: bool = True
 ) -> tuple[nx.DiGraph, list[str]]:
     """The networkx graph a configuration describes, and what was assumed.
     ``rank_groups``: ranks that never exchange a message with another group's (the jobs
     of a shared run, which the configuration gives as one workload), so that a failure
-    may separate the groups (see ``whatif.apply_links``)."""
+    may separate the groups (see ``whatif.apply_links``); ``jobs_apart``: the
+    configuration's ``jobs`` are such groups (False where one workload runs on all their
+    ranks, which must then all reach one another)."""
     t, d = cfg.topology, cfg.distributed
     n = cfg.num_endpoints
     bw = gb_per_s_to_bytes_per_s(d.bandwidth_limit_gb_per_s)
@@ -323,10 +330,10 @@ def build_topology(
     g, link_notes = whatif.apply_links(
         g,
         cfg.whatif,
-        _used_endpoints(cfg, g, rank_groups),
+        _used_endpoints(cfg, g, rank_groups, jobs_apart),
         hosts=bool(cfg.hosts.ranks_per_host),
         ecmp=cfg.topology.effective_ecmp,
-        names=[j.name for j in cfg.jobs] or None,
+        names=[j.name for j in cfg.jobs] if cfg.jobs and jobs_apart else None,
     )
     if cfg.hosts.ranks_per_host:
         degraded = g.graph.get("whatif_degraded")
@@ -662,7 +669,10 @@ def simulate(
     if progress is not None and big:
         progress(f"building the {cfg.topology.type} network ({cfg.num_rank_endpoints:,} endpoints)")
     if topology is None:
-        graph, assumed = build_topology(cfg, watch_jobs[1] if watch_jobs else None)
+        # (jobs given here run as the one workload given: not apart)
+        graph, assumed = build_topology(
+            cfg, watch_jobs[1] if watch_jobs else None, jobs_apart=False
+        )
     else:
         graph, assumed = topology, list(topology_notes)
     assumed = [*calibrated, *host_notes, *assumed]
@@ -1443,7 +1453,8 @@ def pair_route_metrics(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Bottleneck bandwidth (bytes/s) and latency (s) of the route of each ``(src, dst)``
     endpoint pair, as ``route_matrices`` gives them (inf / 0 for ``src == dst``, 0 / inf
-    to or from an endpoint failed links cut off; ``injection_bytes_per_s`` caps the
+    to or from an endpoint failed links cut off and between two parts they split the
+    network into; ``injection_bytes_per_s`` caps the
     others' bandwidth): the routes of the pairs asked
     only, so a workload's pairs cost what it routed, not n^2 routes. ``routed(src, dst)``
     gives the links of a pair's route where one is known, the one ``router`` gives (a

@@ -175,7 +175,8 @@ def apply_links(
             # (only groups that never exchange a message, jobs, can be apart)
             notes.append(
                 f"the failures split the network into {len(parts)} parts, "
-                + ", ".join(f"{unit}s {_span(p)}" for p in parts)
+                + ", ".join(f"{unit}s {_span(p)}" for p in parts[:4])
+                + (", ..." if len(parts) > 4 else "")
                 + ": the jobs in each still reach one another, and no route joins two parts"
             )
             g.graph["parts"] = parts  # (no routes between them: see route_matrices)
@@ -232,7 +233,7 @@ def _check_connected(
         held[main] = None
         outside = [e for e in ends if group[e] != main]
         if outside:
-            whose = f" job {names[g_index]}" if names else ""
+            whose = f" job {names[g_index]}" if names and used is not None else ""
             _refuse_split(graph, what, used is None, unit, outside, first[main], sizes[main],
                           group, whose)  # fmt: skip
     parts = [[e for e in range(n) if group[e] == c] for c in held]

@@ -658,3 +658,21 @@ def test_with_hosts_failures_may_separate_jobs_on_their_hosts():
     bw = res.bandwidth_bytes_per_s
     assert (bw[:8, 8:] == 0).all() and (bw[8:, :8] == 0).all()
     assert (bw[8:, 8:][~np.eye(8, dtype=bool)] > 0).all()
+
+
+def test_jobs_run_as_one_workload_given_are_not_apart():
+    # A jobs configuration run with a workload of its own (the API's ``workload``): its
+    # ranks all talk, so the failure that separates the jobs is refused, as a split.
+    from simnet.simulate import build_workload
+
+    one = build_workload(load_config({
+        "distributed": {"num_nodes": 8}, "topology": {"type": "ring"},
+        "workload": {"name": "resnet50", "world_size": 8, "scale": 0.01},
+    }))  # fmt: skip
+    with pytest.raises(ConfigError) as e:
+        simnet.simulate(_jobs_on_a_ring([[3, 4], [7, 0]]), workload=one, record_series=False)
+    assert str(e.value) == (
+        "whatif.failed_links: without 3 <-> 4, 7 <-> 0 the network splits: endpoint(s) "
+        "[4, 5, 6, 7] and the other 4 endpoints with ranks have no route between them; fail "
+        "fewer links"
+    )
