@@ -272,16 +272,19 @@ def simulate_jobs(
         except ConfigError as e:
             raise ConfigError(_in_job(i, job.name, str(e))) from None
     workloads = [w for _, w in subs]
+    # Each job's ranks among the combined ranks: job j's after job j - 1's.
+    ranks: list[range] = []
+    for eps in placements:
+        first = ranks[-1].stop if ranks else 0
+        ranks.append(range(first, first + len(eps)))
     alone = []
     schedule_params = []
-    first = 0
-    for job, (sub, w), eps in zip(cfg.jobs, subs, placements, strict=True):
+    for job, (sub, w), eps, mine in zip(cfg.jobs, subs, placements, ranks, strict=True):
         if progress is not None:
             progress(f"job {job.name}: alone on {len(eps)} endpoints")
         one_cfg, one = _one_program(sub, w, job)
         schedule_params.append((job.name, _schedule_params(one_cfg, w)))
-        alone.append(run(one_cfg, progress=progress, workload=one, noise_streams_from=first))
-        first += len(eps)
+        alone.append(run(one_cfg, progress=progress, workload=one, noise_streams_from=mine.start))
     # (with the what-ifs, as a single workload's)
     idle = [
         f"job {job.name}: {NO_COMPUTE}"
@@ -312,29 +315,24 @@ def simulate_jobs(
         progress(f"all {len(cfg.jobs)} jobs together ({combined.world_size} ranks)")
     # The links two or more jobs send over alone (the same routes together): the shared
     # run records when their bytes drain there at once.
-    used = [{k for k, b in res.phases[0].link_bytes.items() if b} for res in alone]
+    used = [{k: b for k, b in res.phases[0].link_bytes.items() if b} for res in alone]
     shared_links = {k for i, u in enumerate(used) for k in u if any(k in o for o in used[i + 1 :])}
-    ranks, first = [], 0
-    for eps in placements:
-        ranks.append(range(first, first + len(eps)))
-        first += len(eps)
     shared = run(shared_cfg, progress=progress, workload=combined, watch_jobs=(shared_links, ranks))
     phase = shared.phases[0]
     pairs = phase.pair_bytes
     reports = []
-    first = 0
-    for job, eps, res in zip(cfg.jobs, placements, alone, strict=True):
-        last = first + len(eps)
+    for job, eps, res, mine, link_bytes in zip(
+        cfg.jobs, placements, alone, ranks, used, strict=True
+    ):
         start = job.start_us / 1e6
-        end = _end_s(phase, range(first, last), start)
-        mine = set(eps)
-        traffic = {k: b for k, b in pairs.items() if k[0] in mine and k[1] in mine}
-        link_bytes = {k: b for k, b in res.phases[0].link_bytes.items() if b}
+        end = _end_s(phase, mine, start)
+        here = set(eps)
+        traffic = {k: b for k, b in pairs.items() if k[0] in here and k[1] in here}
         reports.append(
             JobReport(
                 name=job.name,
                 model=res.workload.model,
-                ranks=(first, last),
+                ranks=(mine.start, mine.stop),
                 endpoints=list(eps),
                 start_s=start,
                 scale=job.workload.scale,
@@ -345,7 +343,6 @@ def simulate_jobs(
                 link_bytes=link_bytes,
             )
         )
-        first = last
     net = phase.timeline.net
     contended, apart = _contended(reports, phase, net.meetings())
     peaks = net.link_peak_load_bytes_per_s()

@@ -347,14 +347,16 @@ def build_topology(
                 return f"host{x}" if type(x) is int else x
 
             g.graph["whatif_degraded"] = [[(host(a), host(b)) for a, b in e] for e in degraded]
+        k = cfg.hosts.ranks_per_host
+
+        def rank_endpoints(hosts: list[int]) -> list[int]:
+            return [r for h in hosts for r in range(h * k, (h + 1) * k)]  # host h's: h k ..
+
         if cut:
             # A host the failures cut off holds no rank: its rank endpoints have no routes.
-            k = cfg.hosts.ranks_per_host
-            g.graph["cut_off"] = [r for h in cut for r in range(h * k, (h + 1) * k)]
+            g.graph["cut_off"] = rank_endpoints(cut)
         if parts:
-            # The parts' hosts as their rank endpoints (host h: h k .. h k + k - 1).
-            k = cfg.hosts.ranks_per_host
-            g.graph["parts"] = [[r for h in p for r in range(h * k, (h + 1) * k)] for p in parts]
+            g.graph["parts"] = [rank_endpoints(p) for p in parts]
     else:
         # (a calibration file fills these for hosts; the compute fields apply without)
         idle = [

@@ -588,15 +588,16 @@ def test_a_dragonfly_global_link_counts_once_in_the_link_outputs(tmp_path):
         ("gw1.0->gw0.1", 2 * _GLOBAL_BYTES),
     ]
     summary = (tmp_path / "sim_summary.txt").read_text()
-    together = [
-        f"{c.together_s * 1e3:.4g} ms of {c.busy_s * 1e3:.4g} ms" for c in res.jobs.contended
-    ]
+    # Busy by the closed form; together, part of it (the two rings' steps are not in
+    # lockstep on the link).
+    busy = f"{2 * _GLOBAL_BYTES / glob * 1e3:.4g} ms busy"
     assert (
         "contended links (two or more jobs' bytes on them at once): 2; the longest together "
-        f"first: gw0.1->gw1.0 (together {together[0]} busy, at most 100% full; a 3.99 MB, "
-        f"b 3.99 MB); gw1.0->gw0.1 (together {together[1]} busy, at most 100% full; "
-        "a 3.99 MB, b 3.99 MB)" in summary
+        "first: gw0.1->gw1.0 (together " in summary
     )
+    tail = f" ms of {busy}, at most 100% full; a 3.99 MB, b 3.99 MB)"
+    assert summary.count(tail) == 2 and "gw1.0->gw0.1 (together " in summary
+    assert all(0 < c.together_s < c.busy_s for c in res.jobs.contended)
     doc = json.loads((tmp_path / "sim_results.json").read_text())
     assert [c["link"] for c in doc["jobs"]["contended_links"]] == ["gw0.1->gw1.0", "gw1.0->gw0.1"]
     named = [link["link"] for link in doc["phases"][0]["links"]]
