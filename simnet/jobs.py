@@ -13,8 +13,10 @@ a job's rank draws the same random stream alone as shared (that of its combined 
 and its collectives are laid out with the same schedule parameters (its own, else the
 network's: ``JobRanks.collective_params``): the slowdown measures what the other jobs
 cost it, nothing else. A link two jobs send over is where they contend only if their
-bytes drain over it at the same moment: the shared run records that on the links their
-alone runs share (``FlowNetwork.watch_links``).
+bytes drain over it at the same moment while it is full (a bottleneck: one job's bytes
+hold another's back there): the shared run records that on the links their alone runs
+share (``FlowNetwork.watch_links``). Links where their bytes meet without filling it are
+listed apart (``JobsReport.met_not_full``), as are those they cross at other times.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from workload.ops import Collective, Compute, Op, Recv, Send, Testany, Wait
 from workload.program import JobRanks, Phase, Workload
 
 from .config import Config, ConfigError, JobSection, load_config
+from .network import LinkMeeting
 from .pairs import dense_matrix
 from .policy import build_policy
 from .whatif import NO_COMPUTE
@@ -76,7 +79,8 @@ class JobReport:
 
 @dataclass
 class ContendedLink:
-    """A link over which two or more jobs' bytes drained at the same time."""
+    """A link over which two or more jobs' bytes drained at the same time: contended if it
+    was full meanwhile (a bottleneck, where one job's bytes held another's back)."""
 
     link: tuple
     # every job that sends over it, those that run there at another time included (so
@@ -87,22 +91,35 @@ class ContendedLink:
     # the jobs whose bytes drained over it while another's did
     meeting: list[str] = field(default_factory=list)
     together_s: float = 0.0  # seconds during which two or more jobs' bytes drained over it
-    # the largest load (bytes/s) it carried in the shared run: below its capacity, the jobs
-    # there shared it without slowing each other
+    # of together_s, the seconds during which the link was full: 0.0 for a link the jobs
+    # shared without slowing each other there
+    full_s: float = 0.0
+    # the largest load (bytes/s) it carried in the shared run
     peak_load_bytes_per_s: float = 0.0
 
     def apart(self) -> list[str]:
         """The jobs that send over the link, but never while another job's bytes drain there."""
         return [j for j in self.bytes_by_job if j not in self.meeting]
 
+    @property
+    def peak_fraction(self) -> float:
+        """How full it got: the largest load over the capacity (0.0 without a capacity)."""
+        cap = self.capacity_bytes_per_s
+        return self.peak_load_bytes_per_s / cap if cap > 0 else 0.0
+
 
 @dataclass
 class JobsReport:
     jobs: list[JobReport]
+    # links two or more jobs' bytes drained over at once while they were full, the
+    # longest full together first
     contended: list[ContendedLink] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # links two or more jobs send over, but never while another's bytes drain there
     shared_apart: list[tuple] = field(default_factory=list)
+    # links two or more jobs' bytes drained over at once, never while they were full (the
+    # jobs did not slow each other there), the fullest first
+    met_not_full: list[ContendedLink] = field(default_factory=list)
 
 
 def _remap(op: Op, offset: int, req_base: int, compute_scale: float) -> Op:
@@ -344,11 +361,10 @@ def simulate_jobs(
             )
         )
     net = phase.timeline.net
-    contended, apart = _contended(reports, phase, net.meetings())
-    peaks = net.link_peak_load_bytes_per_s()
-    for c in contended:
-        c.peak_load_bytes_per_s = peaks.get(c.link, 0.0)
-    shared.jobs = JobsReport(reports, contended, notes, apart)
+    contended, met, apart = _contended(
+        reports, phase, net.meetings(), net.link_peak_load_bytes_per_s()
+    )
+    shared.jobs = JobsReport(reports, contended, notes, apart, met)
     # The configuration as given, jobs and all (what a rerun of the recorded one runs),
     # not the one combined workload the shared run was made of.
     shared.config = cfg
@@ -361,38 +377,51 @@ def simulate_jobs(
 
 
 def _contended(
-    reports: list[JobReport], phase: Any, meetings: dict[tuple, tuple[float, list[float]]]
-) -> tuple[list[ContendedLink], list[tuple]]:
-    """The links where two or more jobs' bytes drained at the same time in the shared run
-    (``meetings``: the network's record of the links the jobs' alone runs share), longest
-    together first (then where the job sending least there among those meeting sends
-    most, then the busiest); and the links jobs send over only at different times. A
-    contended link's bytes are every job's there, those of a job that crossed it at
-    another time too."""
+    reports: list[JobReport],
+    phase: Any,
+    meetings: dict[tuple, LinkMeeting],
+    peaks: dict[tuple, float],
+) -> tuple[list[ContendedLink], list[ContendedLink], list[tuple]]:
+    """Of the links two or more jobs send over (``meetings``: the network's record of the
+    links the jobs' alone runs share; ``peaks``: each link's largest load, bytes/s):
+    those where their bytes drained at the same time while it was full, the longest full
+    first (then the longest together, then where the job sending least there among those
+    meeting sends most, then the busiest); those where they drained at the same time,
+    never full, the fullest first; and those the jobs send over only at different times.
+    A link's bytes are every job's there, those of a job that crossed it at another time
+    too."""
     index = {r.name: i for i, r in enumerate(reports)}
-    contended, apart = [], []
+    met, apart = [], []
     for k in sorted({k for r in reports for k in r.link_bytes}, key=repr):
         by_job = {r.name: r.link_bytes[k] for r in reports if r.link_bytes.get(k)}
         if len(by_job) < 2:
             continue
-        together_s, job_s = meetings.get(k, (0.0, []))
+        seen = meetings.get(k, LinkMeeting(0.0, 0.0, []))
+        job_s = seen.job_s
         meeting = [a for a in by_job if index[a] < len(job_s) and job_s[index[a]] > 0.0]
         if len(meeting) < 2:
             apart.append(k)
             continue
-        contended.append(
+        met.append(
             ContendedLink(
                 link=k,
                 bytes_by_job=by_job,
                 capacity_bytes_per_s=phase.link_capacity_bytes_per_s.get(k, 0.0),
                 busy_s=phase.link_busy_s.get(k, 0.0),
                 meeting=meeting,
-                together_s=together_s,
+                together_s=seen.together_s,
+                full_s=seen.full_s,
+                peak_load_bytes_per_s=peaks.get(k, 0.0),
             )
         )
 
     def least_meeting(c: ContendedLink) -> int:
         return min(c.bytes_by_job[j] for j in c.meeting)
 
-    contended.sort(key=lambda c: (-c.together_s, -least_meeting(c), -c.busy_s, repr(c.link)))
-    return contended, apart
+    contended = [c for c in met if c.full_s > 0.0]
+    contended.sort(
+        key=lambda c: (-c.full_s, -c.together_s, -least_meeting(c), -c.busy_s, repr(c.link))
+    )
+    not_full = [c for c in met if c.full_s <= 0.0]
+    not_full.sort(key=lambda c: (-c.peak_fraction, -c.together_s, repr(c.link)))
+    return contended, not_full, apart

@@ -147,6 +147,9 @@ cdef class _Meeting:
     cdef public Py_ssize_t active
     cdef public double since_s
     cdef public double together_s
+    cdef public double full_at
+    cdef public bint full
+    cdef public double full_s
 
     @cython.locals(dt=cython.double, j=Py_ssize_t)
     cdef _settle(self, double now)
@@ -156,6 +159,9 @@ cdef class _Meeting:
 
     @cython.locals(j=Py_ssize_t, c=Py_ssize_t)
     cpdef end(self, object src, double now)
+
+    @cython.locals(full=bint)
+    cpdef load(self, double load, double now)
 
 
 cdef class _Link:
@@ -404,7 +410,7 @@ cdef Py_ssize_t _list_flow(_Link link, _Flow flow) except -1
 cdef _sum_load(_Link link, double now)
 
 
-@cython.locals(series=_Series)
+@cython.locals(series=_Series, watch=_Meeting)
 cdef _set_load(_Link link, double load, double now)
 
 

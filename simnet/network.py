@@ -174,6 +174,14 @@ def _is_static_route(route: Route) -> bool:
     )
 
 
+class LinkMeeting(NamedTuple):
+    """What a watched link saw of the jobs sharing it (``FlowNetwork.meetings``)."""
+
+    together_s: float  # seconds during which two or more jobs' bytes drained over it
+    full_s: float  # of those, the seconds during which it was full (a bottleneck)
+    job_s: list[float]  # each job's seconds draining there while another job did
+
+
 class FlowState(NamedTuple):
     """A snapshot of one flow that is currently draining (see ``active_flows``)."""
 
@@ -653,19 +661,36 @@ class _Series:
 
 
 class _Meeting:
-    """Which jobs' bytes drain over one link at the same time: a watched link's record
-    (``FlowNetwork.watch_links``). A job drains there while one of its flows is in its
-    draining phase on the link (not while it pays alpha or its route latency passes)."""
+    """Which jobs' bytes drain over one link at the same time, and whether the link is full
+    meanwhile: a watched link's record (``FlowNetwork.watch_links``). A job drains there
+    while one of its flows is in its draining phase on the link (not while it pays alpha
+    or its route latency passes). The link is full while its load is its capacity (within
+    rounding): a bottleneck, where a job's bytes hold another's back."""
 
-    __slots__ = ("active", "counts", "job_of", "job_s", "since_s", "together_s")
+    __slots__ = (
+        "active",
+        "counts",
+        "full",
+        "full_at",
+        "full_s",
+        "job_of",
+        "job_s",
+        "since_s",
+        "together_s",
+    )
 
-    def __init__(self, job_of: list[int], n_jobs: int) -> None:
+    def __init__(self, job_of: list[int], n_jobs: int, capacity_bytes_per_s: float) -> None:
         self.job_of = job_of  # source endpoint -> its job's index
         self.counts = [0] * n_jobs  # each job's flows draining here now
         self.job_s = [0.0] * n_jobs  # seconds each job drained here while another did
         self.active = 0  # jobs draining here now
         self.since_s = 0.0  # the last change (s)
         self.together_s = 0.0  # seconds during which two or more jobs drained here
+        # A load at or above this (bytes/s) fills the link: below its capacity by the
+        # max-min search's margin for rounding (_SLACK_BELOW).
+        self.full_at = capacity_bytes_per_s * _SLACK_BELOW
+        self.full = False  # whether the link is full now
+        self.full_s = 0.0  # seconds during which two or more jobs drained here, it full
 
     def _settle(self, now: float) -> None:
         """Count the time since the last change, if two or more jobs drained meanwhile.
@@ -674,6 +699,8 @@ class _Meeting:
         dt = now - self.since_s
         if self.active >= 2 and dt > now * _TOGETHER_RTOL:
             self.together_s += dt
+            if self.full:
+                self.full_s += dt
             for j in range(len(self.counts)):
                 if self.counts[j]:
                     self.job_s[j] += dt
@@ -698,6 +725,13 @@ class _Meeting:
         if not c:
             self.active -= 1
         self.counts[j] = c
+
+    def load(self, load: float, now: float) -> None:
+        """The link's load became ``load`` (bytes/s) at ``now`` (s)."""
+        full = load >= self.full_at
+        if full != self.full:
+            self._settle(now)
+            self.full = full
 
 
 class _Link:
@@ -1101,22 +1135,27 @@ class FlowNetwork:
 
     def watch_links(self, keys: Iterable[LinkKey], job_of: list[int], n_jobs: int) -> None:
         """Record, on each link of ``keys``, when two or more jobs' bytes drain over it at
-        once (read with ``meetings``). ``job_of[src]`` is the index (0 .. n_jobs - 1) of
-        the job whose ranks send from endpoint ``src``: every message's source must have
-        one. Call before any transfer; only the links named pay for it."""
+        once, and when they do while it is full (read with ``meetings``). ``job_of[src]``
+        is the index (0 .. n_jobs - 1) of the job whose ranks send from endpoint ``src``:
+        every message's source must have one. Call before any transfer; only the links
+        named pay for it."""
         if self._links:
             raise RuntimeError("watch_links: call it before the first transfer")
         self._watch = {k: None for k in keys}
         self._job_of = job_of
         self._n_jobs = int(n_jobs)
 
-    def meetings(self) -> dict[LinkKey, tuple[float, list[float]]]:
-        """Each watched link that carried bytes -> (seconds during which two or more jobs'
-        bytes drained over it at once, and each job's seconds draining there while
-        another did); links of ``watch_links`` that no message crossed are left out."""
+    def meetings(self) -> dict[LinkKey, LinkMeeting]:
+        """Each watched link that carried bytes -> its :class:`LinkMeeting`: when two or
+        more jobs' bytes drained over it at once, and when they did while it was full;
+        links of ``watch_links`` that no message crossed are left out."""
         if not self._watch:
             return {}
-        return {k: (m.together_s, list(m.job_s)) for k, m in self._watch.items() if m is not None}
+        return {
+            k: LinkMeeting(m.together_s, m.full_s, list(m.job_s))
+            for k, m in self._watch.items()
+            if m is not None
+        }
 
     def transfer(
         self, src: int, dst: int, size_bytes: SupportsIndex, tag: object = None
@@ -1598,7 +1637,7 @@ class FlowNetwork:
             if self.record_link_series:
                 link.series = _Series()
             if self._watch is not None and key in self._watch:
-                link.watch = self._watch[key] = _Meeting(self._job_of, self._n_jobs)
+                link.watch = self._watch[key] = _Meeting(self._job_of, self._n_jobs, bw)
             self._links[key] = link
         return link
 
@@ -1739,7 +1778,7 @@ class FlowNetwork:
                                     # What _flush does for an empty seed, done now.
                                     link.busy_s += now - link.busy_since_s
                                     if link.load_bytes_per_s != 0.0:
-                                        if link.series is None:
+                                        if link.series is None and link.watch is None:
                                             link.load_bytes_per_s = 0.0
                                         else:
                                             _set_load(link, 0.0, now)
@@ -1934,7 +1973,7 @@ class FlowNetwork:
             n = seed.n_flows
             if n == 0:
                 if seed.load_bytes_per_s != 0.0:
-                    if seed.series is None:
+                    if seed.series is None and seed.watch is None:
                         seed.load_bytes_per_s = 0.0
                     else:
                         _set_load(seed, 0.0, now)
@@ -1975,7 +2014,11 @@ class FlowNetwork:
                         link = _link_at(f, j)
                         link.mark = stamp
                         if link.load_bytes_per_s != rate:
-                            if link.series is None and rate <= link.peak_load_bytes_per_s:
+                            if (
+                                link.series is None
+                                and link.watch is None
+                                and rate <= link.peak_load_bytes_per_s
+                            ):
                                 link.load_bytes_per_s = rate
                             else:
                                 _set_load(link, rate, now)
@@ -2253,6 +2296,9 @@ def _set_load(link: _Link, load: float, now: float) -> None:
     series = link.series
     if series is not None:
         series.record(now, load)
+    watch = link.watch
+    if watch is not None:
+        watch.load(load, now)
 
 
 def _water_fill(links: list[_Link], epoch: int, queue: _KeyQueue) -> None:

@@ -505,19 +505,23 @@ def jobs_document(report: Any) -> dict[str, Any]:
             }
             for j in report.jobs
         ],
-        "contended_links": [
-            {
-                "link": link_name(c.link),
-                "bytes_by_job": c.bytes_by_job,
-                "jobs_meeting": c.meeting,
-                "together_s": c.together_s,
-                "capacity_bytes_per_s": c.capacity_bytes_per_s,
-                "peak_load_bytes_per_s": c.peak_load_bytes_per_s,
-                "busy_s": c.busy_s,
-            }
-            for c in report.contended
-        ],
+        "contended_links": [_met_link(c) for c in report.contended],
+        "links_met_not_full": [_met_link(c) for c in report.met_not_full],
         "links_shared_at_other_times": [link_name(k) for k in report.shared_apart],
+    }
+
+
+def _met_link(c: Any) -> dict:
+    """A link where two or more jobs' bytes met (a ``jobs.ContendedLink``), for the JSON."""
+    return {
+        "link": link_name(c.link),
+        "bytes_by_job": c.bytes_by_job,
+        "jobs_meeting": c.meeting,
+        "together_s": c.together_s,
+        "full_together_s": c.full_s,
+        "capacity_bytes_per_s": c.capacity_bytes_per_s,
+        "peak_load_bytes_per_s": c.peak_load_bytes_per_s,
+        "busy_s": c.busy_s,
     }
 
 
@@ -534,17 +538,11 @@ def jobs_lines(report: Any, top: int = 5) -> list[str]:
         )
     if report.contended:
         lines.append(
-            f"  contended links (two or more jobs' bytes on them at once): "
-            f"{len(report.contended)}; the longest together first: "
+            "  contended links (two or more jobs' bytes on them at once while full): "
+            f"{len(report.contended)}; the longest full first: "
             + "; ".join(
-                f"{link_name(c.link)} (together {c.together_s * 1e3:.4g} ms of "
-                f"{c.busy_s * 1e3:.4g} ms busy"
-                + (
-                    f", at most {_percent(c.peak_load_bytes_per_s / c.capacity_bytes_per_s)} full"
-                    if c.capacity_bytes_per_s > 0
-                    else ""
-                )
-                + "; "
+                f"{link_name(c.link)} (full together {c.full_s * 1e3:.4g} ms, together "
+                f"{c.together_s * 1e3:.4g} ms of {c.busy_s * 1e3:.4g} ms busy; "
                 + ", ".join(
                     f"{k} {format_bytes(b)}" + ("" if k in c.meeting else " at another time")
                     for k, b in c.bytes_by_job.items()
@@ -553,12 +551,24 @@ def jobs_lines(report: Any, top: int = 5) -> list[str]:
                 for c in report.contended[:top]
             )
         )
+    elif report.met_not_full:
+        lines.append(
+            "  contended links: none (the jobs' bytes meet only on links they do not fill)"
+        )
     elif report.shared_apart:
         lines.append(
             "  contended links: none (the jobs that share links send over them at other times)"
         )
     else:
         lines.append("  contended links: none (the jobs share no link)")
+    if report.met_not_full:
+        c = report.met_not_full[0]
+        lines.append(
+            "  links the jobs' bytes are on at once without filling them (no contention): "
+            f"{len(report.met_not_full)}; the fullest: {link_name(c.link)} (at most "
+            f"{_percent(c.peak_fraction)} full, together {c.together_s * 1e3:.4g} ms of "
+            f"{c.busy_s * 1e3:.4g} ms busy)"
+        )
     if report.shared_apart:
         lines.append(f"  links shared at other times (no contention): {len(report.shared_apart)}")
     return lines
@@ -1279,6 +1289,7 @@ def _write_jobs(res: SimResult, out: Path, prefix: str, title: str) -> list[Path
                 "capacity_bytes_per_s",
                 "busy_s",
                 "together_s",
+                "full_together_s",
                 "peak_load_bytes_per_s",
                 *(f"bytes_{n}" for n in names),
                 "jobs_at_another_time",
@@ -1289,6 +1300,7 @@ def _write_jobs(res: SimResult, out: Path, prefix: str, title: str) -> list[Path
                     c.capacity_bytes_per_s,
                     c.busy_s,
                     c.together_s,
+                    c.full_s,
                     c.peak_load_bytes_per_s,
                 ]
                 + [c.bytes_by_job.get(n, 0) for n in names]
@@ -1350,7 +1362,7 @@ def simulation_sections(
                 "link",
                 "busy (ms)",
                 "together (ms)",
-                "at most full",
+                "full together (ms)",
                 *(f"bytes of {n}" for n in names),
             ],
             [
@@ -1358,14 +1370,27 @@ def simulation_sections(
                     c["link"],
                     f"{c['busy_s'] * 1e3:.4g}",
                     f"{c['together_s'] * 1e3:.4g}",
-                    _percent(c["peak_load_bytes_per_s"] / c["capacity_bytes_per_s"])
-                    if c["capacity_bytes_per_s"] > 0
-                    else "",
+                    f"{c['full_together_s'] * 1e3:.4g}",
                     *(c["bytes_by_job"].get(n, 0) for n in names),
                 )
                 for c in doc["contended_links"][:top_links]
             ],
         )
+        if doc["links_met_not_full"]:
+            links += "<h3>Links shared at once without filling them</h3>" + table(
+                ["link", "busy (ms)", "together (ms)", "at most full"],
+                [
+                    (
+                        c["link"],
+                        f"{c['busy_s'] * 1e3:.4g}",
+                        f"{c['together_s'] * 1e3:.4g}",
+                        _percent(c["peak_load_bytes_per_s"] / c["capacity_bytes_per_s"])
+                        if c["capacity_bytes_per_s"] > 0
+                        else "",
+                    )
+                    for c in doc["links_met_not_full"][:top_links]
+                ],
+            )
         out.append(("jobs", "Jobs sharing the network", jobs + "<h3>Contended links</h3>" + links))
     ranks = []
     link_parts = []

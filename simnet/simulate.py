@@ -621,7 +621,8 @@ def simulate(
     draws the random stream numbered ``r + noise_streams_from`` (a job of several alone
     draws those of its ranks in the jobs' shared run). ``watch_jobs`` = (link keys, each
     job's ranks) records on those links when two or more jobs' bytes drain over them at
-    once (each phase network's ``meetings()``: how :mod:`simnet.jobs` finds contention),
+    once, and when while full (each phase network's ``meetings()``: how
+    :mod:`simnet.jobs` finds contention),
     and lets failed links separate the jobs (each must stay connected in itself).
     """
     cfg = load_config(config)

@@ -348,8 +348,10 @@ def test_a_contended_links_bytes_are_every_jobs_there_those_at_another_time_said
         # The bytes add up to what the link carried (and was busy with) in the shared run.
         assert sum(link.bytes_by_job.values()) == carried[link.link]
         assert link.busy_s == pytest.approx(carried[link.link] / (BW_GB * 1e9), rel=1e-9)
-        # a's and b's bytes drain together (2 of the 3 jobs' equal bytes), c's alone.
+        # a's and b's bytes drain together (2 of the 3 jobs' equal bytes), c's alone;
+        # a and b fill the link together (two flows at half its rate each).
         assert link.together_s == pytest.approx(link.busy_s * 2 / 3, rel=1e-9)
+        assert link.full_s == link.together_s
     write_all(res, tmp_path)
     with open(tmp_path / "sim_contended_links.csv") as f:
         rows = list(csv.DictReader(f))
@@ -358,9 +360,14 @@ def test_a_contended_links_bytes_are_every_jobs_there_those_at_another_time_said
     summary = (tmp_path / "sim_summary.txt").read_text()
     from workload.units import format_bytes
 
-    each = format_bytes(a.link_bytes[res.jobs.contended[0].link])
-    # (a and b together fill every link: two flows at half its rate each)
-    assert f" busy, at most 100% full; a {each}, b {each}, c {each} at another time)" in summary
+    one = a.link_bytes[res.jobs.contended[0].link]  # each job's bytes on a link
+    each = format_bytes(one)
+    together = f"{2 * one / (BW_GB * 1e9) * 1e3:.4g} ms"
+    busy = f"{3 * one / (BW_GB * 1e9) * 1e3:.4g} ms busy"
+    assert (
+        f"(full together {together}, together {together} of {busy}; a {each}, b {each}, "
+        f"c {each} at another time)" in summary
+    )
     doc = json.loads((tmp_path / "sim_results.json").read_text())
     assert doc["jobs"]["contended_links"][0]["jobs_meeting"] == ["a", "b"]
 
@@ -592,12 +599,14 @@ def test_a_dragonfly_global_link_counts_once_in_the_link_outputs(tmp_path):
     # lockstep on the link).
     busy = f"{2 * _GLOBAL_BYTES / glob * 1e3:.4g} ms busy"
     assert (
-        "contended links (two or more jobs' bytes on them at once): 2; the longest together "
-        "first: gw0.1->gw1.0 (together " in summary
+        "contended links (two or more jobs' bytes on them at once while full): 2; the longest "
+        "full first: gw0.1->gw1.0 (full together " in summary
     )
-    tail = f" ms of {busy}, at most 100% full; a 3.99 MB, b 3.99 MB)"
-    assert summary.count(tail) == 2 and "gw1.0->gw0.1 (together " in summary
+    tail = f" ms of {busy}; a 3.99 MB, b 3.99 MB)"
+    assert summary.count(tail) == 2 and "gw1.0->gw0.1 (full together " in summary
     assert all(0 < c.together_s < c.busy_s for c in res.jobs.contended)
+    # Each job's flow alone there runs at the link's rate, so it is full whenever busy.
+    assert all(c.full_s == c.together_s for c in res.jobs.contended)
     doc = json.loads((tmp_path / "sim_results.json").read_text())
     assert [c["link"] for c in doc["jobs"]["contended_links"]] == ["gw0.1->gw1.0", "gw1.0->gw0.1"]
     named = [link["link"] for link in doc["phases"][0]["links"]]
@@ -659,6 +668,7 @@ def test_the_time_two_jobs_bytes_drain_together_is_counted_per_link(tmp_path):
         assert c.together_s == pytest.approx(2 * one / (BW_GB * 1e9), rel=1e-9)
         assert c.busy_s == pytest.approx(3 * one / (BW_GB * 1e9), rel=1e-9)
         assert c.peak_load_bytes_per_s == pytest.approx(BW_GB * 1e9, rel=1e-9)  # full
+        assert c.full_s == c.together_s  # (at half the rate each, together)
     write_all(res, tmp_path)
     with open(tmp_path / "sim_contended_links.csv") as f:
         rows = list(csv.DictReader(f))
@@ -667,17 +677,18 @@ def test_the_time_two_jobs_bytes_drain_together_is_counted_per_link(tmp_path):
     assert [c["together_s"] for c in doc["jobs"]["contended_links"]] == [
         c.together_s for c in res.jobs.contended
     ]
+    assert [float(r["full_together_s"]) for r in rows] == [c.full_s for c in res.jobs.contended]
     assert [float(r["peak_load_bytes_per_s"]) for r in rows] == pytest.approx([BW_GB * 1e9] * 4)
     first = res.jobs.contended[0]
     one_ms = b.link_bytes[first.link] / (BW_GB * 1e9) * 1e3  # a step's bytes alone on it
     summary = (tmp_path / "sim_summary.txt").read_text()
     assert (
-        f"{first.link[0]}->{first.link[1]} (together {2 * one_ms:.4g} ms of "
-        f"{3 * one_ms:.4g} ms busy, at most 100% full; a " in summary
+        f"{first.link[0]}->{first.link[1]} (full together {2 * one_ms:.4g} ms, together "
+        f"{2 * one_ms:.4g} ms of {3 * one_ms:.4g} ms busy; a " in summary
     )
 
 
-def test_a_contended_link_says_how_full_it_got(tmp_path):
+def test_links_two_jobs_share_at_once_without_filling_them_are_not_contended(tmp_path):
     # k=4 fat-tree, one route a pair: jobs a (0 <-> 4) and b (1 <-> 5) cross the same
     # uplinks and core, but their hosts' links run at a tenth (1 GB/s): each flow is held
     # there, so the shared links carry 2 of their 10 GB/s. Together all along, never full,
@@ -692,9 +703,25 @@ def test_a_contended_link_says_how_full_it_got(tmp_path):
                                       for h in (0, 1)]},
     }, record_series=False)  # fmt: skip
     assert [j.slowdown for j in res.jobs.jobs] == [1.0, 1.0]
-    assert len(res.jobs.contended) == 8  # up and down: edge-agg, agg-core on both sides
-    for c in res.jobs.contended:
+    assert res.jobs.contended == []
+    met = res.jobs.met_not_full
+    assert len(met) == 8  # up and down: edge-agg, agg-core on both sides
+    for c in met:
         assert c.peak_load_bytes_per_s == pytest.approx(0.2 * c.capacity_bytes_per_s, rel=1e-9)
         assert c.together_s == pytest.approx(c.busy_s, rel=1e-9)
+        assert c.full_s == 0.0
     write_all(res, tmp_path)
-    assert ", at most 20% full; a " in (tmp_path / "sim_summary.txt").read_text()
+    summary = (tmp_path / "sim_summary.txt").read_text()
+    assert "contended links: none (the jobs' bytes meet only on links they do not fill)" in summary
+    first = met[0]
+    assert (
+        "links the jobs' bytes are on at once without filling them (no contention): 8; the "
+        f"fullest: {first.link[0]}->{first.link[1]} (at most 20% full, together "
+        f"{first.together_s * 1e3:.4g} ms of {first.busy_s * 1e3:.4g} ms busy)" in summary
+    )
+    doc = json.loads((tmp_path / "sim_results.json").read_text())
+    assert doc["jobs"]["contended_links"] == []
+    assert [c["full_together_s"] for c in doc["jobs"]["links_met_not_full"]] == [0.0] * 8
+    with open(tmp_path / "sim_contended_links.csv") as f:
+        assert list(csv.DictReader(f)) == []
+    assert "Links shared at once without filling them" in (tmp_path / "report.html").read_text()

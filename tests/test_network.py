@@ -1221,9 +1221,34 @@ def test_a_watched_link_records_when_two_jobs_bytes_drain_over_it_together():
     assert sorted(r.end_s for r in out) == [approx(0.9e-3), approx(1.2e-3)]
     meetings = net.meetings()
     assert list(meetings) == [(1, 2)]  # (0, 1) carried bytes but was not watched
-    together_s, job_s = meetings[(1, 2)]
+    together_s, full_s, job_s = meetings[(1, 2)]
     assert together_s == approx(0.4e-3)
+    assert full_s == approx(0.4e-3)  # 5 + 5 GB/s: full all along
     assert job_s == [approx(0.4e-3), approx(0.4e-3)]
+
+
+def test_a_watched_link_records_how_long_the_jobs_filled_it_together():
+    # Into endpoint 2 over the 10 GB/s link 1 -> 2, each source's own link at 4 GB/s.
+    # Job 0 sends 4 MB from 0, job 1 4 MB from 3, both at t = 0: 8 of 10 GB/s, not full.
+    # At 0.5 ms job 0 sends 1 MB from 4 too: 12 GB/s asked, so the link is full, 10/3
+    # GB/s each, until that message ends at 0.8 ms; the first two have 1 MB left then,
+    # at 4 GB/s each: 0.25 ms more. Together 1.05 ms, of which full 0.3 ms.
+    g = nx.DiGraph()
+    for src in (0, 3, 4):
+        g.add_edge(src, 1, bandwidth=4e9, latency=0.0)
+    g.add_edge(1, 2, bandwidth=10e9, latency=0.0)
+    env, net = make(g)
+    net.watch_links([(1, 2)], job_of=[0, -1, -1, 1, 0], n_jobs=2)
+    out: list = []
+    send_at(env, net, 0.0, 0, 2, 4_000_000, out)
+    send_at(env, net, 0.0, 3, 2, 4_000_000, out)
+    send_at(env, net, 0.5e-3, 4, 2, 1_000_000, out)
+    env.run()
+    assert sorted(r.end_s for r in out) == [approx(0.8e-3), approx(1.05e-3), approx(1.05e-3)]
+    together_s, full_s, job_s = net.meetings()[(1, 2)]
+    assert together_s == approx(1.05e-3)
+    assert full_s == approx(0.3e-3)
+    assert job_s == [approx(1.05e-3), approx(1.05e-3)]
 
 
 def test_a_watched_link_used_by_one_job_at_a_time_records_no_meeting():
@@ -1233,7 +1258,7 @@ def test_a_watched_link_used_by_one_job_at_a_time_records_no_meeting():
     send_at(env, net, 0.0, 0, 2, 10_000_000, [])
     send_at(env, net, 1e-3, 1, 2, 2_000_000, [])
     env.run()
-    assert net.meetings() == {(0, 1): (0.0, [0.0, 0.0]), (1, 2): (0.0, [0.0, 0.0])}
+    assert net.meetings() == {(0, 1): (0.0, 0.0, [0.0, 0.0]), (1, 2): (0.0, 0.0, [0.0, 0.0])}
 
 
 def test_links_are_watched_before_any_transfer():
@@ -1266,7 +1291,7 @@ def test_a_job_starting_as_anothers_last_byte_leaves_is_not_together_with_it():
     end, _ = run(None)
     start_b = end * 1e6 / 1e6
     assert start_b < end  # the rounding this is about
-    assert run(start_b)[1] == {(1, 2): (0.0, [0.0, 0.0])}
+    assert run(start_b)[1] == {(1, 2): (0.0, 0.0, [0.0, 0.0])}
 
 
 def test_a_watched_links_flow_from_an_endpoint_without_a_job_is_refused():
