@@ -1,16 +1,18 @@
-"""Streamed NCCL rings against step-by-step ones: predicted time, messages, cost.
+"""Streamed NCCL rings (or trees) against step-by-step ones: predicted time, messages, cost.
 
-    python bench/bench_streamed_rings.py [--big 1024,4096] [--out results/bench_streamed_rings.json]
+    python bench/bench_streamed_rings.py [--algorithm nccl_ring|nccl_tree] [--big 1024,4096]
+        [--out results/bench_streamed_rings.json]
 
 ResNet-152 data parallel (full size, compute left out: the allreduces alone) with
-``nccl_ring`` on GPU clusters of 8-GPU nodes (``rail_optimised``: 300 GB/s NVLink, a
-50 GB/s NIC per GPU, 1 us and 5 us hops), run with ``collectives.streamed_rings`` off and
-on side by side: both predicted iteration times, their ratio, the messages simulated and
-the simulator's CPU seconds. Then contended cases, where streaming is an approximation
-(a fat-tree with the ranks shuffled over it, so that ring hops share links), and the
-large clusters streamed only (``--big``: step by step, 4,096 GPUs would be 2.7 billion
-messages). One process per run, so each run's peak memory is its own. Writes the rows as
-JSON.
+``nccl_ring`` (or ``nccl_tree``) on GPU clusters of 8-GPU nodes (``rail_optimised``: 300
+GB/s NVLink, a 50 GB/s NIC per GPU, 1 us and 5 us hops), run with
+``collectives.streamed_rings`` (``streamed_trees``) off and on side by side: both
+predicted iteration times, their ratio, the messages simulated and the simulator's CPU
+seconds. Then contended cases, where streaming is an approximation (a fat-tree with the
+ranks shuffled over it, so that hops share links), and the large clusters streamed only
+(``--big``: step by step, 4,096 GPUs would be 2.7 billion ring messages). One process per
+run, so each run's peak memory is its own. Writes the rows as JSON (default file:
+results/bench_streamed_rings.json, or results/bench_streamed_trees.json for trees).
 """
 
 from __future__ import annotations
@@ -48,8 +50,11 @@ def shuffled_fat_tree(k: int, channels_node: int | None) -> dict:
     return topo
 
 
-def config(topology: dict, gpus: int, streamed: bool, channels: int | None = None) -> dict:
-    collectives = {"algorithm": "nccl_ring", "streamed_rings": streamed}
+def config(
+    topology: dict, gpus: int, streamed: bool, channels: int | None = None, alg: str = "nccl_ring"
+) -> dict:
+    what = "rings" if alg == "nccl_ring" else "trees"
+    collectives = {"algorithm": alg, f"streamed_{what}": streamed}
     if channels:
         collectives["channels"] = channels
     return {
@@ -65,7 +70,8 @@ def run_one(cfg: dict) -> dict:
     import simnet
 
     cpu = time.process_time()
-    res = simnet.simulate(cfg, record_series=False)
+    # (the times and the sparse pairs only, as an API user: no n x n matrices)
+    res = simnet.simulate(cfg, record_series=False, dense_matrices=False)
     return {
         "time_s": res.iteration_time_s,
         "messages": sum(p.messages for p in res.phases),
@@ -88,8 +94,9 @@ def run(cfg: dict) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--algorithm", default="nccl_ring", choices=["nccl_ring", "nccl_tree"])
     ap.add_argument("--big", default="1024,4096", help="GPUs of the streamed-only runs")
-    ap.add_argument("--out", default="results/bench_streamed_rings.json")
+    ap.add_argument("--out", help="(default: results/bench_streamed_rings.json, or _trees)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
@@ -107,8 +114,8 @@ def main() -> None:
         f"{'messages':>22} {'CPU s':>14}"
     )
     for name, topo, gpus, channels in side_by_side:
-        a = run(config(topo, gpus, False, channels))
-        b = run(config(topo, gpus, True, channels))
+        a = run(config(topo, gpus, False, channels, args.algorithm))
+        b = run(config(topo, gpus, True, channels, args.algorithm))
         ratio = b["time_s"] / a["time_s"]
         print(
             f"{name:36} {a['time_s'] * 1e3:11.3f} ms {b['time_s'] * 1e3:9.3f} ms "
@@ -118,7 +125,7 @@ def main() -> None:
         )
         rows.append({"case": name, "gpus": gpus, "step_by_step": a, "streamed": b, "ratio": ratio})
     for gpus in (int(x) for x in args.big.split(",") if x):
-        b = run(config(cluster(), gpus, True))
+        b = run(config(cluster(), gpus, True, alg=args.algorithm))
         print(
             f"{f'rail-optimised, {gpus:,} GPUs':36} {'-':>14} {b['time_s'] * 1e3:9.3f} ms "
             f"{'':9} {'':>12} {b['messages']:>9,} {'':6} {b['cpu_s']:6.2f}  "
@@ -126,7 +133,8 @@ def main() -> None:
             flush=True,
         )
         rows.append({"case": f"rail-optimised, {gpus} GPUs", "gpus": gpus, "streamed": b})
-    out = ROOT / args.out
+    kind = "rings" if args.algorithm == "nccl_ring" else "trees"
+    out = ROOT / (args.out or f"results/bench_streamed_{kind}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(rows, indent=1))

@@ -514,6 +514,15 @@ class CollectivesSection(_Strict):
         "channels instead of 2 C p (p - 1) (thousands of GPUs); exact on uncontended "
         "rings, an upper bound where ring hops share links",
     )
+    streamed_trees: Bool = Field(
+        False,
+        description="nccl_tree run as NCCL runs it: its pipeline as one message per tree "
+        "edge and way (all its chunks), then what the pipeline's steps take beyond it (the "
+        "steps' paces as it fills, runs full and drains): 4 C (p - 1) messages an "
+        "allreduce of C channels instead of k times as many (k chunks a tree, up to 64); "
+        "exact on uncontended trees, an approximation where tree hops share links with "
+        "other traffic",
+    )
     gamma_s_per_byte: float = Field(
         0.0,
         ge=0,

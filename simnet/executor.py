@@ -51,12 +51,13 @@ from workload.collectives import (
     stand_in,
     stand_in_note,
     stream_steps,
+    stream_tree,
 )
 from workload.ops import Collective, Compute, Op, Recv, Send, Testany, Wait
 from workload.program import Workload
 from workload.results import counted
 from workload.step_table import StepTable
-from workload.units import S_PER_US
+from workload.units import ELEM_BYTES, S_PER_US
 
 from .network import FlowNetwork, _IntTable, _Path
 
@@ -115,6 +116,8 @@ class AlgorithmPolicy:
     channels, pipeline_chunks: of the NCCL algorithms (None: their defaults).
     streamed_rings: "nccl_ring" run as NCCL runs it streams each run of its ring steps
       (``workload.collectives.stream_steps``).
+    streamed_trees: "nccl_tree" run as NCCL runs it streams its pipeline, one message per
+      tree edge and way (``workload.collectives.stream_tree``).
     Otherwise the MPICH-like ``default_algorithm`` picks by size.
     """
 
@@ -125,6 +128,7 @@ class AlgorithmPolicy:
     channels: int | None = None
     pipeline_chunks: int | None = None
     streamed_rings: bool = False
+    streamed_trees: bool = False
     # Why an asked-for algorithm was not used, one line per distinct case (in order).
     fallbacks: dict[str, None] = field(default_factory=dict)
     # How the NCCL algorithms laid their groups out, one line per distinct case.
@@ -199,8 +203,10 @@ class AlgorithmPolicy:
         p: int,
         per_node: int | tuple[int, ...] | None = None,
         node_order: tuple[int, ...] | None = None,
+        alg: str | None = None,
     ) -> dict[str, Any]:
-        """The schedule parameters for a group of ``p`` ranks (``schedule_for``'s params);
+        """The schedule parameters for a group of ``p`` ranks (``schedule_for``'s params)
+        running ``alg`` (None: any; it decides whether an NCCL algorithm streams);
         ``per_node``: how many of them each node holds, if known (a tuple, each node's,
         where they differ); ``node_order``: the members node by node where the group's
         own order is not (member indices)."""
@@ -214,7 +220,8 @@ class AlgorithmPolicy:
             "node_order": node_order if local or sizes else None,
             "channels": self.channels,
             "pipeline_chunks": self.pipeline_chunks,
-            "streamed": self.streamed_rings,
+            "streamed": (alg == "nccl_ring" and self.streamed_rings)
+            or (alg == "nccl_tree" and self.streamed_trees),
         }
 
     def params_for(
@@ -226,17 +233,17 @@ class AlgorithmPolicy:
         node_order: tuple[int, ...] | None,
         library: str,
     ) -> dict[str, Any]:
-        """:meth:`params` for ``op`` run with ``alg`` under ``library``: rings stream only
-        where they run as NCCL runs them (no per-message host overhead, handshake or
-        step cost, which a stream standing for many steps would pay once)."""
-        params = self.params(p, per_node, node_order)
+        """:meth:`params` for ``op`` run with ``alg`` under ``library``: rings and trees
+        stream only where they run as NCCL runs them (no per-message host overhead,
+        handshake or step cost, which a stream standing for many steps would pay once)."""
+        params = self.params(p, per_node, node_order, alg)
         if params["streamed"] and not runs_as_nccl(op.algorithm, alg, library):
             params["streamed"] = False
-            if alg == "nccl_ring":
-                self.fallbacks[
-                    f"{op.op} nccl_ring: not streamed (collectives.streamed_rings), it runs "
-                    "with MPI's protocol (collectives.library or the program's own schedule)"
-                ] = None
+            what = "rings" if alg == "nccl_ring" else "trees"
+            self.fallbacks[
+                f"{op.op} {alg}: not streamed (collectives.streamed_{what}), it runs "
+                "with MPI's protocol (collectives.library or the program's own schedule)"
+            ] = None
         return params
 
     def note_layout(self, op: str, alg: str, p: int, params: dict[str, Any]) -> None:
@@ -256,12 +263,15 @@ class AlgorithmPolicy:
             nodes += " (its ranks taken node by node)"
         kind = "tree pair" if alg == "nccl_tree" else "ring"
         given = "" if params["channels"] else " (the default)"
-        streamed = (
-            ", each run of its steps streamed (one message per hop, then what its steps take "
-            "beyond it)"
-            if alg == "nccl_ring" and params.get("streamed")
-            else ""
-        )
+        streamed = ""
+        if params.get("streamed"):
+            streamed = (
+                ", each run of its steps streamed (one message per hop, then what its steps "
+                "take beyond it)"
+                if alg == "nccl_ring"
+                else ", its pipeline streamed (one message per edge and way, then what its "
+                "steps take beyond it)"
+            )
         self.layouts[
             f"{op} {alg} over {p} ranks: {nodes}, {counted(c, 'channel')}{given}, a {kind} "
             f"per channel{streamed}"
@@ -1237,6 +1247,8 @@ class PhaseSim:
         runs = stream_steps(sched)
         if runs is not None:
             delays = self._stream_delays(sched, gkey, runs)
+        elif stream_tree(sched) is not None:
+            delays = self._tree_delays(sched, gkey)
         return (
             seq_key,
             steps,
@@ -1293,6 +1305,22 @@ class PhaseSim:
                 streamed = max(streamed, fixed + n * transfer)
             got.append(max(n * pace - streamed, 0.0))
         self._stream_delay_cache[key] = got
+        return got
+
+    def _tree_delays(self, sched: Schedule, gkey: tuple[str, int]) -> list[float]:
+        """Seconds a member spends after the one step of a streamed tree schedule
+        (``simnet.tree_stream.pipeline_delay_s``). Kept per group and schedule."""
+        key = (id(sched), gkey)
+        got = self._stream_delay_cache.get(key)
+        if got is None:
+            from .tree_stream import pipeline_delay_s
+
+            trees, k = stream_tree(sched)
+            sizes = sched.chunk_elems
+            tree_bytes = [ELEM_BYTES * sum(sizes[t * k : (t + 1) * k]) for t in range(len(trees))]
+            ends = self._group_endpoints[gkey]
+            got = [pipeline_delay_s(trees, k, tree_bytes, ends, self.net)]
+            self._stream_delay_cache[key] = got
         return got
 
     def _kept_paths(self, table: _StepTable, gkey: tuple[str, int], p: int) -> list:

@@ -23,4 +23,5 @@ def build_policy(cfg: Config) -> AlgorithmPolicy:
         channels=cfg.collectives.channels,
         pipeline_chunks=cfg.collectives.pipeline_chunks,
         streamed_rings=cfg.collectives.streamed_rings,
+        streamed_trees=cfg.collectives.streamed_trees,
     )

@@ -803,11 +803,21 @@ def simulate(
     assumed += _unused_settings(cfg, phases, nccl_ran, chosen_ran, library_ran)
     messages = sum(p.messages for p in phases)
     rings_ran = any("nccl_ring" in algs for p in phases for algs in p.algorithms.values())
-    if rings_ran and cfg.collectives.streamed_rings:
+    trees_ran = any("nccl_tree" in algs for p in phases for algs in p.algorithms.values())
+    streams = [
+        what
+        for what, ran, on in (
+            ("rings", rings_ran, cfg.collectives.streamed_rings),
+            ("trees", trees_ran, cfg.collectives.streamed_trees),
+        )
+        if ran and on
+    ]
+    if streams:
         assumed.append(
-            "streamed rings: a pair's busy time and achieved bandwidth (sim_pairs.csv, the "
-            "achieved-bandwidth map) count a stream's transfer, not the latency of the ring "
-            "steps it stands for (added after it): higher rates than step by step"
+            f"streamed {' and '.join(streams)}: a pair's busy time and achieved bandwidth "
+            "(sim_pairs.csv, the achieved-bandwidth map) count a stream's transfer, not the "
+            "latency of the steps it stands for (added after it): higher rates than step "
+            "by step"
         )
     if (
         rings_ran
@@ -820,6 +830,18 @@ def simulate(
             "collectives.streamed_rings = true sends each run of a ring's steps as one "
             "message per hop (p - 1 times fewer), the same time where its hops are "
             "uncontended"
+        )
+    if (
+        trees_ran
+        and nccl_ran
+        and not cfg.collectives.streamed_trees
+        and messages >= STREAM_HINT_MESSAGES
+    ):
+        assumed.append(
+            f"nccl_tree's trees ran step by step ({messages:,} messages in the run): "
+            "collectives.streamed_trees = true sends each tree edge's chunks as one "
+            "message each way (as many times fewer as a tree has chunks), the same time "
+            "where its hops are uncontended"
         )
     if (cfg.whatif.stragglers or cfg.whatif.compute_noise) and not any(
         r["compute_s"] for p in phases for r in p.per_rank
@@ -956,8 +978,11 @@ def _unused_settings(
         (("collectives.channels", c.channels), ("collectives.pipeline_chunks", c.pipeline_chunks)),
         lambda v: v is not None,
     )
-    if c.streamed_rings:
-        given.append("collectives.streamed_rings")
+    given += [
+        f"collectives.streamed_{what}"
+        for what, on in (("rings", c.streamed_rings), ("trees", c.streamed_trees))
+        if on
+    ]
     for name in given:
         readers, why = _READ_BY[name]
         if had_collectives and not ran & readers:
@@ -990,8 +1015,12 @@ _READ_BY = {
         "only nccl_tree reads them (its chunks per tree) and it did not run",
     ),
     "collectives.streamed_rings": (
-        frozenset(SCHEDULE_PARAM_READERS["streamed"]),
+        frozenset({"nccl_ring"}),
         "only nccl_ring streams its rings and it did not run",
+    ),
+    "collectives.streamed_trees": (
+        frozenset({"nccl_tree"}),
+        "only nccl_tree streams its trees and it did not run",
     ),
 }
 """The algorithms that read each NCCL setting, and what the note says when none ran."""
@@ -1551,8 +1580,9 @@ def collective_time(
     ``schedule_kw``: ``local_size``
     (ranks per node; default: the topology's ``gpus_per_node`` or ``group_size``, where
     its builder records one), ``rings``, ``channels``, ``pipeline_chunks``, ``streamed``
-    (nccl_ring: each run of ring steps one message per hop; see
-    ``workload.collectives.stream_steps``).
+    (nccl_ring: each run of ring steps one message per hop, see
+    ``workload.collectives.stream_steps``; nccl_tree: its pipeline one message per edge
+    and way, see ``workload.collectives.stream_tree``).
     """
     arenas.enable()  # as simulate does (process-wide, decided once)
     unknown = sorted(set(schedule_kw) - _SCHEDULE_KEYWORDS)
@@ -1598,7 +1628,8 @@ def collective_time(
         ]
         if costs:
             raise ValueError(
-                f"collective_time: streamed rings run as NCCL runs its collectives, without "
+                f"collective_time: streamed rings and trees run as NCCL runs its collectives, "
+                "without "
                 f"MPI's per-message and per-step costs; leave out {', '.join(costs)}"
             )
     count = _elements(size_bytes)
@@ -1619,7 +1650,8 @@ def collective_time(
         rings=schedule_kw.get("rings"),
         channels=schedule_kw.get("channels"),
         pipeline_chunks=schedule_kw.get("pipeline_chunks"),
-        streamed_rings=streamed,
+        streamed_rings=streamed and algorithm == "nccl_ring",
+        streamed_trees=streamed and algorithm == "nccl_tree",
     )
     # An explicit algorithm is a question about that algorithm: never answer another's.
     # (Ranks on endpoints in order: nodes of local_size, the last one short if it does

@@ -43,11 +43,11 @@ def test_a_streamed_reduce_scatter_run_sends_every_block_but_the_ranks_own():
         assert allgather[1] == ((to, ELEM_BYTES * (sum(sizes) - sizes[to]), False),)
 
 
-def test_only_nccl_ring_streams():
+def test_only_the_nccl_algorithms_stream():
     with pytest.raises(ValueError, match="streamed is only used by algorithm"):
         build_schedule("allreduce", "ring", 4, 100, streamed=True)
     g = topologies.switch(4, 10e9, 1e-6)
-    with pytest.raises(ValueError, match="streamed is read by nccl_ring only"):
+    with pytest.raises(ValueError, match="streamed is read by nccl_ring, nccl_tree only"):
         simnet.collective_time(g, "allreduce", "ring", 4096, streamed=True)
     with pytest.raises(ValueError, match="leave out send_overhead_s, rendezvous_handshake"):
         simnet.collective_time(
@@ -142,8 +142,8 @@ def test_a_simulation_with_streamed_rings_moves_the_same_bytes_in_p_minus_1_x_fe
     )
     assert (
         "streamed rings: a pair's busy time and achieved bandwidth (sim_pairs.csv, the "
-        "achieved-bandwidth map) count a stream's transfer, not the latency of the ring "
-        "steps it stands for (added after it): higher rates than step by step"
+        "achieved-bandwidth map) count a stream's transfer, not the latency of the steps it "
+        "stands for (added after it): higher rates than step by step"
     ) in streamed.assumed
     assert not any("streamed" in a for a in steps.assumed)
 

@@ -101,7 +101,7 @@ SCHEDULE_PARAM_READERS: dict[str, tuple[str, ...]] = {
     "rings": ("multiring",),
     "channels": NCCL_ALGORITHMS,
     "pipeline_chunks": ("nccl_tree",),
-    "streamed": ("nccl_ring",),
+    "streamed": NCCL_ALGORITHMS,
 }
 """The schedule parameters and the algorithms that read each (``build_schedule``
 refuses a parameter given to another; the policy passes each only to its readers)."""
@@ -371,10 +371,11 @@ def _ceil_lg(p: int) -> int:
 class _Builder:
     """Collects transfers into numbered steps, sizing them from the chunk layout."""
 
-    __slots__ = ("_empty_ok", "_n", "_prefix", "chunks", "steps")
+    __slots__ = ("_empty_ok", "_n", "_prefix", "chunks", "steps", "stream_tree")
 
     def __init__(self, chunk_elems: Sequence[int]) -> None:
         self.chunks = tuple(chunk_elems)
+        self.stream_tree: tuple[list[list[int]], int] | None = None  # see stream_tree
         prefix = [0]
         for c in chunk_elems:
             prefix.append(prefix[-1] + c)
@@ -936,40 +937,68 @@ def nccl_tree_layout(
     return trees, k
 
 
-def nccl_tree_messages(p: int, count: int, member: int, **params: object) -> int:
+def nccl_tree_messages(
+    p: int, count: int, member: int, streamed: bool = False, **params: object
+) -> int:
     """The messages ``member`` sends in "nccl_tree" allreduce over ``p`` members of
     ``count`` elements (``params`` as :func:`nccl_tree_layout` takes them), as its rank
     plan holds them, without making the schedule (13 ms a member at 4,096 ranks, 0.9 s
     the schedule): in every tree, each chunk once to its parent and once to each child,
-    an empty chunk too."""
+    an empty chunk too; ``streamed``, all the tree's chunks in one message to each."""
     if p <= 1 or count == 0:
         return 0
     trees, k = nccl_tree_layout(p, count, **params)
-    return k * sum((parent[member] >= 0) + parent.count(member) for parent in trees)
+    edges = sum((parent[member] >= 0) + parent.count(member) for parent in trees)
+    return edges if streamed else k * edges
 
 
-def _allreduce_nccl_tree(p: int, count: int, **params: object) -> Built:
+def tree_heights(parent: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+    """A tree given by each rank's parent (-1: the root) as (ranks top-down, each rank's
+    height above its deepest leaf, each one's depth below the root)."""
+    p = len(parent)
+    children: list[list[int]] = [[] for _ in range(p)]
+    root = -1
+    for r, par in enumerate(parent):
+        if par < 0:
+            root = r
+        else:
+            children[par].append(r)
+    height = [0] * p
+    depth = [0] * p
+    order = [root]  # top-down
+    for r in order:
+        for ch in children[r]:
+            depth[ch] = depth[r] + 1
+            order.append(ch)
+    for r in reversed(order):
+        if children[r]:
+            height[r] = 1 + max(height[ch] for ch in children[r])
+    return order, height, depth
+
+
+def _allreduce_nccl_tree(p: int, count: int, streamed: bool = False, **params: object) -> Built:
     trees, k = nccl_tree_layout(p, count, **params)  # type: ignore[arg-type]
     b = _Builder([x for part in _split(count, len(trees)) for x in _split(part, k)])
+    if streamed:
+        # Every tree edge at once, each way, with all of its tree's chunks (see
+        # stream_tree): the same bytes between the same pairs, reduced by the same ranks.
+        b.stream_tree = (trees, k)
+        for ti, parent in enumerate(trees):
+            order, _, _ = tree_heights(parent)
+            for r in order:
+                if parent[r] >= 0:
+                    b.add(0, r, parent[r], ti * k, k, True)
+            for r in order:
+                if parent[r] >= 0:
+                    b.add(0, parent[r], r, ti * k, k, False)
+        return b
     for ti, parent in enumerate(trees):
+        order, height, depth = tree_heights(parent)
+        top = height[order[0]]
         children: list[list[int]] = [[] for _ in range(p)]
-        root = -1
         for r, par in enumerate(parent):
-            if par < 0:
-                root = r
-            else:
+            if par >= 0:
                 children[par].append(r)
-        height = [0] * p
-        depth = [0] * p
-        order = [root]  # top-down
-        for r in order:
-            for ch in children[r]:
-                depth[ch] = depth[r] + 1
-                order.append(ch)
-        for r in reversed(order):
-            if children[r]:
-                height[r] = 1 + max(height[ch] for ch in children[r])
-        top = height[root]
         for chunk in range(k):
             first = ti * k + chunk
             for r in order:
@@ -1683,8 +1712,9 @@ def build_schedule(
     rings and trees out over it as NCCL orders a group's GPUs by node; ``node_sizes``
     (the GPUs of each node in that order, positive integers summing to ``group_size``)
     by the NCCL algorithms in place of ``local_size`` where the nodes hold different
-    numbers of the group's GPUs. ``streamed`` (only "nccl_ring") makes each run of a
-    ring's steps one message per hop carrying the run's bytes (see :func:`stream_steps`).
+    numbers of the group's GPUs. ``streamed`` (the NCCL algorithms) makes each run of a
+    ring's steps one message per hop carrying the run's bytes (see :func:`stream_steps`),
+    and a tree's pipeline one message per edge and way (see :func:`stream_tree`).
     Raises ValueError on invalid input.
     """
     _check_op(op)
@@ -1802,9 +1832,13 @@ def build_schedule(
             pipeline_chunks=pipeline_chunks,
             node_order=node_order,
             node_sizes=node_sizes,
+            **({"streamed": True} if streamed else {}),
         )
         steps = tuple(tuple(step) for step in b.steps if step) if p > 1 else ()
-        return Schedule(op, algorithm, p, steps, count_elems, root, b.chunks)
+        sched = Schedule(op, algorithm, p, steps, count_elems, root, b.chunks)
+        if streamed and steps:
+            sched.__dict__["_stream_tree"] = b.stream_tree
+        return sched
     if p == 1 or count_elems == 0:  # every transfer would be empty
         return Schedule(op, algorithm, p, (), count_elems, root, tuple(chunks))
     # Lazy: ``steps`` is left unset, for Schedule.__getattr__ to build on first use.
@@ -1822,6 +1856,21 @@ def build_schedule(
     if streamed:
         s.__dict__["_stream_steps"] = tuple(n for n, _ in ring_alg[2])
     return s
+
+
+def stream_tree(sched: Schedule) -> tuple[list[list[int]], int] | None:
+    """The trees (each member's parent, -1 for the root) and the chunks per tree of a
+    streamed "nccl_tree" schedule (None: not one).
+
+    A streamed tree ("nccl_tree" with ``streamed``) is one step in which every tree edge
+    carries, each way at once, all the chunks its pipeline would send over it one step at
+    a time (the reduction up to the parent, the result down to each child): the same
+    bytes between the same pairs, 2 (p - 1) messages a tree, not k times as many. A
+    simulator adds after it what the pipeline's k + 2 H - 1 steps would take beyond the
+    stream (H the trees' height), the steps' paces summed as they fill, run full and
+    drain; where the trees' hops share links with other traffic the stream is an
+    approximation, as a streamed ring's is (:func:`stream_steps`)."""
+    return sched.__dict__.get("_stream_tree")
 
 
 def stream_steps(sched: Schedule) -> tuple[int, ...] | None:
@@ -2019,7 +2068,7 @@ def schedule_keywords(algorithm: str, params: Mapping[str, object] | None) -> di
     parameters: ``params`` may hold "rings" (used by multiring), "local_size" (used by
     hierarchical, and by the NCCL algorithms unless "nccl_local_size" is given: GPUs per
     node for a group it divides, None otherwise), "channels" (NCCL) and
-    "pipeline_chunks" (nccl_tree), "streamed" (nccl_ring), "node_order" (NCCL: the
+    "pipeline_chunks" (nccl_tree), "streamed" (NCCL), "node_order" (NCCL: the
     members node by node),
     "nccl_node_sizes" (NCCL: the GPUs of each node where they differ); each is passed
     only to the algorithms that take it."""
@@ -2036,7 +2085,7 @@ def schedule_keywords(algorithm: str, params: Mapping[str, object] | None) -> di
         kw["node_sizes"] = params.get("nccl_node_sizes")
     if algorithm == "nccl_tree":
         kw["pipeline_chunks"] = params.get("pipeline_chunks")
-    if algorithm == "nccl_ring":
+    if algorithm in NCCL_ALGORITHMS:
         kw["streamed"] = bool(params.get("streamed"))
     return kw
 

@@ -1,0 +1,203 @@
+"""Streamed NCCL trees: a tree's pipeline as one message per edge and way."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+
+import networkx as nx
+import pytest
+import simpy
+
+import simnet
+import topologies
+from simnet.network import FlowNetwork
+from simnet.tree_stream import pipeline_delay_s
+from workload.collectives import (
+    ELEM_BYTES,
+    build_schedule,
+    nccl_tree_layout,
+    nccl_tree_messages,
+    stream_tree,
+)
+from workload.ops import Collective
+
+
+def _reduced_into(sched, r: int) -> int:
+    """Bytes member ``r`` receives to reduce (its children's partial sums)."""
+    return sum(
+        b
+        for q in range(sched.group_size)
+        for _, sends in sched.rank_plan(q)
+        for dst, b, reduce in sends
+        if dst == r and reduce
+    )
+
+
+@pytest.mark.parametrize(("p", "count", "local"), [(16, 100_000, 4), (24, 12_345, 8), (6, 7, 3)])
+def test_a_streamed_tree_moves_the_same_bytes_in_one_message_per_edge_and_way(p, count, local):
+    steps = build_schedule("allreduce", "nccl_tree", p, count, local_size=local)
+    streamed = build_schedule("allreduce", "nccl_tree", p, count, local_size=local, streamed=True)
+    assert streamed.pair_bytes() == steps.pair_bytes()
+    trees, k = nccl_tree_layout(p, count, local_size=local)
+    assert stream_tree(streamed) == (trees, k) and stream_tree(steps) is None
+    assert streamed.num_steps == 1
+    for r in range(p):
+        plan = streamed.rank_plan(r)
+        edges = sum((parent[r] >= 0) + parent.count(r) for parent in trees)
+        assert sum(len(sends) for _, sends in plan) == edges
+        assert nccl_tree_messages(p, count, r, streamed=True, local_size=local) == edges
+        assert nccl_tree_messages(p, count, r, local_size=local) == k * edges
+        # What it receives to reduce, from its children, is what it did step by step.
+        assert _reduced_into(streamed, r) == _reduced_into(steps, r) > 0
+        assert sum(b for _, sends in plan for _, b, _ in sends) == steps.bytes_sent(r)
+
+
+def _route(g: nx.DiGraph):
+    """Hop-count shortest paths of ``g`` as directed edges (FlowNetwork's route)."""
+    return lambda src, dst: tuple(itertools.pairwise(nx.shortest_path(g, src, dst)))
+
+
+def test_the_pipeline_delay_of_a_two_member_tree_is_its_fill_and_drain():
+    # Member 1 under member 0, one 1 GB/s link each way (1 us): 4 chunks of 1 MB. Up, the
+    # leaf sends chunk j in step j (steps 0-3); down, the root sends it in step j + 1
+    # (steps 1-4): 5 steps of 1 ms + 1 us. The stream: 4 MB each way at once, 4 ms + 1 us.
+    g = nx.DiGraph()
+    g.add_edge(0, 1, bandwidth=1e9, latency=1e-6)
+    g.add_edge(1, 0, bandwidth=1e9, latency=1e-6)
+    net = FlowNetwork(simpy.Environment(), g, _route(g))
+    delay = pipeline_delay_s([[-1, 0]], 4, [4_000_000], [0, 1], net)
+    assert delay == pytest.approx(5 * (1e-3 + 1e-6) - (4e-3 + 1e-6), rel=1e-12)
+    # Two members on one endpoint send nothing over the network: no delay.
+    assert pipeline_delay_s([[-1, 0]], 4, [4_000_000], [0, 0], net) == 0.0
+
+
+def test_hops_busy_together_share_their_links_in_the_delay():
+    # Three members on a star through switch 9 (1 GB/s links, no latency): 1 and 2 under
+    # 0. Up, both leaves send chunk j in step j over their own links into 9, then both
+    # share 9 -> 0 (2 MB a step: 2 ms); down, the root sends to both in step j + 1, both
+    # over 0 -> 9 (2 ms). Steps 0..k: k + 1 steps of 2 ms; the stream: 2 k ms.
+    g = nx.DiGraph()
+    for m in (0, 1, 2):
+        g.add_edge(m, 9, bandwidth=1e9, latency=0.0)
+        g.add_edge(9, m, bandwidth=1e9, latency=0.0)
+    net = FlowNetwork(simpy.Environment(), g, _route(g))
+    k = 3
+    delay = pipeline_delay_s([[-1, 0, 0]], k, [k * 1_000_000], [0, 1, 2], net)
+    assert delay == pytest.approx((k + 1) * 2e-3 - k * 2e-3, rel=1e-12)
+
+
+_RAIL = topologies.rail_optimised(3, 8, 450e9, 25e9, 0.5e-6, 1e-6)
+
+
+@pytest.mark.parametrize(
+    ("graph", "size", "kw"),
+    [
+        (_RAIL, 1 << 30, {}),  # 3 nodes of 8 GPUs: an odd number of nodes
+        (
+            topologies.rail_optimised(4, 8, 450e9, 25e9, 0.5e-6, 1e-6),
+            1 << 30,
+            {"pipeline_chunks": 8},
+        ),
+        (topologies.hierarchical(16, 4, 100e9, 10e9, 0.5e-6, 2e-6), 64 << 20, {}),
+        (topologies.switch(16, 10e9, 1e-6), 64 << 20, {"local_size": 4}),
+        (topologies.rail_optimised(4, 8, 450e9, 25e9, 0.5e-6, 1e-6), 1 << 20, {}),  # 1 chunk
+    ],
+)
+def test_a_streamed_tree_on_uncontended_hops_takes_the_step_by_step_time(graph, size, kw):
+    steps = simnet.collective_time(graph, "allreduce", "nccl_tree", size, **kw)
+    streamed = simnet.collective_time(graph, "allreduce", "nccl_tree", size, streamed=True, **kw)
+    assert streamed == pytest.approx(steps, rel=1e-9)
+
+
+@pytest.mark.parametrize("size", [1 << 20, 16 << 20])
+def test_a_streamed_tree_where_hops_collide_takes_longer_than_step_by_step(size):
+    # A k=8 fat-tree spreads flows over its cores by hashing: some hops of a step meet on
+    # one link. The delay counts them sharing it for the whole step; step by step, the
+    # one that ends first leaves the link to the other: an upper bound (17% above at 1 MiB,
+    # 2% at 256 MiB, as measured when this was written).
+    g = topologies.fat_tree(8, 25e9, 1e-6)
+    steps = simnet.collective_time(g, "allreduce", "nccl_tree", size, local_size=8)
+    streamed = simnet.collective_time(
+        g, "allreduce", "nccl_tree", size, local_size=8, streamed=True
+    )
+    assert steps < streamed < 1.25 * steps
+
+
+def _cluster(streamed: bool, **collectives) -> dict:
+    return {
+        "distributed": {"num_nodes": 16, "bandwidth_limit_gb_per_s": 25},
+        "topology": {
+            "type": "rail_optimised",
+            "group_size": 4,
+            "link_latency_us": 1,
+            "inter_latency_us": 5,
+            "intra_bandwidth_gb_per_s": 300,
+        },
+        # (21-26 MB gradient buckets: 5-7 chunks of 512 KiB a tree)
+        "workload": {"name": "resnet152", "world_size": 16, "compute_scale": 0},
+        "collectives": {"algorithm": "nccl_tree", "streamed_trees": streamed, **collectives},
+    }
+
+
+def test_a_simulation_with_streamed_trees_moves_the_same_bytes_in_fewer_messages():
+    steps = simnet.simulate(_cluster(False), record_series=False)
+    streamed = simnet.simulate(_cluster(True), record_series=False)
+    a, b = steps.phases[0], streamed.phases[0]
+    assert a.pair_bytes == b.pair_bytes and a.link_bytes == b.link_bytes
+    assert a.part_pair_bytes == b.part_pair_bytes  # reduced and copied alike
+    # Each allreduce: 4 channels, 2 trees each, every edge once each way (15 edges a tree).
+    program = streamed.workload.phases[0].program(0)
+    calls = len([op for op in program if type(op) is Collective and op.op == "allreduce"])
+    assert b.messages == calls * 4 * 2 * 15 * 2
+    assert a.messages > 5 * b.messages
+    assert streamed.iteration_time_s == pytest.approx(steps.iteration_time_s, rel=1e-6)
+    layout = [x for x in streamed.assumed if x.startswith("allreduce nccl_tree over 16 ranks")]
+    assert layout and layout[0].endswith(
+        "its pipeline streamed (one message per edge and way, then what its steps take beyond it)"
+    )
+    assert (
+        "streamed trees: a pair's busy time and achieved bandwidth (sim_pairs.csv, the "
+        "achieved-bandwidth map) count a stream's transfer, not the latency of the steps it "
+        "stands for (added after it): higher rates than step by step"
+    ) in streamed.assumed
+    assert not any("streamed" in x for x in steps.assumed)
+
+
+def test_streamed_trees_are_said_where_they_cannot_apply():
+    mpi = simnet.simulate(_cluster(True, library="mpi"), record_series=False)
+    assert (
+        "allreduce nccl_tree: not streamed (collectives.streamed_trees), it runs with MPI's "
+        "protocol (collectives.library or the program's own schedule)" in mpi.assumed
+    )
+    ring = simnet.simulate(
+        {**_cluster(False), "collectives": {"algorithm": "nccl_ring", "streamed_trees": True}},
+        record_series=False,
+    )
+    assert (
+        "collectives.streamed_trees: not used, only nccl_tree streams its trees and it did "
+        "not run" in ring.assumed
+    )
+    # Each setting streams its own algorithm only.
+    rings_only = simnet.simulate(_cluster(False, streamed_rings=True), record_series=False)
+    steps = simnet.simulate(_cluster(False), record_series=False)
+    assert rings_only.phases[0].messages == steps.phases[0].messages
+
+
+def test_a_large_step_by_step_nccl_tree_run_says_streamed_trees_exist(monkeypatch):
+    monkeypatch.setattr(sys.modules["simnet.simulate"], "STREAM_HINT_MESSAGES", 1000)
+    res = simnet.simulate(_cluster(False), record_series=False)
+    hint = [x for x in res.assumed if "collectives.streamed_trees = true" in x]
+    assert hint == [
+        f"nccl_tree's trees ran step by step ({res.phases[0].messages:,} messages in the run): "
+        "collectives.streamed_trees = true sends each tree edge's chunks as one message each "
+        "way (as many times fewer as a tree has chunks), the same time where its hops are "
+        "uncontended"
+    ]
+
+
+def test_the_stream_carries_a_trees_share_in_elements():
+    # 10 elements over 2 trees of 1 chunk: 5 elements (20 bytes) a tree, each way.
+    sched = build_schedule("allreduce", "nccl_tree", 2, 10, streamed=True, channels=1)
+    sends = [s for r in range(2) for _, ss in sched.rank_plan(r) for s in ss]
+    assert sorted(b for _, b, _ in sends) == [5 * ELEM_BYTES] * 4
