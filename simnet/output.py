@@ -303,8 +303,11 @@ def node_bandwidth_lines(
         )
     )
     if below:
+        # (no route at all: failed links cut one of its endpoints off, or split the network
+        # through it)
         shown = [
-            f"node {k} (endpoints {k * size}-{min(k * size + size, n) - 1}) {_gb_per_s(slowest[k])}"
+            f"node {k} (endpoints {k * size}-{min(k * size + size, n) - 1}) "
+            + (_gb_per_s(slowest[k]) if slowest[k] > 0 else "no route between some of them")
             for k in below[:NODE_OUTLIERS_SHOWN]
         ]
         more = len(below) - NODE_OUTLIERS_SHOWN

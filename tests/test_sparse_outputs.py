@@ -811,3 +811,19 @@ def test_trace_ranks_with_jobs_are_checked_for_form_first_and_for_range_after(tm
     res = simnet.simulate(fat_tree_config(), dense_matrices=False)
     with pytest.raises(ValueError, match="rank 16 is none of the 16 ranks"):
         output.choose_trace_ranks(res, [0, 16])
+
+
+def test_a_node_with_no_route_inside_is_said_to_have_none():
+    # Failed links may cut an endpoint of a node off, or split the network through it:
+    # its slowest route inside is no route, not "0 GB/s".
+    slowest = np.array([10e9, 0.0, 10e9, 2e9])
+    (line,), entry = output.node_bandwidth_lines(slowest, 4, 16, True, "sim_node_bandwidth.csv")
+    assert line == (
+        "  routes inside nodes (4 endpoints each; sim_node_bandwidth.csv): the slowest 10 GB/s "
+        "in 2 of its 4 nodes; slower: node 1 (endpoints 4-7) no route between some of them, "
+        "node 3 (endpoints 12-15) 2 GB/s"
+    )
+    assert entry["slower_nodes"] == [
+        {"node": 1, "bytes_per_s": 0.0},
+        {"node": 3, "bytes_per_s": 2e9},
+    ]
