@@ -517,11 +517,10 @@ class CollectivesSection(_Strict):
     streamed_trees: Bool = Field(
         False,
         description="nccl_tree run as NCCL runs it: its pipeline as one message per tree "
-        "edge and way (all its chunks), then what the pipeline's steps take beyond it (the "
-        "steps' paces as it fills, runs full and drains): 4 C (p - 1) messages an "
-        "allreduce of C channels instead of k times as many (k chunks a tree, up to 64); "
-        "exact on uncontended trees, an approximation where tree hops share links with "
-        "other traffic",
+        "edge and way (all its chunks), then what the pipeline's steps take beyond it "
+        "(each GPU's critical path over its steps): 4 C (p - 1) messages an allreduce of C "
+        "channels instead of k times as many (k chunks a tree: by default up to 64); exact "
+        "where no two of its hops share a link at once, an approximation where they do",
     )
     gamma_s_per_byte: float = Field(
         0.0,

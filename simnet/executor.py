@@ -136,6 +136,8 @@ class AlgorithmPolicy:
     # Where MPICH's default is not run (not implemented, or not at this size) and a
     # stand-in ran, one line per case.
     stand_ins: dict[str, None] = field(default_factory=dict)
+    # The NCCL algorithms that streamed (nccl_ring, nccl_tree), in order.
+    streamed: dict[str, None] = field(default_factory=dict)
 
     def choose(self, op: Collective, p: int, per_node: int | tuple[int, ...] | None = None) -> str:
         from workload.collectives import ALGORITHMS
@@ -244,6 +246,8 @@ class AlgorithmPolicy:
                 f"{op.op} {alg}: not streamed (collectives.streamed_{what}), it runs "
                 "with MPI's protocol (collectives.library or the program's own schedule)"
             ] = None
+        elif params["streamed"]:
+            self.streamed[alg] = None
         return params
 
     def note_layout(self, op: str, alg: str, p: int, params: dict[str, Any]) -> None:
@@ -746,6 +750,10 @@ class SimExecutor:
             return 0
         return self._rank_policy[members[0]]
 
+    def streamed_algorithms(self) -> set[str]:
+        """The NCCL algorithms whose rings or trees streamed, in any policy (any job)."""
+        return {alg for pol in self._policies for alg in pol.streamed}
+
     def policy_notes(self) -> list[str]:
         """What the policies said, as the summary's ``assumed:`` lines: the fallbacks,
         then the NCCL layouts, then the stand-ins; with several jobs, each line names
@@ -962,6 +970,7 @@ class PhaseSim:
         self.library_ran = False
         self._group_endpoints: dict[tuple[str, int], tuple[int, ...]] = {}  # see _prepare
         self._stream_delay_cache: dict[tuple, list[float]] = {}  # see _stream_delays
+        self._tree_delay_cache: dict[tuple, list[float]] = {}  # see _tree_delays
         # The paths a group's collectives from step tables send on, kept where the
         # network routes every pair one way: group -> per table row number (see
         # _StepTable.row) a list of each member's path to its destination in that row
@@ -1248,7 +1257,7 @@ class PhaseSim:
         if runs is not None:
             delays = self._stream_delays(sched, gkey, runs)
         elif stream_tree(sched) is not None:
-            delays = self._tree_delays(sched, gkey)
+            delays = self._tree_delays(sched, gkey, me)
         return (
             seq_key,
             steps,
@@ -1307,21 +1316,22 @@ class PhaseSim:
         self._stream_delay_cache[key] = got
         return got
 
-    def _tree_delays(self, sched: Schedule, gkey: tuple[str, int]) -> list[float]:
-        """Seconds a member spends after the one step of a streamed tree schedule
-        (``simnet.tree_stream.pipeline_delay_s``). Kept per group and schedule."""
+    def _tree_delays(self, sched: Schedule, gkey: tuple[str, int], me: int) -> list[float]:
+        """Seconds member ``me`` spends after the one step of a streamed tree schedule
+        (``simnet.tree_stream.pipeline_delays_s``, made once per group and schedule)."""
         key = (id(sched), gkey)
-        got = self._stream_delay_cache.get(key)
+        got = self._tree_delay_cache.get(key)
         if got is None:
-            from .tree_stream import pipeline_delay_s
+            from .tree_stream import pipeline_delays_s
 
             trees, k = stream_tree(sched)
             sizes = sched.chunk_elems
             tree_bytes = [ELEM_BYTES * sum(sizes[t * k : (t + 1) * k]) for t in range(len(trees))]
             ends = self._group_endpoints[gkey]
-            got = [pipeline_delay_s(trees, k, tree_bytes, ends, self.net)]
-            self._stream_delay_cache[key] = got
-        return got
+            got = self._tree_delay_cache[key] = pipeline_delays_s(
+                trees, k, tree_bytes, ends, self.net
+            ).tolist()
+        return [got[me]]
 
     def _kept_paths(self, table: _StepTable, gkey: tuple[str, int], p: int) -> list:
         """The group's kept paths by row number (``_path_rows``), with a list for each

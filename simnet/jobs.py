@@ -13,8 +13,8 @@ a job's rank draws the same random stream alone as shared (that of its combined 
 and its collectives are laid out with the same schedule parameters (its own, else the
 network's: ``JobRanks.collective_params``): the slowdown measures what the other jobs
 cost it, nothing else. A link two jobs send over is where they contend only if their
-bytes drain over it at the same moment while it is full (a bottleneck: one job's bytes
-hold another's back there): the shared run records that on the links their alone runs
+bytes drain over it at the same moment while it is full (a job there could go faster
+only at another's expense): the shared run records that on the links their alone runs
 share (``FlowNetwork.watch_links``). Links where their bytes meet without filling it are
 listed apart (``JobsReport.met_not_full``), as are those they cross at other times.
 """
@@ -80,7 +80,8 @@ class JobReport:
 @dataclass
 class ContendedLink:
     """A link over which two or more jobs' bytes drained at the same time: contended if it
-    was full meanwhile (a bottleneck, where one job's bytes held another's back)."""
+    was full meanwhile (a job there could go faster only at another's expense; full with
+    nobody waiting too, where each job's flows are held elsewhere at exactly their share)."""
 
     link: tuple
     # every job that sends over it, those that run there at another time included (so

@@ -665,7 +665,8 @@ class _Meeting:
     meanwhile: a watched link's record (``FlowNetwork.watch_links``). A job drains there
     while one of its flows is in its draining phase on the link (not while it pays alpha
     or its route latency passes). The link is full while its load is its capacity (within
-    rounding): a bottleneck, where a job's bytes hold another's back."""
+    rounding): a job there could go faster only at another's expense (unless each one's
+    flows are held elsewhere at exactly their share: a tie, full with nobody waiting)."""
 
     __slots__ = (
         "active",
@@ -1637,7 +1638,9 @@ class FlowNetwork:
             if self.record_link_series:
                 link.series = _Series()
             if self._watch is not None and key in self._watch:
-                link.watch = self._watch[key] = _Meeting(self._job_of, self._n_jobs, bw)
+                link.watch = self._watch[key] = _Meeting(
+                    self._job_of, self._n_jobs, link.capacity_bytes_per_s
+                )
             self._links[key] = link
         return link
 

@@ -804,13 +804,9 @@ def simulate(
     messages = sum(p.messages for p in phases)
     rings_ran = any("nccl_ring" in algs for p in phases for algs in p.algorithms.values())
     trees_ran = any("nccl_tree" in algs for p in phases for algs in p.algorithms.values())
+    streamed = ex.streamed_algorithms()
     streams = [
-        what
-        for what, ran, on in (
-            ("rings", rings_ran, cfg.collectives.streamed_rings),
-            ("trees", trees_ran, cfg.collectives.streamed_trees),
-        )
-        if ran and on
+        what for what, alg in (("rings", "nccl_ring"), ("trees", "nccl_tree")) if alg in streamed
     ]
     if streams:
         assumed.append(

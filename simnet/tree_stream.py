@@ -5,18 +5,21 @@ chunks, each way, as one message, all at once. Step by step, chunk ``j`` leaves 
 at height ``h`` above its tree's leaves for its parent in step ``j + h`` and leaves a
 member at depth ``d`` for its children in step ``j + H + d`` (``H`` the tree's height), so
 every hop (an edge, one way) is busy ``k`` consecutive steps, and the pipeline fills,
-runs full and drains over ``k + 2 H - 1`` steps. A step takes the pace of its slowest
-busy hop: alpha plus the route's latency plus the hop's chunk over what its links leave
-it (each link's capacity shared by the bytes of every hop busy in that step crossing it,
-those of other trees and channels too). The set of busy hops changes only where one
-begins or ends, at most ``4 H`` times, so the sum of the paces is computed once per such
-stretch, with numpy over every hop's links (half a million hops at 16,384 GPUs).
+runs full and drains over ``k + 2 H - 1`` steps. A member's step ends when every message
+it sends or receives in it has (each starts once both ends have begun that step, as NCCL
+waits for its receiver), and its next step begins then: the step-by-step ends are a
+critical path over the members' steps, computed here step by step with numpy over the
+hops busy in each step. A hop takes alpha plus its route's latency plus its chunk over
+what its links leave it, each link's capacity shared by the bytes of every hop busy in
+that step crossing it (those of other trees and channels too); the busy hops change only
+where one begins or ends, at most ``4 H`` times, so those shares are computed once per
+such stretch (half a million hops at 16,384 GPUs).
 
-On hops that nothing else shares, the step-by-step simulation keeps that lockstep (a
-member's step waits for its receives, which wait for the slowest hop feeding them), and
-the sum is its time; the simulator then adds the sum less what the stream takes with
-every hop busy at once. Where the trees share links with other traffic, the stream is an
-approximation, as a streamed ring's is.
+Each member's delay is its end so found less when its part of the stream ends (its
+messages with every hop busy at once). On hops that nothing else shares this is the
+step-by-step simulation's own arithmetic; where the trees' hops meet on links (two busy
+in one step that step by step need not overlap), or share them with other traffic, the
+stream is an approximation, as a streamed ring's is.
 """
 
 from __future__ import annotations
@@ -30,16 +33,17 @@ import numpy as np
 from workload.collectives import tree_heights
 
 
-def pipeline_delay_s(
+def pipeline_delays_s(
     trees: Sequence[Sequence[int]],
     chunks: int,
     tree_bytes: Sequence[int],
     endpoints: Sequence[Any],
     net: Any,
-) -> float:
-    """Seconds a streamed tree allreduce spends after its stream: the sum over its
-    pipeline's steps of each step's pace, less the stream's own time (all hops at once,
-    each with its ``chunks`` chunks), never below 0.
+) -> np.ndarray:
+    """Seconds each member of a streamed tree allreduce spends after its stream: when its
+    pipeline's last step would end step by step, less when its messages of the stream
+    end (all hops at once, each with its ``chunks`` chunks), never below 0; one value a
+    member.
 
     ``trees``: each tree's parent of every member (-1 for its root); ``chunks``: the
     chunks each tree's share is pipelined in; ``tree_bytes[t]``: bytes of tree ``t``'s
@@ -48,7 +52,8 @@ def pipeline_delay_s(
     on one endpoint crosses no link and is left out, as the stream sends nothing there.
     """
     k = chunks
-    starts: list[int] = []
+    p = len(endpoints)
+    hops: list[tuple[int, int, int]] = []  # (sender, receiver, first step)
     fixed: list[float] = []
     chunk_bytes: list[float] = []
     hop_links: list[int] = []
@@ -69,7 +74,7 @@ def pipeline_delay_s(
                 capacity.append(link.capacity_bytes_per_s)
             hop_links.append(i)
         hop_ptr.append(len(hop_links))
-        starts.append(start)
+        hops.append((src, dst, start))
         fixed.append(alpha + path.latency_s)
         chunk_bytes.append(nbytes)
 
@@ -82,29 +87,43 @@ def pipeline_delay_s(
             if par >= 0:
                 hop(r, par, height[r], per_chunk)  # the reduction, up
                 hop(par, r, top + depth[par], per_chunk)  # the result, down
-    if not starts:
-        return 0.0
-    start = np.asarray(starts, dtype=np.int64)
+    if not hops:
+        return np.zeros(p)
+    src, dst, start = (np.asarray(x, dtype=np.int64) for x in zip(*hops, strict=True))
     fixed_s = np.asarray(fixed)
     per_hop = np.asarray(chunk_bytes)
     links = np.asarray(hop_links, dtype=np.int64)
     cap = np.asarray(capacity)
     ptr = np.asarray(hop_ptr[:-1], dtype=np.int64)
-    owner = np.repeat(np.arange(len(starts)), np.diff(hop_ptr))
+    owner = np.repeat(np.arange(len(hops)), np.diff(hop_ptr))
     entry_bytes = per_hop[owner]
 
-    def transfers(busy: np.ndarray) -> np.ndarray:
-        """Each hop's chunk time (s) with the hops ``busy`` sharing the links."""
+    def times(busy: np.ndarray) -> np.ndarray:
+        """Each hop's seconds for a chunk (alpha and latency included), the hops ``busy``
+        (a 0/1 weight per hop) sharing the links."""
         load = np.bincount(links, weights=entry_bytes * busy[owner], minlength=len(cap))
-        return np.maximum.reduceat(load[links] / cap[links], ptr)
+        return fixed_s + np.maximum.reduceat(load[links] / cap[links], ptr)
 
-    # The steps where the busy hops change, and the pace of each stretch between them.
+    # Step by step: every member's time at the end of its latest step (from a common
+    # start), each step's hops starting once both their ends are there.
+    ready = np.zeros(p)
     bounds = np.unique(np.concatenate((start, start + k)))
-    total = 0.0
     for a, b in pairwise(bounds):
         busy = (start <= a) & (start + k > a)
-        if busy.any():
-            pace = (fixed_s + transfers(busy.astype(float)))[busy].max()
-            total += float(b - a) * float(pace)
-    stream = float((fixed_s + k * transfers(np.ones(len(starts)))).max())
-    return max(total - stream, 0.0)
+        if not busy.any():
+            continue
+        took = times(busy.astype(float))[busy]
+        s, d = src[busy], dst[busy]
+        for _ in range(int(b - a)):
+            end = np.maximum(ready[s], ready[d]) + took
+            new = ready.copy()
+            np.maximum.at(new, s, end)
+            np.maximum.at(new, d, end)
+            ready = new
+    # The stream: each hop's k chunks at once, every hop busy; a member's part ends with
+    # the last of its messages.
+    streamed = fixed_s + k * (times(np.ones(len(hops))) - fixed_s)
+    stream_end = np.zeros(p)
+    np.maximum.at(stream_end, src, streamed)
+    np.maximum.at(stream_end, dst, streamed)
+    return np.maximum(ready - stream_end, 0.0)

@@ -1251,6 +1251,23 @@ def test_a_watched_link_records_how_long_the_jobs_filled_it_together():
     assert job_s == [approx(1.05e-3), approx(1.05e-3)]
 
 
+def test_a_watched_injection_port_is_full_at_its_own_rate():
+    # Endpoints 0 (job 0) and 1 (job 1) each send 1 MB to endpoint 2 over their own 10
+    # GB/s links; 2's ingress port takes 5 GB/s: both flows share it, full, 2.5 GB/s each.
+    g = nx.DiGraph()
+    g.add_edge(0, 2, bandwidth=10e9, latency=0.0)
+    g.add_edge(1, 2, bandwidth=10e9, latency=0.0)
+    env, net = make(g, injection_bandwidth_bytes_per_s=5e9)
+    port = (INGRESS, 2)
+    net.watch_links([port], job_of=[0, 1, -1], n_jobs=2)
+    out: list = []
+    send_at(env, net, 0.0, 0, 2, 1_000_000, out)
+    send_at(env, net, 0.0, 1, 2, 1_000_000, out)
+    env.run()
+    assert [r.end_s for r in out] == [approx(0.4e-3)] * 2
+    assert net.meetings()[port] == (approx(0.4e-3), approx(0.4e-3), [approx(0.4e-3)] * 2)
+
+
 def test_a_watched_link_used_by_one_job_at_a_time_records_no_meeting():
     # Job 1's message starts as job 0's last byte leaves (at 1 ms): one after the other.
     env, net = make(line((10e9, 0.0), (10e9, 0.0)))

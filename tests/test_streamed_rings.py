@@ -154,6 +154,7 @@ def test_streamed_rings_are_said_where_they_cannot_apply():
         "allreduce nccl_ring: not streamed (collectives.streamed_rings), it runs with MPI's "
         "protocol (collectives.library or the program's own schedule)" in mpi.assumed
     )
+    assert not [x for x in mpi.assumed if x.startswith("streamed rings")]  # none streamed
     steps = simnet.simulate(_cluster(False, library="mpi"), record_series=False)
     assert mpi.phases[0].messages == steps.phases[0].messages
     tree = simnet.simulate(
