@@ -10,6 +10,7 @@ import simnet
 import topologies
 from simnet.simulate import STREAM_HINT_MESSAGES
 from workload.collectives import ELEM_BYTES, build_schedule, stream_steps
+from workload.ops import Collective
 
 
 @pytest.mark.parametrize("op", ["allreduce", "allgather", "reduce_scatter"])
@@ -114,7 +115,14 @@ def test_not_streaming_is_no_setting_to_refuse():
     assert asked == simnet.collective_time(g, "allreduce", "ring", 4096)
 
 
-def _cluster(streamed: bool, **collectives) -> dict:
+KINDS = {"nccl_ring": "rings", "nccl_tree": "trees"}  # what each algorithm streams
+
+
+def _cluster(streamed: bool, algorithm: str = "nccl_ring", **collectives) -> dict:
+    """ResNet-152 over 16 GPUs of 4-GPU rail-optimised nodes with ``algorithm``, its
+    streams on or off (full-size trees: 21-26 MB buckets are 5-7 chunks a tree; rings
+    at 2%, as many steps whatever the size)."""
+    scale = {"scale": 0.02} if algorithm == "nccl_ring" else {}
     return {
         "distributed": {"num_nodes": 16, "bandwidth_limit_gb_per_s": 25},
         "topology": {
@@ -124,47 +132,74 @@ def _cluster(streamed: bool, **collectives) -> dict:
             "inter_latency_us": 5,
             "intra_bandwidth_gb_per_s": 300,
         },
-        "workload": {"name": "resnet152", "world_size": 16, "scale": 0.02, "compute_scale": 0},
-        "collectives": {"algorithm": "nccl_ring", "streamed_rings": streamed, **collectives},
+        "workload": {"name": "resnet152", "world_size": 16, "compute_scale": 0, **scale},
+        "collectives": {
+            "algorithm": algorithm,
+            f"streamed_{KINDS[algorithm]}": streamed,
+            **collectives,
+        },
     }
 
 
-def test_a_simulation_with_streamed_rings_moves_the_same_bytes_in_p_minus_1_x_fewer_messages():
-    steps = simnet.simulate(_cluster(False), record_series=False)
-    streamed = simnet.simulate(_cluster(True), record_series=False)
+def _allreduces(res) -> int:
+    program = res.workload.phases[0].program(0)
+    return len([op for op in program if type(op) is Collective and op.op == "allreduce"])
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "layout", "per_call"),
+    [
+        # every collective an allreduce over 16 ranks: 4 rings of 16 hops, 2 runs
+        ("nccl_ring", "each run of its steps streamed (one message per hop, then what its "
+         "steps take beyond it)", 4 * 16 * 2),
+        # 4 channels of 2 trees, every edge (15 a tree) once each way
+        ("nccl_tree", "its pipeline streamed (one message per edge and way, then what its "
+         "steps take beyond it)", 4 * 2 * 15 * 2),
+    ],
+)  # fmt: skip
+def test_a_simulation_with_streams_moves_the_same_bytes_in_fewer_messages(
+    algorithm, layout, per_call
+):
+    steps = simnet.simulate(_cluster(False, algorithm), record_series=False)
+    streamed = simnet.simulate(_cluster(True, algorithm), record_series=False)
     a, b = steps.phases[0], streamed.phases[0]
     assert a.pair_bytes == b.pair_bytes and a.link_bytes == b.link_bytes
-    assert a.messages == 15 * b.messages  # every collective an allreduce over 16 ranks
+    assert a.part_pair_bytes == b.part_pair_bytes  # reduced and copied alike
+    assert b.messages == _allreduces(streamed) * per_call
+    assert a.messages > 5 * b.messages
     assert streamed.iteration_time_s == pytest.approx(steps.iteration_time_s, rel=1e-4)
-    layout = [a for a in streamed.assumed if a.startswith("allreduce nccl_ring over 16 ranks")]
-    assert layout and layout[0].endswith(
-        "each run of its steps streamed (one message per hop, then what its steps take beyond it)"
-    )
+    said = [x for x in streamed.assumed if x.startswith(f"allreduce {algorithm} over 16 ranks")]
+    assert said and said[0].endswith(layout)
     assert (
-        "streamed rings: a pair's busy time and achieved bandwidth (sim_pairs.csv, the "
-        "achieved-bandwidth map) count a stream's transfer, not the latency of the steps it "
-        "stands for (added after it): higher rates than step by step"
+        f"streamed {KINDS[algorithm]}: a pair's busy time and achieved bandwidth "
+        "(sim_pairs.csv, the achieved-bandwidth map) count a stream's transfer, not the "
+        "latency of the steps it stands for (added after it): higher rates than step by step"
     ) in streamed.assumed
-    assert not any("streamed" in a for a in steps.assumed)
+    assert not any("streamed" in x for x in steps.assumed)
 
 
-def test_streamed_rings_are_said_where_they_cannot_apply():
-    mpi = simnet.simulate(_cluster(True, library="mpi"), record_series=False)
+@pytest.mark.parametrize(
+    ("algorithm", "other"), [("nccl_ring", "nccl_tree"), ("nccl_tree", "nccl_ring")]
+)
+def test_streams_are_said_where_they_cannot_apply(algorithm, other):
+    kind = KINDS[algorithm]
+    mpi = simnet.simulate(_cluster(True, algorithm, library="mpi"), record_series=False)
     assert (
-        "allreduce nccl_ring: not streamed (collectives.streamed_rings), it runs with MPI's "
-        "protocol (collectives.library or the program's own schedule)" in mpi.assumed
+        f"allreduce {algorithm}: not streamed (collectives.streamed_{kind}), it runs with "
+        "MPI's protocol (collectives.library or the program's own schedule)" in mpi.assumed
     )
-    assert not [x for x in mpi.assumed if x.startswith("streamed rings")]  # none streamed
-    steps = simnet.simulate(_cluster(False, library="mpi"), record_series=False)
+    assert not [x for x in mpi.assumed if x.startswith("streamed ")]  # none streamed
+    steps = simnet.simulate(_cluster(False, algorithm, library="mpi"), record_series=False)
     assert mpi.phases[0].messages == steps.phases[0].messages
-    tree = simnet.simulate(
-        {**_cluster(True), "collectives": {"algorithm": "nccl_tree", "streamed_rings": True}},
-        record_series=False,
-    )
+    # Each setting streams its own algorithm only, and is said unused with the other.
+    cfg = _cluster(False, other)
+    cfg["collectives"][f"streamed_{kind}"] = True
+    wrong = simnet.simulate(cfg, record_series=False)
     assert (
-        "collectives.streamed_rings: not used, only nccl_ring streams its rings and it did "
-        "not run" in tree.assumed
+        f"collectives.streamed_{kind}: not used, only {algorithm} streams its {kind} and it "
+        "did not run" in wrong.assumed
     )
+    assert wrong.phases[0].messages == simnet.simulate(_cluster(False, other)).phases[0].messages
 
 
 def test_a_large_step_by_step_nccl_ring_run_says_streamed_rings_exist(monkeypatch):

@@ -13,6 +13,7 @@ import simnet
 import topologies
 from simnet.network import FlowNetwork
 from simnet.tree_stream import pipeline_delays_s
+from tests.test_streamed_rings import _cluster
 from workload.collectives import (
     ELEM_BYTES,
     build_schedule,
@@ -20,7 +21,6 @@ from workload.collectives import (
     nccl_tree_messages,
     stream_tree,
 )
-from workload.ops import Collective
 
 
 def _reduced_into(sched, r: int) -> int:
@@ -176,70 +176,9 @@ def test_a_streamed_tree_where_hops_collide_is_an_approximation(size):
     assert 0.9 * steps < streamed < 1.15 * steps
 
 
-def _cluster(streamed: bool, **collectives) -> dict:
-    return {
-        "distributed": {"num_nodes": 16, "bandwidth_limit_gb_per_s": 25},
-        "topology": {
-            "type": "rail_optimised",
-            "group_size": 4,
-            "link_latency_us": 1,
-            "inter_latency_us": 5,
-            "intra_bandwidth_gb_per_s": 300,
-        },
-        # (21-26 MB gradient buckets: 5-7 chunks of 512 KiB a tree)
-        "workload": {"name": "resnet152", "world_size": 16, "compute_scale": 0},
-        "collectives": {"algorithm": "nccl_tree", "streamed_trees": streamed, **collectives},
-    }
-
-
-def test_a_simulation_with_streamed_trees_moves_the_same_bytes_in_fewer_messages():
-    steps = simnet.simulate(_cluster(False), record_series=False)
-    streamed = simnet.simulate(_cluster(True), record_series=False)
-    a, b = steps.phases[0], streamed.phases[0]
-    assert a.pair_bytes == b.pair_bytes and a.link_bytes == b.link_bytes
-    assert a.part_pair_bytes == b.part_pair_bytes  # reduced and copied alike
-    # Each allreduce: 4 channels, 2 trees each, every edge once each way (15 edges a tree).
-    program = streamed.workload.phases[0].program(0)
-    calls = len([op for op in program if type(op) is Collective and op.op == "allreduce"])
-    assert b.messages == calls * 4 * 2 * 15 * 2
-    assert a.messages > 5 * b.messages
-    assert streamed.iteration_time_s == pytest.approx(steps.iteration_time_s, rel=1e-6)
-    layout = [x for x in streamed.assumed if x.startswith("allreduce nccl_tree over 16 ranks")]
-    assert layout and layout[0].endswith(
-        "its pipeline streamed (one message per edge and way, then what its steps take beyond it)"
-    )
-    assert (
-        "streamed trees: a pair's busy time and achieved bandwidth (sim_pairs.csv, the "
-        "achieved-bandwidth map) count a stream's transfer, not the latency of the steps it "
-        "stands for (added after it): higher rates than step by step"
-    ) in streamed.assumed
-    assert not any("streamed" in x for x in steps.assumed)
-
-
-def test_streamed_trees_are_said_where_they_cannot_apply():
-    mpi = simnet.simulate(_cluster(True, library="mpi"), record_series=False)
-    assert (
-        "allreduce nccl_tree: not streamed (collectives.streamed_trees), it runs with MPI's "
-        "protocol (collectives.library or the program's own schedule)" in mpi.assumed
-    )
-    assert not [x for x in mpi.assumed if x.startswith("streamed trees")]  # none streamed
-    ring = simnet.simulate(
-        {**_cluster(False), "collectives": {"algorithm": "nccl_ring", "streamed_trees": True}},
-        record_series=False,
-    )
-    assert (
-        "collectives.streamed_trees: not used, only nccl_tree streams its trees and it did "
-        "not run" in ring.assumed
-    )
-    # Each setting streams its own algorithm only.
-    rings_only = simnet.simulate(_cluster(False, streamed_rings=True), record_series=False)
-    steps = simnet.simulate(_cluster(False), record_series=False)
-    assert rings_only.phases[0].messages == steps.phases[0].messages
-
-
 def test_a_large_step_by_step_nccl_tree_run_says_streamed_trees_exist(monkeypatch):
     monkeypatch.setattr(sys.modules["simnet.simulate"], "STREAM_HINT_MESSAGES", 1000)
-    res = simnet.simulate(_cluster(False), record_series=False)
+    res = simnet.simulate(_cluster(False, "nccl_tree"), record_series=False)
     hint = [x for x in res.assumed if "collectives.streamed_trees = true" in x]
     assert hint == [
         f"nccl_tree's trees ran step by step ({res.phases[0].messages:,} messages in the run): "
