@@ -97,16 +97,19 @@ class ContendedLink:
     full_s: float = 0.0
     # the largest load (bytes/s) it carried in the shared run
     peak_load_bytes_per_s: float = 0.0
+    # the largest load (bytes/s) it carried while two or more jobs drained over it
+    peak_together_bytes_per_s: float = 0.0
 
     def apart(self) -> list[str]:
         """The jobs that send over the link, but never while another job's bytes drain there."""
         return [j for j in self.bytes_by_job if j not in self.meeting]
 
     @property
-    def peak_fraction(self) -> float:
-        """How full it got: the largest load over the capacity (0.0 without a capacity)."""
+    def together_fraction(self) -> float:
+        """How full it got while two or more jobs drained over it: that largest load over
+        the capacity (0.0 without a capacity)."""
         cap = self.capacity_bytes_per_s
-        return self.peak_load_bytes_per_s / cap if cap > 0 else 0.0
+        return self.peak_together_bytes_per_s / cap if cap > 0 else 0.0
 
 
 @dataclass
@@ -413,6 +416,7 @@ def _contended(
                 together_s=seen.together_s,
                 full_s=seen.full_s,
                 peak_load_bytes_per_s=peaks.get(k, 0.0),
+                peak_together_bytes_per_s=seen.peak_together_bytes_per_s,
             )
         )
 
@@ -424,5 +428,5 @@ def _contended(
         key=lambda c: (-c.full_s, -c.together_s, -least_meeting(c), -c.busy_s, repr(c.link))
     )
     not_full = [c for c in met if c.full_s <= 0.0]
-    not_full.sort(key=lambda c: (-c.peak_fraction, -c.together_s, repr(c.link)))
+    not_full.sort(key=lambda c: (-c.together_fraction, -c.together_s, repr(c.link)))
     return contended, not_full, apart

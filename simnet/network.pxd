@@ -150,6 +150,8 @@ cdef class _Meeting:
     cdef public double full_at
     cdef public bint full
     cdef public double full_s
+    cdef public double load_now
+    cdef public double peak_together
 
     @cython.locals(dt=cython.double, j=Py_ssize_t)
     cdef _settle(self, double now)
@@ -160,7 +162,6 @@ cdef class _Meeting:
     @cython.locals(j=Py_ssize_t, c=Py_ssize_t)
     cpdef end(self, object src, double now)
 
-    @cython.locals(full=bint)
     cpdef load(self, double load, double now)
 
 

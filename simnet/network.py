@@ -180,6 +180,8 @@ class LinkMeeting(NamedTuple):
     together_s: float  # seconds during which two or more jobs' bytes drained over it
     full_s: float  # of those, the seconds during which it was full (a bottleneck)
     job_s: list[float]  # each job's seconds draining there while another job did
+    # its largest load (bytes/s) while two or more jobs drained over it
+    peak_together_bytes_per_s: float = 0.0
 
 
 class FlowState(NamedTuple):
@@ -676,6 +678,8 @@ class _Meeting:
         "full_s",
         "job_of",
         "job_s",
+        "load_now",
+        "peak_together",
         "since_s",
         "together_s",
     )
@@ -692,6 +696,9 @@ class _Meeting:
         self.full_at = capacity_bytes_per_s * _SLACK_BELOW
         self.full = False  # whether the link is full now
         self.full_s = 0.0  # seconds during which two or more jobs drained here, it full
+        self.load_now = 0.0  # the link's load now (bytes/s)
+        # its largest load (bytes/s) over a span two or more jobs drained here
+        self.peak_together = 0.0
 
     def _settle(self, now: float) -> None:
         """Count the time since the last change, if two or more jobs drained meanwhile.
@@ -702,6 +709,8 @@ class _Meeting:
             self.together_s += dt
             if self.full:
                 self.full_s += dt
+            if self.load_now > self.peak_together:
+                self.peak_together = self.load_now
             for j in range(len(self.counts)):
                 if self.counts[j]:
                     self.job_s[j] += dt
@@ -729,10 +738,9 @@ class _Meeting:
 
     def load(self, load: float, now: float) -> None:
         """The link's load became ``load`` (bytes/s) at ``now`` (s)."""
-        full = load >= self.full_at
-        if full != self.full:
-            self._settle(now)
-            self.full = full
+        self._settle(now)
+        self.load_now = load
+        self.full = load >= self.full_at
 
 
 class _Link:
@@ -1153,7 +1161,7 @@ class FlowNetwork:
         if not self._watch:
             return {}
         return {
-            k: LinkMeeting(m.together_s, m.full_s, list(m.job_s))
+            k: LinkMeeting(m.together_s, m.full_s, list(m.job_s), m.peak_together)
             for k, m in self._watch.items()
             if m is not None
         }

@@ -524,6 +524,7 @@ def _met_link(c: Any) -> dict:
         "full_together_s": c.full_s,
         "capacity_bytes_per_s": c.capacity_bytes_per_s,
         "peak_load_bytes_per_s": c.peak_load_bytes_per_s,
+        "peak_together_bytes_per_s": c.peak_together_bytes_per_s,
         "busy_s": c.busy_s,
     }
 
@@ -569,7 +570,8 @@ def jobs_lines(report: Any, top: int = 5) -> list[str]:
         lines.append(
             "  links the jobs' bytes are on at once without filling them (no contention): "
             f"{len(report.met_not_full)}; the fullest: {link_name(c.link)} (at most "
-            f"{_percent(c.peak_fraction)} full, together {c.together_s * 1e3:.4g} ms of "
+            f"{_percent(c.together_fraction)} full while they were, together "
+            f"{c.together_s * 1e3:.4g} ms of "
             f"{c.busy_s * 1e3:.4g} ms busy)"
         )
     if report.shared_apart:
@@ -1381,13 +1383,13 @@ def simulation_sections(
         )
         if doc["links_met_not_full"]:
             links += "<h3>Links shared at once without filling them</h3>" + table(
-                ["link", "busy (ms)", "together (ms)", "at most full"],
+                ["link", "busy (ms)", "together (ms)", "at most full together"],
                 [
                     (
                         c["link"],
                         f"{c['busy_s'] * 1e3:.4g}",
                         f"{c['together_s'] * 1e3:.4g}",
-                        _percent(c["peak_load_bytes_per_s"] / c["capacity_bytes_per_s"])
+                        _percent(c["peak_together_bytes_per_s"] / c["capacity_bytes_per_s"])
                         if c["capacity_bytes_per_s"] > 0
                         else "",
                     )

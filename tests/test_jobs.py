@@ -708,6 +708,7 @@ def test_links_two_jobs_share_at_once_without_filling_them_are_not_contended(tmp
     assert len(met) == 8  # up and down: edge-agg, agg-core on both sides
     for c in met:
         assert c.peak_load_bytes_per_s == pytest.approx(0.2 * c.capacity_bytes_per_s, rel=1e-9)
+        assert c.peak_together_bytes_per_s == c.peak_load_bytes_per_s  # together all along
         assert c.together_s == pytest.approx(c.busy_s, rel=1e-9)
         assert c.full_s == 0.0
     write_all(res, tmp_path)
@@ -716,7 +717,7 @@ def test_links_two_jobs_share_at_once_without_filling_them_are_not_contended(tmp
     first = met[0]
     assert (
         "links the jobs' bytes are on at once without filling them (no contention): 8; the "
-        f"fullest: {first.link[0]}->{first.link[1]} (at most 20% full, together "
+        f"fullest: {first.link[0]}->{first.link[1]} (at most 20% full while they were, together "
         f"{first.together_s * 1e3:.4g} ms of {first.busy_s * 1e3:.4g} ms busy)" in summary
     )
     doc = json.loads((tmp_path / "sim_results.json").read_text())

@@ -1221,10 +1221,11 @@ def test_a_watched_link_records_when_two_jobs_bytes_drain_over_it_together():
     assert sorted(r.end_s for r in out) == [approx(0.9e-3), approx(1.2e-3)]
     meetings = net.meetings()
     assert list(meetings) == [(1, 2)]  # (0, 1) carried bytes but was not watched
-    together_s, full_s, job_s = meetings[(1, 2)]
+    together_s, full_s, job_s, peak = meetings[(1, 2)]
     assert together_s == approx(0.4e-3)
     assert full_s == approx(0.4e-3)  # 5 + 5 GB/s: full all along
     assert job_s == [approx(0.4e-3), approx(0.4e-3)]
+    assert peak == approx(10e9)
 
 
 def test_a_watched_link_records_how_long_the_jobs_filled_it_together():
@@ -1245,10 +1246,31 @@ def test_a_watched_link_records_how_long_the_jobs_filled_it_together():
     send_at(env, net, 0.5e-3, 4, 2, 1_000_000, out)
     env.run()
     assert sorted(r.end_s for r in out) == [approx(0.8e-3), approx(1.05e-3), approx(1.05e-3)]
-    together_s, full_s, job_s = net.meetings()[(1, 2)]
+    together_s, full_s, job_s, peak = net.meetings()[(1, 2)]
     assert together_s == approx(1.05e-3)
     assert full_s == approx(0.3e-3)
     assert job_s == [approx(1.05e-3), approx(1.05e-3)]
+    assert peak == approx(10e9)
+
+
+def test_a_watched_link_keeps_its_peak_while_jobs_meet_apart_from_its_peak_alone():
+    # Into endpoint 2 over the 10 GB/s link 1 -> 2. Job 0 sends 1 MB from 0 (its own link
+    # 10 GB/s) at t = 0, alone: 10 GB/s, full, for 0.1 ms. At 0.5 ms job 0 sends 1 MB from
+    # 4 and job 1 1 MB from 3, each over its own 4 GB/s link: together 8 of 10 GB/s for
+    # 0.25 ms, never full together.
+    g = nx.DiGraph()
+    g.add_edge(0, 1, bandwidth=10e9, latency=0.0)
+    for src in (3, 4):
+        g.add_edge(src, 1, bandwidth=4e9, latency=0.0)
+    g.add_edge(1, 2, bandwidth=10e9, latency=0.0)
+    env, net = make(g)
+    net.watch_links([(1, 2)], job_of=[0, -1, -1, 1, 0], n_jobs=2)
+    send_at(env, net, 0.0, 0, 2, 1_000_000, [])
+    send_at(env, net, 0.5e-3, 4, 2, 1_000_000, [])
+    send_at(env, net, 0.5e-3, 3, 2, 1_000_000, [])
+    env.run()
+    assert net.link_peak_load_bytes_per_s()[(1, 2)] == approx(10e9)
+    assert net.meetings()[(1, 2)] == (approx(0.25e-3), 0.0, [approx(0.25e-3)] * 2, approx(8e9))
 
 
 def test_a_watched_injection_port_is_full_at_its_own_rate():
@@ -1265,7 +1287,12 @@ def test_a_watched_injection_port_is_full_at_its_own_rate():
     send_at(env, net, 0.0, 1, 2, 1_000_000, out)
     env.run()
     assert [r.end_s for r in out] == [approx(0.4e-3)] * 2
-    assert net.meetings()[port] == (approx(0.4e-3), approx(0.4e-3), [approx(0.4e-3)] * 2)
+    assert net.meetings()[port] == (
+        approx(0.4e-3),
+        approx(0.4e-3),
+        [approx(0.4e-3)] * 2,
+        approx(5e9),
+    )
 
 
 def test_a_watched_link_used_by_one_job_at_a_time_records_no_meeting():
@@ -1275,7 +1302,10 @@ def test_a_watched_link_used_by_one_job_at_a_time_records_no_meeting():
     send_at(env, net, 0.0, 0, 2, 10_000_000, [])
     send_at(env, net, 1e-3, 1, 2, 2_000_000, [])
     env.run()
-    assert net.meetings() == {(0, 1): (0.0, 0.0, [0.0, 0.0]), (1, 2): (0.0, 0.0, [0.0, 0.0])}
+    assert net.meetings() == {
+        (0, 1): (0.0, 0.0, [0.0, 0.0], 0.0),
+        (1, 2): (0.0, 0.0, [0.0, 0.0], 0.0),
+    }
 
 
 def test_links_are_watched_before_any_transfer():
@@ -1308,7 +1338,7 @@ def test_a_job_starting_as_anothers_last_byte_leaves_is_not_together_with_it():
     end, _ = run(None)
     start_b = end * 1e6 / 1e6
     assert start_b < end  # the rounding this is about
-    assert run(start_b)[1] == {(1, 2): (0.0, 0.0, [0.0, 0.0])}
+    assert run(start_b)[1] == {(1, 2): (0.0, 0.0, [0.0, 0.0], 0.0)}
 
 
 def test_a_watched_links_flow_from_an_endpoint_without_a_job_is_refused():
