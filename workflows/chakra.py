@@ -267,4 +267,6 @@ def _order(cfg) -> dict:
 
 def _chooser(cfg):
     policy = build_policy(cfg)
+    # (params without the algorithm: NCCL rings and trees are exported step by step, as a
+    # trace holds each message and no delay a stream would add after it)
     return lambda op, p: (policy.choose(op, p), policy.params(p))
