@@ -659,6 +659,7 @@ class SimExecutor:
                     fallbacks={},
                     layouts={},
                     stand_ins={},
+                    streamed={},
                 )
                 self._rank_policy[job.first : job.stop] = [len(self._policies)] * (
                     job.stop - job.first

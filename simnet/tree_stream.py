@@ -16,10 +16,12 @@ where one begins or ends, at most ``4 H`` times, so those shares are computed on
 such stretch (half a million hops at 16,384 GPUs).
 
 Each member's delay is its end so found less when its part of the stream ends (its
-messages with every hop busy at once). On hops that nothing else shares this is the
-step-by-step simulation's own arithmetic; where the trees' hops meet on links (two busy
-in one step that step by step need not overlap), or share them with other traffic, the
-stream is an approximation, as a streamed ring's is.
+messages with every hop busy at once). The path runs from a common start: where the
+members begin together and no two hops share a link at once this is the step-by-step
+simulation's own arithmetic. A member that starts late holds back only its tree
+neighbours in the stream (not the whole pipeline, as step by step), and two hops busy in
+one step on a link need not overlap step by step: there the stream is an approximation,
+as a streamed ring's is.
 """
 
 from __future__ import annotations
