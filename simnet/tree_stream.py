@@ -81,7 +81,7 @@ def pipeline_delays_s(
         chunk_bytes.append(nbytes)
 
     for parent, share in zip(trees, tree_bytes, strict=True):
-        order, height, depth = tree_heights(parent)
+        order, height, depth, _ = tree_heights(parent)
         top = height[order[0]]
         per_chunk = share / k
         for r in order:

@@ -952,9 +952,12 @@ def nccl_tree_messages(
     return edges if streamed else k * edges
 
 
-def tree_heights(parent: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+def tree_heights(
+    parent: Sequence[int],
+) -> tuple[list[int], list[int], list[int], list[list[int]]]:
     """A tree given by each rank's parent (-1: the root) as (ranks top-down, each rank's
-    height above its deepest leaf, each one's depth below the root)."""
+    height above its deepest leaf, each one's depth below the root, each one's children
+    in rank order)."""
     p = len(parent)
     children: list[list[int]] = [[] for _ in range(p)]
     root = -1
@@ -973,7 +976,7 @@ def tree_heights(parent: Sequence[int]) -> tuple[list[int], list[int], list[int]
     for r in reversed(order):
         if children[r]:
             height[r] = 1 + max(height[ch] for ch in children[r])
-    return order, height, depth
+    return order, height, depth, children
 
 
 def _allreduce_nccl_tree(p: int, count: int, streamed: bool = False, **params: object) -> Built:
@@ -984,7 +987,7 @@ def _allreduce_nccl_tree(p: int, count: int, streamed: bool = False, **params: o
         # stream_tree): the same bytes between the same pairs, reduced by the same ranks.
         b.stream_tree = (trees, k)
         for ti, parent in enumerate(trees):
-            order, _, _ = tree_heights(parent)
+            order, _, _, _ = tree_heights(parent)
             for r in order:
                 if parent[r] >= 0:
                     b.add(0, r, parent[r], ti * k, k, True)
@@ -993,12 +996,8 @@ def _allreduce_nccl_tree(p: int, count: int, streamed: bool = False, **params: o
                     b.add(0, parent[r], r, ti * k, k, False)
         return b
     for ti, parent in enumerate(trees):
-        order, height, depth = tree_heights(parent)
+        order, height, depth, children = tree_heights(parent)
         top = height[order[0]]
-        children: list[list[int]] = [[] for _ in range(p)]
-        for r, par in enumerate(parent):
-            if par >= 0:
-                children[par].append(r)
         for chunk in range(k):
             first = ti * k + chunk
             for r in order:
