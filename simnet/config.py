@@ -510,17 +510,18 @@ class CollectivesSection(_Strict):
         False,
         description="nccl_ring run as NCCL runs it: each run of a ring's steps as one "
         "message per hop (the same bytes), then what the steps it stands for take beyond "
-        "it (at the pace of the ring's slowest hop): C p messages an allreduce of C "
-        "channels instead of 2 C p (p - 1) (thousands of GPUs); exact on uncontended "
-        "rings, an upper bound where ring hops share links",
+        "it (each GPU's steps settling into the pace of the ring's slowest hop, from "
+        "its own start): C p messages an allreduce of C channels instead of 2 C p (p - 1) "
+        "(thousands of GPUs); exact on uncontended rings, an upper bound where ring hops "
+        "share links",
     )
     streamed_trees: Bool = Field(
         False,
         description="nccl_tree run as NCCL runs it: its pipeline as one message per tree "
         "edge and way (all its chunks), then what the pipeline's steps take beyond it "
-        "(each GPU's critical path over its steps): 4 C (p - 1) messages an allreduce of C "
-        "channels instead of k times as many (k chunks a tree: by default up to 64); exact "
-        "where its GPUs start together and no two of its hops share a link at once, an "
+        "(each GPU's critical path over its steps, from every GPU's start): 4 C (p - 1) "
+        "messages an allreduce of C channels instead of k times as many (k chunks a tree: "
+        "by default up to 64); exact where no two of its hops share a link at once, an "
         "approximation otherwise",
     )
     gamma_s_per_byte: float = Field(

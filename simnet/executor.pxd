@@ -45,6 +45,7 @@ cdef class _Coll(_Waiter):
     cdef public bint handshake
     cdef public tuple hot
     cdef public Py_ssize_t i
+    cdef public object late
     cdef public Py_ssize_t me
     cdef public FlowNetwork net
     cdef public Py_ssize_t nsteps

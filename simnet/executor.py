@@ -60,6 +60,8 @@ from workload.step_table import StepTable
 from workload.units import ELEM_BYTES, S_PER_US
 
 from .network import FlowNetwork, _IntTable, _Path
+from .ring_stream import RingRun
+from .tree_stream import TreePipeline
 
 DEFAULT_EAGER_THRESHOLD_BYTES = 65536
 
@@ -970,8 +972,10 @@ class PhaseSim:
         self.chosen_ran = False
         self.library_ran = False
         self._group_endpoints: dict[tuple[str, int], tuple[int, ...]] = {}  # see _prepare
-        self._stream_delay_cache: dict[tuple, list[float]] = {}  # see _stream_delays
-        self._tree_delay_cache: dict[tuple, list[float]] = {}  # see _tree_delays
+        self._stream_pipe_cache: dict[tuple, tuple | None] = {}  # see _stream_pipes
+        # A streamed step of an instance (its channel base + the step) -> its members'
+        # starts, until every member has had its delay (see _StreamStarts).
+        self._stream_starts: dict[int, _StreamStarts] = {}
         # The paths a group's collectives from step tables send on, kept where the
         # network routes every pair one way: group -> per table row number (see
         # _StepTable.row) a list of each member's path to its destination in that row
@@ -1174,7 +1178,7 @@ class PhaseSim:
     ) -> bool:
         """Start instance ``seq`` of ``op`` (prepared as ``c``, see ``_prepare``) now;
         True if it completed at once, else ``done`` is called when it completes."""
-        _, steps, gid, tally, _, delays, me, endpoints, prows, _, nccl = c
+        _, steps, gid, tally, _, delays, me, endpoints, prows, _, nccl, pipes = c
         if steps is None:  # a group of one
             return True
         # Bytes count when the collective starts (all its data will go).
@@ -1185,6 +1189,7 @@ class PhaseSim:
         # number under 2**63 / world**2 (3e10 at 16,384 ranks).
         base = (gid + seq * self._ngroups) * self._world2
         coll = _Coll(self, steps, base, me, endpoints, done, delays, prows, nccl)
+        coll.late = pipes
         if op.req is not None and not self.ex.async_progress and not nccl:
             # (NCCL's kernels progress on the GPU, whatever the host does.)
             coll.owner = self.ranks[c[0][1]]  # the rank of its (group, rank) key
@@ -1197,13 +1202,14 @@ class PhaseSim:
         per member); ``_TableTally`` from a step table) or None when it sends none,
         messages the rank sends, reduction delay per step or None, the rank's index in
         its group, the group's endpoints in member order, the kept paths or None, whether
-        its calls run in stream order, whether it runs as NCCL runs it)."""
+        its calls run in stream order, whether it runs as NCCL runs it, and for a
+        streamed ring or tree its ``_stream_pipes``, else None)."""
         ex = self.ex
         members, me = ex._group(op.group, rank)
         p = len(members)
         seq_key = (op.group, rank)
         if p == 1:
-            return seq_key, None, 0, None, 0, None, 0, (), None, False, False
+            return seq_key, None, 0, None, 0, None, 0, (), None, False, False, None
         sched, alg = ex.schedule(op, p, members)
         self.algorithms[op.op].add(alg)
         if op.algorithm is None:
@@ -1254,11 +1260,9 @@ class PhaseSim:
         # The rank's own steps: the schedule's whole list may never be built (step tables).
         own = steps.steps_of(me) if type(steps) is _StepTable else len(steps)
         streamed = in_stream_order(ex.stream_order, nccl, own)
-        runs = stream_steps(sched)
-        if runs is not None:
-            delays = self._stream_delays(sched, gkey, runs)
-        elif stream_tree(sched) is not None:
-            delays = self._tree_delays(sched, gkey, me)
+        pipes = self._stream_pipes(sched, gkey)
+        if pipes is not None:
+            delays = [common[me] for _, common in pipes]
         return (
             seq_key,
             steps,
@@ -1271,68 +1275,54 @@ class PhaseSim:
             prows,
             streamed,
             nccl,
+            pipes,
         )
 
-    def _stream_delays(
-        self, sched: Schedule, gkey: tuple[str, int], runs: tuple[int, ...]
-    ) -> list[float]:
-        """Seconds a member spends after each step of a streamed ring schedule, run as
-        NCCL runs it (step i stands for a run of ``n = runs[i]`` ring steps, and every
-        member takes part in each): what the run would take step by step less what its
-        stream takes. A ring's steps in lockstep go at the pace of its slowest hop, so
-        the run takes ``n * max over hops (alpha + latency + transfer)``, a hop's
-        transfer its step's bytes over the capacity its links leave it (each link's
-        capacity over the step's bytes of all the group's hops crossing it); its stream
-        takes ``max over hops (alpha + latency + n * transfer)``. On a ring of like hops
-        the difference is ``(n - 1) (alpha + latency)``. Kept per group and schedule."""
+    def _stream_pipes(
+        self, sched: Schedule, gkey: tuple[str, int]
+    ) -> tuple[tuple[RingRun | TreePipeline, list[float]], ...] | None:
+        """For a streamed ring or tree schedule on group ``gkey``, per step of it: what
+        its steps would take step by step (``simnet.ring_stream.RingRun`` for each run
+        of a ring's steps, ``simnet.tree_stream.TreePipeline`` for a tree's pipeline)
+        and the seconds each member spends after that step's stream when all members
+        begin it together; None for any other schedule. Made once per group and
+        schedule."""
         key = (id(sched), gkey)
-        got = self._stream_delay_cache.get(key)
-        if got is not None:
+        got = self._stream_pipe_cache.get(key, False)
+        if got is not False:
             return got
         ends = self._group_endpoints[gkey]
-        net = self.net
-        plans = [sched.rank_plan(m) for m in range(len(ends))]
-        got = []
-        for i, n in enumerate(runs):
-            hops = []  # (path, bytes a step)
-            load: dict[object, float] = {}  # link -> bytes a step of the hops crossing it
-            for m, plan in enumerate(plans):
-                for dst, nbytes, _ in plan[i][1]:
-                    if ends[m] == ends[dst]:
-                        continue
-                    path = net.path_between(ends[m], ends[dst])
-                    chunk = nbytes / n
-                    hops.append((path, chunk))
-                    for link in path.links:
-                        load[link] = load.get(link, 0.0) + chunk
-            pace = streamed = 0.0
-            for path, _ in hops:
-                transfer = max(
-                    (load[link] / link.capacity_bytes_per_s for link in path.links), default=0.0
-                )
-                fixed = net.alpha_s + path.latency_s
-                pace = max(pace, fixed + transfer)
-                streamed = max(streamed, fixed + n * transfer)
-            got.append(max(n * pace - streamed, 0.0))
-        self._stream_delay_cache[key] = got
-        return got
-
-    def _tree_delays(self, sched: Schedule, gkey: tuple[str, int], me: int) -> list[float]:
-        """Seconds member ``me`` spends after the one step of a streamed tree schedule
-        (``simnet.tree_stream.pipeline_delays_s``, made once per group and schedule)."""
-        key = (id(sched), gkey)
-        got = self._tree_delay_cache.get(key)
-        if got is None:
-            from .tree_stream import pipeline_delays_s
-
+        runs = stream_steps(sched)
+        pipes: list[RingRun | TreePipeline] = []
+        if runs is not None:
+            for i, n in enumerate(runs):
+                hops = [
+                    (m, dst, nbytes)
+                    for m in range(len(ends))
+                    for dst, nbytes, _ in sched.rank_plan(m)[i][1]
+                ]
+                pipes.append(RingRun(hops, n, ends, self.net))
+        elif stream_tree(sched) is not None:
             trees, k = stream_tree(sched)
             sizes = sched.chunk_elems
             tree_bytes = [ELEM_BYTES * sum(sizes[t * k : (t + 1) * k]) for t in range(len(trees))]
-            ends = self._group_endpoints[gkey]
-            got = self._tree_delay_cache[key] = pipeline_delays_s(
-                trees, k, tree_bytes, ends, self.net
-            ).tolist()
-        return [got[me]]
+            pipes.append(TreePipeline(trees, k, tree_bytes, ends, self.net))
+        got = tuple((pipe, pipe.delays_s().tolist()) for pipe in pipes) if pipes else None
+        self._stream_pipe_cache[key] = got
+        return got
+
+    def _stream_begin(self, coll: _Coll, i: int) -> None:
+        """``coll``'s member begins step ``i`` of a streamed schedule now."""
+        key = coll.base + i  # (bases are world ** 2 apart)
+        starts = self._stream_starts.get(key)
+        if starts is None:
+            starts = self._stream_starts[key] = _StreamStarts(self, key, coll.late[i])
+        starts.begin(coll.me, self.env.now)
+
+    def _stream_ended(self, coll: _Coll, i: int) -> bool:
+        """``coll``'s stream of step ``i`` has ended: True if it now waits (then its
+        ``_reduced``), False if it goes on at once (``_StreamStarts.ended``)."""
+        return self._stream_starts[coll.base + i].ended(coll)
 
     def _kept_paths(self, table: _StepTable, gkey: tuple[str, int], p: int) -> list:
         """The group's kept paths by row number (``_path_rows``), with a list for each
@@ -1379,6 +1369,7 @@ class PhaseSim:
         self._settle_bytes()
         self._tallies = []
         self._coll_cache = {}
+        self._stream_starts = {}
         if self._streams is not None:
             self._streams = {}
         if self._path_rows is not None:
@@ -1562,6 +1553,7 @@ class _Coll(_Waiter):
         "handshake",
         "hot",
         "i",
+        "late",
         "me",
         "net",
         "nsteps",
@@ -1607,6 +1599,9 @@ class _Coll(_Waiter):
         self.done = done
         self.delays = delays
         self.delayed = 0  # steps whose reduction time has been spent
+        # A streamed ring's or tree's step pipelines (PhaseSim._stream_pipes), whose
+        # members' starts its delays wait for; None: not streamed.
+        self.late: tuple | None = None
         # The rank whose MPI calls move this (non-blocking) collective on; None: it
         # moves on by itself.
         self.owner: _Rank | None = None
@@ -1630,6 +1625,8 @@ class _Coll(_Waiter):
         prows = self.prows
         while i < nsteps:
             pending = 0
+            if self.late is not None:
+                self.sim._stream_begin(self, i)
             if table is None:
                 step = steps[i]
                 n = len(step)
@@ -1655,6 +1652,12 @@ class _Coll(_Waiter):
             if pending:
                 self.i = i
                 self.n = pending
+                return False
+            if self.late is not None:
+                self.i = i
+                self.delayed = i
+                if not self.sim._stream_ended(self, i - 1):
+                    continue
                 return False
             if self.delays is not None and self.delays[i - 1] > 0:
                 self.i = i
@@ -1722,11 +1725,17 @@ class _Coll(_Waiter):
         return path
 
     def fire(self) -> None:
-        delays = self.delays
-        if delays is not None and self.delayed != self.i and delays[self.i - 1] > 0:
-            self.delayed = self.i
-            self.sim.net.call_later(delays[self.i - 1], self._reduced)
-            return
+        if self.late is not None:
+            if self.delayed != self.i:
+                self.delayed = self.i
+                if self.sim._stream_ended(self, self.i - 1):
+                    return
+        else:
+            delays = self.delays
+            if delays is not None and self.delayed != self.i and delays[self.i - 1] > 0:
+                self.delayed = self.i
+                self.sim.net.call_later(delays[self.i - 1], self._reduced)
+                return
         owner = self.owner
         if owner is not None and not owner.in_mpi:
             owner.deferred.append(self)  # until its rank next enters an MPI call
@@ -1739,6 +1748,80 @@ class _Coll(_Waiter):
     def _reduced(self, _arg: object = None) -> None:
         """The current step's reduction is done: go on."""
         self.fire()
+
+
+class _StreamStarts:
+    """When each member of a streamed ring's or tree's step (of one instance) began it,
+    for the seconds each spends after its stream (``simnet.ring_stream``,
+    ``simnet.tree_stream``).
+
+    Where all began at once, a member waits its delay of a common start after its
+    stream. Otherwise, once the last has begun, a member ends when its steps would end
+    step by step from those starts (the pipeline's ``ends_s``), later by what its
+    stream took beyond its time with every hop busy (``stream_ends_s``: an upper bound
+    of the stream's own time, so only other traffic makes it later). A member whose
+    stream ends before the last member begins waits for that: step by step no member
+    ends before every member's data has gone round the ring, or to the root and back."""
+
+    __slots__ = ("begun", "ends", "key", "left", "missing", "parked", "pipe", "sim", "streams")
+
+    def __init__(
+        self, sim: PhaseSim, key: int, pipe: tuple[RingRun | TreePipeline, list[float]]
+    ) -> None:
+        self.sim = sim
+        self.key = key  # in sim._stream_starts
+        self.pipe = pipe  # (its pipeline, the delays of a common start)
+        p = pipe[0].members
+        self.begun = [0.0] * p  # seconds (simulated) each member began
+        self.missing = p  # members yet to begin
+        self.left = p  # members yet to be given their delay
+        # Seconds each member's steps and its part of the stream end, from the members'
+        # starts; None: they began together.
+        self.ends: list[float] | None = None
+        self.streams: list[float] | None = None
+        self.parked: list[tuple[_Coll, float]] = []  # (member, when its stream ended)
+
+    def begin(self, me: int, now: float) -> None:
+        """Member ``me`` begins the step at ``now`` (seconds)."""
+        self.begun[me] = now
+        self.missing -= 1
+        if self.missing:
+            return
+        first = min(self.begun)
+        if max(self.begun) != first:
+            offsets = [t - first for t in self.begun]
+            self.ends = (self.pipe[0].ends_s(offsets) + first).tolist()
+            self.streams = (self.pipe[0].stream_ends_s(offsets) + first).tolist()
+        for coll, ended in self.parked:
+            self._given()
+            coll.net.call_later(max(self._end(coll.me, ended) - now, 0.0), coll._reduced)
+        self.parked = []
+
+    def _end(self, me: int, ended: float) -> float:
+        """When member ``me``, whose stream ended at ``ended``, ends (seconds)."""
+        if self.ends is None:
+            return ended + self.pipe[1][me]
+        return self.ends[me] + max(ended - self.streams[me], 0.0)
+
+    def ended(self, coll: _Coll) -> bool:
+        """``coll``'s stream has ended: True if it now waits (its delay, or the last
+        member's start, then its ``_reduced``), False if it goes on at once."""
+        now = coll.net.env.now
+        if self.missing:
+            self.parked.append((coll, now))
+            return True
+        self._given()
+        # (the common start's delay as it was made: now + d - now need not be d)
+        d = self.pipe[1][coll.me] if self.ends is None else self._end(coll.me, now) - now
+        if d > 0:
+            coll.net.call_later(d, coll._reduced)
+            return True
+        return False
+
+    def _given(self) -> None:
+        self.left -= 1
+        if not self.left:
+            del self.sim._stream_starts[self.key]
 
 
 class _Stream:

@@ -12,8 +12,8 @@ import simpy
 import simnet
 import topologies
 from simnet.network import FlowNetwork
-from simnet.tree_stream import pipeline_delays_s
-from tests.test_streamed_rings import _cluster
+from simnet.tree_stream import TreePipeline, pipeline_delays_s
+from tests.test_streamed_rings import _cluster, _mesh
 from workload.collectives import (
     ELEM_BYTES,
     build_schedule,
@@ -108,17 +108,24 @@ def test_a_members_delay_follows_its_own_steps_not_the_slowest_hop_of_each():
     ]
 
 
-def _mesh(p: int, slow: set[tuple[int, int]]) -> nx.DiGraph:
-    """A full mesh of ``p`` endpoints, one 10 GB/s, 1 us link each way a pair, those of the
-    pairs in ``slow`` at a quarter of that."""
+def test_a_late_member_holds_back_the_pipeline_by_what_its_slack_does_not_hide():
+    # The chain above: steps end at 1, 11, 21 and 22 ms from a common start. The root
+    # is first needed at 1 ms (step 1): 0.5 ms late is hidden, 5 ms late puts every
+    # later step 4 ms on. The leaf is needed at once: 3 ms late, all 3 ms later.
     g = nx.DiGraph()
-    for i in range(p):
-        g.add_node(i, kind="endpoint")
-    for a, b in itertools.permutations(range(p), 2):
-        fast = (a, b) not in slow and (b, a) not in slow
-        g.add_edge(a, b, bandwidth=10e9 if fast else 2.5e9, latency=1e-6)
-    g.graph["num_endpoints"] = p
-    return g
+    for a, b, bw in ((0, 1, 0.1e9), (1, 2, 1e9)):
+        g.add_edge(a, b, bandwidth=bw, latency=0.0)
+        g.add_edge(b, a, bandwidth=bw, latency=0.0)
+    net = FlowNetwork(simpy.Environment(), g, _route(g))
+    pipe = TreePipeline([[-1, 0, 1]], 1, [1_000_000], [0, 1, 2], net)
+    for begin, ends_ms in [
+        ([0, 0, 0], [21, 22, 22]),
+        ([0.5e-3, 0, 0], [21, 22, 22]),
+        ([5e-3, 0, 0], [25, 26, 26]),
+        ([0, 0, 3e-3], [24, 25, 25]),
+    ]:
+        want = [pytest.approx(ms * 1e-3, rel=1e-12) for ms in ends_ms]
+        assert pipe.ends_s(begin).tolist() == want, begin
 
 
 @pytest.mark.parametrize("chunks", [1, 4])

@@ -1879,9 +1879,10 @@ def stream_steps(sched: Schedule) -> tuple[int, ...] | None:
     one message per hop carrying all the blocks the run's steps would (the same bytes
     between the same pairs), so a run of s steps over p GPUs and C channels is C p
     messages, not C p s. A simulator adds after it what the s steps would take beyond
-    the stream (``s`` times the pace of the ring's slowest hop, less the stream's own
-    time: ``(s - 1) (alpha + latency)`` on a ring of like hops), which makes it the
-    step-by-step ring's time where the hops are uncontended. Where ring hops share
+    the stream (``simnet.ring_stream``: each member's steps, which settle into the pace
+    of the ring's slowest hop, less the stream's own time: ``(s - 1) (alpha + latency)``
+    on a ring of like hops), which makes it the step-by-step ring's time where the hops
+    are uncontended. Where ring hops share
     links the stream pays its steps' latencies after its transfers, which steps in
     lockstep partly hide behind other hops' transfers: more time, not less."""
     return sched.__dict__.get("_stream_steps")
