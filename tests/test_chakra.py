@@ -921,3 +921,31 @@ def test_progress_into_a_log_is_whole_lines(capsys, monkeypatch):
     for rank in range(5):
         tick(rank)
     assert capsys.readouterr().err == "exporting: rank 3/5\nexporting: rank 5/5\n"
+
+
+@pytest.mark.parametrize(("algorithm", "kind"), [("nccl_ring", "rings"), ("nccl_tree", "trees")])
+def test_goal_writes_streamed_rings_and_trees_step_by_step(tmp_path, algorithm, kind):
+    # A trace holds each message and no delay after it: a configuration that streams
+    # NCCL rings or trees (fewer messages when simulated) exports every step.
+    from workflows.chakra import main
+
+    def config(streamed: bool) -> dict:
+        return {
+            "topology": {"type": "switch", "num_nodes": 4},
+            "workload": {"name": "resnet50", "world_size": 4},  # (full size: trees of chunks)
+            "collectives": {"algorithm": algorithm, f"streamed_{kind}": streamed},
+        }
+
+    goals = []
+    for streamed in (False, True):
+        cfg = tmp_path / f"{streamed}.json"
+        cfg.write_text(json.dumps(config(streamed)))
+        goal = tmp_path / f"{streamed}.goal"
+        assert main(["goal", "--config", str(cfg), "--out", str(goal)]) == 0
+        goals.append(goal.read_bytes())
+    assert goals[0] == goals[1]
+    messages = [
+        sum(ph.messages for ph in simulate(config(s), record_series=False).phases)
+        for s in (False, True)
+    ]
+    assert messages[1] < messages[0]
