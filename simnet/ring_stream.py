@@ -14,9 +14,11 @@ adds that pace to every member's time, the members nearer the slowest hops endin
 later (on 8-GPU nodes whose rings leave each node through a NIC, the GPUs between two
 NIC hops end up to 4 NVLink steps' difference earlier). The steps are computed with
 numpy until every member's time moves by the pace alone, then the rest added at that
-pace, or, past ``SETTLE_STEPS`` steps (a ring whose hops run nearly, not quite, as
-slow as the slowest), the rest added at that pace from where each member is: an upper
-bound, since no member falls behind the pace of the slowest hop.
+pace. A ring that takes long to settle (hops nearly, not quite, as slow as the slowest;
+one slow hop far from many members) is computed for at most ``SETTLE_HOP_STEPS`` hops
+times steps (at least ``SETTLE_STEPS`` steps: every step of a run of 8,192 hops); then
+every member is given the latest member's time plus the rest at the pace, an upper
+bound (the latest member moves by at most the pace a step).
 
 Each member's delay is its end so found less when its part of the stream ends (its
 messages of all ``n`` blocks at once). From a common start and with no two hops sharing
@@ -32,7 +34,9 @@ import numpy as np
 
 from .tree_stream import next_step, stream_ends
 
-# Steps computed one by one before the rest of a run is added at its pace.
+# Steps computed one by one at most, before the rest of a run is added at its pace: a
+# budget of hops times steps (about 0.06 s of numpy here), and at least this many steps.
+SETTLE_HOP_STEPS = 10_000_000
 SETTLE_STEPS = 64
 
 
@@ -91,15 +95,16 @@ class RingRun:
         the members beginning at ``begin_s`` (seconds, one a member)."""
         ready = np.array(begin_s, dtype=float)
         pace = self.pace_s
-        done = 0
-        while done < min(self.steps, SETTLE_STEPS):
+        limit = min(self.steps, max(SETTLE_STEPS, SETTLE_HOP_STEPS // max(len(self.src), 1)))
+        for done in range(1, limit + 1):
             new = next_step(ready, self.src, self.dst, self.step_s)
-            done += 1
             settled = np.all(np.abs(new - ready - pace) <= 1e-12 * pace)
             ready = new
             if settled:
-                break
-        return ready + (self.steps - done) * pace
+                return ready + (self.steps - done) * pace
+        if limit == self.steps:
+            return ready
+        return np.full_like(ready, ready.max() + (self.steps - limit) * pace)
 
     def stream_ends_s(self, begin_s: Sequence[float] | np.ndarray) -> np.ndarray:
         """Seconds at which each member's part of the stream ends, the members beginning

@@ -78,13 +78,16 @@ def test_a_streamed_ring_on_like_uncontended_hops_takes_the_step_by_step_time(ch
     assert streamed == pytest.approx(closed, rel=1e-12)
 
 
-def test_a_rings_members_settle_into_the_pace_of_its_slowest_hop_each_from_where_it_is():
+def test_a_rings_members_settle_into_the_pace_of_its_slowest_hop_each_from_where_it_is(
+    monkeypatch,
+):
     # A ring 0 -> 1 -> 2 -> 3 -> 0, each hop its own link, no latency: 1 MB a step, hop
     # 0 -> 1 at 0.1 GB/s (10 ms a step), the others at 1 GB/s (1 ms). Step 1 ends at 10
     # ms for 0 and 1, 1 ms for 2 and 3; step 2 at 20, 20, 11, 11 (2 waits for 1, 3 for
     # 0); from then on 10 ms a step for all: after n steps 10 n, 10 n, 10 n - 9, 10 n - 9.
     import simpy
 
+    from simnet import ring_stream
     from simnet.network import FlowNetwork
     from simnet.ring_stream import RingRun
 
@@ -109,6 +112,12 @@ def test_a_rings_members_settle_into_the_pace_of_its_slowest_hop_each_from_where
         later = run.ends_s([0.0, 0.0, late_ms * 1e-3, 0.0]).tolist()
         ms = [10 * n + extra_ms] * 2 + [10 * n - 9 + extra_ms] * 2
         assert later == [pytest.approx(t * 1e-3, rel=1e-12) for t in ms], late_ms
+    # Stopped after 1 step (10, 16, 16, 16 ms), every member gets the latest's time plus
+    # the rest at the pace: 10 n + 6 ms, the exact ends' upper bound.
+    monkeypatch.setattr(ring_stream, "SETTLE_STEPS", 1)
+    monkeypatch.setattr(ring_stream, "SETTLE_HOP_STEPS", 0)
+    capped = run.ends_s([0.0, 0.0, 15e-3, 0.0]).tolist()
+    assert capped == [pytest.approx((10 * n + 6) * 1e-3, rel=1e-12)] * 4
 
 
 def test_on_a_gpu_cluster_the_stream_waits_for_the_rings_slowest_hop():
