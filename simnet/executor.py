@@ -1370,6 +1370,7 @@ class PhaseSim:
         self._tallies = []
         self._coll_cache = {}
         self._stream_starts = {}
+        self._stream_pipe_cache = {}  # (their hop arrays: megabytes at thousands of GPUs)
         if self._streams is not None:
             self._streams = {}
         if self._path_rows is not None:

@@ -98,7 +98,9 @@ class RingRun:
         limit = min(self.steps, max(SETTLE_STEPS, SETTLE_HOP_STEPS // max(len(self.src), 1)))
         for done in range(1, limit + 1):
             new = next_step(ready, self.src, self.dst, self.step_s)
-            settled = np.all(np.abs(new - ready - pace) <= 1e-12 * pace)
+            # (within rounding of the times themselves, however late a member began)
+            tol = 1e-12 * pace + 4 * np.spacing(np.abs(new).max())
+            settled = np.all(np.abs(new - ready - pace) <= tol)
             ready = new
             if settled:
                 return ready + (self.steps - done) * pace

@@ -71,10 +71,10 @@ class TreePipeline:
     chunks each tree's share is pipelined in; ``tree_bytes[t]``: bytes of tree ``t``'s
     share (all its chunks); ``endpoints[m]``: member ``m``'s endpoint; ``net``: the
     ``FlowNetwork`` whose paths and ``alpha_s`` the messages take. A hop between members
-    on one endpoint crosses no link and is left out, as the stream sends nothing there.
-    The hops' arrays are made on the first question and kept for the next (members
-    that begin apart ask again each instance): at 16,384 GPUs they are tens of
-    megabytes a schedule, their members as 32-bit integers.
+    on one endpoint crosses no link: it takes alpha a chunk. The hops' arrays are made on
+    the first question and kept for the next (members that begin apart ask again each
+    instance): at 16,384 GPUs they are tens of megabytes a schedule, their members as
+    32-bit integers.
     """
 
     def __init__(
@@ -108,10 +108,10 @@ class TreePipeline:
 
         def hop(src: int, dst: int, start: int, nbytes: float) -> None:
             a, b = endpoints[src], endpoints[dst]
-            if a == b:
-                return
-            path = net.path_between(a, b)
-            for link in path.links:
+            # (between members on one endpoint: no link, alpha only, as the network
+            # charges that message)
+            path = None if a == b else net.path_between(a, b)
+            for link in () if path is None else path.links:
                 i = link_ids.get(link)
                 if i is None:
                     i = link_ids[link] = len(capacity)
@@ -119,7 +119,7 @@ class TreePipeline:
                 hop_links.append(i)
             hop_ptr.append(len(hop_links))
             hops.append((src, dst, start))
-            fixed.append(alpha + path.latency_s)
+            fixed.append(alpha + (0.0 if path is None else path.latency_s))
             chunk_bytes.append(nbytes)
 
         for parent, share in zip(trees, tree_bytes, strict=True):
@@ -143,6 +143,7 @@ class TreePipeline:
         links = np.asarray(hop_links, dtype=np.int64)
         cap = np.asarray(capacity)
         ptr = np.asarray(hop_ptr[:-1], dtype=np.int64)
+        linked = np.diff(hop_ptr) > 0  # (reduceat would give an empty range the next value)
         owner = np.repeat(np.arange(len(hops)), np.diff(hop_ptr))
         entry_bytes = per_hop[owner]
 
@@ -150,7 +151,10 @@ class TreePipeline:
             """Each hop's seconds for a chunk (alpha and latency included), the hops
             ``busy`` (a 0/1 weight per hop) sharing the links."""
             load = np.bincount(links, weights=entry_bytes * busy[owner], minlength=len(cap))
-            return fixed_s + np.maximum.reduceat(load[links] / cap[links], ptr)
+            transfer = np.zeros(len(fixed_s))
+            if len(links):
+                transfer[linked] = np.maximum.reduceat(load[links] / cap[links], ptr[linked])
+            return fixed_s + transfer
 
         bounds = np.unique(np.concatenate((start, start + k)))
         for a, b in pairwise(bounds):

@@ -174,6 +174,8 @@ def _rank_ends(
     late_us: float,
     calls: int,
     size: int,
+    placement: list[int] | None = None,
+    alpha_s: float = 0.0,
     **policy,
 ) -> list[float]:
     """Each rank's end (s) of a program where rank ``late`` first computes ``late_us``
@@ -188,13 +190,16 @@ def _rank_ends(
         ops = [Compute(late_us if r == late else 0.0)]
         return ops + [Collective("allreduce", "world", size // ELEM_BYTES)] * calls
 
-    p = graph.graph["num_endpoints"]
+    p = len(placement) if placement else graph.graph["num_endpoints"]
     wl = Workload("late", p, {}, {"world": [tuple(range(p))]}, [Phase("x", program)])
     router = topologies.Router(graph)
     kind = {f"streamed_{KINDS[algorithm]}": streamed}
     policy = AlgorithmPolicy(fixed=algorithm, **kind, **policy)
     ex = SimExecutor(
-        wl, lambda env: FlowNetwork(env, graph, router.path), list(range(p)), policy=policy
+        wl,
+        lambda env: FlowNetwork(env, graph, router.path, alpha_s=alpha_s),
+        placement or list(range(p)),
+        policy=policy,
     )
     sim = ex.run_phase()
     assert sim._stream_starts == {}
@@ -221,6 +226,22 @@ def test_every_gpu_ends_its_streams_as_step_by_step_whenever_each_starts(
     if late_us:
         assert min(steps) > late_us * 1e-6  # (every GPU waits for the late one)
     assert len(set(steps)) > 1  # (and they end at different times)
+
+
+@pytest.mark.parametrize("algorithm", ["nccl_ring", "nccl_tree"])
+@pytest.mark.parametrize("late_us", [0, 300])
+def test_gpus_sharing_an_endpoint_pass_on_a_late_start(algorithm, late_us):
+    # 4 ranks, two on each of two endpoints of a mesh, alpha 5 us: a message between the
+    # two on one endpoint takes alpha. Trees once left those hops out: the others ended
+    # before the late rank began (449 us for two, 305 and 300 for the late pair, against
+    # 759 us step by step for all).
+    kw = {"local_size": 1, "channels": 1, "pipeline_chunks": 4, "placement": [0, 0, 1, 1]}
+    g = _mesh(4, {(0, 1)})
+    args = (1, late_us, 1, 1 << 20)
+    steps = _rank_ends(g, algorithm, False, *args, alpha_s=5e-6, **kw)
+    streamed = _rank_ends(g, algorithm, True, *args, alpha_s=5e-6, **kw)
+    assert streamed == [pytest.approx(t, rel=1e-9) for t in steps]
+    assert min(steps) > late_us * 1e-6 + 5e-6
 
 
 @pytest.mark.parametrize(("algorithm", "rel"), [("nccl_ring", 0.002), ("nccl_tree", 0.01)])

@@ -70,7 +70,7 @@ def test_the_pipeline_delay_of_a_two_member_tree_is_its_fill_and_drain():
     delays = pipeline_delays_s([[-1, 0]], 4, [4_000_000], [0, 1], net)
     want = 5 * (1e-3 + 1e-6) - (4e-3 + 1e-6)
     assert delays.tolist() == [pytest.approx(want, rel=1e-12)] * 2
-    # Two members on one endpoint send nothing over the network: no delay.
+    # Two members on one endpoint cross no link: alpha a chunk (0 here), no delay.
     assert pipeline_delays_s([[-1, 0]], 4, [4_000_000], [0, 0], net).tolist() == [0.0, 0.0]
 
 
