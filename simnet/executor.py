@@ -1262,6 +1262,8 @@ class PhaseSim:
         streamed = in_stream_order(ex.stream_order, nccl, own)
         pipes = self._stream_pipes(sched, gkey)
         if pipes is not None:
+            # (what _StreamStarts gives where all begin at once; set, they also send the
+            # step's end through _Coll.fire, which asks _StreamStarts: see _tick)
             delays = [common[me] for _, common in pipes]
         return (
             seq_key,
@@ -1295,15 +1297,16 @@ class PhaseSim:
         runs = stream_steps(sched)
         pipes: list[RingRun | TreePipeline] = []
         if runs is not None:
+            plans = [sched.rank_plan(m) for m in range(len(ends))]
             for i, n in enumerate(runs):
                 hops = [
                     (m, dst, nbytes)
-                    for m in range(len(ends))
-                    for dst, nbytes, _ in sched.rank_plan(m)[i][1]
+                    for m, plan in enumerate(plans)
+                    for dst, nbytes, _ in plan[i][1]
                 ]
                 pipes.append(RingRun(hops, n, ends, self.net))
-        elif stream_tree(sched) is not None:
-            trees, k = stream_tree(sched)
+        elif (tree := stream_tree(sched)) is not None:
+            trees, k = tree
             sizes = sched.chunk_elems
             tree_bytes = [ELEM_BYTES * sum(sizes[t * k : (t + 1) * k]) for t in range(len(trees))]
             pipes.append(TreePipeline(trees, k, tree_bytes, ends, self.net))
