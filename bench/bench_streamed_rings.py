@@ -9,7 +9,8 @@ GB/s NVLink, a 50 GB/s NIC per GPU, 1 us and 5 us hops), run with
 ``collectives.streamed_rings`` (``streamed_trees``) off and on side by side: both
 predicted iteration times, their ratio, the messages simulated and the simulator's CPU
 seconds. Then contended cases, where streaming is an approximation (a fat-tree with the
-ranks shuffled over it, so that hops share links), and the large clusters streamed only
+ranks shuffled over it, so that hops share links; also without latency, which tells the
+sharing of bytes from the paying of latencies), and the large clusters streamed only
 (``--big``: step by step, 4,096 GPUs would be 2.7 billion ring messages). One process per
 run, so each run's peak memory is its own. Writes the rows as JSON (default file:
 results/bench_streamed_rings.json, or results/bench_streamed_trees.json for trees).
@@ -40,11 +41,11 @@ def cluster() -> dict:
     }
 
 
-def shuffled_fat_tree(k: int, channels_node: int | None) -> dict:
+def shuffled_fat_tree(k: int, channels_node: int | None, latency_us: float = 1.0) -> dict:
     n = k**3 // 4
     perm = list(range(n))
     random.Random(1).shuffle(perm)
-    topo = {"type": "fat_tree", "k": k, "link_latency_us": 1, "placement": perm}
+    topo = {"type": "fat_tree", "k": k, "link_latency_us": latency_us, "placement": perm}
     if channels_node:
         topo["group_size"] = channels_node
     return topo
@@ -108,6 +109,11 @@ def main() -> None:
         ("rail-optimised, 256 GPUs", cluster(), 256, None),
         ("fat-tree k=8 shuffled, 1 channel", shuffled_fat_tree(8, None), 128, None),
         ("fat-tree k=8 shuffled, 4 channels", shuffled_fat_tree(8, 8), 128, 4),
+        # The same without latency: where the two differ above is how the steps'
+        # latencies are paid (the stream after its transfers, step by step partly hidden
+        # behind other hops' transfers on the shared links), not the bytes' sharing.
+        ("same, 1 channel, no latency", shuffled_fat_tree(8, None, 0.0), 128, None),
+        ("same, 4 channels, no latency", shuffled_fat_tree(8, 8, 0.0), 128, 4),
     ]
     print(
         f"{'case':36} {'step by step':>14} {'streamed':>12} {'ratio':>9} "
