@@ -794,14 +794,8 @@ class SimExecutor:
         reduction cost (s/B) and the cost per step (s) it pays. From the schedule's step
         table where it makes one (kept per schedule, shared by its members), else its
         member's flat plan, kept for reuse unless it is very large."""
-        # The schedule is kept in self._schedules, so its id is stable.
         gamma, step_s = costs
-        table = self._tables.get(id(sched), _UNASKED)
-        if table is _UNASKED:
-            made = sched.rank_table()
-            table = self._tables[id(sched)] = (
-                None if made is None else _StepTable(made, self._row_ids)
-            )
+        table = self.step_table(sched)
         if table is not None:  # every member's steps are in the table: nothing per member
             delays = None
             if step_s > 0 or (gamma > 0 and table.reduced_into[me]):
@@ -824,6 +818,18 @@ class SimExecutor:
         if len(steps) * group_size <= _PLAN_CACHE_STEPS:
             self._plans[key] = plan
         return plan
+
+    def step_table(self, sched: Schedule) -> _StepTable | None:
+        """``sched``'s step table as the executor reads it (made once per schedule, shared
+        by its members), or None where the schedule makes none."""
+        # The schedule is kept in self._schedules, so its id is stable.
+        table = self._tables.get(id(sched), _UNASKED)
+        if table is _UNASKED:
+            made = sched.rank_table()
+            table = self._tables[id(sched)] = (
+                None if made is None else _StepTable(made, self._row_ids)
+            )
+        return table
 
     @staticmethod
     def _delays(sched: Schedule, me: int, costs: tuple[float, float]) -> list[float]:
@@ -959,6 +965,7 @@ class PhaseSim:
         self._gids: dict[tuple[str, int], int] = {}
         self._gid_names: list[tuple[str, int]] = []
         self._coll_cache: dict[tuple, tuple] = {}  # see _prepare
+        self._shared_calls: dict[tuple, tuple] = {}  # see _prepare and _shared_call
         # (group kind, rank) -> its collectives in call order, with ex.stream_order.
         self._streams: dict[tuple[str, int], _Stream] | None = (
             None if ex.stream_order is False else {}
@@ -1210,6 +1217,71 @@ class PhaseSim:
         seq_key = (op.group, rank)
         if p == 1:
             return seq_key, None, 0, None, 0, None, 0, (), None, False, False, None
+        # What the group's members share, found by the first of them (at 16,384 ranks
+        # these were most of the 131,072 calls' cost, each member finding them again).
+        gkey = (op.group, members[0])
+        skey = (op.op, op.count_elems, op.algorithm, op.root, gkey)
+        shared = self._shared_calls.get(skey)
+        if shared is None:
+            shared = self._shared_calls[skey] = self._shared_call(op, members, gkey)
+        sched, nccl, costs, gid, table, prows, pipes = shared
+        # The plan's byte totals per peer, not pairs made from them: kept for every rank
+        # and collective, those would be the largest part of a big run's memory.
+        row = rank * self._world
+        tally: _Tally | None = None
+        if table is not None:  # every member's steps are in the table (see ex._plan)
+            steps = table
+            messages = table.messages[me]
+            gamma, step_s = costs
+            delays = None
+            if step_s > 0 or (gamma > 0 and table.reduced_into[me]):
+                delays = ex._delays(sched, me, costs)
+            if table.reduces[me] or table.copies[me]:
+                reduced = self._account(op.group, "reduce") if table.reduces[me] else None
+                copied = self._account(op.group, "copy") if table.copies[me] else None
+                tally = _TableTally(table, me, members, reduced, copied, row)
+            own = table.steps_of(me)
+        else:
+            plan = ex._plan(sched, me, p, costs)
+            steps = plan.steps
+            messages = plan.messages
+            delays = plan.delays
+            adds = tuple(
+                (self._account(op.group, part), row, members, tot)
+                for tot, part in ((plan.reduce_bytes, "reduce"), (plan.copy_bytes, "copy"))
+                if tot
+            )
+            if adds:
+                tally = _Tally(adds, row)
+            own = len(steps)
+        streamed = in_stream_order(ex.stream_order, nccl, own)
+        if pipes is not None:
+            # (what _StreamStarts gives where all begin at once; set, they also send the
+            # step's end through _Coll.fire, which asks _StreamStarts: see _tick)
+            delays = [common[me] for _, common in pipes]
+        return (
+            seq_key,
+            steps,
+            gid,
+            tally,
+            messages,
+            delays,
+            me,
+            self._group_endpoints[gkey],
+            prows,
+            streamed,
+            nccl,
+            pipes,
+        )
+
+    def _shared_call(self, op: Collective, members: tuple[int, ...], gkey: tuple) -> tuple:
+        """What every member's calls of ``op`` on the group ``gkey`` (its members
+        ``members``) share, for ``_prepare``: (schedule, whether it runs as NCCL runs it,
+        the costs its members pay (reduction s/B, s per step), the group's id, the
+        schedule's ``_StepTable`` or None, the group's kept paths or None, its
+        ``_stream_pipes``). Notes the algorithm and how it runs in the phase's records."""
+        ex = self.ex
+        p = len(members)
         sched, alg = ex.schedule(op, p, members)
         self.algorithms[op.op].add(alg)
         if op.algorithm is None:
@@ -1225,9 +1297,6 @@ class PhaseSim:
             self.library_ran = True
         step_s = ex.step_latency_by_op.get(op.op, ex.step_latency)
         costs = (ex.gamma, step_s) if library else (0.0, 0.0)
-        plan = ex._plan(sched, me, p, costs)
-        delays = plan.delays
-        gkey = (op.group, members[0])
         gid = self._gids.get(gkey)
         if gid is None:
             gid = self._gids[gkey] = len(self._gid_names)
@@ -1236,49 +1305,11 @@ class PhaseSim:
                 raise RuntimeError(f"group {gkey} is not one of the workload's groups")
             pl = ex.placement
             self._group_endpoints[gkey] = tuple(pl[m] for m in members)
-        # The plan's byte totals per peer, not pairs made from them: kept for every rank
-        # and collective, those would be the largest part of a big run's memory.
-        row = rank * self._world
-        steps = plan.steps
-        tally: _Tally | None = None
+        table = ex.step_table(sched)
         prows = None
-        if type(steps) is _StepTable:
-            if self._path_rows is not None:
-                prows = self._kept_paths(steps, gkey, p)
-            if steps.reduces[me] or steps.copies[me]:
-                reduced = self._account(op.group, "reduce") if steps.reduces[me] else None
-                copied = self._account(op.group, "copy") if steps.copies[me] else None
-                tally = _TableTally(steps, me, members, reduced, copied, row)
-        else:
-            adds = tuple(
-                (self._account(op.group, part), row, members, tot)
-                for tot, part in ((plan.reduce_bytes, "reduce"), (plan.copy_bytes, "copy"))
-                if tot
-            )
-            if adds:
-                tally = _Tally(adds, row)
-        # The rank's own steps: the schedule's whole list may never be built (step tables).
-        own = steps.steps_of(me) if type(steps) is _StepTable else len(steps)
-        streamed = in_stream_order(ex.stream_order, nccl, own)
-        pipes = self._stream_pipes(sched, gkey)
-        if pipes is not None:
-            # (what _StreamStarts gives where all begin at once; set, they also send the
-            # step's end through _Coll.fire, which asks _StreamStarts: see _tick)
-            delays = [common[me] for _, common in pipes]
-        return (
-            seq_key,
-            steps,
-            gid,
-            tally,
-            plan.messages,
-            delays,
-            me,
-            self._group_endpoints[gkey],
-            prows,
-            streamed,
-            nccl,
-            pipes,
-        )
+        if table is not None and self._path_rows is not None:
+            prows = self._kept_paths(table, gkey, p)
+        return sched, nccl, costs, gid, table, prows, self._stream_pipes(sched, gkey)
 
     def _stream_pipes(
         self, sched: Schedule, gkey: tuple[str, int]
@@ -1372,6 +1403,7 @@ class PhaseSim:
         self._settle_bytes()
         self._tallies = []
         self._coll_cache = {}
+        self._shared_calls = {}
         self._stream_starts = {}
         self._stream_pipe_cache = {}  # (their hop arrays: megabytes at thousands of GPUs)
         if self._streams is not None:

@@ -641,17 +641,17 @@ def _resnet_on_six(**collectives) -> dict:
 def test_step_tables_simulate_as_the_plans_they_hold(monkeypatch, collectives):
     # The executor runs a schedule with a step table from the table (no plan per rank):
     # every time, byte count and pair must be those of the same run from the tuples.
-    from simnet.executor import SimExecutor, _StepTable
+    from simnet.executor import PhaseSim, _StepTable
 
     kinds: list[type] = []
-    real_plan = SimExecutor._plan
+    real_prepare = PhaseSim._prepare
 
-    def plan(self, *args, **kw):
-        made = real_plan(self, *args, **kw)
-        kinds.append(type(made.steps))
+    def prepare(self, *args, **kw):
+        made = real_prepare(self, *args, **kw)
+        kinds.append(type(made[1]))  # the rank's steps
         return made
 
-    monkeypatch.setattr(SimExecutor, "_plan", plan)
+    monkeypatch.setattr(PhaseSim, "_prepare", prepare)
     cfg = _resnet_on_six(**collectives)
     a = simnet.simulate(cfg, record_series=False)
     assert kinds and set(kinds) == {_StepTable}
@@ -670,6 +670,67 @@ def test_step_tables_simulate_as_the_plans_they_hold(monkeypatch, collectives):
         for part in ("reduce", "copy"):
             assert list(pa.part_pair_bytes[part].items()) == list(pb.part_pair_bytes[part].items())
         assert pa.link_bytes == pb.link_bytes and pa.link_busy_s == pb.link_busy_s
+
+
+class _Forgetful(dict):
+    """A cache that keeps nothing."""
+
+    def __setitem__(self, key, value):
+        pass
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        CONFIGS["gpt3_64_hierarchical"],
+        {**_resnet_on_six(gamma_s_per_byte=2e-10), "network": {"send_overhead_us": 0.5}},
+        {
+            "distributed": {"num_nodes": 16, "bandwidth_limit_gb_per_s": 25.0},
+            "topology": {"type": "rail_optimised", "group_size": 4},
+            "workload": {"name": "gpt3", "args": [4, 1], "scale": 0.01},
+            "collectives": {"algorithm": "nccl_tree", "streamed_trees": True},
+        },
+    ],
+    ids=["gpt3_hierarchical", "resnet_gamma", "gpt3_nccl_streamed"],
+)
+def test_what_a_groups_calls_share_is_found_once_and_changes_nothing(monkeypatch, cfg):
+    # The schedule, costs, group id, step table, kept paths and stream pipelines of a
+    # collective are found once per group (PhaseSim._shared_call), by its first member;
+    # found again by every member (the cache forgetting them), the run is the same.
+    from simnet.executor import PhaseSim
+
+    asked: list[tuple] = []
+    real = PhaseSim._shared_call
+
+    def shared_call(self, op, members, gkey):
+        asked.append((op.op, op.count_elems, op.algorithm, op.root, gkey))
+        return real(self, op, members, gkey)
+
+    monkeypatch.setattr(PhaseSim, "_shared_call", shared_call)
+    a = simnet.simulate(cfg, record_series=False)
+    assert asked and len(asked) == len(set(asked))  # once per collective and group
+    once = len(asked)
+    asked.clear()
+
+    def every_time(self, op, members, gkey):
+        self._shared_calls = _Forgetful()
+        return shared_call(self, op, members, gkey)
+
+    monkeypatch.setattr(PhaseSim, "_shared_call", every_time)
+    b = simnet.simulate(cfg, record_series=False)
+    assert len(asked) > once  # every member found them again
+    assert a.iteration_time_s == b.iteration_time_s
+    for pa, pb in zip(a.phases, b.phases, strict=True):
+        assert pa.messages == pb.messages and pa.messages > 0
+        assert pa.makespan_s == pb.makespan_s and pa.per_rank == pb.per_rank
+        assert pa.algorithms == pb.algorithms and pa.library == pb.library
+        assert pa.nccl_algorithms == pb.nccl_algorithms
+        assert list(pa.pair_bytes.items()) == list(pb.pair_bytes.items())
+        assert list(pa.pair_busy.items()) == list(pb.pair_busy.items())
+        for part in ("reduce", "copy"):
+            assert list(pa.part_pair_bytes[part].items()) == list(pb.part_pair_bytes[part].items())
+        assert list(pa.link_bytes.items()) == list(pb.link_bytes.items())
+        assert pa.wire_bytes_by_group == pb.wire_bytes_by_group
 
 
 @pytest.mark.parametrize(
