@@ -521,8 +521,9 @@ class CollectivesSection(_Strict):
         "edge and way (all its chunks), then what the pipeline's steps take beyond it "
         "(each GPU's critical path over its steps, from every GPU's start): 4 C (p - 1) "
         "messages an allreduce of C channels instead of k times as many (k chunks a tree: "
-        "by default up to 64); exact where no two of its hops share a link at once, an "
-        "approximation otherwise",
+        "by default up to 64); exact where no two of its hops share a link at once (on "
+        "GPU clusters: when the GPUs start together, as an inner GPU takes both children's "
+        "chunks over one NIC link), an approximation otherwise",
     )
     gamma_s_per_byte: float = Field(
         0.0,

@@ -1610,7 +1610,19 @@ def collective_time(
         raise ValueError(
             f"collective_time: gamma_s_per_byte must be >= 0 (got {gamma_s_per_byte!r})"
         )
-    streamed = bool(schedule_kw.get("streamed"))
+    given = schedule_kw.get("local_size")
+    if given is not None and (
+        isinstance(given, bool) or not isinstance(given, numbers.Integral) or given < 1
+    ):
+        # (0 stood for the topology's node size, -2 made nodes of 1, 2, 2, 2 and 1 GPUs)
+        raise ValueError(
+            f"collective_time: local_size is the GPUs (ranks) of a node, an integer >= 1 "
+            f"(got {given!r}; leave it out for the topology's own)"
+        )
+    streamed = schedule_kw.get("streamed")
+    if streamed is not None and type(streamed) is not bool:
+        raise ValueError(f"collective_time: streamed is True or False (got {streamed!r})")
+    streamed = bool(streamed)
     if streamed:
         costs = [
             name

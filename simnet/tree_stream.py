@@ -23,8 +23,11 @@ the stream: ``TreePipeline.ends_s`` runs the same steps from their starts, which
 simulator (``simnet.executor._StreamStarts``) waits for. Where no two hops share a link
 at once this is the step-by-step simulation's own arithmetic, whenever each member
 begins. Two hops busy in one step on a link need not overlap step by step (the one that
-ends first leaves the link to the other): there it is an approximation, as a streamed
-ring's is.
+ends first leaves the link to the other, or one starts late and the other has the link
+alone until then): there it is an approximation, as a streamed ring's is. On a GPU
+cluster every inner member of a tree of 3 or more nodes takes both children's chunks
+over its one NIC link in the same step, so it is exact there only for members that
+begin together.
 """
 
 from __future__ import annotations

@@ -1496,6 +1496,13 @@ def test_a_ranks_messages_to_itself_are_copies_not_wire_bytes(tmp_path):
          "alpha_s is seconds, 0 to 1 as the configuration allows (got 5.0; 5 us is 5e-6)"),
         ("ring", {"send_overhead_s": -1e-6}, "send_overhead_s is seconds, 0 to 1"),
         ("ring", {"gamma_s_per_byte": float("nan")}, "gamma_s_per_byte must be >= 0 (got nan)"),
+        ("nccl_ring", {"local_size": 0}, "local_size is the GPUs (ranks) of a node, an integer "
+         ">= 1 (got 0; leave it out for the topology's own)"),
+        ("nccl_ring", {"local_size": -2}, "local_size is the GPUs (ranks) of a node, an "
+         "integer >= 1 (got -2;"),
+        ("nccl_tree", {"local_size": 4.0}, "local_size is the GPUs (ranks) of a node, an "
+         "integer >= 1 (got 4.0;"),
+        ("nccl_ring", {"streamed": "no"}, "streamed is True or False (got 'no')"),
     ],
 )  # fmt: skip
 def test_collective_time_refuses_what_its_algorithm_would_not_read(algorithm, kw, message):
