@@ -30,7 +30,7 @@ from workload.models import MODELS
 from workload.ops import Collective, Send
 from workload.program import BuildOptions, Phase, ProgramBuilder, Workload
 from workload.spec import CONFIG_NAMES, RunSpec, SpecError
-from workload.timeline import breakdown
+from workload.timeline import BreakdownPlan, breakdown_of
 from workload.units import ELEM_BYTES, MS_PER_S, gb_per_s_to_bytes_per_s, us_to_s
 
 from . import arenas, whatif
@@ -1241,9 +1241,13 @@ def _phase_result(
             by_endpoint[key] = by_endpoint.get(key, 0) + b
         part_pairs[part] = by_endpoint
     per_rank = []
+    plans: dict[int, BreakdownPlan] = {}  # by program (ranks share operation lists)
     for r, ops in enumerate(sim.programs):
         tl = sim.timelines[r]
-        parts = [breakdown(ops, s, e) for s, e in zip(tl.starts, tl.ends, strict=True)]
+        plan = plans.get(id(ops))
+        if plan is None:
+            plan = plans[id(ops)] = BreakdownPlan.of(ops)
+        parts = [breakdown_of(plan, s, e) for s, e in zip(tl.starts, tl.ends, strict=True)]
         per_rank.append(
             {
                 "rank": r,

@@ -29,26 +29,58 @@ class Breakdown:
 
 def breakdown(ops: Sequence[Op], starts: Sequence[float], ends: Sequence[float]) -> Breakdown:
     """Breakdown of one iteration; starts/ends are seconds, one per operation."""
+    return breakdown_of(BreakdownPlan.of(ops), starts, ends)
+
+
+@dataclass(frozen=True)
+class BreakdownPlan:
+    """Which of a program's operations :func:`breakdown` adds where, by operation index,
+    found once for the ranks and iterations that run the same operations: ``compute``
+    (Compute operations) and ``calls`` (all others) in program order; ``intervals``,
+    (start index, end index) of each communication in flight (a blocking call's own, a
+    non-blocking one's from its posting to the end of the Wait that names it), in the
+    order they end; ``unwaited``: the posting of each request never waited (a reference
+    quirk), in flight until the iteration's end."""
+
+    compute: tuple[int, ...]
+    calls: tuple[int, ...]
+    intervals: tuple[tuple[int, int], ...]
+    unwaited: tuple[int, ...]
+
+    @staticmethod
+    def of(ops: Sequence[Op]) -> BreakdownPlan:
+        compute: list[int] = []
+        calls: list[int] = []
+        intervals: list[tuple[int, int]] = []
+        posted: dict[int, int] = {}
+        for i, op in enumerate(ops):
+            if isinstance(op, Compute):
+                compute.append(i)
+                continue
+            calls.append(i)
+            if isinstance(op, (Send, Recv, Collective)):
+                if op.req is None:
+                    intervals.append((i, i))
+                else:
+                    posted[op.req] = i
+            elif isinstance(op, Wait):
+                for r in op.reqs:
+                    if r in posted:
+                        intervals.append((posted.pop(r), i))
+        return BreakdownPlan(tuple(compute), tuple(calls), tuple(intervals), tuple(posted.values()))
+
+
+def breakdown_of(plan: BreakdownPlan, starts: Sequence[float], ends: Sequence[float]) -> Breakdown:
+    """:func:`breakdown` of one iteration of the operations ``plan`` was made of (the same
+    figures, added in the same order); starts/ends are seconds, one per operation."""
     compute = exposed = 0.0
-    intervals: list[tuple[float, float]] = []
-    posted: dict[int, float] = {}
-    for op, t0, t1 in zip(ops, starts, ends, strict=True):
-        if isinstance(op, Compute):
-            compute += t1 - t0
-            continue
-        exposed += t1 - t0
-        if isinstance(op, (Send, Recv, Collective)):
-            if op.req is None:
-                intervals.append((t0, t1))
-            else:
-                posted[op.req] = t0
-        elif isinstance(op, Wait):
-            for r in op.reqs:
-                if r in posted:
-                    intervals.append((posted.pop(r), t1))
-    # Requests never waited (a reference quirk) are in flight until the end.
+    for i in plan.compute:
+        compute += ends[i] - starts[i]
+    for i in plan.calls:
+        exposed += ends[i] - starts[i]
+    intervals = [(starts[i], ends[j]) for i, j in plan.intervals]
     end = ends[-1] if len(ends) else 0.0
-    intervals.extend((t0, end) for t0 in posted.values())
+    intervals.extend((starts[i], end) for i in plan.unwaited)
     return Breakdown(compute, union_length(intervals), exposed)
 
 
