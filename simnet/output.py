@@ -29,7 +29,7 @@ from workload.results import (
     write_json,
     write_text,
 )
-from workload.timeline import op_events
+from workload.timeline import op_events, op_events_json
 from workload.units import MB, bytes_per_s_to_gb_per_s, format_bytes
 
 from . import _compiled, arenas, sizecheck
@@ -728,18 +728,21 @@ def write_trace(path: Path, res: SimResult, ranks: Sequence[int] | None = None) 
         first = not head
         if head:
             f.write(json.dumps(head, **compact)[1:-1])
-        for events in _rank_events(res, chosen):
+        for events in _rank_events(res, chosen, op_events_json):
             if events:
-                f.write(("" if first else ",") + json.dumps(events, **compact)[1:-1])
+                f.write(("" if first else ",") + events)
                 first = False
         f.write('],"displayTimeUnit":"ms"}')
 
     return atomic_write(path, w)
 
 
-def _rank_events(res: SimResult, ranks: Iterable[int]) -> Iterator[list[dict]]:
+def _rank_events(
+    res: SimResult, ranks: Iterable[int], make: Callable[..., Any] = op_events
+) -> Iterator[Any]:
     """The trace events of each of ``ranks`` in each phase, a rank's list at a time
-    (phases one after another: each phase's times from the end of the one before)."""
+    (phases one after another: each phase's times from the end of the one before);
+    ``make``: ``op_events``, or ``op_events_json`` for their JSON text."""
     chosen = list(ranks)
     offset = 0.0
     for p in res.phases:
@@ -749,7 +752,7 @@ def _rank_events(res: SimResult, ranks: Iterable[int]) -> Iterator[list[dict]]:
         described: dict = {}  # the ranks' programs share operation objects
         for rank in chosen:
             tl = sim.timelines[rank]
-            yield op_events(rank, p.name, sim.programs[rank], tl.starts, tl.ends, offset, described)
+            yield make(rank, p.name, sim.programs[rank], tl.starts, tl.ends, offset, described)
         offset += p.makespan_s
 
 

@@ -693,10 +693,28 @@ def test_ctrl_c_lost_inside_a_callback_still_interrupts_the_writing(tmp_path, mo
     assert (out / "sim_summary.txt").is_file() and (out / "report.html").is_file()
 
 
-def test_the_trace_written_a_rank_at_a_time_is_the_whole_document_byte_for_byte(tmp_path):
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        fat_tree_config(),
+        {  # three iterations; its programs wait on requests, as GPT-3's do
+            "distributed": {"num_nodes": 8, "bandwidth_limit_gb_per_s": 10.0},
+            "topology": {"type": "switch", "num_nodes": 8},
+            "workload": {"name": "dlrm", "scale": 0.01, "iterations": 3},
+        },
+        {
+            "distributed": {"num_nodes": 16, "bandwidth_limit_gb_per_s": 25.0},
+            "topology": {"type": "switch", "num_nodes": 16},
+            "workload": {"name": "gpt3", "args": [4, 1], "scale": 0.01},
+        },
+    ],
+    ids=["resnet_fat_tree", "dlrm_3_iterations", "gpt3"],
+)
+def test_the_trace_written_a_rank_at_a_time_is_the_whole_document_byte_for_byte(tmp_path, cfg):
+    # (written from a text per operation, not by json.dumps of each rank's events)
     from workload.results import write_json
 
-    res = simnet.simulate(fat_tree_config(), dense_matrices=False)
+    res = simnet.simulate(cfg, dense_matrices=False)
     whole = write_json(tmp_path / "whole.json", output.trace(res), indent=None)
     streamed = output.write_trace(tmp_path / "streamed.json", res)
     assert streamed.read_bytes() == whole.read_bytes()
@@ -827,3 +845,18 @@ def test_a_node_with_no_route_inside_is_said_to_have_none():
         {"node": 1, "bytes_per_s": 0.0},
         {"node": 3, "bytes_per_s": 2e9},
     ]
+
+
+@pytest.mark.parametrize(
+    "x", [0.1, 1e-7, 123456789.0, -0.0, 5, 0, float("nan"), float("inf"), True, None]
+)
+def test_a_trace_number_is_written_as_json_writes_it(x):
+    import numpy as np
+
+    from workload.timeline import _json_number
+
+    assert _json_number(x) == json.dumps(x)
+    if isinstance(x, float):
+        assert _json_number(np.float64(x)) == json.dumps(x)
+    if type(x) is int:
+        assert _json_number(np.int64(x)) == json.dumps(x)

@@ -11,6 +11,8 @@ Shared by every executor so that measured and predicted figures mean the same:
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -137,3 +139,50 @@ def op_events(
                 }
             )
     return events
+
+
+def op_events_json(
+    pid: int,
+    phase: str,
+    ops: Sequence[Op],
+    starts: Sequence[Sequence[float]],
+    ends: Sequence[Sequence[float]],
+    offset_s: float = 0.0,
+    described: dict[int, tuple[str, str, str]] | None = None,
+) -> str:
+    """:func:`op_events` as compact JSON (``json.dumps(..., separators=(",", ":"))``),
+    without the list's brackets: the same text, made from a text per operation and its
+    numbers (a 16,384-rank trace's 131,526 calls of ``json.dumps`` took 2.4 s).
+    ``described`` keeps each operation's JSON name, category and description, by
+    ``id(op)`` (not the dict :func:`op_events` keeps)."""
+    if described is None:
+        described = {}
+    pid_s = _json_number(pid)
+    phase_s = json.dumps(phase)
+    parts = []
+    for it, (s, e) in enumerate(zip(starts, ends, strict=True)):
+        tail = f',"args":{{"phase":{phase_s},"iteration":{it},"op":'
+        for op, t0, t1 in zip(ops, s, e, strict=True):
+            d = described.get(id(op))
+            if d is None:
+                d = described[id(op)] = (
+                    json.dumps(op.label),
+                    json.dumps(type(op).__name__.lower()),
+                    json.dumps(describe(op)),
+                )
+            parts.append(
+                f'{{"name":{d[0]},"cat":{d[1]},"ph":"X","pid":{pid_s},"tid":0,'
+                f'"ts":{_json_number(s_to_us(offset_s + t0))},'
+                f'"dur":{_json_number(s_to_us(t1 - t0))}{tail}{d[2]}}}}}'
+            )
+    return ",".join(parts)
+
+
+def _json_number(x: object) -> str:
+    """``json.dumps(x)`` of a number (a NumPy one as its Python value)."""
+    if type(x) is float and math.isfinite(x):
+        return float.__repr__(x)
+    if type(x) is int:
+        return int.__repr__(x)
+    item = getattr(x, "item", None)
+    return json.dumps(item() if item is not None else x)
