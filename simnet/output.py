@@ -29,7 +29,7 @@ from workload.results import (
     write_json,
     write_text,
 )
-from workload.timeline import op_events, op_events_json
+from workload.timeline import op_events
 from workload.units import MB, bytes_per_s_to_gb_per_s, format_bytes
 
 from . import _compiled, arenas, sizecheck
@@ -728,7 +728,7 @@ def write_trace(path: Path, res: SimResult, ranks: Sequence[int] | None = None) 
         first = not head
         if head:
             f.write(json.dumps(head, **compact)[1:-1])
-        for events in _rank_events(res, chosen, op_events_json):
+        for events in _rank_events(res, chosen, as_json=True):
             if events:
                 f.write(("" if first else ",") + events)
                 first = False
@@ -738,11 +738,11 @@ def write_trace(path: Path, res: SimResult, ranks: Sequence[int] | None = None) 
 
 
 def _rank_events(
-    res: SimResult, ranks: Iterable[int], make: Callable[..., Any] = op_events
-) -> Iterator[Any]:
+    res: SimResult, ranks: Iterable[int], as_json: bool = False
+) -> Iterator[list[dict] | str]:
     """The trace events of each of ``ranks`` in each phase, a rank's list at a time
-    (phases one after another: each phase's times from the end of the one before);
-    ``make``: ``op_events``, or ``op_events_json`` for their JSON text."""
+    (phases one after another: each phase's times from the end of the one before); with
+    ``as_json``, as their JSON text (``op_events``)."""
     chosen = list(ranks)
     offset = 0.0
     for p in res.phases:
@@ -752,7 +752,9 @@ def _rank_events(
         described: dict = {}  # the ranks' programs share operation objects
         for rank in chosen:
             tl = sim.timelines[rank]
-            yield make(rank, p.name, sim.programs[rank], tl.starts, tl.ends, offset, described)
+            yield op_events(
+                rank, p.name, sim.programs[rank], tl.starts, tl.ends, offset, described, as_json
+            )
         offset += p.makespan_s
 
 

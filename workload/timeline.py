@@ -110,16 +110,42 @@ def op_events(
     ends: Sequence[Sequence[float]],
     offset_s: float = 0.0,
     described: dict[int, tuple[str, str, str]] | None = None,
-) -> list[dict]:
+    as_json: bool = False,
+) -> list[dict] | str:
     """Chrome/Perfetto complete events (``"ph": "X"``, times in microseconds; see
     ``results.chrome_trace``) of one rank's operations over its iterations, its
     ``starts``/``ends`` (seconds) one list per iteration, shifted by ``offset_s``.
 
     ``described``: a dict to keep each operation's name, category and description in
     by ``id(op)``, shared by the calls for ranks whose programs share operation objects
-    (described once each, not once per rank); its operations must outlive it."""
+    (described once each, not once per rank); its operations must outlive it.
+
+    ``as_json``: the events as the compact JSON text ``json.dumps(events,
+    separators=(",", ":"))`` gives, without the list's brackets, made from a JSON text per
+    operation and its numbers (a 16,384-rank trace's 131,526 calls of ``json.dumps``
+    took 2.4 s); ``described`` then keeps those texts (use one dict for one form)."""
     if described is None:
         described = {}
+    if as_json:
+        pid_s = _json_number(pid)
+        phase_s = json.dumps(phase)
+        parts = []
+        for it, (s, e) in enumerate(zip(starts, ends, strict=True)):
+            tail = f',"args":{{"phase":{phase_s},"iteration":{it},"op":'
+            for op, t0, t1 in zip(ops, s, e, strict=True):
+                j = described.get(id(op))
+                if j is None:
+                    j = described[id(op)] = (
+                        json.dumps(op.label),
+                        json.dumps(type(op).__name__.lower()),
+                        json.dumps(describe(op)),
+                    )
+                parts.append(
+                    f'{{"name":{j[0]},"cat":{j[1]},"ph":"X","pid":{pid_s},"tid":0,'
+                    f'"ts":{_json_number(s_to_us(offset_s + t0))},'
+                    f'"dur":{_json_number(s_to_us(t1 - t0))}{tail}{j[2]}}}}}'
+                )
+        return ",".join(parts)
     events = []
     for it, (s, e) in enumerate(zip(starts, ends, strict=True)):
         for op, t0, t1 in zip(ops, s, e, strict=True):
@@ -139,43 +165,6 @@ def op_events(
                 }
             )
     return events
-
-
-def op_events_json(
-    pid: int,
-    phase: str,
-    ops: Sequence[Op],
-    starts: Sequence[Sequence[float]],
-    ends: Sequence[Sequence[float]],
-    offset_s: float = 0.0,
-    described: dict[int, tuple[str, str, str]] | None = None,
-) -> str:
-    """:func:`op_events` as compact JSON (``json.dumps(..., separators=(",", ":"))``),
-    without the list's brackets: the same text, made from a text per operation and its
-    numbers (a 16,384-rank trace's 131,526 calls of ``json.dumps`` took 2.4 s).
-    ``described`` keeps each operation's JSON name, category and description, by
-    ``id(op)`` (not the dict :func:`op_events` keeps)."""
-    if described is None:
-        described = {}
-    pid_s = _json_number(pid)
-    phase_s = json.dumps(phase)
-    parts = []
-    for it, (s, e) in enumerate(zip(starts, ends, strict=True)):
-        tail = f',"args":{{"phase":{phase_s},"iteration":{it},"op":'
-        for op, t0, t1 in zip(ops, s, e, strict=True):
-            d = described.get(id(op))
-            if d is None:
-                d = described[id(op)] = (
-                    json.dumps(op.label),
-                    json.dumps(type(op).__name__.lower()),
-                    json.dumps(describe(op)),
-                )
-            parts.append(
-                f'{{"name":{d[0]},"cat":{d[1]},"ph":"X","pid":{pid_s},"tid":0,'
-                f'"ts":{_json_number(s_to_us(offset_s + t0))},'
-                f'"dur":{_json_number(s_to_us(t1 - t0))}{tail}{d[2]}}}}}'
-            )
-    return ",".join(parts)
 
 
 def _json_number(x: object) -> str:
