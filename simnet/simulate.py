@@ -1241,7 +1241,7 @@ def _phase_result(
             by_endpoint[key] = by_endpoint.get(key, 0) + b
         part_pairs[part] = by_endpoint
     per_rank = []
-    plans: dict[int, BreakdownPlan] = {}  # by program (ranks share operation lists)
+    plans: dict[int, BreakdownPlan] = {}  # by program: found once for its iterations
     for r, ops in enumerate(sim.programs):
         tl = sim.timelines[r]
         plan = plans.get(id(ops))

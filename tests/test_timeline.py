@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from workload.ops import Compute, Recv, Send, Wait
 from workload.timeline import BreakdownPlan, breakdown, breakdown_of
 
@@ -50,3 +52,9 @@ def test_a_plan_names_each_operations_part_by_index() -> None:
     # compute 1 + 0.75; calls 0.5 + 0.5 + 0.25 + 0.5; in flight: the send 1.0 to 3.5
     assert (got.compute_s, got.exposed_comm_s, got.comm_s) == (1.75, 1.75, 2.5)
     assert got == breakdown(ops, starts, ends)
+
+
+def test_times_that_do_not_match_the_operations_are_refused() -> None:
+    ops = [Compute(1e6), Recv(1, 4, 0, "world")]
+    with pytest.raises(ValueError, match="2 operations, 1 starts and 2 ends: one each"):
+        breakdown(ops, [0.0], [1.0, 2.0])

@@ -48,6 +48,7 @@ class BreakdownPlan:
     calls: tuple[int, ...]
     intervals: tuple[tuple[int, int], ...]
     unwaited: tuple[int, ...]
+    ops: int  # how many operations (an iteration's starts and ends, one each)
 
     @staticmethod
     def of(ops: Sequence[Op]) -> BreakdownPlan:
@@ -69,12 +70,18 @@ class BreakdownPlan:
                 for r in op.reqs:
                     if r in posted:
                         intervals.append((posted.pop(r), i))
-        return BreakdownPlan(tuple(compute), tuple(calls), tuple(intervals), tuple(posted.values()))
+        return BreakdownPlan(
+            tuple(compute), tuple(calls), tuple(intervals), tuple(posted.values()), len(ops)
+        )
 
 
 def breakdown_of(plan: BreakdownPlan, starts: Sequence[float], ends: Sequence[float]) -> Breakdown:
     """:func:`breakdown` of one iteration of the operations ``plan`` was made of (the same
     figures, added in the same order); starts/ends are seconds, one per operation."""
+    if not len(starts) == len(ends) == plan.ops:
+        raise ValueError(
+            f"{plan.ops} operations, {len(starts)} starts and {len(ends)} ends: one each"
+        )
     compute = exposed = 0.0
     for i in plan.compute:
         compute += ends[i] - starts[i]
