@@ -54,6 +54,18 @@ takes about 50x its time: ring1024 or fat1024 a few minutes, fat4096 ten); with
 ``--against`` the ratios are this tree's over DIR's. Writes
 results/bench_simnet_cachegrind.json.
 
+``--loop`` counts the message loop alone, under callgrind: the instructions executed
+inside the network's wake-ups and max-min passes (``FlowNetwork._on_wake`` and
+``_on_flush``, entered from simpy: the timers, the max-min sharing and the executor's
+steps they call; the set-up, simpy's own scheduling and the result are left out), per
+message, and the functions that take most of them. The same code counts within about
+0.5% from one run or checkout to another (string hashing is seeded alike; objects'
+addresses, which some tables hash, still move), whatever the machine's load, so it
+settles changes of a few percent that wall times cannot, and it says whether the loop's
+work per message grows with the case (for the fat-tree cases the exponent of its
+instructions in messages is printed). The compiled core only; a case takes about 50x
+its time. Writes results/bench_simnet_loop.json.
+
 ``--parts`` splits each case's CPU time instead: the routes (the Router's calls), the
 plans (the executor's ``_plan`` calls), the phase's result (``simulate``'s
 ``_phase_result``), each timed around its calls, and the rest (the message loop and the
@@ -327,13 +339,14 @@ def _run_case(
     tool: tuple[str, ...] = (),
     huge_pages: bool = True,
     parts: bool = False,
+    env: dict[str, str] | None = None,
 ) -> tuple[dict, str]:
     """Run one case in a fresh process on the code of ``tree`` (its Python core if
-    ``pure``; object arenas on ordinary pages unless ``huge_pages``), under ``tool`` (a
-    command prefix) if any: its figures and its stderr."""
+    ``pure``; object arenas on ordinary pages unless ``huge_pages``; ``env``: more
+    environment), under ``tool`` (a command prefix) if any: its figures and its stderr."""
     from checkouts import last_json, run_on
 
-    env = {}
+    env = dict(env or {})
     if pure:
         env["COMMSIM_PURE_PYTHON"] = "1"
     if not huge_pages:
@@ -453,6 +466,112 @@ def cachegrind_table(names: list[str], other: Path | None, out_path: str) -> Non
             "ll_cache": LL_CACHE,
             "est_cycles": f"instructions + {D1_MISS_CYCLES} d1_misses + {LL_MISS_CYCLES} ll_misses",
             "fat_tree_est_cycles_exponent": growth,
+            "against": str(other) if other else None,
+            "rows": rows,
+        },
+    )
+
+
+# --loop: the network's entry points from simpy (Cython's Python-callable wrappers of its
+# wake-up and its max-min pass), between which callgrind counts: the message loop.
+LOOP_ENTRIES = (
+    "__pyx_pw_6simnet_7network_11FlowNetwork_*_on_wake",
+    "__pyx_pw_6simnet_7network_11FlowNetwork_*_on_flush",
+)
+LOOP_TOP = 10  # functions listed per case
+
+
+def parse_callgrind_annotate(text: str) -> dict[str, int]:
+    """Instructions by function of ``callgrind_annotate``'s table (its lines ``Ir (pct)
+    file:function [object]``), summed over the files a function's lines come from (an
+    inlined header's count is listed apart)."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*([\d,]+)\s+\(\s*[\d.]+%\)\s+(\S+)", line)
+        if m is None or ":" not in m.group(2):
+            continue
+        # (callgrind marks a function's recursion depth: f'2 is f called within f)
+        fn = re.sub(r"'\d+$", "", m.group(2).rsplit(":", 1)[1])
+        out[fn] = out.get(fn, 0) + int(m.group(1).replace(",", ""))
+    return out
+
+
+def run_loop_counted(name: str, tree: Path) -> dict:
+    """Run one case on ``tree``'s code under callgrind, counting only inside the network's
+    wake-ups and max-min passes (the message loop, the executor's work they call
+    included; the set-up, simpy's own scheduling and the result are left out): the
+    case's figures plus the loop's instructions and its busiest functions'."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = f"{tmp}/callgrind.out"
+        tool = (
+            "valgrind",
+            "--tool=callgrind",
+            *[f"--toggle-collect={e}" for e in LOOP_ENTRIES],
+            f"--callgrind-out-file={out}",
+        )
+        # One string hash for both checkouts: a dict's probes, hence its instructions,
+        # move with it (by about 0.3% of the loop's count from one seed to another).
+        row, _ = _run_case(name, tree, tool=tool, env={"PYTHONHASHSEED": "0"})
+        ann = subprocess.run(
+            ["callgrind_annotate", out], capture_output=True, text=True, check=False, timeout=600
+        )
+    by_fn = parse_callgrind_annotate(ann.stdout)
+    total = re.search(r"^Ir\s*\n-+\n\s*([\d,]+)", ann.stdout, re.M)
+    counted = int(total.group(1).replace(",", "")) if total else sum(by_fn.values())
+    row["loop_instructions"] = counted
+    if not row["loop_instructions"]:
+        raise SystemExit(
+            f"case {name} on {tree}: callgrind counted nothing in the loop (the compiled "
+            "core's entry points were not entered: is the core compiled?)"
+        )
+    top = sorted(by_fn.items(), key=lambda kv: -kv[1])[:LOOP_TOP]
+    row["loop_top"] = [{"function": _short_symbol(f), "instructions": n} for f, n in top]
+    return row
+
+
+def loop_table(names: list[str], other: Path | None, out_path: str) -> None:
+    """``--loop``: the message loop's instructions per message of each case, here and on
+    ``other``, and its busiest functions."""
+    for tool in ("valgrind", "callgrind_annotate"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"--loop needs {tool} (apt install valgrind)")
+    head = f"{'case':10s} {'messages':>10s} {'loop instr (G)':>15s} {'instr/msg':>10s}"
+    if other is not None:
+        head += f" {'vs instr/msg':>13s} {'ratio':>6s}"
+    print(head, flush=True)
+    rows = []
+    for name in names:
+        row = {"case": name, **run_loop_counted(name, ROOT)}
+        per = row["loop_instructions"] / row["messages"]
+        line = f"{name:10s} {row['messages']:10d} {row['loop_instructions'] / 1e9:15.3f}"
+        line += f" {per:10.0f}"
+        if other is not None:
+            a = row["against"] = run_loop_counted(name, other)
+            theirs = a["loop_instructions"] / a["messages"]
+            line += f" {theirs:13.0f} {per / theirs:6.3f}"
+            if a["simulated_s"] != row["simulated_s"]:
+                line += f"  (simulated {a['simulated_s']!r} there)"
+        rows.append(row)
+        print(line, flush=True)
+    for row in rows:
+        print(f"{row['case']}, instructions per message by function:")
+        for t in row["loop_top"]:
+            print(f"  {t['instructions'] / row['messages']:8.0f}  {t['function']}")
+    if other is not None:
+        print(f"ratio: this tree's instructions per message over {other}'s (below 1: fewer here)")
+    fat = [r for r in rows if r["case"].startswith("fat")]
+    growth = fitted_exponent(fat, "loop_instructions")
+    if growth is not None:
+        print(
+            f"fat-tree cases: loop instructions grow as messages^{growth:.2f} "
+            "(least squares on logs; 1 is linear)"
+        )
+    write_results(
+        out_path,
+        "bench-simnet-loop",
+        {
+            "counted": "instructions inside FlowNetwork._on_wake and _on_flush (callgrind)",
+            "fat_tree_loop_instructions_exponent": growth,
             "against": str(other) if other else None,
             "rows": rows,
         },
@@ -679,6 +798,12 @@ def main() -> None:
         help="count instructions and cache misses under valgrind instead of timing",
     )
     mode.add_argument(
+        "--loop",
+        action="store_true",
+        help="count the message loop's instructions per message under callgrind instead of "
+        "timing (deterministic; the compiled core only)",
+    )
+    mode.add_argument(
         "--parts",
         action="store_true",
         help="split each case's CPU time into routes, plans, result and the rest",
@@ -708,6 +833,13 @@ def main() -> None:
                 "--against-no-huge-pages (cachegrind does not model address translation)"
             )
         cachegrind_table(names, other, ns.out or "results/bench_simnet_cachegrind.json")
+        return
+    if ns.loop:
+        if ns.against_pure or ns.against_no_huge_pages:
+            raise SystemExit(
+                "--loop compares with --against DIR only (it counts the compiled core)"
+            )
+        loop_table(names, other, ns.out or "results/bench_simnet_loop.json")
         return
     versus = other is not None or ns.against_pure or ns.against_no_huge_pages
     if (ns.perf or ns.parts) and versus:

@@ -202,3 +202,90 @@ def test_a_perf_report_without_samples_is_an_error(monkeypatch):
     monkeypatch.setattr(bench_simnet.subprocess, "run", lambda *a, **k: Empty())
     with pytest.raises(SystemExit, match="no samples"):
         bench_simnet.run_sampled("ring64", Path("."))
+
+
+# The head and table of `callgrind_annotate` (a function inlined from a header is listed
+# under that file too; f'2 is f called within f).
+CALLGRIND_ANNOTATE = """\
+--------------------------------------------------------------------------------
+Profile data file 'callgrind.out' (creator: callgrind-3.19.0)
+--------------------------------------------------------------------------------
+Ir
+--------------------------------------------------------------------------------
+2,451,820,145 (100.0%)  PROGRAM TOTALS
+
+--------------------------------------------------------------------------------
+Ir                   file:function
+--------------------------------------------------------------------------------
+163,607,434 ( 6.67%)  network.c:__pyx_f_6simnet_7network_9_KeyQueue_pop [/x/network.so]
+111,042,076 ( 4.53%)  network.c:__pyx_f_6simnet_7network_11FlowNetwork__flush [/x/network.so]
+ 58,142,016 ( 2.37%)  ceval.c:_PyEval_EvalFrameDefault'2 [/x/libpython3.11.so.1.0]
+ 39,206,627 ( 1.60%)  object.h:__pyx_f_6simnet_7network_11FlowNetwork__flush
+  1,000,000 ( 0.04%)  ceval.c:_PyEval_EvalFrameDefault [/x/libpython3.11.so.1.0]
+ 12,902,404 ( 0.53%)  ???:0x0000000004936718 [???]
+"""
+
+
+def test_callgrind_annotate_tables_are_summed_by_function():
+    by_fn = bench_simnet.parse_callgrind_annotate(CALLGRIND_ANNOTATE)
+    assert by_fn == {
+        "__pyx_f_6simnet_7network_9_KeyQueue_pop": 163_607_434,
+        "__pyx_f_6simnet_7network_11FlowNetwork__flush": 111_042_076 + 39_206_627,
+        "_PyEval_EvalFrameDefault": 58_142_016 + 1_000_000,
+        "0x0000000004936718": 12_902_404,
+    }
+
+
+def test_the_loop_count_reads_its_total_and_ranks_functions(monkeypatch):
+    seen = {}
+
+    def fake_case(name, tree, pure=False, tool=(), env=None):
+        seen["tool"], seen["env"] = tool, env
+        return {"messages": 1000, "simulated_s": 0.5}, ""
+
+    class Done:
+        stdout, stderr = CALLGRIND_ANNOTATE, ""
+
+    monkeypatch.setattr(bench_simnet, "_run_case", fake_case)
+    monkeypatch.setattr(bench_simnet.subprocess, "run", lambda *a, **k: Done())
+    row = bench_simnet.run_loop_counted("fat1024", Path("."))
+    assert seen["tool"][:2] == ("valgrind", "--tool=callgrind")
+    toggles = [t for t in seen["tool"] if t.startswith("--toggle-collect=")]
+    assert [t.split("=", 1)[1] for t in toggles] == list(bench_simnet.LOOP_ENTRIES)
+    assert seen["env"] == {"PYTHONHASHSEED": "0"}
+    assert row["loop_instructions"] == 2_451_820_145  # the total, not the listed sum
+    assert [t["function"] for t in row["loop_top"][:3]] == [
+        "network._KeyQueue.pop",
+        "network.FlowNetwork._flush",
+        "_PyEval_EvalFrameDefault",
+    ]
+    assert row["loop_top"][1]["instructions"] == 150_248_703
+
+
+def test_a_loop_count_of_nothing_is_an_error(monkeypatch):
+    class Nothing:
+        stdout, stderr = "Ir\n----\n0 (100.0%)  PROGRAM TOTALS\n", ""
+
+    monkeypatch.setattr(bench_simnet, "_run_case", lambda *a, **k: ({"messages": 5}, ""))
+    monkeypatch.setattr(bench_simnet.subprocess, "run", lambda *a, **k: Nothing())
+    with pytest.raises(SystemExit, match="counted nothing in the loop"):
+        bench_simnet.run_loop_counted("ring64", Path("."))
+
+
+def test_the_loop_entries_are_the_compiled_networks_functions():
+    """--loop counts between these symbols: a rename of the network's wake-up or max-min
+    pass must not leave it counting nothing."""
+    import fnmatch
+    import shutil
+    import subprocess
+
+    from simnet import _compiled, network
+
+    if _compiled.status()["network"] != "compiled" or shutil.which("nm") is None:
+        pytest.skip("the compiled core and nm are needed")
+    out = subprocess.run(
+        ["nm", network.__file__], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    symbols = [line.split()[-1] for line in out.splitlines() if line.strip()]
+    for pattern in bench_simnet.LOOP_ENTRIES:
+        assert len(fnmatch.filter(symbols, pattern)) == 1, pattern
