@@ -421,6 +421,29 @@ def run_counted(name: str, tree: Path) -> dict:
     return row
 
 
+def counted_rows(
+    names: list[str],
+    other: Path | None,
+    head: str,
+    run: Callable[[str, Path], dict],
+    cells: Callable[[dict, dict | None], str],
+) -> list[dict]:
+    """Print ``head``, then run each case here and, with ``other``, there (its row's
+    ``against``), printing its line as it comes: the case's name, then ``cells(row,
+    against)``, and a note where the two simulated different times. The rows, in order."""
+    print(head, flush=True)
+    rows = []
+    for name in names:
+        row = {"case": name, **run(name, ROOT)}
+        a = row["against"] = run(name, other) if other is not None else None
+        line = f"{name:10s} {cells(row, a)}"
+        if a is not None and a["simulated_s"] != row["simulated_s"]:
+            line += f"  (simulated {a['simulated_s']!r} there)"
+        rows.append(row)
+        print(line, flush=True)
+    return rows
+
+
 def cachegrind_table(names: list[str], other: Path | None, out_path: str) -> None:
     """``--cachegrind``: the counts of each case, here and on ``other``."""
     if shutil.which("valgrind") is None:
@@ -429,36 +452,26 @@ def cachegrind_table(names: list[str], other: Path | None, out_path: str) -> Non
     head += f" {'D1 miss (M)':>12s} {'LL miss (M)':>12s} {'est cyc (G)':>12s}"
     if other is not None:
         head += f" {'vs instr':>9s} {'vs D1':>7s} {'vs LL':>7s} {'vs cyc':>7s}"
-    print(head, flush=True)
-    rows = []
-    for name in names:
-        row = {"case": name, **run_counted(name, ROOT)}
+
+    def cells(row: dict, a: dict | None) -> str:
         line = (
-            f"{name:10s} {row['messages']:10d} {row['instructions'] / 1e9:10.2f} "
+            f"{row['messages']:10d} {row['instructions'] / 1e9:10.2f} "
             f"{row['instructions'] / row['messages']:10.0f} {row['d1_misses'] / 1e6:12.1f} "
             f"{row['ll_misses'] / 1e6:12.1f} {row['est_cycles'] / 1e9:12.2f}"
         )
-        if other is not None:
-            a = row["against"] = run_counted(name, other)
+        if a is not None:
             widths = zip((*_COUNTS, "est_cycles"), (9, 7, 7, 7), strict=True)
             line += "".join(f" {row[k] / a[k]:{w}.3f}" for k, w in widths)
-            if a["simulated_s"] != row["simulated_s"]:
-                line += f"  (simulated {a['simulated_s']!r} there)"
-        rows.append(row)
-        print(line, flush=True)
+        return line
+
+    rows = counted_rows(names, other, head, run_counted, cells)
     if other is not None:
         print(f"vs: this tree's counts over {other}'s (below 1: fewer here)")
     print(
         f"est cyc: instructions + {D1_MISS_CYCLES} x D1 misses + {LL_MISS_CYCLES} x LL misses, "
         "a deterministic stand-in for time that counts memory stalls"
     )
-    fat = [r for r in rows if r["case"].startswith("fat")]
-    growth = fitted_exponent(fat, "est_cycles")
-    if growth is not None:
-        print(
-            f"fat-tree cases: estimated cycles grow as messages^{growth:.2f} "
-            "(least squares on logs; 1 is linear)"
-        )
+    growth = fat_tree_growth(rows, "est_cycles", "estimated cycles")
     write_results(
         out_path,
         "bench-simnet-cachegrind",
@@ -538,34 +551,23 @@ def loop_table(names: list[str], other: Path | None, out_path: str) -> None:
     head = f"{'case':10s} {'messages':>10s} {'loop instr (G)':>15s} {'instr/msg':>10s}"
     if other is not None:
         head += f" {'vs instr/msg':>13s} {'ratio':>6s}"
-    print(head, flush=True)
-    rows = []
-    for name in names:
-        row = {"case": name, **run_loop_counted(name, ROOT)}
+
+    def cells(row: dict, a: dict | None) -> str:
         per = row["loop_instructions"] / row["messages"]
-        line = f"{name:10s} {row['messages']:10d} {row['loop_instructions'] / 1e9:15.3f}"
-        line += f" {per:10.0f}"
-        if other is not None:
-            a = row["against"] = run_loop_counted(name, other)
+        line = f"{row['messages']:10d} {row['loop_instructions'] / 1e9:15.3f} {per:10.0f}"
+        if a is not None:
             theirs = a["loop_instructions"] / a["messages"]
             line += f" {theirs:13.0f} {per / theirs:6.3f}"
-            if a["simulated_s"] != row["simulated_s"]:
-                line += f"  (simulated {a['simulated_s']!r} there)"
-        rows.append(row)
-        print(line, flush=True)
+        return line
+
+    rows = counted_rows(names, other, head, run_loop_counted, cells)
     for row in rows:
         print(f"{row['case']}, instructions per message by function:")
         for t in row["loop_top"]:
             print(f"  {t['instructions'] / row['messages']:8.0f}  {t['function']}")
     if other is not None:
         print(f"ratio: this tree's instructions per message over {other}'s (below 1: fewer here)")
-    fat = [r for r in rows if r["case"].startswith("fat")]
-    growth = fitted_exponent(fat, "loop_instructions")
-    if growth is not None:
-        print(
-            f"fat-tree cases: loop instructions grow as messages^{growth:.2f} "
-            "(least squares on logs; 1 is linear)"
-        )
+    growth = fat_tree_growth(rows, "loop_instructions", "loop instructions")
     write_results(
         out_path,
         "bench-simnet-loop",
@@ -723,6 +725,18 @@ def fitted_exponent(rows: list[dict], key: str = "wall_s") -> float | None:
     x = np.log([r["messages"] for r in rows])
     y = np.log([r[key] for r in rows])
     return float(np.polyfit(x, y, 1)[0])
+
+
+def fat_tree_growth(rows: list[dict], key: str, what: str) -> float | None:
+    """The exponent of ``key`` in messages over the fat-tree cases of ``rows`` (None for
+    fewer than two), printed as the growth of ``what``."""
+    growth = fitted_exponent([r for r in rows if r["case"].startswith("fat")], key)
+    if growth is not None:
+        print(
+            f"fat-tree cases: {what} grow as messages^{growth:.2f} "
+            "(least squares on logs; 1 is linear)"
+        )
+    return growth
 
 
 def contention_lines(rows: list[dict]) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -175,17 +176,27 @@ def test_cython_symbols_are_shown_by_their_python_names():
     assert short("_Py_dict_lookup") == "_Py_dict_lookup"
 
 
-def test_a_sampled_case_sums_its_samples_by_kind(monkeypatch):
-    def fake_case(name, tree, pure=False, tool=()):
-        assert tool[:4] == ("perf", "record", "-q", "-e") and "cpu-clock" in tool
-        return {"messages": 10, "cpu_s": 1.0}, ""
+def _fake_tool_run(monkeypatch, row: dict, report: str) -> dict:
+    """A case that returns ``row`` under whatever tool (its arguments kept in the dict
+    returned), and a tool's report (``subprocess.run``'s stdout) that is ``report``."""
+    seen: dict = {}
+
+    def fake_case(name, tree, pure=False, tool=(), env=None):
+        seen["tool"], seen["env"] = tool, env
+        return dict(row), ""
 
     class Done:
-        stdout, stderr = PERF_REPORT, ""
+        stdout, stderr = report, ""
 
     monkeypatch.setattr(bench_simnet, "_run_case", fake_case)
     monkeypatch.setattr(bench_simnet.subprocess, "run", lambda *a, **k: Done())
+    return seen
+
+
+def test_a_sampled_case_sums_its_samples_by_kind(monkeypatch):
+    seen = _fake_tool_run(monkeypatch, {"messages": 10, "cpu_s": 1.0}, PERF_REPORT)
     row = bench_simnet.run_sampled("switch16384", Path("."))
+    assert seen["tool"][:4] == ("perf", "record", "-q", "-e") and "cpu-clock" in seen["tool"]
     kinds = row["perf_kinds_pct"]
     assert kinds["timers and flow phases"] == pytest.approx(13.26 + 0.90)
     assert kinds["max-min sharing"] == pytest.approx(11.16)
@@ -237,17 +248,8 @@ def test_callgrind_annotate_tables_are_summed_by_function():
 
 
 def test_the_loop_count_reads_its_total_and_ranks_functions(monkeypatch):
-    seen = {}
-
-    def fake_case(name, tree, pure=False, tool=(), env=None):
-        seen["tool"], seen["env"] = tool, env
-        return {"messages": 1000, "simulated_s": 0.5}, ""
-
-    class Done:
-        stdout, stderr = CALLGRIND_ANNOTATE, ""
-
-    monkeypatch.setattr(bench_simnet, "_run_case", fake_case)
-    monkeypatch.setattr(bench_simnet.subprocess, "run", lambda *a, **k: Done())
+    row = {"messages": 1000, "simulated_s": 0.5}
+    seen = _fake_tool_run(monkeypatch, row, CALLGRIND_ANNOTATE)
     row = bench_simnet.run_loop_counted("fat1024", Path("."))
     assert seen["tool"][:2] == ("valgrind", "--tool=callgrind")
     toggles = [t for t in seen["tool"] if t.startswith("--toggle-collect=")]
@@ -263,11 +265,7 @@ def test_the_loop_count_reads_its_total_and_ranks_functions(monkeypatch):
 
 
 def test_a_loop_count_of_nothing_is_an_error(monkeypatch):
-    class Nothing:
-        stdout, stderr = "Ir\n----\n0 (100.0%)  PROGRAM TOTALS\n", ""
-
-    monkeypatch.setattr(bench_simnet, "_run_case", lambda *a, **k: ({"messages": 5}, ""))
-    monkeypatch.setattr(bench_simnet.subprocess, "run", lambda *a, **k: Nothing())
+    _fake_tool_run(monkeypatch, {"messages": 5}, "Ir\n----\n0 (100.0%)  PROGRAM TOTALS\n")
     with pytest.raises(SystemExit, match="counted nothing in the loop"):
         bench_simnet.run_loop_counted("ring64", Path("."))
 
@@ -289,3 +287,32 @@ def test_the_loop_entries_are_the_compiled_networks_functions():
     symbols = [line.split()[-1] for line in out.splitlines() if line.strip()]
     for pattern in bench_simnet.LOOP_ENTRIES:
         assert len(fnmatch.filter(symbols, pattern)) == 1, pattern
+
+
+def test_the_loop_table_prints_both_checkouts_and_writes_its_results(monkeypatch, tmp_path, capsys):
+    def fake_count(name, tree):
+        mine = tree == bench_simnet.ROOT
+        messages = {"fat1024": 1000, "fat4096": 4000}[name]
+        per = 100 if name == "fat1024" else (200 if mine else 150)
+        return {
+            "messages": messages,
+            "simulated_s": 0.5 if mine or name == "fat1024" else 0.25,
+            "loop_instructions": per * messages,
+            "loop_top": [{"function": "network._search", "instructions": 10 * messages}],
+        }
+
+    monkeypatch.setattr(bench_simnet.shutil, "which", lambda tool: "/usr/bin/" + tool)
+    monkeypatch.setattr(bench_simnet, "run_loop_counted", fake_count)
+    out = tmp_path / "loop.json"
+    bench_simnet.loop_table(["fat1024", "fat4096"], tmp_path, str(out))
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert lines[1].split() == ["fat1024", "1000", "0.000", "100", "100", "1.000"]
+    assert lines[2].split()[:6] == ["fat4096", "4000", "0.001", "200", "150", "1.333"]
+    assert "(simulated 0.25 there)" in lines[2]
+    assert "      10  network._search" in text
+    # 100 and 200 instructions a message at 1,000 and 4,000 messages: work grows as m^1.5.
+    assert "loop instructions grow as messages^1.50" in text
+    doc = json.loads(out.read_text())
+    assert doc["fat_tree_loop_instructions_exponent"] == pytest.approx(1.5)
+    assert [r["against"]["loop_instructions"] for r in doc["rows"]] == [100_000, 600_000]
