@@ -528,6 +528,11 @@ def run_loop_counted(name: str, tree: Path) -> dict:
         ann = subprocess.run(
             ["callgrind_annotate", out], capture_output=True, text=True, check=False, timeout=600
         )
+    if ann.returncode != 0:
+        raise SystemExit(
+            f"case {name} on {tree}: callgrind_annotate failed ({ann.returncode}): "
+            f"{ann.stderr.strip()[-2000:]}"
+        )
     by_fn = parse_callgrind_annotate(ann.stdout)
     total = re.search(r"^Ir\s*\n-+\n\s*([\d,]+)", ann.stdout, re.M)
     counted = int(total.group(1).replace(",", "")) if total else sum(by_fn.values())

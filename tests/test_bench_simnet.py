@@ -186,7 +186,7 @@ def _fake_tool_run(monkeypatch, row: dict, report: str) -> dict:
         return dict(row), ""
 
     class Done:
-        stdout, stderr = report, ""
+        stdout, stderr, returncode = report, "", 0
 
     monkeypatch.setattr(bench_simnet, "_run_case", fake_case)
     monkeypatch.setattr(bench_simnet.subprocess, "run", lambda *a, **k: Done())
@@ -316,3 +316,13 @@ def test_the_loop_table_prints_both_checkouts_and_writes_its_results(monkeypatch
     doc = json.loads(out.read_text())
     assert doc["fat_tree_loop_instructions_exponent"] == pytest.approx(1.5)
     assert [r["against"]["loop_instructions"] for r in doc["rows"]] == [100_000, 600_000]
+
+
+def test_a_failed_annotation_is_named_as_such(monkeypatch):
+    class Failed:
+        stdout, stderr, returncode = "", "callgrind_annotate: no such file", 2
+
+    monkeypatch.setattr(bench_simnet, "_run_case", lambda *a, **k: ({"messages": 5}, ""))
+    monkeypatch.setattr(bench_simnet.subprocess, "run", lambda *a, **k: Failed())
+    with pytest.raises(SystemExit, match=r"callgrind_annotate failed \(2\): .*no such file"):
+        bench_simnet.run_loop_counted("ring64", Path("."))
