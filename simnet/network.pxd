@@ -191,6 +191,13 @@ cdef class _Link:
     cdef public _Meeting watch
 
 
+@cython.final
+cdef class _Stack:
+    cdef public Py_ssize_t n
+    cdef _ObjectArray items  # borrowed pointers
+    cdef Py_ssize_t cap
+
+
 cdef class _Pair:
     cdef public long long in_flight
     cdef public double busy_since_s
@@ -257,8 +264,13 @@ cdef class FlowNetwork:
     cdef public dict _pairs
     cdef public _KeyQueue _timers
     cdef public _KeyQueue _fill_queue
+    cdef public _Stack _comp_links
+    cdef public _Stack _comp_flows
+    cdef public _Stack _touched
+    cdef public _Stack _slack
     cdef public list _wake_pending
     cdef public bint _waking
+    cdef public double _now_s
     cdef public list _dirty
     cdef public double _keep_below
     cdef public list _env_queue
@@ -270,6 +282,8 @@ cdef class FlowNetwork:
     cdef object __weakref__
 
     cpdef start_transfer(self, src, dst, size_bytes, on_delivery, tag=*, tag2=*)
+
+    cdef inline double _clock(self) except? -1.0
 
     @cython.locals(path=_Path)
     cpdef _Path path_between(self, src, dst)
@@ -336,8 +350,8 @@ cdef class FlowNetwork:
     cpdef _apply_rate(self, _Flow f, double rate, double now)
 
     @cython.locals(seed=_Link, link=_Link, l2=_Link, f=_Flow, seeds=list,
-                   comp_links=list, comp_flows=list, slack=list, over=list, tangled=bint,
-                   touched=list, n=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, k=Py_ssize_t,
+                   comp_links=_Stack, comp_flows=_Stack, slack=_Stack, over=list, tangled=bint,
+                   touched=_Stack, n=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, k=Py_ssize_t,
                    nl=Py_ssize_t, base=cython.longlong, stamp=cython.longlong,
                    rate=cython.double, old=cython.double, cap=cython.double,
                    tol=cython.double, t=cython.double, low=cython.double,
@@ -392,6 +406,19 @@ cdef long long _endpoint(object x, long long n) except? -2
 cdef Py_ssize_t _unlist(_Link link, _Flow flow) except -1
 
 
+@cython.locals(n=Py_ssize_t, cap=Py_ssize_t)
+cdef inline int _push(_Stack stack, object item) except -1
+
+
+cdef inline void _truncate(_Stack stack, Py_ssize_t n) noexcept
+
+
+cdef inline _Link _link_in(_Stack stack, Py_ssize_t i)
+
+
+cdef inline _Flow _flow_in(_Stack stack, Py_ssize_t i)
+
+
 cdef inline _Flow _flow_at(_Link link, Py_ssize_t i)
 
 
@@ -417,27 +444,28 @@ cdef _set_load(_Link link, double load, double now)
 
 @cython.locals(link=_Link, l2=_Link, f=_Flow, i=Py_ssize_t, j=Py_ssize_t,
                n=cython.longlong, share=cython.double, cur=cython.double, level=cython.double)
-cpdef _water_fill(list links, long long epoch, _KeyQueue queue)
+cpdef _water_fill(_Stack links, long long epoch, _KeyQueue queue)
 
 
 @cython.locals(link=_Link, l2=_Link, f=_Flow, j=Py_ssize_t, k=Py_ssize_t, nl=Py_ssize_t,
                rate=cython.double, low=cython.double, cap=cython.double, tangled=bint)
-cdef bint _search(list links, Py_ssize_t i, list flows, list touched, list slack,
+cdef bint _search(_Stack links, Py_ssize_t i, _Stack flows, _Stack touched, _Stack slack,
                   long long stamp, long long base, double keep, long long first) except -1
 
 
-@cython.locals(out=list)
-cdef list _caps(list links, long long stamp)
+@cython.locals(link=_Link, i=Py_ssize_t, k=Py_ssize_t)
+cdef _caps(_Stack slack, long long stamp, _Stack links)
 
 
-@cython.locals(link=_Link, f=_Flow, i=Py_ssize_t, load=cython.double, filled=cython.double,
-               beyond=cython.double, rate=cython.double, out=list)
-cdef list _overtaken(list links, long long stamp)
+@cython.locals(link=_Link, f=_Flow, i=Py_ssize_t, j=Py_ssize_t, load=cython.double,
+               filled=cython.double, beyond=cython.double, rate=cython.double, out=list)
+cdef list _overtaken(_Stack slack, long long stamp)
 
 
-@cython.locals(link=_Link, f=_Flow, i=Py_ssize_t, n=cython.longlong, rem=cython.double)
-cdef _ready(list links, long long stamp)
+@cython.locals(link=_Link, f=_Flow, i=Py_ssize_t, j=Py_ssize_t, n=cython.longlong,
+               rem=cython.double)
+cdef _ready(_Stack links, Py_ssize_t start, long long stamp)
 
 
-cdef _whole_component(_Link seed, long long stamp, long long base, list links, list flows,
-                      list touched)
+cdef _whole_component(_Link seed, long long stamp, long long base, _Stack links, _Stack flows,
+                      _Stack touched)
