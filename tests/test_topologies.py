@@ -7,6 +7,7 @@ import itertools
 import math
 import pathlib
 import random
+import zlib
 from collections import Counter
 
 import networkx as nx
@@ -338,6 +339,18 @@ def test_fat_tree_ecmp_spreads_and_is_deterministic():
     # without ECMP the flow key is ignored
     plain = Router(graph, ecmp=False)
     assert {plain.path(0, 15, key) for key in range(32)} == {plain.path(0, 15)}
+
+
+def test_ecmp_index_is_the_crc32_of_the_flows_repr():
+    """The route a flow takes is crc32 of repr((src, dst, key)) modulo the routes, in
+    every process: integer keys (formatted directly, the fast way) give the same bytes."""
+    from topologies.routing import _ecmp_index
+
+    for src, dst in ((0, 15), (3, 1), (1023, 2**40)):
+        for key in (0, 7, -1, 2**70, -(2**65), "tag", ("tag", 3), True):
+            for count in (1, 4, 64, 97):
+                want = zlib.crc32(repr((src, dst, key)).encode()) % count
+                assert _ecmp_index(src, dst, key, count) == want, (src, dst, key, count)
 
 
 def test_fat_tree_oversubscribed_bottleneck():
