@@ -406,8 +406,12 @@ cdef long long _endpoint(object x, long long n) except? -2
 cdef Py_ssize_t _unlist(_Link link, _Flow flow) except -1
 
 
-@cython.locals(n=Py_ssize_t, cap=Py_ssize_t)
+@cython.locals(n=Py_ssize_t)
 cdef inline int _push(_Stack stack, object item) except -1
+
+
+@cython.locals(n=Py_ssize_t, cap=Py_ssize_t)
+cdef int _grow_stack(_Stack stack) except -1
 
 
 cdef inline void _truncate(_Stack stack, Py_ssize_t n) noexcept

@@ -876,16 +876,24 @@ def _push(stack: _Stack, item: object) -> None:
     n = stack.n
     if cython.compiled:
         if n == stack.cap:
-            cap = 2 * n if n else 64
-            stack.items = cython.cast(
-                _ObjectArray,  # noqa: F821 (a C type of network.pxd)
-                _grown(stack.items, cap, cython.sizeof(_ObjectPtr)),  # noqa: F821
-            )
-            stack.cap = cap
+            _grow_stack(stack)
         stack.items[n] = cython.cast(_ObjectPtr, item)  # noqa: F821
     else:
         stack.items.append(item)
     stack.n = n + 1
+
+
+def _grow_stack(stack: _Stack) -> int:
+    """Double a full stack's array (compiled only; apart from _push, which the C compiler
+    then inlines where it is called)."""
+    n = stack.n
+    cap = 2 * n if n else 64
+    stack.items = cython.cast(
+        _ObjectArray,  # noqa: F821 (a C type of network.pxd)
+        _grown(stack.items, cap, cython.sizeof(_ObjectPtr)),  # noqa: F821
+    )
+    stack.cap = cap
+    return 0
 
 
 def _truncate(stack: _Stack, n: int) -> None:
