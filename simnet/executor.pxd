@@ -60,7 +60,7 @@ cdef class _Coll(_Waiter):
                    step=tuple, n=Py_ssize_t, nr=Py_ssize_t, j=Py_ssize_t, k=Py_ssize_t,
                    t_now=cython.double, me=Py_ssize_t, p=Py_ssize_t, base=cython.longlong,
                    row=cython.longlong, src=Py_ssize_t, dst=Py_ssize_t, prows=list,
-                   plist=list, net=FlowNetwork)
+                   plist=list)
     cpdef bint advance(self) except -1
 
     @cython.locals(hot=tuple, sc=_Coll, path=_Path)

@@ -1650,10 +1650,7 @@ class _Coll(_Waiter):
         nsteps = self.nsteps
         if i == nsteps:
             return True
-        net = self.net
-        # simpy's clock (FlowNetwork._clock, inlined): the wake-up's C copy, or as simpy
-        # stores it (its `now` is a Python property)
-        t_now = net._now_s if net._waking else self.hot[3]._now
+        t_now = self.net._clock()
         base = self.base
         me = self.me
         endpoints = self.endpoints

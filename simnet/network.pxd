@@ -417,6 +417,9 @@ cdef int _grow_stack(_Stack stack) except -1
 cdef inline void _truncate(_Stack stack, Py_ssize_t n) noexcept
 
 
+cdef inline void _empty(_Stack links, _Stack flows, _Stack touched, _Stack slack) noexcept
+
+
 cdef inline _Link _link_in(_Stack stack, Py_ssize_t i)
 
 

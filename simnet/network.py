@@ -850,8 +850,8 @@ def _list_flow(link: _Link, flow: _Flow) -> int:
 class _Stack:
     """Links or flows as a max-min pass gathers them (a component's links, its flows,
     the links whose loads to sum, those not crossed), kept by the network from pass to
-    pass. In Python a list; compiled, an array of borrowed pointers that is reset, not
-    freed: each component of each pass made four lists before, and their appends,
+    pass. In Python its items are a list; compiled, an array of borrowed pointers that
+    is reset, not freed: each component of each pass made four lists before, and their appends,
     growth and freeing were about 6% of a contended message's instructions (callgrind,
     1,024 ranks). Borrowed is safe: links live as long as the network, and a flow
     gathered in a pass drains (a link holds it) until the pass is over."""
@@ -901,6 +901,14 @@ def _truncate(stack: _Stack, n: int) -> None:
     stack.n = n
     if not cython.compiled:
         del stack.items[n:]
+
+
+def _empty(links: _Stack, flows: _Stack, touched: _Stack, slack: _Stack) -> None:
+    """Empty a max-min component's four stacks (see FlowNetwork._flush)."""
+    _truncate(links, 0)
+    _truncate(flows, 0)
+    _truncate(touched, 0)
+    _truncate(slack, 0)
 
 
 def _link_in(stack: _Stack, i: int) -> _Link:
@@ -2136,9 +2144,7 @@ class FlowNetwork:
             tangled = _search(comp_links, 0, comp_flows, touched, slack, stamp, base, keep, base)
             if not comp_flows.n and not tangled:  # every flow of the seed keeps its rate
                 _sum_load(seed, now)
-                _truncate(comp_links, 0)
-                _truncate(touched, 0)
-                _truncate(slack, 0)
+                _empty(comp_links, comp_flows, touched, slack)
                 continue
             self.recomputations += 1
             while True:
@@ -2196,10 +2202,7 @@ class FlowNetwork:
                             _push(touched, link)
             for i in range(touched.n):
                 _sum_load(_link_in(touched, i), now)
-            _truncate(comp_links, 0)
-            _truncate(comp_flows, 0)
-            _truncate(touched, 0)
-            _truncate(slack, 0)
+            _empty(comp_links, comp_flows, touched, slack)
         self._epoch = stamp
 
 
