@@ -21,6 +21,7 @@ cdef class _WaitAll(_Waiter):
 
 cdef class _StepTable:
     cdef public Py_ssize_t p
+    cdef public Py_ssize_t s
     cdef public list messages
     cdef public list reduces
     cdef public list copies
@@ -146,7 +147,7 @@ cdef class _TableTally(_Tally):
     cdef public dict reduced
     cdef public dict copied
 
-    @cython.locals(n=cython.longlong, t=_StepTable, p=Py_ssize_t, me=Py_ssize_t,
+    @cython.locals(n=cython.longlong, t=_StepTable, s=Py_ssize_t, me=Py_ssize_t,
                    i=Py_ssize_t, k=Py_ssize_t, d=Py_ssize_t, last=Py_ssize_t, red=int,
                    run_bytes=cython.longlong)
     cpdef settle(self)

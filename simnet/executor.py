@@ -415,7 +415,7 @@ class _TableTally(_Tally):
             return
         self.calls = 0
         t = self.table
-        p = t.p
+        s = t.s
         me = self.me
         # Consecutive sends of one part to one member are added up first (a ring's
         # thousands of steps are two such runs): the pair totals see each run once, in
@@ -424,7 +424,7 @@ class _TableTally(_Tally):
         red = 0
         run_bytes = 0
         for i in range(t.nsteps[me]):
-            k = i * p + me
+            k = me * s + i
             d = t.dst[k]
             if d < 0:
                 continue
@@ -463,7 +463,8 @@ def _count_call(tally: _Tally, listed: list) -> None:
 
 class _StepTable:
     """A schedule's :class:`~workload.step_table.StepTable` as ``_Coll.advance`` reads it:
-    the arrays flattened step-major (member ``me``'s step ``i`` at ``i * p + me``), as C
+    the arrays flattened member-major (member ``me``'s step ``i`` at ``me * s + i``, ``s``
+    the schedule's steps), as C
     arrays when compiled (typed memoryviews over numpy's), as Python memoryviews over
     them in Python (lists would take 36 bytes an entry where the arrays take 4 or 8).
     ``reduces`` / ``copies``: per member, whether it sends any reduction / copied data;
@@ -485,6 +486,7 @@ class _StepTable:
         "reduces",
         "row",
         "rows",
+        "s",
         "src",
     )
 
@@ -499,22 +501,23 @@ class _StepTable:
         into = np.zeros(self.p, dtype=bool)
         into[table.dst[sends & table.reduce]] = True
         self.reduced_into = into.tolist()
-        src = np.ascontiguousarray(table.src, dtype=np.intc).ravel()
-        dst = np.ascontiguousarray(table.dst, dtype=np.intc).ravel()
-        nbytes = np.ascontiguousarray(table.nbytes, dtype=np.longlong).ravel()
-        reduce = np.ascontiguousarray(table.reduce, dtype=np.uint8).ravel()
-        nsteps = np.ascontiguousarray(table.nsteps, dtype=np.longlong)
         # Equal rows (the same destinations of every member: a recursive schedule's
         # halving and doubling steps at one distance, every step of a ring) share a
         # number, and so the paths kept for them.
-        p = self.p
+        by_step = np.ascontiguousarray(table.dst, dtype=np.intc)
         row = np.array(
-            [
-                row_ids.setdefault(dst[i : i + p].tobytes(), len(row_ids))
-                for i in range(0, len(dst), p)
-            ],
+            [row_ids.setdefault(by_step[i].tobytes(), len(row_ids)) for i in range(len(by_step))],
             dtype=np.longlong,
         )
+        # Member-major: a member's steps, taken one after another, are neighbours in
+        # memory (16 a cache line of src or dst), where step-major put each of them in
+        # another line (the table's row of that step for all members).
+        self.s = len(by_step)
+        src = np.ascontiguousarray(table.src.T, dtype=np.intc).ravel()
+        dst = np.ascontiguousarray(table.dst.T, dtype=np.intc).ravel()
+        nbytes = np.ascontiguousarray(table.nbytes.T, dtype=np.longlong).ravel()
+        reduce = np.ascontiguousarray(table.reduce.T, dtype=np.uint8).ravel()
+        nsteps = np.ascontiguousarray(table.nsteps, dtype=np.longlong)
         self.rows = sorted(set(row.tolist()))
         # Compiled, the typed fields take the arrays; in Python, memoryviews over them
         # (indexed as lists are, at the arrays' size in memory).
@@ -1676,7 +1679,7 @@ class _Coll(_Waiter):
                     pending += self._send(row + dst, None, dst, step[j + 1], t_now)
                     j += 2
             else:
-                k = i * p + me
+                k = me * table.s + i
                 src = table.src[k]
                 if src >= 0:
                     pending += self._recv(base + src * p + me)
