@@ -237,6 +237,14 @@ cdef class _Flow:  # (its free list and GC flag: decorators in network.py)
     cdef PyObject* lk_small[6]
 
 
+@cython.locals(path=_Path, st=list)
+cdef _add_pair_stats(dict out, paths)
+
+
+@cython.locals(path=_Path, key=tuple)
+cdef _add_pair_bytes(dict out, paths)
+
+
 cdef class FlowNetwork:
     cdef public object env
     cdef public object graph
