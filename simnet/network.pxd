@@ -205,15 +205,21 @@ cdef class _Pair:
 
 
 cdef class _Path(_Pair):
-    cdef public object src
-    cdef public object dst
-    cdef public tuple edges
-    cdef public tuple links
+    # What a message's start reads first, next to the counters its pair keeps: its
+    # links are in the object (lk_small), not only in the tuple .links (a cache line
+    # elsewhere, a miss of its own a message on a big network).
     cdef public double latency_s
+    cdef public Py_ssize_t n_links
+    cdef _ObjectArray lk  # its links (borrowed: .links holds them): lk_small or the tuple's
+    cdef PyObject* lk_small[6]
+    cdef public long long src
+    cdef public long long dst
     cdef public long long bytes_total
     cdef public double duration_s
     cdef public long long messages
     cdef public _Pair pair
+    cdef public tuple edges
+    cdef public tuple links
 
 
 cdef class _Flow:  # (its free list and GC flag: decorators in network.py)
@@ -309,7 +315,7 @@ cdef class FlowNetwork:
     @cython.locals(pending=list, timers=_KeyQueue, seq=cython.longlong)
     cdef Py_ssize_t _add_timer(self, double time_s, _Flow flow) except -1
 
-    @cython.locals(path=_Path, pair=_Pair, links=tuple, n=cython.longlong,
+    @cython.locals(path=_Path, pair=_Pair, n=cython.longlong, src=cython.longlong,
                    size=cython.longlong, t=cython.double, alpha_s=cython.double,
                    o=cython.double, seq=cython.longlong)
     cpdef _launch(self, _Flow flow, double now, bint paid=*)
@@ -441,7 +447,11 @@ cdef inline _Link _link_at(_Flow flow, Py_ssize_t j)
 
 
 @cython.locals(n=Py_ssize_t, j=Py_ssize_t, items=_ObjectArray, small=_ObjectArray)
-cdef _set_links(_Flow flow, tuple links)
+cdef _keep_links(_Path path, tuple links)
+
+
+@cython.locals(n=Py_ssize_t, j=Py_ssize_t, items=_ObjectArray, small=_ObjectArray)
+cdef _set_links(_Flow flow, _Path path)
 
 
 @cython.locals(n=Py_ssize_t, cap=Py_ssize_t, i=Py_ssize_t, small=_ObjectArray,

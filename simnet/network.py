@@ -953,6 +953,7 @@ class _Path(_Pair):
         "latency_s",
         "links",
         "messages",
+        "n_links",
         "pair",
         "src",
     )
@@ -973,6 +974,9 @@ class _Path(_Pair):
         self.dst = dst
         self.edges = edges
         self.links = links
+        self.n_links = len(links)
+        if cython.compiled:
+            _keep_links(self, links)
         self.latency_s = latency_s
         self.pair = pair
         self.bytes_total = 0
@@ -1032,26 +1036,41 @@ def _link_at(flow: _Flow, j: int) -> _Link:
     return flow.lk[j]
 
 
-def _set_links(flow: _Flow, links: tuple) -> None:
-    """Make ``links`` (its path's tuple, or empty) the links the flow drains through.
-
-    Compiled, up to six are copied into the flow (a fat-tree's longest route), so the
-    max-min passes and the flow's end reach them from the flow without touching its
-    path's tuple, a cache miss of its own on a big network; a longer route's are read
-    from the tuple. Borrowed either way: the flow's path holds the tuple."""
+def _keep_links(path: _Path, links: tuple) -> None:
+    """Compiled only: up to six of ``links`` (the path's tuple) copied into the path, a
+    longer route's read from the tuple (borrowed either way: the path holds the
+    tuple)."""
     n = len(links)
+    items = _tuple_items(links)  # noqa: F821 (network.pxd)
+    if n > 6:  # (the length of lk_small in network.pxd)
+        path.lk = items
+        return
+    small = cython.address(path.lk_small[0])
+    for j in range(n):
+        small[j] = items[j]
+    path.lk = small
+
+
+def _set_links(flow: _Flow, path: _Path) -> None:
+    """Make ``path``'s links the links the flow drains through.
+
+    Compiled, up to six are copied into the flow (a fat-tree's longest route), from
+    the path's own copy, so the max-min passes and the flow's end reach them from the
+    flow without touching its path; a longer route's are read from the path's tuple.
+    Borrowed either way: the flow's path holds the tuple."""
+    n = path.n_links
     flow.n_links = n
     if cython.compiled:
-        items = _tuple_items(links)  # noqa: F821 (network.pxd)
         if n > 6:  # (the length of lk_small in network.pxd)
-            flow.lk = items
+            flow.lk = path.lk
             return
+        items = path.lk
         small = cython.address(flow.lk_small[0])
         for j in range(n):
             small[j] = items[j]
         flow.lk = small
     else:
-        flow.lk = links
+        flow.lk = path.links
 
 
 def _add_pair_stats(out: dict, paths: Iterable[_Path]) -> None:
@@ -1424,8 +1443,10 @@ class FlowNetwork:
             pair.busy_since_s = now
         pair.in_flight = n + 1
         flow.seq = seq
-        links = path.links if size else ()
-        _set_links(flow, links)
+        if size:
+            _set_links(flow, path)
+        else:
+            flow.n_links = 0  # (no bytes: nothing to drain)
         flow.start_s = now
         flow.remaining_bytes = size + 0.0
         flow.rate_bytes_per_s = 0.0
@@ -1441,7 +1462,7 @@ class FlowNetwork:
             t = self.send_overhead_end(src, path.dst, now) + alpha_s
         elif alpha_s > 0.0:
             t = now + alpha_s
-        elif links:
+        elif flow.n_links:
             self._begin(flow, now)  # a C call when compiled
             return
         else:
