@@ -25,18 +25,26 @@ cdef struct _QEntry:  # a heap entry of _KeyQueue: a run, by key then first numb
     Py_ssize_t head  # the run's first node (its items chain on through .next)
 
 
+cdef struct _SEntry:  # an entry of _KeyQueue's small array (see _water_fill_small)
+    double key
+    long long seq
+    PyObject* item  # borrowed
+
+
 cdef struct _TEntry:  # an entry of _IntTable: key -1 is empty
     long long key
     PyObject* item
 
 
 ctypedef _TEntry* _TEntryPtr
+ctypedef _SEntry* _SEntryPtr
 ctypedef _QNode* _QNodePtr
 ctypedef _QEntry* _QEntryPtr
 ctypedef PyObject* _ObjectPtr  # a borrowed reference: a pointer, no count
 ctypedef PyObject** _ObjectArray  # a list's items
 
 cdef Py_ssize_t _OPEN_RUNS  # the length of _KeyQueue's open_tail and open_key
+cdef Py_ssize_t _SMALL_FILL  # the length of _KeyQueue's small
 
 # The flow phases and the numeric constants of the hot paths, as C values: as module
 # globals they would be a dictionary lookup and a boxed comparison at each use.
@@ -66,6 +74,7 @@ cdef class _KeyQueue:
     cdef Py_ssize_t open_tail[4]  # _OPEN_RUNS: each open run's last node, -1: none
     cdef double open_key[4]
     cdef Py_ssize_t next_open
+    cdef _SEntry small[16]  # _SMALL_FILL: the water-filling's links of a small component
     cdef list heap
 
     @cython.locals(seq=cython.longlong, i=Py_ssize_t, parent=Py_ssize_t, cap=Py_ssize_t,
@@ -467,9 +476,19 @@ cdef _sum_load(_Link link, double now)
 cdef _set_load(_Link link, double load, double now)
 
 
-@cython.locals(link=_Link, l2=_Link, f=_Flow, i=Py_ssize_t, j=Py_ssize_t,
-               n=cython.longlong, share=cython.double, cur=cython.double, level=cython.double)
+@cython.locals(link=_Link, j=Py_ssize_t, n=cython.longlong, share=cython.double,
+               cur=cython.double, level=cython.double)
 cpdef _water_fill(_Stack links, long long epoch, _KeyQueue queue)
+
+
+@cython.locals(l2=_Link, f=_Flow, i=Py_ssize_t, j=Py_ssize_t)
+cdef inline _freeze(_Link link, double cur, long long epoch)
+
+
+@cython.locals(link=_Link, small=_SEntryPtr, m=Py_ssize_t, j=Py_ssize_t,
+               b=Py_ssize_t, c=Py_ssize_t, seq=cython.longlong, n=cython.longlong,
+               share=cython.double, cur=cython.double, level=cython.double)
+cdef _water_fill_small(_Stack links, long long epoch, _KeyQueue queue)
 
 
 @cython.locals(link=_Link, l2=_Link, f=_Flow, j=Py_ssize_t, k=Py_ssize_t, nl=Py_ssize_t,

@@ -46,10 +46,22 @@ def _env(pure: bool) -> dict[str, str]:
     return env
 
 
-def _run_simnet(tmp_path: Path, out: str, pure: bool, workload: str, alpha_us: float) -> Path:
+# A fat-tree's ECMP routes: max-min components of a few links (the compiled core fills
+# those from a small array) and of many (from its key queue), both against the Python
+# core's heap.
+FAT_TREE = {
+    "distributed": {"num_nodes": 16, "bandwidth_limit_gb_per_s": 10.0},
+    "topology": {"type": "fat_tree", "k": 4, "link_latency_us": 1.0},
+}
+
+
+def _run_simnet(
+    tmp_path: Path, out: str, pure: bool, workload: str, alpha_us: float, fabric: dict | None = None
+) -> Path:
     cfg = tmp_path / "config.json"
     config = {
         **CONFIG,
+        **(fabric or {}),
         "network": {**CONFIG["network"], "alpha_us": alpha_us},
         "workload": {**CONFIG["workload"], "name": workload},
     }
@@ -105,12 +117,15 @@ def test_core_is_compiled_where_it_can_be():
 
 
 @needs_build
-@pytest.mark.parametrize(("workload", "alpha_us"), [("dlrm", 1.5), ("resnet50", 0.0)])
-def test_compiled_and_python_cores_give_identical_results(tmp_path, workload, alpha_us):
+@pytest.mark.parametrize(
+    ("workload", "alpha_us", "fabric"),
+    [("dlrm", 1.5, None), ("resnet50", 0.0, None), ("dlrm", 0.0, FAT_TREE)],
+)
+def test_compiled_and_python_cores_give_identical_results(tmp_path, workload, alpha_us, fabric):
     # alpha 0 starts flows at simpy's initial clock, where an int 0 could leak into
     # the Python core's outputs and a float 0.0 into the compiled one's.
-    compiled = _run_simnet(tmp_path, "compiled", False, workload, alpha_us)
-    python = _run_simnet(tmp_path, "python", True, workload, alpha_us)
+    compiled = _run_simnet(tmp_path, "compiled", False, workload, alpha_us, fabric)
+    python = _run_simnet(tmp_path, "python", True, workload, alpha_us, fabric)
     docs = [json.loads((d / "sim_results.json").read_text()) for d in (compiled, python)]
     assert docs[0]["versions"]["simnet_core"] == "compiled (Cython)"
     assert "COMMSIM_PURE_PYTHON" in docs[1]["versions"]["simnet_core"]
