@@ -221,8 +221,8 @@ cdef class _Path(_Pair):
     cdef public Py_ssize_t n_links
     cdef _ObjectArray lk  # its links (borrowed: .links holds them): lk_small or the tuple's
     cdef PyObject* lk_small[6]
-    cdef public long long src
-    cdef public long long dst
+    cdef public object src
+    cdef public object dst
     cdef public long long bytes_total
     cdef public double duration_s
     cdef public long long messages
@@ -324,7 +324,7 @@ cdef class FlowNetwork:
     @cython.locals(pending=list, timers=_KeyQueue, seq=cython.longlong)
     cdef Py_ssize_t _add_timer(self, double time_s, _Flow flow) except -1
 
-    @cython.locals(path=_Path, pair=_Pair, n=cython.longlong, src=cython.longlong,
+    @cython.locals(path=_Path, pair=_Pair, n=cython.longlong,
                    size=cython.longlong, t=cython.double, alpha_s=cython.double,
                    o=cython.double, seq=cython.longlong)
     cpdef _launch(self, _Flow flow, double now, bint paid=*)
