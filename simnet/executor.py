@@ -1046,22 +1046,26 @@ class PhaseSim:
         """Bytes per (src rank, dst rank) by part: "reduce" (reduction data of a
         collective), "copy" (copied data of a collective), "p2p"."""
         self._settle_bytes()
-        w = self._world
-        out: dict[str, dict[tuple[int, int], int]] = defaultdict(dict)
+        merged: dict[str, dict[int, int]] = {}
+        copied: set[str] = set()  # parts whose merged totals are no group's account
         for (_, part), acct in self._bytes.items():
-            pairs = out[part]
-            if not pairs:
-                # The part's first totals: the keys split by numpy (the totals stay the
-                # Python integers they are), 229k pairs at 16,384 ranks.
-                k = np.fromiter(acct, dtype=np.int64, count=len(acct))
-                src, dst = np.divmod(k, w)
-                pairs.update(
-                    zip(zip(src.tolist(), dst.tolist(), strict=True), acct.values(), strict=True)
-                )
+            into = merged.get(part)
+            if into is None:
+                merged[part] = acct
                 continue
+            if part not in copied:
+                into = merged[part] = dict(into)
+                copied.add(part)
             for k, b in acct.items():
-                pair = divmod(k, w)
-                pairs[pair] = pairs.get(pair, 0) + b
+                into[k] = into.get(k, 0) + b
+        # The keys split by numpy (the totals stay the Python integers they are): 229k
+        # pairs at 16,384 ranks.
+        out: dict[str, dict[tuple[int, int], int]] = {}
+        for part, acct in merged.items():
+            src, dst = np.divmod(np.fromiter(acct, dtype=np.int64, count=len(acct)), self._world)
+            out[part] = dict(
+                zip(zip(src.tolist(), dst.tolist(), strict=True), acct.values(), strict=True)
+            )
         return out
 
     @property

@@ -25,7 +25,7 @@ cdef struct _QEntry:  # a heap entry of _KeyQueue: a run, by key then first numb
     Py_ssize_t head  # the run's first node (its items chain on through .next)
 
 
-cdef struct _SEntry:  # an entry of _KeyQueue's small array (see _water_fill_small)
+cdef struct _SEntry:  # an entry of _KeyQueue's small array
     double key
     long long seq
     PyObject* item  # borrowed
@@ -74,8 +74,15 @@ cdef class _KeyQueue:
     cdef Py_ssize_t open_tail[4]  # _OPEN_RUNS: each open run's last node, -1: none
     cdef double open_key[4]
     cdef Py_ssize_t next_open
-    cdef _SEntry small[16]  # _SMALL_FILL: the water-filling's links of a small component
+    cdef _SEntry small[16]  # _SMALL_FILL: see file_small, least last
+    cdef double popped_key  # the key of the item take_small last returned
     cdef list heap
+
+    @cython.locals(i=Py_ssize_t, small=_SEntryPtr)
+    cdef inline void file_small(self, double key, object item) noexcept
+
+    @cython.locals(n=Py_ssize_t)
+    cdef inline object take_small(self)
 
     @cython.locals(seq=cython.longlong, i=Py_ssize_t, parent=Py_ssize_t, cap=Py_ssize_t,
                    node=Py_ssize_t, nodes=_QNodePtr, entries=_QEntryPtr)
@@ -252,12 +259,8 @@ cdef class _Flow:  # (its free list and GC flag: decorators in network.py)
     cdef PyObject* lk_small[6]
 
 
-@cython.locals(path=_Path, st=list)
-cdef _add_pair_stats(dict out, paths)
-
-
-@cython.locals(path=_Path, key=tuple)
-cdef _add_pair_bytes(dict out, paths)
+@cython.locals(path=_Path, key=tuple, v=object)  # v: an int or a float, as the figure's
+cdef _add_pair_sums(dict out, paths, int figure)
 
 
 cdef class FlowNetwork:
@@ -455,12 +458,16 @@ cdef inline _Flow _flow_at(_Link link, Py_ssize_t i)
 cdef inline _Link _link_at(_Flow flow, Py_ssize_t j)
 
 
-@cython.locals(n=Py_ssize_t, j=Py_ssize_t, items=_ObjectArray, small=_ObjectArray)
 cdef _keep_links(_Path path, tuple links)
 
 
-@cython.locals(n=Py_ssize_t, j=Py_ssize_t, items=_ObjectArray, small=_ObjectArray)
+@cython.locals(n=Py_ssize_t)
 cdef _set_links(_Flow flow, _Path path)
+
+
+@cython.locals(j=Py_ssize_t)
+cdef inline _ObjectArray _inline_links(_ObjectArray items, Py_ssize_t n,
+                                       _ObjectArray small) noexcept
 
 
 @cython.locals(n=Py_ssize_t, cap=Py_ssize_t, i=Py_ssize_t, small=_ObjectArray,
@@ -477,18 +484,17 @@ cdef _set_load(_Link link, double load, double now)
 
 
 @cython.locals(link=_Link, j=Py_ssize_t, n=cython.longlong, share=cython.double,
-               cur=cython.double, level=cython.double)
+               cur=cython.double, level=cython.double, small=bint)
 cpdef _water_fill(_Stack links, long long epoch, _KeyQueue queue)
+
+
+cdef inline _file(_KeyQueue queue, bint small, double share, _Link link)
 
 
 @cython.locals(l2=_Link, f=_Flow, i=Py_ssize_t, j=Py_ssize_t)
 cdef inline _freeze(_Link link, double cur, long long epoch)
 
 
-@cython.locals(link=_Link, small=_SEntryPtr, m=Py_ssize_t, j=Py_ssize_t,
-               b=Py_ssize_t, c=Py_ssize_t, seq=cython.longlong, n=cython.longlong,
-               share=cython.double, cur=cython.double, level=cython.double)
-cdef _water_fill_small(_Stack links, long long epoch, _KeyQueue queue)
 
 
 @cython.locals(link=_Link, l2=_Link, f=_Flow, j=Py_ssize_t, k=Py_ssize_t, nl=Py_ssize_t,

@@ -119,10 +119,8 @@ _FAST_FORWARD_RATES = 1 << 20
 # Runs of a key queue that a push looks for its key among (see _KeyQueue).
 _OPEN_RUNS = 4
 
-# Components of at most this many links are water-filled from a small array scanned
-# for the least share (compiled: _water_fill_small), not from the key queue: a
-# fat-tree's components hold about eight, where the queue's pushes and pops cost 128
-# instructions a link (callgrind, 1,024 ranks).
+# Components of at most this many links are water-filled with the key queue's small
+# array (see _KeyQueue).
 _SMALL_FILL = 16
 
 # math.inf as a module constant: a C double when compiled (network.pxd), where reading
@@ -233,6 +231,12 @@ class _KeyQueue:
     as the heap of tuples. An open run is known by its last node, where a push appends.
     Nodes are reused from a free list, so a queue kept for the next use (the
     water-filling's) allocates nothing once it has grown.
+
+    Compiled, ``file_small`` and ``take_small`` use instead a C array of at most
+    ``_SMALL_FILL`` items sorted by (key, number), least last, for the water-filling of
+    a small component (a fat-tree's hold about eight links), where the runs' nodes and
+    heap entries cost 128 instructions a link (callgrind, 1,024 ranks). The same order
+    (``n`` counts the array's items); the timers never come near it.
     """
 
     def __init__(self) -> None:
@@ -264,6 +268,31 @@ class _KeyQueue:
                     node = self.nodes[node].next
             PyMem_Free(self.entries)
             PyMem_Free(self.nodes)
+
+    def file_small(self, key: float, item: object) -> None:
+        """Compiled only: queue ``item`` under ``key`` in the small array (borrowed: the
+        caller holds it until it is taken). The array holds no heap-filed item and at
+        most ``_SMALL_FILL``: callers see to both."""
+        i = self.n
+        small = cython.address(self.small[0])
+        # After the items of a greater key, before those of a key not greater (they
+        # have smaller numbers): least (key, number) last.
+        while i > 0 and small[i - 1].key <= key:
+            small[i] = small[i - 1]
+            i -= 1
+        self.last_seq += 1
+        small[i].key = key
+        small[i].seq = self.last_seq
+        small[i].item = cython.cast(cython.pointer(PyObject), item)
+        self.n += 1
+
+    def take_small(self) -> object:
+        """Compiled only: take the small array's first item out; its key is left in
+        ``popped_key``."""
+        n = self.n - 1
+        self.n = n
+        self.popped_key = self.small[n].key
+        return cython.cast(object, self.small[n].item)
 
     def push(self, key: float, item: object) -> int:
         """Queue ``item`` under ``key``; returns the item's number."""
@@ -1043,18 +1072,13 @@ def _link_at(flow: _Flow, j: int) -> _Link:
 
 
 def _keep_links(path: _Path, links: tuple) -> None:
-    """Compiled only: up to six of ``links`` (the path's tuple) copied into the path, a
-    longer route's read from the tuple (borrowed either way: the path holds the
-    tuple)."""
-    n = len(links)
-    items = _tuple_items(links)  # noqa: F821 (network.pxd)
-    if n > 6:  # (the length of lk_small in network.pxd)
-        path.lk = items
-        return
-    small = cython.address(path.lk_small[0])
-    for j in range(n):
-        small[j] = items[j]
-    path.lk = small
+    """Compiled only: the path's links (its tuple ``links``) where a message's start
+    reads them (see ``_inline_links``)."""
+    path.lk = _inline_links(
+        _tuple_items(links),  # noqa: F821 (network.pxd)
+        len(links),
+        cython.address(path.lk_small[0]),
+    )
 
 
 def _set_links(flow: _Flow, path: _Path) -> None:
@@ -1062,46 +1086,40 @@ def _set_links(flow: _Flow, path: _Path) -> None:
 
     Compiled, up to six are copied into the flow (a fat-tree's longest route), from
     the path's own copy, so the max-min passes and the flow's end reach them from the
-    flow without touching its path; a longer route's are read from the path's tuple.
-    Borrowed either way: the flow's path holds the tuple."""
+    flow without touching its path (see ``_inline_links``)."""
     n = path.n_links
     flow.n_links = n
     if cython.compiled:
-        if n > 6:  # (the length of lk_small in network.pxd)
-            flow.lk = path.lk
-            return
-        items = path.lk
-        small = cython.address(flow.lk_small[0])
-        for j in range(n):
-            small[j] = items[j]
-        flow.lk = small
+        flow.lk = _inline_links(path.lk, n, cython.address(flow.lk_small[0]))
     else:
         flow.lk = path.links
 
 
-def _add_pair_stats(out: dict, paths: Iterable[_Path]) -> None:
-    """Add the [bytes, duration_s, messages] of the ``paths`` that carried messages to
-    ``out``'s by (src, dst)."""
-    for path in paths:
-        if not path.messages:
-            continue
-        st = out.get((path.src, path.dst))
-        if st is None:
-            out[(path.src, path.dst)] = [path.bytes_total, path.duration_s, path.messages]
-        else:
-            st[0] += path.bytes_total
-            st[1] += path.duration_s
-            st[2] += path.messages
+def _inline_links(items: object, n: int, small: object) -> object:
+    """Compiled only: the ``n`` link pointers ``items`` copied into an object's inline
+    array ``small`` (six long: lk_small in network.pxd) and returned from there, or
+    ``items`` itself for a longer route. Borrowed either way: the path's tuple holds
+    the links."""
+    if n > 6:
+        return items
+    for j in range(n):
+        small[j] = items[j]
+    return small
 
 
-def _add_pair_bytes(out: dict, paths: Iterable[_Path]) -> None:
-    """Add the bytes of the ``paths`` that carried messages to ``out``'s by (src, dst)
-    (``_add_pair_stats``'s first figure, without a list a pair: 229k pairs at 16,384
-    ranks)."""
+def _add_pair_sums(out: dict, paths: Iterable[_Path], figure: int) -> None:
+    """Add one figure of the ``paths`` that carried messages to ``out``'s by (src, dst):
+    ``figure`` 0 their bytes, 1 their messages' durations (s), 2 their messages."""
     for path in paths:
         if path.messages:
             key = (path.src, path.dst)
-            out[key] = out.get(key, 0) + path.bytes_total
+            if figure == 0:
+                v = path.bytes_total
+            elif figure == 1:
+                v = path.duration_s
+            else:
+                v = path.messages
+            out[key] = out.get(key, 0) + v
 
 
 def _endpoint(x: int, n: int) -> int:
@@ -1691,30 +1709,27 @@ class FlowNetwork:
             default=0.0,
         )
 
-    def _pair_stats(self) -> dict[tuple[int, int], list]:
-        """(src, dst) -> [bytes, duration_s, messages], summed over the pair's paths."""
-        out: dict[tuple[int, int], list] = {}
+    def _pair_sums(self, figure: int) -> dict:
+        """(src, dst) -> one figure summed over the pair's paths (see ``_add_pair_sums``)."""
+        out: dict = {}
         for paths in (self._self_paths.values(), self._paths.values(), self._static_list):
-            _add_pair_stats(out, paths)
+            _add_pair_sums(out, paths, figure)
         return out
 
     @property
     def pair_bytes(self) -> dict[tuple[int, int], int]:
         """Exact bytes of completed transfers per ``(src, dst)``."""
-        out: dict[tuple[int, int], int] = {}
-        for paths in (self._self_paths.values(), self._paths.values(), self._static_list):
-            _add_pair_bytes(out, paths)
-        return out
+        return self._pair_sums(0)
 
     @property
     def pair_duration_s(self) -> dict[tuple[int, int], float]:
         """Sum of ``end_s - start_s`` of completed transfers per ``(src, dst)``, in s."""
-        return {k: v[1] for k, v in self._pair_stats().items()}
+        return self._pair_sums(1)
 
     @property
     def pair_messages(self) -> dict[tuple[int, int], int]:
         """Number of completed transfers per ``(src, dst)``."""
-        return {k: v[2] for k, v in self._pair_stats().items()}
+        return self._pair_sums(2)
 
     @property
     def pair_busy_s(self) -> dict[tuple[int, int], float]:
@@ -1732,10 +1747,10 @@ class FlowNetwork:
         messages over the time it had messages in flight (``pair_busy_s``), so messages
         in flight together add up; 0.0 if it has none."""
         busy = self.pair_busy_s.get((src, dst), 0.0)
-        done = self._pair_stats().get((src, dst))
+        done = self.pair_bytes.get((src, dst))
         if done is None or busy <= 0.0:
             return 0.0
-        return done[0] / busy
+        return done / busy
 
     # ------------------------------------------------------- route resolution
 
@@ -2481,32 +2496,43 @@ def _water_fill(links: _Stack, epoch: int, queue: _KeyQueue) -> None:
     filed under an old share is a lower bound, refiled lazily when reached.
     Links come out by the share they were filed under, ties in filing order (the
     component's order, then refiling order), for determinism. ``queue`` (empty) holds
-    the links being filled; it is empty again at the end.
+    the links being filled, compiled in its small array if they are few (the stack
+    holds them meanwhile); it is empty again at the end.
     """
     if queue.n:
         raise RuntimeError("the water-filling's queue was left holding links")
-    if cython.compiled and links.n <= _SMALL_FILL:
-        _water_fill_small(links, epoch, queue)
-        return
+    small = cython.compiled and links.n <= _SMALL_FILL
     for j in range(links.n):
         link = _link_in(links, j)
-        queue.push(link.rem_capacity_bytes_per_s / link.n_unfrozen, link)
+        _file(queue, small, link.rem_capacity_bytes_per_s / link.n_unfrozen, link)
     level = 0.0
     while queue.n:
-        share = queue.first_key()
-        link = queue.pop()
+        if small:
+            link = queue.take_small()
+            share = queue.popped_key
+        else:
+            share = queue.first_key()
+            link = queue.pop()
         n = link.n_unfrozen
         if n == 0:
             continue
         cur = link.rem_capacity_bytes_per_s / n
         if cur > share:
-            queue.push(cur, link)
+            _file(queue, small, cur, link)
             continue
         # Shares never decrease in exact arithmetic; do not let rounding do it.
         if cur < level:
             cur = level
         level = cur
         _freeze(link, cur, epoch)
+
+
+def _file(queue: _KeyQueue, small: bool, share: float, link: _Link) -> None:
+    """File ``link`` under ``share`` in the water-filling's queue (see ``_water_fill``)."""
+    if small:
+        queue.file_small(share, link)
+    else:
+        queue.push(share, link)
 
 
 def _freeze(link: _Link, cur: float, epoch: int) -> None:
@@ -2520,48 +2546,3 @@ def _freeze(link: _Link, cur: float, epoch: int) -> None:
                 l2 = _link_at(f, j)
                 l2.rem_capacity_bytes_per_s -= cur
                 l2.n_unfrozen -= 1
-
-
-def _water_fill_small(links: _Stack, epoch: int, queue: _KeyQueue) -> None:
-    """Compiled only: ``_water_fill`` of at most ``_SMALL_FILL`` links, filed in the
-    queue's small array instead of its heap. A link comes out by the least (share,
-    number), numbers given in filing order as the queue gives them, so in the queue's
-    order; a taken entry's place goes to the last (the order is the numbers', not the
-    places'); a link refiled takes the next number. At most as many entries as links:
-    each refiling follows a taking."""
-    small = cython.address(queue.small[0])
-    m = links.n
-    for j in range(m):
-        link = _link_in(links, j)
-        small[j].key = link.rem_capacity_bytes_per_s / link.n_unfrozen
-        small[j].seq = j
-        small[j].item = cython.cast(cython.pointer(PyObject), link)  # (the stack holds it)
-    seq = m
-    level = 0.0
-    while m:
-        b = 0
-        for c in range(1, m):
-            if small[c].key < small[b].key or (
-                small[c].key == small[b].key and small[c].seq < small[b].seq
-            ):
-                b = c
-        share = small[b].key
-        link = cython.cast(_Link, small[b].item)
-        m -= 1
-        small[b] = small[m]
-        n = link.n_unfrozen
-        if n == 0:
-            continue
-        cur = link.rem_capacity_bytes_per_s / n
-        if cur > share:
-            small[m].key = cur
-            small[m].seq = seq
-            small[m].item = cython.cast(cython.pointer(PyObject), link)
-            seq += 1
-            m += 1
-            continue
-        # Shares never decrease in exact arithmetic; do not let rounding do it.
-        if cur < level:
-            cur = level
-        level = cur
-        _freeze(link, cur, epoch)

@@ -427,12 +427,13 @@ def test_mixed_nonblocking_workload_matches_the_reference(topology):
     for part, m in want["parts"].items():
         expect = {(s, d): int(m[s, d]) for s, d in zip(*np.nonzero(m), strict=True)}
         assert pairs.get(part, {}) == expect, part
-    # Every byte crossed the network: the network's own pair counters agree, pair by
-    # pair, and with the sums of its per-path figures.
+    # Every byte and message crossed the network: the network's own pair counters
+    # agree, pair by pair, and in number.
     total = sum(want["parts"].values())
     expect = {(s, d): int(total[s, d]) for s, d in zip(*np.nonzero(total), strict=True)}
     assert sim.net.pair_bytes == expect
-    assert sim.net.pair_bytes == {k: v[0] for k, v in sim.net._pair_stats().items()}
+    assert sum(sim.net.pair_messages.values()) == want["messages"]
+    assert sim.net.pair_messages.keys() == sim.net.pair_bytes.keys()
 
 
 def test_collective_bytes_read_again_are_not_counted_twice():
