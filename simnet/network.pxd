@@ -27,7 +27,6 @@ cdef struct _QEntry:  # a heap entry of _KeyQueue: a run, by key then first numb
 
 cdef struct _SEntry:  # an entry of _KeyQueue's small array
     double key
-    long long seq
     PyObject* item  # borrowed
 
 

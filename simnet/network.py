@@ -233,7 +233,8 @@ class _KeyQueue:
     water-filling's) allocates nothing once it has grown.
 
     Compiled, ``file_small`` and ``take_small`` use instead a C array of at most
-    ``_SMALL_FILL`` items sorted by (key, number), least last, for the water-filling of
+    ``_SMALL_FILL`` items sorted by key, ties in filing order, least last (numbers
+    unused), for the water-filling of
     a small component (a fat-tree's hold about eight links), where the runs' nodes and
     heap entries cost 128 instructions a link (callgrind, 1,024 ranks). The same order
     (``n`` counts the array's items); the timers never come near it.
@@ -275,14 +276,12 @@ class _KeyQueue:
         most ``_SMALL_FILL``: callers see to both."""
         i = self.n
         small = cython.address(self.small[0])
-        # After the items of a greater key, before those of a key not greater (they
-        # have smaller numbers): least (key, number) last.
+        # After the items of a greater key, before those of a key not greater (filed
+        # before it): least key last, ties in filing order, as the heap takes them.
         while i > 0 and small[i - 1].key <= key:
             small[i] = small[i - 1]
             i -= 1
-        self.last_seq += 1
         small[i].key = key
-        small[i].seq = self.last_seq
         small[i].item = cython.cast(cython.pointer(PyObject), item)
         self.n += 1
 
