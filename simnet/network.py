@@ -1584,6 +1584,11 @@ class FlowNetwork:
         if src == dst:
             path = self._self_paths.get(src)
             if path is None:
+                # (no route is asked for, so nothing else would check the node)
+                if src not in self.graph:
+                    raise ValueError(
+                        f"a transfer from {src!r} to itself: {src!r} is not a node of the graph"
+                    )
                 path = self._self_paths[src] = _Path(src, dst, (), (), 0.0, self._pair(src, dst))
             return path
         if self._static is not None and type(src) is int and type(dst) is int:

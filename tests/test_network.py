@@ -384,6 +384,20 @@ def test_self_message_without_alpha_is_immediate():
     assert ev.value == TransferRecord(0, 0, 5, 0.0, 0.0, None)
 
 
+def test_a_message_to_itself_must_be_from_a_node_of_the_graph():
+    # No route is asked for a message to itself, so the network checks the node itself
+    # (both cores: the compiled one once refused a non-int node by type alone).
+    env, net = make(line((100.0, 0.1)))
+    with pytest.raises(ValueError, match="'a' to itself: 'a' is not a node of the graph"):
+        net.transfer("a", "a", 5)
+    with pytest.raises(ValueError, match="from 7 to itself: 7 is not a node"):
+        net.start_transfer(7, 7, 5, lambda tag: None)
+    assert net.pair_bytes == {} and net.transfers_started == 0
+    net.start_transfer(1, 1, 5, lambda tag: None)
+    env.run()
+    assert net.pair_bytes == {(1, 1): 5}
+
+
 def counts_at(env: simpy.Environment, net: FlowNetwork, t: float) -> tuple[int, int]:
     """Run to time t (s); the network's recomputations and flow rates computed so far."""
     env.run(until=t)
