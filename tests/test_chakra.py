@@ -911,16 +911,20 @@ def test_a_set_that_records_no_scale_is_of_unknown_scale_not_1(tmp_path):
 def test_progress_into_a_log_is_whole_lines(capsys, monkeypatch):
     import itertools
 
+    from simnet import progress
     from workflows import chakra
 
-    # stderr no terminal (capsys): a whole line at most every 10 s (here 4 s a reading)
-    # and the last rank's, no carriage returns.
+    # stderr no terminal (capsys): a whole line at most every 10 s (here 4 s a reading,
+    # the first at 0 s) and the last rank's, no carriage returns; the run's progress
+    # lines, with the seconds since the start.
     ticks = itertools.count()
-    monkeypatch.setattr(chakra.time, "perf_counter", lambda: 4.0 * next(ticks))
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: 4.0 * next(ticks))
     tick = chakra._progress("exporting", 5)
     for rank in range(5):
         tick(rank)
-    assert capsys.readouterr().err == "exporting: rank 3/5\nexporting: rank 5/5\n"
+    assert capsys.readouterr().err == (
+        "[  12.0 s] exporting: rank 3/5\n[  20.0 s] exporting: rank 5/5\n"
+    )
 
 
 @pytest.mark.parametrize(("algorithm", "kind"), [("nccl_ring", "rings"), ("nccl_tree", "trees")])

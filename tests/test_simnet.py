@@ -633,11 +633,12 @@ def test_writing_a_runs_files_is_reported_as_it_goes(tmp_path, capsys, monkeypat
     import itertools
 
     import simnet.cli
+    import simnet.progress
 
     # A clock that moves 2 s per reading: every progress line is shown (on a terminal).
     ticks = itertools.count()
-    monkeypatch.setattr(simnet.cli.time, "perf_counter", lambda: 2.0 * next(ticks))
-    monkeypatch.setattr(simnet.cli, "_live_progress", lambda: True)
+    monkeypatch.setattr(simnet.progress.time, "perf_counter", lambda: 2.0 * next(ticks))
+    monkeypatch.setattr(simnet.cli, "live_progress", lambda: True)
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps({"distributed": {"num_nodes": 4},
                                "workload": {"name": "dlrm", "scale": 0.001}}))  # fmt: skip
@@ -659,10 +660,11 @@ def test_writing_a_runs_files_is_reported_as_it_goes(tmp_path, capsys, monkeypat
 
 def test_a_long_step_of_the_writing_is_announced_at_once(tmp_path, capsys, monkeypatch):
     import simnet.cli
+    import simnet.progress
 
     # A clock that stands still: lines are at most one a second, but not an announcement.
-    monkeypatch.setattr(simnet.cli.time, "perf_counter", lambda: 5.0)
-    monkeypatch.setattr(simnet.cli, "_live_progress", lambda: True)
+    monkeypatch.setattr(simnet.progress.time, "perf_counter", lambda: 5.0)
+    monkeypatch.setattr(simnet.cli, "live_progress", lambda: True)
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps({"distributed": {"num_nodes": 4},
                                "workload": {"name": "dlrm", "scale": 0.001}}))  # fmt: skip
@@ -676,11 +678,12 @@ def test_the_command_ends_its_progress_line_on_the_final_state(tmp_path, capsys,
     import itertools
 
     import simnet.cli
+    import simnet.progress
 
     # A clock that moves 0.4 s per reading: some lines are shown, later ones are not.
     ticks = itertools.count()
-    monkeypatch.setattr(simnet.cli.time, "perf_counter", lambda: 0.4 * next(ticks))
-    monkeypatch.setattr(simnet.cli, "_live_progress", lambda: True)
+    monkeypatch.setattr(simnet.progress.time, "perf_counter", lambda: 0.4 * next(ticks))
+    monkeypatch.setattr(simnet.cli, "live_progress", lambda: True)
     cfg = tmp_path / "c.json"
     cfg.write_text(
         json.dumps(
@@ -703,12 +706,13 @@ def test_progress_into_a_log_is_whole_lines_every_ten_seconds(tmp_path, capsys, 
     import itertools
 
     import simnet.cli
+    import simnet.progress
 
     # stderr no terminal (capsys, as a Slurm log): whole lines, none drawn over with a
     # carriage return, at most one per 10 s of the clock (here 3 s per reading) but for
     # announcements of long steps, and the final state once, as the last line.
     ticks = itertools.count()
-    monkeypatch.setattr(simnet.cli.time, "perf_counter", lambda: 3.0 * next(ticks))
+    monkeypatch.setattr(simnet.progress.time, "perf_counter", lambda: 3.0 * next(ticks))
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps({"distributed": {"num_nodes": 4},
                                "workload": {"name": "dlrm", "scale": 0.001}}))  # fmt: skip

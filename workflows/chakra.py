@@ -15,12 +15,12 @@ from __future__ import annotations
 import argparse
 import glob
 import sys
-import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 from simnet.config import ConfigError, load_config
+from simnet.progress import Progress, live_progress
 from simnet.simulate import build_policy, build_workload
 from workload.brief_argparse import BriefParser
 from workload.chakra_et import COMM_GROUP_FILE, ChakraError, export_trace_set, read_trace_set
@@ -64,24 +64,14 @@ def _workload(config: str) -> tuple[Workload, object]:
 
 
 def _progress(what: str, total: int):
-    """``tick(rank)`` after each rank: "what: rank r/total" on stderr, drawn over in place
-    at most once a second on a terminal, else (a Slurm log, a file) a whole line at most
-    every 10 s; the last rank's always, ending the line."""
-    started = time.perf_counter()
-    last = [started]
-    live = sys.stderr.isatty()
-    interval = 1.0 if live else 10.0
+    """``tick(rank)`` after each rank: "what: rank r/total" as a run's progress is shown
+    (``simnet.progress``), the last rank's always, ending the line."""
+    shown = Progress(live_progress())
 
     def tick(rank: int) -> None:
-        now = time.perf_counter()
-        if now - last[0] >= interval or rank == total - 1:
-            last[0] = now
-            line = f"{what}: rank {rank + 1}/{total}"
-            if live:
-                end = "\n" if rank == total - 1 else ""
-                print(f"\r{line}", end=end, file=sys.stderr, flush=True)
-            else:
-                print(line, file=sys.stderr, flush=True)
+        shown(f"{what}: rank {rank + 1}/{total}")
+        if rank == total - 1:
+            shown.end()
 
     return tick
 
