@@ -494,8 +494,6 @@ cdef inline _file(_KeyQueue queue, bint small, double share, _Link link)
 cdef inline _freeze(_Link link, double cur, long long epoch)
 
 
-
-
 @cython.locals(link=_Link, l2=_Link, f=_Flow, j=Py_ssize_t, k=Py_ssize_t, nl=Py_ssize_t,
                rate=cython.double, low=cython.double, cap=cython.double, tangled=bint)
 cdef bint _search(_Stack links, Py_ssize_t i, _Stack flows, _Stack touched, _Stack slack,

@@ -233,11 +233,11 @@ class _KeyQueue:
     water-filling's) allocates nothing once it has grown.
 
     Compiled, ``file_small`` and ``take_small`` use instead a C array of at most
-    ``_SMALL_FILL`` items sorted by key, ties in filing order, least last (numbers
-    unused), for the water-filling of
-    a small component (a fat-tree's hold about eight links), where the runs' nodes and
-    heap entries cost 128 instructions a link (callgrind, 1,024 ranks). The same order
-    (``n`` counts the array's items); the timers never come near it.
+    ``_SMALL_FILL`` items sorted by key, ties in filing order, least last (no numbers),
+    for the water-filling of a small component (a fat-tree's hold about eight links),
+    where the runs' nodes and heap entries cost 128 instructions a link (callgrind,
+    1,024 ranks). The same order (``n`` counts the array's items); the timers never
+    come near it.
     """
 
     def __init__(self) -> None:
