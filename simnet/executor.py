@@ -1046,22 +1046,18 @@ class PhaseSim:
         """Bytes per (src rank, dst rank) by part: "reduce" (reduction data of a
         collective), "copy" (copied data of a collective), "p2p"."""
         self._settle_bytes()
-        merged: dict[str, dict[int, int]] = {}
-        copied: set[str] = set()  # parts whose merged totals are no group's account
+        accounts: dict[str, list[dict[int, int]]] = {}  # a part's, one a group kind
         for (_, part), acct in self._bytes.items():
-            into = merged.get(part)
-            if into is None:
-                merged[part] = acct
-                continue
-            if part not in copied:
-                into = merged[part] = dict(into)
-                copied.add(part)
-            for k, b in acct.items():
-                into[k] = into.get(k, 0) + b
-        # The keys split by numpy (the totals stay the Python integers they are): 229k
-        # pairs at 16,384 ranks.
+            accounts.setdefault(part, []).append(acct)
         out: dict[str, dict[tuple[int, int], int]] = {}
-        for part, acct in merged.items():
+        for part, (acct, *more) in accounts.items():
+            if more:  # (a new dict: the first account itself stays as it is)
+                acct = dict(acct)
+                for other in more:
+                    for k, b in other.items():
+                        acct[k] = acct.get(k, 0) + b
+            # The keys split by numpy (the totals stay the Python integers they are):
+            # 229k pairs at 16,384 ranks.
             src, dst = np.divmod(np.fromiter(acct, dtype=np.int64, count=len(acct)), self._world)
             out[part] = dict(
                 zip(zip(src.tolist(), dst.tolist(), strict=True), acct.values(), strict=True)
