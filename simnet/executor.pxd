@@ -157,4 +157,36 @@ cdef class _TableTally(_Tally):
 
 
 @cython.locals(n=cython.longlong)
-cdef _count_call(_Tally tally, list listed)
+cdef _count_call(_Tally tally, object sim)
+
+
+cdef class _Seq:
+    cdef public long long n
+
+
+cdef class _Call:
+    cdef public object base  # Python ints: a channel number too big for C raises in _Coll
+    cdef public object delays
+    cdef public tuple endpoints
+    cdef public Py_ssize_t me
+    cdef public long long messages
+    cdef public bint nccl
+    cdef public bint owned
+    cdef public object pipes
+    cdef public list prows
+    cdef public object rank
+    cdef public _Seq seq
+    cdef public tuple seq_key
+    cdef public object sim
+    cdef public object steps
+    cdef public bint streamed
+    cdef public object stride
+    cdef public _Tally tally
+
+
+@cython.locals(seq=_Seq, k=cython.longlong)
+cdef bint _call(_Call c, object op, object done) except -1
+
+
+@cython.locals(coll=_Coll)
+cdef bint _start_call(_Call c, object op, object done, long long k) except -1

@@ -453,13 +453,95 @@ def _tally_row(tally: _Tally) -> int:
     return tally.row
 
 
-def _count_call(tally: _Tally, listed: list) -> None:
-    """One more call of ``tally``'s collective part; listed on its first call."""
+def _count_call(tally: _Tally, sim: PhaseSim) -> None:
+    """One more call of ``tally``'s collective part; listed in ``sim``'s on its first."""
     n = tally.calls
     if n < 0:
-        listed.append(tally)
+        sim._tallies.append(tally)
         n = 0
     tally.calls = n + 1
+
+
+class _Seq:
+    """The number of a rank's next collective call on one group: every member's k-th
+    call on the group is the same instance. Shared by the rank's prepared calls of
+    every collective on that group (``_Call.seq``)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
+class _Call:
+    """What every call of one collective on one rank shares, made by
+    ``PhaseSim._prepare`` at its first call: ``steps`` (the schedule's ``_StepTable``, or
+    the rank's flat steps; None for a group of one), ``tally`` (its calls' bytes, counted
+    lazily; None: it sends none), ``messages`` it sends a call, ``delays`` (seconds after
+    each step; None: none), ``me`` (its index in the group), ``endpoints`` (the group's,
+    in member order), ``prows`` (the group's kept paths, or None), ``streamed`` (a call
+    waits for the rank's earlier ones on the group), ``nccl`` (it runs as NCCL runs it),
+    ``owned`` (a non-blocking call moves on only in its rank's MPI calls), ``pipes`` (a
+    streamed ring's or tree's, see ``PhaseSim._stream_pipes``; else None).
+
+    ``seq`` numbers the rank's calls on the group (``seq_key``: (group kind, rank));
+    instance k's channels are numbered from ``base + k * stride`` (see
+    ``PhaseSim._call``)."""
+
+    __slots__ = (
+        "base",
+        "delays",
+        "endpoints",
+        "me",
+        "messages",
+        "nccl",
+        "owned",
+        "pipes",
+        "prows",
+        "rank",
+        "seq",
+        "seq_key",
+        "sim",
+        "steps",
+        "streamed",
+        "stride",
+        "tally",
+    )
+
+
+def _call(c: _Call, op: Collective, done: Callable[[], None] | None) -> bool:
+    """The rank of ``c`` calls ``op`` (prepared as ``c``); True if it completed at once,
+    else ``done`` is called when it completes. With stream order it starts once the
+    rank's earlier collectives on its group have completed."""
+    # Its instance number is taken now, in call order, whenever it starts: every
+    # member's k-th call on the group is the same collective.
+    seq = c.seq
+    k = seq.n
+    seq.n = k + 1
+    streams = c.sim._streams if c.streamed else None
+    if streams is None:
+        return _start_call(c, op, done, k)
+    stream = streams.get(c.seq_key)
+    if stream is None:
+        stream = streams[c.seq_key] = _Stream(c.sim)
+    return stream.call(op, done, c, k)
+
+
+def _start_call(c: _Call, op: Collective, done: Callable[[], None] | None, k: int) -> bool:
+    """Start instance ``k`` of the rank's calls of ``op`` (prepared as ``c``) now; True
+    if it completed at once, else ``done`` is called when it completes."""
+    if c.steps is None:  # a group of one
+        return True
+    # Bytes count when the collective starts (all its data will go).
+    if c.tally is not None:
+        _count_call(c.tally, c.sim)
+    coll = _Coll(
+        c.sim, c.steps, c.base + k * c.stride, c.me, c.endpoints, done, c.delays, c.prows, c.nccl
+    )
+    coll.late = c.pipes
+    if c.owned and op.req is not None:
+        coll.owner = c.sim.ranks[c.rank]
+    return coll.advance()
 
 
 class _StepTable:
@@ -935,7 +1017,7 @@ class PhaseSim:
         self.name = name
         self.env = env
         self.net = net
-        self.coll_seq: dict[tuple[str, int], int] = defaultdict(int)
+        self._seqs: dict[tuple[str, int], _Seq] = {}  # (group kind, rank) -> its calls there
         self.timelines: dict[int, RankTimeline] = {}
         self.programs: list[list[Op]] = []
         self.algorithms: dict[str, set[str]] = defaultdict(set)
@@ -946,7 +1028,7 @@ class PhaseSim:
         # Unmatched messages, one FIFO per channel: the posted sends (and
         # receives) that wait for their other side, by channel number (see _push).
         # A collective's channel is the int instance * world^2 + src * p + dst (member
-        # indices, p members; see _collective); a point-to-point channel ("p", group
+        # indices, p members; see _Call); a point-to-point channel ("p", group
         # kind, src, dst, tag) is numbered in order of first use (_p2p_ids, and back:
         # _p2p_keys), in tables of its own.
         self._sends = _IntTable()
@@ -967,7 +1049,10 @@ class PhaseSim:
         self._ngroups = max(sum(len(gs) for gs in ex.workload.groups.values()), 1)
         self._gids: dict[tuple[str, int], int] = {}
         self._gid_names: list[tuple[str, int]] = []
-        self._coll_cache: dict[tuple, tuple] = {}  # see _prepare
+        # The ranks' prepared calls (see _prepared): by operation (its fields, as a
+        # tuple), a list by rank, and the same lists by the id of an operation object.
+        self._coll_cache: dict[tuple, list[_Call | None]] = {}
+        self._calls_by_op: dict[int, list[_Call | None]] = {}
         self._shared_calls: dict[tuple, tuple] = {}  # see _prepare and _shared_call
         # (group kind, rank) -> its collectives in call order, with ex.stream_order.
         self._streams: dict[tuple[str, int], _Stream] | None = (
@@ -1170,65 +1255,43 @@ class PhaseSim:
         return False
 
     # -- collectives -----------------------------------------------------------------
-    def _collective(self, rank: int, op: Collective, done: Callable[[], None] | None) -> bool:
-        """Call ``op`` on ``rank``; True if it completed at once, else ``done`` is
-        called when it completes. With stream order it starts once the rank's earlier
-        collectives on its group have completed."""
-        ckey = (op.group, op.op, op.count_elems, op.algorithm, op.root, rank)
-        c = self._coll_cache.get(ckey)
+    def _prepared(self, rank: int, op: Collective) -> _Call:
+        """The calls of ``op`` on ``rank`` as ``_prepare`` makes them, at the first call of
+        an operation equal to ``op`` on the rank. Found by the operation object (the
+        programs hold theirs to the end of the run, and the ranks of a data-parallel
+        phase share them): the ranks' calls of equal operations are a list by rank."""
+        calls = self._calls_by_op.get(id(op))
+        if calls is None:
+            ckey = (op.group, op.op, op.count_elems, op.algorithm, op.root)
+            calls = self._coll_cache.get(ckey)
+            if calls is None:
+                calls = self._coll_cache[ckey] = [None] * self._world
+            self._calls_by_op[id(op)] = calls
+        c = calls[rank]
         if c is None:
-            c = self._coll_cache[ckey] = self._prepare(rank, op)
-        # Its instance number is taken now, in call order, whenever it starts: every
-        # member's k-th call on the group is the same collective.
-        seq_key = c[0]
-        coll_seq = self.coll_seq
-        seq = coll_seq[seq_key]
-        coll_seq[seq_key] = seq + 1
-        streams = self._streams
-        if streams is None or not c[9]:
-            return self._start_collective(op, done, c, seq)
-        stream = streams.get(seq_key)
-        if stream is None:
-            stream = streams[seq_key] = _Stream(self)
-        return stream.call(op, done, c, seq)
+            c = calls[rank] = self._prepare(rank, op)
+        return c
 
-    def _start_collective(
-        self, op: Collective, done: Callable[[], None] | None, c: tuple, seq: int
-    ) -> bool:
-        """Start instance ``seq`` of ``op`` (prepared as ``c``, see ``_prepare``) now;
-        True if it completed at once, else ``done`` is called when it completes."""
-        _, steps, gid, tally, _, delays, me, endpoints, prows, _, nccl, pipes = c
-        if steps is None:  # a group of one
-            return True
-        # Bytes count when the collective starts (all its data will go).
-        if tally is not None:
-            _count_call(tally, self._tallies)
-        # The instance: every member's k-th collective on its group is the same one. Its
-        # channel numbers are C integers when compiled: below 2**63 while instances
-        # number under 2**63 / world**2 (3e10 at 16,384 ranks).
-        base = (gid + seq * self._ngroups) * self._world2
-        coll = _Coll(self, steps, base, me, endpoints, done, delays, prows, nccl)
-        coll.late = pipes
-        if op.req is not None and not self.ex.async_progress and not nccl:
-            # (NCCL's kernels progress on the GPU, whatever the host does.)
-            coll.owner = self.ranks[c[0][1]]  # the rank of its (group, rank) key
-        return coll.advance()
-
-    def _prepare(self, rank: int, op: Collective) -> tuple:
-        """What every call of ``op`` on ``rank`` shares: (coll_seq key, plan steps or
-        None for a group of one (a ``_StepTable`` where the schedule has one), group id,
-        the tally of its calls' bytes (``_Tally``: adds of (dict, row key, members, bytes
-        per member); ``_TableTally`` from a step table) or None when it sends none,
-        messages the rank sends, reduction delay per step or None, the rank's index in
-        its group, the group's endpoints in member order, the kept paths or None, whether
-        its calls run in stream order, whether it runs as NCCL runs it, and for a
-        streamed ring or tree its ``_stream_pipes``, else None)."""
+    @cython.locals(c=_Call, group=_Call, table=_StepTable, accounts=list)
+    def _prepare(self, rank: int, op: Collective) -> _Call:
+        """What every call of ``op`` on ``rank`` shares (see ``_Call``)."""
         ex = self.ex
         members, me = ex._group(op.group, rank)
         p = len(members)
-        seq_key = (op.group, rank)
+        c = _Call()
+        c.sim = self
+        c.rank = rank
+        c.seq_key = seq_key = (op.group, rank)
+        seq = self._seqs.get(seq_key)
+        if seq is None:
+            seq = self._seqs[seq_key] = _Seq()
+        c.seq = seq
         if p == 1:
-            return seq_key, None, 0, None, 0, None, 0, (), None, False, False, None
+            c.steps = c.tally = c.delays = c.prows = c.pipes = None
+            c.base = c.stride = c.messages = c.me = 0
+            c.endpoints = ()
+            c.streamed = c.nccl = c.owned = False
+            return c
         # What the group's members share, found by the first of them (at 16,384 ranks
         # these were most of the 131,072 calls' cost, each member finding them again).
         gkey = (op.group, members[0])
@@ -1236,7 +1299,7 @@ class PhaseSim:
         shared = self._shared_calls.get(skey)
         if shared is None:
             shared = self._shared_calls[skey] = self._shared_call(op, members, gkey)
-        sched, nccl, costs, gid, table, prows, pipes = shared
+        group, sched, costs, table, accounts, streams = shared
         # The plan's byte totals per peer, not pairs made from them: kept for every rank
         # and collective, those would be the largest part of a big run's memory.
         row = rank * self._world
@@ -1249,8 +1312,16 @@ class PhaseSim:
             if step_s > 0 or (gamma > 0 and table.reduced_into[me]):
                 delays = ex._delays(sched, me, costs)
             if table.reduces[me] or table.copies[me]:
-                reduced = self._account(op.group, "reduce") if table.reduces[me] else None
-                copied = self._account(op.group, "copy") if table.copies[me] else None
+                # (the group kind's accounts, asked for when first needed, as before)
+                reduced = copied = None
+                if table.reduces[me]:
+                    reduced = accounts[0]
+                    if reduced is None:
+                        reduced = accounts[0] = self._account(op.group, "reduce")
+                if table.copies[me]:
+                    copied = accounts[1]
+                    if copied is None:
+                        copied = accounts[1] = self._account(op.group, "copy")
                 tally = _TableTally(table, me, members, reduced, copied, row)
             own = table.steps_of(me)
         else:
@@ -1258,40 +1329,41 @@ class PhaseSim:
             steps = plan.steps
             messages = plan.messages
             delays = plan.delays
-            adds = tuple(
-                (self._account(op.group, part), row, members, tot)
-                for tot, part in ((plan.reduce_bytes, "reduce"), (plan.copy_bytes, "copy"))
-                if tot
-            )
+            adds = []
+            for tot, part in ((plan.reduce_bytes, "reduce"), (plan.copy_bytes, "copy")):
+                if tot:
+                    adds.append((self._account(op.group, part), row, members, tot))
             if adds:
-                tally = _Tally(adds, row)
+                tally = _Tally(tuple(adds), row)
             own = len(steps)
-        streamed = in_stream_order(ex.stream_order, nccl, own)
-        if pipes is not None:
+        if group.pipes is not None:
             # (what _StreamStarts gives where all begin at once; set, they also send the
             # step's end through _Coll.fire, which asks _StreamStarts: see _tick)
-            delays = [common[me] for _, common in pipes]
-        return (
-            seq_key,
-            steps,
-            gid,
-            tally,
-            messages,
-            delays,
-            me,
-            self._group_endpoints[gkey],
-            prows,
-            streamed,
-            nccl,
-            pipes,
-        )
+            delays = [common[me] for _, common in group.pipes]
+        c.steps = steps
+        c.tally = tally
+        c.messages = messages
+        c.delays = delays
+        c.me = me
+        c.streamed = own > 0 and streams
+        # the group's
+        c.nccl = group.nccl
+        c.owned = group.owned
+        c.endpoints = group.endpoints
+        c.prows = group.prows
+        c.pipes = group.pipes
+        c.base = group.base
+        c.stride = group.stride
+        return c
 
     def _shared_call(self, op: Collective, members: tuple[int, ...], gkey: tuple) -> tuple:
         """What every member's calls of ``op`` on the group ``gkey`` (its members
-        ``members``) share, for ``_prepare``: (schedule, whether it runs as NCCL runs it,
-        the costs its members pay (reduction s/B, s per step), the group's id, the
-        schedule's ``_StepTable`` or None, the group's kept paths or None, its
-        ``_stream_pipes``). Notes the algorithm and how it runs in the phase's records."""
+        ``members``) share, for ``_prepare``: (a ``_Call`` with the fields its members'
+        have in common, the schedule, the costs its members pay (reduction s/B, s per
+        step), the schedule's ``_StepTable`` or None, the group kind's reduced and copied
+        byte accounts once asked for (a list), whether its members' calls with steps wait
+        for their earlier ones). Notes the algorithm and how it runs in the phase's
+        records."""
         ex = self.ex
         p = len(members)
         sched, alg = ex.schedule(op, p, members)
@@ -1318,10 +1390,23 @@ class PhaseSim:
             pl = ex.placement
             self._group_endpoints[gkey] = tuple(pl[m] for m in members)
         table = ex.step_table(sched)
-        prows = None
+        group = _Call()
+        group.sim = self
+        group.nccl = nccl
+        # (NCCL's kernels progress on the GPU, whatever the host does)
+        group.owned = not ex.async_progress and not nccl
+        group.endpoints = self._group_endpoints[gkey]
+        group.prows = None
         if table is not None and self._path_rows is not None:
-            prows = self._kept_paths(table, gkey, p)
-        return sched, nccl, costs, gid, table, prows, self._stream_pipes(sched, gkey)
+            group.prows = self._kept_paths(table, gkey, p)
+        group.pipes = self._stream_pipes(sched, gkey)
+        # Instance k of group id g is number g + k * ngroups, its channels from that
+        # times world ** 2 (C integers when compiled: below 2 ** 63 while instances
+        # number under 2 ** 63 / world ** 2, 3e10 at 16,384 ranks).
+        group.base = gid * self._world2
+        group.stride = self._ngroups * self._world2
+        streams = in_stream_order(ex.stream_order, nccl, 1)  # (for a call with steps)
+        return group, sched, costs, table, [None, None], streams
 
     def _stream_pipes(
         self, sched: Schedule, gkey: tuple[str, int]
@@ -1393,11 +1478,7 @@ class PhaseSim:
                 if isinstance(op, Send):
                     total += 1
                 elif isinstance(op, Collective):
-                    ckey = (op.group, op.op, op.count_elems, op.algorithm, op.root, rank)
-                    c = self._coll_cache.get(ckey)
-                    if c is None:
-                        c = self._coll_cache[ckey] = self._prepare(rank, op)
-                    total += c[4]
+                    total += self._prepared(rank, op).messages
         return total
 
     def release(self) -> None:
@@ -1415,6 +1496,7 @@ class PhaseSim:
         self._settle_bytes()
         self._tallies = []
         self._coll_cache = {}
+        self._calls_by_op = {}
         self._shared_calls = {}
         self._stream_starts = {}
         self._stream_pipe_cache = {}  # (their hop arrays: megabytes at thousands of GPUs)
@@ -1884,9 +1966,9 @@ class _Stream:
         self.busy = False
         self.done: Callable[[], None] | None = None  # of the running collective
         # (op, its caller's callback, its prepared calls, its instance number)
-        self.queue: deque[tuple[Collective, Callable[[], None] | None, tuple, int]] = deque()
+        self.queue: deque[tuple[Collective, Callable[[], None] | None, _Call, int]] = deque()
 
-    def call(self, op: Collective, done: Callable[[], None] | None, c: tuple, seq: int) -> bool:
+    def call(self, op: Collective, done: Callable[[], None] | None, c: _Call, seq: int) -> bool:
         """The rank calls ``op`` (instance ``seq``, prepared as ``c``); True if it
         completed at once, else ``done`` is called when it completes."""
         if self.busy:
@@ -1894,10 +1976,10 @@ class _Stream:
             return False
         return self._start(op, done, c, seq)
 
-    def _start(self, op: Collective, done: Callable[[], None] | None, c: tuple, seq: int) -> bool:
+    def _start(self, op: Collective, done: Callable[[], None] | None, c: _Call, seq: int) -> bool:
         self.busy = True
         self.done = done
-        if self.sim._start_collective(op, self._finished, c, seq):
+        if _start_call(c, op, self._finished, seq):
             self.busy = False
             self.done = None
             return True
@@ -2016,12 +2098,13 @@ class _Rank:
             if t is Collective:
                 if op.req is None:
                     self.i = i
-                    if not sim._collective(rank, op, self.resume):
+                    if not _call(sim._prepared(rank, op), op, self.resume):
                         self._block()
                         return
                 else:
                     req = _Req()
-                    self.reqs[op.req] = None if sim._collective(rank, op, req.complete) else req
+                    at_once = _call(sim._prepared(rank, op), op, req.complete)
+                    self.reqs[op.req] = None if at_once else req
             elif t is Compute:
                 if op.duration_us > 0:
                     self.i = i

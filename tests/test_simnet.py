@@ -1122,7 +1122,7 @@ def test_a_finished_simulation_keeps_no_collective_plans():
     sim = res.phases[0].timeline
     assert sim.messages_done > 0
     assert sim.ex._plans == {}
-    assert sim._coll_cache == {} and sim._shared_calls == {}
+    assert sim._coll_cache == {} and sim._calls_by_op == {} and sim._shared_calls == {}
 
 
 @pytest.mark.parametrize("p", [2, 3, 8])

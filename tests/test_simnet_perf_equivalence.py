@@ -653,7 +653,7 @@ def test_step_tables_simulate_as_the_plans_they_hold(monkeypatch, collectives):
 
     def prepare(self, *args, **kw):
         made = real_prepare(self, *args, **kw)
-        kinds.append(type(made[1]))  # the rank's steps
+        kinds.append(type(made.steps))  # the rank's steps
         return made
 
     monkeypatch.setattr(PhaseSim, "_prepare", prepare)
