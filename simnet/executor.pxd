@@ -4,11 +4,13 @@
 
 import cython
 
-from simnet.network cimport FlowNetwork, _IntTable, _Path
+from simnet.network cimport FlowNetwork, _IntTable, _Path, _Sink
 
 
-cdef class _Waiter:
+cdef class _Waiter(_Sink):
     cdef public long long n
+
+    cpdef delivered(self, object sw)
 
 
 cdef class _Req(_Waiter):
@@ -77,9 +79,6 @@ cdef class _Coll(_Waiter):
 
 @cython.locals(rw=_Waiter)
 cpdef _delivered(list msg)
-
-
-cpdef _delivered2(_Waiter sw, _Waiter rw)
 
 
 cdef _push(_IntTable table, long long channel, object item)

@@ -60,7 +60,7 @@ from workload.results import counted
 from workload.step_table import StepTable
 from workload.units import ELEM_BYTES, S_PER_US
 
-from .network import FlowNetwork, _IntTable, _Path
+from .network import FlowNetwork, _IntTable, _Path, _Sink
 from .ring_stream import RingRun
 from .tree_stream import TreePipeline
 
@@ -1213,7 +1213,7 @@ class PhaseSim:
         rw = _pop(self._p2p_recvs, c)
         if eager:
             if rw is not None:
-                self.net.start_transfer(pl[src], pl[dst], size_bytes, _delivered2, None, rw)
+                self.net.start_transfer(pl[src], pl[dst], size_bytes, None, None, rw)
             else:
                 msg = [None, None]
                 self.net.start_transfer(pl[src], pl[dst], size_bytes, _delivered, msg)
@@ -1231,7 +1231,7 @@ class PhaseSim:
         # Rendezvous: the send pays its overhead now, as it is posted (its request-to-send).
         posted = self.net.send_overhead_end(pl[src], pl[dst], self.env.now)
         if rw is not None:
-            self.net.start_rendezvous(pl[src], pl[dst], size_bytes, _delivered2, waiter, posted, rw)
+            self.net.start_rendezvous(pl[src], pl[dst], size_bytes, None, waiter, posted, rw)
         else:
             _push(self._p2p_sends, c, (waiter, src, dst, size_bytes, posted))
         return False
@@ -1251,7 +1251,7 @@ class PhaseSim:
             return False
         sw, src, dst, size_bytes, posted_s = item
         pl = self.ex.placement
-        self.net.start_rendezvous(pl[src], pl[dst], size_bytes, _delivered2, sw, posted_s, waiter)
+        self.net.start_rendezvous(pl[src], pl[dst], size_bytes, None, sw, posted_s, waiter)
         return False
 
     # -- collectives -----------------------------------------------------------------
@@ -1580,14 +1580,6 @@ def _delivered(msg: list) -> None:
     _tick(rw)
 
 
-def _delivered2(sw: _Waiter | None, rw: _Waiter) -> None:
-    """A message's data arrived: tick its receiver, then its sender (rendezvous; None
-    for eager data). The network hands both over (``tag2``): no tuple per message."""
-    _tick(rw)
-    if sw is not None:
-        _tick(sw)
-
-
 def _overhead_paid(w: _Waiter) -> None:
     """An eager send's sender has paid its overhead: the send is complete (a Python-level
     callable for the network's timer, where ``_tick`` is a C function when compiled)."""
@@ -1608,13 +1600,21 @@ def _tick(w: _Waiter) -> None:
         w.fire()
 
 
-class _Waiter:
+class _Waiter(_Sink):
     """Something that waits for ``n`` completions, then fires once."""
 
     __slots__ = ("n",)
 
     def fire(self) -> None:
         raise NotImplementedError
+
+    def delivered(self, sw: _Waiter | None) -> None:
+        """A message to this receiver arrived (the network's ``_Sink``, as ``tag2``):
+        tick it, then its sender ``sw`` (rendezvous; None for eager data). The network
+        hands both over: no tuple or callback per message."""
+        _tick(self)
+        if sw is not None:
+            _tick(sw)
 
 
 class _Req(_Waiter):
@@ -1812,7 +1812,7 @@ class _Coll(_Waiter):
             return 1
         sc = item[0]  # a rendezvous send waiting: (sender, its kept paths, bytes, posted at)
         path = self._path_of(item[1], sc.me, self.me)
-        self.net.rendezvous_on_path(path, item[2], _delivered2, sc, item[3], self, sc.handshake)
+        self.net.rendezvous_on_path(path, item[2], None, sc, item[3], self, sc.handshake)
         return 1
 
     def _send(self, key: int, plist: list | None, dst: int, size_bytes: int, t_now: float) -> int:
@@ -1831,11 +1831,9 @@ class _Coll(_Waiter):
         path = self._path_of(plist, self.me, dst)
         if rw is not None:
             if size_bytes <= hot[2]:
-                self.net.start_on_path(path, size_bytes, _delivered2, None, rw)
+                self.net.start_on_path(path, size_bytes, None, None, rw)
                 return 0
-            self.net.rendezvous_on_path(
-                path, size_bytes, _delivered2, self, t_now, rw, self.handshake
-            )
+            self.net.rendezvous_on_path(path, size_bytes, None, self, t_now, rw, self.handshake)
             return 1
         msg = [None, None]
         self.net.start_on_path(path, size_bytes, _delivered, msg)

@@ -213,6 +213,10 @@ cdef class _Stack:
     cdef Py_ssize_t cap
 
 
+cdef class _Sink:
+    cpdef delivered(self, object tag)
+
+
 cdef class _Pair:
     cdef public long long in_flight
     cdef public double busy_since_s
@@ -368,7 +372,8 @@ cdef class FlowNetwork:
                    base=cython.longlong)
     cpdef _begin(self, _Flow flow, double now)
 
-    @cython.locals(path=_Path, pair=_Pair, n=cython.longlong, tag2=object)
+    @cython.locals(path=_Path, pair=_Pair, n=cython.longlong, tag2=object, notify=object,
+                   sink=_Sink)
     cpdef _deliver(self, _Flow flow, double now)
 
     @cython.locals(old=cython.double, rem=cython.double)

@@ -959,6 +959,18 @@ def _flow_in(stack: _Stack, i: int) -> _Flow:
     return stack.items[i]
 
 
+class _Sink:
+    """What a message can be delivered to by a direct call: a message started with
+    ``on_delivery`` None and a ``_Sink`` as ``tag2`` is delivered as
+    ``tag2.delivered(tag)``. Compiled, that is a C call through the type, where calling
+    a Python-level function parses and checks its arguments each message."""
+
+    __slots__ = ()
+
+    def delivered(self, tag: object) -> None:
+        raise NotImplementedError
+
+
 class _Pair:
     """Per (src, dst): messages in flight (posted, not yet delivered) and the seconds
     during which at least one was, shared by every path of the pair."""
@@ -1357,7 +1369,7 @@ class FlowNetwork:
         src: int,
         dst: int,
         size_bytes: SupportsIndex,
-        on_delivery: Callable[..., None],
+        on_delivery: Callable[..., None] | None,
         tag: object = None,
         tag2: object = _ONE_TAG,
     ) -> None:
@@ -1371,8 +1383,8 @@ class FlowNetwork:
         from the network's timer handling (which batches every flow ending at
         that instant into one simpy wake-up), never from within this call: a
         message with nothing to wait for is delivered through a timer due now.
-        ``on_delivery`` may start new transfers. ``size_bytes`` must be an
-        integer >= 0.
+        ``on_delivery`` may start new transfers; None delivers to ``tag2``, a
+        ``_Sink``, as ``tag2.delivered(tag)``. ``size_bytes`` must be an integer >= 0.
         """
         self.start_on_path(self.path_between(src, dst), size_bytes, on_delivery, tag, tag2)
 
@@ -1404,7 +1416,7 @@ class FlowNetwork:
         self,
         path: _Path,
         size_bytes: SupportsIndex,
-        on_delivery: Callable[..., None],
+        on_delivery: Callable[..., None] | None,
         tag: object = None,
         tag2: object = _ONE_TAG,
     ) -> None:
@@ -1416,7 +1428,7 @@ class FlowNetwork:
         self,
         path: _Path,
         size_bytes: SupportsIndex,
-        on_delivery: Callable,
+        on_delivery: Callable | None,
         tag: object,
         tag2: object,
     ) -> _Flow:
@@ -1499,7 +1511,7 @@ class FlowNetwork:
         src: int,
         dst: int,
         size_bytes: int,
-        on_delivery: Callable[..., None],
+        on_delivery: Callable[..., None] | None,
         tag: object,
         send_posted_s: float,
         tag2: object = _ONE_TAG,
@@ -1523,7 +1535,7 @@ class FlowNetwork:
         self,
         path: _Path,
         size_bytes: int,
-        on_delivery: Callable[..., None],
+        on_delivery: Callable[..., None] | None,
         tag: object,
         send_posted_s: float,
         tag2: object = _ONE_TAG,
@@ -2075,10 +2087,14 @@ class FlowNetwork:
         flow.phase = _DONE
         self.transfers_completed += 1
         tag2 = flow.tag2
-        if tag2 is _ONE_TAG:
-            flow.notify(flow.tag)
+        notify = flow.notify
+        if notify is None:
+            sink = tag2  # (a _Sink: checked when compiled)
+            sink.delivered(flow.tag)
+        elif tag2 is _ONE_TAG:
+            notify(flow.tag)
         else:
-            flow.notify(flow.tag, tag2)
+            notify(flow.tag, tag2)
 
     # ------------------------------------------------------------- max-min
 
