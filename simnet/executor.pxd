@@ -7,6 +7,12 @@ import cython
 from simnet.network cimport FlowNetwork, _IntTable, _Path, _Sink
 
 
+cdef class _Channels:
+    cdef public _IntTable sends
+    cdef public _IntTable recvs
+    cdef public long long eager
+
+
 cdef class _Waiter(_Sink):
     cdef public long long n
 
@@ -46,7 +52,7 @@ cdef class _Coll(_Waiter):
     cdef public object done
     cdef public tuple endpoints
     cdef public bint handshake
-    cdef public tuple hot
+    cdef public _Channels channels
     cdef public Py_ssize_t i
     cdef public object late
     cdef public Py_ssize_t me
@@ -66,10 +72,11 @@ cdef class _Coll(_Waiter):
                    plist=list)
     cpdef bint advance(self) except -1
 
-    @cython.locals(hot=tuple, sc=_Coll, path=_Path)
+    @cython.locals(chan=_Channels, sc=_Coll, path=_Path)
     cdef inline int _recv(self, long long key) except -1
 
-    @cython.locals(hot=tuple, rw=object, path=_Path, msg=list)
+    @cython.locals(chan=_Channels, rw=object, path=_Path, msg=list, size=cython.longlong,
+                   eager=bint)
     cdef inline int _send(self, long long key, list plist, Py_ssize_t dst, object size_bytes,
                           double t_now) except -1
 

@@ -1037,11 +1037,10 @@ class PhaseSim:
         self._p2p_recvs = _IntTable()
         self._p2p_ids: dict[tuple, int] = {}
         self._p2p_keys: list[tuple] = []
-        # What _Coll.advance needs, in one tuple (each _Coll holds it: no attribute
-        # lookups per step).
-        self._hot = (self._sends, self._recvs, ex.eager, env)
+        # What a collective's steps match their messages in (each _Coll holds it).
+        self._channels = _Channels(self._sends, self._recvs, ex.eager)
         # Every message waits for its receiver, zero-byte ones too (_Coll).
-        self._hot_nccl = (self._sends, self._recvs, -1, env)
+        self._channels_nccl = _Channels(self._sends, self._recvs, -1)
         self._world = ex._world  # the plans' channel pairs use the same multiplier
         self._world2 = self._world * self._world
         # Collective instance k of group id g is number g + k * ngroups; a group's id
@@ -1600,6 +1599,21 @@ def _tick(w: _Waiter) -> None:
         w.fire()
 
 
+class _Channels:
+    """Where a collective's messages meet their other side: the posted sends and
+    receives waiting for it, by channel number (``PhaseSim._sends`` and ``_recvs``), and
+    the largest message sent eagerly (bytes; -1: none, every message waits for its
+    receiver, as NCCL's do)."""
+
+    __slots__ = ("eager", "recvs", "sends")
+
+    def __init__(self, sends: _IntTable, recvs: _IntTable, eager: int) -> None:
+        self.sends = sends
+        self.recvs = recvs
+        # (a C integer when compiled: no message comes near 2 ** 62 bytes)
+        self.eager = min(eager, 1 << 62)
+
+
 class _Waiter(_Sink):
     """Something that waits for ``n`` completions, then fires once."""
 
@@ -1676,12 +1690,12 @@ class _Coll(_Waiter):
 
     __slots__ = (
         "base",
+        "channels",
         "delayed",
         "delays",
         "done",
         "endpoints",
         "handshake",
-        "hot",
         "i",
         "late",
         "me",
@@ -1709,7 +1723,7 @@ class _Coll(_Waiter):
         self.sim = sim
         # As NCCL runs it: every message waits for its receiver (a free buffer slot), as
         # a rendezvous without the request-to-send (its buffers are set up beforehand).
-        self.hot = sim._hot_nccl if nccl else sim._hot
+        self.channels = sim._channels_nccl if nccl else sim._channels
         self.handshake = not nccl
         self.net = sim.net
         self.prows = prows
@@ -1798,12 +1812,11 @@ class _Coll(_Waiter):
         return True
 
     def _recv(self, key: int) -> int:
-        """Post the receive of channel ``key``; 1 if it must wait for its data, else 0.
-        (``hot``: sends, receives, eager threshold, environment.)"""
-        hot = self.hot
-        item = _pop(hot[0], key)
+        """Post the receive of channel ``key``; 1 if it must wait for its data, else 0."""
+        chan = self.channels
+        item = _pop(chan.sends, key)
         if item is None:
-            _push(hot[1], key, self)
+            _push(chan.recvs, key, self)
             return 1
         if type(item) is list:  # eager data, already on its way
             if item[0] is _ARRIVED:
@@ -1819,25 +1832,27 @@ class _Coll(_Waiter):
         """Post the send of ``size_bytes`` bytes on channel ``key`` to member ``dst``; 1 if
         it must wait for its receive (rendezvous), else 0 (eager: on its way). ``plist``:
         the kept paths of its step's row, by member, or None (see ``_path_of``)."""
-        hot = self.hot
-        rw = _pop(hot[1], key)
-        if size_bytes > hot[2] and self.handshake and self.net.send_overhead_s > 0.0:
+        chan = self.channels
+        rw = _pop(chan.recvs, key)
+        size = size_bytes  # (a C integer when compiled, for the comparisons)
+        eager = size <= chan.eager
+        if not eager and self.handshake and self.net.send_overhead_s > 0.0:
             # Rendezvous: the send pays its overhead now, as it is posted (NCCL's pays
             # none: no host work per message).
             t_now = self.net.send_overhead_end(self.endpoints[self.me], self.endpoints[dst], t_now)
-        if rw is None and size_bytes > hot[2]:
-            _push(hot[0], key, (self, plist, size_bytes, t_now))
+        if rw is None and not eager:
+            _push(chan.sends, key, (self, plist, size_bytes, t_now))
             return 1
         path = self._path_of(plist, self.me, dst)
         if rw is not None:
-            if size_bytes <= hot[2]:
+            if eager:
                 self.net.start_on_path(path, size_bytes, None, None, rw)
                 return 0
             self.net.rendezvous_on_path(path, size_bytes, None, self, t_now, rw, self.handshake)
             return 1
         msg = [None, None]
         self.net.start_on_path(path, size_bytes, _delivered, msg)
-        _push(hot[0], key, msg)
+        _push(chan.sends, key, msg)
         return 0
 
     def _path_of(self, plist: list | None, src: int, dst: int) -> _Path:
