@@ -19,6 +19,13 @@ cdef class _Waiter(_Sink):
     cpdef delivered(self, object sw)
 
 
+cdef class _Eager(_Sink):
+    cdef public bint arrived
+    cdef public _Waiter receiver
+
+    cpdef delivered(self, object _tag)
+
+
 cdef class _Req(_Waiter):
     cdef public object then
 
@@ -72,20 +79,16 @@ cdef class _Coll(_Waiter):
                    plist=list)
     cpdef bint advance(self) except -1
 
-    @cython.locals(chan=_Channels, sc=_Coll, path=_Path)
+    @cython.locals(chan=_Channels, sc=_Coll, path=_Path, msg=_Eager)
     cdef inline int _recv(self, long long key) except -1
 
-    @cython.locals(chan=_Channels, rw=object, path=_Path, msg=list, size=cython.longlong,
+    @cython.locals(chan=_Channels, rw=object, path=_Path, msg=_Eager, size=cython.longlong,
                    eager=bint)
     cdef inline int _send(self, long long key, list plist, Py_ssize_t dst, object size_bytes,
                           double t_now) except -1
 
     @cython.locals(path=_Path)
     cdef inline _Path _path_of(self, list plist, Py_ssize_t src, Py_ssize_t dst)
-
-
-@cython.locals(rw=_Waiter)
-cpdef _delivered(list msg)
 
 
 cdef _push(_IntTable table, long long channel, object item)

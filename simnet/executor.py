@@ -1214,8 +1214,8 @@ class PhaseSim:
             if rw is not None:
                 self.net.start_transfer(pl[src], pl[dst], size_bytes, None, None, rw)
             else:
-                msg = [None, None]
-                self.net.start_transfer(pl[src], pl[dst], size_bytes, _delivered, msg)
+                msg = _Eager()
+                self.net.start_transfer(pl[src], pl[dst], size_bytes, None, None, msg)
                 _push(self._p2p_sends, c, msg)
             # The send completes when its sender has paid LogGP's o for it (the data
             # leaves then; the sender's messages pay it one after another), at once
@@ -1243,10 +1243,10 @@ class PhaseSim:
         if item is None:
             _push(self._p2p_recvs, c, waiter)
             return False
-        if type(item) is list:  # eager data, already on its way
-            if item[0] is _ARRIVED:
+        if type(item) is _Eager:  # eager data, already on its way
+            if item.arrived:
                 return True
-            item[1] = waiter
+            item.receiver = waiter
             return False
         sw, src, dst, size_bytes, posted_s = item
         pl = self.ex.placement
@@ -1566,17 +1566,6 @@ def _base_op_type(op: object) -> type | None:
 
 
 _UNASKED = object()  # a schedule not yet asked for its step table
-_ARRIVED = object()  # marks eager data delivered before its receive was posted
-
-
-def _delivered(msg: list) -> None:
-    """The data of an eager message sent before its receive was posted arrived: ``msg``
-    is ``[None, receive waiter or None]``; tick the waiter, or mark it arrived."""
-    rw = msg[1]
-    if rw is None:
-        msg[0] = _ARRIVED
-        return
-    _tick(rw)
 
 
 def _overhead_paid(w: _Waiter) -> None:
@@ -1597,6 +1586,24 @@ def _tick(w: _Waiter) -> None:
                     c.done()
                 return
         w.fire()
+
+
+class _Eager(_Sink):
+    """An eager message sent before its receive was posted, waiting in its channel:
+    ``receiver`` is the receive's waiter once posted (None before); ``arrived`` once its
+    data has arrived (the network's ``_Sink``: ``delivered``)."""
+
+    __slots__ = ("arrived", "receiver")
+
+    def __init__(self) -> None:
+        self.arrived = False
+        self.receiver: _Waiter | None = None
+
+    def delivered(self, _tag: object) -> None:
+        if self.receiver is None:
+            self.arrived = True
+        else:
+            _tick(self.receiver)
 
 
 class _Channels:
@@ -1818,10 +1825,11 @@ class _Coll(_Waiter):
         if item is None:
             _push(chan.recvs, key, self)
             return 1
-        if type(item) is list:  # eager data, already on its way
-            if item[0] is _ARRIVED:
+        if type(item) is _Eager:  # eager data, already on its way
+            msg = item  # (typed when compiled)
+            if msg.arrived:
                 return 0
-            item[1] = self
+            msg.receiver = self
             return 1
         sc = item[0]  # a rendezvous send waiting: (sender, its kept paths, bytes, posted at)
         path = self._path_of(item[1], sc.me, self.me)
@@ -1850,8 +1858,8 @@ class _Coll(_Waiter):
                 return 0
             self.net.rendezvous_on_path(path, size_bytes, None, self, t_now, rw, self.handshake)
             return 1
-        msg = [None, None]
-        self.net.start_on_path(path, size_bytes, _delivered, msg)
+        msg = _Eager()
+        self.net.start_on_path(path, size_bytes, None, None, msg)
         _push(chan.sends, key, msg)
         return 0
 
