@@ -580,8 +580,7 @@ class _StepTable:
         sends = table.dst >= 0
         self.reduces = (sends & table.reduce).any(axis=0).tolist()
         self.copies = (sends & ~table.reduce).any(axis=0).tolist()
-        into = np.zeros(self.p, dtype=bool)
-        into[table.dst[sends & table.reduce]] = True
+        into = np.bincount(table.dst[sends & table.reduce], minlength=self.p) > 0
         self.reduced_into = into.tolist()
         # Equal rows (the same destinations of every member: a recursive schedule's
         # halving and doubling steps at one distance, every step of a ring) share a

@@ -1606,9 +1606,6 @@ class _RecursiveRanks:
         dst = np.full((length, p), -1, dtype=np.int32)
         nbytes = np.zeros((length, p), dtype=np.int64)
         reduce = np.zeros((length, p), dtype=bool)
-        nr = np.arange(pof2)
-        real = np.where(nr < rem, 2 * nr + 1, nr + rem)  # the rank of each new rank
-        first = np.where(nr < rem, 1, 0)  # a folded odd rank's levels follow its fold step
         whole = ELEM_BYTES * self.prefix[-1]
         if self.halving:
             # The halving's levels in mask order, then the allgather's back down.
@@ -1616,12 +1613,19 @@ class _RecursiveRanks:
             walk += [(k, got[:, k], False) for k in reversed(range(levels))]
         else:
             walk = [(k, np.full(pof2, whole), True) for k in range(levels)]
-        for step, (k, size, red) in enumerate(walk):
-            rows = first + step
-            src[rows, real] = partners[:, k]
-            dst[rows, real] = partners[:, k]
-            nbytes[rows, real] = size
-            reduce[rows, real] = red
+        # New rank nr is rank 2 nr + 1 below rem (a folded odd rank, whose levels follow
+        # its fold step), else rank nr + rem from its first step: two strided blocks of
+        # the table's columns (slices, not index arrays: numpy copies them as blocks).
+        blocks = ((slice(2 * rem, p), slice(rem, pof2), 0),)
+        if rem:
+            blocks += ((slice(1, 2 * rem, 2), slice(0, rem), 1),)
+        for cols, new, first in blocks:
+            for step, (k, size, red) in enumerate(walk):
+                row = first + step
+                src[row, cols] = partners[new, k]
+                dst[row, cols] = partners[new, k]
+                nbytes[row, cols] = size[new]
+                reduce[row, cols] = red
         nsteps = np.full(p, per_new, dtype=np.int64)
         if rem:
             even = np.arange(0, 2 * rem, 2)
