@@ -485,8 +485,7 @@ class _Call:
     streamed ring's or tree's, see ``PhaseSim._stream_pipes``; else None).
 
     ``seq`` numbers the rank's calls on the group (``seq_key``: (group kind, rank));
-    instance k's channels are numbered from ``base + k * stride`` (see
-    ``PhaseSim._call``)."""
+    instance k's channels are numbered from ``base + k * stride`` (see ``_start_call``)."""
 
     __slots__ = (
         "base",
@@ -1048,9 +1047,9 @@ class PhaseSim:
         self._gids: dict[tuple[str, int], int] = {}
         self._gid_names: list[tuple[str, int]] = []
         # The ranks' prepared calls (see _prepared): by operation (its fields, as a
-        # tuple), a list by rank, and the same lists by the id of an operation object.
-        self._coll_cache: dict[tuple, list[_Call | None]] = {}
-        self._calls_by_op: dict[int, list[_Call | None]] = {}
+        # tuple), a dict by rank, and the same dicts by the id of an operation object.
+        self._coll_cache: dict[tuple, dict[int, _Call]] = {}
+        self._calls_by_op: dict[int, dict[int, _Call]] = {}
         self._shared_calls: dict[tuple, tuple] = {}  # see _prepare and _shared_call
         # (group kind, rank) -> its collectives in call order, with ex.stream_order.
         self._streams: dict[tuple[str, int], _Stream] | None = (
@@ -1178,10 +1177,10 @@ class PhaseSim:
 
     # -- messages ------------------------------------------------------------------
     # A channel holds its pending sends (or receives) in self._sends (self._recvs):
-    # the one item itself, or a _Fifo of several. A pending send is the list
-    # [None, receive waiter] of eager data already started, or the tuple
-    # (send waiter, src, dst, size_bytes, posted at s) of a rendezvous send; a pending
-    # receive is its waiter. A waiter is ticked once per completed operation.
+    # the one item itself, or a _Fifo of several. A pending send is an _Eager (eager
+    # data already started), or the tuple (send waiter, src, dst, size_bytes, posted at
+    # s) of a rendezvous send (a collective's: see _Coll); a pending receive is its
+    # waiter. A waiter is ticked once per completed operation.
 
     def _p2p_channel(self, key: tuple) -> int:
         """The number of the point-to-point channel ``key`` (given on first use)."""
@@ -1257,15 +1256,16 @@ class PhaseSim:
         """The calls of ``op`` on ``rank`` as ``_prepare`` makes them, at the first call of
         an operation equal to ``op`` on the rank. Found by the operation object (the
         programs hold theirs to the end of the run, and the ranks of a data-parallel
-        phase share them): the ranks' calls of equal operations are a list by rank."""
+        phase share them): the ranks' calls of equal operations are one dict by rank (a
+        dict, not a list: an operation of a few ranks' would cost a list of them all)."""
         calls = self._calls_by_op.get(id(op))
         if calls is None:
             ckey = (op.group, op.op, op.count_elems, op.algorithm, op.root)
             calls = self._coll_cache.get(ckey)
             if calls is None:
-                calls = self._coll_cache[ckey] = [None] * self._world
+                calls = self._coll_cache[ckey] = {}
             self._calls_by_op[id(op)] = calls
-        c = calls[rank]
+        c = calls.get(rank)
         if c is None:
             c = calls[rank] = self._prepare(rank, op)
         return c
@@ -1356,7 +1356,7 @@ class PhaseSim:
 
     def _shared_call(self, op: Collective, members: tuple[int, ...], gkey: tuple) -> tuple:
         """What every member's calls of ``op`` on the group ``gkey`` (its members
-        ``members``) share, for ``_prepare``: (a ``_Call`` with the fields its members'
+        ``members``) share, for ``_prepare``: (a ``_Call`` with the fields its members
         have in common, the schedule, the costs its members pay (reduction s/B, s per
         step), the schedule's ``_StepTable`` or None, the group kind's reduced and copied
         byte accounts once asked for (a list), whether its members' calls with steps wait
