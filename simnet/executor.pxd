@@ -171,6 +171,7 @@ cdef _count_call(_Tally tally, object sim)
 
 cdef class _Seq:
     cdef public long long n
+    cdef public object stream
 
 
 cdef class _Call:
@@ -185,7 +186,6 @@ cdef class _Call:
     cdef public list prows
     cdef public object rank
     cdef public _Seq seq
-    cdef public tuple seq_key
     cdef public object sim
     cdef public object steps
     cdef public bint streamed

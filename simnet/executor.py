@@ -463,14 +463,16 @@ def _count_call(tally: _Tally, sim: PhaseSim) -> None:
 
 
 class _Seq:
-    """The number of a rank's next collective call on one group: every member's k-th
-    call on the group is the same instance. Shared by the rank's prepared calls of
-    every collective on that group (``_Call.seq``)."""
+    """A rank's collective calls on one group: the number of its next (every member's
+    k-th call on the group is the same instance) and, with stream order, the stream
+    they run in one at a time (made at its first call in stream order). Shared by the
+    rank's prepared calls of every collective on that group (``_Call.seq``)."""
 
-    __slots__ = ("n",)
+    __slots__ = ("n", "stream")
 
     def __init__(self) -> None:
         self.n = 0
+        self.stream: _Stream | None = None
 
 
 class _Call:
@@ -484,7 +486,7 @@ class _Call:
     ``owned`` (a non-blocking call moves on only in its rank's MPI calls), ``pipes`` (a
     streamed ring's or tree's, see ``PhaseSim._stream_pipes``; else None).
 
-    ``seq`` numbers the rank's calls on the group (``seq_key``: (group kind, rank));
+    ``seq`` numbers the rank's calls on the group (and holds their stream);
     instance k's channels are numbered from ``base + k * stride`` (see ``_start_call``)."""
 
     __slots__ = (
@@ -499,7 +501,6 @@ class _Call:
         "prows",
         "rank",
         "seq",
-        "seq_key",
         "sim",
         "steps",
         "streamed",
@@ -517,12 +518,11 @@ def _call(c: _Call, op: Collective, done: Callable[[], None] | None) -> bool:
     seq = c.seq
     k = seq.n
     seq.n = k + 1
-    streams = c.sim._streams if c.streamed else None
-    if streams is None:
+    if not c.streamed:
         return _start_call(c, op, done, k)
-    stream = streams.get(c.seq_key)
+    stream = seq.stream
     if stream is None:
-        stream = streams[c.seq_key] = _Stream(c.sim)
+        stream = seq.stream = _Stream(c.sim)
     return stream.call(op, done, c, k)
 
 
@@ -1051,10 +1051,6 @@ class PhaseSim:
         self._coll_cache: dict[tuple, dict[int, _Call]] = {}
         self._calls_by_op: dict[int, dict[int, _Call]] = {}
         self._shared_calls: dict[tuple, tuple] = {}  # see _prepare and _shared_call
-        # (group kind, rank) -> its collectives in call order, with ex.stream_order.
-        self._streams: dict[tuple[str, int], _Stream] | None = (
-            None if ex.stream_order is False else {}
-        )
         self.nccl_ran = False  # a collective ran as NCCL runs it (see _prepare)
         # op -> the algorithms that ran as NCCL runs them (the rest of ``algorithms`` ran
         # as MPI does: under the default library an alltoall falls back to MPI's)
@@ -1279,7 +1275,7 @@ class PhaseSim:
         c = _Call()
         c.sim = self
         c.rank = rank
-        c.seq_key = seq_key = (op.group, rank)
+        seq_key = (op.group, rank)
         seq = self._seqs.get(seq_key)
         if seq is None:
             seq = self._seqs[seq_key] = _Seq()
@@ -1498,8 +1494,7 @@ class PhaseSim:
         self._shared_calls = {}
         self._stream_starts = {}
         self._stream_pipe_cache = {}  # (their hop arrays: megabytes at thousands of GPUs)
-        if self._streams is not None:
-            self._streams = {}
+        self._seqs = {}  # (and the streams they hold)
         if self._path_rows is not None:
             self._path_rows = {}
             self._path_tables = set()
