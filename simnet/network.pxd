@@ -100,7 +100,7 @@ cdef class _KeyQueue:
     cpdef kill(self, Py_ssize_t node, long long seq)
 
     @cython.locals(entries=_QEntryPtr, nodes=_QNodePtr, n=Py_ssize_t, i=Py_ssize_t,
-                   child=Py_ssize_t, node=Py_ssize_t, nxt=Py_ssize_t,
+                   child=Py_ssize_t, parent=Py_ssize_t, node=Py_ssize_t, nxt=Py_ssize_t,
                    last=_QEntry)
     cpdef object pop(self)
 

@@ -417,19 +417,22 @@ class _KeyQueue:
             entries[0].head = nxt
             return item
         # The run is spent (forget it if it is open: its last node was its tail), and
-        # the last heap entry sifts down from the root.
+        # the last heap entry takes the root's place.
         for i in range(_OPEN_RUNS):
             if self.open_tail[i] == node:
                 self.open_tail[i] = -1
         n = self.size - 1
         self.size = n
         if n:
+            # Bottom-up: the hole goes down the lesser children to a leaf (one
+            # comparison a level), then the last entry, one of the latest as a rule,
+            # rises from there (rarely more than a level); a sift-down comparing it at
+            # each level too makes twice the comparisons. Entries differ in (key,
+            # number), so any heap of them pops in the same order.
             last = entries[n]
             i = 0
-            while True:
-                child = 2 * i + 1
-                if child >= n:
-                    break
+            child = 1
+            while child < n:
                 if child + 1 < n and (
                     entries[child + 1].key < entries[child].key
                     or (
@@ -438,12 +441,17 @@ class _KeyQueue:
                     )
                 ):
                     child += 1
-                if last.key < entries[child].key or (
-                    last.key == entries[child].key and last.seq < entries[child].seq
-                ):
-                    break
                 entries[i] = entries[child]
                 i = child
+                child = 2 * i + 1
+            while i > 0:
+                parent = (i - 1) >> 1
+                if entries[parent].key < last.key or (
+                    entries[parent].key == last.key and entries[parent].seq < last.seq
+                ):
+                    break
+                entries[i] = entries[parent]
+                i = parent
             entries[i] = last
         return item
 
