@@ -134,10 +134,22 @@ cpdef tuple _flatten(plan)
 cdef tuple _pairs_flat(dict d)
 
 
+@cython.final
+cdef class _RowSums:
+    cdef list accts
+    cdef list sums
+
+    @cython.locals(i=Py_ssize_t, d=dict)
+    cpdef dict of(self, dict acct)
+
+    @cython.locals(i=Py_ssize_t, acct=dict, total=object)
+    cpdef add_up(self)
+
+
 @cython.locals(add=tuple, acct=dict, tot=tuple, members=tuple, i=Py_ssize_t, j=Py_ssize_t,
                row=cython.longlong, member=cython.longlong, size=cython.longlong,
                total=cython.longlong, key=object)
-cdef _add_bytes(tuple adds, long long calls)
+cdef _add_bytes(tuple adds, long long calls, _RowSums into)
 
 
 cdef class _Tally:
@@ -146,7 +158,7 @@ cdef class _Tally:
     cdef public long long row
 
     @cython.locals(n=cython.longlong)
-    cpdef settle(self)
+    cpdef settle(self, _RowSums into)
 
 
 cdef class _TableTally(_Tally):
@@ -155,11 +167,13 @@ cdef class _TableTally(_Tally):
     cdef public tuple members
     cdef public dict reduced
     cdef public dict copied
+    cdef dict _red  # while settling: the sums standing for reduced and copied
+    cdef dict _copy
 
     @cython.locals(n=cython.longlong, t=_StepTable, s=Py_ssize_t, me=Py_ssize_t,
                    i=Py_ssize_t, k=Py_ssize_t, d=Py_ssize_t, last=Py_ssize_t, red=int,
                    run_bytes=cython.longlong)
-    cpdef settle(self)
+    cpdef settle(self, _RowSums into)
 
     @cython.locals(acct=dict, key=object, total=cython.longlong)
     cdef _add(self, Py_ssize_t member, int reduced, long long nbytes)

@@ -341,11 +341,48 @@ def _pairs_flat(d: dict) -> tuple:
     return tuple(out)
 
 
-def _add_bytes(adds: tuple, calls: int) -> None:
+class _RowSums:
+    """The pair totals that one rank's tallies add to while they settle, summed in small
+    dicts (one for each pair-total dict they add to), then added to those dicts once a
+    pair (``add_up``): a rank's tallies add to the same few pairs again and again, and
+    the totals' dicts (hundreds of thousands of pairs on a big run) are too large for the
+    caches, a miss an update. Each small dict holds its pairs in the order of their
+    first update, so the pairs new to a total come into it in the order they would have
+    one update at a time: the totals and their order are the same."""
+
+    __slots__ = ("accts", "sums")
+
+    def __init__(self) -> None:
+        self.accts: list[dict[int, int]] = []
+        self.sums: list[dict[int, int]] = []
+
+    def of(self, acct: dict[int, int]) -> dict[int, int]:
+        """The small dict that stands for the pair totals ``acct`` until ``add_up``."""
+        for i in range(len(self.accts)):
+            if self.accts[i] is acct:
+                return self.sums[i]
+        d: dict[int, int] = {}
+        self.accts.append(acct)
+        self.sums.append(d)
+        return d
+
+    def add_up(self) -> None:
+        """Add the sums to the totals they stand for, and start afresh."""
+        for i in range(len(self.accts)):
+            acct = self.accts[i]
+            for key, b in self.sums[i].items():
+                total = acct.get(key, 0)
+                acct[key] = total + b
+        self.accts = []
+        self.sums = []
+
+
+def _add_bytes(adds: tuple, calls: int, into: _RowSums) -> None:
     """Count ``calls`` calls' bytes of a collective's part (see ``PhaseSim._prepare``):
-    each of ``adds`` is ``(pair counts, row key, members, (member, bytes, ...))``."""
+    each of ``adds`` is ``(pair counts, row key, members, (member, bytes, ...))``; the
+    pair counts summed in ``into`` first."""
     for add in adds:
-        acct = add[0]
+        acct = into.of(add[0])
         row = add[1]
         members = add[2]
         tot = add[3]
@@ -377,11 +414,12 @@ class _Tally:
         self.calls = -1
         self.row = row
 
-    def settle(self) -> None:
-        """Add the calls counted since the last time to the pair totals."""
+    def settle(self, into: _RowSums) -> None:
+        """Add the calls counted since the last time to the pair totals (summed in
+        ``into``, the rank's, first)."""
         n = self.calls
         if n > 0:
-            _add_bytes(self.adds, n)
+            _add_bytes(self.adds, n, into)
             self.calls = 0
 
 
@@ -390,7 +428,7 @@ class _TableTally(_Tally):
     members' ranks ``members``) when settled, into ``reduced`` / ``copied`` (pair totals,
     None where the member sends none of that part): no per-member totals are kept."""
 
-    __slots__ = ("copied", "me", "members", "reduced", "table")
+    __slots__ = ("_copy", "_red", "copied", "me", "members", "reduced", "table")
 
     def __init__(
         self,
@@ -410,11 +448,13 @@ class _TableTally(_Tally):
 
     @cython.boundscheck(False)
     @cython.wraparound(False)
-    def settle(self) -> None:
+    def settle(self, into: _RowSums) -> None:
         n = self.calls
         if n <= 0:
             return
         self.calls = 0
+        self._red = into.of(self.reduced) if self.reduced is not None else None
+        self._copy = into.of(self.copied) if self.copied is not None else None
         t = self.table
         s = t.s
         me = self.me
@@ -438,11 +478,12 @@ class _TableTally(_Tally):
             run_bytes += t.nbytes[k]
         if last >= 0:
             self._add(last, red, n * run_bytes)
+        self._red = self._copy = None
 
     def _add(self, member: int, reduced: int, nbytes: int) -> None:
         """Add ``nbytes`` to the pair total from this rank to ``member``, in the reduced
-        part if ``reduced``, else in the copied one."""
-        acct = self.reduced if reduced else self.copied
+        part if ``reduced``, else in the copied one (their sums while settling)."""
+        acct = self._red if reduced else self._copy
         key = self.row + self.members[member]
         total = acct.get(key, 0)
         acct[key] = total + nbytes
@@ -1086,9 +1127,16 @@ class PhaseSim:
         # to the next; in call order every rank's pairs came back only after all other
         # ranks' (3.7 million updates of dictionaries of 229k pairs at 16,384 ranks).
         # The totals are the same; only the pairs' order in the dictionaries moves.
+        # A rank's tallies' pairs are summed in small dicts first (see _RowSums).
         self._tallies.sort(key=_tally_row)
+        into = _RowSums()
+        row = -1
         for tally in self._tallies:
-            tally.settle()
+            if tally.row != row:
+                into.add_up()
+                row = tally.row
+            tally.settle(into)
+        into.add_up()
 
     def _account(self, group: str, part: str) -> dict[int, int]:
         acct = self._bytes.get((group, part))

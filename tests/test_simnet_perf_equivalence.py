@@ -465,6 +465,31 @@ def test_collective_bytes_read_again_are_not_counted_twice():
         assert sum(sim.wire_bytes_by_group.values()) == total
 
 
+def test_a_ranks_sums_reach_the_totals_as_updates_one_at_a_time():
+    # Settling sums a rank's pair bytes in small dicts first (_RowSums): the totals and
+    # the order of their pairs (which reaches the outputs' order) must be those of the
+    # same updates made one at a time, with pairs already there and new ones.
+    from simnet.executor import _RowSums
+
+    rng = random.Random(7)
+    start = {5: 1, 17: 2}
+    direct = [dict(start), {}]
+    summed = [dict(start), {}]
+    for row in range(0, 400, 100):  # four ranks, their updates one after another
+        into = _RowSums()
+        for _ in range(60):
+            which = rng.randrange(2)
+            key = row + rng.choice([5, 17, 3, 40, 41, 99])
+            nbytes = rng.randrange(1, 10**12)
+            direct[which][key] = direct[which].get(key, 0) + nbytes
+            small = into.of(summed[which])
+            small[key] = small.get(key, 0) + nbytes
+        assert into.of(summed[0]) is into.of(summed[0])  # one small dict a total
+        into.add_up()
+    assert [list(d.items()) for d in summed] == [list(d.items()) for d in direct]
+    assert sum(direct[1].values()) > 0 and len(direct[0]) > len(start)
+
+
 def test_an_unmatched_send_is_reported():
     def program(rank: int) -> list:
         b = ProgramBuilder()
