@@ -52,6 +52,13 @@ cdef class _StepTable:
     cpdef long long steps_of(self, Py_ssize_t m)
 
 
+cpdef object _reduced_bytes_received(_StepTable table)
+
+
+@cython.locals(m=Py_ssize_t, shared=dict, out=list)
+cpdef object _delay_lists(_StepTable table, tuple costs)
+
+
 cdef class _Coll(_Waiter):
     cdef public long long base  # channel numbers fit 64 bits (see PhaseSim._collective)
     cdef public Py_ssize_t delayed

@@ -648,6 +648,61 @@ def test_ring_step_tables_hold_every_ranks_flat_plan(op, monkeypatch):
     assert (table is None) == (op == "allreduce")
 
 
+@pytest.mark.parametrize(
+    ("op", "alg"),
+    [
+        ("allreduce", "recursive_doubling"),
+        ("allreduce", "rabenseifner"),
+        ("allreduce", "ring"),
+        ("allgather", "ring"),
+        ("reduce_scatter", "ring"),
+    ],
+)
+def test_delays_from_a_step_table_are_each_members_own(op, alg):
+    # Every member's delays after its steps (cost per step + gamma x the bytes it
+    # reduces in the step) are worked out from the step table for all members at
+    # once: they must be the floats of the member's own steps, folded ranks included.
+    from simnet.executor import SimExecutor, _delay_lists, _StepTable
+
+    for p in [*range(2, 18), 24, 33, 64, 96]:
+        for count in (1, 3, p + 1, 1001):
+            sched = build_schedule(op, alg, p, count)
+            table = _StepTable(sched.rank_table(), {})
+            for costs in ((1e-10, 0.0), (3.3e-10, 1.7e-6), (0.0, 2e-6)):
+                lists = _delay_lists(table, costs)
+                for m in range(p):
+                    want = SimExecutor._delays(sched, m, costs)
+                    assert lists[m] == want, (p, count, m, costs)
+                    assert all(type(x) is float for x in lists[m])
+    # Members with equal delays share one list (equal chunks: 1,024 elements on 64).
+    lists = _delay_lists(_StepTable(build_schedule(op, alg, 64, 1024).rank_table(), {}), (1e-10, 0))
+    assert len({id(x) for x in lists}) == len({tuple(x) for x in lists}) < 64
+
+
+def test_a_step_table_whose_transfers_do_not_pair_gives_no_delays():
+    # A receive that no send matches: no delays from the table (the executor then
+    # walks the member's steps as before).
+    from simnet.executor import _delay_lists, _StepTable
+    from workload.step_table import StepTable
+
+    src = np.array([[1, -1]], dtype=np.int32)  # member 0 receives from 1 ...
+    dst = np.array([[-1, -1]], dtype=np.int32)  # ... which sends nothing
+    made = StepTable(
+        src,
+        dst,
+        np.zeros((1, 2), dtype=np.int64),
+        np.zeros((1, 2), dtype=bool),
+        np.array([1, 0], dtype=np.int64),
+        np.zeros(2, dtype=np.int64),
+    )
+    assert _delay_lists(_StepTable(made, {}), (1e-10, 1e-6)) is None
+    dst[0, 1] = 0  # now member 1 sends to 0 in its first step
+    made.nsteps[1] = 1
+    made.nbytes[0, 1] = 40
+    made.reduce[0, 1] = True
+    assert _delay_lists(_StepTable(made, {}), (1e-10, 1e-6)) == [[1e-6 + 1e-10 * 40], [1e-6]]
+
+
 def _resnet_on_six(**collectives) -> dict:
     # Six ranks: Rabenseifner folds two of them (the even ones sit out the levels).
     return {
