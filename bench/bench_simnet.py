@@ -15,6 +15,8 @@ Cases (targets on a 2-core machine in brackets):
   dense_matrices=False)`` [16,384 ranks in <= 60 s and 8 GB; >= 1M messages/s; wall
   time at most linear in messages: the fitted exponent is printed]. fat16384 is not
   run by default (minutes); ``--cases fat1024,fat4096,fat16384`` runs it;
+- fathostN: fatN with a host's costs, as a calibrated run has them (0.1 ns a byte
+  reduced, 1 us after each step of a collective): a delay timer after every step;
 - railN, flyN: the same workload on N GPUs of a rail-optimised cluster (8 GPUs a node,
   300 GB/s NVLink and one 25 GB/s NIC per GPU) and of a dragonfly (16 routers a group,
   16 endpoints a router, 25 GB/s links): the other fabrics of big GPU clusters;
@@ -179,6 +181,14 @@ def dragonfly_config(ranks: int) -> dict:
     }
 
 
+def host_config(ranks: int) -> dict:
+    """The fat-tree case with a host's costs, as a calibrated run has them: a reduction
+    cost (0.1 ns a byte reduced) and 1 us after each step of a collective."""
+    cfg = fat_tree_config(ranks)
+    cfg["collectives"] = {"gamma_s_per_byte": 1e-10, "step_latency_us": 1.0}
+    return cfg
+
+
 def switch_config(ranks: int) -> dict:
     """The fat-tree case's workload and links on one switch: no contention."""
     return {
@@ -243,6 +253,7 @@ CASES = {
     "fat1024": lambda: fat_tree_case(1024),
     "fat4096": lambda: fat_tree_case(4096),
     "fat16384": lambda: fat_tree_case(16384),
+    **{f"fathost{n}": functools.partial(fat_tree_case, n, host_config) for n in FAT_TREE_K},
     **{f"rail{n}": functools.partial(fat_tree_case, n, rail_config) for n in FAT_TREE_K},
     **{f"fly{n}": functools.partial(fat_tree_case, n, dragonfly_config) for n in FAT_TREE_K},
     "switch1024": lambda: fat_tree_case(1024, switch_config),
