@@ -17,6 +17,11 @@ Cases (targets on a 2-core machine in brackets):
   run by default (minutes); ``--cases fat1024,fat4096,fat16384`` runs it;
 - fathostN: fatN with a host's costs, as a calibrated run has them (0.1 ns a byte
   reduced, 1 us after each step of a collective): a delay timer after every step;
+- fatsyncN (N = 256, 1,024): fathostN with collectives progressing only inside MPI
+  calls, as a calibration of this machine sets them: every gradient allreduce runs in
+  the step's final wait, thousands of flows share the core links at once, and each
+  flow's start or end recomputes one component of nearly all of them (1,024 ranks
+  take minutes: the max-min solver's open problem);
 - railN, flyN: the same workload on N GPUs of a rail-optimised cluster (8 GPUs a node,
   300 GB/s NVLink and one 25 GB/s NIC per GPU) and of a dragonfly (16 routers a group,
   16 endpoints a router, 25 GB/s links): the other fabrics of big GPU clusters;
@@ -140,6 +145,7 @@ def gpt3_case() -> tuple[int, float]:
 
 
 FAT_TREE_K = {1024: 16, 4096: 26, 16384: 42}  # the smallest k with k^3 / 4 >= ranks
+SYNC_FAT_TREE_K = {256: 12, 1024: 16}  # (the fatsyncN cases: minutes from 1,024 ranks)
 
 
 def fat_tree_config(ranks: int) -> dict:
@@ -184,8 +190,20 @@ def dragonfly_config(ranks: int) -> dict:
 def host_config(ranks: int) -> dict:
     """The fat-tree case with a host's costs, as a calibrated run has them: a reduction
     cost (0.1 ns a byte reduced) and 1 us after each step of a collective."""
-    cfg = fat_tree_config(ranks)
+    cfg = fat_tree_config(ranks) if ranks in FAT_TREE_K else fat_tree_config(1024)
+    cfg["distributed"]["num_nodes"] = cfg["workload"]["world_size"] = ranks
     cfg["collectives"] = {"gamma_s_per_byte": 1e-10, "step_latency_us": 1.0}
+    return cfg
+
+
+def sync_config(ranks: int) -> dict:
+    """``host_config`` with collectives that progress only while their rank is inside an
+    MPI call (``async_progress`` false), as a calibration of this machine's processor
+    sets them: the gradient allreduces of a data-parallel step then all run in the
+    final wait, together."""
+    cfg = host_config(ranks)
+    cfg["topology"]["k"] = SYNC_FAT_TREE_K[ranks]
+    cfg["collectives"]["async_progress"] = False
     return cfg
 
 
@@ -254,6 +272,7 @@ CASES = {
     "fat4096": lambda: fat_tree_case(4096),
     "fat16384": lambda: fat_tree_case(16384),
     **{f"fathost{n}": functools.partial(fat_tree_case, n, host_config) for n in FAT_TREE_K},
+    **{f"fatsync{n}": functools.partial(fat_tree_case, n, sync_config) for n in SYNC_FAT_TREE_K},
     **{f"rail{n}": functools.partial(fat_tree_case, n, rail_config) for n in FAT_TREE_K},
     **{f"fly{n}": functools.partial(fat_tree_case, n, dragonfly_config) for n in FAT_TREE_K},
     "switch1024": lambda: fat_tree_case(1024, switch_config),
