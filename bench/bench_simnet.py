@@ -762,16 +762,37 @@ def fitted_exponent(rows: list[dict], key: str = "wall_s") -> float | None:
     return float(np.polyfit(x, y, 1)[0])
 
 
+def fat_families(rows: list[dict]) -> dict[str, list[dict]]:
+    """The fat-tree rows of ``rows`` by family, the case's name without its rank count
+    ("fat": fatN, "fathost", "fatsync"): a growth is fitted within one family, not across
+    workloads of equal message counts."""
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["case"].startswith("fat"):
+            out.setdefault(r["case"].rstrip("0123456789"), []).append(r)
+    return out
+
+
+def family_label(family: str) -> str:
+    """How the growth lines name a family of fat-tree cases."""
+    return "fat-tree cases" if family == "fat" else f"{family}N cases"
+
+
 def fat_tree_growth(rows: list[dict], key: str, what: str) -> float | None:
-    """The exponent of ``key`` in messages over the fat-tree cases of ``rows`` (None for
-    fewer than two), printed as the growth of ``what``."""
-    growth = fitted_exponent([r for r in rows if r["case"].startswith("fat")], key)
-    if growth is not None:
-        print(
-            f"fat-tree cases: {what} grow as messages^{growth:.2f} "
-            "(least squares on logs; 1 is linear)"
-        )
-    return growth
+    """The exponent of ``key`` in messages over each family of fat-tree cases of ``rows``
+    (see ``fat_families``), printed as the growth of ``what``; returns the fatN cases'
+    (None for fewer than two)."""
+    first = None
+    for family, members in fat_families(rows).items():
+        growth = fitted_exponent(members, key)
+        if growth is not None:
+            print(
+                f"{family_label(family)}: {what} grow as messages^{growth:.2f} "
+                "(least squares on logs; 1 is linear)"
+            )
+        if family == "fat":
+            first = growth
+    return first
 
 
 def contention_lines(rows: list[dict]) -> list[str]:
@@ -968,11 +989,12 @@ def main() -> None:
             print(f"{r['case']}: {per:.2f} flow rates computed per message{new}{vs}")
     for line in contention_lines(rows):
         print(line)
-    fat = [r for r in rows if r["case"].startswith("fat")]
-    growth = fitted_exponent(fat)
-    if growth is not None:
+    for family, fat in fat_families(rows).items():
+        growth = fitted_exponent(fat)
+        if growth is None:
+            continue
         print(
-            f"fat-tree cases: wall time grows as messages^{growth:.2f} "
+            f"{family_label(family)}: wall time grows as messages^{growth:.2f} "
             "(least squares on log wall vs log messages; 1 is linear)"
         )
         if ns.repeats > 1:

@@ -50,6 +50,30 @@ def test_growth_exponent_of_a_power_law():
     assert bench_simnet.fitted_exponent(rows[:1]) is None
 
 
+def test_growth_is_fitted_within_each_family_of_fat_tree_cases(capsys):
+    # fathostN and fatsyncN share fatN's message counts: one fit over all of them would
+    # mix workloads; each family gets its own, fatN's is returned.
+    rows = [
+        {"case": "fat1024", "messages": 100, "est_cycles": 100.0},
+        {"case": "fat4096", "messages": 400, "est_cycles": 800.0},
+        {"case": "fathost1024", "messages": 100, "est_cycles": 50.0},
+        {"case": "fathost4096", "messages": 400, "est_cycles": 200.0},
+        {"case": "fatsync256", "messages": 20, "est_cycles": 9.0},
+        {"case": "ring64", "messages": 10, "est_cycles": 1.0},
+    ]
+    families = bench_simnet.fat_families(rows)
+    assert {k: [r["case"] for r in v] for k, v in families.items()} == {
+        "fat": ["fat1024", "fat4096"],
+        "fathost": ["fathost1024", "fathost4096"],
+        "fatsync": ["fatsync256"],
+    }
+    assert math.isclose(bench_simnet.fat_tree_growth(rows, "est_cycles", "cycles"), 1.5)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("fat-tree cases: cycles grow as messages^1.50")
+    assert out[1].startswith("fathostN cases: cycles grow as messages^1.00")
+    assert len(out) == 2  # (one fatsync case: nothing to fit)
+
+
 def test_summary_keeps_the_median_and_the_fastest_run():
     runs = [
         {"messages": 10, "simulated_s": 1.0, "wall_s": w, "cpu_s": w, "code": ".", "core": "c"}
