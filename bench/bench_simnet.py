@@ -148,11 +148,12 @@ FAT_TREE_K = {1024: 16, 4096: 26, 16384: 42}  # the smallest k with k^3 / 4 >= r
 SYNC_FAT_TREE_K = {256: 12, 1024: 16}  # (the fatsyncN cases: minutes from 1,024 ranks)
 
 
-def fat_tree_config(ranks: int) -> dict:
-    """The configuration of the fat-tree case of ``ranks`` ranks (a key of FAT_TREE_K)."""
+def fat_tree_config(ranks: int, k: int | None = None) -> dict:
+    """The configuration of the fat-tree case of ``ranks`` ranks on a fat-tree of radix
+    ``k`` (default: ``FAT_TREE_K[ranks]``)."""
     return {
         "distributed": {"num_nodes": ranks, "bandwidth_limit_gb_per_s": 25.0},
-        "topology": {"type": "fat_tree", "k": FAT_TREE_K[ranks], "link_latency_us": 1.0},
+        "topology": {"type": "fat_tree", "k": k or FAT_TREE_K[ranks], "link_latency_us": 1.0},
         "workload": {"name": "resnet152", "world_size": ranks},
     }
 
@@ -187,11 +188,10 @@ def dragonfly_config(ranks: int) -> dict:
     }
 
 
-def host_config(ranks: int) -> dict:
+def host_config(ranks: int, k: int | None = None) -> dict:
     """The fat-tree case with a host's costs, as a calibrated run has them: a reduction
     cost (0.1 ns a byte reduced) and 1 us after each step of a collective."""
-    cfg = fat_tree_config(ranks) if ranks in FAT_TREE_K else fat_tree_config(1024)
-    cfg["distributed"]["num_nodes"] = cfg["workload"]["world_size"] = ranks
+    cfg = fat_tree_config(ranks, k)
     cfg["collectives"] = {"gamma_s_per_byte": 1e-10, "step_latency_us": 1.0}
     return cfg
 
@@ -201,8 +201,7 @@ def sync_config(ranks: int) -> dict:
     MPI call (``async_progress`` false), as a calibration of this machine's processor
     sets them: the gradient allreduces of a data-parallel step then all run in the
     final wait, together."""
-    cfg = host_config(ranks)
-    cfg["topology"]["k"] = SYNC_FAT_TREE_K[ranks]
+    cfg = host_config(ranks, SYNC_FAT_TREE_K[ranks])
     cfg["collectives"]["async_progress"] = False
     return cfg
 

@@ -174,16 +174,14 @@ cdef class _TableTally(_Tally):
     cdef public tuple members
     cdef public dict reduced
     cdef public dict copied
-    cdef dict _red  # while settling: the sums standing for reduced and copied
-    cdef dict _copy
 
     @cython.locals(n=cython.longlong, t=_StepTable, s=Py_ssize_t, me=Py_ssize_t,
                    i=Py_ssize_t, k=Py_ssize_t, d=Py_ssize_t, last=Py_ssize_t, red=int,
                    run_bytes=cython.longlong)
     cpdef settle(self, _RowSums into)
 
-    @cython.locals(acct=dict, key=object, total=cython.longlong)
-    cdef _add(self, Py_ssize_t member, int reduced, long long nbytes)
+    @cython.locals(key=object, total=cython.longlong)
+    cdef _add(self, dict acct, Py_ssize_t member, long long nbytes)
 
 
 @cython.locals(n=cython.longlong)

@@ -428,7 +428,7 @@ class _TableTally(_Tally):
     members' ranks ``members``) when settled, into ``reduced`` / ``copied`` (pair totals,
     None where the member sends none of that part): no per-member totals are kept."""
 
-    __slots__ = ("_copy", "_red", "copied", "me", "members", "reduced", "table")
+    __slots__ = ("copied", "me", "members", "reduced", "table")
 
     def __init__(
         self,
@@ -453,8 +453,9 @@ class _TableTally(_Tally):
         if n <= 0:
             return
         self.calls = 0
-        self._red = into.of(self.reduced) if self.reduced is not None else None
-        self._copy = into.of(self.copied) if self.copied is not None else None
+        # The rank's sums standing for the two totals while it settles (see _RowSums).
+        reduced = into.of(self.reduced) if self.reduced is not None else None
+        copied = into.of(self.copied) if self.copied is not None else None
         t = self.table
         s = t.s
         me = self.me
@@ -471,19 +472,16 @@ class _TableTally(_Tally):
                 continue
             if d != last or t.reduce[k] != red:
                 if last >= 0:
-                    self._add(last, red, n * run_bytes)
+                    self._add(reduced if red else copied, last, n * run_bytes)
                 last = d
                 red = t.reduce[k]
                 run_bytes = 0
             run_bytes += t.nbytes[k]
         if last >= 0:
-            self._add(last, red, n * run_bytes)
-        self._red = self._copy = None
+            self._add(reduced if red else copied, last, n * run_bytes)
 
-    def _add(self, member: int, reduced: int, nbytes: int) -> None:
-        """Add ``nbytes`` to the pair total from this rank to ``member``, in the reduced
-        part if ``reduced``, else in the copied one (their sums while settling)."""
-        acct = self._red if reduced else self._copy
+    def _add(self, acct: dict[int, int], member: int, nbytes: int) -> None:
+        """Add ``nbytes`` to the pair total from this rank to ``member`` in ``acct``."""
         key = self.row + self.members[member]
         total = acct.get(key, 0)
         acct[key] = total + nbytes
@@ -974,9 +972,7 @@ class SimExecutor:
         gamma, step_s = costs
         table = self.step_table(sched)
         if table is not None:  # every member's steps are in the table: nothing per member
-            delays = None
-            if step_s > 0 or (gamma > 0 and table.reduced_into[me]):
-                delays = self._table_delays(sched, table, me, costs)
+            delays = self._table_delays(sched, table, me, costs)
             return _Plan(table, (), (), table.messages[me], delays)
         key = (id(sched), me, costs)
         plan = self._plans.get(key)
@@ -1010,14 +1006,18 @@ class SimExecutor:
 
     def _table_delays(
         self, sched: Schedule, table: _StepTable, me: int, costs: tuple[float, float]
-    ) -> list[float]:
-        """``_delays`` of member ``me`` from ``sched``'s step table ``table``: every
+    ) -> list[float] | None:
+        """``_delays`` of member ``me`` from ``sched``'s step table ``table``, None where
+        it pays nothing after its steps (no cost per step, nothing reduced into it): every
         member's at once the first time a table is asked for with ``costs`` (numpy over
         the table; members with equal delays share one list, which no one changes),
         where member by member they cost a walk of its steps as transfer objects (63 us
         a member of a 1,024-rank Rabenseifner allreduce, 16,384 of them a bucket at
         16,384 ranks). The same floats: each the cost per step plus gamma times the
         step's reduced bytes, an integer."""
+        gamma, step_s = costs
+        if not (step_s > 0 or (gamma > 0 and table.reduced_into[me])):
+            return None
         key = (id(table), costs)
         lists = self._table_delay_lists.get(key, _UNASKED)
         if lists is _UNASKED:
@@ -1421,10 +1421,7 @@ class PhaseSim:
         if table is not None:  # every member's steps are in the table (see ex._plan)
             steps = table
             messages = table.messages[me]
-            gamma, step_s = costs
-            delays = None
-            if step_s > 0 or (gamma > 0 and table.reduced_into[me]):
-                delays = ex._table_delays(sched, table, me, costs)
+            delays = ex._table_delays(sched, table, me, costs)
             if table.reduces[me] or table.copies[me]:
                 # (the group kind's accounts, asked for when first needed, as before)
                 reduced = copied = None
