@@ -524,3 +524,32 @@ def test_data_parallel_models_give_every_rank_the_same_program():
     for name in ("resnet152", "dlrm"):
         ph = build(name, 8).phases[0]
         assert ph.program(0) == ph.program(5) == ph.program(7)
+
+
+def test_a_builder_shares_equal_blocking_operations_and_scales_as_before():
+    from workload.program import ProgramBuilder, scale_count
+
+    b = ProgramBuilder()
+    for _ in range(3):
+        b.allreduce("tp", 1000, label="tp_allreduce")
+        b.compute(5, "forward")
+        b.allreduce("dp", 1000, blocking=False)
+    tp, fwd, dp = b.ops[0], b.ops[1], b.ops[2]
+    # Blocking collectives and computes carry no request: equal ones are one object.
+    assert [op is tp for op in b.ops[::3]] == [True] * 3
+    assert [op is fwd for op in b.ops[1::3]] == [True] * 3
+    assert tp == Collective("allreduce", "tp", 1000, None, None, 0, "tp_allreduce")
+    assert fwd == Compute(5.0, "forward")
+    # Non-blocking ones each hold their own request id.
+    assert [op.req for op in b.ops[2::3]] == [0, 1, 2] and dp.count_elems == 1000
+    # Other sizes and labels are other objects.
+    b.allreduce("tp", 1001, label="tp_allreduce")
+    b.allreduce("tp", 1000, label="other")
+    assert b.ops[-2] is not tp and b.ops[-2].count_elems == 1001
+    assert b.ops[-1] is not tp and b.ops[-1].label == "other"
+    # Sizes at scale 1 and any other scale are scale_count's.
+    for scale in (1.0, 0.5, 1e-9):
+        s = ProgramBuilder(BuildOptions(scale=scale))
+        for count in (0, 1, 3, 1000):
+            s.allreduce("dp", count)
+            assert s.ops[-1].count_elems == scale_count(count, scale)

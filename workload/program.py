@@ -61,6 +61,11 @@ class ProgramBuilder:
         self.options = options or BuildOptions()
         self.ops: list[Op] = []
         self._next_req = 0
+        # Blocking collectives and computes are frozen and carry no request id: equal ones
+        # are one object (a pipeline's rank repeats each per micro-batch; GPT-3 at 384
+        # ranks built 880k operations). The executors accept shared objects: they key
+        # what they keep about an operation by the object, position-free.
+        self._shared: dict[tuple, Op] = {}
 
     def _req(self, blocking: bool) -> int | None:
         if blocking:
@@ -70,10 +75,17 @@ class ProgramBuilder:
         return r
 
     def _count(self, count_elems: int) -> int:
-        return scale_count(count_elems, self.options.scale)
+        scale = self.options.scale
+        if scale == 1.0 and type(count_elems) is int and count_elems >= 0:
+            return count_elems  # (scale_count's result, without its float round trip)
+        return scale_count(count_elems, scale)
 
     def compute(self, duration_us: float, label: str = "compute") -> None:
-        self.ops.append(Compute(float(duration_us), label))
+        key = ("compute", duration_us, label)
+        op = self._shared.get(key)
+        if op is None:
+            op = self._shared[key] = Compute(float(duration_us), label)
+        self.ops.append(op)
 
     def send(self, peer: int, count_elems: int, **how: Unpack[Message]) -> int | None:
         """Send ``count_elems`` float32 elements to ``peer`` (a rank of ``group``);
@@ -102,6 +114,21 @@ class ProgramBuilder:
         root: int = 0,
         label: str = "",
     ) -> int | None:
+        if blocking:
+            key = (op, group, count_elems, root, label)
+            shared = self._shared.get(key)
+            if shared is None:
+                shared = self._shared[key] = Collective(
+                    op,
+                    group,
+                    self._count(count_elems),
+                    None,
+                    self.options.algorithm,
+                    root,
+                    label or op,
+                )
+            self.ops.append(shared)
+            return None
         req = self._req(blocking)
         self.ops.append(
             Collective(
