@@ -25,32 +25,25 @@ cdef struct _QEntry:  # a heap entry of _KeyQueue: a run, by key then first numb
     Py_ssize_t head  # the run's first node (its items chain on through .next)
 
 
-cdef struct _SEntry:  # an entry of _KeyQueue's small array
-    double key
-    PyObject* item  # borrowed
-
-
 cdef struct _TEntry:  # an entry of _IntTable: key -1 is empty
     long long key
     PyObject* item
 
 
 ctypedef _TEntry* _TEntryPtr
-ctypedef _SEntry* _SEntryPtr
 ctypedef _QNode* _QNodePtr
 ctypedef _QEntry* _QEntryPtr
 ctypedef PyObject* _ObjectPtr  # a borrowed reference: a pointer, no count
 ctypedef PyObject** _ObjectArray  # a list's items
 
 cdef Py_ssize_t _OPEN_RUNS  # the length of _KeyQueue's open_tail and open_key
-cdef Py_ssize_t _SMALL_FILL  # the length of _KeyQueue's small
 
 # The flow phases and the numeric constants of the hot paths, as C values: as module
 # globals they would be a dictionary lookup and a boxed comparison at each use.
 cdef int _ALPHA, _DRAINING, _LATENCY, _DONE, _TIMER, _HANDSHAKE
 cdef Py_ssize_t _FAST_FORWARD_HOPS
 cdef long long _FAST_FORWARD_RATES
-cdef double _INF, _RATE_RTOL, _KEEP_RTOL, _SLACK_BELOW, _TOGETHER_RTOL
+cdef double _INF, _RATE_RTOL, _FULL_RTOL, _TIE_RTOL, _TOGETHER_RTOL
 cdef object _ONE_TAG
 cdef unsigned long long _HASH_MUL
 
@@ -73,15 +66,7 @@ cdef class _KeyQueue:
     cdef Py_ssize_t open_tail[4]  # _OPEN_RUNS: each open run's last node, -1: none
     cdef double open_key[4]
     cdef Py_ssize_t next_open
-    cdef _SEntry small[16]  # _SMALL_FILL: see file_small, least last
-    cdef double popped_key  # the key of the item take_small last returned
     cdef list heap
-
-    @cython.locals(i=Py_ssize_t, small=_SEntryPtr)
-    cdef inline void file_small(self, double key, object item) noexcept
-
-    @cython.locals(n=Py_ssize_t)
-    cdef inline object take_small(self)
 
     @cython.locals(seq=cython.longlong, i=Py_ssize_t, parent=Py_ssize_t, cap=Py_ssize_t,
                    node=Py_ssize_t, nodes=_QNodePtr, entries=_QEntryPtr)
@@ -193,7 +178,7 @@ cdef class _Link:
     cdef public long long n_unfrozen
     cdef public double load_bytes_per_s
     cdef public long long load_mark
-    cdef public long long slack_mark
+    cdef public double kept_max
     cdef public long long bytes_total
     cdef public double busy_since_s
     cdef public double busy_s
@@ -243,6 +228,7 @@ cdef class _Path(_Pair):
 
 cdef class _Flow:  # (its free list and GC flag: decorators in network.py)
     cdef public double fill_bytes_per_s
+    cdef public Py_ssize_t bn  # which of its links is its bottleneck (see _flush)
     cdef public double last_update_s
     cdef _ObjectArray lk  # its links (borrowed: its path holds them): lk_small or the path's
     cdef public Py_ssize_t n_links
@@ -293,15 +279,14 @@ cdef class FlowNetwork:
     cdef public dict _pairs
     cdef public _KeyQueue _timers
     cdef public _KeyQueue _fill_queue
+    cdef public _KeyQueue _check_queue
     cdef public _Stack _comp_links
     cdef public _Stack _comp_flows
     cdef public _Stack _touched
-    cdef public _Stack _slack
     cdef public list _wake_pending
     cdef public bint _waking
     cdef public double _now_s
     cdef public list _dirty
-    cdef public double _keep_below
     cdef public list _env_queue
     cdef public bint _flush_scheduled
     cdef public long long _epoch
@@ -367,9 +352,8 @@ cdef class FlowNetwork:
                    due=cython.double, j=Py_ssize_t, rated_until=cython.longlong)
     cpdef _on_wake(self, ev)
 
-    @cython.locals(link=_Link, nl=Py_ssize_t, j=Py_ssize_t, n=cython.longlong,
-                   latency_s=cython.double, low=cython.double, share=cython.double,
-                   base=cython.longlong)
+    @cython.locals(link=_Link, nl=Py_ssize_t, j=Py_ssize_t, latency_s=cython.double,
+                   dirty=list)
     cpdef _begin(self, _Flow flow, double now)
 
     @cython.locals(path=_Path, pair=_Pair, n=cython.longlong, tag2=object, notify=object,
@@ -379,13 +363,10 @@ cdef class FlowNetwork:
     @cython.locals(old=cython.double, rem=cython.double)
     cpdef _apply_rate(self, _Flow f, double rate, double now)
 
-    @cython.locals(seed=_Link, link=_Link, l2=_Link, f=_Flow, seeds=list,
-                   comp_links=_Stack, comp_flows=_Stack, slack=_Stack, over=list, tangled=bint,
+    @cython.locals(seed=_Link, link=_Link, f=_Flow, seeds=list, links=_Stack, flows=_Stack,
                    touched=_Stack, n=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, k=Py_ssize_t,
-                   nl=Py_ssize_t, base=cython.longlong, stamp=cython.longlong,
-                   rate=cython.double, old=cython.double, cap=cython.double,
-                   tol=cython.double, t=cython.double, low=cython.double,
-                   keep=cython.double)
+                   base=cython.longlong, stamp=cython.longlong, rate=cython.double,
+                   old=cython.double, cap=cython.double, tol=cython.double)
     cpdef _flush(self, double now)
 
 
@@ -447,7 +428,7 @@ cdef int _grow_stack(_Stack stack) except -1
 cdef inline void _truncate(_Stack stack, Py_ssize_t n) noexcept
 
 
-cdef inline void _empty(_Stack links, _Stack flows, _Stack touched, _Stack slack) noexcept
+cdef inline void _empty(_Stack links, _Stack flows, _Stack touched) noexcept
 
 
 cdef inline _Link _link_in(_Stack stack, Py_ssize_t i)
@@ -487,37 +468,33 @@ cdef _sum_load(_Link link, double now)
 cdef _set_load(_Link link, double load, double now)
 
 
-@cython.locals(link=_Link, j=Py_ssize_t, n=cython.longlong, share=cython.double,
-               cur=cython.double, level=cython.double, small=bint)
-cpdef _water_fill(_Stack links, long long epoch, _KeyQueue queue)
-
-
-cdef inline _file(_KeyQueue queue, bint small, double share, _Link link)
-
-
 @cython.locals(l2=_Link, f=_Flow, i=Py_ssize_t, j=Py_ssize_t)
 cdef inline _freeze(_Link link, double cur, long long epoch)
 
 
-@cython.locals(link=_Link, l2=_Link, f=_Flow, j=Py_ssize_t, k=Py_ssize_t, nl=Py_ssize_t,
-               rate=cython.double, low=cython.double, cap=cython.double, tangled=bint)
-cdef bint _search(_Stack links, Py_ssize_t i, _Stack flows, _Stack touched, _Stack slack,
-                  long long stamp, long long base, double keep, long long first) except -1
+@cython.locals(l2=_Link, k=Py_ssize_t, nl=Py_ssize_t, low=cython.double, cap=cython.double,
+               shared=bint)
+cdef bint _gather(_Flow f, long long stamp, _Stack links, _Stack flows) except -1
 
 
-@cython.locals(link=_Link, i=Py_ssize_t, k=Py_ssize_t)
-cdef _caps(_Stack slack, long long stamp, _Stack links)
 
 
-@cython.locals(link=_Link, f=_Flow, i=Py_ssize_t, j=Py_ssize_t, load=cython.double,
-               filled=cython.double, beyond=cython.double, rate=cython.double, out=list)
-cdef list _overtaken(_Stack slack, long long stamp)
+@cython.locals(j=Py_ssize_t)
+cdef _ready(_Stack links, Py_ssize_t start, long long stamp, _KeyQueue checks)
+
+
+@cython.locals(f=_Flow, i=Py_ssize_t, n=cython.longlong, rem=cython.double, top=cython.double,
+               rate=cython.double)
+cdef _ready_link(_Link link, long long stamp, _KeyQueue checks)
 
 
 @cython.locals(link=_Link, f=_Flow, i=Py_ssize_t, j=Py_ssize_t, n=cython.longlong,
-               rem=cython.double)
-cdef _ready(_Stack links, Py_ssize_t start, long long stamp)
+               level=cython.double, share=cython.double, cur=cython.double, rate=cython.double,
+               above=cython.double, top=cython.double, ok=bint, joined=bint)
+cdef _fill_joining(_Stack links, long long stamp, _KeyQueue queue, _KeyQueue checks,
+                   _Stack flows)
 
 
-cdef _whole_component(_Link seed, long long stamp, long long base, _Stack links, _Stack flows,
-                      _Stack touched)
+@cython.locals(l2=_Link, j=Py_ssize_t, rate=cython.double)
+cdef _join(_Flow f, long long stamp, _Stack links, _Stack flows, _KeyQueue queue,
+           _KeyQueue checks)

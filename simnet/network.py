@@ -119,10 +119,6 @@ _FAST_FORWARD_RATES = 1 << 20
 # Runs of a key queue that a push looks for its key among (see _KeyQueue).
 _OPEN_RUNS = 4
 
-# Components of at most this many links are water-filled with the key queue's small
-# array (see _KeyQueue).
-_SMALL_FILL = 16
-
 # math.inf as a module constant: a C double when compiled (network.pxd), where reading
 # math.inf is a module attribute lookup each time.
 _INF = math.inf
@@ -135,13 +131,12 @@ _RATE_RTOL = 1e-12  # a new rate this close to the current one is no change
 # Jobs draining over a link together for less than this times the clock were not: the
 # span is rounding (see _Meeting._settle).
 _TOGETHER_RTOL = 1e-12
-# A flow whose rate is below the rate of what changed since the last recomputation by
-# more than this (relative) keeps its rate (see _flush): a margin for rounding.
-_KEEP_RTOL = 1e-9
-# A link whose load is below its capacity times this has capacity to spare: the max-min
-# search does not cross it (see _flush). Loads of full links are within rounding of their
-# capacity, far above this.
-_SLACK_BELOW = 1.0 - 1e-9
+# A link whose capacity left is at most this times its capacity is full (see
+# _fill_joining): a margin for rounding, far below what a link that is not full leaves.
+_FULL_RTOL = 1e-9
+# Rates within this (relative) of each other are taken as equal where the max-min test
+# compares them (see _fill_joining): a margin for rounding, far above it.
+_TIE_RTOL = 1e-10
 
 
 class TransferRecord(NamedTuple):
@@ -232,12 +227,6 @@ class _KeyQueue:
     Nodes are reused from a free list, so a queue kept for the next use (the
     water-filling's) allocates nothing once it has grown.
 
-    Compiled, ``file_small`` and ``take_small`` use instead a C array of at most
-    ``_SMALL_FILL`` items sorted by key, ties in filing order, least last (no numbers),
-    for the water-filling of a small component (a fat-tree's hold about eight links),
-    where the runs' nodes and heap entries cost 128 instructions a link (callgrind,
-    1,024 ranks). The same order (``n`` counts the array's items); the timers never
-    come near it.
     """
 
     def __init__(self) -> None:
@@ -269,29 +258,6 @@ class _KeyQueue:
                     node = self.nodes[node].next
             PyMem_Free(self.entries)
             PyMem_Free(self.nodes)
-
-    def file_small(self, key: float, item: object) -> None:
-        """Compiled only: queue ``item`` under ``key`` in the small array (borrowed: the
-        caller holds it until it is taken). The array holds no heap-filed item and at
-        most ``_SMALL_FILL``: callers see to both."""
-        i = self.n
-        small = cython.address(self.small[0])
-        # After the items of a greater key, before those of a key not greater (filed
-        # before it): least key last, ties in filing order, as the heap takes them.
-        while i > 0 and small[i - 1].key <= key:
-            small[i] = small[i - 1]
-            i -= 1
-        small[i].key = key
-        small[i].item = cython.cast(cython.pointer(PyObject), item)
-        self.n += 1
-
-    def take_small(self) -> object:
-        """Compiled only: take the small array's first item out; its key is left in
-        ``popped_key``."""
-        n = self.n - 1
-        self.n = n
-        self.popped_key = self.small[n].key
-        return cython.cast(object, self.small[n].item)
 
     def push(self, key: float, item: object) -> int:
         """Queue ``item`` under ``key``; returns the item's number."""
@@ -734,8 +700,8 @@ class _Meeting:
         self.since_s = 0.0  # the last change (s)
         self.together_s = 0.0  # seconds during which two or more jobs drained here
         # A load at or above this (bytes/s) fills the link: below its capacity by the
-        # max-min search's margin for rounding (_SLACK_BELOW).
-        self.full_at = capacity_bytes_per_s * _SLACK_BELOW
+        # max-min test's margin for rounding (_FULL_RTOL).
+        self.full_at = capacity_bytes_per_s * (1.0 - _FULL_RTOL)
         self.full = False  # whether the link is full now
         self.full_s = 0.0  # seconds during which two or more jobs drained here, it full
         self.load_now = 0.0  # the link's load now (bytes/s)
@@ -794,6 +760,7 @@ class _Link:
         "bytes_total",
         "capacity_bytes_per_s",
         "fl",
+        "kept_max",
         "key",
         "latency_s",
         "load_bytes_per_s",
@@ -804,7 +771,6 @@ class _Link:
         "peak_load_bytes_per_s",
         "rem_capacity_bytes_per_s",
         "series",
-        "slack_mark",
         "watch",
     )
 
@@ -832,10 +798,10 @@ class _Link:
         self.peak_load_bytes_per_s = 0.0
         self.series: _Series | None = None  # with record_link_series
         self.watch: _Meeting | None = None  # a jobs run's record (FlowNetwork.watch_links)
-        # Scratch space for component search and water-filling.
+        # Scratch space for the max-min pass (see FlowNetwork._flush).
         self.mark = 0
         self.load_mark = 0
-        self.slack_mark = 0
+        self.kept_max = 0.0
         self.rem_capacity_bytes_per_s = 0.0
         self.n_unfrozen = 0
 
@@ -890,8 +856,8 @@ def _list_flow(link: _Link, flow: _Flow) -> int:
 
 
 class _Stack:
-    """Links or flows as a max-min pass gathers them (a component's links, its flows,
-    the links whose loads to sum, those not crossed), kept by the network from pass to
+    """Links or flows as a max-min pass gathers them (the links filled over, the flows
+    filled again, the links whose loads to sum), kept by the network from pass to
     pass. In Python its items are a list; compiled, an array of borrowed pointers that
     is reset, not freed: each component of each pass made four lists before, and their appends,
     growth and freeing were about 6% of a contended message's instructions (callgrind,
@@ -945,12 +911,11 @@ def _truncate(stack: _Stack, n: int) -> None:
         del stack.items[n:]
 
 
-def _empty(links: _Stack, flows: _Stack, touched: _Stack, slack: _Stack) -> None:
-    """Empty a max-min component's four stacks (see FlowNetwork._flush)."""
+def _empty(links: _Stack, flows: _Stack, touched: _Stack) -> None:
+    """Empty a max-min pass's three stacks (see FlowNetwork._flush)."""
     _truncate(links, 0)
     _truncate(flows, 0)
     _truncate(touched, 0)
-    _truncate(slack, 0)
 
 
 def _link_in(stack: _Stack, i: int) -> _Link:
@@ -1058,6 +1023,7 @@ class _Flow:
     """
 
     __slots__ = (
+        "bn",
         "fill_bytes_per_s",
         "last_update_s",
         "lk",
@@ -1287,19 +1253,16 @@ class FlowNetwork:
         # The flows' and call_later's timers, due by time, then in the order they were set.
         self._timers = _KeyQueue()
         self._fill_queue = _KeyQueue()  # the water-filling's, empty between fills
-        # A max-min pass's component: its links, flows, links whose loads to sum and links
-        # not crossed for their spare capacity (see _flush); empty between passes.
+        self._check_queue = _KeyQueue()  # kept flows to test during it (see _fill_joining)
+        # A max-min pass's links filled over, flows filled again and links whose loads to
+        # sum (see _flush); empty between passes.
         self._comp_links = _Stack()
         self._comp_flows = _Stack()
         self._touched = _Stack()
-        self._slack = _Stack()
         self._wake_pending: list[float] = []  # target times of scheduled simpy wake-ups
         self._waking = False  # inside _on_wake (then _now_s is simpy's clock)
         self._now_s = 0.0
-        self._dirty: list[_Link] = []  # seed links of components to recompute
-        # The lowest rate (bytes/s) of the flows that stopped draining since the last
-        # recomputation, or of a lower bound of the rates of those that began (see _flush).
-        self._keep_below = _INF
+        self._dirty: list[_Link] = []  # links whose flows began or ended (see _flush)
         # simpy's event queue, a heap of (time, priority, id, event), when this simpy
         # version keeps it where _on_wake can look (else every wake-up is a timeout).
         # Only a plain Environment: a RealtimeEnvironment must wait out every instant.
@@ -1497,6 +1460,7 @@ class FlowNetwork:
         flow.phase = _ALPHA
         flow.timer = 0
         flow.mark = 0
+        flow.bn = 0
         flow.fill_bytes_per_s = -1.0
         alpha_s = self.alpha_s
         o = self.send_overhead_s
@@ -1964,9 +1928,6 @@ class FlowNetwork:
                                             link.load_bytes_per_s = 0.0
                                         else:
                                             _set_load(link, 0.0, now)
-                            rate = flow.rate_bytes_per_s
-                            if rate < self._keep_below:
-                                self._keep_below = rate
                             flow.rate_bytes_per_s = 0.0
                             flow.remaining_bytes = 0.0
                             flow.timer = self._add_timer(now + flow.path.latency_s, flow)
@@ -2051,29 +2012,18 @@ class FlowNetwork:
                 self._deliver(flow, now)
             return
         flow.phase = _DRAINING
-        # Max-min fairness gives the flow at least its fairest link's equal share (it is
-        # frozen at a share of a link whose other flows were frozen at lower shares).
-        low = self._keep_below
-        # Every link whose flows changed is crossed by the next recomputation's search
-        # whatever its load (which does not count the new flow yet): marked as the seeds
-        # are (see _flush; that recomputation's base is the epoch after this one).
-        base = self._epoch + 1
+        # Each of its links gained a flow: the next recomputation starts from them all.
+        dirty = self._dirty
         if cython.compiled:
             _prefetch_items(flow.lk, nl)  # noqa: F821 (network.pxd)
         for j in range(nl):
             link = _link_at(flow, j)
             if not link.n_flows:
                 link.busy_since_s = now
-            n = _list_flow(link, flow)
+            _list_flow(link, flow)
             if link.watch is not None:
                 link.watch.start(flow.path.src, now)
-            link.load_mark = base
-            share = link.capacity_bytes_per_s / n
-            if share < low:
-                low = share
-        self._keep_below = low
-        # Any one link reaches the flow's whole component.
-        self._dirty.append(_link_at(flow, 0))
+            dirty.append(link)
         if not self._waking and not self._flush_scheduled:
             self._flush_scheduled = True
             ev = simpy.Event(self.env)
@@ -2123,53 +2073,38 @@ class FlowNetwork:
         f.timer = self._add_timer(now + rem / rate, f)
 
     def _flush(self, now: float) -> None:
-        """Recompute max-min rates of the components reached from the dirty links."""
+        """Recompute the max-min rates that the flows begun and ended since the last
+        recomputation can change (see below and _fill_joining for which those are)."""
         seeds = self._dirty
         self._dirty = []
-        # Stamps: the seeds whose loads are still to be summed carry `base` in load_mark;
-        # every component of this recomputation gets a stamp above it, which its links
-        # and flows carry in mark (so a mark above base is "in a component of this
-        # recomputation", one below it is not).
+        # Stamps: the seeds carry `base` in load_mark until they are visited; the flows
+        # filled again (and the links filled over) carry `stamp` in mark, as do the links
+        # whose loads are to be summed in load_mark.
         base = self._epoch + 1
-        stamp = base
-        # Only what changed is filled again. Let r be the lowest rate of the flows that
-        # ended or began since the last recomputation (for one that began, a lower bound:
-        # its fairest link's equal share). The flows whose rates are below r keep them:
-        # the water-filling below r is the same with and without the changed flows, as
-        # none of their links can be the fullest below r in either (it would freeze a
-        # changed flow below its rate), and every other link is as it was. So only the
-        # flows at r or above are filled again, over what the others leave of each link,
-        # and only those reached from the changed flows' links through such flows: the
-        # rest of each component is as it was. In exact arithmetic the rates are those of
-        # filling the whole components again; in floating point they may differ in the
-        # last digits (the kept rates are subtracted first, not in filling order).
-        #
-        # Nor does the search cross a link with capacity to spare (not a seed, its load
-        # below capacity): it is nobody's bottleneck, so a flow beyond it whose own
-        # bottleneck the change does not reach keeps its rate (a full link the change
-        # reached is crossed, and its flows filled again). Such a link joins the
-        # water-filling as a cap, the flows beyond it held at their rates (_caps). If it
-        # fills up with a flow beyond it faster than those filled there (_overtaken),
-        # that flow would have to slow down: the search crosses it then and the
-        # component is filled again. Where a search meets a component filled before in
-        # this recomputation (through a link that one filled up), the component is
-        # filled whole (_whole_component), which is exact from any state.
-        keep = self._keep_below
-        self._keep_below = _INF
-        keep = keep * (1.0 - _KEEP_RTOL) if keep != _INF else 0.0
-        # A link's load changes only if its set of flows changed (the seeds:
-        # links of started or ended flows) or the rate of one of its flows did.
+        stamp = base + 1
+        self._epoch = stamp
+        links = self._comp_links
+        flows = self._comp_flows
+        touched = self._touched
         for seed in seeds:
             seed.load_mark = base
-        comp_links = self._comp_links
-        comp_flows = self._comp_flows
-        touched = self._touched
-        slack = self._slack
+        # Max-min fairness has a test (Bertsekas and Gallager): rates that fit every link
+        # are the max-min fair ones if and only if each flow crosses a full link on which
+        # no flow is faster (its bottleneck, which each flow keeps: bn). A flow keeps its
+        # rate as long as its bottleneck stays one, which can only stop when that link's
+        # set of flows or the rate of one of them changes. So the flows filled again are
+        # those that began, and those whose bottleneck lost or gained a flow (the
+        # seeds'); the others keep their rates, taken from what they leave of each link.
+        # During the filling, a kept flow that the test fails on a link whose flows
+        # change joins it (_fill_joining), so the change spreads only as far as it moves
+        # a bottleneck. The rates are those of filling everything again up to rounding
+        # (kept rates are subtracted first, not in filling order; ties are taken within
+        # _TIE_RTOL): the times of the fingerprint cases are equal to the last digit.
         for seed in seeds:
-            if seed.mark > base:
-                continue
-            stamp += 1
-            seed.mark = stamp
+            if seed.load_mark != base:
+                continue  # (listed twice)
+            seed.load_mark = stamp
+            _push(touched, seed)
             n = seed.n_flows
             if n == 0:
                 if seed.load_bytes_per_s != 0.0:
@@ -2178,106 +2113,55 @@ class FlowNetwork:
                     else:
                         _set_load(seed, 0.0, now)
                 continue
-            if n == 1:
-                # Fast path: a flow alone on all its links gets its bottleneck.
-                f = _flow_at(seed, 0)  # (a link lists exactly its draining flows)
-                rate = f.rate_bytes_per_s
-                if rate < keep and rate > 0.0:  # it keeps its rate (see above)
-                    if seed.load_bytes_per_s != rate:
-                        _set_load(seed, rate, now)
+            for i in range(n):
+                f = _flow_at(seed, i)
+                if f.mark == stamp:
                     continue
+                if f.rate_bytes_per_s != 0.0 and _link_at(f, f.bn) is not seed:
+                    continue  # its bottleneck is elsewhere (tested in _fill_joining)
+                if _gather(f, stamp, links, flows):
+                    continue
+                # Fast path: a flow alone on all its links gets its bottleneck.
+                f.mark = stamp
+                self.recomputations += 1
+                self.flows_rerated += 1
                 rate = _INF
-                nl = f.n_links
-                for j in range(nl):
-                    link = _link_at(f, j)
-                    if link.n_flows != 1:
-                        break
-                    cap = link.capacity_bytes_per_s
+                for j in range(f.n_links):
+                    cap = _link_at(f, j).capacity_bytes_per_s
                     if cap < rate:
                         rate = cap
+                        f.bn = j
+                old = f.rate_bytes_per_s
+                if old == 0.0:
+                    # self._apply_rate(f, rate, now) of a flow that just began, inlined
+                    self.rates_changed += 1
+                    f.last_update_s = now
+                    f.rate_bytes_per_s = rate
+                    f.timer = self._add_timer(now + f.remaining_bytes / rate, f)
+                elif abs(rate - old) > old * _RATE_RTOL:
+                    self._apply_rate(f, rate, now)
                 else:
-                    f.mark = stamp
-                    self.recomputations += 1
-                    self.flows_rerated += 1
-                    old = f.rate_bytes_per_s
-                    if old == 0.0:
-                        # self._apply_rate(f, rate, now) of a flow that just began, inlined
-                        self.rates_changed += 1
-                        f.last_update_s = now
-                        f.rate_bytes_per_s = rate
-                        f.timer = self._add_timer(now + f.remaining_bytes / rate, f)
-                    elif abs(rate - old) > old * _RATE_RTOL:
-                        self._apply_rate(f, rate, now)
-                    else:
-                        rate = old
-                    for j in range(nl):
-                        link = _link_at(f, j)
-                        link.mark = stamp
-                        if link.load_bytes_per_s != rate:
-                            if (
-                                link.series is None
-                                and link.watch is None
-                                and rate <= link.peak_load_bytes_per_s
-                            ):
-                                link.load_bytes_per_s = rate
-                            else:
-                                _set_load(link, rate, now)
-                    continue
-            # Breadth-first search links -> flows -> links, preparing each
-            # link for the water-filling as it is found.
-            seed.rem_capacity_bytes_per_s = seed.capacity_bytes_per_s
-            seed.n_unfrozen = n
-            seed.load_mark = stamp
-            _push(comp_links, seed)
-            _push(touched, seed)
-            tangled = _search(comp_links, 0, comp_flows, touched, slack, stamp, base, keep, base)
-            if not comp_flows.n and not tangled:  # every flow of the seed keeps its rate
-                _sum_load(seed, now)
-                _empty(comp_links, comp_flows, touched, slack)
-                continue
+                    rate = old
+                for j in range(f.n_links):
+                    link = _link_at(f, j)
+                    if link.load_bytes_per_s != rate:
+                        if (
+                            link.series is None
+                            and link.watch is None
+                            and rate <= link.peak_load_bytes_per_s
+                        ):
+                            link.load_bytes_per_s = rate
+                        else:
+                            _set_load(link, rate, now)
+                    if link.load_mark == base:
+                        link.load_mark = stamp  # (a seed, summed now)
+        if flows.n:
             self.recomputations += 1
-            while True:
-                if tangled:
-                    # The search crossed a link that an earlier component of this
-                    # recomputation filled up (it had capacity to spare before) and met
-                    # that component's flows: the two must be filled together, and the
-                    # whole component is, from scratch.
-                    for i in range(comp_flows.n):
-                        _flow_in(comp_flows, i).fill_bytes_per_s = -1.0
-                    stamp += 1
-                    for i in range(touched.n):
-                        _link_in(touched, i).load_mark = stamp
-                    _truncate(comp_links, 0)
-                    _truncate(comp_flows, 0)
-                    _truncate(slack, 0)
-                    _whole_component(seed, stamp, base, comp_links, comp_flows, touched)
-                self.flows_rerated += comp_flows.n
-                if not slack.n:
-                    _water_fill(comp_links, stamp, self._fill_queue)
-                    break
-                # The component's links and, after them, the caps, filled together.
-                k = comp_links.n
-                _caps(slack, stamp, comp_links)
-                _water_fill(comp_links, stamp, self._fill_queue)
-                _truncate(comp_links, k)
-                over = _overtaken(slack, stamp)
-                if not over:
-                    break
-                # A link not crossed filled up with a flow beyond it faster than those
-                # filled there: that flow must share it, so cross it and fill again.
-                for i in range(comp_flows.n):
-                    _flow_in(comp_flows, i).fill_bytes_per_s = -1.0
-                i = comp_links.n
-                for link in over:
-                    link.mark = stamp
-                    _push(comp_links, link)
-                tangled = _search(
-                    comp_links, i, comp_flows, touched, slack, stamp, base, keep, base
-                )
-                if not tangled:
-                    _ready(comp_links, 0, stamp)
-            for i in range(comp_flows.n):
-                f = _flow_in(comp_flows, i)
+            _ready(links, 0, stamp, self._check_queue)
+            _fill_joining(links, stamp, self._fill_queue, self._check_queue, flows)
+            self.flows_rerated += flows.n
+            for i in range(flows.n):
+                f = _flow_in(flows, i)
                 rate = f.fill_bytes_per_s
                 f.fill_bytes_per_s = -1.0
                 old = f.rate_bytes_per_s
@@ -2289,170 +2173,168 @@ class FlowNetwork:
                         if link.load_mark != stamp:
                             link.load_mark = stamp
                             _push(touched, link)
-            for i in range(touched.n):
-                _sum_load(_link_in(touched, i), now)
-            _empty(comp_links, comp_flows, touched, slack)
-        self._epoch = stamp
+        for i in range(touched.n):
+            _sum_load(_link_in(touched, i), now)
+        _empty(links, flows, touched)
 
 
-def _search(
-    links: _Stack,
-    i: int,
-    flows: _Stack,
-    touched: _Stack,
-    slack: _Stack | None,
-    stamp: int,
-    base: int,
-    keep: float,
-    first: int,
-) -> bool:
-    """The max-min search of _flush from ``links[i:]``: links -> flows -> links,
-    breadth first, each link found made ready for the water-filling and appended to
-    ``links``, each flow to fill (at ``keep`` or above, or just begun) marked ``stamp``
-    and appended to ``flows``, the seeds met (load_mark ``base``) to ``touched``, the
-    links not crossed for their spare capacity to ``slack`` (None: every link is
-    crossed). A mark of ``first`` or above is a component's of this recomputation (``first``
-    above every mark: whatever was filled before joins). True if a flow of an earlier
-    component of the same recomputation was met (only when the search crosses a link
-    that had capacity to spare: see _flush)."""
-    tangled = False
-    while i < links.n:
-        link = _link_in(links, i)
-        i += 1
-        if cython.compiled:
-            _prefetch_items(link.fl, link.n_flows)  # noqa: F821 (network.pxd)
-        for j in range(link.n_flows):
-            f = _flow_at(link, j)
-            if f.mark >= first:
-                if f.mark != stamp:
-                    tangled = True
-                continue
-            rate = f.rate_bytes_per_s
-            if rate < keep and rate > 0.0:  # (0.0: it began, and needs one)
-                # Keeps its rate: it leaves the rest of the link to the others.
-                link.rem_capacity_bytes_per_s -= rate
-                link.n_unfrozen -= 1
-                continue
-            f.mark = stamp
-            _push(flows, f)
-            nl = f.n_links
-            if cython.compiled:
-                _prefetch_items(f.lk, nl)  # noqa: F821 (network.pxd)
-            # A link that only this flow crosses is but a cap on its rate, and of those
-            # only the first of lowest capacity can freeze it (the others come later at
-            # the same share, or at a higher one, and find it frozen): only that one
-            # joins the water-filling, in its place, which leaves every rate as it was,
-            # bit for bit.
-            low = _INF
-            for k in range(nl):
-                l2 = _link_at(f, k)
-                if l2.mark < first and l2.n_flows == 1:
-                    cap = l2.capacity_bytes_per_s
-                    if cap < low:
-                        low = cap
-            for k in range(nl):
-                l2 = _link_at(f, k)
-                if l2.mark < first:
-                    if l2.n_flows == 1:
-                        l2.mark = stamp
-                        if l2.load_mark == base:
-                            l2.load_mark = stamp
-                            _push(touched, l2)
-                        if l2.capacity_bytes_per_s != low:
-                            continue
-                        low = -1.0  # picked
-                    elif (
-                        slack is not None
-                        and l2.load_mark != base
-                        and l2.load_bytes_per_s < l2.capacity_bytes_per_s * _SLACK_BELOW
-                    ):
-                        if l2.slack_mark != stamp:  # capacity to spare: not crossed
-                            l2.slack_mark = stamp
-                            _push(slack, l2)
-                        continue
-                    else:
-                        l2.mark = stamp
-                        if l2.load_mark == base:
-                            l2.load_mark = stamp
-                            _push(touched, l2)
-                    l2.rem_capacity_bytes_per_s = l2.capacity_bytes_per_s
-                    l2.n_unfrozen = l2.n_flows
-                    _push(links, l2)
-    return tangled
+def _gather(f: _Flow, stamp: int, links: _Stack, flows: _Stack) -> bool:
+    """Add ``f`` to the flows to fill again (marked ``stamp``) and its links to those
+    filled over, unless it is alone on every link it crosses (False: it is not added).
 
-
-def _caps(slack: _Stack, stamp: int, links: _Stack) -> None:
-    """The links of ``slack``, not crossed for their spare capacity (and not crossed
-    since), appended to ``links`` and made ready for the water-filling as caps
-    (:func:`_ready`): each one's capacity less the rates of the flows beyond it, shared
-    by the flows marked ``stamp``."""
-    k = links.n
-    for i in range(slack.n):
-        link = _link_in(slack, i)
-        if link.mark != stamp:
-            _push(links, link)
-    _ready(links, k, stamp)
-
-
-def _overtaken(slack: _Stack, stamp: int) -> list[_Link]:
-    """Of the links filled as caps (see _caps), those that the rates just filled (flows
-    marked ``stamp``: ``fill_bytes_per_s``) leave full with a flow beyond them faster
-    than every flow filled there: the rates are max-min fair only if no such link is
-    left (a full link is a bottleneck of the fastest flows through it)."""
-    out = []
-    for j in range(slack.n):
-        link = _link_in(slack, j)
-        if link.mark == stamp:
+    A link that only this flow crosses is but a cap on its rate, and of those only the
+    first of lowest capacity can freeze it (the others come later at the same share, or
+    at a higher one, and find it frozen): only that one is filled over, which leaves
+    every rate as it was, bit for bit."""
+    nl = f.n_links
+    if cython.compiled:
+        _prefetch_items(f.lk, nl)  # noqa: F821 (network.pxd)
+    low = _INF
+    shared = False
+    for k in range(nl):
+        l2 = _link_at(f, k)
+        if l2.n_flows == 1:
+            cap = l2.capacity_bytes_per_s
+            if cap < low:
+                low = cap
+        else:
+            shared = True
+    if not shared:
+        return False
+    f.mark = stamp
+    _push(flows, f)
+    for k in range(nl):
+        l2 = _link_at(f, k)
+        if l2.mark == stamp:
             continue
-        load = 0.0
-        filled = 0.0
-        beyond = 0.0
-        for i in range(link.n_flows):
-            f = _flow_at(link, i)
-            if f.mark == stamp:
-                rate = f.fill_bytes_per_s
-                if rate > filled:
-                    filled = rate
-            else:
-                rate = f.rate_bytes_per_s
-                if rate > beyond:
-                    beyond = rate
-            load += rate
-        if beyond > filled and load >= link.capacity_bytes_per_s * _SLACK_BELOW:
-            out.append(link)
-    return out
+        if l2.n_flows == 1:
+            if l2.capacity_bytes_per_s != low:
+                continue
+            low = -1.0  # picked
+        l2.mark = stamp
+        _push(links, l2)
+    return True
 
 
-def _ready(links: _Stack, start: int, stamp: int) -> None:
-    """Make a component's links from ``links``' item ``start`` on ready for the
-    water-filling again (as the search did: each link's capacity less the rates of the
-    flows that keep theirs, in list order)."""
+def _ready(links: _Stack, start: int, stamp: int, checks: _KeyQueue) -> None:
+    """Make the links filled over, from ``links``' item ``start`` on, ready for the
+    water-filling (see _fill_joining): each link's capacity less the rates of the flows
+    that keep theirs (not marked ``stamp``), in list order, its number of flows to fill
+    and its fastest kept flow's rate; each kept flow whose bottleneck it is filed in
+    ``checks`` under its rate."""
     for j in range(start, links.n):
-        link = _link_in(links, j)
-        rem = link.capacity_bytes_per_s
-        n = link.n_flows
-        for i in range(link.n_flows):
-            f = _flow_at(link, i)
-            if f.mark != stamp:
-                rem -= f.rate_bytes_per_s
-                n -= 1
-        link.rem_capacity_bytes_per_s = rem
-        link.n_unfrozen = n
+        _ready_link(_link_in(links, j), stamp, checks)
 
 
-def _whole_component(
-    seed: _Link, stamp: int, base: int, links: _Stack, flows: _Stack, touched: _Stack
+def _ready_link(link: _Link, stamp: int, checks: _KeyQueue) -> None:
+    """One link of :func:`_ready`."""
+    rem = link.capacity_bytes_per_s
+    n = link.n_flows
+    top = 0.0
+    if cython.compiled:
+        _prefetch_items(link.fl, n)  # noqa: F821 (network.pxd)
+    for i in range(link.n_flows):
+        f = _flow_at(link, i)
+        if f.mark != stamp:
+            rate = f.rate_bytes_per_s
+            rem -= rate
+            n -= 1
+            if rate > top:
+                top = rate
+            if _link_at(f, f.bn) is link:
+                checks.push(rate, f)
+    link.rem_capacity_bytes_per_s = rem
+    link.n_unfrozen = n
+    link.kept_max = top
+
+
+def _fill_joining(
+    links: _Stack, stamp: int, queue: _KeyQueue, checks: _KeyQueue, flows: _Stack
 ) -> None:
-    """Every link and flow connected to ``seed``, marked ``stamp`` (above every mark so
-    far) and made ready for the water-filling into ``links`` and ``flows``, whatever
-    their rates and loads: a component filled whole gets its max-min rates from any
-    state. Seeds whose loads are still to be summed (load_mark ``base``) join
-    ``touched``."""
-    seed.mark = stamp
-    seed.rem_capacity_bytes_per_s = seed.capacity_bytes_per_s
-    seed.n_unfrozen = seed.n_flows
-    _push(links, seed)
-    _search(links, 0, flows, touched, None, stamp, base, 0.0, stamp)
+    """Progressive filling of the flows marked ``stamp`` over ``links`` (made ready by
+    _ready), the kept flows joining it where the test of max-min fairness (see _flush)
+    says they must change; leaves each flow's rate in ``fill_bytes_per_s`` and its
+    bottleneck in ``bn``.
+
+    In the filling's order (shares only grow): a link about to freeze its flows at a
+    share joins first every kept flow there that is faster (``kept_max`` says whether
+    one may be); a kept flow whose bottleneck has capacity left, or flows to fill there
+    at a higher share, once the level reaches its rate (its entry in ``checks``), joins
+    then. A flow that joins gives its rate back to its links and is filled from the
+    level on: every share it touches stays at or above the level, as the filling needs."""
+    if queue.n:
+        raise RuntimeError("the water-filling's queue was left holding links")
+    for j in range(links.n):
+        link = _link_in(links, j)
+        if link.n_unfrozen:
+            queue.push(link.rem_capacity_bytes_per_s / link.n_unfrozen, link)
+    level = 0.0
+    while queue.n or checks.n:
+        if checks.n and (not queue.n or checks.first_key() <= queue.first_key()):
+            f = checks.pop()
+            if f.mark == stamp:
+                continue  # it joined
+            link = _link_at(f, f.bn)
+            n = link.n_unfrozen
+            rate = f.rate_bytes_per_s
+            if n:
+                ok = link.rem_capacity_bytes_per_s / n <= rate * (1.0 + _TIE_RTOL)
+            else:
+                ok = link.rem_capacity_bytes_per_s <= link.capacity_bytes_per_s * _FULL_RTOL
+            if not ok:
+                _join(f, stamp, links, flows, queue, checks)
+            continue
+        share = queue.first_key()
+        link = queue.pop()
+        n = link.n_unfrozen
+        if n == 0:
+            continue
+        cur = link.rem_capacity_bytes_per_s / n
+        if cur > share:
+            queue.push(cur, link)
+            continue
+        # Shares never decrease in exact arithmetic; do not let rounding do it.
+        if cur < level:
+            cur = level
+        above = cur * (1.0 + _TIE_RTOL)
+        if link.kept_max > above:
+            joined = False
+            top = 0.0
+            for i in range(link.n_flows):
+                f = _flow_at(link, i)
+                if f.mark != stamp:
+                    rate = f.rate_bytes_per_s
+                    if rate > above:
+                        _join(f, stamp, links, flows, queue, checks)
+                        joined = True
+                    elif rate > top:
+                        top = rate
+            link.kept_max = top
+            if joined:
+                continue  # (filed again by _join)
+        level = cur
+        _freeze(link, cur, stamp)
+
+
+def _join(
+    f: _Flow, stamp: int, links: _Stack, flows: _Stack, queue: _KeyQueue, checks: _KeyQueue
+) -> None:
+    """A kept flow joins the filling (see _fill_joining): its rate goes back to its links
+    (those not filled over yet join them, made ready), each filed again."""
+    rate = f.rate_bytes_per_s
+    f.mark = stamp
+    f.fill_bytes_per_s = -1.0
+    _push(flows, f)
+    for j in range(f.n_links):
+        l2 = _link_at(f, j)
+        if l2.mark != stamp:
+            l2.mark = stamp
+            _push(links, l2)
+            _ready_link(l2, stamp, checks)
+        else:
+            l2.rem_capacity_bytes_per_s += rate
+            l2.n_unfrozen += 1
+        queue.push(l2.rem_capacity_bytes_per_s / l2.n_unfrozen, l2)
 
 
 def _unlist(link: _Link, flow: _Flow) -> int:
@@ -2460,8 +2342,8 @@ def _unlist(link: _Link, flow: _Flow) -> int:
     their new number.
 
     Found by identity without reading the other flows (compiled: their pointers only):
-    a flow that has stopped draining leaves its links at once, so the max-min search,
-    the water-filling and the load sums never step over ended flows, whose objects
+    a flow that has stopped draining leaves its links at once, so the max-min pass
+    and the load sums never step over ended flows, whose objects
     would be cache misses on a big network."""
     n = link.n_flows
     if cython.compiled:
@@ -2513,59 +2395,9 @@ def _set_load(link: _Link, load: float, now: float) -> None:
         watch.load(load, now)
 
 
-def _water_fill(links: _Stack, epoch: int, queue: _KeyQueue) -> None:
-    """Progressive filling over a component; leaves each flow's rate in ``fill_bytes_per_s``.
-
-    Each link's ``rem_capacity_bytes_per_s`` and ``n_unfrozen`` must be set; the flows
-    filled are those marked ``epoch`` (the others on the links keep their rates).
-    Repeatedly take the link with the smallest fair share (remaining capacity
-    / unfrozen flows), freeze its unfrozen flows at that share and subtract it
-    from their other links. Shares only grow from round to round, so a link
-    filed under an old share is a lower bound, refiled lazily when reached.
-    Links come out by the share they were filed under, ties in filing order (the
-    component's order, then refiling order), for determinism. ``queue`` (empty) holds
-    the links being filled, compiled in its small array if they are few (the stack
-    holds them meanwhile); it is empty again at the end.
-    """
-    if queue.n:
-        raise RuntimeError("the water-filling's queue was left holding links")
-    small = cython.compiled and links.n <= _SMALL_FILL
-    for j in range(links.n):
-        link = _link_in(links, j)
-        _file(queue, small, link.rem_capacity_bytes_per_s / link.n_unfrozen, link)
-    level = 0.0
-    while queue.n:
-        if small:
-            link = queue.take_small()
-            share = queue.popped_key
-        else:
-            share = queue.first_key()
-            link = queue.pop()
-        n = link.n_unfrozen
-        if n == 0:
-            continue
-        cur = link.rem_capacity_bytes_per_s / n
-        if cur > share:
-            _file(queue, small, cur, link)
-            continue
-        # Shares never decrease in exact arithmetic; do not let rounding do it.
-        if cur < level:
-            cur = level
-        level = cur
-        _freeze(link, cur, epoch)
-
-
-def _file(queue: _KeyQueue, small: bool, share: float, link: _Link) -> None:
-    """File ``link`` under ``share`` in the water-filling's queue (see ``_water_fill``)."""
-    if small:
-        queue.file_small(share, link)
-    else:
-        queue.push(share, link)
-
-
 def _freeze(link: _Link, cur: float, epoch: int) -> None:
     """Freeze the unfrozen flows of ``link`` (those marked ``epoch``) at the share ``cur``
-    (bytes/s) and take it from their links."""
+    (bytes/s), take it from their links and make ``link`` their bottleneck (``bn``)."""
     for i in range(link.n_flows):
         f = _flow_at(link, i)
         if f.fill_bytes_per_s < 0.0 and f.mark == epoch:
@@ -2574,3 +2406,5 @@ def _freeze(link: _Link, cur: float, epoch: int) -> None:
                 l2 = _link_at(f, j)
                 l2.rem_capacity_bytes_per_s -= cur
                 l2.n_unfrozen -= 1
+                if l2 is link:
+                    f.bn = j

@@ -518,10 +518,15 @@ def test_a_link_filled_up_beyond_the_search_is_crossed_and_shared():
     env.run(until=0.5)
     rates = sorted((a.src, a.rate_bytes_per_s) for a in net.active_flows())
     assert rates == [(0, approx(2.0)), (2, approx(10.0)), (4, approx(10.0)), (6, approx(2.0))]
+    assert (net.recomputations, net.flows_rerated) == (1, 4)
     env.run(until=1.5)
     rates = sorted((a.src, a.rate_bytes_per_s) for a in net.active_flows())
     assert rates == [(0, approx(4.0)), (2, approx(9.0)), (4, approx(11.0))]
     assert net.link_peak_load_bytes_per_s()[("s", "s'")] == approx(13.0)
+    # One recomputation, the change spreading as it fills: X (its bottleneck Lx lost W)
+    # is filled; S, about to freeze it at 13 - 10 = 3, finds Y faster, who joins; once Y
+    # froze at 9, Z's bottleneck Ly has 1 B/s left when the level reaches Z's 10: Z joins.
+    assert (net.recomputations, net.flows_rerated) == (2, 7)
 
 
 @pytest.mark.parametrize("w_first", [True, False])
@@ -550,20 +555,35 @@ def test_components_of_one_instant_that_meet_through_a_filled_link(w_first):
 
 
 def test_rates_computed_but_found_unchanged_are_counted_apart():
-    # X: 0 -> 1 (10 B/s, its bottleneck) -> 2 (30 B/s); Y joins 1 -> 2 through 3 -> 1 (4 B/s).
-    env, net = make(two_into_one(10.0, 30.0, 4.0))
+    # X: 0 -> 10 -> 11 -> 12 -> 1 over L (10 -> 11, 10 B/s) and M (11 -> 12, 11 B/s); W:
+    # 2 -> 10 (2 B/s) -> 11 -> 3 over L; V: 4 -> 11 (3 B/s) -> 12 -> 5 over M; the other
+    # links 1000 B/s. W and V get their own links' 2 and 3 B/s; X gets 10 - 2 = 8 on L and
+    # 11 - 3 = 8 on M, L filled first (its share, 5, is below M's 5.5): L is X's bottleneck.
+    g = nx.DiGraph()
+    for u, v, bw in (
+        (0, 10, 1000.0), (10, 11, 10.0), (11, 12, 11.0), (12, 1, 1000.0),
+        (2, 10, 2.0), (11, 3, 1000.0), (4, 11, 3.0), (12, 5, 1000.0),
+    ):  # fmt: skip
+        g.add_edge(u, v, bandwidth=bw, latency=0.0)
+    env, net = make(g)
     out: list[TransferRecord] = []
-    send_at(env, net, 0.0, 0, 2, 100, out, "X")
-    send_at(env, net, 1.0, 3, 2, 8, out, "Y")
+    send_at(env, net, 0.0, 0, 1, 100, out, "X")
+    send_at(env, net, 0.0, 2, 3, 2, out, "W")  # ends at 2 / 2 = 1
+    send_at(env, net, 0.0, 4, 5, 30, out, "V")
     env.run(until=0.5)
-    assert (net.flows_rerated, net.rates_changed) == (1, 1)  # X's first rate
-    # Y begins with at least min(4 / 1, 30 / 2) = 4 B/s: X (10 B/s) is rated again and
-    # keeps 10 B/s (1 -> 2 has 30 - 4 = 26 for it); only Y's first rate is new.
+    assert (net.flows_rerated, net.rates_changed) == (3, 3)
+    # W ended on X's bottleneck: X is rated again, and keeps 8 B/s (M is full at it too);
+    # V, whose bottleneck is its own link, is not.
     env.run(until=1.5)
-    assert (net.flows_rerated, net.rates_changed) == (3, 2)
-    assert {f.tag: f.rate_bytes_per_s for f in net.active_flows()} == {"X": 10.0, "Y": 4.0}
+    assert (net.flows_rerated, net.rates_changed) == (4, 3)
+    assert {f.tag: f.rate_bytes_per_s for f in net.active_flows()} == {"X": 8.0, "V": 3.0}
     env.run()
-    assert {r.tag: r.end_s for r in out} == {"X": approx(10.0), "Y": approx(3.0)}
+    # V ends at 30 / 3 = 10; X has 100 - 10 * 8 = 20 B left, alone at L's 10 B/s: 2 s.
+    assert {r.tag: r.end_s for r in out} == {
+        "W": approx(1.0),
+        "V": approx(10.0),
+        "X": approx(12.0),
+    }
 
 
 def test_simultaneous_starts_are_batched_into_one_recomputation():
@@ -868,9 +888,8 @@ def test_a_link_lists_exactly_its_draining_flows_in_start_order(seed):
 )
 @pytest.mark.parametrize("case", ["fat_tree", "hierarchical"])
 def test_kept_rates_give_the_times_of_filling_everything_again(monkeypatch, case):
-    # The same simulation with every recomputation refilling whole components (nothing
-    # kept, no link passed over for its spare capacity): every time and byte is the same,
-    # the link load series equal to the last digit.
+    # The same simulation with every recomputation refilling whole components (no rate
+    # kept): every time and byte is the same, the link load series equal to the last digit.
     import simnet
 
     cfg = {
@@ -898,13 +917,22 @@ def test_kept_rates_give_the_times_of_filling_everything_again(monkeypatch, case
     monkeypatch.setattr(FlowNetwork, "_flush", counted)
     kept, kept_rated = run()
 
-    def refill_all(self, now):
-        self._keep_below = 0.0  # as if a flow had begun with no share: nothing is kept
-        counted(self, now)
+    fill = network._fill_joining
 
-    monkeypatch.setattr(FlowNetwork, "_flush", refill_all)
-    # ... and no link has capacity to spare: the search crosses every link.
-    monkeypatch.setattr(network, "_SLACK_BELOW", -1.0)
+    def fill_whole(links, stamp, queue, checks, flows):
+        # Every flow on a link filled over is filled again: whole components, from scratch.
+        i = 0
+        while i < links.n:
+            for f in links.items[i].flows:
+                if f.mark != stamp:
+                    network._gather(f, stamp, links, flows)
+            i += 1
+        while checks.n:
+            checks.pop()
+        network._ready(links, 0, stamp, checks)
+        fill(links, stamp, queue, checks, flows)
+
+    monkeypatch.setattr(network, "_fill_joining", fill_whole)
     full, full_rated = run()
     assert kept_rated < full_rated  # the case keeps rates
     assert kept.iteration_time_s == full.iteration_time_s
