@@ -495,6 +495,7 @@ cdef _fill_joining(_Stack links, long long stamp, _KeyQueue queue, _KeyQueue che
                    _Stack flows)
 
 
-@cython.locals(l2=_Link, j=Py_ssize_t, rate=cython.double)
+@cython.locals(l2=_Link, j=Py_ssize_t, rate=cython.double, rem=cython.double,
+               n=cython.longlong)
 cdef _join(_Flow f, long long stamp, _Stack links, _Stack flows, _KeyQueue queue,
            _KeyQueue checks)

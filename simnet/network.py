@@ -2310,8 +2310,9 @@ def _fill_joining(
                     elif rate > top:
                         top = rate
             link.kept_max = top
-            if joined:
-                continue  # (filed again by _join)
+            if joined:  # (its share grew: out of the queue, it is filed again here)
+                queue.push(link.rem_capacity_bytes_per_s / link.n_unfrozen, link)
+                continue
         level = cur
         _freeze(link, cur, stamp)
 
@@ -2320,7 +2321,9 @@ def _join(
     f: _Flow, stamp: int, links: _Stack, flows: _Stack, queue: _KeyQueue, checks: _KeyQueue
 ) -> None:
     """A kept flow joins the filling (see _fill_joining): its rate goes back to its links
-    (those not filled over yet join them, made ready), each filed again."""
+    (those not filled over yet join them, made ready), each filed again where its share
+    fell or it had none (a link filed under less than its share is filed again lazily
+    when it comes out)."""
     rate = f.rate_bytes_per_s
     f.mark = stamp
     f.fill_bytes_per_s = -1.0
@@ -2332,8 +2335,12 @@ def _join(
             _push(links, l2)
             _ready_link(l2, stamp, checks)
         else:
-            l2.rem_capacity_bytes_per_s += rate
-            l2.n_unfrozen += 1
+            n = l2.n_unfrozen
+            rem = l2.rem_capacity_bytes_per_s
+            l2.rem_capacity_bytes_per_s = rem + rate
+            l2.n_unfrozen = n + 1
+            if n and rate >= rem / n:
+                continue  # its share grew: the entry it has, under less, comes first
         queue.push(l2.rem_capacity_bytes_per_s / l2.n_unfrozen, l2)
 
 
