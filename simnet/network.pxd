@@ -477,8 +477,6 @@ cdef inline _freeze(_Link link, double cur, long long epoch)
 cdef bint _gather(_Flow f, long long stamp, _Stack links, _Stack flows) except -1
 
 
-
-
 @cython.locals(j=Py_ssize_t)
 cdef _ready(_Stack links, Py_ssize_t start, long long stamp, _KeyQueue checks)
 

@@ -226,7 +226,6 @@ class _KeyQueue:
     as the heap of tuples. An open run is known by its last node, where a push appends.
     Nodes are reused from a free list, so a queue kept for the next use (the
     water-filling's) allocates nothing once it has grown.
-
     """
 
     def __init__(self) -> None:

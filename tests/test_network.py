@@ -491,7 +491,7 @@ def _x_y_z_sending(lx: float, s: float, ly: float) -> tuple[simpy.Environment, F
     return env, net
 
 
-def test_a_link_with_capacity_to_spare_is_not_crossed_by_the_search():
+def test_flows_whose_bottleneck_a_change_leaves_alone_are_not_rated_again():
     # Lx 4 B/s, S 30 B/s, Ly 20 B/s. Y and Z share Ly: 10 B/s each. X alone on Lx: 4 B/s.
     # S carries 4 + 10 = 14 of 30 B/s: nobody's bottleneck.
     env, net = _x_y_z_sending(4.0, 30.0, 20.0)
@@ -499,15 +499,15 @@ def test_a_link_with_capacity_to_spare_is_not_crossed_by_the_search():
     rated = counts_at(env, net, 0.5)[1]
     rates = sorted((a.src, a.rate_bytes_per_s) for a in net.active_flows())
     assert rates == [(0, approx(4.0)), (2, approx(10.0)), (4, approx(10.0))]
-    # W's fairest share is 4 / 2 = 2 B/s, so Y and Z (10 B/s) would be filled again if
-    # the search crossed S to them; it does not (S keeps capacity to spare: 2 + 10 of
-    # 30): only X and W are rated, 2 B/s each.
+    # W joins X's bottleneck Lx: X and W are filled, 2 B/s each. Y and Z, whose bottleneck
+    # Ly the change leaves alone, keep their rates unrated (S, which X shares with Y,
+    # keeps capacity to spare: 2 + 10 of 30, so Y passes the test there).
     assert counts_at(env, net, 1.5)[1] - rated == 2
     rates = sorted((a.src, a.rate_bytes_per_s) for a in net.active_flows())
     assert rates == [(0, approx(2.0)), (2, approx(10.0)), (4, approx(10.0)), (6, approx(2.0))]
 
 
-def test_a_link_filled_up_beyond_the_search_is_crossed_and_shared():
+def test_a_link_filled_up_by_a_change_is_shared_with_the_flows_kept_there():
     # Lx 4 B/s shared by X and W (2 B/s each); Y and Z share Ly (20 B/s): 10 each. S (13
     # B/s) carries 2 + 10 = 12: capacity to spare. W ends at t = 1 (2 B of 2 B/s): X
     # alone on Lx could take 4, but S would then carry 14 > 13, and Y (10 B/s) is faster
