@@ -84,6 +84,9 @@ cdef class _KeyQueue:
     @cython.locals(nd=_QNodePtr)
     cpdef kill(self, Py_ssize_t node, long long seq)
 
+    @cython.locals(nodes=_QNodePtr, i=Py_ssize_t, node=Py_ssize_t, nxt=Py_ssize_t)
+    cpdef clear(self)
+
     @cython.locals(entries=_QEntryPtr, nodes=_QNodePtr, n=Py_ssize_t, i=Py_ssize_t,
                    child=Py_ssize_t, parent=Py_ssize_t, node=Py_ssize_t, nxt=Py_ssize_t,
                    last=_QEntry)
@@ -468,8 +471,8 @@ cdef _sum_load(_Link link, double now)
 cdef _set_load(_Link link, double load, double now)
 
 
-@cython.locals(l2=_Link, f=_Flow, i=Py_ssize_t, j=Py_ssize_t)
-cdef inline _freeze(_Link link, double cur, long long epoch)
+@cython.locals(l2=_Link, f=_Flow, i=Py_ssize_t, j=Py_ssize_t, count=Py_ssize_t)
+cdef inline Py_ssize_t _freeze(_Link link, double cur, long long epoch) except -1
 
 
 @cython.locals(l2=_Link, k=Py_ssize_t, nl=Py_ssize_t, low=cython.double, cap=cython.double,
@@ -488,7 +491,8 @@ cdef _ready_link(_Link link, long long stamp, _KeyQueue checks)
 
 @cython.locals(link=_Link, f=_Flow, i=Py_ssize_t, j=Py_ssize_t, n=cython.longlong,
                level=cython.double, share=cython.double, cur=cython.double, rate=cython.double,
-               above=cython.double, top=cython.double, ok=bint, joined=bint)
+               above=cython.double, top=cython.double, ok=bint, joined=bint,
+               frozen=Py_ssize_t)
 cdef _fill_joining(_Stack links, long long stamp, _KeyQueue queue, _KeyQueue checks,
                    _Stack flows)
 

@@ -358,6 +358,29 @@ class _KeyQueue:
                 Py_DECREF(cython.cast(object, nd.item))
                 nd.item = cython.NULL
 
+    def clear(self) -> None:
+        """Drop every item queued (compiled: each run's nodes go back to the free list,
+        without the heap's sifts a pop makes)."""
+        if not cython.compiled:
+            self.heap.clear()
+            self.n = 0
+            return
+        nodes = self.nodes
+        for i in range(self.size):
+            node = self.entries[i].head
+            while node >= 0:
+                if nodes[node].item != cython.NULL:
+                    Py_DECREF(cython.cast(object, nodes[node].item))
+                    nodes[node].item = cython.NULL
+                nxt = nodes[node].next
+                nodes[node].next = self.free_node
+                self.free_node = node
+                node = nxt
+        for i in range(_OPEN_RUNS):
+            self.open_tail[i] = -1
+        self.size = 0
+        self.n = 0
+
     def pop(self) -> object:
         """Take the first item out and return it (its number: ``popped_seq``)."""
         if not cython.compiled:
@@ -2268,6 +2291,7 @@ def _fill_joining(
         if link.n_unfrozen:
             queue.push(link.rem_capacity_bytes_per_s / link.n_unfrozen, link)
     level = 0.0
+    frozen = 0  # of the flows to fill (flows.n, joined ones included)
     while queue.n or checks.n:
         if checks.n and (not queue.n or checks.first_key() <= queue.first_key()):
             f = checks.pop()
@@ -2313,7 +2337,13 @@ def _fill_joining(
                 queue.push(link.rem_capacity_bytes_per_s / link.n_unfrozen, link)
                 continue
         level = cur
-        _freeze(link, cur, stamp)
+        frozen += _freeze(link, cur, stamp)
+        if frozen == flows.n:
+            # Every flow is frozen: the links still queued have none to freeze (their
+            # pops would find n_unfrozen 0), unless a kept flow joins, which files its
+            # links again. Dropped at once: at 1,024 ranks of the fat-tree these were
+            # 58% of the filling's pops, 33% in a calibrated run at 128 ranks.
+            queue.clear()
 
 
 def _join(
@@ -2401,12 +2431,15 @@ def _set_load(link: _Link, load: float, now: float) -> None:
         watch.load(load, now)
 
 
-def _freeze(link: _Link, cur: float, epoch: int) -> None:
+def _freeze(link: _Link, cur: float, epoch: int) -> int:
     """Freeze the unfrozen flows of ``link`` (those marked ``epoch``) at the share ``cur``
-    (bytes/s), take it from their links and make ``link`` their bottleneck (``bn``)."""
+    (bytes/s), take it from their links and make ``link`` their bottleneck (``bn``);
+    returns how many it froze."""
+    count = 0
     for i in range(link.n_flows):
         f = _flow_at(link, i)
         if f.fill_bytes_per_s < 0.0 and f.mark == epoch:
+            count += 1
             f.fill_bytes_per_s = cur
             for j in range(f.n_links):
                 l2 = _link_at(f, j)
@@ -2414,3 +2447,4 @@ def _freeze(link: _Link, cur: float, epoch: int) -> None:
                 l2.n_unfrozen -= 1
                 if l2 is link:
                     f.bn = j
+    return count
