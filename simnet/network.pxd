@@ -37,6 +37,7 @@ ctypedef PyObject* _ObjectPtr  # a borrowed reference: a pointer, no count
 ctypedef PyObject** _ObjectArray  # a list's items
 
 cdef Py_ssize_t _OPEN_RUNS  # the length of _KeyQueue's open_tail and open_key
+cdef Py_ssize_t _COMPACT_MIN
 
 # The flow phases and the numeric constants of the hot paths, as C values: as module
 # globals they would be a dictionary lookup and a boxed comparison at each use.
@@ -66,6 +67,7 @@ cdef class _KeyQueue:
     cdef Py_ssize_t open_tail[4]  # _OPEN_RUNS: each open run's last node, -1: none
     cdef double open_key[4]
     cdef Py_ssize_t next_open
+    cdef Py_ssize_t dead  # killed items still queued
     cdef list heap
 
     @cython.locals(seq=cython.longlong, i=Py_ssize_t, parent=Py_ssize_t, cap=Py_ssize_t,
@@ -83,6 +85,11 @@ cdef class _KeyQueue:
 
     @cython.locals(nd=_QNodePtr)
     cpdef kill(self, Py_ssize_t node, long long seq)
+
+    @cython.locals(nodes=_QNodePtr, entries=_QEntryPtr, kept=Py_ssize_t, i=Py_ssize_t,
+                   j=Py_ssize_t, child=Py_ssize_t, head=Py_ssize_t, tail=Py_ssize_t,
+                   node=Py_ssize_t, nxt=Py_ssize_t, top=_QEntry)
+    cdef void _compact(self) noexcept
 
     @cython.locals(nodes=_QNodePtr, i=Py_ssize_t, node=Py_ssize_t, nxt=Py_ssize_t)
     cpdef clear(self)

@@ -1040,6 +1040,57 @@ def test_the_key_queue_releases_what_it_holds():
     assert all(r() is None for r in refs)
 
 
+@pytest.mark.parametrize("seed", [3, 4])
+def test_the_key_queue_compacts_its_killed_items_and_keeps_its_order(seed):
+    """When killed items are most of the queue (a calibrated run's superseded timers),
+    the compiled queue takes them out at once: its count drops, they never come out,
+    and the live items keep their nodes (kill still finds them) and their order, also
+    against items pushed afterwards under the keys of runs that were open. In Python,
+    kill drops nothing (callers tell superseded items by their numbers)."""
+    import heapq
+
+    import simnet.network as network
+    from simnet import _compiled
+
+    compiled = _compiled.status()["network"] == "compiled"
+    rng = random.Random(seed)
+    keys = [1e-6, 2e-6, 3e-6, 5e-6, 8e-6]
+    q = network._KeyQueue()
+    model: list[tuple[float, int, _Item]] = []
+    nodes: dict[int, int] = {}
+    for seq in range(1, 1201):
+        key = keys[seq % 5] if rng.random() < 0.5 else rng.choice(keys) + seq * 1e-9
+        item = _Item(seq)
+        assert q.push(key, item) == seq
+        nodes[seq] = q.last_node
+        heapq.heappush(model, (key, seq, item))
+    victims = rng.sample(range(1, 1201), 800)
+    for v in victims:
+        q.kill(nodes[v], v)
+    dead = set(victims)
+    # Compacted at the 601st kill (over half of 1,200 items): 599 left, the 199 killed
+    # after it among them (under half).
+    assert q.n == (1200 - 601 if compiled else 1200)
+    # The live items' nodes are still theirs; items pushed now under the old keys come
+    # after every item of those keys pushed before.
+    for v in rng.sample(sorted(set(range(1, 1201)) - dead), 20):
+        q.kill(nodes[v], v)
+        dead.add(v)
+    for seq in range(1201, 1301):
+        item = _Item(seq)
+        assert q.push(keys[seq % 5], item) == seq
+        heapq.heappush(model, (keys[seq % 5], seq, item))
+    out = []
+    while q.n:
+        first = (q.first_key(), q.first_seq())
+        item = q.pop()
+        assert first[1] == q.popped_seq
+        if item is not None and item.name not in dead:
+            out.append((first[0], q.popped_seq, item))
+    live = [x for x in sorted(model) if x[1] not in dead]
+    assert out == live
+
+
 def test_the_key_queue_cleared_holds_nothing_and_goes_on():
     """``clear`` drops every item (the water-filling's links once all its flows are
     frozen): the references go at once, and the queue goes on numbering and ordering
