@@ -52,6 +52,13 @@ cdef unsigned long long _HASH_MUL
 cdef void* _grown(void* ptr, Py_ssize_t count, size_t size) except NULL
 
 
+cdef inline bint _before(double key, long long seq, double key2, long long seq2) noexcept
+
+
+@cython.locals(a=_QEntryPtr, b=_QEntryPtr)
+cdef inline Py_ssize_t _least_child(_QEntryPtr entries, Py_ssize_t child, Py_ssize_t n) noexcept
+
+
 @cython.final
 cdef class _KeyQueue:
     cdef public Py_ssize_t n

@@ -206,6 +206,23 @@ def _grown(ptr: object, count: int, size: int) -> object:
     return grown
 
 
+def _before(key: float, seq: int, key2: float, seq2: int) -> bool:
+    """Whether the item (``key``, number ``seq``) comes out of a key queue before the
+    item (``key2``, ``seq2``): the lesser key first, ties by the lesser number."""
+    return key < key2 or (key == key2 and seq < seq2)
+
+
+def _least_child(entries: object, child: int, n: int) -> int:
+    """Compiled: of a heap's entries ``child`` and ``child + 1`` (if below ``n``), the
+    one that comes out first."""
+    if child + 1 < n:
+        a = cython.address(entries[child + 1])
+        b = cython.address(entries[child])
+        if _before(a.key, a.seq, b.key, b.seq):
+            return child + 1
+    return child
+
+
 class _KeyQueue:
     """Items by a float key, least first, ties in the order they were pushed: the
     network's timers (key: the time due, s) and the water-filling's links (key: the
@@ -413,17 +430,8 @@ class _KeyQueue:
             j = i
             child = 2 * j + 1
             while child < kept:
-                if child + 1 < kept and (
-                    entries[child + 1].key < entries[child].key
-                    or (
-                        entries[child + 1].key == entries[child].key
-                        and entries[child + 1].seq < entries[child].seq
-                    )
-                ):
-                    child += 1
-                if entries[child].key < top.key or (
-                    entries[child].key == top.key and entries[child].seq < top.seq
-                ):
+                child = _least_child(entries, child, kept)
+                if _before(entries[child].key, entries[child].seq, top.key, top.seq):
                     entries[j] = entries[child]
                     j = child
                     child = 2 * j + 1
@@ -497,22 +505,13 @@ class _KeyQueue:
             i = 0
             child = 1
             while child < n:
-                if child + 1 < n and (
-                    entries[child + 1].key < entries[child].key
-                    or (
-                        entries[child + 1].key == entries[child].key
-                        and entries[child + 1].seq < entries[child].seq
-                    )
-                ):
-                    child += 1
+                child = _least_child(entries, child, n)
                 entries[i] = entries[child]
                 i = child
                 child = 2 * i + 1
             while i > 0:
                 parent = (i - 1) >> 1
-                if entries[parent].key < last.key or (
-                    entries[parent].key == last.key and entries[parent].seq < last.seq
-                ):
+                if _before(entries[parent].key, entries[parent].seq, last.key, last.seq):
                     break
                 entries[i] = entries[parent]
                 i = parent
