@@ -244,7 +244,8 @@ class _KeyQueue:
     each in the order pushed, which is the order of the items' numbers: the same order
     as the heap of tuples. An open run is known by its last node, where a push appends.
     Nodes are reused from a free list, so a queue kept for the next use (the
-    water-filling's) allocates nothing once it has grown.
+    water-filling's) allocates nothing once it has grown. Killed items (``kill``) are
+    taken out all together once they are over half the queue (``_compact``).
     """
 
     def __init__(self) -> None:
@@ -370,8 +371,9 @@ class _KeyQueue:
         """Compiled: drop the item numbered ``seq`` if it is still queued in ``node``
         (``last_node`` after its push); it stays in its place, as None for ``pop`` and
         ``first_item``, so a superseded timer is passed over without touching its flow,
-        whose object is likely out of the caches by then. In Python nothing is dropped:
-        callers tell superseded items by their numbers (``popped_seq``)."""
+        whose object is likely out of the caches by then, until the killed items are
+        over half the queue and ``_compact`` takes them all out. In Python nothing is
+        dropped: callers tell superseded items by their numbers (``popped_seq``)."""
         if cython.compiled and 0 <= node < self.node_cap:
             nd = cython.address(self.nodes[node])
             if nd.seq == seq and nd.item != cython.NULL:
