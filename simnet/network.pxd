@@ -495,7 +495,7 @@ cdef bint _gather(_Flow f, long long stamp, _Stack links, _Stack flows) except -
 
 
 @cython.locals(j=Py_ssize_t)
-cdef _ready(_Stack links, Py_ssize_t start, long long stamp, _KeyQueue checks)
+cdef _ready(_Stack links, long long stamp, _KeyQueue checks)
 
 
 @cython.locals(f=_Flow, i=Py_ssize_t, n=cython.longlong, rem=cython.double, top=cython.double,

@@ -2256,7 +2256,7 @@ class FlowNetwork:
                         link.load_mark = stamp  # (a seed, summed now)
         if flows.n:
             self.recomputations += 1
-            _ready(links, 0, stamp, self._check_queue)
+            _ready(links, stamp, self._check_queue)
             _fill_joining(links, stamp, self._fill_queue, self._check_queue, flows)
             self.flows_rerated += flows.n
             for i in range(flows.n):
@@ -2315,13 +2315,13 @@ def _gather(f: _Flow, stamp: int, links: _Stack, flows: _Stack) -> bool:
     return True
 
 
-def _ready(links: _Stack, start: int, stamp: int, checks: _KeyQueue) -> None:
-    """Make the links filled over, from ``links``' item ``start`` on, ready for the
-    water-filling (see _fill_joining): each link's capacity less the rates of the flows
-    that keep theirs (not marked ``stamp``), in list order, its number of flows to fill
-    and its fastest kept flow's rate; each kept flow whose bottleneck it is filed in
-    ``checks`` under its rate."""
-    for j in range(start, links.n):
+def _ready(links: _Stack, stamp: int, checks: _KeyQueue) -> None:
+    """Make the links filled over (``links``) ready for the water-filling (see
+    _fill_joining): each link's capacity less the rates of the flows that keep theirs
+    (not marked ``stamp``), in list order, its number of flows to fill and its fastest
+    kept flow's rate; each kept flow whose bottleneck it is filed in ``checks`` under
+    its rate."""
+    for j in range(links.n):
         _ready_link(_link_in(links, j), stamp, checks)
 
 

@@ -929,7 +929,7 @@ def test_kept_rates_give_the_times_of_filling_everything_again(monkeypatch, case
             i += 1
         while checks.n:
             checks.pop()
-        network._ready(links, 0, stamp, checks)
+        network._ready(links, stamp, checks)
         fill(links, stamp, queue, checks, flows)
 
     monkeypatch.setattr(network, "_fill_joining", fill_whole)
