@@ -19,10 +19,10 @@ cdef struct _QNode:  # a queued item of _KeyQueue, in its run's chain
     Py_ssize_t next
 
 
-cdef struct _QEntry:  # a heap entry of _KeyQueue: a run, by key then first number
+cdef struct _QEntry:  # a heap entry of _KeyQueue (a run, by key then first number) or _Heap
     double key
     long long seq
-    Py_ssize_t head  # the run's first node (its items chain on through .next)
+    Py_ssize_t head  # the run's first node (its items chain on through .next); _Heap: the item
 
 
 cdef struct _TEntry:  # an entry of _IntTable: key -1 is empty
@@ -59,6 +59,21 @@ cdef inline bint _before(double key, long long seq, double key2, long long seq2)
 cdef inline Py_ssize_t _least_child(_QEntryPtr entries, Py_ssize_t child, Py_ssize_t n) noexcept
 
 
+@cython.locals(parent=Py_ssize_t)
+cdef inline void _heap_add(_QEntryPtr entries, Py_ssize_t i, double key, long long seq,
+                           Py_ssize_t head) noexcept
+
+
+@cython.locals(last=_QEntry, i=Py_ssize_t, child=Py_ssize_t, parent=Py_ssize_t)
+cdef inline void _heap_drop_first(_QEntryPtr entries, Py_ssize_t n) noexcept
+
+
+cdef inline _Link _link_of(_QEntry entry)
+
+
+cdef inline void _place(_QEntryPtr entries, Py_ssize_t i) noexcept
+
+
 @cython.final
 cdef class _KeyQueue:
     cdef public Py_ssize_t n
@@ -77,8 +92,8 @@ cdef class _KeyQueue:
     cdef Py_ssize_t dead  # killed items still queued
     cdef list heap
 
-    @cython.locals(seq=cython.longlong, i=Py_ssize_t, parent=Py_ssize_t, cap=Py_ssize_t,
-                   node=Py_ssize_t, nodes=_QNodePtr, entries=_QEntryPtr)
+    @cython.locals(seq=cython.longlong, i=Py_ssize_t, cap=Py_ssize_t, node=Py_ssize_t,
+                   nodes=_QNodePtr)
     cpdef Py_ssize_t push(self, double key, object item) except -1
 
     cpdef double first_key(self) noexcept
@@ -102,9 +117,51 @@ cdef class _KeyQueue:
     cpdef clear(self)
 
     @cython.locals(entries=_QEntryPtr, nodes=_QNodePtr, n=Py_ssize_t, i=Py_ssize_t,
-                   child=Py_ssize_t, parent=Py_ssize_t, node=Py_ssize_t, nxt=Py_ssize_t,
-                   last=_QEntry)
+                   node=Py_ssize_t, nxt=Py_ssize_t)
     cpdef object pop(self)
+
+
+@cython.final
+cdef class _Heap:
+    cdef public Py_ssize_t n
+    cdef public long long last_seq
+    cdef Py_ssize_t cap
+    cdef _QEntryPtr entries  # (head: the item's pointer, borrowed)
+    cdef list heap
+
+    @cython.locals(seq=cython.longlong, n=Py_ssize_t, cap=Py_ssize_t, ptr=_ObjectPtr)
+    cpdef push(self, double key, object item)
+
+    cpdef double first_key(self) noexcept
+
+    @cython.locals(entries=_QEntryPtr, n=Py_ssize_t)
+    cpdef object pop(self)
+
+
+@cython.final
+cdef class _LinkHeap:
+    cdef public Py_ssize_t n
+    cdef public long long last_seq
+    cdef Py_ssize_t cap
+    cdef _QEntryPtr entries  # (head: the link's pointer, borrowed)
+    cdef list heap
+    cdef dict live
+
+    @cython.locals(i=Py_ssize_t, parent=Py_ssize_t, cap=Py_ssize_t, entries=_QEntryPtr,
+                   had=tuple)
+    cpdef file(self, _Link link, double share)
+
+    cpdef double first_key(self) noexcept
+
+    cpdef _Link pop(self)
+
+    cpdef drop(self, _Link link)
+
+    cdef _settle(self)
+
+    @cython.locals(entries=_QEntryPtr, n=Py_ssize_t, child=Py_ssize_t, parent=Py_ssize_t,
+                   last=_QEntry)
+    cdef void _take(self, Py_ssize_t i) noexcept
 
 
 @cython.final
@@ -193,6 +250,7 @@ cdef class _Link:
     cdef public long long mark
     cdef public double rem_capacity_bytes_per_s
     cdef public long long n_unfrozen
+    cdef public Py_ssize_t qpos  # its entry in the filling's _LinkHeap, -1: none
     cdef public double load_bytes_per_s
     cdef public long long load_mark
     cdef public double kept_max
@@ -295,8 +353,8 @@ cdef class FlowNetwork:
     cdef public dict _self_paths
     cdef public dict _pairs
     cdef public _KeyQueue _timers
-    cdef public _KeyQueue _fill_queue
-    cdef public _KeyQueue _check_queue
+    cdef public _LinkHeap _fill_queue
+    cdef public _Heap _check_queue
     cdef public _Stack _comp_links
     cdef public _Stack _comp_flows
     cdef public _Stack _touched
@@ -485,8 +543,8 @@ cdef _sum_load(_Link link, double now)
 cdef _set_load(_Link link, double load, double now)
 
 
-@cython.locals(l2=_Link, f=_Flow, i=Py_ssize_t, j=Py_ssize_t, count=Py_ssize_t)
-cdef inline Py_ssize_t _freeze(_Link link, double cur, long long epoch) except -1
+@cython.locals(l2=_Link, f=_Flow, i=Py_ssize_t, j=Py_ssize_t, n=cython.longlong)
+cdef inline int _freeze(_Link link, double cur, long long epoch, _LinkHeap queue) except -1
 
 
 @cython.locals(l2=_Link, k=Py_ssize_t, nl=Py_ssize_t, low=cython.double, cap=cython.double,
@@ -495,23 +553,22 @@ cdef bint _gather(_Flow f, long long stamp, _Stack links, _Stack flows) except -
 
 
 @cython.locals(j=Py_ssize_t)
-cdef _ready(_Stack links, long long stamp, _KeyQueue checks)
+cdef _ready(_Stack links, long long stamp, _Heap checks)
 
 
 @cython.locals(f=_Flow, i=Py_ssize_t, n=cython.longlong, rem=cython.double, top=cython.double,
                rate=cython.double)
-cdef _ready_link(_Link link, long long stamp, _KeyQueue checks)
+cdef _ready_link(_Link link, long long stamp, _Heap checks)
 
 
 @cython.locals(link=_Link, f=_Flow, i=Py_ssize_t, j=Py_ssize_t, n=cython.longlong,
                level=cython.double, share=cython.double, cur=cython.double, rate=cython.double,
-               above=cython.double, top=cython.double, ok=bint, joined=bint,
-               frozen=Py_ssize_t)
-cdef _fill_joining(_Stack links, long long stamp, _KeyQueue queue, _KeyQueue checks,
+               above=cython.double, top=cython.double, ok=bint, joined=bint)
+cdef _fill_joining(_Stack links, long long stamp, _LinkHeap queue, _Heap checks,
                    _Stack flows)
 
 
 @cython.locals(l2=_Link, j=Py_ssize_t, rate=cython.double, rem=cython.double,
                n=cython.longlong)
-cdef _join(_Flow f, long long stamp, _Stack links, _Stack flows, _KeyQueue queue,
-           _KeyQueue checks)
+cdef _join(_Flow f, long long stamp, _Stack links, _Stack flows, _LinkHeap queue,
+           _Heap checks)

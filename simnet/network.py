@@ -223,6 +223,47 @@ def _least_child(entries: object, child: int, n: int) -> int:
     return child
 
 
+def _heap_add(entries: object, i: int, key: float, seq: int, head: int) -> None:
+    """Compiled: file the entry (``key``, ``seq``, ``head``) in a heap of ``i`` entries
+    whose array has room for one more. ``seq`` is the greatest number queued, so a
+    parent of equal key stops it."""
+    while i > 0:
+        parent = (i - 1) >> 1
+        if entries[parent].key <= key:
+            break
+        entries[i] = entries[parent]
+        i = parent
+    entries[i].key = key
+    entries[i].seq = seq
+    entries[i].head = head
+
+
+def _heap_drop_first(entries: object, n: int) -> None:
+    """Compiled: the heap's first entry out, the last (``entries[n]``) in its place, in a
+    heap of ``n`` entries from then on.
+
+    Bottom-up: the hole goes down the lesser children to a leaf (one comparison a
+    level), then the last entry, one of the latest as a rule, rises from there (rarely
+    more than a level); a sift-down comparing it at each level too makes twice the
+    comparisons. Entries differ in (key, number), so any heap of them pops in the same
+    order."""
+    last = entries[n]
+    i = 0
+    child = 1
+    while child < n:
+        child = _least_child(entries, child, n)
+        entries[i] = entries[child]
+        i = child
+        child = 2 * i + 1
+    while i > 0:
+        parent = (i - 1) >> 1
+        if _before(entries[parent].key, entries[parent].seq, last.key, last.seq):
+            break
+        entries[i] = entries[parent]
+        i = parent
+    entries[i] = last
+
+
 class _KeyQueue:
     """Items by a float key, least first, ties in the order they were pushed: the
     network's timers (key: the time due, s) and the water-filling's links (key: the
@@ -329,17 +370,7 @@ class _KeyQueue:
                 _grown(self.entries, cap, cython.sizeof(_QEntry)),  # noqa: F821
             )
             self.cap = cap
-        entries = self.entries
-        # Sift up: the new run's number is the greatest, so equal keys stop it.
-        while i > 0:
-            parent = (i - 1) >> 1
-            if entries[parent].key <= key:
-                break
-            entries[i] = entries[parent]
-            i = parent
-        entries[i].key = key
-        entries[i].seq = seq
-        entries[i].head = node
+        _heap_add(self.entries, i, key, seq, node)
         self.size += 1
         return seq
 
@@ -498,27 +529,226 @@ class _KeyQueue:
         n = self.size - 1
         self.size = n
         if n:
-            # Bottom-up: the hole goes down the lesser children to a leaf (one
-            # comparison a level), then the last entry, one of the latest as a rule,
-            # rises from there (rarely more than a level); a sift-down comparing it at
-            # each level too makes twice the comparisons. Entries differ in (key,
-            # number), so any heap of them pops in the same order.
-            last = entries[n]
-            i = 0
-            child = 1
-            while child < n:
-                child = _least_child(entries, child, n)
-                entries[i] = entries[child]
-                i = child
-                child = 2 * i + 1
-            while i > 0:
-                parent = (i - 1) >> 1
-                if _before(entries[parent].key, entries[parent].seq, last.key, last.seq):
-                    break
-                entries[i] = entries[parent]
-                i = parent
-            entries[i] = last
+            _heap_drop_first(entries, n)
         return item
+
+
+class _Heap:
+    """Items by a float key, least first, ties in the order pushed (each push numbered
+    as in _KeyQueue): the water-filling's kept flows to check, by rate (bytes/s). In
+    Python, a heap of ``(key, number, item)``.
+
+    Compiled, a binary heap of C entries, each its item's key, number and pointer,
+    without references: the items are draining flows, which outlive a filling, and the
+    filling pops them all. Their rates rarely tie in a calibrated run, so each was a
+    run of its own in a _KeyQueue, paying for a node, its chain and the search of the
+    open runs besides the heap; here an item is one entry."""
+
+    def __init__(self) -> None:
+        self.n = 0  # items queued
+        self.last_seq = 0  # the number of the last item pushed (the first is 1)
+        if not cython.compiled:
+            self.heap: list[tuple[float, int, object]] = []
+            return
+        self.cap = 0
+        self.entries = cython.NULL
+
+    def __dealloc__(self) -> None:  # compiled only: the array (the items are borrowed)
+        if cython.compiled:
+            PyMem_Free(self.entries)
+
+    def push(self, key: float, item: object) -> None:
+        """Queue ``item`` under ``key``; compiled, the caller keeps it alive until it
+        comes out or the queue is cleared."""
+        seq = self.last_seq + 1
+        self.last_seq = seq
+        if not cython.compiled:
+            heappush(self.heap, (key, seq, item))
+            self.n += 1
+            return
+        n = self.n
+        if n == self.cap:
+            cap = 2 * n if n else 64
+            self.entries = cython.cast(
+                _QEntryPtr,  # noqa: F821 (C types of network.pxd)
+                _grown(self.entries, cap, cython.sizeof(_QEntry)),  # noqa: F821
+            )
+            self.cap = cap
+        ptr = cython.cast(_ObjectPtr, item)  # noqa: F821
+        _heap_add(self.entries, n, key, seq, cython.cast(cython.Py_ssize_t, ptr))
+        self.n = n + 1
+
+    def first_key(self) -> float:
+        """The least key; the queue must not be empty."""
+        if not cython.compiled:
+            return self.heap[0][0]
+        return self.entries[0].key
+
+    def pop(self) -> object:
+        """Take the first item out and return it; the queue must not be empty."""
+        if not cython.compiled:
+            item = heappop(self.heap)[2]
+            self.n -= 1
+            return item
+        entries = self.entries
+        item = cython.cast(object, cython.cast(_ObjectPtr, entries[0].head))  # noqa: F821
+        n = self.n - 1
+        self.n = n
+        if n:
+            _heap_drop_first(entries, n)
+        return item
+
+
+class _LinkHeap:
+    """The water-filling's links by fair share (bytes/s), least first, ties in the order
+    they were filed, each link queued at most once: the links filled over that have
+    flows to freeze (``n_unfrozen``).
+
+    ``file`` queues a link under a share, or, if it is queued under more, moves it to
+    the new share as if filed again now; a link queued under less keeps its place (it
+    is filed again when it comes out, if its share grew: the filling's lazy lower
+    bound). ``drop`` takes a link out when its last flow to freeze froze through
+    another link. So the heap holds no link twice and none with nothing left to freeze:
+    in a calibrated run at 128 ranks, the keyed queue of one entry per filing popped
+    52 links a message, 25 of them with nothing left to freeze and 12 of those filed
+    twice.
+
+    Compiled, a binary heap of C entries (share, number, the link's pointer, borrowed:
+    links outlive the filling, which leaves the heap empty), each link knowing its
+    entry's place (``qpos``, -1 when not queued). In Python, a heap of ``(share,
+    number, link)`` and a dict of each queued link's live ``(share, number)``; entries
+    superseded or dropped are passed over. Both come out in (share, number) order."""
+
+    def __init__(self) -> None:
+        self.n = 0  # links queued
+        self.last_seq = 0  # the number of the last filing (the first is 1)
+        if not cython.compiled:
+            self.heap: list[tuple[float, int, _Link]] = []
+            self.live: dict[_Link, tuple[float, int]] = {}
+            return
+        self.cap = 0
+        self.entries = cython.NULL
+
+    def __dealloc__(self) -> None:  # compiled only: the array (the links are borrowed)
+        if cython.compiled:
+            PyMem_Free(self.entries)
+
+    def file(self, link: _Link, share: float) -> None:
+        """Queue ``link`` under ``share``, unless it is queued under as little or less;
+        queued under more, it moves to ``share`` and after the links filed before."""
+        if not cython.compiled:
+            had = self.live.get(link)
+            if had is not None and not share < had[0]:
+                return
+            if had is None:
+                self.n += 1
+            self.last_seq += 1
+            self.live[link] = (share, self.last_seq)
+            heappush(self.heap, (share, self.last_seq, link))
+            return
+        i = link.qpos
+        if i >= 0:
+            if not share < self.entries[i].key:
+                return
+        else:
+            i = self.n
+            if i == self.cap:
+                cap = 2 * i if i else 64
+                self.entries = cython.cast(
+                    _QEntryPtr,  # noqa: F821 (C types of network.pxd)
+                    _grown(self.entries, cap, cython.sizeof(_QEntry)),  # noqa: F821
+                )
+                self.cap = cap
+            self.n = i + 1
+        self.last_seq += 1
+        entries = self.entries
+        # Up from its place: its number is the greatest, so a parent of equal share
+        # stops it.
+        while i > 0:
+            parent = (i - 1) >> 1
+            if entries[parent].key <= share:
+                break
+            entries[i] = entries[parent]
+            _place(entries, i)
+            i = parent
+        entries[i].key = share
+        entries[i].seq = self.last_seq
+        entries[i].head = cython.cast(cython.Py_ssize_t, cython.cast(_ObjectPtr, link))  # noqa: F821
+        link.qpos = i
+
+    def first_key(self) -> float:
+        """The least share queued; the heap must not be empty."""
+        if not cython.compiled:
+            self._settle()
+            return self.heap[0][0]
+        return self.entries[0].key
+
+    def pop(self) -> _Link:
+        """Take the first link out and return it; the heap must not be empty."""
+        if not cython.compiled:
+            self._settle()
+            link = heappop(self.heap)[2]
+            del self.live[link]
+            self.n -= 1
+            return link
+        link = _link_of(self.entries[0])
+        self._take(0)
+        return link
+
+    def drop(self, link: _Link) -> None:
+        """Take ``link`` out if it is queued."""
+        if not cython.compiled:
+            if self.live.pop(link, None) is not None:
+                self.n -= 1
+            return
+        if link.qpos >= 0:
+            self._take(link.qpos)
+
+    def _settle(self) -> None:
+        """Python only: pass over the entries at the top that are no link's live one."""
+        heap = self.heap
+        live = self.live
+        while live.get(heap[0][2]) != heap[0][:2]:
+            heappop(heap)
+
+    def _take(self, i: int) -> None:
+        """Compiled: the entry at ``i`` out, the last in its place. Bottom-up: the hole
+        goes down the lesser children to a leaf (one comparison a level), then the last
+        entry rises from there, above ``i`` if it must."""
+        entries = self.entries
+        cython.cast(_Link, cython.cast(_ObjectPtr, entries[i].head)).qpos = -1  # noqa: F821
+        n = self.n - 1
+        self.n = n
+        if i == n:
+            return
+        last = entries[n]
+        child = 2 * i + 1
+        while child < n:
+            child = _least_child(entries, child, n)
+            entries[i] = entries[child]
+            _place(entries, i)
+            i = child
+            child = 2 * i + 1
+        while i > 0:
+            parent = (i - 1) >> 1
+            if _before(entries[parent].key, entries[parent].seq, last.key, last.seq):
+                break
+            entries[i] = entries[parent]
+            _place(entries, i)
+            i = parent
+        entries[i] = last
+        _place(entries, i)
+
+
+def _link_of(entry: object) -> _Link:
+    """Compiled: the link of a _LinkHeap entry."""
+    return cython.cast(_Link, cython.cast(_ObjectPtr, entry.head))  # noqa: F821
+
+
+def _place(entries: object, i: int) -> None:
+    """Compiled: tell the link of ``entries[i]`` that its entry is at ``i`` (through the
+    borrowed pointer: no reference counted)."""
+    cython.cast(_Link, cython.cast(_ObjectPtr, entries[i].head)).qpos = i  # noqa: F821
 
 
 class _IntTable:
@@ -868,6 +1098,7 @@ class _Link:
         "n_flows",
         "n_unfrozen",
         "peak_load_bytes_per_s",
+        "qpos",
         "rem_capacity_bytes_per_s",
         "series",
         "watch",
@@ -903,6 +1134,7 @@ class _Link:
         self.kept_max = 0.0
         self.rem_capacity_bytes_per_s = 0.0
         self.n_unfrozen = 0
+        self.qpos = -1  # compiled: its place in the filling's heap (_LinkHeap), -1: none
 
     def __dealloc__(self) -> None:  # compiled only: the flows' references, the array
         if cython.compiled:
@@ -1351,8 +1583,8 @@ class FlowNetwork:
 
         # The flows' and call_later's timers, due by time, then in the order they were set.
         self._timers = _KeyQueue()
-        self._fill_queue = _KeyQueue()  # the water-filling's, empty between fills
-        self._check_queue = _KeyQueue()  # kept flows to test during it (see _fill_joining)
+        self._fill_queue = _LinkHeap()  # the water-filling's, empty between fills
+        self._check_queue = _Heap()  # kept flows to test during it (see _fill_joining)
         # A max-min pass's links filled over, flows filled again and links whose loads to
         # sum (see _flush); empty between passes.
         self._comp_links = _Stack()
@@ -2315,7 +2547,7 @@ def _gather(f: _Flow, stamp: int, links: _Stack, flows: _Stack) -> bool:
     return True
 
 
-def _ready(links: _Stack, stamp: int, checks: _KeyQueue) -> None:
+def _ready(links: _Stack, stamp: int, checks: _Heap) -> None:
     """Make the links filled over (``links``) ready for the water-filling (see
     _fill_joining): each link's capacity less the rates of the flows that keep theirs
     (not marked ``stamp``), in list order, its number of flows to fill and its fastest
@@ -2325,7 +2557,7 @@ def _ready(links: _Stack, stamp: int, checks: _KeyQueue) -> None:
         _ready_link(_link_in(links, j), stamp, checks)
 
 
-def _ready_link(link: _Link, stamp: int, checks: _KeyQueue) -> None:
+def _ready_link(link: _Link, stamp: int, checks: _Heap) -> None:
     """One link of :func:`_ready`."""
     rem = link.capacity_bytes_per_s
     n = link.n_flows
@@ -2348,7 +2580,7 @@ def _ready_link(link: _Link, stamp: int, checks: _KeyQueue) -> None:
 
 
 def _fill_joining(
-    links: _Stack, stamp: int, queue: _KeyQueue, checks: _KeyQueue, flows: _Stack
+    links: _Stack, stamp: int, queue: _LinkHeap, checks: _Heap, flows: _Stack
 ) -> None:
     """Progressive filling of the flows marked ``stamp`` over ``links`` (made ready by
     _ready), the kept flows joining it where the test of max-min fairness (see _flush)
@@ -2366,9 +2598,8 @@ def _fill_joining(
     for j in range(links.n):
         link = _link_in(links, j)
         if link.n_unfrozen:
-            queue.push(link.rem_capacity_bytes_per_s / link.n_unfrozen, link)
+            queue.file(link, link.rem_capacity_bytes_per_s / link.n_unfrozen)
     level = 0.0
-    frozen = 0  # of the flows to fill (flows.n, joined ones included)
     while queue.n or checks.n:
         if checks.n and (not queue.n or checks.first_key() <= queue.first_key()):
             f = checks.pop()
@@ -2386,12 +2617,10 @@ def _fill_joining(
             continue
         share = queue.first_key()
         link = queue.pop()
-        n = link.n_unfrozen
-        if n == 0:
-            continue
+        n = link.n_unfrozen  # (> 0: a link is dropped when it has none to freeze)
         cur = link.rem_capacity_bytes_per_s / n
         if cur > share:
-            queue.push(cur, link)
+            queue.file(link, cur)
             continue
         # Shares never decrease in exact arithmetic; do not let rounding do it.
         if cur < level:
@@ -2411,20 +2640,14 @@ def _fill_joining(
                         top = rate
             link.kept_max = top
             if joined:  # (its share grew: out of the queue, it is filed again here)
-                queue.push(link.rem_capacity_bytes_per_s / link.n_unfrozen, link)
+                queue.file(link, link.rem_capacity_bytes_per_s / link.n_unfrozen)
                 continue
         level = cur
-        frozen += _freeze(link, cur, stamp)
-        if frozen == flows.n:
-            # Every flow is frozen: the links still queued have none to freeze (their
-            # pops would find n_unfrozen 0), unless a kept flow joins, which files its
-            # links again. Dropped at once: at 1,024 ranks of the fat-tree these were
-            # 58% of the filling's pops, 33% in a calibrated run at 128 ranks.
-            queue.clear()
+        _freeze(link, cur, stamp, queue)
 
 
 def _join(
-    f: _Flow, stamp: int, links: _Stack, flows: _Stack, queue: _KeyQueue, checks: _KeyQueue
+    f: _Flow, stamp: int, links: _Stack, flows: _Stack, queue: _LinkHeap, checks: _Heap
 ) -> None:
     """A kept flow joins the filling (see _fill_joining): its rate goes back to its links
     (those not filled over yet join them, made ready), each filed again where its share
@@ -2447,7 +2670,7 @@ def _join(
             l2.n_unfrozen = n + 1
             if n and rate >= rem / n:
                 continue  # its share grew: the entry it has, under less, comes first
-        queue.push(l2.rem_capacity_bytes_per_s / l2.n_unfrozen, l2)
+        queue.file(l2, l2.rem_capacity_bytes_per_s / l2.n_unfrozen)
 
 
 def _unlist(link: _Link, flow: _Flow) -> int:
@@ -2508,20 +2731,20 @@ def _set_load(link: _Link, load: float, now: float) -> None:
         watch.load(load, now)
 
 
-def _freeze(link: _Link, cur: float, epoch: int) -> int:
+def _freeze(link: _Link, cur: float, epoch: int, queue: _LinkHeap) -> None:
     """Freeze the unfrozen flows of ``link`` (those marked ``epoch``) at the share ``cur``
-    (bytes/s), take it from their links and make ``link`` their bottleneck (``bn``);
-    returns how many it froze."""
-    count = 0
+    (bytes/s), take it from their links and make ``link`` their bottleneck (``bn``); a
+    link left with no flow to freeze leaves ``queue``."""
     for i in range(link.n_flows):
         f = _flow_at(link, i)
         if f.fill_bytes_per_s < 0.0 and f.mark == epoch:
-            count += 1
             f.fill_bytes_per_s = cur
             for j in range(f.n_links):
                 l2 = _link_at(f, j)
                 l2.rem_capacity_bytes_per_s -= cur
-                l2.n_unfrozen -= 1
+                n = l2.n_unfrozen - 1
+                l2.n_unfrozen = n
+                if n == 0:
+                    queue.drop(l2)
                 if l2 is link:
                     f.bn = j
-    return count

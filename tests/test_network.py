@@ -1147,6 +1147,86 @@ def test_a_killed_item_is_released_at_once_where_compiled():
     assert q.n == 0
 
 
+@pytest.mark.parametrize("seed", [3, 4])
+def test_the_fillings_check_heap_pops_by_key_then_push_order(seed: int):
+    """The water-filling's queue of kept flows (_Heap) comes out by key, ties in push
+    order, as a heap of (key, number) pairs does: 3,000 items over interleaved pushes
+    and pops (past the compiled array's first 64 entries), keys from a few values so
+    that most tie, -0.0 among them (equal to 0.0 in every comparison)."""
+    import heapq
+
+    import simnet.network as network
+
+    rng = random.Random(seed)
+    keys = [-0.0, 0.0, 0.5, 1.0, 2.5, 1e9]
+    q = network._Heap()
+    model: list[tuple[float, int]] = []
+    items = [_Item(i) for i in range(3000)]  # kept alive here: the heap borrows them
+    out = []
+    for i, x in enumerate(items):
+        key = rng.choice(keys) if rng.random() < 0.8 else rng.uniform(0.0, 3.0)
+        q.push(key, x)
+        heapq.heappush(model, (key, i))
+        assert q.n == len(model)
+        while model and rng.random() < 0.45:
+            assert q.first_key() == model[0][0]
+            out.append((q.pop().name, heapq.heappop(model)[1]))
+    while model:
+        out.append((q.pop().name, heapq.heappop(model)[1]))
+    assert all(a == b for a, b in out) and len(out) == 3000
+    assert q.n == 0 and q.last_seq == 3000
+
+
+@pytest.mark.parametrize("seed", [8, 9])
+def test_the_fillings_link_heap_holds_each_link_once(seed: int):
+    """The water-filling's links (_LinkHeap) by share, each at most once: filed again
+    under less, a queued link moves there and after the links filed before it; under
+    as much or more, it keeps its place; dropped, it is gone. Checked against a model
+    that keeps each queued link's (share, filing number) and pops the least, over
+    4,000 random filings, drops and pops of 300 links (shares from a few values, so
+    most tie)."""
+    import simnet.network as network
+
+    rng = random.Random(seed)
+    links = [network._Link(("l", i), 1.0, 0.0) for i in range(300)]
+    q = network._LinkHeap()
+    live: dict[int, tuple[float, int]] = {}
+    seq = 0
+    popped = 0
+    for _ in range(4000):
+        r = rng.random()
+        i = rng.randrange(len(links))
+        if r < 0.55:
+            share = rng.choice([0.5, 1.0, 1.5, 2.0, 4.0]) if rng.random() < 0.7 else rng.random()
+            q.file(links[i], share)
+            if i not in live or share < live[i][0]:
+                seq += 1
+                live[i] = (share, seq)
+        elif r < 0.75:
+            q.drop(links[i])
+            live.pop(i, None)
+        elif live:
+            want = min(live, key=lambda k: live[k])
+            assert q.first_key() == live[want][0]
+            assert q.pop() is links[want]
+            del live[want]
+            popped += 1
+        assert q.n == len(live)
+    while live:
+        want = min(live, key=lambda k: live[k])
+        assert q.pop() is links[want]
+        del live[want]
+    assert q.n == 0 and q.last_seq == seq and popped > 500
+    if _compiled_network():
+        assert all(link.qpos == -1 for link in links)
+
+
+def _compiled_network() -> bool:
+    from simnet import _compiled
+
+    return _compiled.status()["network"] == "compiled"
+
+
 def test_router_routes_are_kept_once_with_the_same_statistics():
     # Router.path is a pure function of the pair: the network keeps each pair's path in
     # its own table, asks the Router without its cache, and reports what it reports
