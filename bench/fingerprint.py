@@ -3,7 +3,7 @@ core leaves its results identical.
 
     python bench/fingerprint.py [--cases fat1024,examples,gpt3_384,ring256] [--out FILE]
     (also railN, flyN: the fat-tree case's workload on bench_simnet's rail-optimised
-    cluster and dragonfly)
+    cluster and dragonfly; fathostN, fatsyncN: with a host's costs, and calibrated)
     python bench/fingerprint.py --against DIR [--cases ...]
 
 Per case and phase: the iteration time and every rank's compute / communication times
@@ -80,14 +80,17 @@ def _config_cases(name: str) -> list[tuple[str, object]]:
         return [(f"examples/{p.name}", str(p)) for p in sorted((ROOT / "examples").glob("*.json"))]
     fabrics = {
         "fat": ("fat-tree", bench_simnet.fat_tree_config),
+        "fathost": ("fat-tree with a host's costs", bench_simnet.host_config),
+        "fatsync": ("calibrated fat-tree", bench_simnet.sync_config),
         "rail": ("rail-optimised", bench_simnet.rail_config),
         "fly": ("dragonfly", bench_simnet.dragonfly_config),
     }
     prefix = name.rstrip("0123456789")
     if prefix in fabrics:
         ranks = int(name[len(prefix) :]) if name[len(prefix) :] else 0
-        if ranks not in bench_simnet.FAT_TREE_K:
-            sizes = ", ".join(f"{prefix}{n}" for n in bench_simnet.FAT_TREE_K)
+        known = bench_simnet.SYNC_FAT_TREE_K if prefix == "fatsync" else bench_simnet.FAT_TREE_K
+        if ranks not in known:
+            sizes = ", ".join(f"{prefix}{n}" for n in known)
             kind = fabrics[prefix][0]
             raise SystemExit(f"unknown case {name!r}: the {kind} cases are {sizes}")
         return [(name, fabrics[prefix][1](ranks))]
@@ -96,7 +99,9 @@ def _config_cases(name: str) -> list[tuple[str, object]]:
     if name.startswith("ring") and name[4:].isdigit() and int(name[4:]) >= 2:
         n = int(name[4:])
         return [(name, lambda: bench_simnet.ring_case(n))]
-    raise SystemExit(f"unknown case {name!r}: fatN, railN, flyN, ringN, gpt3_384 or examples")
+    raise SystemExit(
+        f"unknown case {name!r}: fatN, fathostN, fatsyncN, railN, flyN, ringN, gpt3_384 or examples"
+    )
 
 
 def fingerprints(cases: list[str]) -> dict[str, dict[str, str]]:
