@@ -80,7 +80,7 @@ def _config_cases(name: str) -> list[tuple[str, object]]:
         return [(f"examples/{p.name}", str(p)) for p in sorted((ROOT / "examples").glob("*.json"))]
     fabrics = {
         "fat": ("fat-tree", bench_simnet.fat_tree_config),
-        "fathost": ("fat-tree with a host's costs", bench_simnet.host_config),
+        "fathost": ("host-cost fat-tree", bench_simnet.host_config),
         "fatsync": ("calibrated fat-tree", bench_simnet.sync_config),
         "rail": ("rail-optimised", bench_simnet.rail_config),
         "fly": ("dragonfly", bench_simnet.dragonfly_config),

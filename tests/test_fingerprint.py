@@ -72,8 +72,10 @@ def test_the_same_tree_compares_equal():
     [
         ("fat12", "the fat-tree cases are fat1024, fat4096, fat16384"),
         ("fly100", "the dragonfly cases are fly1024, fly4096, fly16384"),
-        ("ringx", "fatN, railN, flyN, ringN, gpt3_384 or examples"),
-        ("ring1", "fatN, railN, flyN, ringN, gpt3_384 or examples"),
+        ("fatsync64", "the calibrated fat-tree cases are fatsync256, fatsync1024"),
+        ("fathost2", "the host-cost fat-tree cases are fathost1024, fathost4096"),
+        ("ringx", "fatN, fathostN, fatsyncN, railN, flyN, ringN, gpt3_384 or examples"),
+        ("ring1", "fatN, fathostN, fatsyncN, railN, flyN, ringN, gpt3_384 or examples"),
     ],
 )
 def test_an_unknown_case_is_refused(name, says):
