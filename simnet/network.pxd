@@ -303,7 +303,7 @@ cdef class _Path(_Pair):
 
 cdef class _Flow:  # (its free list and GC flag: decorators in network.py)
     cdef public double fill_bytes_per_s
-    cdef public Py_ssize_t bn  # which of its links is its bottleneck (see _flush)
+    cdef _ObjectPtr bn  # its bottleneck, one of its links (borrowed; see _flush), or NULL
     cdef public double last_update_s
     cdef _ObjectArray lk  # its links (borrowed: its path holds them): lk_small or the path's
     cdef public Py_ssize_t n_links
@@ -516,6 +516,15 @@ cdef inline _Flow _flow_at(_Link link, Py_ssize_t i)
 
 
 cdef inline _Link _link_at(_Flow flow, Py_ssize_t j)
+
+
+cdef inline void _set_bn(_Flow f, _Link link) noexcept
+
+
+cdef inline bint _bn_is(_Flow f, _Link link) noexcept
+
+
+cdef inline _Link _bn_of(_Flow f)
 
 
 cdef _keep_links(_Path path, tuple links)

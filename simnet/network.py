@@ -1387,6 +1387,31 @@ def _link_at(flow: _Flow, j: int) -> _Link:
     return flow.lk[j]
 
 
+def _set_bn(f: _Flow, link: _Link) -> None:
+    """Make ``link`` (one of the flow's) its bottleneck (compiled: a borrowed pointer,
+    the flow's path holds its links)."""
+    if cython.compiled:
+        f.bn = cython.cast(_ObjectPtr, link)  # noqa: F821 (a C type of network.pxd)
+    else:
+        f.bn = link
+
+
+def _bn_is(f: _Flow, link: _Link) -> bool:
+    """Whether ``link`` is the flow's bottleneck; compiled, two pointers compared: the
+    bottleneck's object, likely out of the caches, is not read (reading it for its
+    reference count was an eighth of the kept flows' scan in a calibrated run)."""
+    if cython.compiled:
+        return f.bn == cython.cast(_ObjectPtr, link)  # noqa: F821
+    return f.bn is link
+
+
+def _bn_of(f: _Flow) -> _Link:
+    """The flow's bottleneck link (set once it has a rate)."""
+    if cython.compiled:
+        return cython.cast(_Link, f.bn)
+    return f.bn
+
+
 def _keep_links(path: _Path, links: tuple) -> None:
     """Compiled only: the path's links (its tuple ``links``) where a message's start
     reads them (see ``_inline_links``)."""
@@ -1791,7 +1816,10 @@ class FlowNetwork:
         flow.phase = _ALPHA
         flow.timer = 0
         flow.mark = 0
-        flow.bn = 0
+        if cython.compiled:
+            flow.bn = cython.NULL
+        else:
+            flow.bn = None
         flow.fill_bytes_per_s = -1.0
         alpha_s = self.alpha_s
         o = self.send_overhead_s
@@ -2448,7 +2476,7 @@ class FlowNetwork:
                 f = _flow_at(seed, i)
                 if f.mark == stamp:
                     continue
-                if f.rate_bytes_per_s != 0.0 and _link_at(f, f.bn) is not seed:
+                if f.rate_bytes_per_s != 0.0 and not _bn_is(f, seed):
                     continue  # its bottleneck is elsewhere (tested in _fill_joining)
                 if _gather(f, stamp, links, flows):
                     continue
@@ -2458,10 +2486,11 @@ class FlowNetwork:
                 self.flows_rerated += 1
                 rate = _INF
                 for j in range(f.n_links):
-                    cap = _link_at(f, j).capacity_bytes_per_s
+                    link = _link_at(f, j)
+                    cap = link.capacity_bytes_per_s
                     if cap < rate:
                         rate = cap
-                        f.bn = j
+                        _set_bn(f, link)
                 old = f.rate_bytes_per_s
                 if old == 0.0:
                     # self._apply_rate(f, rate, now) of a flow that just began, inlined
@@ -2572,7 +2601,7 @@ def _ready_link(link: _Link, stamp: int, checks: _Heap) -> None:
             n -= 1
             if rate > top:
                 top = rate
-            if _link_at(f, f.bn) is link:
+            if _bn_is(f, link):
                 checks.push(rate, f)
     link.rem_capacity_bytes_per_s = rem
     link.n_unfrozen = n
@@ -2605,7 +2634,7 @@ def _fill_joining(
             f = checks.pop()
             if f.mark == stamp:
                 continue  # it joined
-            link = _link_at(f, f.bn)
+            link = _bn_of(f)
             n = link.n_unfrozen
             rate = f.rate_bytes_per_s
             if n:
@@ -2746,5 +2775,4 @@ def _freeze(link: _Link, cur: float, epoch: int, queue: _LinkHeap) -> None:
                 l2.n_unfrozen = n
                 if n == 0:
                     queue.drop(l2)
-                if l2 is link:
-                    f.bn = j
+            _set_bn(f, link)
