@@ -113,9 +113,6 @@ cdef class _KeyQueue:
                    node=Py_ssize_t, nxt=Py_ssize_t, top=_QEntry)
     cdef void _compact(self) noexcept
 
-    @cython.locals(nodes=_QNodePtr, i=Py_ssize_t, node=Py_ssize_t, nxt=Py_ssize_t)
-    cpdef clear(self)
-
     @cython.locals(entries=_QEntryPtr, nodes=_QNodePtr, n=Py_ssize_t, i=Py_ssize_t,
                    node=Py_ssize_t, nxt=Py_ssize_t)
     cpdef object pop(self)

@@ -266,27 +266,25 @@ def _heap_drop_first(entries: object, n: int) -> None:
 
 class _KeyQueue:
     """Items by a float key, least first, ties in the order they were pushed: the
-    network's timers (key: the time due, s) and the water-filling's links (key: the
-    fair share they were filed under, bytes/s). ``push`` numbers each item; a flow
+    network's timers (key: the time due, s). ``push`` numbers each item; a flow
     keeps its live timer's number, so a timer it has superseded (its rate changed) is
     told apart when it comes out. In Python, a heap of ``(key, number, item)``.
 
     Compiled, the items pushed under one key since that key was last new are a run, a
     FIFO chain of C nodes, and a binary heap of C structs holds runs (each entry its
     run's key, first number and first node: the next item is one read from the top
-    entry, no run record between them), not items: the
-    flows of a bulk-synchronous step end, arrive and start at a few equal times (and
-    the links of a symmetric network fill at a few equal shares), so most pushes append
-    to a run that is already queued and most pops take a run's next item with no heap
-    work. A push finds its run among the last ``_OPEN_RUNS`` runs made (one of them is
+    entry, no run record between them), not items: the flows of a bulk-synchronous
+    step end, arrive and start at a few equal times, so most pushes append to a run
+    that is already queued and most pops take a run's next item with no heap work. A
+    push finds its run among the last ``_OPEN_RUNS`` runs made (one of them is
     the newest run of its key, if any is queued, as a key's runs are made only when it
     is not among them); a push under a key that is not there starts a new run, filed
     after the key's older runs. Runs of one key come out in the order they were made,
     each in the order pushed, which is the order of the items' numbers: the same order
     as the heap of tuples. An open run is known by its last node, where a push appends.
-    Nodes are reused from a free list, so a queue kept for the next use (the
-    water-filling's) allocates nothing once it has grown. Killed items (``kill``) are
-    taken out all together once they are over half the queue (``_compact``).
+    Nodes are reused from a free list, so the queue allocates nothing once it has
+    grown. Killed items (``kill``) are taken out all together once they are over half
+    the queue (``_compact``).
     """
 
     def __init__(self) -> None:
@@ -472,30 +470,6 @@ class _KeyQueue:
                     break
             entries[j] = top
             i -= 1
-
-    def clear(self) -> None:
-        """Drop every item queued (compiled: each run's nodes go back to the free list,
-        without the heap's sifts a pop makes)."""
-        if not cython.compiled:
-            self.heap.clear()
-            self.n = 0
-            return
-        nodes = self.nodes
-        for i in range(self.size):
-            node = self.entries[i].head
-            while node >= 0:
-                if nodes[node].item != cython.NULL:
-                    Py_DECREF(cython.cast(object, nodes[node].item))
-                    nodes[node].item = cython.NULL
-                nxt = nodes[node].next
-                nodes[node].next = self.free_node
-                self.free_node = node
-                node = nxt
-        for i in range(_OPEN_RUNS):
-            self.open_tail[i] = -1
-        self.size = 0
-        self.n = 0
-        self.dead = 0
 
     def pop(self) -> object:
         """Take the first item out and return it (its number: ``popped_seq``)."""

@@ -1091,34 +1091,6 @@ def test_the_key_queue_compacts_its_killed_items_and_keeps_its_order(seed):
     assert out == live
 
 
-def test_the_key_queue_cleared_holds_nothing_and_goes_on():
-    """``clear`` drops every item (the water-filling's links once all its flows are
-    frozen): the references go at once, and the queue goes on numbering and ordering
-    items as before (compiled: the nodes freed are reused)."""
-    import gc
-    import weakref
-
-    import simnet.network as network
-
-    q = network._KeyQueue()
-    items = [_Item(i) for i in range(90)]
-    refs = [weakref.ref(x) for x in items]
-    for i, x in enumerate(items):
-        q.push(float(i % 3), x)  # three runs of 30, filed by key 0, 1, 2
-    assert q.pop().name == 0
-    q.clear()
-    assert q.n == 0
-    del items, x
-    gc.collect()
-    assert all(r() is None for r in refs)
-    again = [_Item(100 + i) for i in range(6)]
-    seqs = [q.push(2.0 - (i % 2), x) for i, x in enumerate(again)]  # keys 2, 1, 2, 1, ...
-    assert seqs == list(range(91, 97))  # numbers go on from the last push
-    out = [q.pop() for _ in range(6)]
-    assert [x.name for x in out] == [101, 103, 105, 100, 102, 104]
-    assert q.n == 0 and q.popped_seq == 95
-
-
 def test_a_killed_item_is_released_at_once_where_compiled():
     """A superseded timer's flow must not be held by the queue until its time comes
     (compiled: kill drops the reference; the Python heap keeps it until popped)."""
