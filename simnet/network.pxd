@@ -64,25 +64,37 @@ cdef inline void _heap_add(_QEntryPtr entries, Py_ssize_t i, double key, long lo
                            Py_ssize_t head) noexcept
 
 
-@cython.locals(last=_QEntry, i=Py_ssize_t, child=Py_ssize_t, parent=Py_ssize_t)
-cdef inline void _heap_drop_first(_QEntryPtr entries, Py_ssize_t n) noexcept
+cdef inline void _place(_QEntryPtr entries, Py_ssize_t i) noexcept
+
+
+@cython.locals(last=_QEntry, child=Py_ssize_t, parent=Py_ssize_t)
+cdef inline void _heap_fill(_QEntryPtr entries, Py_ssize_t i, Py_ssize_t n,
+                            bint placed) noexcept
 
 
 cdef inline _Link _link_of(_QEntry entry)
 
 
-cdef inline void _place(_QEntryPtr entries, Py_ssize_t i) noexcept
+cdef class _EntryHeap:
+    cdef public Py_ssize_t n
+    cdef public long long last_seq
+    cdef Py_ssize_t cap
+    cdef _QEntryPtr entries  # (head: a _KeyQueue run's first node, or an item's borrowed pointer)
+    cdef list heap
+
+
+cdef inline double _first_key(_EntryHeap h) noexcept
+
+
+@cython.locals(cap=Py_ssize_t)
+cdef inline int _heap_room(_EntryHeap h, Py_ssize_t used) except -1
 
 
 @cython.final
-cdef class _KeyQueue:
-    cdef public Py_ssize_t n
-    cdef public long long last_seq
+cdef class _KeyQueue(_EntryHeap):
     cdef public long long popped_seq
     cdef public Py_ssize_t last_node
     cdef Py_ssize_t size
-    cdef Py_ssize_t cap
-    cdef _QEntryPtr entries
     cdef Py_ssize_t node_cap
     cdef _QNodePtr nodes
     cdef Py_ssize_t free_node
@@ -90,13 +102,10 @@ cdef class _KeyQueue:
     cdef double open_key[4]
     cdef Py_ssize_t next_open
     cdef Py_ssize_t dead  # killed items still queued
-    cdef list heap
 
     @cython.locals(seq=cython.longlong, i=Py_ssize_t, cap=Py_ssize_t, node=Py_ssize_t,
                    nodes=_QNodePtr)
     cpdef Py_ssize_t push(self, double key, object item) except -1
-
-    cpdef double first_key(self) noexcept
 
     cpdef long long first_seq(self) noexcept
 
@@ -119,36 +128,20 @@ cdef class _KeyQueue:
 
 
 @cython.final
-cdef class _Heap:
-    cdef public Py_ssize_t n
-    cdef public long long last_seq
-    cdef Py_ssize_t cap
-    cdef _QEntryPtr entries  # (head: the item's pointer, borrowed)
-    cdef list heap
-
-    @cython.locals(seq=cython.longlong, n=Py_ssize_t, cap=Py_ssize_t, ptr=_ObjectPtr)
+cdef class _Heap(_EntryHeap):
+    @cython.locals(seq=cython.longlong, ptr=_ObjectPtr)
     cpdef push(self, double key, object item)
-
-    cpdef double first_key(self) noexcept
 
     @cython.locals(entries=_QEntryPtr, n=Py_ssize_t)
     cpdef object pop(self)
 
 
 @cython.final
-cdef class _LinkHeap:
-    cdef public Py_ssize_t n
-    cdef public long long last_seq
-    cdef Py_ssize_t cap
-    cdef _QEntryPtr entries  # (head: the link's pointer, borrowed)
-    cdef list heap
+cdef class _LinkHeap(_EntryHeap):
     cdef dict live
 
-    @cython.locals(i=Py_ssize_t, parent=Py_ssize_t, cap=Py_ssize_t, entries=_QEntryPtr,
-                   had=tuple)
+    @cython.locals(i=Py_ssize_t, parent=Py_ssize_t, entries=_QEntryPtr, had=tuple)
     cpdef file(self, _Link link, double share)
-
-    cpdef double first_key(self) noexcept
 
     cpdef _Link pop(self)
 
@@ -156,8 +149,7 @@ cdef class _LinkHeap:
 
     cdef _settle(self)
 
-    @cython.locals(entries=_QEntryPtr, n=Py_ssize_t, child=Py_ssize_t, parent=Py_ssize_t,
-                   last=_QEntry)
+    @cython.locals(entries=_QEntryPtr, n=Py_ssize_t)
     cdef void _take(self, Py_ssize_t i) noexcept
 
 

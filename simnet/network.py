@@ -238,21 +238,23 @@ def _heap_add(entries: object, i: int, key: float, seq: int, head: int) -> None:
     entries[i].head = head
 
 
-def _heap_drop_first(entries: object, n: int) -> None:
-    """Compiled: the heap's first entry out, the last (``entries[n]``) in its place, in a
-    heap of ``n`` entries from then on.
+def _heap_fill(entries: object, i: int, n: int, placed: bool) -> None:
+    """Compiled: the entry at ``i`` out of a heap, the last (``entries[n]``) in its
+    place, in a heap of ``n`` entries from then on; with ``placed``, each entry moved
+    tells its link where it is (a _LinkHeap's, see _place).
 
     Bottom-up: the hole goes down the lesser children to a leaf (one comparison a
     level), then the last entry, one of the latest as a rule, rises from there (rarely
-    more than a level); a sift-down comparing it at each level too makes twice the
-    comparisons. Entries differ in (key, number), so any heap of them pops in the same
-    order."""
+    more than a level, above ``i`` if it must); a sift-down comparing it at each level
+    too makes twice the comparisons. Entries differ in (key, number), so any heap of
+    them pops in the same order."""
     last = entries[n]
-    i = 0
-    child = 1
+    child = 2 * i + 1
     while child < n:
         child = _least_child(entries, child, n)
         entries[i] = entries[child]
+        if placed:
+            _place(entries, i)
         i = child
         child = 2 * i + 1
     while i > 0:
@@ -260,11 +262,58 @@ def _heap_drop_first(entries: object, n: int) -> None:
         if _before(entries[parent].key, entries[parent].seq, last.key, last.seq):
             break
         entries[i] = entries[parent]
+        if placed:
+            _place(entries, i)
         i = parent
     entries[i] = last
+    if placed:
+        _place(entries, i)
 
 
-class _KeyQueue:
+class _EntryHeap:
+    """What the network's heaps share (the timers' _KeyQueue and the water-filling's
+    _Heap and _LinkHeap): their count of items, their last number and, compiled, their
+    array of C entries (each a key, a number and a node or an item's borrowed pointer),
+    grown by ``_room``; in Python, a list kept as a heap by heapq."""
+
+    def __init__(self) -> None:
+        self.n = 0  # items queued
+        self.last_seq = 0  # the number of the last item filed (the first is 1)
+        if not cython.compiled:
+            self.heap: list[tuple[float, int, object]] = []
+            return
+        self.cap = 0
+        self.entries = cython.NULL
+
+    def __dealloc__(self) -> None:  # compiled only: the array (the items are borrowed)
+        if cython.compiled:
+            PyMem_Free(self.entries)
+
+    def first_key(self) -> float:
+        """The least key; the heap must not be empty (the network calls _first_key)."""
+        return _first_key(self)
+
+
+def _first_key(h: _EntryHeap) -> float:
+    """The least key of a heap that is not empty (compiled: inlined where called)."""
+    if not cython.compiled:
+        return h.heap[0][0]
+    return h.entries[0].key
+
+
+def _heap_room(h: _EntryHeap, used: int) -> None:
+    """Compiled: room in the heap's array for one more entry after the ``used`` ones
+    (twice as long when full, 64 entries at first)."""
+    if used == h.cap:
+        cap = 2 * h.cap if h.cap else 64
+        h.entries = cython.cast(
+            _QEntryPtr,  # noqa: F821 (C types of network.pxd)
+            _grown(h.entries, cap, cython.sizeof(_QEntry)),  # noqa: F821
+        )
+        h.cap = cap
+
+
+class _KeyQueue(_EntryHeap):
     """Items by a float key, least first, ties in the order they were pushed: the
     network's timers (key: the time due, s). ``push`` numbers each item; a flow
     keeps its live timer's number, so a timer it has superseded (its rate changed) is
@@ -288,16 +337,12 @@ class _KeyQueue:
     """
 
     def __init__(self) -> None:
-        self.n = 0  # items queued
-        self.last_seq = 0  # the number of the last item pushed (the first is 1)
+        super().__init__()
         self.popped_seq = 0  # the number of the item pop() last returned
         self.last_node = 0  # compiled: the node of the item push() last queued (for kill)
         if not cython.compiled:
-            self.heap: list[tuple[float, int, object]] = []
             return
         self.size = 0  # runs queued (heap entries)
-        self.cap = 0
-        self.entries = cython.NULL
         self.node_cap = 0
         self.nodes = cython.NULL
         self.free_node = -1  # the first of the unused nodes, chained by .next
@@ -308,14 +353,13 @@ class _KeyQueue:
         self.dead = 0  # killed items still queued
 
     def __dealloc__(self) -> None:  # compiled only: the references the nodes hold
-        if cython.compiled:
+        if cython.compiled:  # (the entries' array: _EntryHeap's, after this)
             for i in range(self.size):
                 node = self.entries[i].head
                 while node >= 0:
                     if self.nodes[node].item != cython.NULL:
                         Py_DECREF(cython.cast(object, self.nodes[node].item))
                     node = self.nodes[node].next
-            PyMem_Free(self.entries)
             PyMem_Free(self.nodes)
 
     def push(self, key: float, item: object) -> int:
@@ -361,22 +405,10 @@ class _KeyQueue:
         self.open_key[i] = key
         self.next_open = (i + 1) % _OPEN_RUNS
         i = self.size
-        if i == self.cap:
-            cap = 2 * self.cap if self.cap else 64
-            self.entries = cython.cast(
-                _QEntryPtr,  # noqa: F821
-                _grown(self.entries, cap, cython.sizeof(_QEntry)),  # noqa: F821
-            )
-            self.cap = cap
+        _heap_room(self, i)
         _heap_add(self.entries, i, key, seq, node)
         self.size += 1
         return seq
-
-    def first_key(self) -> float:
-        """The least key; the queue must not be empty."""
-        if not cython.compiled:
-            return self.heap[0][0]
-        return self.entries[0].key
 
     def first_seq(self) -> int:
         """The first item's number; the queue must not be empty."""
@@ -503,11 +535,11 @@ class _KeyQueue:
         n = self.size - 1
         self.size = n
         if n:
-            _heap_drop_first(entries, n)
+            _heap_fill(entries, 0, n, False)
         return item
 
 
-class _Heap:
+class _Heap(_EntryHeap):
     """Items by a float key, least first, ties in the order pushed (each push numbered
     as in _KeyQueue): the water-filling's kept flows to check, by rate (bytes/s). In
     Python, a heap of ``(key, number, item)``.
@@ -518,45 +550,19 @@ class _Heap:
     run of its own in a _KeyQueue, paying for a node, its chain and the search of the
     open runs besides the heap; here an item is one entry."""
 
-    def __init__(self) -> None:
-        self.n = 0  # items queued
-        self.last_seq = 0  # the number of the last item pushed (the first is 1)
-        if not cython.compiled:
-            self.heap: list[tuple[float, int, object]] = []
-            return
-        self.cap = 0
-        self.entries = cython.NULL
-
-    def __dealloc__(self) -> None:  # compiled only: the array (the items are borrowed)
-        if cython.compiled:
-            PyMem_Free(self.entries)
-
     def push(self, key: float, item: object) -> None:
         """Queue ``item`` under ``key``; compiled, the caller keeps it alive until it
-        comes out or the queue is cleared."""
+        comes out."""
         seq = self.last_seq + 1
         self.last_seq = seq
         if not cython.compiled:
             heappush(self.heap, (key, seq, item))
             self.n += 1
             return
-        n = self.n
-        if n == self.cap:
-            cap = 2 * n if n else 64
-            self.entries = cython.cast(
-                _QEntryPtr,  # noqa: F821 (C types of network.pxd)
-                _grown(self.entries, cap, cython.sizeof(_QEntry)),  # noqa: F821
-            )
-            self.cap = cap
+        _heap_room(self, self.n)
         ptr = cython.cast(_ObjectPtr, item)  # noqa: F821
-        _heap_add(self.entries, n, key, seq, cython.cast(cython.Py_ssize_t, ptr))
-        self.n = n + 1
-
-    def first_key(self) -> float:
-        """The least key; the queue must not be empty."""
-        if not cython.compiled:
-            return self.heap[0][0]
-        return self.entries[0].key
+        _heap_add(self.entries, self.n, key, seq, cython.cast(cython.Py_ssize_t, ptr))
+        self.n += 1
 
     def pop(self) -> object:
         """Take the first item out and return it; the queue must not be empty."""
@@ -569,11 +575,11 @@ class _Heap:
         n = self.n - 1
         self.n = n
         if n:
-            _heap_drop_first(entries, n)
+            _heap_fill(entries, 0, n, False)
         return item
 
 
-class _LinkHeap:
+class _LinkHeap(_EntryHeap):
     """The water-filling's links by fair share (bytes/s), least first, ties in the order
     they were filed, each link queued at most once: the links filled over that have
     flows to freeze (``n_unfrozen``).
@@ -594,18 +600,9 @@ class _LinkHeap:
     superseded or dropped are passed over. Both come out in (share, number) order."""
 
     def __init__(self) -> None:
-        self.n = 0  # links queued
-        self.last_seq = 0  # the number of the last filing (the first is 1)
+        super().__init__()
         if not cython.compiled:
-            self.heap: list[tuple[float, int, _Link]] = []
             self.live: dict[_Link, tuple[float, int]] = {}
-            return
-        self.cap = 0
-        self.entries = cython.NULL
-
-    def __dealloc__(self) -> None:  # compiled only: the array (the links are borrowed)
-        if cython.compiled:
-            PyMem_Free(self.entries)
 
     def file(self, link: _Link, share: float) -> None:
         """Queue ``link`` under ``share``, unless it is queued under as little or less;
@@ -625,14 +622,8 @@ class _LinkHeap:
             if not share < self.entries[i].key:
                 return
         else:
+            _heap_room(self, self.n)
             i = self.n
-            if i == self.cap:
-                cap = 2 * i if i else 64
-                self.entries = cython.cast(
-                    _QEntryPtr,  # noqa: F821 (C types of network.pxd)
-                    _grown(self.entries, cap, cython.sizeof(_QEntry)),  # noqa: F821
-                )
-                self.cap = cap
             self.n = i + 1
         self.last_seq += 1
         entries = self.entries
@@ -650,20 +641,13 @@ class _LinkHeap:
         entries[i].head = cython.cast(cython.Py_ssize_t, cython.cast(_ObjectPtr, link))  # noqa: F821
         link.qpos = i
 
-    def first_key(self) -> float:
-        """The least share queued; the heap must not be empty."""
-        if not cython.compiled:
-            self._settle()
-            return self.heap[0][0]
-        return self.entries[0].key
-
     def pop(self) -> _Link:
         """Take the first link out and return it; the heap must not be empty."""
         if not cython.compiled:
-            self._settle()
             link = heappop(self.heap)[2]
             del self.live[link]
             self.n -= 1
+            self._settle()
             return link
         link = _link_of(self.entries[0])
         self._take(0)
@@ -674,44 +658,27 @@ class _LinkHeap:
         if not cython.compiled:
             if self.live.pop(link, None) is not None:
                 self.n -= 1
+                self._settle()
             return
         if link.qpos >= 0:
             self._take(link.qpos)
 
     def _settle(self) -> None:
-        """Python only: pass over the entries at the top that are no link's live one."""
+        """Python only: the entries at the top that are no link's live one out, so that
+        the top is the first link's (``first_key``)."""
         heap = self.heap
         live = self.live
-        while live.get(heap[0][2]) != heap[0][:2]:
+        while heap and live.get(heap[0][2]) != heap[0][:2]:
             heappop(heap)
 
     def _take(self, i: int) -> None:
-        """Compiled: the entry at ``i`` out, the last in its place. Bottom-up: the hole
-        goes down the lesser children to a leaf (one comparison a level), then the last
-        entry rises from there, above ``i`` if it must."""
+        """Compiled: the entry at ``i`` out, the last in its place (_heap_fill)."""
         entries = self.entries
         cython.cast(_Link, cython.cast(_ObjectPtr, entries[i].head)).qpos = -1  # noqa: F821
         n = self.n - 1
         self.n = n
-        if i == n:
-            return
-        last = entries[n]
-        child = 2 * i + 1
-        while child < n:
-            child = _least_child(entries, child, n)
-            entries[i] = entries[child]
-            _place(entries, i)
-            i = child
-            child = 2 * i + 1
-        while i > 0:
-            parent = (i - 1) >> 1
-            if _before(entries[parent].key, entries[parent].seq, last.key, last.seq):
-                break
-            entries[i] = entries[parent]
-            _place(entries, i)
-            i = parent
-        entries[i] = last
-        _place(entries, i)
+        if i < n:
+            _heap_fill(entries, i, n, True)
 
 
 def _link_of(entry: object) -> _Link:
@@ -2228,7 +2195,7 @@ class FlowNetwork:
             while True:
                 while True:
                     # Handlers may set timers at `now`: they come after those due now.
-                    while timers.n and timers.first_key() <= limit:
+                    while timers.n and _first_key(timers) <= limit:
                         flow = timers.pop()
                         if flow is None or flow.timer != timers.popped_seq:
                             continue  # superseded by a later reschedule
@@ -2274,7 +2241,7 @@ class FlowNetwork:
                             self._begin(flow, now)
                     if self._dirty:
                         self._flush(now)
-                    if not (timers.n and timers.first_key() <= limit):
+                    if not (timers.n and _first_key(timers) <= limit):
                         break
                 # Drop the leading superseded completion timers, so rescheduled flows
                 # do not cost a simpy wake-up each.
@@ -2289,7 +2256,7 @@ class FlowNetwork:
                     timers.pop()
                 if not timers.n:
                     return  # nothing left
-                nt = timers.first_key()
+                nt = _first_key(timers)
                 if pending:
                     due = pending[0]  # (a C double when compiled: no boxing of nt)
                     if due <= nt:
@@ -2604,7 +2571,7 @@ def _fill_joining(
             queue.file(link, link.rem_capacity_bytes_per_s / link.n_unfrozen)
     level = 0.0
     while queue.n or checks.n:
-        if checks.n and (not queue.n or checks.first_key() <= queue.first_key()):
+        if checks.n and (not queue.n or _first_key(checks) <= _first_key(queue)):
             f = checks.pop()
             if f.mark == stamp:
                 continue  # it joined
@@ -2618,7 +2585,7 @@ def _fill_joining(
             if not ok:
                 _join(f, stamp, links, flows, queue, checks)
             continue
-        share = queue.first_key()
+        share = _first_key(queue)
         link = queue.pop()
         n = link.n_unfrozen  # (> 0: a link is dropped when it has none to freeze)
         cur = link.rem_capacity_bytes_per_s / n
