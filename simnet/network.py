@@ -274,7 +274,7 @@ class _EntryHeap:
     """What the network's heaps share (the timers' _KeyQueue and the water-filling's
     _Heap and _LinkHeap): their count of items, their last number and, compiled, their
     array of C entries (each a key, a number and a node or an item's borrowed pointer),
-    grown by ``_room``; in Python, a list kept as a heap by heapq."""
+    grown by _heap_room; in Python, a list kept as a heap by heapq."""
 
     def __init__(self) -> None:
         self.n = 0  # items queued
